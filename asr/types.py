@@ -1,0 +1,104 @@
+"""Typed results shared by every stage: words, segments, transcripts, speed facts."""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+
+
+@dataclass
+class Word:
+    start: float
+    end: float
+    text: str
+    probability: float | None = None
+    speaker: str | None = None
+
+
+@dataclass
+class Segment:
+    start: float
+    end: float
+    text: str
+    words: list[Word] = field(default_factory=list)
+    tokens: list[int] = field(default_factory=list)
+    speaker: str | None = None
+    overlap: bool = False  # more than one speaker talks during this segment
+
+
+@dataclass
+class DecodeStats:
+    """Counters of one decode; speculative fields stay zero for plain decoding."""
+
+    generated_tokens: int = 0  # tokens emitted after the prompt, all rows
+    target_passes: int = 0  # forward passes of the target decoder (batched passes count once per row)
+    drafted_tokens: int = 0
+    accepted_tokens: int = 0
+    encoder_seconds: float = 0.0
+    decoder_seconds: float = 0.0
+
+    @property
+    def acceptance_rate(self) -> float:
+        return self.accepted_tokens / self.drafted_tokens if self.drafted_tokens else 0.0
+
+    @property
+    def tokens_per_target_pass(self) -> float:
+        return self.generated_tokens / self.target_passes if self.target_passes else 0.0
+
+    def merge(self, other: DecodeStats) -> None:
+        for name in ("generated_tokens", "target_passes", "drafted_tokens", "accepted_tokens"):
+            setattr(self, name, getattr(self, name) + getattr(other, name))
+        self.encoder_seconds += other.encoder_seconds
+        self.decoder_seconds += other.decoder_seconds
+
+    def to_dict(self) -> dict:
+        d = asdict(self)
+        d["acceptance_rate"] = round(self.acceptance_rate, 4)
+        d["tokens_per_target_pass"] = round(self.tokens_per_target_pass, 4)
+        return d
+
+
+@dataclass
+class Transcript:
+    segments: list[Segment]
+    language: str | None
+    duration: float  # seconds of audio
+    model: dict = field(default_factory=dict)  # model name, drafter, settings
+    timings: dict = field(default_factory=dict)  # seconds per stage, rtf
+    stats: DecodeStats = field(default_factory=DecodeStats)
+    source: str | None = None
+
+    @property
+    def text(self) -> str:
+        return " ".join(s.text.strip() for s in self.segments if s.text.strip())
+
+    @property
+    def speakers(self) -> list[str]:
+        return sorted({s.speaker for s in self.segments if s.speaker})
+
+    def to_dict(self) -> dict:
+        return {
+            "source": self.source,
+            "text": self.text,
+            "language": self.language,
+            "duration": round(self.duration, 3),
+            "speakers": self.speakers,
+            "segments": [
+                {
+                    "id": i,
+                    "start": round(s.start, 3),
+                    "end": round(s.end, 3),
+                    "text": s.text.strip(),
+                    "speaker": s.speaker,
+                    "overlap": s.overlap,
+                    "tokens": s.tokens,
+                    "words": [
+                        {k: (round(v, 3) if isinstance(v, float) else v) for k, v in asdict(w).items()}
+                        for w in s.words
+                    ],
+                }
+                for i, s in enumerate(self.segments)
+            ],
+            "model": self.model,
+            "timings": self.timings,
+            "speculative": self.stats.to_dict(),
+        }
