@@ -1,0 +1,231 @@
+"""Whisper's greedy decoding rules and the plain (non-speculative) decoder.
+
+The logit rules follow openai/whisper ``decoding.py`` (SuppressBlank,
+SuppressTokens, ApplyTimestampRules) and are written so that one call can
+process many (row, prefix) pairs at once: the plain decoder calls them on the
+last position of each row, the speculative decoder on every drafted position.
+Sharing this one implementation is what makes speculative output identical.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+
+import torch
+import torch.nn.functional as F
+
+from asr.model import KVCache, WhisperDecoderRuntime
+from asr.types import DecodeStats
+
+NEG_INF = float("-inf")
+
+
+@dataclass(frozen=True)
+class SpecialTokens:
+    eot: int
+    sot: int
+    sot_prev: int
+    sot_lm: int
+    no_speech: int | None
+    no_timestamps: int
+    transcribe: int
+    translate: int
+    timestamp_begin: int
+    languages: dict[str, int]  # "en" -> token id
+    multilingual: bool
+
+    @classmethod
+    def from_tokenizer(cls, tokenizer, generation_config) -> SpecialTokens:
+        ids = tokenizer.convert_tokens_to_ids
+        no_speech = next((ids(t) for t in ("<|nospeech|>", "<|nocaptions|>") if ids(t) != tokenizer.unk_token_id), None)
+        lang_to_id = getattr(generation_config, "lang_to_id", None) or {}
+        multilingual = bool(getattr(generation_config, "is_multilingual", len(lang_to_id) > 1))
+        languages = {k.strip("<|>"): int(v) for k, v in lang_to_id.items()} if multilingual else {}
+        no_ts = ids("<|notimestamps|>")
+        return cls(
+            eot=ids("<|endoftext|>"),
+            sot=ids("<|startoftranscript|>"),
+            sot_prev=ids("<|startofprev|>"),
+            sot_lm=ids("<|startoflm|>"),
+            no_speech=no_speech,
+            no_timestamps=no_ts,
+            transcribe=ids("<|transcribe|>"),
+            translate=ids("<|translate|>"),
+            timestamp_begin=no_ts + 1,
+            languages=languages,
+            multilingual=multilingual,
+        )
+
+    def prompt(self, language: str | None, task: str, timestamps: bool) -> list[int]:
+        seq = [self.sot]
+        if self.multilingual:
+            if language is not None:
+                seq.append(self.languages[language])
+            seq.append(self.translate if task == "translate" else self.transcribe)
+        if not timestamps:
+            seq.append(self.no_timestamps)
+        return seq
+
+
+class WhisperLogitRules:
+    """Suppress tokens, suppress blank at the start, and Whisper's timestamp rules."""
+
+    def __init__(
+        self,
+        special: SpecialTokens,
+        vocab_size: int,
+        suppress_tokens: list[int],
+        begin_suppress_tokens: list[int],
+        timestamps: bool,
+        max_initial_timestamp_index: int | None = 50,
+    ):
+        self.sp = special
+        self.timestamps = timestamps
+        self.max_initial = max_initial_timestamp_index
+        always = set(t for t in suppress_tokens if 0 <= t < vocab_size)
+        always |= {special.transcribe, special.translate, special.sot, special.sot_prev, special.sot_lm}
+        if special.no_speech is not None:
+            always.add(special.no_speech)
+        if timestamps:
+            always.add(special.no_timestamps)
+        self.suppress = torch.zeros(vocab_size, dtype=torch.bool)
+        self.suppress[sorted(always)] = True
+        self.begin = torch.zeros(vocab_size, dtype=torch.bool)
+        self.begin[[t for t in begin_suppress_tokens if 0 <= t < vocab_size]] = True
+
+    def __call__(self, logits: torch.Tensor, prefixes: list[list[int]]) -> torch.Tensor:
+        """Apply the rules in place to ``logits`` [N, V]; row i was preceded by ``prefixes[i]``
+        (the tokens sampled so far in that sequence, prompt excluded)."""
+        logits.masked_fill_(self.suppress, NEG_INF)
+        tb = self.sp.timestamp_begin
+        for i, seq in enumerate(prefixes):
+            if not seq:
+                logits[i].masked_fill_(self.begin, NEG_INF)
+            if not self.timestamps:
+                continue
+            last_ts = len(seq) >= 1 and seq[-1] >= tb
+            penult_ts = len(seq) < 2 or seq[-2] >= tb
+            if last_ts:
+                if penult_ts:
+                    logits[i, tb:] = NEG_INF
+                else:
+                    logits[i, : self.sp.eot] = NEG_INF
+            last_stamp = next((t for t in reversed(seq) if t >= tb), None)
+            if last_stamp is not None:
+                upto = last_stamp if (last_ts and not penult_ts) else last_stamp + 1
+                logits[i, tb:upto] = NEG_INF
+            if not seq:
+                logits[i, :tb] = NEG_INF
+                if self.max_initial is not None:
+                    logits[i, tb + self.max_initial + 1 :] = NEG_INF
+        if self.timestamps:
+            logprobs = F.log_softmax(logits.float(), dim=-1)
+            ts_lp = logprobs[:, tb:].logsumexp(dim=-1)
+            text_max = logprobs[:, :tb].max(dim=-1).values
+            for i in torch.nonzero(ts_lp > text_max).flatten().tolist():
+                logits[i, :tb] = NEG_INF
+        return logits
+
+
+@dataclass
+class SequenceResult:
+    """One decoded sequence: sampled tokens (prompt and end-of-text excluded)."""
+
+    tokens: list[int]
+    sum_logprob: float = 0.0
+    no_speech_prob: float = 0.0
+    hit_max_length: bool = False
+
+    @property
+    def avg_logprob(self) -> float:
+        return self.sum_logprob / (len(self.tokens) + 1)
+
+
+@dataclass
+class DecodeOutput:
+    sequences: list[SequenceResult]
+    stats: DecodeStats = field(default_factory=DecodeStats)
+
+
+class Decoder:
+    """Base class: prompt handling shared by the plain and speculative decoders."""
+
+    def __init__(self, runtime: WhisperDecoderRuntime, special: SpecialTokens, rules: WhisperLogitRules):
+        self.rt = runtime
+        self.sp = special
+        self.rules = rules
+        self.max_len = runtime.max_len
+
+    def prefill(self, cache: KVCache, prompt: list[int]) -> tuple[torch.Tensor, torch.Tensor]:
+        """Run the prompt; return last-position logits [B, V] and no-speech probabilities [B]."""
+        b = cache.batch_size
+        tokens = torch.tensor(prompt).expand(b, -1)
+        positions = torch.arange(len(prompt)).expand(b, -1)
+        logits = self.rt.step(tokens, positions, cache)
+        if self.sp.no_speech is not None:
+            no_speech = logits[:, 0].float().softmax(-1)[:, self.sp.no_speech]
+        else:
+            no_speech = torch.zeros(b)
+        return logits[:, -1], no_speech
+
+    def decode(self, encoder_out: torch.Tensor, prompt: list[int]) -> DecodeOutput:
+        raise NotImplementedError
+
+
+class GreedyDecoder(Decoder):
+    """Plain batched greedy decoding: one target pass per token."""
+
+    def decode(self, encoder_out: torch.Tensor, prompt: list[int]) -> DecodeOutput:
+        t0 = time.perf_counter()
+        b = encoder_out.shape[0]
+        stats = DecodeStats()
+        cache = self.rt.new_cache(encoder_out)
+        last, no_speech = self.prefill(cache, prompt)
+        stats.target_passes += b
+        results = [SequenceResult([], 0.0, float(p)) for p in no_speech]
+        active = list(range(b))  # original row index of each cache row
+        length = len(prompt)
+        while True:
+            logits = self.rules(last.float().clone(), [results[r].tokens for r in active])
+            logprobs = F.log_softmax(logits, dim=-1)
+            nxt = logits.argmax(dim=-1)
+            keep = []
+            for j, r in enumerate(active):
+                tok = int(nxt[j])
+                res = results[r]
+                res.sum_logprob += float(logprobs[j, tok])
+                if tok == self.sp.eot:
+                    continue
+                res.tokens.append(tok)
+                stats.generated_tokens += 1
+                if length + 1 >= self.max_len:
+                    res.hit_max_length = True
+                    continue
+                keep.append(j)
+            if not keep:
+                break
+            if len(keep) < len(active):
+                idx = torch.tensor(keep)
+                cache = cache.select(idx)
+                nxt = nxt[idx]
+                active = [active[j] for j in keep]
+            positions = torch.full((len(active), 1), length)
+            last = self.rt.step(nxt[:, None], positions, cache)[:, -1]
+            stats.target_passes += len(active)
+            length += 1
+        stats.decoder_seconds = time.perf_counter() - t0
+        return DecodeOutput(results, stats)
+
+
+def detect_language(runtime: WhisperDecoderRuntime, special: SpecialTokens, encoder_out: torch.Tensor) -> tuple[str, float]:
+    """Most likely language of the first row of ``encoder_out`` (openai/whisper's method)."""
+    if not special.multilingual:
+        return "en", 1.0
+    cache = runtime.new_cache(encoder_out[:1])
+    logits = runtime.step(torch.tensor([[special.sot]]), torch.tensor([[0]]), cache)[0, -1]
+    codes = list(special.languages)
+    ids = torch.tensor([special.languages[c] for c in codes])
+    probs = logits[ids].float().softmax(-1)
+    best = int(probs.argmax())
+    return codes[best], float(probs[best])

@@ -1,0 +1,128 @@
+"""A lean Whisper decoder runtime over a transformers model's weights.
+
+Why not call the transformers decoder directly: each of its steps builds masks,
+cache objects and position ids in Python, and its ``DynamicCache`` grows by
+concatenation and can only be cropped for the whole batch. Speculative decoding
+needs many small steps, a cache that rolls back per row, and rows that advance
+by different amounts. This module keeps one pre-allocated KV cache per batch,
+writes new keys/values in place at per-row positions, and masks by position, so
+rolling back a row is just moving its length back. The weights (and so the
+numbers) are the transformers model's own.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+import torch.nn.functional as F
+from transformers import WhisperForConditionalGeneration
+
+
+@dataclass
+class KVCache:
+    """Self-attention keys/values [layers, batch, heads, max_len, head_dim] and cross-attention K/V."""
+
+    k: torch.Tensor
+    v: torch.Tensor
+    cross_k: list[torch.Tensor]  # per layer [batch, heads, frames, head_dim]
+    cross_v: list[torch.Tensor]
+
+    @property
+    def batch_size(self) -> int:
+        return self.k.shape[1]
+
+    def select(self, rows: torch.Tensor) -> KVCache:
+        """Keep only ``rows`` (e.g. drop finished sequences from a batch)."""
+        return KVCache(
+            self.k[:, rows].contiguous(),
+            self.v[:, rows].contiguous(),
+            [c[rows] for c in self.cross_k],
+            [c[rows] for c in self.cross_v],
+        )
+
+
+class WhisperDecoderRuntime:
+    """Incremental decoder forward with a static, per-row positioned KV cache."""
+
+    def __init__(self, model: WhisperForConditionalGeneration, num_layers: int | None = None):
+        dec = model.model.decoder
+        cfg = model.config
+        self.model = model
+        self.layers = list(dec.layers)[: num_layers or len(dec.layers)]
+        self.n_head = cfg.decoder_attention_heads
+        self.d_model = cfg.d_model
+        self.head_dim = self.d_model // self.n_head
+        self.max_len = cfg.max_target_positions
+        self.embed = dec.embed_tokens.weight
+        self.pos = dec.embed_positions.weight
+        self.final_norm = dec.layer_norm
+        self.proj = model.proj_out.weight
+        self.vocab_size = self.proj.shape[0]
+
+    @torch.inference_mode()
+    def encode(self, features: torch.Tensor) -> torch.Tensor:
+        return self.model.model.encoder(features).last_hidden_state
+
+    def _split(self, x: torch.Tensor) -> torch.Tensor:
+        b, n, _ = x.shape
+        return x.view(b, n, self.n_head, self.head_dim).transpose(1, 2)
+
+    @torch.inference_mode()
+    def new_cache(self, encoder_out: torch.Tensor) -> KVCache:
+        b = encoder_out.shape[0]
+        shape = (len(self.layers), b, self.n_head, self.max_len, self.head_dim)
+        cross_k, cross_v = [], []
+        for layer in self.layers:
+            att = layer.encoder_attn
+            cross_k.append(self._split(att.k_proj(encoder_out)).contiguous())
+            cross_v.append(self._split(att.v_proj(encoder_out)).contiguous())
+        z = encoder_out.new_zeros(shape)
+        return KVCache(z, z.clone(), cross_k, cross_v)
+
+    @torch.inference_mode()
+    def hidden(self, tokens: torch.Tensor, positions: torch.Tensor, cache: KVCache) -> torch.Tensor:
+        """Run the decoder layers on ``tokens`` [B, n] at ``positions`` [B, n].
+
+        Writes their keys/values into ``cache`` at those positions and attends to
+        every cached position <= the query's own. Returns the final-norm hidden
+        states [B, n, d].
+        """
+        b, n = tokens.shape
+        x = F.embedding(tokens, self.embed) + F.embedding(positions, self.pos)
+        used = int(positions.max()) + 1
+        key_pos = torch.arange(used, device=tokens.device)
+        mask = (key_pos[None, None, None, :] <= positions[:, None, :, None])  # [B,1,n,used]
+        rows = torch.arange(b, device=tokens.device)[:, None].expand(b, n)
+        for i, layer in enumerate(self.layers):
+            att = layer.self_attn
+            h = layer.self_attn_layer_norm(x)
+            q = self._split(att.q_proj(h) * att.scaling)
+            k = att.k_proj(h).view(b, n, self.n_head, self.head_dim)
+            v = att.v_proj(h).view(b, n, self.n_head, self.head_dim)
+            cache.k[i][rows, :, positions] = k
+            cache.v[i][rows, :, positions] = v
+            a = F.scaled_dot_product_attention(
+                q, cache.k[i, :, :, :used], cache.v[i, :, :, :used], attn_mask=mask, scale=1.0
+            )
+            x = x + att.out_proj(a.transpose(1, 2).reshape(b, n, self.d_model))
+
+            catt = layer.encoder_attn
+            h = layer.encoder_attn_layer_norm(x)
+            q = self._split(catt.q_proj(h) * catt.scaling)
+            a = F.scaled_dot_product_attention(q, cache.cross_k[i], cache.cross_v[i], scale=1.0)
+            x = x + catt.out_proj(a.transpose(1, 2).reshape(b, n, self.d_model))
+
+            h = layer.final_layer_norm(x)
+            x = x + layer.fc2(layer.activation_fn(layer.fc1(h)))
+        return self.final_norm(x)
+
+    def logits(self, hidden: torch.Tensor) -> torch.Tensor:
+        return F.linear(hidden, self.proj)
+
+    def step(self, tokens: torch.Tensor, positions: torch.Tensor, cache: KVCache, last_only: bool = False) -> torch.Tensor:
+        h = self.hidden(tokens, positions, cache)
+        if last_only:
+            h = h[:, -1:]
+        with torch.inference_mode():
+            return self.logits(h)

@@ -1,0 +1,166 @@
+"""`transcribe` command line: a thin layer over pipelines.core.Pipeline."""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+from pathlib import Path
+
+from asr.audio import AudioError
+from asr.engine import DecodeOptions
+from asr.models import ModelError
+from pipelines.writers import ALL_FORMATS, parse_formats, render, write_outputs
+
+PROG = "transcribe"
+
+
+class CliError(Exception):
+    """A problem with what the user asked for; printed as one line."""
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(
+        prog=PROG,
+        description="Speaker-attributed transcripts with exact speculative Whisper decoding.",
+    )
+    p.add_argument("inputs", nargs="+", help="audio or video files")
+    p.add_argument("-o", "--output-dir", type=Path, help="folder for output files (default: current folder)")
+    p.add_argument("-f", "--formats", help=f"comma-separated formats: {', '.join(ALL_FORMATS)}, all (default: all)")
+    p.add_argument("-m", "--model", default="base", help="embedded 'base' or 'tiny.en', a Hugging Face id, or a local folder")
+    p.add_argument("--draft", default="auto", help="speculative drafter: auto, none, ngram, or a model (default: auto)")
+    p.add_argument("-l", "--language", help="language code (default: detect)")
+    p.add_argument("--task", default="transcribe", choices=["transcribe", "translate"])
+    p.add_argument("--batch-size", type=int, default=8, help="chunks decoded together (default: 8)")
+    p.add_argument("--vad-threshold", type=float, default=0.5, help="silero-vad speech threshold (default: 0.5)")
+    p.add_argument("--diarize", action="store_true", help="attribute speech to speakers")
+    p.add_argument("--num-speakers", type=int)
+    p.add_argument("--min-speakers", type=int)
+    p.add_argument("--max-speakers", type=int)
+    p.add_argument("--diarization-model", help="pyannote pipeline id or folder (default: embedded offline pipeline)")
+    p.add_argument("--hf-token", default=os.environ.get("HF_TOKEN"), help="Hugging Face token for gated models")
+    p.add_argument("--postedit", action="store_true", help="fix casing/punctuation with a text LLM (speculatively decoded)")
+    p.add_argument("--postedit-model", help="causal LM id or folder (default: embedded SmolLM2-135M-Instruct)")
+    p.add_argument("--device", default="cpu", help="torch device (default: cpu)")
+    p.add_argument("--cache-dir", type=Path, help="where converted models are kept (default: ~/.cache/specwhisper)")
+    p.add_argument("-q", "--quiet", action="store_true", help="no progress bars and no transcript on stdout")
+    return p
+
+
+class _Progress:
+    """One tqdm bar per stage, on stderr."""
+
+    def __init__(self, label: str, enabled: bool):
+        self.label = label
+        self.enabled = enabled
+        self.bar = None
+        self.stage = None
+
+    def __call__(self, stage: str, fraction: float) -> None:
+        if not self.enabled:
+            return
+        from tqdm import tqdm
+
+        if stage != self.stage:
+            self.close()
+            self.stage = stage
+            self.bar = tqdm(total=100, desc=f"{self.label} {stage}", unit="%", file=sys.stderr, leave=False,
+                            bar_format="{desc}: {percentage:3.0f}%|{bar}| {elapsed}<{remaining}")
+        self.bar.n = int(round(min(max(fraction, 0.0), 1.0) * 100))
+        self.bar.refresh()
+
+    def close(self) -> None:
+        if self.bar is not None:
+            self.bar.close()
+            self.bar = None
+
+
+def _quiet_libraries() -> None:
+    import warnings
+
+    import transformers
+
+    transformers.utils.logging.set_verbosity_error()
+    transformers.utils.logging.disable_progress_bar()
+    warnings.filterwarnings("ignore")
+
+
+def _options(args):
+    from pipelines.core import RunOptions
+
+    opts = RunOptions(
+        decode=DecodeOptions(language=args.language, task=args.task, batch_size=args.batch_size, vad_threshold=args.vad_threshold),
+        diarize=args.diarize,
+        num_speakers=args.num_speakers,
+        min_speakers=args.min_speakers,
+        max_speakers=args.max_speakers,
+        postedit=args.postedit,
+    )
+    opts.validate()
+    return opts
+
+
+def run(args) -> int:
+    from pipelines.core import Pipeline, PipelineConfig
+
+    formats = parse_formats(args.formats or "all")
+    if args.formats is None and not args.diarize:
+        formats = [f for f in formats if f != "rttm"]
+    opts = _options(args)
+    for path in args.inputs:
+        if not Path(path).exists():
+            raise AudioError(f"{path}: file not found")
+    _quiet_libraries()
+    pipeline = Pipeline(
+        PipelineConfig(
+            model=args.model,
+            draft=args.draft,
+            device=args.device,
+            cache_dir=args.cache_dir,
+            diarization_model=args.diarization_model,
+            hf_token=args.hf_token,
+            postedit_model=args.postedit_model,
+        )
+    )
+    out_dir = args.output_dir or Path(".")
+    failures = 0
+    for path in args.inputs:
+        progress = _Progress(Path(path).name, enabled=not args.quiet and sys.stderr.isatty())
+        try:
+            transcript = pipeline.run_file(path, opts, progress)
+        except (AudioError, ValueError) as exc:
+            progress.close()
+            print(f"{PROG}: error: {exc}", file=sys.stderr)
+            failures += 1
+            continue
+        progress.close()
+        written = write_outputs(transcript, out_dir, Path(path).stem, formats)
+        if not args.quiet:
+            print(render(transcript, "txt"), end="" if transcript.segments else "(no speech found)\n")
+            t = transcript.timings
+            s = transcript.stats
+            print(
+                f"{PROG}: {path}: {transcript.duration:.1f} s audio, RTF {t.get('rtf', 0):.3f}, "
+                f"language {transcript.language}, acceptance {s.acceptance_rate:.0%}, "
+                f"{s.tokens_per_target_pass:.2f} tokens/target pass; wrote {', '.join(p.name for p in written)}",
+                file=sys.stderr,
+            )
+    return 1 if failures else 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    try:
+        return run(args)
+    except (AudioError, ModelError, ValueError, CliError, OSError) as exc:
+        msg = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        print(f"{PROG}: error: {msg}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print(f"{PROG}: interrupted", file=sys.stderr)
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,146 @@
+"""The one pipeline every entry point uses: audio -> ASR -> (diarization) -> (post-edit) -> Transcript."""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Callable
+
+import numpy as np
+
+from asr.audio import SAMPLE_RATE, load_audio
+from asr.engine import AsrEngine, DecodeOptions
+from asr.types import Transcript
+
+Progress = Callable[[str, float], None]
+
+
+@dataclass
+class PipelineConfig:
+    """What to load. Models load once per Pipeline."""
+
+    model: str = "base"
+    draft: str = "auto"  # auto | none | ngram | a model name/id/path
+    device: str = "cpu"
+    cache_dir: Path | None = None
+    diarization_model: str | None = None  # None: the embedded offline pipeline
+    hf_token: str | None = None
+    postedit_model: str | None = None  # None: the embedded SmolLM2
+    postedit_drafter: str | None = "copy"
+
+
+@dataclass
+class RunOptions:
+    """Per-request settings."""
+
+    decode: DecodeOptions = field(default_factory=DecodeOptions)
+    diarize: bool = False
+    num_speakers: int | None = None
+    min_speakers: int | None = None
+    max_speakers: int | None = None
+    postedit: bool = False
+
+    def validate(self) -> None:
+        for name in ("num_speakers", "min_speakers", "max_speakers"):
+            v = getattr(self, name)
+            if v is not None and v < 1:
+                raise ValueError(f"{name.replace('_', '-')} must be >= 1, got {v}")
+        if self.min_speakers and self.max_speakers and self.min_speakers > self.max_speakers:
+            raise ValueError(f"min-speakers ({self.min_speakers}) is larger than max-speakers ({self.max_speakers})")
+
+
+class Pipeline:
+    def __init__(self, config: PipelineConfig | None = None):
+        from asr.drafting import decoder_factory  # the speculative engine picks the decoder
+
+        self.config = config or PipelineConfig()
+        self.asr = AsrEngine(
+            self.config.model,
+            cache_dir=self.config.cache_dir,
+            device=self.config.device,
+            decoder_factory=decoder_factory(self.config.draft, self.config.cache_dir),
+        )
+        self._diarizer = None
+        self._post_editor = None
+
+    # Optional stages load on first use, then stay loaded for the process.
+    def diarizer(self):
+        if self._diarizer is None:
+            from diarize.pipeline import load_diarizer
+
+            self._diarizer = load_diarizer(self.config.diarization_model, token=self.config.hf_token, device=self.config.device)
+        return self._diarizer
+
+    def post_editor(self):
+        if self._post_editor is None:
+            from pipelines.postedit import load_post_editor
+
+            self._post_editor = load_post_editor(self.config.postedit_model, drafter=self.config.postedit_drafter, device=self.config.device)
+        return self._post_editor
+
+    def run_file(self, path: str | Path, options: RunOptions | None = None, progress: Progress | None = None) -> Transcript:
+        t = time.perf_counter()
+        audio = load_audio(path)
+        load_s = time.perf_counter() - t
+        result = self.run(audio, options, progress, source=str(path))
+        result.timings["load_audio"] = round(load_s, 3)
+        return result
+
+    def run(
+        self, audio: np.ndarray, options: RunOptions | None = None, progress: Progress | None = None, source: str | None = None
+    ) -> Transcript:
+        opts = options or RunOptions()
+        opts.validate()
+        report = progress or (lambda stage, frac: None)
+        duration = len(audio) / SAMPLE_RATE
+        timings: dict[str, float] = {}
+
+        t = time.perf_counter()
+        asr = self.asr.transcribe(audio, opts.decode, report)
+        timings["asr"] = time.perf_counter() - t
+        timings["vad"] = asr.vad_seconds
+        timings["encoder"] = asr.stats.encoder_seconds
+        timings["decoder"] = asr.stats.decoder_seconds
+        segments = asr.segments
+
+        if opts.diarize:
+            from diarize.attribution import assign_speakers
+
+            t = time.perf_counter()
+            turns = self.diarizer()(
+                audio,
+                num_speakers=opts.num_speakers,
+                min_speakers=opts.min_speakers,
+                max_speakers=opts.max_speakers,
+                progress=report,
+            )
+            segments = assign_speakers(segments, turns)
+            timings["diarization"] = time.perf_counter() - t
+
+        transcript = Transcript(
+            segments=segments,
+            language=asr.language,
+            duration=duration,
+            model={
+                "asr": self.asr.model_name,
+                "draft": self.config.draft,
+                "decoder": type(self.asr.decoder).__name__,
+                "task": opts.decode.task,
+                "language_probability": asr.language_probability,
+                "diarization": (self.config.diarization_model or "embedded") if opts.diarize else None,
+            },
+            stats=asr.stats,
+            source=source,
+        )
+        if opts.postedit:
+            t = time.perf_counter()
+            transcript, report_pe = self.post_editor().edit_transcript(transcript, progress=report)
+            timings["postedit"] = time.perf_counter() - t
+            transcript.model["postedit"] = report_pe.to_dict() if hasattr(report_pe, "to_dict") else str(report_pe)
+
+        total = sum(v for k, v in timings.items() if k in ("asr", "diarization", "postedit"))
+        timings["total"] = total
+        timings["rtf"] = total / duration if duration else 0.0
+        transcript.timings = {k: round(v, 3) for k, v in timings.items()}
+        return transcript
