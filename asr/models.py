@@ -115,3 +115,20 @@ def load_whisper(
         raise ModelError(f"cannot load Whisper model '{name}': {first}") from exc
     model.to(device).eval()
     return WhisperBundle(name=name, path=path, model=model, processor=processor, generation_config=model.generation_config)
+
+
+def main(argv: list[str] | None = None) -> int:
+    """`python -m asr.models --prepare base tiny.en`: convert embedded models ahead of time."""
+    import argparse
+
+    p = argparse.ArgumentParser(prog="python -m asr.models")
+    p.add_argument("--prepare", nargs="+", choices=sorted(EMBEDDED_MODELS), required=True)
+    p.add_argument("--cache-dir", type=Path)
+    args = p.parse_args(argv)
+    for name in args.prepare:
+        print(f"{name}: {ensure_embedded(name, args.cache_dir)}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

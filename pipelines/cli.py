@@ -41,6 +41,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--hf-token", default=os.environ.get("HF_TOKEN"), help="Hugging Face token for gated models")
     p.add_argument("--postedit", action="store_true", help="fix casing/punctuation with a text LLM (speculatively decoded)")
     p.add_argument("--postedit-model", help="causal LM id or folder (default: embedded SmolLM2-135M-Instruct)")
+    p.add_argument("--max-duration", type=float, default=12 * 3600, help="refuse audio longer than this many seconds (default: 43200)")
     p.add_argument("--device", default="cpu", help="torch device (default: cpu)")
     p.add_argument("--cache-dir", type=Path, help="where converted models are kept (default: ~/.cache/specwhisper)")
     p.add_argument("-q", "--quiet", action="store_true", help="no progress bars and no transcript on stdout")
@@ -95,8 +96,11 @@ def _options(args):
         min_speakers=args.min_speakers,
         max_speakers=args.max_speakers,
         postedit=args.postedit,
+        max_audio_s=args.max_duration,
     )
     opts.validate()
+    if args.max_duration <= 0:
+        raise CliError(f"--max-duration must be positive, got {args.max_duration}")
     return opts
 
 

@@ -9,7 +9,7 @@ from typing import Callable
 
 import numpy as np
 
-from asr.audio import SAMPLE_RATE, load_audio
+from asr.audio import DEFAULT_MAX_SECONDS, SAMPLE_RATE, load_audio
 from asr.engine import AsrEngine, DecodeOptions
 from asr.types import Transcript
 
@@ -40,6 +40,7 @@ class RunOptions:
     min_speakers: int | None = None
     max_speakers: int | None = None
     postedit: bool = False
+    max_audio_s: float = DEFAULT_MAX_SECONDS
 
     def validate(self) -> None:
         for name in ("num_speakers", "min_speakers", "max_speakers"):
@@ -51,11 +52,11 @@ class RunOptions:
 
 
 class Pipeline:
-    def __init__(self, config: PipelineConfig | None = None):
+    def __init__(self, config: PipelineConfig | None = None, asr: AsrEngine | None = None):
         from asr.drafting import decoder_factory  # the speculative engine picks the decoder
 
         self.config = config or PipelineConfig()
-        self.asr = AsrEngine(
+        self.asr = asr or AsrEngine(
             self.config.model,
             cache_dir=self.config.cache_dir,
             device=self.config.device,
@@ -81,7 +82,7 @@ class Pipeline:
 
     def run_file(self, path: str | Path, options: RunOptions | None = None, progress: Progress | None = None) -> Transcript:
         t = time.perf_counter()
-        audio = load_audio(path)
+        audio = load_audio(path, max_seconds=(options or RunOptions()).max_audio_s)
         load_s = time.perf_counter() - t
         result = self.run(audio, options, progress, source=str(path))
         result.timings["load_audio"] = round(load_s, 3)

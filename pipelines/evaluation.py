@@ -1,0 +1,78 @@
+"""The public evaluation set (../shared/eval) and scoring helpers for tests and benchmarks."""
+
+from __future__ import annotations
+
+import csv
+import os
+from dataclasses import dataclass
+from functools import lru_cache
+from pathlib import Path
+
+import jiwer
+from transformers.models.whisper.english_normalizer import BasicTextNormalizer, EnglishTextNormalizer
+
+REPO_ROOT = Path(__file__).resolve().parent.parent
+
+
+def eval_dir() -> Path:
+    return Path(os.environ.get("SPECWHISPER_EVAL_DIR", REPO_ROOT.parent / "shared" / "eval"))
+
+
+@dataclass(frozen=True)
+class EvalItem:
+    file: str
+    path: Path
+    duration: float
+    language: str
+    category: str
+    reference: str
+
+    @property
+    def single_speaker(self) -> bool:
+        return self.category.startswith("single")
+
+
+def load_manifest(root: Path | None = None) -> list[EvalItem]:
+    """Audio items of the public split with a reference transcript (if any)."""
+    root = root or eval_dir()
+    items = []
+    with open(root / "MANIFEST.tsv", newline="", encoding="utf-8") as f:
+        for row in csv.DictReader(f, delimiter="\t"):
+            if row["suggested_split"] != "public" or not row["duration_s"]:
+                continue
+            items.append(
+                EvalItem(
+                    file=row["file"],
+                    path=root / row["file"],
+                    duration=float(row["duration_s"]),
+                    language=row["language"],
+                    category=row["category"],
+                    reference=row["reference_text"],
+                )
+            )
+    return items
+
+
+def english_set(root: Path | None = None) -> list[EvalItem]:
+    """Single-speaker English clips with reference text (the WER set)."""
+    return [i for i in load_manifest(root) if i.language == "en" and i.single_speaker and i.reference]
+
+
+@lru_cache(maxsize=1)
+def _english_normalizer() -> EnglishTextNormalizer:
+    return EnglishTextNormalizer({})
+
+
+def normalize(text: str, language: str = "en") -> str:
+    """Whisper's text normaliser (lower case, no punctuation, numbers spelled as digits)."""
+    if language == "en":
+        text = text.replace("[laughter]", "")
+        return _english_normalizer()(text)
+    return BasicTextNormalizer()(text)
+
+
+def wer(references: list[str], hypotheses: list[str], language: str = "en") -> float:
+    """Corpus WER after normalisation; empty references are skipped."""
+    pairs = [(normalize(r, language), normalize(h, language)) for r, h in zip(references, hypotheses)]
+    pairs = [(r, h) for r, h in pairs if r.strip()]
+    return jiwer.wer([r for r, _ in pairs], [h for _, h in pairs])

@@ -1,0 +1,48 @@
+"""Shared fixtures: real models (loaded once per session) and the public eval set."""
+
+from __future__ import annotations
+
+import warnings
+
+import pytest
+import torch
+
+from pipelines.evaluation import eval_dir, load_manifest
+
+warnings.filterwarnings("ignore", category=UserWarning)
+torch.set_num_threads(2)
+
+
+@pytest.fixture(scope="session")
+def eval_root():
+    root = eval_dir()
+    if not (root / "MANIFEST.tsv").exists():
+        pytest.fail(f"evaluation data not found at {root} (set SPECWHISPER_EVAL_DIR)")
+    return root
+
+
+@pytest.fixture(scope="session")
+def manifest(eval_root):
+    return load_manifest(eval_root)
+
+
+@pytest.fixture(scope="session")
+def base_engine():
+    from asr.engine import AsrEngine
+
+    return AsrEngine("base")
+
+
+@pytest.fixture(scope="session")
+def tiny_engine():
+    from asr.engine import AsrEngine
+
+    return AsrEngine("tiny.en")
+
+
+@pytest.fixture(scope="session")
+def base_pipeline(base_engine):
+    """A plain-decoding pipeline sharing the session's base engine."""
+    from pipelines.core import Pipeline, PipelineConfig
+
+    return Pipeline(PipelineConfig(model="base", draft="none"), asr=base_engine)

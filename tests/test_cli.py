@@ -1,0 +1,165 @@
+"""The transcribe CLI: output formats, containers via ffmpeg, and one-line errors on bad input."""
+
+from __future__ import annotations
+
+import json
+import re
+import subprocess
+import sys
+import wave
+
+import numpy as np
+import pytest
+import soundfile as sf
+import soxr
+
+import pipelines.cli as cli
+from pipelines.evaluation import wer
+
+JFK_REF = "And so my fellow Americans ask not what your country can do for you, ask what you can do for your country."
+
+
+@pytest.fixture
+def run_cli(base_pipeline, monkeypatch, capsys):
+    """Run the CLI in-process with the session's already loaded pipeline."""
+    import pipelines.core
+
+    monkeypatch.setattr(pipelines.core, "Pipeline", lambda config: base_pipeline)
+
+    def run(*argv):
+        code = cli.main([str(a) for a in argv])
+        out, err = capsys.readouterr()
+        return code, out, err
+
+    return run
+
+
+def _one_line_error(err: str) -> str:
+    lines = [line for line in err.strip().splitlines() if line.strip()]
+    assert len(lines) == 1, f"expected one error line, got: {err!r}"
+    assert "Traceback" not in err
+    assert lines[0].startswith("transcribe: error:")
+    return lines[0]
+
+
+def test_all_formats_written_and_valid(run_cli, eval_root, tmp_path):
+    code, out, err = run_cli(eval_root / "whisper.cpp/jfk.wav", "-o", tmp_path, "-f", "all", "-q")
+    assert code == 0, err
+    names = sorted(p.name for p in tmp_path.iterdir())
+    assert names == sorted(f"jfk.{f}" for f in ("txt", "srt", "vtt", "json", "tsv", "rttm"))
+    data = json.loads((tmp_path / "jfk.json").read_text())
+    assert wer([JFK_REF], [data["text"]]) <= 0.05
+    assert data["language"] == "en" and data["model"]["asr"] == "base"
+    assert {"rtf", "total"} <= set(data["timings"]) and "acceptance_rate" in data["speculative"]
+    seg = data["segments"][0]
+    assert {"start", "end", "text", "speaker", "words", "tokens"} <= set(seg)
+    srt = (tmp_path / "jfk.srt").read_text()
+    assert re.match(r"1\n\d\d:\d\d:\d\d,\d{3} --> \d\d:\d\d:\d\d,\d{3}\n\S", srt)
+    vtt = (tmp_path / "jfk.vtt").read_text()
+    assert vtt.startswith("WEBVTT\n\n") and re.search(r"\d\d:\d\d:\d\d\.\d{3} --> ", vtt)
+    tsv = (tmp_path / "jfk.tsv").read_text().splitlines()
+    assert tsv[0] == "start\tend\tspeaker\ttext" and all(len(r.split("\t")) == 4 for r in tsv[1:])
+    assert wer([JFK_REF], [(tmp_path / "jfk.txt").read_text()]) <= 0.05
+
+
+def test_several_inputs_and_stdout(run_cli, eval_root, tmp_path):
+    code, out, err = run_cli(eval_root / "whisper.cpp/jfk.wav", eval_root / "mfa/common_voice_en_22058264.mp3", "-o", tmp_path, "-f", "srt,json")
+    assert code == 0, err
+    assert sorted(p.name for p in tmp_path.iterdir()) == sorted(
+        ["jfk.srt", "jfk.json", "common_voice_en_22058264.srt", "common_voice_en_22058264.json"]
+    )
+    assert "fellow Americans" in out and "RTF" in err
+
+
+def _ffmpeg(*args):
+    subprocess.run(["ffmpeg", "-nostdin", "-v", "error", "-y", *map(str, args)], check=True)
+
+
+@pytest.mark.parametrize("container", ["m4a", "mp4"])
+def test_ffmpeg_containers(run_cli, eval_root, tmp_path, container):
+    src = eval_root / "whisper.cpp/jfk.wav"
+    dst = tmp_path / f"jfk.{container}"
+    if container == "mp4":  # a video file: a colour video stream plus the speech
+        _ffmpeg("-f", "lavfi", "-i", "color=c=blue:s=64x64:d=11", "-i", src, "-shortest", "-c:v", "libx264", "-c:a", "aac", dst)
+    else:
+        _ffmpeg("-i", src, "-c:a", "aac", dst)
+    code, out, err = run_cli(dst, "-o", tmp_path / "out", "-f", "json", "-q")
+    assert code == 0, err
+    assert wer([JFK_REF], [json.loads((tmp_path / "out/jfk.json").read_text())["text"]]) <= 0.1
+
+
+def test_stereo_44k_and_8k_inputs(run_cli, eval_root, tmp_path):
+    audio, rate = sf.read(eval_root / "openai-whisper/jfk.flac")  # 44.1 kHz stereo
+    assert rate == 44100 and audio.ndim == 2
+    code, out, err = run_cli(eval_root / "openai-whisper/jfk.flac", "-o", tmp_path, "-f", "txt", "-q")
+    assert code == 0 and wer([JFK_REF], [(tmp_path / "jfk.txt").read_text()]) <= 0.05
+    mono = audio.mean(axis=1)
+
+    sf.write(tmp_path / "jfk8k.wav", soxr.resample(mono, 44100, 8000), 8000)
+    code, out, err = run_cli(tmp_path / "jfk8k.wav", "-o", tmp_path, "-f", "txt", "-q")
+    assert code == 0 and wer([JFK_REF], [(tmp_path / "jfk8k.txt").read_text()]) <= 0.15
+
+
+def test_silence_is_an_empty_transcript_not_an_error(run_cli, tmp_path):
+    sf.write(tmp_path / "silence.wav", np.zeros(16000 * 4, dtype=np.float32), 16000)
+    code, out, err = run_cli(tmp_path / "silence.wav", "-o", tmp_path, "-f", "json,txt")
+    assert code == 0, err
+    assert json.loads((tmp_path / "silence.json").read_text())["segments"] == []
+    assert "no speech" in out
+
+
+def _bad_inputs(tmp_path):
+    (tmp_path / "empty.wav").write_bytes(b"")
+    (tmp_path / "notes.wav").write_text("this is not audio at all\n" * 20)
+    (tmp_path / "random.mp3").write_bytes(np.random.default_rng(0).integers(0, 256, 5000, dtype=np.uint8).tobytes())
+    with wave.open(str(tmp_path / "zero.wav"), "wb") as w:  # a valid header with no samples
+        w.setnchannels(1), w.setsampwidth(2), w.setframerate(16000)
+    sf.write(tmp_path / "good.wav", np.zeros(16000, dtype=np.float32), 16000)
+    data = (tmp_path / "good.wav").read_bytes()
+    (tmp_path / "truncated.flac").write_bytes(b"fLaC" + data[4:200])
+    sf.write(tmp_path / "lowrate.wav", np.zeros(400, dtype=np.int16), 400, subtype="PCM_16")
+    return {
+        "missing": ([tmp_path / "nope.wav"], "file not found"),
+        "directory": ([tmp_path], "directory"),
+        "empty": ([tmp_path / "empty.wav"], "empty"),
+        "text": ([tmp_path / "notes.wav"], "not a readable audio file"),
+        "random": ([tmp_path / "random.mp3"], "not a readable audio file"),
+        "zero_samples": ([tmp_path / "zero.wav"], "empty"),
+        "truncated": ([tmp_path / "truncated.flac"], "audio"),
+        "low_rate": ([tmp_path / "lowrate.wav"], "sample rate"),
+        "too_long": ([tmp_path / "good.wav", "--max-duration", "0.5"], "over the limit"),
+        "bad_format": ([tmp_path / "good.wav", "-f", "docx"], "unknown output format"),
+        "bad_batch": ([tmp_path / "good.wav", "--batch-size", "0"], "batch size"),
+        "bad_language": ([tmp_path / "good.wav", "--language", "xx"], "unknown language"),
+        "bad_speakers": ([tmp_path / "good.wav", "--min-speakers", "3", "--max-speakers", "2"], "min-speakers"),
+    }
+
+
+CASES = ["missing", "directory", "empty", "text", "random", "zero_samples", "truncated", "low_rate", "too_long",
+         "bad_format", "bad_batch", "bad_language", "bad_speakers"]
+
+
+@pytest.mark.parametrize("case", CASES)
+def test_bad_input_one_line_error(run_cli, tmp_path, case):
+    argv, expected = _bad_inputs(tmp_path)[case]
+    code, out, err = run_cli(*argv, "-o", tmp_path / "out", "-q")
+    assert code != 0
+    line = _one_line_error(err)
+    assert expected in line.lower(), line
+
+
+def test_bad_file_among_good_ones_keeps_the_good_results(run_cli, eval_root, tmp_path):
+    (tmp_path / "broken.wav").write_text("garbage")
+    code, out, err = run_cli(tmp_path / "broken.wav", eval_root / "whisper.cpp/jfk.wav", "-o", tmp_path / "out", "-f", "txt", "-q")
+    assert code == 1
+    assert "broken.wav" in _one_line_error(err)
+    assert wer([JFK_REF], [(tmp_path / "out/jfk.txt").read_text()]) <= 0.05
+
+
+def test_console_script_errors_without_traceback(tmp_path):
+    """The installed entry point, in a fresh process: a bad model and a missing file."""
+    (tmp_path / "a.wav").write_bytes(b"")
+    for argv, expected in (([str(tmp_path / "missing.wav")], "file not found"), ([str(tmp_path / "a.wav"), "--model", "./no/such/model"], "model")):
+        proc = subprocess.run([sys.executable, "-m", "pipelines.cli", *argv], capture_output=True, text=True, timeout=300)
+        assert proc.returncode != 0
+        assert expected in _one_line_error(proc.stderr).lower()

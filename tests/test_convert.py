@@ -1,0 +1,71 @@
+"""The CTranslate2 -> transformers converter gives the same model: same greedy tokens as CTranslate2."""
+
+from __future__ import annotations
+
+import shutil
+
+import ctranslate2
+import numpy as np
+import pytest
+
+from asr.audio import load_audio
+from asr.ct2 import CT2FormatError, read_ct2_model
+from asr.models import EMBEDDED_MODELS, _package_dir
+
+FILES = ["whisper.cpp/jfk.wav", "mfa/acoustic_corpus.wav", "cuttledoc-fleurs/fleurs-en-002.ogg"]
+
+
+def _ct2_dir(name: str, tmp_path) -> str:
+    """Reassemble the embedded CTranslate2 model folder (parts concatenated) for the reference decoder."""
+    emb = EMBEDDED_MODELS[name]
+    out = tmp_path / name
+    out.mkdir()
+    with open(out / "model.bin", "wb") as f:
+        for pkg, rel in emb.parts:
+            f.write((_package_dir(pkg) / rel).read_bytes())
+    src = _package_dir(emb.packages[0]) / emb.data_dir
+    for fn in ("config.json", "tokenizer.json", "vocabulary.txt"):
+        shutil.copy(src / fn, out / fn)
+    return str(out)
+
+
+def test_reader_reads_whole_file():
+    emb = EMBEDDED_MODELS["tiny.en"]
+    m = read_ct2_model([_package_dir(p) / r for p, r in emb.parts])
+    assert m.spec_name == "WhisperSpec"
+    assert m.aliases == {"decoder/projection/weight": "decoder/embeddings/weight"}
+    assert m.get("decoder/embeddings/weight").shape == (51864, 384)
+    assert int(m.get("decoder/num_heads")) == 6
+
+
+def test_reader_rejects_truncated_file(tmp_path):
+    emb = EMBEDDED_MODELS["tiny.en"]
+    data = (_package_dir(emb.parts[0][0]) / emb.parts[0][1]).read_bytes()
+    bad = tmp_path / "model.bin"
+    bad.write_bytes(data[: len(data) // 3])
+    with pytest.raises(CT2FormatError):
+        read_ct2_model(bad)
+
+
+@pytest.mark.parametrize("model", ["base", "tiny.en"])
+def test_converted_model_matches_ctranslate2(model, eval_root, tmp_path, request):
+    engine = request.getfixturevalue("base_engine" if model == "base" else "tiny_engine")
+    ref = ctranslate2.models.Whisper(_ct2_dir(model, tmp_path), device="cpu", compute_type="float32", intra_threads=2)
+    sp = engine.special
+    prompt = sp.prompt("en", "transcribe", timestamps=True)
+    for file in FILES:
+        audio = load_audio(eval_root / file)
+        feats = engine.bundle.feature_extractor(audio, sampling_rate=16000, return_tensors="pt").input_features
+        ours = engine.decoder.decode(engine.runtime.encode(feats), prompt).sequences[0]
+        theirs = ref.generate(
+            ctranslate2.StorageView.from_array(np.ascontiguousarray(feats.numpy())),
+            [prompt],
+            beam_size=1,
+            max_length=448,
+            return_no_speech_prob=True,
+            suppress_blank=True,
+            max_initial_timestamp_index=50,
+        )[0]
+        assert ours.tokens == theirs.sequences_ids[0], f"{model} {file}: tokens differ from CTranslate2"
+        assert any(t >= sp.timestamp_begin for t in ours.tokens), "timestamps expected"
+        assert ours.no_speech_prob == pytest.approx(theirs.no_speech_prob, abs=1e-4)

@@ -1,0 +1,99 @@
+"""End-to-end ASR on real audio: WER, language handling, long-form chunking."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from asr.audio import SAMPLE_RATE, load_audio
+from asr.engine import DecodeOptions
+from pipelines.core import RunOptions
+from pipelines.evaluation import english_set, normalize, wer
+
+# Measured on this CPU with greedy decoding (see bench/results/asr_baseline.json): base 0.092.
+BASE_WER_BOUND = 0.12
+
+
+@pytest.fixture(scope="module")
+def english_results(base_pipeline, eval_root):
+    items = english_set(eval_root)
+    return items, [base_pipeline.run_file(i.path, RunOptions(decode=DecodeOptions(language="en"))) for i in items]
+
+
+def test_wer_on_public_english_set(english_results):
+    items, transcripts = english_results
+    score = wer([i.reference for i in items], [t.text for t in transcripts])
+    print(f"\nbase WER on {len(items)} public English clips: {score:.3f}")
+    assert score <= BASE_WER_BOUND
+    jfk = [t for i, t in zip(items, transcripts) if "jfk" in i.file]
+    assert jfk and all(wer([items[0].reference], [t.text]) <= 0.05 for t in jfk)
+
+
+def test_segments_are_timed_inside_the_audio(english_results):
+    items, transcripts = english_results
+    for item, t in zip(items, transcripts):
+        assert t.segments, f"{item.file}: no segments"
+        for s in t.segments:
+            assert 0.0 <= s.start <= s.end <= t.duration + 0.05, f"{item.file}: bad segment time {s}"
+        starts = [s.start for s in t.segments]
+        assert starts == sorted(starts)
+
+
+@pytest.mark.parametrize("lang", ["de", "es", "fr", "pt"])
+def test_language_detection(base_pipeline, manifest, lang):
+    item = next(i for i in manifest if i.language == lang)
+    t = base_pipeline.run_file(item.path)
+    assert t.language == lang
+    assert wer([item.reference], [t.text], language=lang) < 0.5
+
+
+def test_translate_to_english(base_pipeline, eval_root):
+    t = base_pipeline.run_file(eval_root / "cuttledoc-fleurs/fleurs-de-000.ogg", RunOptions(decode=DecodeOptions(task="translate")))
+    assert t.language == "de"
+    words = set(normalize(t.text).split())
+    # The German reference speaks of the best views of Hong Kong from the other shore.
+    assert {"hong", "kong"} <= words and ({"best", "view", "views"} & words), t.text
+
+
+def test_silence_gives_empty_transcript(base_pipeline):
+    t = base_pipeline.run(np.zeros(SAMPLE_RATE * 5, dtype=np.float32))
+    assert t.segments == [] and t.text == ""
+
+
+def test_long_form_concatenation(base_pipeline, eval_root):
+    """>60 s built from eval clips with pauses: every clip's words once, in order, at the right times."""
+    files = [
+        ("lhotse/2412-153948-0000.flac", "IF THE READER WILL EXCUSE ME I WILL SAY NOTHING OF MY ANTECEDENTS NOR OF THE CIRCUMSTANCES WHICH LED ME TO LEAVE MY NATIVE COUNTRY THE NARRATIVE WOULD BE TEDIOUS TO HIM AND PAINFUL TO MYSELF"),
+        ("whisper.cpp/jfk.wav", "And so my fellow Americans ask not what your country can do for you, ask what you can do for your country."),
+        ("coqui-tts-ljspeech/LJ001-0001.wav", None),
+        ("mfa/acoustic_corpus.wav", None),
+        ("cuttledoc-fleurs/fleurs-en-000.ogg", None),
+        ("mfa/mfa_surround.flac", None),
+    ]
+    from pipelines.evaluation import load_manifest
+
+    refs = {i.file: i.reference for i in load_manifest(eval_root)}
+    pause = np.zeros(int(1.0 * SAMPLE_RATE), dtype=np.float32)
+    pieces, spans = [], []
+    cursor = 0
+    for f, _ in files:
+        a = load_audio(eval_root / f)
+        spans.append((cursor / SAMPLE_RATE, (cursor + len(a)) / SAMPLE_RATE))
+        pieces += [a, pause]
+        cursor += len(a) + len(pause)
+    audio = np.concatenate(pieces)
+    assert len(audio) / SAMPLE_RATE > 60
+    t = base_pipeline.run(audio, RunOptions(decode=DecodeOptions(language="en", batch_size=4)))
+
+    starts = [s.start for s in t.segments]
+    assert starts == sorted(starts)
+    for a, b in zip(t.segments, t.segments[1:]):
+        assert a.end <= b.start + 0.05, "segments overlap"
+    # Each clip's transcript comes from the segments inside its time span, and matches its reference.
+    for (f, _), (lo, hi) in zip(files, spans):
+        text = " ".join(s.text for s in t.segments if lo - 0.5 <= (s.start + s.end) / 2 <= hi + 0.5)
+        score = wer([refs[f]], [text])
+        assert score < 0.3, f"{f}: WER {score:.2f} in its span: {text!r}"
+    whole = wer([" ".join(refs[f] for f, _ in files)], [t.text])
+    print(f"\nlong-form ({len(audio) / SAMPLE_RATE:.0f} s) WER {whole:.3f}, {len(t.segments)} segments")
+    assert whole < 0.15
