@@ -30,8 +30,10 @@ import torch  # noqa: E402
 from pyannote.audio import Audio, Model  # noqa: E402
 from pyannote.audio.core.plda import PLDA  # noqa: E402
 from pyannote.audio.pipelines import SpeakerDiarization  # noqa: E402
+from pyannote.pipeline.parameter import ParamDict, Uniform  # noqa: E402
 from pyannote.core import Annotation, SlidingWindow, SlidingWindowFeature  # noqa: E402
 
+from diarize.clustering import SpectralClustering  # noqa: E402
 from diarize.embedding import FRAME_SAMPLES, SAMPLE_RATE, CAMPPlusEmbedding, num_output_frames  # noqa: E402
 from diarize.models import campplus_checkpoint, segmentation_checkpoint  # noqa: E402
 
@@ -86,10 +88,16 @@ class OfflineSpeakerDiarization(SpeakerDiarization):
                  subchunk_duration: float | None = None, subchunk_step: float | None = None):
         if embedding_mode not in ("file", "chunk", "pyannote"):
             raise ValueError(f"embedding_mode must be 'file', 'chunk' or 'pyannote', not {embedding_mode!r}")
+        spectral = clustering == "SpectralClustering"
         super().__init__(segmentation=segmentation, segmentation_step=segmentation_step, embedding=embedding,
                          embedding_exclude_overlap=embedding_exclude_overlap, plda=_NoPLDA(),
-                         clustering=clustering, embedding_batch_size=embedding_batch_size,
-                         segmentation_batch_size=segmentation_batch_size)
+                         clustering="AgglomerativeClustering" if spectral else clustering,
+                         embedding_batch_size=embedding_batch_size, segmentation_batch_size=segmentation_batch_size)
+        if spectral:  # not in pyannote's Clustering enum: plug our BaseClustering subclass in directly
+            self.klustering = clustering
+            self.clustering = SpectralClustering(metric="cosine")
+        # min_duration_on (drop speaker turns shorter than this) is fixed to 0 in pyannote's apply()
+        self.segmentation = ParamDict(min_duration_off=Uniform(0.0, 5.0), min_duration_on=Uniform(0.0, 2.0))
         if clustering == "OracleClustering":  # pyannote skips the audio reader in that (analysis) mode
             self._audio = Audio(sample_rate=SAMPLE_RATE, mono="downmix")
         self.subchunk_duration = subchunk_duration
@@ -114,9 +122,13 @@ class OfflineSpeakerDiarization(SpeakerDiarization):
         self.block_context = block_context
         self.min_clean_seconds = min_clean_seconds
 
+    def to_annotation(self, discrete_diarization, min_duration_on: float = 0.0, min_duration_off: float = 0.0):
+        min_duration_on = max(min_duration_on, getattr(self.segmentation, "min_duration_on", 0.0))
+        return super().to_annotation(discrete_diarization, min_duration_on=min_duration_on,
+                                     min_duration_off=min_duration_off)
+
     def default_parameters(self):
-        return {"segmentation": {"min_duration_off": 0.0},
-                "clustering": {"method": "centroid", "min_cluster_size": 12, "threshold": 0.7}}
+        return read_params()["params"]
 
     # -- segmentation -------------------------------------------------------------------------
     def get_segmentations(self, file, hook=None) -> SlidingWindowFeature:

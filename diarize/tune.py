@@ -48,17 +48,25 @@ OPTION_SETS = {
     "pyannote-1s": {"segmentation_step": 0.1},
     "pyannote-3s": {"segmentation_step": 0.3},
     "sub1.5-3s": {"segmentation_step": 0.3, "subchunk_duration": 1.5, "subchunk_step": 0.75},
+    "sub1.5x-3s": {"segmentation_step": 0.3, "subchunk_duration": 1.5, "subchunk_step": 0.375},
     "sub2-3s": {"segmentation_step": 0.3, "subchunk_duration": 2.0, "subchunk_step": 1.0},
     "sub3-3s": {"segmentation_step": 0.3, "subchunk_duration": 3.0, "subchunk_step": 1.0},
     "sub1.5-4.5s": {"segmentation_step": 0.45, "subchunk_duration": 1.5, "subchunk_step": 0.75},
     "sub2-5s": {"segmentation_step": 0.5, "subchunk_duration": 2.0, "subchunk_step": 1.0},
 }
 QUICK_SETS = ["pyannote-3s", "sub1.5-3s", "sub2-3s"]
+CLUSTERINGS = ["AgglomerativeClustering", "SpectralClustering"]
 
-THRESHOLDS = [round(x, 2) for x in np.arange(0.30, 1.301, 0.05)]
-METHODS = ["centroid", "average"]
-MIN_CLUSTER_SIZES = [1, 2, 4, 8]
+# clustering grids: (fixed parameter grid, name of the swept axis, axis values)
+GRIDS = {
+    "AgglomerativeClustering": ({"method": ["centroid", "average"], "min_cluster_size": [1, 2, 4, 8]},
+                                "threshold", [round(x, 2) for x in np.arange(0.30, 1.301, 0.05)]),
+    "SpectralClustering": ({"pruning": [0.02, 0.05, 0.1, 0.2], "min_cluster_size": [1, 2, 4]},
+                           "merge_similarity", [round(x, 2) for x in np.arange(0.30, 0.951, 0.05)]),
+}
 MIN_DURATION_OFFS = [0.0, 0.25, 0.5, 1.0, 2.0]
+MIN_DURATION_ONS = [0.0, 0.25, 0.5]
+TOP_CLUSTERINGS = 4
 
 
 def _file(audio: np.ndarray, uri: str) -> dict:
@@ -87,44 +95,94 @@ def _cluster_and_reconstruct(pipeline, state: dict):
     return pipeline.reconstruct(segmentations, hard_clusters, count)
 
 
+def _clustering_grid(clustering: str):
+    fixed, axis, values = GRIDS[clustering]
+    keys = sorted(fixed)
+    for combo in itertools.product(*(fixed[k] for k in keys)):
+        for value in values:
+            yield {**dict(zip(keys, combo)), axis: value}
+
+
 def evaluate_option_set(name: str, options: dict, dev, singles, log) -> list[dict]:
     t0 = time.time()
+    clustering = options.get("clustering", "AgglomerativeClustering")
+    first = next(_clustering_grid(clustering))
     pipeline = build_offline_pipeline({"options": {}, "params": {
-        "segmentation": {"min_duration_off": 0.0},
-        "clustering": {"method": "centroid", "min_cluster_size": 1, "threshold": 0.7}}}, **options)
+        "segmentation": {"min_duration_off": 0.0, "min_duration_on": 0.0}, "clustering": first}}, **options)
     dev_states = [_prepare(pipeline, _file(audio, f.uri)) for f, audio in dev]
     single_states = [_prepare(pipeline, _file(audio, uri)) for uri, audio in singles]
     prep = time.time() - t0
-    rows = []
-    for method, mcs, threshold in itertools.product(METHODS, MIN_CLUSTER_SIZES, THRESHOLDS):
-        pipeline.clustering.instantiate({"method": method, "min_cluster_size": mcs, "threshold": threshold})
+    done: set[str] = set()
+
+    def run(cparams: dict, post: list[tuple[float, float]]) -> list[dict]:
+        key = json.dumps(cparams, sort_keys=True)
+        post = [p for p in post if f"{key}{p}" not in done]
+        done.update(f"{key}{p}" for p in post)
+        if not post:
+            return []
+        pipeline.clustering.instantiate(cparams)
         dev_discrete = [None if s["empty"] else _cluster_and_reconstruct(pipeline, s) for s in dev_states]
         single_discrete = [None if s["empty"] else _cluster_and_reconstruct(pipeline, s) for s in single_states]
-        for mdo in MIN_DURATION_OFFS:
-            hyps = [[] if d is None else annotation_to_turns(pipeline.to_annotation(d, 0.0, mdo))
-                    for d in dev_discrete]
-            pairs = [(f.reference, h, f.uem) for (f, _), h in zip(dev, hyps)]
+        out = []
+        for mdo, mdon in post:
+            def turns(d):
+                return [] if d is None else annotation_to_turns(pipeline.to_annotation(d, mdon, mdo))
+            pairs = [(f.reference, turns(d), f.uem) for (f, _), d in zip(dev, dev_discrete)]
             dev_der = total_der(pairs)
-            single_counts = [0 if d is None else
-                             len({t.speaker for t in annotation_to_turns(pipeline.to_annotation(d, 0.0, mdo))})
-                             for d in single_discrete]
-            misses = sum(c != 1 for c in single_counts)
-            rows.append({"set": name, "method": method, "min_cluster_size": mcs, "threshold": threshold,
-                         "min_duration_off": mdo, "dev_der": dev_der, "single_misses": misses,
-                         "objective": dev_der + SINGLE_PENALTY * misses})
+            misses = sum(len({t.speaker for t in turns(d)}) != 1 for d in single_discrete)
+            out.append({"set": name, "options": options, "clustering": cparams,
+                        "segmentation": {"min_duration_off": mdo, "min_duration_on": mdon},
+                        "dev_der": dev_der, "single_misses": misses,
+                        "objective": dev_der + SINGLE_PENALTY * misses})
+        return out
+
+    # stage 1: the clustering grid with light smoothing of the output; stage 2: the output
+    # smoothing grid for the best clustering points of stage 1
+    rows = []
+    for cparams in _clustering_grid(clustering):
+        rows.extend(run(cparams, [(0.0, 0.0), (0.5, 0.0)]))
+    smooth(rows)
+    best = sorted(rows, key=lambda r: (r["smoothed"], r["objective"]))
+    seen, top = set(), []
+    for r in best:
+        key = json.dumps(r["clustering"], sort_keys=True)
+        if key not in seen:
+            seen.add(key)
+            top.append(r["clustering"])
+        if len(top) == TOP_CLUSTERINGS:
+            break
+    post = [p for p in itertools.product(MIN_DURATION_OFFS, MIN_DURATION_ONS) if p not in ((0.0, 0.0), (0.5, 0.0))]
+    for cparams in top:
+        # neighbours on the swept axis too, so that stage-2 points can be smoothed as well
+        fixed, axis, values = GRIDS[clustering]
+        i = values.index(cparams[axis])
+        for v in values[max(0, i - 1):i + 2]:
+            rows.extend(run({**cparams, axis: v}, post))
     log(f"  {name}: prepared in {prep:.1f} s, grid of {len(rows)} in {time.time() - t0 - prep:.1f} s")
     return rows
 
 
+def _axis(row: dict) -> tuple[str, float]:
+    axis = GRIDS[row["options"].get("clustering", "AgglomerativeClustering")][1]
+    return axis, row["clustering"][axis]
+
+
+def _key(row: dict) -> str:
+    axis, _ = _axis(row)
+    rest = {k: v for k, v in row["clustering"].items() if k != axis}
+    return json.dumps([row["set"], rest, row["segmentation"]], sort_keys=True)
+
+
 def smooth(rows: list[dict]) -> None:
-    """objective_smoothed = mean objective over the threshold and its grid neighbours."""
-    index = {(r["set"], r["method"], r["min_cluster_size"], r["min_duration_off"], r["threshold"]): r for r in rows}
+    """smoothed = mean objective over the swept axis value and its two grid neighbours."""
+    groups: dict[str, dict[float, dict]] = {}
     for r in rows:
-        i = THRESHOLDS.index(r["threshold"])
-        near = [THRESHOLDS[j] for j in (i - 1, i, i + 1) if 0 <= j < len(THRESHOLDS)]
-        vals = [index[(r["set"], r["method"], r["min_cluster_size"], r["min_duration_off"], t)]["objective"]
-                for t in near]
-        r["smoothed"] = float(np.mean(vals))
+        groups.setdefault(_key(r), {})[_axis(r)[1]] = r
+    for group in groups.values():
+        values = sorted(group)
+        for i, v in enumerate(values):
+            near = values[max(0, i - 1):i + 2]
+            group[v]["smoothed"] = float(np.mean([group[u]["objective"] for u in near]))
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -132,6 +190,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--out", type=Path, default=DEFAULT_PARAMS)
     parser.add_argument("--quick", action="store_true", help="fewer option sets")
     parser.add_argument("--sets", nargs="*", choices=sorted(OPTION_SETS), help="option sets to try")
+    parser.add_argument("--clustering", nargs="*", choices=CLUSTERINGS, help="clustering types to try")
     parser.add_argument("--exclude-overlap", choices=["both", "yes", "no"], default="both")
     parser.add_argument("--speed-tolerance", type=float, default=0.01,
                         help="prefer a faster option set whose objective is within this of the best")
@@ -150,13 +209,11 @@ def main(argv: list[str] | None = None) -> int:
     overlap_choices = {"both": [False, True], "yes": [True], "no": [False]}[args.exclude_overlap]
     rows = []
     log(f"tuning on {[f.uri for f, _ in dev]} (+{len(singles)} single-speaker constraint clips)")
-    for name, exclude in itertools.product(names, overlap_choices):
-        options = {**OPTION_SETS[name], "embedding_exclude_overlap": exclude}
-        set_name = f"{name}{'+xo' if exclude else ''}"
+    clusterings = args.clustering or CLUSTERINGS
+    for name, exclude, clustering in itertools.product(names, overlap_choices, clusterings):
+        options = {**OPTION_SETS[name], "embedding_exclude_overlap": exclude, "clustering": clustering}
+        set_name = f"{name}{'+xo' if exclude else ''}:{clustering[:4]}"
         rows.extend(evaluate_option_set(set_name, options, dev, singles, log))
-        for r in rows:
-            if r["set"] == set_name:
-                r["options"] = options
     smooth(rows)
     if args.table:
         args.table.write_text("".join(json.dumps({k: v for k, v in r.items()}) + "\n" for r in rows))
@@ -169,15 +226,13 @@ def main(argv: list[str] | None = None) -> int:
             best_per_set[key] = r
     log("best per option set (smoothed objective, raw objective, dev DER):")
     for key, r in sorted(best_per_set.items(), key=lambda kv: kv[1]["smoothed"]):
-        log(f"  {key:18s} {r['smoothed']:.4f} {r['objective']:.4f} {r['dev_der']:.4f}  {r['method']} "
-            f"thr={r['threshold']} mcs={r['min_cluster_size']} mdo={r['min_duration_off']}")
+        log(f"  {key:24s} {r['smoothed']:.4f} {r['objective']:.4f} {r['dev_der']:.4f}  "
+            f"{json.dumps(r['clustering'])} {json.dumps(r['segmentation'])}")
     overall = min(r["smoothed"] for r in best_per_set.values())
     eligible = [r for r in best_per_set.values() if r["smoothed"] <= overall + args.speed_tolerance]
     chosen = max(eligible, key=lambda r: (r["options"]["segmentation_step"], -r["smoothed"]))
 
-    params = {"segmentation": {"min_duration_off": chosen["min_duration_off"]},
-              "clustering": {"method": chosen["method"], "min_cluster_size": chosen["min_cluster_size"],
-                             "threshold": chosen["threshold"]}}
+    params = {"segmentation": chosen["segmentation"], "clustering": chosen["clustering"]}
     settings = {"options": chosen["options"], "params": params}
     diarizer = Diarizer(build_offline_pipeline(settings), "tuned")
     report = {}
@@ -197,8 +252,8 @@ def main(argv: list[str] | None = None) -> int:
             "tuned_on": [f.uri for f, _ in dev],
             "single_speaker_constraint": SINGLE_SPEAKER,
             "held_out": ["pyannote sample.wav"],
-            "grid": {"option_sets": sorted(best_per_set), "thresholds": THRESHOLDS, "methods": METHODS,
-                     "min_cluster_sizes": MIN_CLUSTER_SIZES, "min_duration_offs": MIN_DURATION_OFFS},
+            "grid": {"option_sets": sorted(best_per_set), "clustering": {k: [v[0], v[1], v[2]] for k, v in GRIDS.items()},
+                     "min_duration_off": MIN_DURATION_OFFS, "min_duration_on": MIN_DURATION_ONS},
             "chosen_set": chosen["set"],
             "grid_objective": round(chosen["objective"], 4),
             "grid_dev_der": round(chosen["dev_der"], 4),

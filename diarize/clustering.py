@@ -1,0 +1,100 @@
+"""Spectral clustering as a pyannote.audio clustering pipeline.
+
+pyannote 4 ships agglomerative, k-means and VBx (which needs a PLDA trained for its
+embedding). This adds the spectral clustering of the 3D-Speaker diarization recipe,
+the one CAM++ embeddings are usually clustered with: cosine affinity, row-wise
+p-pruning, unnormalised Laplacian, number of speakers from the largest eigen-gap,
+k-means on the spectral embedding; then tiny clusters are folded into their nearest
+large cluster and clusters whose centroids are closer than ``merge_similarity`` are
+merged. It plugs into ``SpeakerDiarization`` through pyannote's ``BaseClustering``,
+which supplies the filtering of inactive speakers, the speaker-count bounds and the
+final assignment of every (chunk, speaker) embedding to a centroid.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+from pyannote.audio.pipelines.clustering import BaseClustering
+from pyannote.pipeline.parameter import Integer, Uniform
+
+MIN_KEPT = 6  # p-pruning keeps at least this many neighbours per row
+
+
+def _normalise(x: np.ndarray) -> np.ndarray:
+    norm = np.linalg.norm(x, axis=-1, keepdims=True)
+    return x / np.maximum(norm, 1e-12)
+
+
+def _centroid_similarity(x: np.ndarray, labels: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    ids = np.unique(labels)
+    centres = _normalise(np.stack([x[labels == k].mean(axis=0) for k in ids]))
+    return ids, centres @ centres.T
+
+
+class SpectralClustering(BaseClustering):
+    """Hyper-parameters: ``pruning`` (share of neighbours kept per row), ``merge_similarity``
+    (cosine above which two clusters merge), ``min_cluster_size``."""
+
+    expects_num_clusters: bool = False
+
+    def __init__(self, metric: str = "cosine", max_speakers: int = 20):
+        super().__init__(metric=metric)
+        self.max_speakers = max_speakers
+        self.pruning = Uniform(0.005, 0.5)
+        self.merge_similarity = Uniform(0.0, 1.0)
+        self.min_cluster_size = Integer(1, 20)
+
+    def _spectral(self, x: np.ndarray, min_clusters: int, max_clusters: int, num_clusters: int | None) -> np.ndarray:
+        n = len(x)
+        affinity = x @ x.T
+        drop = min(int((1.0 - self.pruning) * n), n - MIN_KEPT)
+        if drop > 0:
+            lowest = np.argsort(affinity, axis=1)[:, :drop]
+            np.put_along_axis(affinity, lowest, 0.0, axis=1)
+        affinity = 0.5 * (affinity + affinity.T)
+        np.fill_diagonal(affinity, 0.0)
+        laplacian = np.diag(np.abs(affinity).sum(axis=1)) - affinity
+        eigenvalues, eigenvectors = np.linalg.eigh(laplacian)
+        if num_clusters is None:
+            upper = min(max_clusters, self.max_speakers, n - 1)
+            gaps = np.diff(eigenvalues[min_clusters - 1:upper + 1])
+            num_clusters = int(np.argmax(gaps)) + min_clusters if len(gaps) else min_clusters
+        num_clusters = max(1, min(num_clusters, n))
+        if num_clusters == 1:
+            return np.zeros(n, dtype=int)
+        from sklearn.cluster import KMeans
+
+        return KMeans(n_clusters=num_clusters, n_init=10, random_state=0).fit_predict(eigenvectors[:, :num_clusters])
+
+    def cluster(self, embeddings: np.ndarray, min_clusters: int | None = None, max_clusters: int | None = None,
+                num_clusters: int | None = None) -> np.ndarray:
+        x = _normalise(np.asarray(embeddings, dtype=np.float64))
+        n = len(x)
+        min_clusters = max(1, min_clusters or 1)
+        max_clusters = min(n, max_clusters or n)
+        if n < 2:
+            return np.zeros(n, dtype=int)
+        if n <= 2 * MIN_KEPT:  # too few points for a meaningful graph: merge bottom-up instead
+            labels = np.arange(n)
+        else:
+            labels = self._spectral(x, min_clusters, max_clusters, num_clusters)
+        # fold clusters smaller than min_cluster_size into the nearest large one
+        ids, sizes = np.unique(labels, return_counts=True)
+        large = ids[sizes >= min(self.min_cluster_size, max(1, n // 10))]
+        if 0 < len(large) < len(ids):
+            centres = _normalise(np.stack([x[labels == k].mean(axis=0) for k in large]))
+            for i in np.where(~np.isin(labels, large))[0]:
+                labels[i] = large[int(np.argmax(centres @ x[i]))]
+        # merge the closest clusters while they are similar enough (or too many)
+        while True:
+            ids, similarity = _centroid_similarity(x, labels)
+            k = len(ids)
+            if k <= 1 or (num_clusters is not None and k <= num_clusters) or k <= min_clusters:
+                break
+            upper = np.triu(similarity, 1) - np.tril(np.full_like(similarity, np.inf))
+            a, b = np.unravel_index(np.argmax(upper), upper.shape)
+            too_many = k > max_clusters or (num_clusters is not None and k > num_clusters)
+            if upper[a, b] < self.merge_similarity and not too_many:
+                break
+            labels[labels == ids[b]] = ids[a]
+        return np.unique(labels, return_inverse=True)[1]
