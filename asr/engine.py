@@ -10,6 +10,7 @@ from typing import Callable
 import numpy as np
 import torch
 
+from asr.alignment import WordAligner
 from asr.audio import SAMPLE_RATE
 from asr.decoding import Decoder, GreedyDecoder, SpecialTokens, WhisperLogitRules, detect_language
 from asr.model import WhisperDecoderRuntime
@@ -32,6 +33,7 @@ class DecodeOptions:
     batch_size: int = 8
     vad_threshold: float = 0.5
     max_chunk_s: float = 30.0
+    word_timestamps: bool = False
 
     def validate(self, special: SpecialTokens) -> None:
         if self.task not in TASKS:
@@ -86,6 +88,7 @@ class AsrEngine:
             timestamps=True,
         )
         self.vad = VoiceActivityDetector()
+        self.aligner = WordAligner(self.runtime, self.special, self.bundle.tokenizer, gc.alignment_heads)
         self.decoder: Decoder = (decoder_factory or plain_decoder)(self)
 
     @property
@@ -133,12 +136,18 @@ class AsrEngine:
                 prompt = self.special.prompt(language, opts.task, timestamps=True)
             out = decoder.decode(enc, prompt)
             stats.merge(out.stats)
-            for chunk, seq in zip(batch, out.sequences):
-                if seq.no_speech_prob > NO_SPEECH_THRESHOLD and seq.avg_logprob < LOGPROB_THRESHOLD:
-                    continue
-                segments.extend(
-                    tokens_to_segments(seq.tokens, self.special, self.bundle.tokenizer, chunk.start_s, chunk.duration_s)
-                )
+            per_chunk = [
+                []
+                if seq.no_speech_prob > NO_SPEECH_THRESHOLD and seq.avg_logprob < LOGPROB_THRESHOLD
+                else tokens_to_segments(seq.tokens, self.special, self.bundle.tokenizer, chunk.start_s, chunk.duration_s)
+                for chunk, seq in zip(batch, out.sequences)
+            ]
+            if opts.word_timestamps:
+                t = time.perf_counter()
+                offsets = [c.start_s for c in batch]
+                self.aligner.align(enc, per_chunk, offsets, [c.duration_s for c in batch], language, opts.task)
+                stats.alignment_seconds += time.perf_counter() - t
+            segments.extend(s for segs in per_chunk for s in segs)
             report("transcribe", min(1.0, (i + len(batch)) / len(chunks)))
         return AsrResult(segments, language, lang_prob, stats, chunks, vad_seconds)
 

@@ -81,12 +81,15 @@ class WhisperDecoderRuntime:
         return KVCache(z, z.clone(), cross_k, cross_v)
 
     @torch.inference_mode()
-    def hidden(self, tokens: torch.Tensor, positions: torch.Tensor, cache: KVCache) -> torch.Tensor:
+    def hidden(
+        self, tokens: torch.Tensor, positions: torch.Tensor, cache: KVCache, cross_qk: dict[int, torch.Tensor] | None = None
+    ) -> torch.Tensor:
         """Run the decoder layers on ``tokens`` [B, n] at ``positions`` [B, n].
 
         Writes their keys/values into ``cache`` at those positions and attends to
         every cached position <= the query's own. Returns the final-norm hidden
-        states [B, n, d].
+        states [B, n, d]. For each layer index present in ``cross_qk`` the
+        cross-attention logits [B, heads, n, frames] are stored there (word timing).
         """
         b, n = tokens.shape
         x = F.embedding(tokens, self.embed) + F.embedding(positions, self.pos)
@@ -110,6 +113,8 @@ class WhisperDecoderRuntime:
             catt = layer.encoder_attn
             h = layer.encoder_attn_layer_norm(x)
             q = self._split(catt.q_proj(h) * catt.scaling)
+            if cross_qk is not None and i in cross_qk:
+                cross_qk[i] = q @ cache.cross_k[i].transpose(-1, -2)
             a = F.scaled_dot_product_attention(q, cache.cross_k[i], cache.cross_v[i], scale=1.0)
             x = x + catt.out_proj(a.transpose(1, 2).reshape(b, n, self.d_model))
 

@@ -35,6 +35,7 @@ class DecodeStats:
     accepted_tokens: int = 0
     encoder_seconds: float = 0.0
     decoder_seconds: float = 0.0
+    alignment_seconds: float = 0.0
 
     @property
     def acceptance_rate(self) -> float:
@@ -49,6 +50,7 @@ class DecodeStats:
             setattr(self, name, getattr(self, name) + getattr(other, name))
         self.encoder_seconds += other.encoder_seconds
         self.decoder_seconds += other.decoder_seconds
+        self.alignment_seconds += other.alignment_seconds
 
     def to_dict(self) -> dict:
         d = asdict(self)

@@ -33,6 +33,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--task", default="transcribe", choices=["transcribe", "translate"])
     p.add_argument("--batch-size", type=int, default=8, help="chunks decoded together (default: 8)")
     p.add_argument("--vad-threshold", type=float, default=0.5, help="silero-vad speech threshold (default: 0.5)")
+    p.add_argument("--word-timestamps", action=argparse.BooleanOptionalAction, default=None,
+                   help="per-word times in json/tsv (default: on with --diarize)")
     p.add_argument("--diarize", action="store_true", help="attribute speech to speakers")
     p.add_argument("--num-speakers", type=int)
     p.add_argument("--min-speakers", type=int)
@@ -41,6 +43,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--hf-token", default=os.environ.get("HF_TOKEN"), help="Hugging Face token for gated models")
     p.add_argument("--postedit", action="store_true", help="fix casing/punctuation with a text LLM (speculatively decoded)")
     p.add_argument("--postedit-model", help="causal LM id or folder (default: embedded SmolLM2-135M-Instruct)")
+    p.add_argument("--postedit-drafter", default="copy",
+                   help="post-edit drafter: copy, none, layers:N, or a causal LM (default: copy)")
     p.add_argument("--max-duration", type=float, default=12 * 3600, help="refuse audio longer than this many seconds (default: 43200)")
     p.add_argument("--device", default="cpu", help="torch device (default: cpu)")
     p.add_argument("--cache-dir", type=Path, help="where converted models are kept (default: ~/.cache/specwhisper)")
@@ -90,7 +94,8 @@ def _options(args):
     from pipelines.core import RunOptions
 
     opts = RunOptions(
-        decode=DecodeOptions(language=args.language, task=args.task, batch_size=args.batch_size, vad_threshold=args.vad_threshold),
+        decode=DecodeOptions(language=args.language, task=args.task, batch_size=args.batch_size, vad_threshold=args.vad_threshold,
+                            word_timestamps=args.diarize if args.word_timestamps is None else args.word_timestamps),
         diarize=args.diarize,
         num_speakers=args.num_speakers,
         min_speakers=args.min_speakers,
@@ -124,6 +129,7 @@ def run(args) -> int:
             diarization_model=args.diarization_model,
             hf_token=args.hf_token,
             postedit_model=args.postedit_model,
+            postedit_drafter=args.postedit_drafter,
         )
     )
     out_dir = args.output_dir or Path(".")

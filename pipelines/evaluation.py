@@ -76,3 +76,19 @@ def wer(references: list[str], hypotheses: list[str], language: str = "en") -> f
     pairs = [(normalize(r, language), normalize(h, language)) for r, h in zip(references, hypotheses)]
     pairs = [(r, h) for r, h in pairs if r.strip()]
     return jiwer.wer([r for r, _ in pairs], [h for _, h in pairs])
+
+
+def read_textgrid_words(path: Path, tier: str = "words") -> list[tuple[float, float, str]]:
+    """(start, end, word) intervals of a short-format Praat TextGrid tier (Montreal Forced Aligner output)."""
+    lines = [ln.strip() for ln in Path(path).read_text().splitlines()]
+    try:
+        i = lines.index(f'"{tier}"')
+    except ValueError as exc:
+        raise ValueError(f"{path}: no tier named {tier}") from exc
+    count = int(lines[i + 3])
+    out = []
+    for k in range(count):
+        start, end, text = lines[i + 4 + 3 * k : i + 7 + 3 * k]
+        if text.strip('"'):
+            out.append((float(start), float(end), text.strip('"')))
+    return out
