@@ -45,8 +45,6 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--postedit-model", help="causal LM id or folder (default: embedded SmolLM2-135M-Instruct)")
     p.add_argument("--postedit-drafter", default="copy",
                    help="post-edit drafter: copy, none, layers:N, or a causal LM (default: copy)")
-    p.add_argument("--postedit-drafter", default="copy",
-                   help="post-edit drafter: copy, none, layers:N, or a causal LM (default: copy)")
     p.add_argument("--max-duration", type=float, default=12 * 3600, help="refuse audio longer than this many seconds (default: 43200)")
     p.add_argument("--device", default="cpu", help="torch device (default: cpu)")
     p.add_argument("--cache-dir", type=Path, help="where converted models are kept (default: ~/.cache/specwhisper)")
@@ -131,7 +129,6 @@ def run(args) -> int:
             diarization_model=args.diarization_model,
             hf_token=args.hf_token,
             postedit_model=args.postedit_model,
-            postedit_drafter=args.postedit_drafter,
             postedit_drafter=args.postedit_drafter,
         )
     )
