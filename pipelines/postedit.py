@@ -312,6 +312,21 @@ def _windows(segments: Sequence[Segment], max_words: int) -> list[list[int]]:
     return out
 
 
+_PUNCTUATION = ". , ? ! ; : ' \" - ( ) ... .\" ,\" 's n't"
+
+
+def draft_vocabulary(tokenizer, source: str, extra_ids: Sequence[int | None] = ()) -> list[int]:
+    """Token ids a model drafter may propose for an edit of ``source``: its words in the casings an
+    edit uses, punctuation, and end-of-turn ids. Only the drafter is restricted; the output stays exact."""
+    words = source.split()
+    variants = [source, source.lower(), " ".join(w[:1].upper() + w[1:] for w in words), _PUNCTUATION]
+    ids = {int(t) for t in extra_ids if t is not None}
+    for v in variants:
+        ids.update(int(t) for t in tokenizer.encode(v, add_special_tokens=False))
+        ids.update(int(t) for t in tokenizer.encode(" " + v, add_special_tokens=False))
+    return sorted(ids)
+
+
 class PostEditor:
     """Post-edits transcripts with a causal LM; decoding is greedy, exact and speculative."""
 
@@ -326,8 +341,10 @@ class PostEditor:
         model_name: str = DEFAULT_LLM,
         max_window_words: int = 40,
         lookahead: Lookahead | None = None,
+        prune_drafter_vocab: bool = True,
     ):
         self.model = model
+        self.prune_drafter_vocab = prune_drafter_vocab
         self.tokenizer = tokenizer
         self.max_change = max_change
         self.model_name = model_name
@@ -387,8 +404,11 @@ class PostEditor:
         if self.drafter_model is None:
             raise ValueError(f"drafter {self.drafter_name!r} has no model")
         if self.universal:
-            return UniversalDrafter(self.drafter_model, self.drafter_tokenizer, self.tokenizer, prompt)
-        return ModelDrafter(self.drafter_model, prompt)
+            dtok = self.drafter_tokenizer
+            vocab = draft_vocabulary(dtok, source, [dtok.eos_token_id]) if self.prune_drafter_vocab else None
+            return UniversalDrafter(self.drafter_model, dtok, self.tokenizer, prompt, vocab=vocab)
+        vocab = draft_vocabulary(self.tokenizer, source, self.eos_ids) if self.prune_drafter_vocab else None
+        return ModelDrafter(self.drafter_model, prompt, vocab=vocab)
 
     def _lookahead_for(self) -> Lookahead:
         if self._lookahead is not None:

