@@ -369,14 +369,22 @@ class Diarizer:
         return turns
 
 
+STAGE_PREFIX = "diarization: "
+
+
 def _progress_hook(progress: Progress) -> Callable:
-    """Adapt pyannote's hook(step_name, artifact, file=..., total=..., completed=...) to progress(stage, fraction)."""
+    """Adapt pyannote's hook(step_name, artifact, file=..., total=..., completed=...) to progress(stage, fraction).
+
+    Stages reach ``progress`` as "diarization: segmentation", "diarization: speaker_counting",
+    "diarization: embeddings", "diarization: discrete_diarization"; the last call is ("diarization", 1.0).
+    """
 
     def hook(step_name, step_artifact, file=None, total=None, completed=None, **_):
+        stage = STAGE_PREFIX + str(step_name)
         if total:
-            progress(step_name, min(1.0, float(completed or 0) / float(total)))
+            progress(stage, min(1.0, float(completed or 0) / float(total)))
         elif step_artifact is not None:
-            progress(step_name, 1.0)
+            progress(stage, 1.0)
 
     return hook
 
