@@ -20,7 +20,7 @@ from __future__ import annotations
 import re
 import time
 from dataclasses import asdict, dataclass, field
-from typing import Protocol, Sequence
+from typing import Callable, Protocol, Sequence
 
 import torch
 
@@ -49,6 +49,7 @@ class SpecStats:
     prefill_seconds: float = 0.0
     decode_seconds: float = 0.0
     draft_seconds: float = 0.0  # part of decode_seconds spent in the drafter
+    stopped: int = 0  # decodes ended early by a stop rule (their output is a prefix of the greedy one)
 
     @property
     def acceptance_rate(self) -> float:
@@ -152,11 +153,14 @@ def speculative_generate(
     lookahead: Lookahead | None = None,
     cache=None,
     cache_prefix_len: int = 0,
+    stop: Callable[[list[int]], bool] | None = None,
 ) -> tuple[list[int], SpecStats]:
     """Greedy decode of ``model`` after ``prompt_ids``; identical to plain greedy, faster with a drafter.
 
     ``cache`` (optional) holds the KV of ``prompt_ids[:cache_prefix_len]`` (a shared instruction prefix);
-    it is modified in place. Returns the generated ids (ending with the EOS id when one was produced).
+    it is modified in place. ``stop(ids)`` is asked after each round; True ends the decode there (the
+    ids are then a prefix of the greedy output). Returns the generated ids (ending with the EOS id when
+    one was produced).
     """
     if len(prompt_ids) == 0:
         raise ValueError("empty prompt")
@@ -189,12 +193,15 @@ def speculative_generate(
         stats.drafted_tokens += len(draft)
         stats.accepted_tokens += n
         look.update(len(draft), n)
-        stop = next((i for i, t in enumerate(new) if t in eos), None)
-        if stop is not None:
-            new = new[: stop + 1]
+        stop_at = next((i for i, t in enumerate(new) if t in eos), None)
+        if stop_at is not None:
+            new = new[: stop_at + 1]
         out.extend(new)
         last = new[-1]
-        if stop is not None:
+        if stop_at is not None:
+            break
+        if stop is not None and stop(out):
+            stats.stopped += 1
             break
     stats.generated_tokens = len(out)
     stats.decode_seconds = time.perf_counter() - t1
@@ -403,10 +410,17 @@ def truncated_drafter(target, num_layers: int):
     n_all = len(inner.layers)
     if not 0 < num_layers < n_all:
         raise ValueError(f"num_layers must be in 1..{n_all - 1}, got {num_layers}")
-    drafter = copy.copy(target)  # shallow: shares every submodule
-    drafter._modules = dict(target._modules)
-    body = copy.copy(inner)
-    body._modules = dict(inner._modules)
+    def shallow(module):
+        # shares parameters and submodules, but not the registries (_modules, hooks, ...): a hook on
+        # the target must not fire for the drafter
+        new = copy.copy(module)
+        for key, value in module.__dict__.items():
+            if isinstance(value, dict):
+                setattr(new, key, type(value)(value))
+        return new
+
+    drafter = shallow(target)
+    body = shallow(inner)
     body.layers = torch.nn.ModuleList(list(inner.layers)[:num_layers])
     drafter._modules["model"] = body
     cfg = copy.deepcopy(target.config)

@@ -342,8 +342,10 @@ class PostEditor:
         max_window_words: int = 40,
         lookahead: Lookahead | None = None,
         prune_drafter_vocab: bool = True,
+        stop_when_rejected: bool = True,
     ):
         self.model = model
+        self.stop_when_rejected = stop_when_rejected
         self.prune_drafter_vocab = prune_drafter_vocab
         self.tokenizer = tokenizer
         self.max_change = max_change
@@ -420,14 +422,43 @@ class PostEditor:
         return Lookahead(k=4, k_min=1, k_max=8, grow=2, shrink=1)  # transformers' "heuristic" schedule
 
     # ---- text
-    def generate(self, text: str, max_new_tokens: int | None = None) -> tuple[str, list[int], SpecStats]:
-        """The model's greedy edit of ``text`` (upper-case input is lower-cased first)."""
+    def prepare(self, text: str) -> tuple[str, list[int], int]:
+        """(source text, prompt ids, token budget) for an edit of ``text``; upper-case input is lower-cased."""
         src = text.strip()
         if _is_upper(src):
             src = src.lower()
-        prompt = self._prompt_ids(src)
-        if max_new_tokens is None:
-            max_new_tokens = int(1.4 * len(self.tokenizer.encode(src, add_special_tokens=False))) + 8
+        budget = int(1.4 * len(self.tokenizer.encode(src, add_special_tokens=False))) + 8
+        return src, self._prompt_ids(src), budget
+
+    def _doomed(self, src: str) -> Callable[[list[int]], bool]:
+        """A stop rule: True once the output provably fails the guard's changed-share limit.
+
+        A finished word that is nowhere in the source cannot be part of an unchanged run, so it adds at
+        least one to the guard's changed count, and later tokens cannot take it back. Once there are more
+        such words than ``max_change`` allows, the edit will be rejected whatever follows: decoding on
+        would only spend time (hallucinating windows are also the longest).
+        """
+        keys = [k for k in (word_key(w) for w in src.split()) if k]
+        known = set(keys)
+        limit = self.max_change * max(1, len(keys))  # check_edit's share is over the same word count
+        eos = set(self.eos_ids)
+
+        def doomed(ids: list[int]) -> bool:
+            words = self.tokenizer.decode([t for t in ids if t not in eos], skip_special_tokens=True).split()[:-1]
+            novel = sum(1 for w in words if word_key(w) and word_key(w) not in known)
+            return novel > limit
+
+        return doomed
+
+    def generate(
+        self, text: str, max_new_tokens: int | None = None, stop_when_rejected: bool = False
+    ) -> tuple[str, list[int], SpecStats]:
+        """The model's greedy edit of ``text``: (decoded text, token ids incl. the end id, stats).
+
+        ``stop_when_rejected``: end the decode as soon as the guard is sure to reject the edit.
+        """
+        src, prompt, budget = self.prepare(text)
+        max_new_tokens = budget if max_new_tokens is None else max_new_tokens
         cache, plen = self._cache_for(prompt)
         ids, stats = speculative_generate(
             self.model,
@@ -438,13 +469,14 @@ class PostEditor:
             lookahead=self._lookahead_for(),
             cache=cache,
             cache_prefix_len=plen,
+            stop=self._doomed(src) if stop_when_rejected else None,
         )
         out = self.tokenizer.decode([t for t in ids if t not in self.eos_ids], skip_special_tokens=True)
         return out.strip(), ids, stats
 
     def edit_text(self, text: str) -> tuple[str, GuardResult, SpecStats]:
         """(text to keep, guard verdict, decode stats) for one piece of text."""
-        proposed, _, stats = self.generate(text)
+        proposed, _, stats = self.generate(text, stop_when_rejected=self.stop_when_rejected)
         verdict = check_edit(text, proposed, self.max_change)
         return (proposed if verdict.ok else text.strip()), verdict, stats
 
@@ -461,9 +493,11 @@ class PostEditor:
                 progress("postedit", wi / max(1, len(windows)))
             original = " ".join(segs[i].text.strip() for i in idx)
             t0 = time.perf_counter()
-            proposed, ids, stats = self.generate(original)
+            proposed, ids, stats = self.generate(original, stop_when_rejected=self.stop_when_rejected)
             report.stats.merge(stats)
             verdict = check_edit(original, proposed, self.max_change)
+            if stats.stopped:
+                verdict = GuardResult(False, f"stopped early: changes over {self.max_change:.0%} of words", verdict.change)
             accepted, reason = verdict.ok, verdict.reason
             if accepted and proposed != original:
                 units = realign(_units(segs, idx), proposed)

@@ -159,7 +159,7 @@ def test_guard_rejects_hallucinated_edit(editor, transcripts, monkeypatch):
 
     # end to end: an editor whose model hallucinates keeps the original transcript
     tr = transcripts["whisper.cpp/jfk.wav"][1]
-    monkeypatch.setattr(type(editor), "generate", lambda self, text, max_new_tokens=None: (rewritten, [], _stats()))
+    monkeypatch.setattr(type(editor), "generate", lambda self, text, max_new_tokens=None, stop_when_rejected=False: (rewritten, [], _stats()))
     new, report = editor.edit_transcript(tr)
     assert new.text == tr.text and report.rejected == len(report.turns) >= 1
     assert [w.text for s in new.segments for w in s.words] == [w.text for s in tr.segments for w in s.words]
@@ -194,7 +194,7 @@ def test_word_timings_survive_an_edit(editor, transcripts, monkeypatch):
     edited[7:9] = [edited[7] + edited[8]]
     del edited[12]
     edited = " ".join(edited)
-    monkeypatch.setattr(type(editor), "generate", lambda self, text, max_new_tokens=None: (edited, [], _stats()))
+    monkeypatch.setattr(type(editor), "generate", lambda self, text, max_new_tokens=None, stop_when_rejected=False: (edited, [], _stats()))
     new, report = editor.edit_transcript(tr)
     assert report.accepted == len(report.turns), [t.reason for t in report.turns]
     assert new.text.split() == edited.split()
@@ -259,3 +259,19 @@ def test_bad_llm_path_is_one_line_error():
         load_post_editor("/nonexistent/llm")
     with pytest.raises(ValueError, match="max_change"):
         load_post_editor(max_change=1.5)
+
+
+def test_early_stop_keeps_the_transcript(llm, editor, transcripts):
+    """Stopping a doomed decode early changes nothing in the result: that edit is rejected either way."""
+    ed_full = _editor_with(llm, "copy", stop_when_rejected=False)
+    source = "and so my fellow americans ask not what your country can do for you"
+    doomed = editor._doomed(source)
+    tok = editor.tokenizer
+    assert not doomed(tok.encode("And so, my fellow Americans, ask not what your", add_special_tokens=False))
+    assert doomed(tok.encode("I'm glad you're happy with the transcript. I'll make sure to keep it", add_special_tokens=False))
+    for f in ("whisper.cpp/jfk.wav", "mfa/mfa_thoughts.flac"):
+        tr = transcripts[f][1]
+        fast, r_fast = editor.edit_transcript(tr)
+        full, r_full = ed_full.edit_transcript(tr)
+        assert fast.text == full.text
+        assert [t.accepted for t in r_fast.turns] == [t.accepted for t in r_full.turns]

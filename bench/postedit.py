@@ -1,0 +1,319 @@
+"""Post-edit decoding speed: each drafter vs the target alone, ours and transformers' side by side.
+
+Inputs are real transcripts: Whisper base (embedded) on the public English eval set, cut into the
+same windows the post-editor uses. Every run decodes the same prompts greedily with the embedded
+SmolLM2-135M-Instruct target; `token_identical` says whether its ids equal the target alone.
+
+    python bench/postedit.py [--layers 10] [--limit N] [--no-universal]
+
+Writes bench/results/postedit.json.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import platform
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import torch
+
+RESULTS = Path(__file__).resolve().parent / "results" / "postedit.json"
+
+
+@dataclass
+class Window:
+    text: str
+    prompt: list[int]
+    max_new: int
+
+
+@dataclass
+class Run:
+    name: str
+    implementation: str  # ours | transformers
+    drafter: str
+    seconds: float = 0.0
+    tokens: int = 0
+    target_passes: int = 0
+    drafted: int | None = None
+    accepted: int | None = None
+    outputs: list[list[int]] = field(default_factory=list)
+
+    def row(self, base: Run, hf_base: Run | None) -> dict:
+        d = {
+            "name": self.name,
+            "implementation": self.implementation,
+            "drafter": self.drafter,
+            "seconds": round(self.seconds, 3),
+            "tokens": self.tokens,
+            "tokens_per_second": round(self.tokens / self.seconds, 2),
+            "speedup": round(base.seconds / self.seconds, 3),  # vs our target alone
+            "acceptance_rate": round(self.accepted / self.drafted, 4) if self.drafted else None,
+            "tokens_per_target_pass": round(self.tokens / self.target_passes, 3) if self.target_passes else None,
+            "token_identical": self.outputs == base.outputs,
+        }
+        if hf_base is not None and self.implementation == "transformers":
+            d["speedup_vs_transformers_greedy"] = round(hf_base.seconds / self.seconds, 3)
+        return d
+
+
+# ------------------------------------------------------------------------------------------- inputs
+
+
+def transcripts(limit: int | None):
+    from asr.audio import load_audio
+    from asr.engine import AsrEngine, DecodeOptions
+    from asr.types import Transcript
+    from pipelines.evaluation import english_set
+
+    engine = AsrEngine("base")
+    out = []
+    for item in english_set()[:limit]:
+        audio = load_audio(item.path)
+        res = engine.transcribe(audio, DecodeOptions(language="en", word_timestamps=True))
+        out.append((item, Transcript(segments=res.segments, language="en", duration=len(audio) / 16000)))
+    return out
+
+
+# --------------------------------------------------------------------------------------------- ours
+
+
+def run_ours(name: str, editor, windows: list[Window]) -> Run:
+    from pipelines.llm_speculative import SpecStats
+
+    run = Run(name, "ours", editor.drafter_name)
+    total = SpecStats()
+    for w in windows:
+        t = time.perf_counter()
+        _, ids, stats = editor.generate(w.text, max_new_tokens=w.max_new)
+        run.seconds += time.perf_counter() - t
+        run.outputs.append(ids)
+        total.merge(stats)
+    run.tokens, run.target_passes = total.generated_tokens, total.target_passes
+    run.drafted, run.accepted = total.drafted_tokens, total.accepted_tokens
+    return run
+
+
+# ------------------------------------------------------------------------------------- transformers
+
+
+class _Counters:
+    """Counts target forward passes (a hook) and drafted tokens (wrapping the candidate generators)."""
+
+    def __init__(self, model):
+        from transformers.generation import candidate_generator as cg
+
+        self.passes = 0
+        self.drafted = 0
+        self._depth = 0
+        self._hook = model.register_forward_hook(self._on_forward)
+        self._patched = []
+        for cls in (
+            cg.PromptLookupCandidateGenerator,
+            cg.AssistedCandidateGenerator,
+            cg.AssistedCandidateGeneratorDifferentTokenizers,
+            cg.UniversalSpeculativeDecodingGenerator,
+        ):
+            orig = cls.__dict__.get("get_candidates")
+            if orig is None:
+                continue
+            self._patched.append((cls, orig))
+            setattr(cls, "get_candidates", self._wrap(orig))
+
+    def _on_forward(self, module, args, output):
+        self.passes += 1
+
+    def _wrap(self, orig):
+        counters = self
+
+        def get_candidates(gen, input_ids, **kw):
+            counters._depth += 1
+            try:
+                cand, logits = orig(gen, input_ids, **kw)
+            finally:
+                counters._depth -= 1
+            if counters._depth == 0:
+                counters.drafted += int(cand.shape[1] - input_ids.shape[1])
+            return cand, logits
+
+        return get_candidates
+
+    def close(self):
+        self._hook.remove()
+        for cls, orig in self._patched:
+            setattr(cls, "get_candidates", orig)
+
+
+def run_transformers(name: str, drafter: str, model, windows: list[Window], eos: list[int], pad: int, **gen_kw) -> Run:
+    run = Run(name, "transformers", drafter)
+    counters = _Counters(model)
+    try:
+        for w in windows:
+            x = torch.tensor([w.prompt])
+            t = time.perf_counter()
+            with torch.inference_mode():
+                out = model.generate(
+                    x, max_new_tokens=w.max_new, do_sample=False, eos_token_id=eos, pad_token_id=pad, **gen_kw
+                )
+            run.seconds += time.perf_counter() - t
+            ids = out[0, x.shape[1] :].tolist()
+            run.outputs.append(ids)
+            run.tokens += len(ids)  # the prefill pass yields the first token, so it counts as a pass
+    finally:
+        counters.close()
+    run.target_passes = counters.passes
+    if counters.drafted:
+        run.drafted = counters.drafted
+        run.accepted = run.tokens - run.target_passes
+    return run
+
+
+# --------------------------------------------------------------------------------------------- main
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--layers", type=int, default=10, help="layers of the truncated same-tokenizer drafter")
+    ap.add_argument("--limit", type=int, help="use only the first N eval clips")
+    ap.add_argument("--no-universal", action="store_true", help="skip the Gemma 3 (different tokenizer) runs")
+    ap.add_argument("--threads", type=int, default=1)
+    ap.add_argument("--out", type=Path, default=RESULTS)
+    args = ap.parse_args(argv)
+    torch.set_num_threads(args.threads)
+    from transformers.utils import logging
+
+    logging.set_verbosity_error()
+    logging.disable_progress_bar()
+
+    from pipelines.evaluation import wer
+    from pipelines.llm_models import load_llm
+    from pipelines.llm_speculative import truncated_drafter
+    from pipelines.postedit import PostEditor
+
+    t0 = time.perf_counter()
+    trs = transcripts(args.limit)
+    asr_s = time.perf_counter() - t0
+    model, tok = load_llm(None)
+    trunc = truncated_drafter(model, args.layers)
+
+    # End to end (edit_transcript: windows, guard with its early stop, re-alignment), target alone
+    # then copy drafting; this also records the windows, the edit quality and the reference transcripts.
+    plain = PostEditor(model, tok, drafter="none")
+    windows: list[Window] = []
+    refs, raw, edited, accepted, n_turns = [], [], [], 0, 0
+    orig_generate = plain.generate
+
+    def recording_generate(text, max_new_tokens=None, stop_when_rejected=False):
+        src, prompt, budget = plain.prepare(text)
+        windows.append(Window(text, prompt, budget))
+        return orig_generate(text, max_new_tokens, stop_when_rejected)
+
+    plain.generate = recording_generate
+    e2e_plain = Run("ours end to end (edit_transcript): target alone", "ours, end to end", "none")
+    t = time.perf_counter()
+    for item, tr in trs:
+        new, report = plain.edit_transcript(tr)
+        refs.append(item.reference)
+        raw.append(tr.text)
+        edited.append(new.text)
+        accepted += report.accepted
+        n_turns += len(report.turns)
+        e2e_plain.tokens += report.stats.generated_tokens
+        e2e_plain.target_passes += report.stats.target_passes
+    e2e_plain.seconds = time.perf_counter() - t
+    e2e_plain.outputs = [[hash(x)] for x in edited]  # identity of the final transcripts
+    del plain.generate
+    print(f"{len(trs)} transcripts, {len(windows)} windows; WER raw {wer(refs, raw):.4f} edited {wer(refs, edited):.4f}")
+    print(f"{e2e_plain.name:55s} {e2e_plain.seconds:7.1f} s", flush=True)
+    copy_editor = PostEditor(model, tok, drafter="copy")
+    e2e_copy = Run("ours end to end (edit_transcript): copy drafter", "ours, end to end", "copy", drafted=0, accepted=0)
+    t = time.perf_counter()
+    for _, tr in trs:
+        new, report = copy_editor.edit_transcript(tr)
+        e2e_copy.outputs.append([hash(new.text)])
+        e2e_copy.tokens += report.stats.generated_tokens
+        e2e_copy.target_passes += report.stats.target_passes
+        e2e_copy.drafted += report.stats.drafted_tokens
+        e2e_copy.accepted += report.stats.accepted_tokens
+    e2e_copy.seconds = time.perf_counter() - t
+    print(f"{e2e_copy.name:55s} {e2e_copy.seconds:7.1f} s", flush=True)
+
+    eos, pad = plain.eos_ids, (tok.pad_token_id if tok.pad_token_id is not None else plain.eos_ids[0])
+    runs: list[Run] = []
+
+    def add(run: Run) -> None:
+        runs.append(run)
+        print(f"{run.name:55s} {run.seconds:7.1f} s {run.tokens / run.seconds:6.1f} tok/s", flush=True)
+
+    add(run_ours("ours: target alone (greedy)", plain, windows))
+    add(run_ours("ours: copy drafter (prompt lookup in the transcript)", copy_editor, windows))
+    ed_layers = PostEditor(model, tok, drafter=f"layers:{args.layers}", drafter_model=trunc, drafter_tokenizer=tok)
+    add(run_ours(f"ours: first {args.layers}/{model.config.num_hidden_layers} layers (same tokenizer)", ed_layers, windows))
+    gemma = gtok = None
+    if not args.no_universal:
+        gemma, gtok = load_llm("gemma3-270m")
+        ed_u = PostEditor(model, tok, drafter="gemma3-270m", drafter_model=gemma, drafter_tokenizer=gtok)
+        add(run_ours("ours: gemma3-270m drafter (different tokenizer)", ed_u, windows))
+
+    add(run_transformers("transformers: greedy", "none", model, windows, eos, pad))
+    add(run_transformers("transformers: prompt_lookup_num_tokens=10", "prompt-lookup", model, windows, eos, pad, prompt_lookup_num_tokens=10))
+    add(
+        run_transformers(
+            f"transformers: assisted, first {args.layers} layers", f"layers:{args.layers}", model, windows, eos, pad,
+            assistant_model=trunc,
+        )
+    )
+    if gemma is not None:
+        add(
+            run_transformers(
+                "transformers: universal assisted, gemma3-270m", "gemma3-270m", model, windows, eos, pad,
+                assistant_model=gemma, tokenizer=tok, assistant_tokenizer=gtok,
+            )
+        )
+
+    base = runs[0]
+    hf_base = next(r for r in runs if r.name == "transformers: greedy")
+    result = {
+        "machine": {
+            "cpu": platform.processor() or platform.machine(),
+            "threads": torch.get_num_threads(),
+            "torch": torch.__version__,
+            "python": platform.python_version(),
+            "note": "2-core CPU shared with other jobs; run under nice",
+        },
+        "target": "smollm2-135m-instruct (embedded GGUF, dequantised to fp32)",
+        "inputs": {
+            "transcripts": len(trs),
+            "windows": len(windows),
+            "asr_seconds": round(asr_s, 1),
+            "source": "Whisper base transcripts of the public English eval set",
+        },
+        "quality": {
+            "wer_raw": round(wer(refs, raw), 4),
+            "wer_postedited": round(wer(refs, edited), 4),
+            "windows_accepted": accepted,
+            "windows": n_turns,
+            "postedit_seconds_target_alone": round(edit_s, 2),
+        },
+        "runs": [r.row(base, hf_base) for r in runs] + [e2e_plain.row(e2e_plain, None), e2e_copy.row(e2e_plain, None)],
+        "notes": [
+            "Per-window runs decode the same prompts to the same token budget with no early stop; speedup is "
+            "end-to-end per window (prefill included) vs our target alone; token_identical compares token ids.",
+            "End-to-end rows run edit_transcript (guard early stop on); token_identical there means the final "
+            "transcripts are identical; speedup is vs the end-to-end target alone.",
+            "transformers rows: acceptance = (tokens - target passes) / drafted tokens, counted by wrapping its "
+            "candidate generators; target passes counted with a forward hook (the prefill pass yields a token).",
+        ],
+    }
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    args.out.write_text(json.dumps(result, indent=2) + "\n")
+    print(json.dumps(result["runs"], indent=1))
+    print(f"wrote {args.out}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
