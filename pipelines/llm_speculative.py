@@ -42,7 +42,7 @@ class SpecStats:
     """Counters of one or more speculative decodes."""
 
     generated_tokens: int = 0
-    target_passes: int = 0  # decode passes of the target (the prefill is not counted)
+    target_passes: int = 0  # passes of the target (the first one also prefills the uncached prompt)
     drafted_tokens: int = 0
     accepted_tokens: int = 0
     prompt_tokens: int = 0
@@ -127,21 +127,16 @@ def _new_cache(model):
 
 
 @torch.inference_mode()
-def _forward(model, ids: Sequence[int], cache) -> torch.Tensor:
-    """Logits [len(ids), vocab] of ``ids`` appended to ``cache`` (which grows by len(ids))."""
+def _forward(model, ids: Sequence[int], cache, keep: int = 0) -> torch.Tensor:
+    """Logits [len(ids) or keep, vocab] of ``ids`` appended to ``cache`` (which grows by len(ids)).
+
+    ``keep`` > 0 scores only the last ``keep`` positions: the output head is the largest matrix of a
+    small LM, and prompt positions need no logits.
+    """
     x = torch.tensor([list(ids)], dtype=torch.long, device=model.device)
-    out = model(input_ids=x, past_key_values=cache, use_cache=True)
+    kw = {"logits_to_keep": keep} if keep else {}
+    out = model(input_ids=x, past_key_values=cache, use_cache=True, **kw)
     return out.logits[0]
-
-
-def prefill(model, prompt_ids: Sequence[int], cache=None, prefix_len: int = 0):
-    """KV cache of ``prompt_ids[:-1]``; ``cache`` may already hold ``prompt_ids[:prefix_len]``."""
-    cache = cache if cache is not None else _new_cache(model)
-    _crop(cache, prefix_len)
-    rest = list(prompt_ids[prefix_len:-1])
-    if rest:
-        _forward(model, rest, cache)
-    return cache
 
 
 def speculative_generate(
@@ -167,12 +162,17 @@ def speculative_generate(
     stats = SpecStats(prompt_tokens=len(prompt_ids))
     eos = set(int(e) for e in eos_token_ids)
     look = lookahead or Lookahead()
+    if not 0 <= cache_prefix_len < len(prompt_ids):
+        raise ValueError(f"cache prefix ({cache_prefix_len}) must be shorter than the prompt ({len(prompt_ids)})")
     t0 = time.perf_counter()
-    cache = prefill(model, prompt_ids, cache, cache_prefix_len)
-    committed = len(prompt_ids) - 1  # tokens whose KV is in the cache
+    cache = cache if cache is not None else _new_cache(model)
+    _crop(cache, cache_prefix_len)
+    # The uncached prompt goes in with the first round: one pass both prefills and verifies the first
+    # draft (transformers' generate spends a separate prefill pass on it).
+    pending = [int(t) for t in prompt_ids[cache_prefix_len:-1]]
+    committed = cache_prefix_len  # tokens whose KV is in the cache
     last = int(prompt_ids[-1])  # committed token not yet fed
-    t1 = time.perf_counter()
-    stats.prefill_seconds = t1 - t0
+    t1 = t0
     out: list[int] = []
     while len(out) < max_new_tokens:
         room = max_new_tokens - len(out) - 1  # the target always adds one token of its own
@@ -181,13 +181,17 @@ def speculative_generate(
             td = time.perf_counter()
             draft = [int(t) for t in drafter.propose(out, min(look.k, room))][: min(look.k, room)]
             stats.draft_seconds += time.perf_counter() - td
-        logits = _forward(model, [last] + draft, cache)
+        logits = _forward(model, pending + [last] + draft, cache, keep=1 + len(draft))
         preds = logits.argmax(-1).tolist()
         n = 0
         while n < len(draft) and draft[n] == preds[n]:
             n += 1
         new = draft[:n] + [preds[n]]
-        committed += 1 + n
+        committed += len(pending) + 1 + n
+        if pending:
+            pending = []
+            t1 = time.perf_counter()
+            stats.prefill_seconds = t1 - t0  # the first pass: prompt and first round
         _crop(cache, committed)  # KV of `last` and the accepted draft stay; the rejected tail goes
         stats.target_passes += 1
         stats.drafted_tokens += len(draft)
@@ -291,8 +295,9 @@ class _PrunedHead:
 
     @torch.inference_mode()
     def next_tokens(self, ids: Sequence[int], cache) -> list[int]:
+        """The greedy token after the last of ``ids`` (a one-element list)."""
         x = torch.tensor([list(ids)], dtype=torch.long, device=self.weight.device)
-        h = self.body(input_ids=x, past_key_values=cache, use_cache=True).last_hidden_state[0]
+        h = self.body(input_ids=x, past_key_values=cache, use_cache=True).last_hidden_state[0, -1:]
         return self.rows[(h @ self.weight.T).argmax(-1)].tolist()
 
 
@@ -314,7 +319,7 @@ class ModelDrafter:
     def _next(self, feed: list[int]) -> int:
         if self.head is not None:
             return self.head.next_tokens(feed, self.cache)[-1]
-        return int(_forward(self.model, feed, self.cache)[-1].argmax())
+        return int(_forward(self.model, feed, self.cache, keep=1)[-1].argmax())
 
     def _greedy(self, context: list[int], k: int) -> list[int]:
         c = 0

@@ -393,7 +393,7 @@ class PostEditor:
             return None, 0
         if self._prefix_cache is None:
             self._prefix_cache = _new_cache(self.model)
-            _forward(self.model, self._prefix_ids, self._prefix_cache)
+            _forward(self.model, self._prefix_ids, self._prefix_cache, keep=1)
         return copy.deepcopy(self._prefix_cache), p
 
     def _make_drafter(self, prompt: list[int], source: str):
