@@ -46,3 +46,11 @@ def base_pipeline(base_engine):
     from pipelines.core import Pipeline, PipelineConfig
 
     return Pipeline(PipelineConfig(model="base", draft="none"), asr=base_engine)
+
+
+@pytest.fixture(scope="session")
+def diarizer():
+    """The embedded offline diarization pipeline with the stored tuned parameters."""
+    from diarize.pipeline import load_diarizer
+
+    return load_diarizer()
