@@ -6,7 +6,8 @@
 Per public multi-speaker file: DER (pyannote.metrics, collar 0.25 s, overlap scored and
 skipped), detected speakers, seconds and real-time factor, for both systems. Then each
 system diarizes a 10-minute concatenation of the public speech files in a fresh child
-process, which reports its wall time and peak RSS (ru_maxrss).
+process, which reports its wall time and peak RSS (VmHWM). Times on the 30 s files are the
+median of ``--repeats`` runs after one warm-up run.
 
 senko notes: senko 0.2.2's CPU fbank library (libfbank_extractor.so) dies with SIGILL on
 CPUs without the instructions it was built for (it does on this one), so senko runs with
@@ -60,6 +61,7 @@ class Senko:
             kaldi.fbank(s[None], num_mel_bins=80, frame_length=25.0, frame_shift=10.0, dither=0.0,
                         window_type="povey", sample_frequency=SR) for s in segments]
         self.diarizer._set_torch_num_threads = lambda num=None: torch.set_num_threads(threads)
+        torch.set_num_threads(threads)  # senko's constructor already set it to all cores
 
     def __call__(self, audio: np.ndarray) -> list[SpeakerTurn]:
         result = self.diarizer.diarize_samples(audio, SR)
@@ -97,10 +99,22 @@ def _cpu_name() -> str:
     return platform.processor() or "unknown"
 
 
-def timed(fn, audio):
-    start = time.perf_counter()
-    out = fn(audio)
-    return out, time.perf_counter() - start
+def timed(fn, audio, repeats: int = 1):
+    """(output of the last call, median seconds over ``repeats`` calls)."""
+    times = []
+    for _ in range(repeats):
+        start = time.perf_counter()
+        out = fn(audio)
+        times.append(time.perf_counter() - start)
+    return out, float(np.median(times))
+
+
+def peak_rss_mb() -> float:
+    """Peak resident set of this process (VmHWM; unlike ru_maxrss it is not inherited across exec)."""
+    for line in Path("/proc/self/status").read_text().splitlines():
+        if line.startswith("VmHWM:"):
+            return int(line.split()[1]) / 1024
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
 
 
 def long_audio(minutes: float) -> np.ndarray:
@@ -122,13 +136,13 @@ def rss_child(system: str, minutes: float, threads: int) -> None:
     t = time.perf_counter()
     fn = load_diarizer() if system == "ours" else Senko(threads)
     load_s = time.perf_counter() - t
-    rss_loaded = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+    rss_loaded = peak_rss_mb()
     turns, seconds = timed(fn, audio)
     print(json.dumps({"system": system, "audio_s": round(len(audio) / SR, 1), "load_s": round(load_s, 2),
                       "seconds": round(seconds, 2), "rtf": round(seconds / (len(audio) / SR), 4),
                       "speakers": len({x.speaker for x in turns}),
                       "peak_rss_mb_after_load": round(rss_loaded, 1),
-                      "peak_rss_mb": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1)}))
+                      "peak_rss_mb": round(peak_rss_mb(), 1)}))
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -136,6 +150,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--threads", type=int, default=1, help="torch CPU threads for both systems")
     parser.add_argument("--minutes", type=float, default=10.0, help="length of the peak-RSS concatenation")
     parser.add_argument("--out", type=Path, default=RESULTS)
+    parser.add_argument("--repeats", type=int, default=3, help="timed runs per file (median reported)")
     parser.add_argument("--rss-child", choices=["ours", "senko"], help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if args.rss_child:
@@ -152,8 +167,8 @@ def main(argv: list[str] | None = None) -> int:
     for f, audio in files:
         duration = len(audio) / SR
         for name, fn in systems.items():
-            fn(audio[: 5 * SR])  # warm-up (first-call allocations), not timed
-            turns, seconds = timed(fn, audio)
+            fn(audio)  # warm-up (first-call allocations), not timed
+            turns, seconds = timed(fn, audio, args.repeats)
             per_file_turns[(name, f.uri)] = turns
             c = der(f.reference, turns, f.uem, detailed=True)
             rows.append({"file": f.uri, "system": name, "duration_s": round(duration, 2),
@@ -208,9 +223,10 @@ def main(argv: list[str] | None = None) -> int:
         "metric": {"der": "pyannote.metrics DiarizationErrorRate, collar 0.25 s, optimal mapping; 'der' = corpus "
                           "DER over the public dev files dev00+dev01 inside their UEM (overlap scored); "
                           "'der_all_files' adds the pyannote sample and the channel-separated stereo clip",
-                   "rtf": "diarization seconds / audio seconds over the 30 s files (models loaded, warmed up); "
+                   "rtf": "diarization seconds / audio seconds over the 30 s files (models loaded, one warm-up run, "
+                          "median of the timed runs); "
                           "'rtf_long' on the long concatenation in a fresh process",
-                   "peak_rss_mb": f"ru_maxrss of a fresh process that loads the system and diarizes a "
+                   "peak_rss_mb": f"VmHWM of a fresh process that loads the system and diarizes a "
                                   f"{args.minutes:g}-minute concatenation of public eval clips"},
         "runs": runs,
         "ours": {"pipeline": "pyannote.audio 4 SpeakerDiarization, segmentation-3.0 + CAM++ (senko weights), "
