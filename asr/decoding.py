@@ -13,7 +13,6 @@ import time
 from dataclasses import dataclass, field
 
 import torch
-import torch.nn.functional as F
 
 from asr.model import KVCache, WhisperDecoderRuntime
 from asr.types import DecodeStats
@@ -96,36 +95,64 @@ class WhisperLogitRules:
 
     def __call__(self, logits: torch.Tensor, prefixes: list[list[int]]) -> torch.Tensor:
         """Apply the rules in place to ``logits`` [N, V]; row i was preceded by ``prefixes[i]``
-        (the tokens sampled so far in that sequence, prompt excluded)."""
-        logits.masked_fill_(self.suppress, NEG_INF)
-        tb = self.sp.timestamp_begin
-        for i, seq in enumerate(prefixes):
-            if not seq:
-                logits[i].masked_fill_(self.begin, NEG_INF)
-            if not self.timestamps:
-                continue
-            last_ts = len(seq) >= 1 and seq[-1] >= tb
-            penult_ts = len(seq) < 2 or seq[-2] >= tb
-            if last_ts:
-                if penult_ts:
-                    logits[i, tb:] = NEG_INF
-                else:
-                    logits[i, : self.sp.eot] = NEG_INF
-            last_stamp = next((t for t in reversed(seq) if t >= tb), None)
-            if last_stamp is not None:
-                upto = last_stamp if (last_ts and not penult_ts) else last_stamp + 1
-                logits[i, tb:upto] = NEG_INF
-            if not seq:
-                logits[i, :tb] = NEG_INF
-                if self.max_initial is not None:
-                    logits[i, tb + self.max_initial + 1 :] = NEG_INF
-        if self.timestamps:
-            logprobs = F.log_softmax(logits.float(), dim=-1)
-            ts_lp = logprobs[:, tb:].logsumexp(dim=-1)
-            text_max = logprobs[:, :tb].max(dim=-1).values
-            for i in torch.nonzero(ts_lp > text_max).flatten().tolist():
-                logits[i, :tb] = NEG_INF
+        (the tokens sampled so far in that sequence, prompt excluded).
+
+        Vectorised over rows: the per-row facts (is the last token a timestamp, where is the
+        last timestamp) are read from the short prefixes in Python, the masking is a handful of
+        tensor ops for all rows, whatever their number (the speculative decoder verifies many
+        positions at once)."""
+        self.select(logits, prefixes, pick=False)
         return logits
+
+    @torch.inference_mode()
+    def select(self, logits: torch.Tensor, prefixes: list[list[int]], pick: bool = True):
+        """Apply the rules in place and return (greedy tokens [N], their log-probabilities [N])."""
+        n = logits.shape[0]
+        tb = self.sp.timestamp_begin
+        logits.masked_fill_(self.suppress, NEG_INF)
+        empty = [i for i, seq in enumerate(prefixes) if not seq]
+        if empty:
+            logits[empty] = logits[empty].masked_fill(self.begin, NEG_INF)
+        if self.timestamps:
+            no_ts, no_text, ts_floor = [], [], [0] * n
+            for i, seq in enumerate(prefixes):
+                if not seq:
+                    continue
+                last_ts = seq[-1] >= tb
+                penult_ts = len(seq) < 2 or seq[-2] >= tb
+                if last_ts:
+                    (no_ts if penult_ts else no_text).append(i)
+                    last_stamp = seq[-1]
+                    ts_floor[i] = last_stamp - tb if not penult_ts else last_stamp - tb + 1
+                else:
+                    last_stamp = next((t for t in reversed(seq) if t >= tb), None)
+                    if last_stamp is not None:
+                        ts_floor[i] = last_stamp - tb + 1
+            ts = logits[:, tb:]
+            if no_ts:
+                ts[no_ts] = NEG_INF
+            if no_text:
+                logits[no_text, : self.sp.eot] = NEG_INF
+            if any(ts_floor):
+                floor = torch.tensor(ts_floor)[:, None]
+                ts.masked_fill_(torch.arange(ts.shape[1])[None, :] < floor, NEG_INF)
+            if empty:
+                logits[empty, :tb] = NEG_INF
+                if self.max_initial is not None:
+                    logits[empty, tb + self.max_initial + 1 :] = NEG_INF
+            # timestamps win when their total probability beats every single text token; log_softmax
+            # subtracts one constant from both sides, so the comparison is made on raw logits
+            ts_lse = ts.logsumexp(dim=-1)
+            text_max = logits[:, :tb].max(dim=-1).values
+            ts_wins = ts_lse > text_max
+            if bool(ts_wins.any()):
+                logits[:, :tb].masked_fill_(ts_wins[:, None], NEG_INF)
+        if not pick:
+            return None
+        tokens = logits.argmax(dim=-1)
+        lse = logits.logsumexp(dim=-1)
+        chosen = logits.gather(1, tokens[:, None])[:, 0]
+        return tokens, chosen - lse
 
 
 @dataclass
@@ -169,14 +196,17 @@ class Decoder:
             no_speech = torch.zeros(b)
         return logits[:, -1], no_speech
 
-    def decode(self, encoder_out: torch.Tensor, prompt: list[int]) -> DecodeOutput:
+    def decode(self, encoder_out: torch.Tensor, prompt: list[int], features: torch.Tensor | None = None) -> DecodeOutput:
+        """Decode every row of ``encoder_out`` after ``prompt``; ``features`` (the log-mel input)
+        serve drafters with an encoder of their own."""
         raise NotImplementedError
 
 
 class GreedyDecoder(Decoder):
     """Plain batched greedy decoding: one target pass per token."""
 
-    def decode(self, encoder_out: torch.Tensor, prompt: list[int]) -> DecodeOutput:
+    @torch.inference_mode()
+    def decode(self, encoder_out: torch.Tensor, prompt: list[int], features: torch.Tensor | None = None) -> DecodeOutput:
         t0 = time.perf_counter()
         b = encoder_out.shape[0]
         stats = DecodeStats()
@@ -187,14 +217,12 @@ class GreedyDecoder(Decoder):
         active = list(range(b))  # original row index of each cache row
         length = len(prompt)
         while True:
-            logits = self.rules(last.float().clone(), [results[r].tokens for r in active])
-            logprobs = F.log_softmax(logits, dim=-1)
-            nxt = logits.argmax(dim=-1)
+            nxt, logprobs = self.rules.select(last.float(), [results[r].tokens for r in active])
             keep = []
             for j, r in enumerate(active):
                 tok = int(nxt[j])
                 res = results[r]
-                res.sum_logprob += float(logprobs[j, tok])
+                res.sum_logprob += float(logprobs[j])
                 if tok == self.sp.eot:
                     continue
                 res.tokens.append(tok)

@@ -1,20 +1,76 @@
-"""Choosing the decoder: plain greedy or speculative with a drafter (see asr/speculative.py)."""
+"""Choosing the decoder per ``--draft``: plain greedy, or speculative with a drafter.
+
+``none``      plain greedy decoding (one target pass per token)
+``ngram``     prompt-lookup drafting from the decoded text of the batch (no model)
+``auto``      the fastest exact option measured on this CPU (bench/results/speculative.json)
+MODEL         any Whisper model (embedded name, HF id, folder) drafting for the target;
+              same tokenizer: ids pass through and the encoder output is reused when the
+              encoders are identical (e.g. distil-large-v3 for large-v3); different tokenizer
+              (tiny.en for base): text is re-tokenized between the vocabularies.
+"""
 
 from __future__ import annotations
 
 from pathlib import Path
 
-from asr.decoding import Decoder, GreedyDecoder
+import torch
 
-DRAFT_CHOICES = ("auto", "none")
+from asr.decoding import Decoder, GreedyDecoder, SpecialTokens, WhisperLogitRules
+from asr.drafters import DraftModel, ModelDrafter, NgramDrafter, Retokenize, SameVocab
+from asr.model import WhisperDecoderRuntime
+from asr.models import load_whisper
+from asr.speculative import Lookahead, SpeculativeDecoder
+
+DRAFT_CHOICES = ("auto", "none", "ngram")
+AUTO_DRAFT = "ngram"  # see bench/results/speculative.json
+# A drafter's output head scores only the first text tokens (BPE ids are ordered by merge, so
+# frequent pieces come first) plus every special/timestamp token: most of the drafter's cost is
+# its head, and a miss only costs acceptance, never exactness.
+DRAFT_HEAD_TEXT_TOKENS = 16000
 
 
-def decoder_factory(draft: str, cache_dir: Path | None = None):
+def decoder_factory(draft: str, cache_dir: Path | None = None, lookahead: Lookahead | None = None):
     """Return a function building the decoder for an engine, per ``--draft``."""
+    if not draft or not isinstance(draft, str):
+        raise ValueError("--draft must be auto, none, ngram or a Whisper model")
 
     def build(engine) -> Decoder:
-        if draft in ("none", "auto"):
+        choice = AUTO_DRAFT if draft == "auto" else draft
+        if choice == "none":
             return GreedyDecoder(engine.runtime, engine.special, engine.rules)
-        raise ValueError(f"unknown drafter '{draft}'")
+        if choice == "ngram":
+            drafter = NgramDrafter()
+        else:
+            drafter = model_drafter(engine, choice, cache_dir)
+        return SpeculativeDecoder(engine.runtime, engine.special, engine.rules, drafter, lookahead)
 
     return build
+
+
+def same_encoder(a, b) -> bool:
+    ea, eb = a.model.encoder.state_dict(), b.model.encoder.state_dict()
+    return ea.keys() == eb.keys() and all(ea[k].shape == eb[k].shape and torch.equal(ea[k], eb[k]) for k in ea)
+
+
+def model_drafter(engine, name: str, cache_dir: Path | None = None, head_text_tokens: int | None = DRAFT_HEAD_TEXT_TOKENS,
+                  min_confidence: float = 0.0, num_layers: int | None = None) -> ModelDrafter:
+    """A Whisper model drafting for ``engine``'s target. ``name`` may be the target itself: all its
+    layers make a perfect (and slow) drafter, its first ``num_layers`` a cheap, weaker one."""
+    bundle = engine.bundle if name == engine.model_name else load_whisper(name, cache_dir=cache_dir, device=engine.device)
+    if bundle.model.config.num_mel_bins != engine.bundle.model.config.num_mel_bins:
+        raise ValueError(f"drafter '{name}' uses {bundle.model.config.num_mel_bins} mel bins, the target "
+                         f"{engine.bundle.model.config.num_mel_bins}: they cannot share input features")
+    special = SpecialTokens.from_tokenizer(bundle.tokenizer, bundle.generation_config)
+    runtime = WhisperDecoderRuntime(bundle.model, num_layers=num_layers)
+    gc = bundle.generation_config
+    rules = WhisperLogitRules(special, runtime.vocab_size, list(gc.suppress_tokens or []),
+                              list(gc.begin_suppress_tokens or []), timestamps=True)
+    same_vocab = bundle.tokenizer.get_vocab() == engine.bundle.tokenizer.get_vocab()
+    token_map = SameVocab(engine.special) if same_vocab else Retokenize(engine.bundle.tokenizer, engine.special, bundle.tokenizer, special)
+    shares = bundle is engine.bundle or same_encoder(bundle.model, engine.bundle.model)
+    head_ids = None
+    if head_text_tokens is not None and head_text_tokens < special.eot:
+        head_ids = torch.cat([torch.arange(head_text_tokens), torch.arange(special.eot, runtime.vocab_size)])
+    draft = DraftModel(runtime, special, rules, bundle.tokenizer, shares_encoder=shares)
+    label = f"{name}:{num_layers}" if num_layers else name
+    return ModelDrafter(draft, token_map, name=label, min_confidence=min_confidence, head_ids=head_ids)

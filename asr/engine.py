@@ -128,13 +128,14 @@ class AsrEngine:
         for i in range(0, len(chunks), opts.batch_size):
             batch = chunks[i : i + opts.batch_size]
             t = time.perf_counter()
-            enc = self.runtime.encode(self.features(audio, batch))
+            feats = self.features(audio, batch)
+            enc = self.runtime.encode(feats)
             stats.encoder_seconds += time.perf_counter() - t
             if language is None:  # detected once per file, on its first chunk
                 language, lang_prob = detect_language(self.runtime, self.special, enc)
             if prompt is None:
                 prompt = self.special.prompt(language, opts.task, timestamps=True)
-            out = decoder.decode(enc, prompt)
+            out = decoder.decode(enc, prompt, features=feats)
             stats.merge(out.stats)
             per_chunk = [
                 []

@@ -69,9 +69,10 @@ class WhisperDecoderRuntime:
         return x.view(b, n, self.n_head, self.head_dim).transpose(1, 2)
 
     @torch.inference_mode()
-    def new_cache(self, encoder_out: torch.Tensor) -> KVCache:
+    def new_cache(self, encoder_out: torch.Tensor, slack: int = 0) -> KVCache:
+        """``slack`` extra slots past the last position take the padding of ragged speculative passes."""
         b = encoder_out.shape[0]
-        shape = (len(self.layers), b, self.n_head, self.max_len, self.head_dim)
+        shape = (len(self.layers), b, self.n_head, self.max_len + slack, self.head_dim)
         cross_k, cross_v = [], []
         for layer in self.layers:
             att = layer.encoder_attn
@@ -92,7 +93,8 @@ class WhisperDecoderRuntime:
         cross-attention logits [B, heads, n, frames] are stored there (word timing).
         """
         b, n = tokens.shape
-        x = F.embedding(tokens, self.embed) + F.embedding(positions, self.pos)
+        # padding past the last real position (ragged speculative rows) reuses the last embedding
+        x = F.embedding(tokens, self.embed) + F.embedding(positions.clamp(max=self.max_len - 1), self.pos)
         used = int(positions.max()) + 1
         key_pos = torch.arange(used, device=tokens.device)
         mask = (key_pos[None, None, None, :] <= positions[:, None, :, None])  # [B,1,n,used]

@@ -1,0 +1,158 @@
+"""Exact speculative greedy decoding for Whisper, batched, with per-row acceptance.
+
+Each round, for every active row: a drafter proposes up to k tokens; the target runs ONE
+forward pass over ``[pending, d1..dk]`` at the row's own positions; Whisper's logit rules
+are applied to every verify position with the prefix it would have had in plain decoding
+(``WhisperLogitRules.select``, the same function the plain decoder uses), so the target's
+greedy token ``g_j`` is known at each position; the row keeps ``d1..da`` while they equal
+``g_0..g_{a-1}`` plus ``g_a``. The KV cache is static with per-row positions (see
+``asr.model``): rejected entries are simply left behind the row's length and overwritten.
+
+Why our own loop instead of transformers' assisted generation: it refuses batches, its
+timestamp processor is reset by the assistant (output differs from the target), it crashes
+at 448 tokens in long-form and its per-step Python overhead makes it slower than plain
+decoding on CPU (../shared/notes/offline-models.md).
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+
+import torch
+
+from asr.decoding import Decoder, DecodeOutput, SequenceResult, SpecialTokens, WhisperLogitRules
+from asr.model import WhisperDecoderRuntime
+from asr.types import DecodeStats
+
+
+class Drafter:
+    """Proposes draft tokens (target vocabulary) for each active row of a batch."""
+
+    name = "drafter"
+
+    def begin(self, encoder_out: torch.Tensor, prompt: list[int], features: torch.Tensor | None) -> None:
+        """A new batch; row i of ``encoder_out`` is the target's encoding of chunk i."""
+
+    def propose(self, contexts: list[list[int]], ks: list[int]) -> list[list[int]]:
+        """Up to ``ks[i]`` tokens following ``contexts[i]`` (the row's tokens so far, prompt excluded)."""
+        raise NotImplementedError
+
+    def select(self, keep: list[int]) -> None:
+        """Keep only these active rows (others finished)."""
+
+
+@dataclass
+class Lookahead:
+    """Per-row dynamic draft length: grows after a fully accepted draft, shrinks after a rejection
+    (transformers' heuristic for assisted generation)."""
+
+    initial: int = 4
+    minimum: int = 1
+    maximum: int = 12
+    grow: int = 2
+
+    def update(self, k: int, drafted: int, accepted: int) -> int:
+        if drafted == 0:
+            return k
+        if accepted == drafted:
+            return min(self.maximum, k + self.grow)
+        return max(self.minimum, k - 1)
+
+
+class SpeculativeDecoder(Decoder):
+    def __init__(
+        self,
+        runtime: WhisperDecoderRuntime,
+        special: SpecialTokens,
+        rules: WhisperLogitRules,
+        drafter: Drafter,
+        lookahead: Lookahead | None = None,
+    ):
+        super().__init__(runtime, special, rules)
+        self.drafter = drafter
+        self.lookahead = lookahead or Lookahead()
+
+    @torch.inference_mode()
+    def decode(self, encoder_out: torch.Tensor, prompt: list[int], features: torch.Tensor | None = None) -> DecodeOutput:
+        t0 = time.perf_counter()
+        b = encoder_out.shape[0]
+        stats = DecodeStats()
+        slack = self.lookahead.maximum + 1
+        cache = self.rt.new_cache(encoder_out, slack=slack)
+        self.drafter.begin(encoder_out, prompt, features)
+        last, no_speech = self.prefill(cache, prompt)
+        stats.target_passes += b
+        results = [SequenceResult([], 0.0, float(p)) for p in no_speech]
+        first, first_lp = self.rules.select(last.float(), [[] for _ in range(b)])
+        active: list[int] = []
+        for r in range(b):
+            if self._emit(results[r], int(first[r]), float(first_lp[r]), len(prompt), stats):
+                active.append(r)
+        if len(active) < b:
+            cache = cache.select(torch.tensor(active))
+            self.drafter.select(active)
+        lengths = [len(prompt)] * len(active)  # positions filled in the cache per active row
+        ks = [self.lookahead.initial] * len(active)
+
+        while active:
+            contexts = [results[r].tokens for r in active]
+            room = [self.max_len - len(prompt) - len(c) for c in contexts]  # tokens still allowed
+            drafts = self.drafter.propose(contexts, [max(0, min(k, n - 1)) for k, n in zip(ks, room)])
+            drafts = [d[: max(0, min(k, n - 1))] for d, k, n in zip(drafts, ks, room)]
+            width = 1 + max(len(d) for d in drafts)
+            tokens = torch.empty((len(active), width), dtype=torch.long)
+            for i, (c, d) in enumerate(zip(contexts, drafts)):
+                row = [c[-1], *d]
+                tokens[i, : len(row)] = torch.tensor(row)
+                tokens[i, len(row) :] = c[-1]  # padding: its cache slots lie past the row's length
+            positions = torch.tensor(lengths)[:, None] + torch.arange(width)[None, :]
+            hidden = self.rt.hidden(tokens, positions, cache)
+            # only real positions go through the (large) output head
+            rows = [i for i, d in enumerate(drafts) for _ in range(len(d) + 1)]
+            cols = [j for d in drafts for j in range(len(d) + 1)]
+            logits = self.rt.logits(hidden[rows, cols]).float()
+            prefixes = [contexts[i] + drafts[i][:j] for i, j in zip(rows, cols)]
+            greedy, logprobs = self.rules.select(logits, prefixes)
+            greedy, logprobs = greedy.tolist(), logprobs.tolist()
+            stats.target_passes += len(active)
+
+            keep, at = [], 0
+            for i, r in enumerate(active):
+                d = drafts[i]
+                accepted, alive = 0, True
+                for j in range(len(d) + 1):
+                    g = greedy[at + j]
+                    alive = self._emit(results[r], g, logprobs[at + j], len(prompt), stats)
+                    if not alive or j == len(d) or d[j] != g:
+                        break
+                    accepted += 1
+                at += len(d) + 1
+                stats.drafted_tokens += len(d)
+                stats.accepted_tokens += accepted
+                if alive:
+                    keep.append(i)
+                    lengths[i] += 1 + accepted
+                    ks[i] = self.lookahead.update(ks[i], len(d), accepted)
+            if len(keep) < len(active):
+                if not keep:
+                    break
+                cache = cache.select(torch.tensor(keep))
+                self.drafter.select(keep)
+                active = [active[i] for i in keep]
+                lengths = [lengths[i] for i in keep]
+                ks = [ks[i] for i in keep]
+        stats.decoder_seconds = time.perf_counter() - t0
+        return DecodeOutput(results, stats)
+
+    def _emit(self, res: SequenceResult, token: int, logprob: float, prompt_len: int, stats: DecodeStats) -> bool:
+        """Append the target's greedy token as plain decoding would; False when the row ends."""
+        res.sum_logprob += logprob
+        if token == self.sp.eot:
+            return False
+        res.tokens.append(token)
+        stats.generated_tokens += 1
+        if prompt_len + len(res.tokens) >= self.max_len:
+            res.hit_max_length = True
+            return False
+        return True
