@@ -11,7 +11,7 @@ from dataclasses import dataclass
 import torch
 
 from asr.decoding import SpecialTokens, WhisperLogitRules
-from asr.model import KVCache, WhisperDecoderRuntime
+from asr.model import KVCache, OutputHead, WhisperDecoderRuntime
 from asr.speculative import Drafter
 
 
@@ -163,7 +163,7 @@ class ModelDrafter(Drafter):
         self.name = name
         self.min_confidence = min_confidence
         self.head_ids = head_ids
-        self.head = model.runtime.proj[head_ids].contiguous() if head_ids is not None else None
+        self.head = OutputHead(model.runtime.proj, head_ids) if head_ids is not None else None
         self.cache: KVCache | None = None
         self.cached: list[list[int]] = []
         self.prompt: list[int] = []
@@ -203,7 +203,7 @@ class ModelDrafter(Drafter):
         if self.head is None:
             return self.m.runtime.logits(hidden).float()
         full = hidden.new_full((hidden.shape[0], self.m.runtime.vocab_size), float("-inf"))
-        full[:, self.head_ids] = hidden @ self.head.t()
+        full[:, self.head_ids] = self.head(hidden).float()
         return full
 
     @torch.inference_mode()

@@ -22,7 +22,7 @@ from asr.models import load_whisper
 from asr.speculative import Lookahead, SpeculativeDecoder
 
 DRAFT_CHOICES = ("auto", "none", "ngram")
-AUTO_DRAFT = "ngram"  # see bench/results/speculative.json
+AUTO_DRAFT = "none"  # fastest exact option measured on this CPU so far: bench/results/speculative.json
 # A drafter's output head scores only the first text tokens (BPE ids are ordered by merge, so
 # frequent pieces come first) plus every special/timestamp token: most of the drafter's cost is
 # its head, and a miss only costs acceptance, never exactness.

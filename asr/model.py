@@ -14,9 +14,38 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+import numpy as np
 import torch
 import torch.nn.functional as F
 from transformers import WhisperForConditionalGeneration
+
+
+class OutputHead:
+    """The tied output projection (vocabulary x d), the largest matrix of a Whisper decoder.
+
+    Why not ``F.linear``: on this CPU torch's kernel for a few rows against a 51,865 x 512 matrix
+    runs at a fraction of the memory bandwidth (10 ms for 1 row, 30 ms for 8); OpenBLAS through
+    numpy on a pre-transposed copy takes 4 ms and 9 ms. Row counts between
+    its fast sizes are padded up, since 8 rows cost less than 3. The copy costs vocabulary x d
+    floats of memory (106 MB for base).
+    """
+
+    FAST_ROWS = (1, 8, 16, 32)
+
+    def __init__(self, weight: torch.Tensor, rows: torch.Tensor | None = None):
+        w = weight.detach() if rows is None else weight.detach()[rows]
+        self.weight_t = np.ascontiguousarray(w.float().numpy().T)
+        self.dtype = weight.dtype
+
+    def __call__(self, hidden: torch.Tensor) -> torch.Tensor:
+        shape = hidden.shape
+        x = hidden.detach().reshape(-1, shape[-1]).float().numpy()
+        n = x.shape[0]
+        pad = next((r for r in self.FAST_ROWS if r >= n), n)
+        if pad != n:
+            x = np.concatenate([x, np.zeros((pad - n, x.shape[1]), dtype=x.dtype)])
+        out = torch.from_numpy(x @ self.weight_t)[:n]
+        return out.reshape(*shape[:-1], out.shape[-1]).to(self.dtype)
 
 
 @dataclass
@@ -59,6 +88,7 @@ class WhisperDecoderRuntime:
         self.final_norm = dec.layer_norm
         self.proj = model.proj_out.weight
         self.vocab_size = self.proj.shape[0]
+        self.head = OutputHead(self.proj)
 
     @torch.inference_mode()
     def encode(self, features: torch.Tensor) -> torch.Tensor:
@@ -125,7 +155,7 @@ class WhisperDecoderRuntime:
         return self.final_norm(x)
 
     def logits(self, hidden: torch.Tensor) -> torch.Tensor:
-        return F.linear(hidden, self.proj)
+        return self.head(hidden)
 
     def step(self, tokens: torch.Tensor, positions: torch.Tensor, cache: KVCache, last_only: bool = False) -> torch.Tensor:
         h = self.hidden(tokens, positions, cache)

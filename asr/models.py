@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import importlib.util
 import os
+import shutil
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -70,6 +71,24 @@ def ensure_embedded(name: str, cache_dir: Path | None = None) -> Path:
     parts = [_package_dir(pkg) / rel for pkg, rel in emb.parts]
     ct2_dir = _package_dir(emb.packages[0]) / emb.data_dir
     return convert_ct2_whisper(parts, ct2_dir, out)
+
+
+def write_ct2_folder(name: str, out_dir: Path) -> Path:
+    """Reassemble an embedded model as a plain CTranslate2 folder (model.bin parts concatenated), the
+    form faster-whisper / ctranslate2 load: the reference decoder of the same weights in tests and benches."""
+    emb = EMBEDDED_MODELS[name]
+    out = Path(out_dir) / name
+    if (out / "model.bin").exists():
+        return out
+    out.mkdir(parents=True, exist_ok=True)
+    with open(out / "model.bin.tmp", "wb") as f:
+        for pkg, rel in emb.parts:
+            f.write((_package_dir(pkg) / rel).read_bytes())
+    src = _package_dir(emb.packages[0]) / emb.data_dir
+    for fn in ("config.json", "tokenizer.json", "vocabulary.txt"):
+        shutil.copy(src / fn, out / fn)
+    os.replace(out / "model.bin.tmp", out / "model.bin")
+    return out
 
 
 def resolve_model_path(name: str, cache_dir: Path | None = None) -> str:

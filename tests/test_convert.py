@@ -2,31 +2,19 @@
 
 from __future__ import annotations
 
-import shutil
-
 import ctranslate2
 import numpy as np
 import pytest
 
 from asr.audio import load_audio
 from asr.ct2 import CT2FormatError, read_ct2_model
-from asr.models import EMBEDDED_MODELS, _package_dir
+from asr.models import EMBEDDED_MODELS, _package_dir, write_ct2_folder
 
 FILES = ["whisper.cpp/jfk.wav", "mfa/acoustic_corpus.wav", "cuttledoc-fleurs/fleurs-en-002.ogg"]
 
 
 def _ct2_dir(name: str, tmp_path) -> str:
-    """Reassemble the embedded CTranslate2 model folder (parts concatenated) for the reference decoder."""
-    emb = EMBEDDED_MODELS[name]
-    out = tmp_path / name
-    out.mkdir()
-    with open(out / "model.bin", "wb") as f:
-        for pkg, rel in emb.parts:
-            f.write((_package_dir(pkg) / rel).read_bytes())
-    src = _package_dir(emb.packages[0]) / emb.data_dir
-    for fn in ("config.json", "tokenizer.json", "vocabulary.txt"):
-        shutil.copy(src / fn, out / fn)
-    return str(out)
+    return str(write_ct2_folder(name, tmp_path))
 
 
 def test_reader_reads_whole_file():

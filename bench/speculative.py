@@ -1,0 +1,113 @@
+"""Speculative decoding benchmark: ours with each drafter vs the target alone, transformers' assisted
+generation, and faster-whisper on the same weights, side by side in one run.
+
+    python bench/speculative.py [--files N] [--threads 1] [--hf-files 6]
+
+Each configuration runs in its own process (so peak RSS is its own); all share the thread count.
+Writes bench/results/speculative.json.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from common import ROOT, faster_whisper, machine, ours, peak_rss_mb, run_isolated  # noqa: E402
+
+
+def _ours(draft: str, files: list[str], threads: int, q) -> None:
+    ours("base", draft, files, threads, 1, q)
+
+
+def _transformers(assistant: str | None, files: list[str], threads: int, q) -> None:
+    import torch
+
+    torch.set_num_threads(threads)
+    import transformers
+
+    transformers.utils.logging.set_verbosity_error()
+    from asr.audio import load_audio
+    from asr.models import load_whisper
+
+    target = load_whisper("base")
+    kwargs = dict(language="en", task="transcribe", num_beams=1, do_sample=False, max_new_tokens=440)
+    if assistant:
+        helper = load_whisper(assistant)
+        kwargs.update(assistant_model=helper.model, tokenizer=target.tokenizer, assistant_tokenizer=helper.tokenizer)
+    fe = target.feature_extractor
+    out, total, audio_s = [], 0.0, 0.0
+    for i, f in enumerate(files):
+        audio = load_audio(f)
+        feats = fe(audio, sampling_rate=16000, return_tensors="pt").input_features
+        t = time.perf_counter()
+        with torch.inference_mode():
+            ids = target.model.generate(feats, **kwargs)
+        if i:  # the first file warms up
+            total += time.perf_counter() - t
+            audio_s += len(audio) / 16000
+        out.append(ids[0].tolist())
+    q.put(dict(tokens=out, total=total, decoder=None, audio_s=audio_s, peak_rss_mb=peak_rss_mb()))
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--files", type=int, default=0, help="first N public English files (0: all)")
+    ap.add_argument("--hf-files", type=int, default=6, help="files for transformers' (slow) assisted generation")
+    ap.add_argument("--threads", type=int, default=1)
+    ap.add_argument("--drafters", default="ngram,tiny.en")
+    args = ap.parse_args()
+    os.environ.setdefault("OPENBLAS_NUM_THREADS", str(args.threads))
+    from pipelines.evaluation import english_set
+
+    items = english_set()
+    files = [str(i.path) for i in (items[: args.files] if args.files else items)]
+    runs = []
+    base = run_isolated(_ours, "none", files, args.threads)
+    print(f"{len(files)} files, {base['audio_s']:.0f} s audio, {args.threads} thread(s)")
+
+    def report(name, r, identical):
+        row = {"name": name, "token_identical": identical,
+               "end_to_end_speedup": round(base["total"] / r["total"], 3) if r.get("total") else None,
+               "rtf": round(r["total"] / r["audio_s"], 4), "peak_rss_mb": round(r["peak_rss_mb"], 1)}
+        if r.get("decoder") is not None:
+            row["decoder_speedup"] = round(base["decoder"] / r["decoder"], 3)
+            row["acceptance_rate"] = round(r["acceptance_rate"], 4)
+            row["tokens_per_target_pass"] = round(r["tokens_per_target_pass"], 3)
+        runs.append(row)
+        print("  ".join(f"{k}={v}" for k, v in row.items()), flush=True)
+
+    report("ours target alone (base)", base, True)
+    for d in args.drafters.split(","):
+        r = run_isolated(_ours, d, files, args.threads)
+        report(f"ours + {d} drafter", r, r["tokens"] == base["tokens"])
+
+    hf_files = files[: args.hf_files + 1]
+    hf_plain = run_isolated(_transformers, None, hf_files, args.threads)
+    ours_small = run_isolated(_ours, "none", hf_files[1:], args.threads)
+    for name, r in (("transformers greedy (no timestamps)", hf_plain),
+                    ("transformers assisted, tiny.en universal (no timestamps)", run_isolated(_transformers, "tiny.en", hf_files, args.threads))):
+        row_base = base
+        base = ours_small  # speedups against our target alone on the same files
+        report(name, r, r["tokens"] == hf_plain["tokens"])
+        base = row_base
+    runs[-1]["note"] = ("token_identical compares with transformers' own greedy output; assisted generation "
+                        "refuses batches and changes output once timestamps are on, so both run without timestamps")
+    fw = run_isolated(faster_whisper, "base", files, args.threads)
+    report("faster-whisper (CTranslate2, same weights, fp32)", fw, None)
+    runs[-1]["note"] = "different runtime: tokens not comparable (it pads mel frames, HF pads audio)"
+
+    out = ROOT / "bench" / "results" / "speculative.json"
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(json.dumps({"machine": machine(args.threads), "files": len(files), "audio_seconds": round(base["audio_s"], 1),
+                               "runs": runs}, indent=2) + "\n")
+    print(f"wrote {out}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
