@@ -10,7 +10,7 @@ from typing import Callable
 import numpy as np
 
 from asr.audio import DEFAULT_MAX_SECONDS, SAMPLE_RATE, load_audio
-from asr.engine import AsrEngine, DecodeOptions
+from asr.engine import AsrEngine, AsrResult, DecodeOptions
 from asr.types import Transcript
 
 Progress = Callable[[str, float], None]
@@ -94,12 +94,42 @@ class Pipeline:
         opts = options or RunOptions()
         opts.validate()
         report = progress or (lambda stage, frac: None)
-        duration = len(audio) / SAMPLE_RATE
-        timings: dict[str, float] = {}
-
         t = time.perf_counter()
         asr = self.asr.transcribe(audio, opts.decode, report)
-        timings["asr"] = time.perf_counter() - t
+        return self._finish(audio, asr, time.perf_counter() - t, opts, report, source)
+
+    def run_many(
+        self,
+        audios: list[np.ndarray],
+        options: RunOptions | None = None,
+        progress: Progress | None = None,
+        sources: list[str | None] | None = None,
+    ) -> list[Transcript]:
+        """``run`` for several waveforms, their ASR chunks batched together across files.
+
+        Each file's ``asr`` time is its share of the shared ASR wall time, in proportion to the
+        engine time (VAD, encoder, decoder, alignment) attributed to it."""
+        opts = options or RunOptions()
+        opts.validate()
+        report = progress or (lambda stage, frac: None)
+        sources = sources or [None] * len(audios)
+        t = time.perf_counter()
+        results = self.asr.transcribe_many(audios, opts.decode, report)
+        wall = time.perf_counter() - t
+        work = [r.vad_seconds + r.stats.encoder_seconds + r.stats.decoder_seconds + r.stats.alignment_seconds for r in results]
+        total = sum(work) or 1.0
+        return [
+            self._finish(audio, asr, wall * w / total, opts, report, source)
+            for audio, asr, w, source in zip(audios, results, work, sources)
+        ]
+
+    def _finish(
+        self, audio: np.ndarray, asr: AsrResult, asr_seconds: float, opts: RunOptions, report: Progress, source: str | None
+    ) -> Transcript:
+        """The stages after ASR (diarization, post-edit) and the Transcript with its timings."""
+        duration = len(audio) / SAMPLE_RATE
+        timings: dict[str, float] = {}
+        timings["asr"] = asr_seconds
         timings["vad"] = asr.vad_seconds
         timings["encoder"] = asr.stats.encoder_seconds
         timings["decoder"] = asr.stats.decoder_seconds
