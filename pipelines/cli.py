@@ -4,12 +4,15 @@ from __future__ import annotations
 
 import argparse
 import os
+import shutil
 import sys
 from pathlib import Path
 
 from asr.audio import AudioError
 from asr.engine import DecodeOptions
 from asr.models import ModelError
+from pipelines.batch import BatchError
+from pipelines.ray_engine import RayEngineError
 from pipelines.writers import ALL_FORMATS, parse_formats, render, write_outputs
 
 PROG = "transcribe"
@@ -24,7 +27,7 @@ def build_parser() -> argparse.ArgumentParser:
         prog=PROG,
         description="Speaker-attributed transcripts with exact speculative Whisper decoding.",
     )
-    p.add_argument("inputs", nargs="+", help="audio or video files")
+    p.add_argument("inputs", nargs="+", help="audio or video files, or one folder (a resumable batch; see 'folder input')")
     p.add_argument("-o", "--output-dir", type=Path, help="folder for output files (default: current folder)")
     p.add_argument("-f", "--formats", help=f"comma-separated formats: {', '.join(ALL_FORMATS)}, all (default: all)")
     p.add_argument("-m", "--model", default="base", help="embedded 'base' or 'tiny.en', a Hugging Face id, or a local folder")
@@ -49,7 +52,22 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--device", default="cpu", help="torch device (default: cpu)")
     p.add_argument("--cache-dir", type=Path, help="where converted models are kept (default: ~/.cache/specwhisper)")
     p.add_argument("-q", "--quiet", action="store_true", help="no progress bars and no transcript on stdout")
+    b = p.add_argument_group("folder input", "a job database in the output folder lets an interrupted batch resume")
+    b.add_argument("-r", "--recursive", action="store_true", help="also transcribe files in subfolders")
+    b.add_argument("--glob", action="append", metavar="PATTERN",
+                   help="only files matching this pattern (name or path under the folder; repeatable; default: audio/video extensions)")
+    b.add_argument("--retry-failed", action="store_true", help="run files that failed in an earlier run again")
+    b.add_argument("--summary", action="store_true", help="print a table of the files, durations, RTF and errors")
+    b.add_argument("--group-files", type=int, default=16,
+                   help="files whose chunks are decoded in shared batches (default: 16)")
+    b.add_argument("--engine", choices=["local", "ray"], default="local", help="local process or a Ray cluster (default: local)")
+    b.add_argument("--ray-address", help="Ray cluster address (default: start a local Ray instance)")
+    b.add_argument("--workers", type=int, help="Ray workers, one loaded pipeline each (default: one per CPU)")
     return p
+
+
+BATCH_FLAGS = ("recursive", "glob", "retry_failed", "summary", "ray_address", "workers")
+BATCH_DEFAULTS = {"engine": "local", "group_files": 16}
 
 
 class _Progress:
@@ -69,7 +87,10 @@ class _Progress:
         if stage != self.stage:
             self.close()
             self.stage = stage
-            self.bar = tqdm(total=100, desc=f"{self.label} {stage}", unit="%", file=sys.stderr, leave=False,
+            # A terminal that reports a 0 x 0 size (e.g. a pty without a window size) makes tqdm
+            # draw nothing at all; fall back to 80 x 24.
+            size = shutil.get_terminal_size((80, 24))
+            self.bar = tqdm(total=100, desc=f"{self.label} {stage}", unit="%", file=sys.stderr, leave=False, ncols=size.columns, nrows=size.lines,
                             bar_format="{desc}: {percentage:3.0f}%|{bar}| {elapsed}<{remaining}")
         self.bar.n = int(round(min(max(fraction, 0.0), 1.0) * 100))
         self.bar.refresh()
@@ -109,29 +130,76 @@ def _options(args):
     return opts
 
 
+def _pipeline_config(args):
+    from pipelines.core import PipelineConfig
+
+    return PipelineConfig(
+        model=args.model,
+        draft=args.draft,
+        device=args.device,
+        cache_dir=args.cache_dir,
+        diarization_model=args.diarization_model,
+        hf_token=args.hf_token,
+        postedit_model=args.postedit_model,
+        postedit_drafter=args.postedit_drafter,
+    )
+
+
+def run_folder(args, formats: list[str], opts) -> int:
+    """`transcribe DIR -o OUT`: a resumable batch (pipelines/batch.py)."""
+    from pipelines.batch import BatchConfig, print_summary, run_batch
+
+    from pipelines.batch_engine import GroupLimits
+
+    if args.workers is not None and args.engine != "ray":
+        raise CliError("--workers goes with --engine ray")
+    if args.group_files < 1:
+        raise CliError(f"--group-files must be >= 1, got {args.group_files}")
+    cfg = BatchConfig(
+        input_dir=Path(args.inputs[0]),
+        output_dir=args.output_dir or Path("."),
+        formats=formats,
+        recursive=args.recursive,
+        globs=args.glob or [],
+        retry_failed=args.retry_failed,
+        engine=args.engine,
+        ray_address=args.ray_address,
+        workers=args.workers,
+        limits=GroupLimits(max_files=args.group_files),
+    )
+    _quiet_libraries()
+    report = run_batch(cfg, _pipeline_config(args), opts, show_progress=not args.quiet and sys.stderr.isatty())
+    if args.summary:
+        print_summary(report.records)
+    if not args.quiet or report.interrupted:
+        print(f"{PROG}: {report.line(cfg.input_dir)}", file=sys.stderr)
+    if report.interrupted:
+        print(f"{PROG}: interrupted; run the same command again to resume", file=sys.stderr)
+        return 130
+    return 1 if report.failed else 0
+
+
 def run(args) -> int:
-    from pipelines.core import Pipeline, PipelineConfig
+    from pipelines.core import Pipeline
 
     formats = parse_formats(args.formats or "all")
     if args.formats is None and not args.diarize:
         formats = [f for f in formats if f != "rttm"]
     opts = _options(args)
+    folders = [p for p in args.inputs if Path(p).is_dir()]
+    if folders:
+        if len(args.inputs) > 1:
+            raise CliError(f"{folders[0]}: a folder must be the only input")
+        return run_folder(args, formats, opts)
+    used = [f for f in BATCH_FLAGS if getattr(args, f)] + [f for f, v in BATCH_DEFAULTS.items() if getattr(args, f) != v]
+    used = [f"--{f.replace('_', '-')}" for f in used]
+    if used:
+        raise CliError(f"{used[0]} applies to a folder input")
     for path in args.inputs:
         if not Path(path).exists():
             raise AudioError(f"{path}: file not found")
     _quiet_libraries()
-    pipeline = Pipeline(
-        PipelineConfig(
-            model=args.model,
-            draft=args.draft,
-            device=args.device,
-            cache_dir=args.cache_dir,
-            diarization_model=args.diarization_model,
-            hf_token=args.hf_token,
-            postedit_model=args.postedit_model,
-            postedit_drafter=args.postedit_drafter,
-        )
-    )
+    pipeline = Pipeline(_pipeline_config(args))
     out_dir = args.output_dir or Path(".")
     failures = 0
     for path in args.inputs:
@@ -163,7 +231,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     try:
         return run(args)
-    except (AudioError, ModelError, ValueError, CliError, OSError) as exc:
+    except (AudioError, ModelError, ValueError, CliError, OSError, BatchError, RayEngineError) as exc:
         msg = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
         print(f"{PROG}: error: {msg}", file=sys.stderr)
         return 2
