@@ -8,7 +8,8 @@ PY := $(VENV)/bin/python
 PIP := $(PY) -m pip
 STAMP := $(VENV)/.installed
 SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
-APT_PACKAGES := ffmpeg
+# chromium: the browser tests/test_app.py drives through Playwright
+APT_PACKAGES := ffmpeg chromium
 DEMO_OUT ?= demo-output
 
 .PHONY: demo test test-all bench system-packages models clean
