@@ -163,3 +163,37 @@ def test_console_script_errors_without_traceback(tmp_path):
         proc = subprocess.run([sys.executable, "-m", "pipelines.cli", *argv], capture_output=True, text=True, timeout=300)
         assert proc.returncode != 0
         assert expected in _one_line_error(proc.stderr).lower()
+
+
+def test_progress_bars_draw_on_a_terminal_without_a_size(eval_root, tmp_path):
+    """On a terminal (here a pty that reports 0 x 0, where tqdm alone draws nothing) each stage gets a bar."""
+    import os
+    import pty
+    import threading
+
+    master, slave = pty.openpty()
+    chunks: list[bytes] = []
+
+    def drain():
+        while True:
+            try:
+                data = os.read(master, 4096)
+            except OSError:
+                return
+            if not data:
+                return
+            chunks.append(data)
+
+    reader = threading.Thread(target=drain, daemon=True)
+    reader.start()
+    proc = subprocess.run(
+        [sys.executable, "-m", "pipelines.cli", str(eval_root / "whisper.cpp/jfk.wav"), "-o", str(tmp_path), "-f", "txt"],
+        stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=slave, timeout=600,
+    )
+    os.close(slave)
+    reader.join(timeout=10)
+    os.close(master)
+    err = b"".join(chunks).decode("utf-8", "replace")
+    assert proc.returncode == 0, err
+    assert re.search(r"jfk\.wav vad: +\d+%\|", err) and re.search(r"jfk\.wav transcribe: +100%\|", err), err[-2000:]
+    assert "Traceback" not in err
