@@ -1,0 +1,121 @@
+"""The Inference Endpoint contract over the pipeline core: ``{"inputs", "parameters"}`` in, a dict out.
+
+``inputs`` is the audio file as raw bytes or as a base64 string (a ``data:`` URL prefix is
+allowed); ``parameters`` is validated by :mod:`pipelines.params`. Every failure comes back as
+``{"error": "<one line>", "status": 4xx/5xx}``, never as an exception.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import logging
+import time
+from collections.abc import Mapping
+from pathlib import Path
+
+from asr.audio import AudioError
+from asr.models import ModelError
+from asr.types import Transcript
+from pipelines.core import PipelineConfig
+from pipelines.params import Choices, RequestError, TranscribeParams, one_line, parse_params
+from pipelines.service import ServiceSettings, Transcriber
+from pipelines.writers import render
+
+log = logging.getLogger(__name__)
+REQUEST_FIELDS = ("inputs", "parameters")
+
+
+def settings_from_env(env: Mapping[str, str]) -> ServiceSettings:
+    """Deployment settings from ``SPECWHISPER_*`` variables (how Inference Endpoints pass configuration)."""
+
+    def items(name: str, default: tuple[str, ...]) -> tuple[str, ...]:
+        value = env.get(name, "")
+        return tuple(v.strip() for v in value.split(",") if v.strip()) or default
+
+    def number(name: str, default: float) -> float:
+        try:
+            return float(env.get(name, default))
+        except ValueError:
+            raise ValueError(f"{name} must be a number, got {env.get(name)!r}") from None
+
+    cache = env.get("SPECWHISPER_CACHE_DIR")
+    return ServiceSettings(
+        base=PipelineConfig(device=env.get("SPECWHISPER_DEVICE", "cpu"), cache_dir=Path(cache) if cache else None),
+        choices=Choices(models=items("SPECWHISPER_MODELS", Choices.models), drafters=items("SPECWHISPER_DRAFTERS", Choices.drafters)),
+        max_audio_s=number("SPECWHISPER_MAX_AUDIO_S", 4 * 3600),
+        max_upload_bytes=int(number("SPECWHISPER_MAX_UPLOAD_MB", 200) * 2**20),
+    )
+
+
+def decode_inputs(inputs: object, max_bytes: int) -> bytes:
+    """Raw bytes, or a base64 string (optionally a ``data:...;base64,`` URL), to bytes."""
+    if isinstance(inputs, (bytes, bytearray, memoryview)):
+        data = bytes(inputs)
+    elif isinstance(inputs, str):
+        text = inputs.split(",", 1)[1] if inputs.startswith("data:") else inputs
+        text = "".join(text.split())
+        if len(text) * 3 // 4 > max_bytes:
+            raise RequestError(f"inputs: the upload is larger than {max_bytes} bytes", status=413)
+        try:
+            data = base64.b64decode(text, validate=True)
+        except (binascii.Error, ValueError):
+            raise RequestError("inputs: not valid base64 (send the audio file as raw bytes or base64)") from None
+    elif inputs is None:
+        raise RequestError("inputs: missing (send the audio file as raw bytes or a base64 string)")
+    else:
+        raise RequestError(f"inputs: expected audio bytes or a base64 string, got {type(inputs).__name__}")
+    if not data:
+        raise RequestError("inputs: the upload is empty (0 bytes)")
+    if len(data) > max_bytes:
+        raise RequestError(f"inputs: the upload is larger than {max_bytes} bytes", status=413)
+    return data
+
+
+def error(message: str, status: int) -> dict:
+    return {"error": message, "status": status}
+
+
+def response(transcript: Transcript, params: TranscribeParams, request_s: float) -> dict:
+    """Text, segments (times, speaker, words), language, timing and speculative facts."""
+    out = transcript.to_dict()
+    out.pop("source", None)
+    for seg in out["segments"]:
+        seg.pop("tokens", None)
+    out["timings"]["request"] = round(request_s, 3)
+    if params.formats:
+        out["outputs"] = {fmt: render(transcript, fmt) for fmt in params.formats}
+    return out
+
+
+class Endpoint:
+    """Callable request handler; the models load once, when it is built."""
+
+    def __init__(self, settings: ServiceSettings | None = None, preload: bool = True):
+        self.transcriber = Transcriber(settings)
+        if preload:
+            self.transcriber.preload(parse_params({}, self.transcriber.settings.choices))
+
+    def __call__(self, data: object) -> dict:
+        t0 = time.perf_counter()
+        try:
+            if not isinstance(data, Mapping):
+                raise RequestError(f"the request must be an object with 'inputs' (and 'parameters'), got {type(data).__name__}")
+            unknown = [k for k in data if k not in REQUEST_FIELDS]
+            if unknown:
+                raise RequestError(f"unknown field '{unknown[0]}' (a request has {' and '.join(REQUEST_FIELDS)})")
+            params = parse_params(data.get("parameters"), self.transcriber.settings.choices)
+            audio = decode_inputs(data.get("inputs"), self.transcriber.settings.max_upload_bytes)
+            transcript = self.transcriber.transcribe_input(audio, "inputs", params)
+        except RequestError as exc:
+            return error(str(exc), exc.status)
+        except (AudioError, ValueError) as exc:  # bad audio; options the model refuses (language, task)
+            return error(one_line(exc), 400)
+        except (ModelError, OSError) as exc:
+            log.exception("model unavailable")
+            return error(f"model unavailable: {one_line(exc)}", 503)
+        except Exception as exc:  # noqa: BLE001 - the contract is a dict, never a traceback
+            log.exception("request failed")
+            return error(f"internal error: {one_line(exc)}", 500)
+        return response(transcript, params, time.perf_counter() - t0)
+
