@@ -1,0 +1,64 @@
+"""Web UI: ``python app.py [--host 127.0.0.1] [--port 7860]`` serves the Gradio app over the pipeline core.
+
+Models load once per process (kept by the shared Transcriber); requests queue for the model one
+at a time.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import tempfile
+from pathlib import Path
+
+from pipelines.core import PipelineConfig
+from pipelines.params import Choices
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="python app.py", description="specwhisper web UI (Gradio)")
+    p.add_argument("--host", default="127.0.0.1", help="address to bind (default: 127.0.0.1)")
+    p.add_argument("--port", type=int, default=7860, help="port (default: 7860)")
+    p.add_argument("--models", default=",".join(Choices.models), help="models offered, the first is the default (default: %(default)s)")
+    p.add_argument("--drafters", default=",".join(Choices.drafters), help="drafters offered, the first is the default (default: %(default)s)")
+    p.add_argument("--device", default="cpu", help="torch device (default: cpu)")
+    p.add_argument("--cache-dir", type=Path, help="where converted models are kept (default: ~/.cache/specwhisper)")
+    p.add_argument("--max-duration", type=float, default=4 * 3600, help="refuse audio longer than this many seconds (default: 14400)")
+    p.add_argument("--max-file-mb", type=float, default=200, help="largest upload in MB (default: 200)")
+    p.add_argument("--output-dir", type=Path, help="where download files are written (default: a temporary folder)")
+    p.add_argument("--no-preload", action="store_true", help="load the default model on the first request, not at start")
+    return p
+
+
+def split(value: str) -> tuple[str, ...]:
+    return tuple(v.strip() for v in value.split(",") if v.strip())
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    if not split(args.models) or not split(args.drafters):
+        print("app: error: --models and --drafters need at least one name each", file=sys.stderr)
+        return 2
+    from pipelines.params import parse_params
+    from pipelines.service import ServiceSettings, Transcriber
+    from pipelines.ui import UiConfig, build_demo, theme
+
+    settings = ServiceSettings(
+        base=PipelineConfig(device=args.device, cache_dir=args.cache_dir),
+        choices=Choices(models=split(args.models), drafters=split(args.drafters)),
+        max_audio_s=args.max_duration,
+        max_upload_bytes=int(args.max_file_mb * 2**20),
+    )
+    service = Transcriber(settings)
+    if not args.no_preload:
+        service.preload(parse_params({}, settings.choices))
+    output_dir = args.output_dir or Path(tempfile.mkdtemp(prefix="specwhisper-ui-"))
+    demo = build_demo(service, UiConfig(output_dir=output_dir))
+    demo.queue(default_concurrency_limit=1, max_size=32)
+    demo.launch(server_name=args.host, server_port=args.port, theme=theme(), max_file_size=settings.max_upload_bytes,
+                allowed_paths=[str(output_dir)], footer_links=[], show_error=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

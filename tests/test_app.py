@@ -1,0 +1,219 @@
+"""End to end: `python app.py` on localhost, driven by Debian's chromium through Playwright.
+
+Screenshots are kept as test artifacts in $SPECWHISPER_ARTIFACTS (default: tests/artifacts/).
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+JFK = ROOT / "samples" / "jfk.wav"
+ARTIFACTS = Path(os.environ.get("SPECWHISPER_ARTIFACTS", ROOT / "tests" / "artifacts"))
+RUN_TIMEOUT_MS = 180_000
+SRT_CUE = re.compile(r"(\d+)\n(\d\d):(\d\d):(\d\d),(\d{3}) --> (\d\d):(\d\d):(\d\d),(\d{3})\n(.+)")
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@pytest.fixture(scope="module")
+def app_url(tmp_path_factory):
+    """The app in a subprocess, as a user starts it; its log is printed if it dies."""
+    port = _free_port()
+    log_path = tmp_path_factory.mktemp("app") / "app.log"
+    env = {**os.environ, "GRADIO_ANALYTICS_ENABLED": "False"}
+    with log_path.open("w") as log:
+        proc = subprocess.Popen(
+            [sys.executable, "app.py", "--port", str(port), "--models", "base", "--drafters", "auto,none,ngram",
+             "--max-duration", "120", "--output-dir", str(tmp_path_factory.mktemp("downloads"))],
+            cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT,
+        )
+    url = f"http://127.0.0.1:{port}/"
+    deadline = time.monotonic() + 240
+    while True:
+        assert proc.poll() is None, f"app.py exited:\n{log_path.read_text()}"
+        try:
+            with urllib.request.urlopen(url, timeout=5) as resp:
+                if resp.status == 200:
+                    break
+        except OSError:
+            pass
+        assert time.monotonic() < deadline, f"app.py did not answer in 240 s:\n{log_path.read_text()}"
+        time.sleep(0.5)
+    yield url
+    proc.terminate()
+    proc.wait(timeout=30)
+
+
+@pytest.fixture(scope="module")
+def launch():
+    """Launches Debian's chromium (no browser download) with extra command-line flags."""
+    from playwright.sync_api import sync_playwright
+
+    chromium = shutil.which("chromium")
+    if chromium is None:
+        pytest.fail("Debian's chromium is not installed (make system-packages installs it)")
+    with sync_playwright() as pw:
+        yield lambda *flags: pw.chromium.launch(executable_path=chromium, args=["--no-sandbox", *flags])
+
+
+@pytest.fixture(scope="module")
+def browser(launch):
+    b = launch()
+    yield b
+    b.close()
+
+
+@pytest.fixture
+def page(browser, app_url):
+    context = browser.new_context(viewport={"width": 1400, "height": 1000}, accept_downloads=True)
+    pg = context.new_page()
+    pg.goto(app_url)
+    pg.wait_for_selector("#audio-input input[type=file]", state="attached")
+    yield pg
+    context.close()
+
+
+def _screenshot(pg, name: str) -> Path:
+    ARTIFACTS.mkdir(parents=True, exist_ok=True)
+    path = ARTIFACTS / f"{name}.png"
+    pg.screenshot(path=str(path), full_page=True)
+    return path
+
+
+def _transcribe(pg, audio: Path) -> None:
+    pg.locator("#audio-input input[type=file]").set_input_files(str(audio))
+    pg.wait_for_selector("#audio-input button[aria-label='Clear']")  # the upload is in
+    pg.click("#run")
+
+
+def _wait_for_text(pg, selector: str, text: str) -> None:
+    pg.wait_for_function("([sel, text]) => (document.querySelector(sel)?.innerText || '').includes(text)",
+                         arg=[selector, text], timeout=RUN_TIMEOUT_MS)
+
+
+def _table(pg) -> list[list[str]]:
+    """The transcript table's body cells, row by row (gradio renders rows as role=row/gridcell divs)."""
+    return pg.locator("#transcript div[role=row]").evaluate_all(
+        "rows => rows.map(r => [...r.querySelectorAll('[role=gridcell]')].map(c => c.innerText.trim()))")
+
+
+def _parse_srt(text: str) -> list[tuple[int, float, float, str]]:
+    cues = []
+    for block in text.strip().split("\n\n"):
+        m = SRT_CUE.fullmatch(block.strip())
+        assert m, f"not an SRT cue: {block!r}"
+        g = [int(x) for x in m.groups()[:9]]
+        start = g[1] * 3600 + g[2] * 60 + g[3] + g[4] / 1000
+        end = g[5] * 3600 + g[6] * 60 + g[7] + g[8] / 1000
+        cues.append((g[0], start, end, m.group(10)))
+    return cues
+
+
+def test_transcribe_upload(page):
+    _transcribe(page, JFK)
+    page.wait_for_timeout(1500)
+    _screenshot(page, "app-progress")  # mid-run: the stage progress bar
+    _wait_for_text(page, "#transcript", "ask not what your country")
+    _wait_for_text(page, "#facts", "RTF")
+    _screenshot(page, "app-transcript")
+
+    cells = _table(page)
+    assert cells and all(re.fullmatch(r"\d+:\d\d\.\d", c[0]) and re.fullmatch(r"\d+:\d\d\.\d", c[1]) for c in cells), cells
+    assert all(len(c) == 4 for c in cells) and all(c[2] == "" for c in cells)  # no speakers without diarization
+    assert "ask not what your country can do for you" in " ".join(c[3] for c in cells).lower()
+
+    facts = page.inner_text("#facts")
+    for fact in ("RTF", "Speculative acceptance", "Tokens per target pass", "language en"):
+        assert fact in facts
+
+    assert page.locator("#player audio").count() >= 1  # the player holds the audio (subtitles from the vtt)
+
+    names = sorted(page.locator("#downloads a[download]").evaluate_all("els => els.map(e => e.getAttribute('download'))"))
+    assert names == sorted(f"jfk.{f}" for f in ("txt", "srt", "vtt", "json", "tsv"))
+    with page.expect_download() as info:
+        page.click('#downloads a[download="jfk.srt"]')
+    srt = Path(info.value.path()).read_text(encoding="utf-8")
+    cues = _parse_srt(srt)
+    assert [c[0] for c in cues] == list(range(1, len(cues) + 1))
+    assert all(0 <= s < e <= 11.0 for _, s, e, _ in cues) and [c[1] for c in cues] == sorted(c[1] for c in cues)
+    assert "ask not what your country" in " ".join(c[3] for c in cues).lower()
+
+
+def test_bad_upload_shows_message(page, tmp_path):
+    fake = tmp_path / "notes.wav"
+    fake.write_text("this is a text file with a .wav name, not audio\n")
+    _transcribe(page, fake)
+    _wait_for_text(page, ".toast-body", "not a readable audio file")
+    _screenshot(page, "app-bad-upload")
+    toast = page.locator(".toast-body").first.inner_text()
+    assert "notes.wav: not a readable audio file" in toast
+    assert "Traceback" not in toast and "/tmp/" not in toast
+    assert _table(page) == []
+
+
+def test_two_users_queue(browser, app_url):
+    """Two sessions press Transcribe together: they queue for the one model and both get their transcript."""
+    contexts = [browser.new_context() for _ in range(2)]
+    try:
+        pages = [c.new_page() for c in contexts]
+        for pg in pages:
+            pg.goto(app_url)
+            pg.wait_for_selector("#audio-input input[type=file]", state="attached")
+        for pg in pages:
+            _transcribe(pg, JFK)
+        for pg in pages:
+            _wait_for_text(pg, "#transcript", "ask not what your country")
+    finally:
+        for c in contexts:
+            c.close()
+
+
+def test_record_from_microphone(launch, app_url):
+    """Chromium's fake capture device plays jfk.wav into the microphone; the recording is transcribed."""
+    b = launch("--use-fake-ui-for-media-stream", "--use-fake-device-for-media-stream", f"--use-file-for-fake-audio-capture={JFK}")
+    try:
+        pg = b.new_context(viewport={"width": 1400, "height": 1000}, permissions=["microphone"]).new_page()
+        pg.goto(app_url)
+        pg.click("#audio-input button[aria-label='Record audio']")
+        pg.get_by_role("button", name="Record", exact=True).click()
+        pg.wait_for_timeout(6000)
+        pg.locator("#audio-input button:visible", has_text="Stop").first.click()
+        pg.wait_for_selector("#audio-input button[aria-label='Clear']")
+        pg.click("#run")
+        _wait_for_text(pg, "#facts", "RTF")
+        _screenshot(pg, "app-microphone")
+        assert _table(pg)
+        text = pg.inner_text("#transcript").lower()
+        assert any(w in text for w in ("fellow", "americ", "country", "ask")), text
+        assert pg.locator("#downloads a[download]").count() == 5
+    finally:
+        b.close()
+
+
+def test_table_colours_rows_by_speaker():
+    from asr.types import Segment, Transcript
+    from pipelines.ui import SPEAKER_COLOURS, clock, transcript_table
+
+    segs = [Segment(0.0, 1.5, " hi", speaker="SPEAKER_00"), Segment(1.5, 3.0, " hello", speaker="SPEAKER_01", overlap=True),
+            Segment(3.0, 3661.25, " bye", speaker="SPEAKER_00")]
+    styler = transcript_table(Transcript(segments=segs, language="en", duration=3661.25))
+    html = styler.to_html()
+    frame = styler.data
+    assert list(frame["Start"]) == ["0:00.0", "0:01.5", "0:03.0"] and clock(3661.25) == "1:01:01.2"
+    assert list(frame["Speaker"]) == ["SPEAKER_00", "SPEAKER_01 (overlap)", "SPEAKER_00"]
+    assert SPEAKER_COLOURS[0] in html and SPEAKER_COLOURS[1] in html
