@@ -42,8 +42,10 @@ test: system-packages models
 test-all: system-packages models
 	$(PY) -m pytest -m ""
 
+# Benchmarks want a quiet machine: each prints side-by-side ratios and writes bench/results/<bench>.json.
+BENCHES ?= asr_baseline speculative diarization postedit batch
 bench: models
-	$(PY) bench/asr_baseline.py
+	@for b in $(BENCHES); do echo "== bench/$$b.py"; $(PY) bench/$$b.py || exit 1; done
 
 clean:
 	rm -rf $(VENV) $(DEMO_OUT) .pytest_cache

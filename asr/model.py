@@ -74,8 +74,10 @@ class KVCache:
 class WhisperDecoderRuntime:
     """Incremental decoder forward with a static, per-row positioned KV cache."""
 
-    def __init__(self, model: WhisperForConditionalGeneration, num_layers: int | None = None):
-        dec = model.model.decoder
+    def __init__(self, model: WhisperForConditionalGeneration, num_layers: int | None = None,
+                 decoder: torch.nn.Module | None = None):
+        """``decoder`` replaces the model's own decoder stack (e.g. an int8 copy drafting for it)."""
+        dec = decoder if decoder is not None else model.model.decoder
         cfg = model.config
         self.model = model
         self.layers = list(dec.layers)[: num_layers or len(dec.layers)]
