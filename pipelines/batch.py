@@ -110,10 +110,11 @@ class StopSignals:
 
 def settings_key(config: PipelineConfig, options: RunOptions, formats: list[str]) -> str:
     """What shapes a file's outputs. Speed settings (drafter, batch size, device) are left out:
-    decoding is exact, so changing them redoes nothing."""
+    decoding is exact, so changing them redoes nothing; so is the length limit (--retry-failed
+    runs the files it refused again)."""
     decode = asdict(options.decode)
     decode.pop("batch_size")
-    opts = {k: v for k, v in asdict(options).items() if k != "decode"}
+    opts = {k: v for k, v in asdict(options).items() if k not in ("decode", "max_audio_s")}
     return json.dumps(
         {"model": config.model, "diarization_model": config.diarization_model, "postedit_model": config.postedit_model,
          "postedit_drafter": config.postedit_drafter, "decode": decode, "options": opts, "formats": sorted(formats)},

@@ -54,3 +54,20 @@ def diarizer():
     from diarize.pipeline import load_diarizer
 
     return load_diarizer()
+
+
+@pytest.fixture
+def run_cli(base_pipeline, monkeypatch, capsys):
+    """Run the CLI in-process with the session's already loaded pipeline (files, and folders on the
+    local engine); returns (exit code, stdout, stderr)."""
+    import pipelines.cli as cli
+    import pipelines.core
+
+    monkeypatch.setattr(pipelines.core, "Pipeline", lambda config: base_pipeline)
+
+    def run(*argv):
+        code = cli.main([str(a) for a in argv])
+        out, err = capsys.readouterr()
+        return code, out, err
+
+    return run

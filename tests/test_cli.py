@@ -13,25 +13,9 @@ import pytest
 import soundfile as sf
 import soxr
 
-import pipelines.cli as cli
 from pipelines.evaluation import wer
 
 JFK_REF = "And so my fellow Americans ask not what your country can do for you, ask what you can do for your country."
-
-
-@pytest.fixture
-def run_cli(base_pipeline, monkeypatch, capsys):
-    """Run the CLI in-process with the session's already loaded pipeline."""
-    import pipelines.core
-
-    monkeypatch.setattr(pipelines.core, "Pipeline", lambda config: base_pipeline)
-
-    def run(*argv):
-        code = cli.main([str(a) for a in argv])
-        out, err = capsys.readouterr()
-        return code, out, err
-
-    return run
 
 
 def _one_line_error(err: str) -> str:
@@ -118,9 +102,10 @@ def _bad_inputs(tmp_path):
     data = (tmp_path / "good.wav").read_bytes()
     (tmp_path / "truncated.flac").write_bytes(b"fLaC" + data[4:200])
     sf.write(tmp_path / "lowrate.wav", np.zeros(400, dtype=np.int16), 400, subtype="PCM_16")
+    (tmp_path / "no-audio").mkdir(exist_ok=True)  # a folder is a batch input (tests/test_batch.py)
     return {
         "missing": ([tmp_path / "nope.wav"], "file not found"),
-        "directory": ([tmp_path], "directory"),
+        "directory": ([tmp_path / "no-audio"], "no input files found"),
         "empty": ([tmp_path / "empty.wav"], "empty"),
         "text": ([tmp_path / "notes.wav"], "not a readable audio file"),
         "random": ([tmp_path / "random.mp3"], "not a readable audio file"),
@@ -132,17 +117,23 @@ def _bad_inputs(tmp_path):
         "bad_batch": ([tmp_path / "good.wav", "--batch-size", "0"], "batch size"),
         "bad_language": ([tmp_path / "good.wav", "--language", "xx"], "unknown language"),
         "bad_speakers": ([tmp_path / "good.wav", "--min-speakers", "3", "--max-speakers", "2"], "min-speakers"),
+        "bad_max_change": ([tmp_path / "good.wav", "--postedit-max-change", "2"], "between 0 and 1"),
+        "not_a_number": ([tmp_path / "good.wav", "--batch-size", "many"], "invalid int value"),
+        "unknown_option": ([tmp_path / "good.wav", "--frobnicate"], "unrecognized arguments"),
     }
 
 
 CASES = ["missing", "directory", "empty", "text", "random", "zero_samples", "truncated", "low_rate", "too_long",
-         "bad_format", "bad_batch", "bad_language", "bad_speakers"]
+         "bad_format", "bad_batch", "bad_language", "bad_speakers", "bad_max_change", "not_a_number", "unknown_option"]
 
 
 @pytest.mark.parametrize("case", CASES)
-def test_bad_input_one_line_error(run_cli, tmp_path, case):
+def test_bad_input_one_line_error(run_cli, tmp_path, case, capsys):
     argv, expected = _bad_inputs(tmp_path)[case]
-    code, out, err = run_cli(*argv, "-o", tmp_path / "out", "-q")
+    try:
+        code, out, err = run_cli(*argv, "-o", tmp_path / "out", "-q")
+    except SystemExit as exc:  # argparse rejects the arguments before anything runs
+        code, (out, err) = exc.code, capsys.readouterr()
     assert code != 0
     line = _one_line_error(err)
     assert expected in line.lower(), line

@@ -1,0 +1,280 @@
+"""Batch folders on real audio: cross-file batching is exact, the job database resumes, skips,
+redoes changed files and retries failed ones, bad folders give one-line errors, a killed batch
+resumes with every file done exactly once, and a local 2-worker Ray runs the same batch."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import sqlite3
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from asr.audio import load_audio
+from asr.engine import DecodeOptions
+from pipelines.evaluation import english_set, wer
+from pipelines.jobs import DB_NAME
+
+REPO = Path(__file__).resolve().parent.parent
+JFK_REF = "And so my fellow Americans ask not what your country can do for you, ask what you can do for your country."
+
+
+def _rows(out: Path) -> dict[str, dict]:
+    """The job database's rows by input path under the folder; {} while it does not exist yet."""
+    if not (out / DB_NAME).exists():
+        return {}
+    con = sqlite3.connect(out / DB_NAME, timeout=30)
+    con.row_factory = sqlite3.Row
+    try:
+        return {r["rel"]: dict(r) for r in con.execute("SELECT * FROM files")}
+    except sqlite3.OperationalError:  # the table is not created yet
+        return {}
+    finally:
+        con.close()
+
+
+def _error_lines(err: str) -> list[str]:
+    assert "Traceback" not in err
+    return [line for line in err.splitlines() if line.startswith("transcribe: error:")]
+
+
+def _copy(eval_root: Path, folder: Path, files: dict[str, str]) -> Path:
+    """files: name under ``folder`` -> eval file (or raw text for a bad file, prefixed 'text:')."""
+    for name, src in files.items():
+        dest = folder / name
+        dest.parent.mkdir(parents=True, exist_ok=True)
+        if src.startswith("text:"):
+            dest.write_text(src[5:])
+        else:
+            shutil.copy(eval_root / src, dest)
+    return folder
+
+
+def _assert_outputs_valid(out: Path, rows: dict[str, dict]) -> None:
+    """Every done file's outputs exist, parse, and agree with each other; no temp file is left."""
+    for rel, row in rows.items():
+        if row["state"] != "done":
+            continue
+        outputs = [Path(p) for p in json.loads(row["outputs"])]
+        assert outputs and all(p.is_file() for p in outputs), rel
+        data = json.loads(next(p for p in outputs if p.suffix == ".json").read_text())
+        txt = next(p for p in outputs if p.suffix == ".txt").read_text()
+        assert " ".join(txt.split()) == " ".join(data["text"].split()), rel
+        assert data["source"].endswith(rel) and data["duration"] > 0
+    assert not list(out.rglob("*.tmp"))
+
+
+def test_transcribe_many_matches_transcribe(base_engine, eval_root):
+    """Chunks of several files decoded in shared batches give each file exactly its own transcript."""
+    names = ["whisper.cpp/jfk.wav", "coqui-tts-ljspeech/LJ001-0002.wav", "mfa/common_voice_en_22058264.mp3"]
+    audios = [load_audio(eval_root / n) for n in names] + [np.zeros(32000, dtype=np.float32)]
+    opts = DecodeOptions(batch_size=4, word_timestamps=True)
+    many = base_engine.transcribe_many(audios, opts)
+    for audio, got in zip(audios, many):
+        want = base_engine.transcribe(audio, opts)
+        assert [(s.start, s.end, s.text, s.tokens) for s in got.segments] == [
+            (s.start, s.end, s.text, s.tokens) for s in want.segments
+        ]
+        assert [(w.start, w.end, w.text) for s in got.segments for w in s.words] == [
+            (w.start, w.end, w.text) for s in want.segments for w in s.words
+        ]
+        assert (got.language, got.stats.generated_tokens) == (want.language, want.stats.generated_tokens)
+        assert got.chunks == want.chunks
+    assert many[-1].segments == [] and many[0].stats.generated_tokens > 0
+    assert wer([JFK_REF], [" ".join(s.text for s in many[0].segments)]) <= 0.05
+
+
+def test_folder_resume_changed_file_and_retry(run_cli, eval_root, tmp_path):
+    src = _copy(eval_root, tmp_path / "in", {
+        "jfk.wav": "whisper.cpp/jfk.wav",
+        "talk.mp3": "mfa/common_voice_en_22058264.mp3",
+        "sub/lj.wav": "coqui-tts-ljspeech/LJ001-0002.wav",
+        "broken.wav": "text:this is not audio",
+        "notes.txt": "text:not an input",
+        ".hidden.wav": "whisper.cpp/jfk.wav",
+    })
+    out = tmp_path / "out"
+    code, stdout, err = run_cli(src, "-o", out, "-r", "-f", "txt,json", "--summary")
+    assert code == 1, err
+    errors = _error_lines(err)
+    assert len(errors) == 1 and "broken.wav" in errors[0]
+    assert "4 files: 3 done, 0 already done, 1 failed" in err
+    assert "broken.wav" in stdout and "failed" in stdout and "jfk.wav" in stdout  # --summary table
+    rows = _rows(out)
+    assert sorted(rows) == ["broken.wav", "jfk.wav", "sub/lj.wav", "talk.mp3"]
+    assert {r: rows[r]["state"] for r in rows} == {"broken.wav": "failed", "jfk.wav": "done", "sub/lj.wav": "done", "talk.mp3": "done"}
+    assert rows["broken.wav"]["error"] == errors[0].removeprefix("transcribe: error: ")
+    assert all(rows[r]["completions"] == 1 and rows[r]["attempts"] == 1 for r in ("jfk.wav", "sub/lj.wav", "talk.mp3"))
+    assert (out / "sub" / "lj.json").is_file() and not (out / "notes.json").exists()
+    _assert_outputs_valid(out, rows)
+    assert wer([JFK_REF], [(out / "jfk.txt").read_text()]) <= 0.05
+
+    # The same run again: nothing is redone, the failed file stays failed.
+    code, _, err = run_cli(src, "-o", out, "-r", "-f", "txt,json")
+    assert code == 1 and "0 done, 3 already done, 1 failed (1 in an earlier run)" in err
+    assert {r: (v["attempts"], v["completions"]) for r, v in _rows(out).items()} == {
+        r: (v["attempts"], v["completions"]) for r, v in rows.items()}
+
+    # Changed content under the same name is redone; --retry-failed runs the failed file again.
+    shutil.copy(eval_root / "coqui-tts-ljspeech/LJ001-0003.wav", src / "jfk.wav")
+    code, _, err = run_cli(src, "-o", out, "-r", "-f", "txt,json", "--retry-failed")
+    assert code == 1 and "1 done, 2 already done, 1 failed" in err and len(_error_lines(err)) == 1
+    after = _rows(out)
+    assert after["jfk.wav"]["sha256"] != rows["jfk.wav"]["sha256"] and after["jfk.wav"]["completions"] == 1
+    assert "Chinese" in (out / "jfk.txt").read_text() and "Americans" not in (out / "jfk.txt").read_text()
+    assert after["broken.wav"]["attempts"] == 2 and after["broken.wav"]["state"] == "failed"
+    assert after["talk.mp3"]["attempts"] == 1 and after["sub/lj.wav"]["attempts"] == 1
+
+    # Other settings (here: formats) are a new job; --glob picks files; without -r subfolders are skipped.
+    code, _, err = run_cli(src, "-o", out, "--glob", "*.mp3", "-f", "srt")
+    assert code == 0, err
+    assert "1 files: 1 done" in err and (out / "talk.srt").is_file()
+    assert _rows(out)["talk.mp3"]["completions"] == 1 and not (out / "sub" / "lj.srt").exists()
+
+
+def test_empty_folder_and_bad_output_dirs(run_cli, tmp_path):
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    (empty / "readme.txt").write_text("no audio here")
+    code, _, err = run_cli(empty, "-o", tmp_path / "out")
+    assert code == 2 and len(_error_lines(err)) == 1 and "no input files found" in err
+
+    src = tmp_path / "in"
+    src.mkdir()
+    (src / "a.wav").write_bytes(b"RIFF")
+    a_file = tmp_path / "file.txt"
+    a_file.write_text("x")
+    for out, message in [(a_file, "the output folder is a file"), (a_file / "sub", "cannot create the output folder")]:
+        code, _, err = run_cli(src, "-o", out)
+        assert code == 2 and len(_error_lines(err)) == 1 and message in err, err
+
+    code, _, err = run_cli(src, src / "a.wav", "-o", tmp_path / "out")
+    assert code == 2 and "must be the only input" in _error_lines(err)[0]
+    code, _, err = run_cli(src / "a.wav", "--retry-failed")
+    assert code == 2 and "--retry-failed applies to a folder input" in _error_lines(err)[0]
+
+
+@pytest.fixture
+def read_only_dir(tmp_path):
+    """A folder nobody can create files in (root too: the immutable attribute)."""
+    folder = tmp_path / "read-only"
+    folder.mkdir()
+    if os.geteuid() == 0:
+        undo = ["chattr", "-i", str(folder)]
+        if shutil.which("chattr") is None or subprocess.run(["chattr", "+i", str(folder)], capture_output=True).returncode:
+            pytest.skip("running as root without chattr +i: no folder is unwritable")
+    else:
+        folder.chmod(0o555)
+        undo = ["chmod", "755", str(folder)]
+    try:
+        yield folder
+    finally:
+        subprocess.run(undo, check=True)
+
+
+def test_unwritable_output_dir(run_cli, eval_root, tmp_path, read_only_dir):
+    src = _copy(eval_root, tmp_path / "in", {"jfk.wav": "whisper.cpp/jfk.wav"})
+    code, _, err = run_cli(src, "-o", read_only_dir)
+    errors = _error_lines(err)
+    assert code == 2 and len(errors) == 1 and "cannot write the job database" in errors[0], err
+
+
+def test_folder_with_diarization(run_cli, eval_root, tmp_path):
+    src = _copy(eval_root, tmp_path / "in", {"jfk.wav": "whisper.cpp/jfk.wav"})
+    code, _, err = run_cli(src, "-o", tmp_path / "out", "--diarize", "-q")
+    assert code == 0, err
+    rttm = (tmp_path / "out" / "jfk.rttm").read_text().splitlines()
+    assert rttm and all(line.startswith("SPEAKER jfk 1 ") for line in rttm)
+    data = json.loads((tmp_path / "out" / "jfk.json").read_text())
+    assert data["speakers"] and all(s["speaker"] for s in data["segments"]) and data["segments"][0]["words"]
+
+
+def _start(src: Path, out: Path, *extra: str) -> subprocess.Popen:
+    cmd = [sys.executable, "-m", "pipelines.cli", str(src), "-o", str(out), "-f", "txt,json", "-q", *extra]
+    return subprocess.Popen(cmd, cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+
+
+def _wait_done(proc: subprocess.Popen, out: Path, at_least: int, timeout: float = 300) -> int:
+    end = time.monotonic() + timeout
+    while time.monotonic() < end and proc.poll() is None:
+        done = sum(r["state"] == "done" for r in _rows(out).values())
+        if done >= at_least:
+            return done
+        time.sleep(0.1)
+    raise AssertionError(f"the batch ended or stalled before {at_least} files were done: {proc.poll()}")
+
+
+def test_kill_and_resume(eval_root, tmp_path):
+    """SIGTERM (graceful) and SIGKILL (abrupt) mid-run, then a resume: every file done exactly once."""
+    items = sorted(english_set(eval_root), key=lambda i: i.duration)[:8]
+    src = _copy(eval_root, tmp_path / "in", {f"{i:02d}-{Path(it.file).name}": it.file for i, it in enumerate(items)})
+    out = tmp_path / "out"
+    args = ("-m", "tiny.en", "--group-files", "1")
+
+    proc = _start(src, out, *args)
+    first = _wait_done(proc, out, 1)
+    proc.send_signal(signal.SIGTERM)
+    _, err = proc.communicate(timeout=120)
+    assert proc.returncode == 130 and "interrupted; run the same command again to resume" in err and "Traceback" not in err
+    rows = _rows(out)
+    assert not any(r["state"] == "running" for r in rows.values())
+    done = [r for r in rows.values() if r["state"] == "done"]
+    assert first <= len(done) < len(items)
+    _assert_outputs_valid(out, rows)
+
+    proc = _start(src, out, *args)
+    _wait_done(proc, out, len(done) + 1)
+    proc.kill()
+    proc.communicate(timeout=60)
+    _assert_outputs_valid(out, _rows(out))
+
+    proc = _start(src, out, *args)
+    _, err = proc.communicate(timeout=600)
+    assert proc.returncode == 0, err
+    rows = _rows(out)
+    assert len(rows) == len(items)
+    assert all(r["state"] == "done" and r["completions"] == 1 for r in rows.values()), rows
+    _assert_outputs_valid(out, rows)
+    assert sum(r["attempts"] for r in rows.values()) >= len(items)
+    hyps = [json.loads((out / f"{i:02d}-{Path(it.file).stem}.json").read_text())["text"] for i, it in enumerate(items)]
+    assert wer([it.reference for it in items], hyps) < 0.35
+
+
+def test_ray_engine_two_workers(run_cli, eval_root, tmp_path):
+    """A local Ray with 2 workers gives the local engine's transcripts; the driver alone writes the DB."""
+    src = _copy(eval_root, tmp_path / "in", {
+        "jfk.wav": "whisper.cpp/jfk.wav",
+        "talk.mp3": "mfa/common_voice_en_22058264.mp3",
+        "lj.wav": "coqui-tts-ljspeech/LJ001-0002.wav",
+        "fleurs.ogg": "cuttledoc-fleurs/fleurs-en-004.ogg",
+        "broken.wav": "text:this is not audio",
+    })
+    code, _, err = run_cli(src, "-o", tmp_path / "local", "-f", "txt,json", "-q")
+    assert code == 1, err
+
+    out = tmp_path / "ray"
+    proc = _start(src, out, "--engine", "ray", "--workers", "2")
+    _, err = proc.communicate(timeout=600)
+    assert proc.returncode == 1, err
+    errors = _error_lines(err)
+    assert len(errors) == 1 and "broken.wav" in errors[0]
+    rows = _rows(out)
+    assert {r: v["state"] for r, v in rows.items()} == {
+        "jfk.wav": "done", "talk.mp3": "done", "lj.wav": "done", "fleurs.ogg": "done", "broken.wav": "failed"}
+    assert all(v["completions"] == 1 and v["attempts"] == 1 for r, v in rows.items() if r != "broken.wav")
+    _assert_outputs_valid(out, rows)
+    for name in ("jfk", "talk", "lj", "fleurs"):
+        assert (out / f"{name}.txt").read_text() == (tmp_path / "local" / f"{name}.txt").read_text()
+
+    # Resuming on Ray: nothing left to do, nothing redone.
+    proc = _start(src, out, "--engine", "ray")
+    _, err = proc.communicate(timeout=300)
+    assert proc.returncode == 1 and len(_error_lines(err)) == 0
+    assert {r: v["attempts"] for r, v in _rows(out).items()} == {r: v["attempts"] for r, v in rows.items()}
