@@ -22,8 +22,26 @@ class CliError(Exception):
     """A problem with what the user asked for; printed as one line."""
 
 
+def _share(text: str) -> float:
+    """argparse type: a share between 0 and 1."""
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a number between 0 and 1, got '{text}'") from None
+    if not 0.0 <= value <= 1.0:
+        raise argparse.ArgumentTypeError(f"expected a number between 0 and 1, got {value}")
+    return value
+
+
+class _Parser(argparse.ArgumentParser):
+    """argparse, but a bad argument is one line ('transcribe: error: ...'), not usage + error."""
+
+    def error(self, message: str):
+        self.exit(2, f"{self.prog}: error: {message} (see --help)\n")
+
+
 def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(
+    p = _Parser(
         prog=PROG,
         description="Speaker-attributed transcripts with exact speculative Whisper decoding.",
     )
@@ -48,6 +66,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--postedit-model", help="causal LM id or folder (default: embedded SmolLM2-135M-Instruct)")
     p.add_argument("--postedit-drafter", default="copy",
                    help="post-edit drafter: copy, none, layers:N, or a causal LM (default: copy)")
+    p.add_argument("--postedit-max-change", type=_share, default=0.3, metavar="SHARE",
+                   help="reject an edit that changes more than this share of words, 0-1 (default: 0.3)")
     p.add_argument("--max-duration", type=float, default=12 * 3600, help="refuse audio longer than this many seconds (default: 43200)")
     p.add_argument("--device", default="cpu", help="torch device (default: cpu)")
     p.add_argument("--cache-dir", type=Path, help="where converted models are kept (default: ~/.cache/specwhisper)")
@@ -142,6 +162,7 @@ def _pipeline_config(args):
         hf_token=args.hf_token,
         postedit_model=args.postedit_model,
         postedit_drafter=args.postedit_drafter,
+        postedit_max_change=args.postedit_max_change,
     )
 
 

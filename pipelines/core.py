@@ -28,6 +28,7 @@ class PipelineConfig:
     hf_token: str | None = None
     postedit_model: str | None = None  # None: the embedded SmolLM2
     postedit_drafter: str | None = "copy"
+    postedit_max_change: float = 0.3  # an edit changing a larger share of words is rejected
 
 
 @dataclass
@@ -77,7 +78,12 @@ class Pipeline:
         if self._post_editor is None:
             from pipelines.postedit import load_post_editor
 
-            self._post_editor = load_post_editor(self.config.postedit_model, drafter=self.config.postedit_drafter, device=self.config.device)
+            self._post_editor = load_post_editor(
+                self.config.postedit_model,
+                drafter=self.config.postedit_drafter,
+                max_change=self.config.postedit_max_change,
+                device=self.config.device,
+            )
         return self._post_editor
 
     def run_file(self, path: str | Path, options: RunOptions | None = None, progress: Progress | None = None) -> Transcript:
