@@ -26,6 +26,8 @@ from pipelines.jobs import JobDB, JobRecord, file_sha256
 from pipelines.writers import write_outputs
 
 ENGINES = ("local", "ray")
+# Settings that cannot change a transcript (or are secrets), left out of a file's settings key.
+SPEED_SETTINGS = frozenset({"draft", "device", "cache_dir", "hf_token", "batch_size", "max_audio_s"})
 
 
 class BatchError(Exception):
@@ -112,14 +114,11 @@ def settings_key(config: PipelineConfig, options: RunOptions, formats: list[str]
     """What shapes a file's outputs. Speed settings (drafter, batch size, device) are left out:
     decoding is exact, so changing them redoes nothing; so is the length limit (--retry-failed
     runs the files it refused again)."""
-    decode = asdict(options.decode)
-    decode.pop("batch_size")
-    opts = {k: v for k, v in asdict(options).items() if k not in ("decode", "max_audio_s")}
-    return json.dumps(
-        {"model": config.model, "diarization_model": config.diarization_model, "postedit_model": config.postedit_model,
-         "postedit_drafter": config.postedit_drafter, "decode": decode, "options": opts, "formats": sorted(formats)},
-        sort_keys=True,
-    )
+    models = {k: v for k, v in asdict(config).items() if k not in SPEED_SETTINGS}
+    decode = {k: v for k, v in asdict(options.decode).items() if k not in SPEED_SETTINGS}
+    opts = {k: v for k, v in asdict(options).items() if k != "decode" and k not in SPEED_SETTINGS}
+    return json.dumps({"models": models, "decode": decode, "options": opts, "formats": sorted(formats)},
+                      sort_keys=True, default=str)
 
 
 @dataclass
@@ -190,8 +189,8 @@ class _Bar:
             self.audio_s += event.transcript.duration
         else:
             self.failed += 1
-        self.bar.set_postfix_str(f"{self.audio_s / 3600:.2f} h audio" + (f", {self.failed} failed" if self.failed else ""),
-                                 refresh=False)
+        audio = self.bar.format_interval(self.audio_s)
+        self.bar.set_postfix_str(f"{audio} of audio" + (f", {self.failed} failed" if self.failed else ""), refresh=False)
         self.bar.update(1)
 
     def write(self, line: str) -> None:

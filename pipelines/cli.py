@@ -172,8 +172,9 @@ def run_folder(args, formats: list[str], opts) -> int:
 
     from pipelines.batch_engine import GroupLimits
 
-    if args.workers is not None and args.engine != "ray":
-        raise CliError("--workers goes with --engine ray")
+    for flag in ("workers", "ray_address"):
+        if getattr(args, flag) is not None and args.engine != "ray":
+            raise CliError(f"--{flag.replace('_', '-')} goes with --engine ray")
     if args.group_files < 1:
         raise CliError(f"--group-files must be >= 1, got {args.group_files}")
     cfg = BatchConfig(

@@ -163,10 +163,7 @@ class RayEngine:
         def submit(idx: int) -> Iterator[Event]:
             while queue:
                 task = queue.popleft()
-                if not task.sha256:  # not read yet (a retried task keeps its bytes' hashes)
-                    items, failed = self._payload(task)
-                else:
-                    items, failed = [(str(j.path), j.path.read_bytes()) for j in task.jobs], []
+                items, failed = self._payload(task)
                 yield Started([f.job for f in failed] + task.jobs)
                 yield from failed
                 if task.jobs:

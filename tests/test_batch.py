@@ -57,8 +57,9 @@ def _copy(eval_root: Path, folder: Path, files: dict[str, str]) -> Path:
     return folder
 
 
-def _assert_outputs_valid(out: Path, rows: dict[str, dict]) -> None:
-    """Every done file's outputs exist, parse, and agree with each other; no temp file is left."""
+def _assert_outputs_valid(out: Path, rows: dict[str, dict], killed: bool = False) -> None:
+    """Every done file's outputs exist, parse, and agree with each other; no temp file is left
+    (unless the batch was just killed: a SIGKILL may land between a temp file and its rename)."""
     for rel, row in rows.items():
         if row["state"] != "done":
             continue
@@ -68,7 +69,7 @@ def _assert_outputs_valid(out: Path, rows: dict[str, dict]) -> None:
         txt = next(p for p in outputs if p.suffix == ".txt").read_text()
         assert " ".join(txt.split()) == " ".join(data["text"].split()), rel
         assert data["source"].endswith(rel) and data["duration"] > 0
-    assert not list(out.rglob("*.tmp"))
+    assert killed or not list(out.rglob("*.tmp"))
 
 
 def test_transcribe_many_matches_transcribe(base_engine, eval_root):
@@ -233,7 +234,7 @@ def test_kill_and_resume(eval_root, tmp_path):
     _wait_done(proc, out, len(done) + 1)
     proc.kill()
     proc.communicate(timeout=60)
-    _assert_outputs_valid(out, _rows(out))
+    _assert_outputs_valid(out, _rows(out), killed=True)
 
     proc = _start(src, out, *args)
     _, err = proc.communicate(timeout=600)
