@@ -15,9 +15,10 @@ import numpy as np
 
 from diarize.pipeline import SpeakerTurn
 from diarize.rttm import read_rttm, turns_to_annotation
+from pipelines.evaluation import eval_dir
 
 COLLAR = 0.25
-EVAL_DIR = Path(os.environ.get("SPECWHISPER_EVAL_DIR", Path(__file__).resolve().parents[2] / "shared" / "eval"))
+EVAL_DIR = eval_dir()
 PYANNOTE_DEV = EVAL_DIR / "pyannote-audio" / "tests_data"
 
 

@@ -15,7 +15,14 @@ REPO_ROOT = Path(__file__).resolve().parent.parent
 
 
 def eval_dir() -> Path:
-    return Path(os.environ.get("SPECWHISPER_EVAL_DIR", REPO_ROOT.parent / "shared" / "eval"))
+    """$SPECWHISPER_EVAL_DIR, else the first ``shared/eval`` beside the checkout or one of its parents
+    (``../shared/eval`` for a checkout next to the shared folder)."""
+    if os.environ.get("SPECWHISPER_EVAL_DIR"):
+        return Path(os.environ["SPECWHISPER_EVAL_DIR"])
+    for parent in REPO_ROOT.parents:
+        if (parent / "shared" / "eval" / "MANIFEST.tsv").is_file():
+            return parent / "shared" / "eval"
+    return REPO_ROOT.parent / "shared" / "eval"
 
 
 @dataclass(frozen=True)
