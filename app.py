@@ -55,8 +55,12 @@ def main(argv: list[str] | None = None) -> int:
     output_dir = args.output_dir or Path(tempfile.mkdtemp(prefix="specwhisper-ui-"))
     demo = build_demo(service, UiConfig(output_dir=output_dir))
     demo.queue(default_concurrency_limit=1, max_size=32)
-    demo.launch(server_name=args.host, server_port=args.port, theme=theme(), max_file_size=settings.max_upload_bytes,
-                allowed_paths=[str(output_dir)], footer_links=[], show_error=True)
+    try:
+        demo.launch(server_name=args.host, server_port=args.port, theme=theme(), max_file_size=settings.max_upload_bytes,
+                    allowed_paths=[str(output_dir)], footer_links=[], show_error=True)
+    except OSError as exc:  # port taken, address not local
+        print(f"app: error: {str(exc).strip().splitlines()[0]}", file=sys.stderr)
+        return 2
     return 0
 
 

@@ -69,6 +69,11 @@ def speed_facts(t: Transcript) -> str:
         ("Tokens per target pass", f"{s.tokens_per_target_pass:.2f}"),
         ("Stages", stages),
     ]
+    pe = m.get("postedit")
+    if isinstance(pe, dict):
+        rows.append(("Post-edit", f"{pe.get('accepted', 0)} of {pe.get('accepted', 0) + pe.get('rejected', 0)} turns changed; "
+                                  f"drafter {pe.get('drafter')}: acceptance {pe.get('acceptance_rate', 0):.0%}, "
+                                  f"{pe.get('tokens_per_target_pass', 0):.2f} tokens per pass"))
     return "| Speed | |\n|---|---|\n" + "\n".join(f"| {k} | {v} |" for k, v in rows)
 
 

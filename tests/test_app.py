@@ -126,8 +126,8 @@ def _parse_srt(text: str) -> list[tuple[int, float, float, str]]:
 
 def test_transcribe_upload(page):
     _transcribe(page, JFK)
-    page.wait_for_timeout(1500)
-    _screenshot(page, "app-progress")  # mid-run: the stage progress bar
+    _wait_for_text(page, "#transcript", "Transcribing")  # the stage progress bar, fed by the pipeline
+    _screenshot(page, "app-progress")
     _wait_for_text(page, "#transcript", "ask not what your country")
     _wait_for_text(page, "#facts", "RTF")
     _screenshot(page, "app-transcript")

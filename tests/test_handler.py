@@ -115,6 +115,15 @@ def test_diarized_segments_carry_speakers(handler, jfk_bytes):
     assert out["outputs"]["rttm"].startswith("SPEAKER ")
 
 
+def test_postedit_reports_its_decode(handler, jfk_bytes):
+    out = handler({"inputs": jfk_bytes, "parameters": {"model": "tiny.en", "postedit": True}})
+    assert "error" not in out, out
+    assert wer([JFK_REF], [out["text"]]) <= 0.15
+    assert out["timings"]["postedit"] > 0
+    report = out["model"]["postedit"]
+    assert report["accepted"] + report["rejected"] >= 1 and report["tokens_per_target_pass"] >= 1.0
+
+
 @pytest.mark.parametrize(
     "data, status, fragment",
     [
