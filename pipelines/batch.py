@@ -11,6 +11,7 @@ whose outputs are being written finishes first, so no half-written file is ever 
 from __future__ import annotations
 
 import json
+import shutil
 import signal
 import sys
 import threading
@@ -179,7 +180,9 @@ class _Bar:
     def __init__(self, total: int, enabled: bool):
         from tqdm import tqdm
 
-        self.bar = tqdm(total=total, unit="file", desc="batch", file=sys.stderr, disable=not enabled, dynamic_ncols=True,
+        size = shutil.get_terminal_size((100, 24))  # a pty reporting 0 x 0 would make tqdm draw nothing
+        self.bar = tqdm(total=total, unit="file", desc="batch", file=sys.stderr, disable=not enabled,
+                        ncols=size.columns, nrows=size.lines,
                         bar_format="{desc}: {n_fmt}/{total_fmt} files |{bar}| {elapsed}<{remaining}{postfix}")
         self.audio_s = 0.0
         self.failed = 0

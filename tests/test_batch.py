@@ -197,6 +197,33 @@ def test_folder_with_diarization(run_cli, eval_root, tmp_path):
     assert data["speakers"] and all(s["speaker"] for s in data["segments"]) and data["segments"][0]["words"]
 
 
+def test_progress_bar_with_eta_on_a_terminal(eval_root, tmp_path):
+    """On a terminal (a pty of size 0 x 0 here) the batch draws one overall bar: files, audio time, ETA."""
+    import pty
+
+    src = _copy(eval_root, tmp_path / "in", {"a.wav": "coqui-tts-ljspeech/LJ001-0002.wav", "b.mp3": "mfa/common_voice_en_22058264.mp3"})
+    master, tty = pty.openpty()
+    cmd = [sys.executable, "-m", "pipelines.cli", str(src), "-o", str(tmp_path / "out"), "-m", "tiny.en", "--group-files", "1"]
+    proc = subprocess.Popen(cmd, cwd=REPO, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=tty)
+    os.close(tty)
+    screen = b""
+    while True:
+        try:
+            data = os.read(master, 4096)
+        except OSError:  # the other end closed
+            break
+        if not data:
+            break
+        screen += data
+    proc.wait(timeout=300)
+    assert proc.returncode == 0
+    lines = screen.decode(errors="replace").replace("\r", "\n").splitlines()
+    bars = [line for line in lines if line.startswith("batch: ")]
+    assert any(line.startswith("batch: 0/2 files |") for line in bars), lines
+    assert any(line.startswith("batch: 2/2 files |") and "<00:00" in line and "of audio" in line for line in bars), lines
+    assert any("2 files: 2 done" in line for line in lines)
+
+
 def _start(src: Path, out: Path, *extra: str) -> subprocess.Popen:
     cmd = [sys.executable, "-m", "pipelines.cli", str(src), "-o", str(out), "-f", "txt,json", "-q", *extra]
     return subprocess.Popen(cmd, cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
@@ -248,8 +275,43 @@ def test_kill_and_resume(eval_root, tmp_path):
     assert wer([it.reference for it in items], hyps) < 0.35
 
 
+def _descendants(pid: int) -> dict[int, str]:
+    """Processes below ``pid``: pid -> command line."""
+    parents, cmds = {}, {}
+    for d in Path("/proc").iterdir():
+        try:
+            stat = (d / "stat").read_text()
+            cmds[int(d.name)] = (d / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+        except (ValueError, OSError):
+            continue
+        parents[int(d.name)] = int(stat.rsplit(")", 1)[1].split()[1])
+    found = {}
+    for p in parents:
+        q = p
+        while q in parents and q > 1:
+            q = parents[q]
+            if q == pid:
+                found[p] = cmds[p]
+                break
+    return found
+
+
+def _kill_a_ray_worker(proc: subprocess.Popen, out: Path, timeout: float = 300) -> bool:
+    """SIGKILL one of this batch's Ray actors once it has files to work on."""
+    end = time.monotonic() + timeout
+    while time.monotonic() < end and proc.poll() is None:
+        if any(r["state"] == "running" for r in _rows(out).values()):
+            workers = [p for p, cmd in _descendants(proc.pid).items() if cmd.startswith("ray::BatchWorker")]
+            if workers:
+                os.kill(workers[0], signal.SIGKILL)
+                return True
+        time.sleep(0.1)
+    return False
+
+
 def test_ray_engine_two_workers(run_cli, eval_root, tmp_path):
-    """A local Ray with 2 workers gives the local engine's transcripts; the driver alone writes the DB."""
+    """A local Ray with 2 workers gives the local engine's transcripts; the driver alone writes the DB; a
+    worker killed mid-run loses no file and does none twice."""
     src = _copy(eval_root, tmp_path / "in", {
         "jfk.wav": "whisper.cpp/jfk.wav",
         "talk.mp3": "mfa/common_voice_en_22058264.mp3",
@@ -262,6 +324,7 @@ def test_ray_engine_two_workers(run_cli, eval_root, tmp_path):
 
     out = tmp_path / "ray"
     proc = _start(src, out, "--engine", "ray", "--workers", "2")
+    killed = _kill_a_ray_worker(proc, out)  # its files go to a new actor
     _, err = proc.communicate(timeout=600)
     assert proc.returncode == 1, err
     errors = _error_lines(err)
@@ -269,7 +332,8 @@ def test_ray_engine_two_workers(run_cli, eval_root, tmp_path):
     rows = _rows(out)
     assert {r: v["state"] for r, v in rows.items()} == {
         "jfk.wav": "done", "talk.mp3": "done", "lj.wav": "done", "fleurs.ogg": "done", "broken.wav": "failed"}
-    assert all(v["completions"] == 1 and v["attempts"] == 1 for r, v in rows.items() if r != "broken.wav")
+    assert all(v["completions"] == 1 for r, v in rows.items() if r != "broken.wav")
+    assert killed and any(v["attempts"] == 2 for v in rows.values()), rows
     _assert_outputs_valid(out, rows)
     for name in ("jfk", "talk", "lj", "fleurs"):
         assert (out / f"{name}.txt").read_text() == (tmp_path / "local" / f"{name}.txt").read_text()
