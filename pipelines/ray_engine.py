@@ -75,6 +75,20 @@ class BatchWorker:
         return results
 
 
+def _probe(address: str, timeout: float = 5.0) -> None:
+    """Fail fast on a cluster address nobody answers at (Ray itself would retry for minutes)."""
+    import socket
+
+    hostport = address.removeprefix("ray://")
+    host, sep, port = hostport.rpartition(":")
+    if address == "auto" or not sep or not port.isdigit():
+        return  # 'auto' or a form Ray resolves itself
+    try:
+        socket.create_connection((host, int(port)), timeout=timeout).close()
+    except OSError as exc:
+        raise RayEngineError(f"cannot reach a Ray cluster at {address} ({exc.strerror or exc})") from exc
+
+
 @dataclass
 class _Task:
     jobs: list[Job]
@@ -106,6 +120,8 @@ class RayEngine:
         os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
         if not ray.is_initialized():
             local = self.address in (None, "local")
+            if not local:
+                _probe(self.address)
             try:
                 ray.init(
                     address="local" if local else self.address,
