@@ -129,6 +129,13 @@ class Plan:
     failed_before: list[Job]
 
 
+def _sha256_or_none(path: Path) -> str | None:
+    try:
+        return file_sha256(path)
+    except OSError:
+        return None  # unreadable now: queued, and its loader records the error
+
+
 def plan_jobs(db: JobDB, jobs: list[Job], settings: str, retry_failed: bool) -> Plan:
     """Decide per file: skip (done, same content and settings, outputs present), keep failed, or queue."""
     plan = Plan([], [], [])
@@ -136,7 +143,7 @@ def plan_jobs(db: JobDB, jobs: list[Job], settings: str, retry_failed: bool) -> 
         rec = db.get(job.key)
         same = rec is not None and rec.settings == settings
         if same and (rec.size, rec.mtime_ns) != (job.size, job.mtime_ns):
-            same = rec.sha256 is not None and rec.sha256 == file_sha256(job.path)  # touched, or changed?
+            same = rec.sha256 is not None and rec.sha256 == _sha256_or_none(job.path)  # touched, or changed?
             if same:
                 db.touch(job.key, job.size, job.mtime_ns)
         if same and rec.state == "done" and all(Path(p).is_file() for p in rec.outputs):

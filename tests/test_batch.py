@@ -92,6 +92,38 @@ def test_transcribe_many_matches_transcribe(base_engine, eval_root):
     assert wer([JFK_REF], [" ".join(s.text for s in many[0].segments)]) <= 0.05
 
 
+def test_prefetcher_groups_files_within_limits(eval_root, tmp_path):
+    """Decoded ahead on a thread, handed over in order, in groups within the file and audio limits."""
+    from pipelines.batch_engine import AudioPrefetcher, GroupLimits, load_job
+    from pipelines.batch_inputs import find_inputs, make_jobs
+
+    src = _copy(eval_root, tmp_path / "in", {
+        "1.wav": "whisper.cpp/jfk.wav", "2.wav": "coqui-tts-ljspeech/LJ001-0002.wav", "3.wav": "text:not audio",
+        "4.mp3": "mfa/common_voice_en_22058264.mp3", "5.wav": "coqui-tts-ljspeech/LJ001-0003.wav",
+    })
+    jobs = make_jobs(src, find_inputs(src), tmp_path / "out")
+    # A small read-ahead budget: the thread waits for the consumer; groups depend on timing.
+    prefetch = AudioPrefetcher(jobs, lambda job: load_job(job, 3600), GroupLimits(3, 12.0, prefetch_seconds=5.0))
+    groups = []
+    while group := prefetch.take():
+        groups.append(group)
+    prefetch.close()
+    assert [item.job for g in groups for item in g] == jobs
+    assert all(len(g) <= 3 and (len(g) == 1 or sum(i.seconds for i in g) <= 12.0) for g in groups)
+
+    # Everything decoded ahead (the thread has finished): groups are fixed by the limits alone.
+    prefetch = AudioPrefetcher(jobs, lambda job: load_job(job, 3600), GroupLimits(3, 12.0, prefetch_seconds=3600.0))
+    prefetch._thread.join(timeout=120)
+    groups = []
+    while group := prefetch.take():
+        groups.append(group)
+    prefetch.close()
+    assert [[i.job.rel.name for i in g] for g in groups] == [["1.wav"], ["2.wav", "3.wav", "4.mp3"], ["5.wav"]]
+    broken = groups[1][1]
+    assert broken.audio is None and "3.wav" in broken.error and broken.sha256
+    assert all(i.error is None and i.seconds > 1 and len(i.sha256) == 64 for g in groups for i in g if i is not broken)
+
+
 def test_folder_resume_changed_file_and_retry(run_cli, eval_root, tmp_path):
     src = _copy(eval_root, tmp_path / "in", {
         "jfk.wav": "whisper.cpp/jfk.wav",
