@@ -18,7 +18,6 @@ import threading
 from contextlib import closing, contextmanager
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Callable
 
 from pipelines.batch_engine import Finished, GroupLimits, LocalEngine, Started
 from pipelines.batch_inputs import InputError, Job, find_inputs, make_jobs
@@ -182,7 +181,7 @@ def _open_output(folder: Path) -> JobDB:
 
 
 class _Bar:
-    """Overall progress over files, with audio hours done and an ETA (tqdm, on stderr)."""
+    """Overall progress over files, with the audio time done and an ETA (tqdm, on stderr)."""
 
     def __init__(self, total: int, enabled: bool):
         from tqdm import tqdm
@@ -232,10 +231,9 @@ def run_batch(
     pipeline_config: PipelineConfig,
     options: RunOptions,
     show_progress: bool = False,
-    echo: Callable[[str], None] | None = None,
 ) -> BatchReport:
-    """Transcribe every input file of ``cfg.input_dir`` that is not done yet; see the module doc."""
-    say = echo or (lambda line: print(line, file=sys.stderr))
+    """Transcribe every input file of ``cfg.input_dir`` that is not done yet; see the module doc.
+    Per-file errors are printed as they happen (one line each) and recorded in the job database."""
     options.validate()
     try:
         files = find_inputs(cfg.input_dir, cfg.recursive, cfg.globs)
@@ -253,13 +251,12 @@ def run_batch(
         plan = plan_jobs(db, jobs, settings_key(pipeline_config, options, cfg.formats), cfg.retry_failed)
         report.done_before, report.failed_before = len(plan.done_before), len(plan.failed_before)
         if plan.todo:
-            _run_jobs(db, engine, plan.todo, cfg.formats, report, show_progress, say)
+            _run_jobs(db, engine, plan.todo, cfg.formats, report, show_progress)
         report.records = db.records([j.key for j in jobs])
     return report
 
 
-def _run_jobs(db: JobDB, engine, todo: list[Job], formats: list[str], report: BatchReport, show_progress: bool,
-              say: Callable[[str], None]) -> None:
+def _run_jobs(db: JobDB, engine, todo: list[Job], formats: list[str], report: BatchReport, show_progress: bool) -> None:
     engine.start()  # before our signal handlers: Ray installs its own while starting
     running: set[str] = set()
     bar = _Bar(len(todo), show_progress)

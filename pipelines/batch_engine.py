@@ -182,6 +182,8 @@ class LocalEngine:
         prefetch = AudioPrefetcher(jobs, lambda job: load_job(job, self.options.max_audio_s), self.limits)
         try:
             pipeline = self._pipeline() if jobs else None
+            if pipeline is not None:  # options the model cannot take stop the batch, not each file
+                self.options.decode.validate(pipeline.asr.special)
             while group := prefetch.take():
                 yield Started([item.job for item in group])
                 ok = [item for item in group if item.error is None]

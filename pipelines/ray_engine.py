@@ -42,7 +42,9 @@ class BatchWorker:
         torch.set_num_threads(threads)
         self.pipeline = Pipeline(config)
 
-    def ready(self) -> int:
+    def check(self, options: RunOptions) -> int:
+        """Raises ValueError for options this model cannot take; returns the worker's pid."""
+        options.decode.validate(self.pipeline.asr.special)
         return os.getpid()
 
     def run(self, items: list[tuple[str, bytes]], options: RunOptions) -> list[Outcome]:
@@ -138,6 +140,13 @@ class RayEngine:
         n = self.workers or max(1, cpus // self.threads)
         self._worker_cls = ray.remote(num_cpus=self.threads)(BatchWorker)
         self._actors = [self._new_actor() for _ in range(n)]
+        try:  # models loaded, options checked, before any file is sent
+            ray.get([actor.check.remote(self.options) for actor in self._actors])
+        except (ray.exceptions.RayTaskError, ray.exceptions.RayActorError) as exc:
+            self.close()
+            cause = getattr(exc, "cause", None) or exc  # the worker's own exception, when Ray kept it
+            lines = [line for line in str(cause).splitlines() if line.strip()]
+            raise RayEngineError(f"Ray workers could not start: {lines[-1].strip() if lines else type(cause).__name__}") from exc
 
     def _new_actor(self):
         return self._worker_cls.remote(self.config, self.threads)

@@ -192,6 +192,8 @@ def test_empty_folder_and_bad_output_dirs(run_cli, tmp_path):
     assert code == 2 and "must be the only input" in _error_lines(err)[0]
     code, _, err = run_cli(src / "a.wav", "--retry-failed")
     assert code == 2 and "--retry-failed applies to a folder input" in _error_lines(err)[0]
+    code, _, err = run_cli(src, "-o", tmp_path / "out", "-l", "xx")  # the model refuses it: the batch stops, once
+    assert code == 2 and "unknown language code 'xx'" in _error_lines(err)[0] and len(_error_lines(err)) == 1
     code, _, err = run_cli(src, "-o", tmp_path / "out", "--workers", "2")
     assert code == 2 and "--workers goes with --engine ray" in _error_lines(err)[0]
     code, _, err = run_cli(src, "-o", tmp_path / "out", "--engine", "ray", "--ray-address", "127.0.0.1:1")
