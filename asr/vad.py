@@ -7,7 +7,13 @@ from typing import Callable
 
 import numpy as np
 import torch
-from silero_vad import get_speech_timestamps, load_silero_vad
+
+# Importing silero_vad calls torch.set_num_threads(1) for the whole process; keep the caller's setting.
+_threads = torch.get_num_threads()
+from silero_vad import get_speech_timestamps, load_silero_vad  # noqa: E402
+
+torch.set_num_threads(_threads)
+del _threads
 
 from asr.audio import SAMPLE_RATE
 
