@@ -61,12 +61,25 @@ def make_drafter(engine, name):
     return model_drafter(engine, name)  # tiny.en: different vocabulary, own encoder
 
 
-@pytest.mark.parametrize("name", [*DRAFTERS, "tiny.en:int8"])
-def test_identical_tokens_batch_1(base_engine, encoded, reference, name):
+# Batch 1 on every public file for the n-gram, cross-vocabulary and wrong drafters; the variants of
+# a model drafter (truncated same-vocabulary, int8) take the first 12 files by default, all when slow.
+BATCH_1 = [
+    pytest.param("ngram", None, id="ngram"),
+    pytest.param("tiny.en", None, id="tiny.en"),
+    pytest.param("wrong", None, id="wrong"),
+    pytest.param("base:4", 12, id="base:4-12-files"),
+    pytest.param("tiny.en:int8", 12, id="tiny.en:int8-12-files"),
+    pytest.param("base:4", None, id="base:4", marks=pytest.mark.slow),
+    pytest.param("tiny.en:int8", None, id="tiny.en:int8", marks=pytest.mark.slow),
+]
+
+
+@pytest.mark.parametrize("name,files", BATCH_1)
+def test_identical_tokens_batch_1(base_engine, encoded, reference, name, files):
     e = base_engine
     dec = SpeculativeDecoder(e.runtime, e.special, e.rules, make_drafter(e, name), Lookahead(initial=4, maximum=8))
     drafted = accepted = 0
-    for item, feats, enc, prompt in encoded:
+    for item, feats, enc, prompt in encoded[:files]:
         out = dec.decode(enc, prompt, features=feats)
         got, want = out.sequences[0], reference[item.file]
         assert got.tokens == want.tokens, f"{name}: {item.file} differs from plain greedy"
