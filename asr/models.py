@@ -97,7 +97,32 @@ def resolve_model_path(name: str, cache_dir: Path | None = None) -> str:
         return str(ensure_embedded(name, cache_dir))
     if os.path.sep in name and not Path(name).exists() and name.startswith((".", "/")):
         raise ModelError(f"model folder not found: {name}")
+    if not Path(name).exists():
+        _check_hub_model(name)
     return name
+
+
+def _check_hub_model(name: str, timeout: float = 10.0) -> None:
+    """Fail in seconds, with one line, for a hub id that is neither cached nor reachable: left alone,
+    transformers retries an unreachable hub for minutes before it gives up."""
+    from huggingface_hub import HfApi, snapshot_download
+    from huggingface_hub.errors import HfHubHTTPError, LocalEntryNotFoundError, RepositoryNotFoundError
+
+    try:
+        snapshot_download(name, local_files_only=True, allow_patterns=["config.json"])
+        return  # in the local hub cache: transformers loads it offline
+    except (LocalEntryNotFoundError, ValueError, OSError):
+        pass
+    embedded = ", ".join(EMBEDDED_MODELS)
+    try:
+        HfApi().model_info(name, timeout=timeout)
+    except RepositoryNotFoundError:
+        raise ModelError(f"model '{name}' is not an embedded model ({embedded}), a folder, or a model on the Hugging Face hub") from None
+    except HfHubHTTPError as exc:
+        raise ModelError(f"cannot look up model '{name}' on the Hugging Face hub: {str(exc).splitlines()[0]}") from None
+    except Exception as exc:  # connection refused, DNS, timeout: no hub from here
+        raise ModelError(f"model '{name}' is not an embedded model ({embedded}) or a folder, and the Hugging Face hub "
+                         f"cannot be reached to fetch it ({type(exc).__name__})") from None
 
 
 @dataclass

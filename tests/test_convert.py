@@ -57,3 +57,14 @@ def test_converted_model_matches_ctranslate2(model, eval_root, tmp_path, request
         assert ours.tokens == theirs.sequences_ids[0], f"{model} {file}: tokens differ from CTranslate2"
         assert any(t >= sp.timestamp_begin for t in ours.tokens), "timestamps expected"
         assert ours.no_speech_prob == pytest.approx(theirs.no_speech_prob, abs=1e-4)
+
+
+def test_unknown_model_fails_fast_with_one_line():
+    """Neither embedded, nor a folder, nor in the hub cache: a one-line ModelError (hub or no hub)."""
+    from asr.models import ModelError, resolve_model_path
+
+    with pytest.raises(ModelError, match="is not an embedded model") as info:
+        resolve_model_path("no-such-org/no-such-whisper-model")
+    assert "\n" not in str(info.value)
+    with pytest.raises(ModelError, match="model folder not found"):
+        resolve_model_path("./no/such/folder")
