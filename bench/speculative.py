@@ -17,7 +17,7 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from common import ROOT, faster_whisper, machine, ours, peak_rss_mb, run_isolated  # noqa: E402
+from common import ROOT, set_clock, faster_whisper, machine, ours, peak_rss_mb, run_isolated  # noqa: E402
 
 
 def _ours(draft: str, files: list[str], threads: int, q) -> None:
@@ -60,7 +60,10 @@ def main() -> int:
     ap.add_argument("--hf-files", type=int, default=6, help="files for transformers' (slow) assisted generation")
     ap.add_argument("--threads", type=int, default=1)
     ap.add_argument("--drafters", default="ngram,tiny.en")
+    ap.add_argument("--clock", choices=("wall", "cpu"), default="wall",
+                    help="cpu: time by process CPU seconds (steadier while other jobs share the machine)")
     args = ap.parse_args()
+    set_clock(args.clock)
     os.environ.setdefault("OPENBLAS_NUM_THREADS", str(args.threads))
     from pipelines.evaluation import english_set
 
