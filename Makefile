@@ -8,8 +8,9 @@ PY := $(VENV)/bin/python
 PIP := $(PY) -m pip
 STAMP := $(VENV)/.installed
 SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
-# chromium: the browser tests/test_app.py drives through Playwright
-APT_PACKAGES := ffmpeg chromium
+# chromium: the browser tests/test_app.py drives through Playwright; espeak-ng: synthetic speech
+# for training the early-exit adapters (python -m train.exit_adapter)
+APT_PACKAGES := ffmpeg chromium espeak-ng
 DEMO_OUT ?= demo-output
 
 .PHONY: demo test test-all bench system-packages models clean

@@ -3,6 +3,9 @@
 ``none``      plain greedy decoding (one target pass per token)
 ``ngram``     prompt-lookup drafting from the decoded text of the batch (no model)
 ``auto``      the fastest exact option measured on this CPU (bench/results/speculative.json)
+early-exit[:k] the target's own first k decoder layers with a trained exit adapter (asr/early_exit.py):
+              no second model, the KV cache shared with the verify pass; ``early-exit:k:raw`` without
+              the adapter (a weak drafter, for comparison)
 MODEL         any Whisper model (embedded name, HF id, folder) drafting for the target;
               same tokenizer: ids pass through and the encoder output is reused when the
               encoders are identical (e.g. distil-large-v3 for large-v3); different tokenizer
@@ -17,12 +20,13 @@ from pathlib import Path
 import torch
 
 from asr.decoding import Decoder, GreedyDecoder, SpecialTokens, WhisperLogitRules
+from asr.early_exit import early_exit_drafter
 from asr.drafters import DraftModel, ModelDrafter, NgramDrafter, Retokenize, SameVocab
 from asr.model import WhisperDecoderRuntime
 from asr.models import load_whisper
 from asr.speculative import Lookahead, SpeculativeDecoder
 
-DRAFT_CHOICES = ("auto", "none", "ngram")
+DRAFT_CHOICES = ("auto", "none", "ngram", "early-exit")
 AUTO_DRAFT = "none"  # fastest exact option measured on this CPU so far: bench/results/speculative.json
 # A drafter's output head scores only the first text tokens (BPE ids are ordered by merge, so
 # frequent pieces come first) plus every special/timestamp token: most of the drafter's cost is
@@ -33,7 +37,9 @@ DRAFT_HEAD_TEXT_TOKENS = 16000
 def decoder_factory(draft: str, cache_dir: Path | None = None, lookahead: Lookahead | None = None):
     """Return a function building the decoder for an engine, per ``--draft``."""
     if not draft or not isinstance(draft, str):
-        raise ValueError("--draft must be auto, none, ngram or a Whisper model")
+        raise ValueError("--draft must be auto, none, ngram, early-exit[:k] or a Whisper model")
+    if draft.split(":")[0] == "early-exit":
+        early_exit_spec(draft)  # bad forms fail here, before any model loads
 
     def build(engine) -> Decoder:
         choice = AUTO_DRAFT if draft == "auto" else draft
@@ -41,12 +47,25 @@ def decoder_factory(draft: str, cache_dir: Path | None = None, lookahead: Lookah
             return GreedyDecoder(engine.runtime, engine.special, engine.rules)
         if choice == "ngram":
             drafter = NgramDrafter()
+        elif choice.split(":")[0] == "early-exit":
+            layer, raw = early_exit_spec(choice)
+            drafter = early_exit_drafter(engine, layer, adapter=None if raw else "auto")
         else:
             quantize = choice.endswith(":int8")
             drafter = model_drafter(engine, choice.removesuffix(":int8"), cache_dir, quantize=quantize)
         return SpeculativeDecoder(engine.runtime, engine.special, engine.rules, drafter, lookahead)
 
     return build
+
+
+def early_exit_spec(draft: str) -> tuple[int | None, bool]:
+    """``early-exit[:k][:raw]`` -> (exit layer or None for the default, without adapter)."""
+    parts = draft.split(":")[1:]
+    raw = bool(parts) and parts[-1] == "raw"
+    parts = parts[:-1] if raw else parts
+    if len(parts) > 1 or (parts and not parts[0].isdigit()):
+        raise ValueError(f"--draft early-exit takes an exit layer: early-exit:3 (got '{draft}')")
+    return (int(parts[0]) if parts else None), raw
 
 
 def same_encoder(a, b) -> bool:

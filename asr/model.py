@@ -124,14 +124,29 @@ class WhisperDecoderRuntime:
         states [B, n, d]. For each layer index present in ``cross_qk`` the
         cross-attention logits [B, heads, n, frames] are stored there (word timing).
         """
-        b, n = tokens.shape
+        x = self.layer_range(self.embed_at(tokens, positions), positions, cache, cross_qk=cross_qk)
+        return self.final_norm(x)
+
+    def embed_at(self, tokens: torch.Tensor, positions: torch.Tensor) -> torch.Tensor:
+        """Token + position embeddings [B, n, d] (the input of the first layer)."""
         # padding past the last real position (ragged speculative rows) reuses the last embedding
-        x = F.embedding(tokens, self.embed) + F.embedding(positions.clamp(max=self.max_len - 1), self.pos)
+        return F.embedding(tokens, self.embed) + F.embedding(positions.clamp(max=self.max_len - 1), self.pos)
+
+    @torch.inference_mode()
+    def layer_range(
+        self, x: torch.Tensor, positions: torch.Tensor, cache: KVCache, start: int = 0, stop: int | None = None,
+        cross_qk: dict[int, torch.Tensor] | None = None,
+    ) -> torch.Tensor:
+        """Layers ``start`` .. ``stop - 1`` on the residual stream ``x`` [B, n, d] at ``positions``:
+        ``hidden`` without the embeddings and the final norm, so a pass may enter or leave the stack
+        at any layer (the early-exit drafter runs the first layers, the verify pass the rest)."""
+        b, n = positions.shape
         used = int(positions.max()) + 1
-        key_pos = torch.arange(used, device=tokens.device)
+        key_pos = torch.arange(used, device=positions.device)
         mask = (key_pos[None, None, None, :] <= positions[:, None, :, None])  # [B,1,n,used]
-        rows = torch.arange(b, device=tokens.device)[:, None].expand(b, n)
-        for i, layer in enumerate(self.layers):
+        rows = torch.arange(b, device=positions.device)[:, None].expand(b, n)
+        for i in range(start, len(self.layers) if stop is None else stop):
+            layer = self.layers[i]
             att = layer.self_attn
             h = layer.self_attn_layer_norm(x)
             q = self._split(att.q_proj(h) * att.scaling)
@@ -154,7 +169,7 @@ class WhisperDecoderRuntime:
 
             h = layer.final_layer_norm(x)
             x = x + layer.fc2(layer.activation_fn(layer.fc1(h)))
-        return self.final_norm(x)
+        return x
 
     def logits(self, hidden: torch.Tensor) -> torch.Tensor:
         return self.head(hidden)

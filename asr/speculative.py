@@ -22,7 +22,7 @@ from dataclasses import dataclass
 import torch
 
 from asr.decoding import Decoder, DecodeOutput, SequenceResult, SpecialTokens, WhisperLogitRules
-from asr.model import WhisperDecoderRuntime
+from asr.model import KVCache, WhisperDecoderRuntime
 from asr.types import DecodeStats
 
 
@@ -30,6 +30,11 @@ class Drafter:
     """Proposes draft tokens (target vocabulary) for each active row of a batch."""
 
     name = "drafter"
+    # True: the verify pass feeds [pending, d1..dk], so a fully accepted draft also earns the target's
+    # next token. False: it feeds [pending, d1..dk-1] and only checks dk (a fully accepted draft leaves dk
+    # pending for the next round): for drafters whose draft steps already run part of the target, so
+    # that the last draft token's layers are never computed for nothing when it is rejected.
+    bonus = True
 
     def begin(self, encoder_out: torch.Tensor, prompt: list[int], features: torch.Tensor | None) -> None:
         """A new batch; row i of ``encoder_out`` is the target's encoding of chunk i."""
@@ -40,6 +45,16 @@ class Drafter:
 
     def select(self, keep: list[int]) -> None:
         """Keep only these active rows (others finished)."""
+
+    def attach(self, cache: KVCache) -> None:
+        """The target's KV cache for the current rows (after ``begin`` and after every ``select``), for
+        drafters that run the target's own first layers (``asr.early_exit``)."""
+
+    def verify(self, runtime: WhisperDecoderRuntime, tokens: torch.Tensor, positions: torch.Tensor, cache: KVCache) -> torch.Tensor:
+        """The verify pass: the target's final hidden states of ``tokens`` (``[pending, drafts..]`` per
+        row) at ``positions``. A drafter that already ran some of the target's layers for them may
+        reuse that work; it must return what ``runtime.hidden`` would."""
+        return runtime.hidden(tokens, positions, cache)
 
 
 @dataclass
@@ -81,6 +96,7 @@ class SpeculativeDecoder(Decoder):
         slack = self.lookahead.maximum + 1
         cache = self.rt.new_cache(encoder_out, slack=slack)
         self.drafter.begin(encoder_out, prompt, features)
+        self.drafter.attach(cache)
         last, no_speech = self.prefill(cache, prompt)
         stats.target_passes += b
         results = [SequenceResult([], 0.0, float(p)) for p in no_speech]
@@ -92,6 +108,7 @@ class SpeculativeDecoder(Decoder):
         if len(active) < b:
             cache = cache.select(torch.tensor(active))
             self.drafter.select(active)
+            self.drafter.attach(cache)
         lengths = [len(prompt)] * len(active)  # positions filled in the cache per active row
         ks = [self.lookahead.initial] * len(active)
 
@@ -100,17 +117,20 @@ class SpeculativeDecoder(Decoder):
             room = [self.max_len - len(prompt) - len(c) for c in contexts]  # tokens still allowed
             drafts = self.drafter.propose(contexts, [max(0, min(k, n - 1)) for k, n in zip(ks, room)])
             drafts = [d[: max(0, min(k, n - 1))] for d, k, n in zip(drafts, ks, room)]
-            width = 1 + max(len(d) for d in drafts)
+            # tokens fed to the verify pass per row: the pending token and the drafts (without the last
+            # one when the drafter takes no bonus token)
+            fed = [len(d) + 1 if self.drafter.bonus or not d else len(d) for d in drafts]
+            width = max(fed)
             tokens = torch.empty((len(active), width), dtype=torch.long)
             for i, (c, d) in enumerate(zip(contexts, drafts)):
-                row = [c[-1], *d]
+                row = [c[-1], *d][: fed[i]]
                 tokens[i, : len(row)] = torch.tensor(row)
                 tokens[i, len(row) :] = c[-1]  # padding: its cache slots lie past the row's length
             positions = torch.tensor(lengths)[:, None] + torch.arange(width)[None, :]
-            hidden = self.rt.hidden(tokens, positions, cache)
+            hidden = self.drafter.verify(self.rt, tokens, positions, cache)
             # only real positions go through the (large) output head
-            rows = [i for i, d in enumerate(drafts) for _ in range(len(d) + 1)]
-            cols = [j for d in drafts for j in range(len(d) + 1)]
+            rows = [i for i, n in enumerate(fed) for _ in range(n)]
+            cols = [j for n in fed for j in range(n)]
             logits = self.rt.logits(hidden[rows, cols]).float()
             prefixes = [contexts[i] + drafts[i][:j] for i, j in zip(rows, cols)]
             greedy, logprobs = self.rules.select(logits, prefixes)
@@ -120,25 +140,28 @@ class SpeculativeDecoder(Decoder):
             keep, at = [], 0
             for i, r in enumerate(active):
                 d = drafts[i]
-                accepted, alive = 0, True
-                for j in range(len(d) + 1):
+                accepted = emitted = 0
+                alive = True
+                for j in range(fed[i]):
                     g = greedy[at + j]
                     alive = self._emit(results[r], g, logprobs[at + j], len(prompt), stats)
+                    emitted += 1
                     if not alive or j == len(d) or d[j] != g:
                         break
                     accepted += 1
-                at += len(d) + 1
+                at += fed[i]
                 stats.drafted_tokens += len(d)
                 stats.accepted_tokens += accepted
                 if alive:
                     keep.append(i)
-                    lengths[i] += 1 + accepted
+                    lengths[i] += emitted
                     ks[i] = self.lookahead.update(ks[i], len(d), accepted)
             if len(keep) < len(active):
                 if not keep:
                     break
                 cache = cache.select(torch.tensor(keep))
                 self.drafter.select(keep)
+                self.drafter.attach(cache)
                 active = [active[i] for i in keep]
                 lengths = [lengths[i] for i in keep]
                 ks = [ks[i] for i in keep]

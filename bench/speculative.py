@@ -1,10 +1,13 @@
 """Speculative decoding benchmark: ours with each drafter vs the target alone, transformers' assisted
 generation, and faster-whisper on the same weights, side by side in one run.
 
-    python bench/speculative.py [--files N] [--threads 1] [--hf-files 6]
+    python bench/speculative.py [--files N] [--threads 1] [--hf-files 6] [--drafters ngram,tiny.en,early-exit:3]
+    python bench/speculative.py --drafters early-exit:1,early-exit:3 --no-external --out bench/results/early_exit.json
 
 Each configuration runs in its own process (so peak RSS is its own); all share the thread count.
-Writes bench/results/speculative.json.
+Early-exit rows (``early-exit:k``: the target's first k layers + trained exit adapter; ``:raw``
+without it) add the memory overhead over the target alone. Writes bench/results/speculative.json
+(or ``--out``). Timings are only comparable within one run on a quiet machine.
 """
 
 from __future__ import annotations
@@ -54,6 +57,21 @@ def _transformers(assistant: str | None, files: list[str], threads: int, q) -> N
     q.put(dict(tokens=out, total=total, decoder=None, audio_s=audio_s, peak_rss_mb=peak_rss_mb()))
 
 
+def external(args, files: list[str], report, runs: list[dict]) -> None:
+    """transformers' greedy and assisted generation, and faster-whisper on the same weights."""
+    hf_files = files[: args.hf_files + 1]
+    hf_plain = run_isolated(_transformers, None, hf_files, args.threads)
+    ours_small = run_isolated(_ours, "none", hf_files[1:], args.threads)  # our target alone on the same files
+    for name, r in (("transformers greedy (no timestamps)", hf_plain),
+                    ("transformers assisted, tiny.en universal (no timestamps)", run_isolated(_transformers, "tiny.en", hf_files, args.threads))):
+        report(name, r, r["tokens"] == hf_plain["tokens"], ref=ours_small)
+    runs[-1]["note"] = ("token_identical compares with transformers' own greedy output; assisted generation "
+                        "refuses batches and changes output once timestamps are on, so both run without timestamps")
+    fw = run_isolated(faster_whisper, "base", files, args.threads)
+    report("faster-whisper (CTranslate2, same weights, fp32)", fw, None)
+    runs[-1]["note"] = "different runtime: tokens not comparable (it pads mel frames, HF pads audio)"
+
+
 def main() -> int:
     ap = argparse.ArgumentParser()
     ap.add_argument("--files", type=int, default=0, help="first N public English files (0: all)")
@@ -73,14 +91,19 @@ def main() -> int:
     base = run_isolated(_ours, "none", files, args.threads)
     print(f"{len(files)} files, {base['audio_s']:.0f} s audio, {args.threads} thread(s)")
 
-    def report(name, r, identical):
+    def report(name, r, identical, ref=None):
+        """One row; speedups against ``ref`` (default: our target alone on the same files)."""
+        ref = ref or base
         row = {"name": name, "token_identical": identical,
-               "end_to_end_speedup": round(base["total"] / r["total"], 3) if r.get("total") else None,
+               "end_to_end_speedup": round(ref["total"] / r["total"], 3) if r.get("total") else None,
                "rtf": round(r["total"] / r["audio_s"], 4), "peak_rss_mb": round(r["peak_rss_mb"], 1)}
         if r.get("decoder") is not None:
-            row["decoder_speedup"] = round(base["decoder"] / r["decoder"], 3)
+            row["decoder_speedup"] = round(ref["decoder"] / r["decoder"], 3)
             row["acceptance_rate"] = round(r["acceptance_rate"], 4)
             row["tokens_per_target_pass"] = round(r["tokens_per_target_pass"], 3)
+        if name.startswith("ours + early-exit"):  # no second model: what it adds to the target's process
+            row["rss_overhead_mb"] = round(r["peak_rss_mb"] - base["peak_rss_mb"], 1)
+            row["rss_overhead_pct"] = round(100 * (r["peak_rss_mb"] - base["peak_rss_mb"]) / base["peak_rss_mb"], 2)
         runs.append(row)
         print("  ".join(f"{k}={v}" for k, v in row.items()), flush=True)
 
@@ -89,22 +112,10 @@ def main() -> int:
         r = run_isolated(_ours, d, files, args.threads)
         report(f"ours + {d} drafter", r, r["tokens"] == base["tokens"])
 
-    hf_files = files[: args.hf_files + 1]
-    hf_plain = run_isolated(_transformers, None, hf_files, args.threads)
-    ours_small = run_isolated(_ours, "none", hf_files[1:], args.threads)
-    for name, r in (("transformers greedy (no timestamps)", hf_plain),
-                    ("transformers assisted, tiny.en universal (no timestamps)", run_isolated(_transformers, "tiny.en", hf_files, args.threads))):
-        row_base = base
-        base = ours_small  # speedups against our target alone on the same files
-        report(name, r, r["tokens"] == hf_plain["tokens"])
-        base = row_base
-    runs[-1]["note"] = ("token_identical compares with transformers' own greedy output; assisted generation "
-                        "refuses batches and changes output once timestamps are on, so both run without timestamps")
-    fw = run_isolated(faster_whisper, "base", files, args.threads)
-    report("faster-whisper (CTranslate2, same weights, fp32)", fw, None)
-    runs[-1]["note"] = "different runtime: tokens not comparable (it pads mel frames, HF pads audio)"
+    if not args.no_external:
+        external(args, files, report, runs)
 
-    out = ROOT / "bench" / "results" / "speculative.json"
+    out = args.out
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps({"machine": machine(args.threads), "files": len(files), "audio_seconds": round(base["audio_s"], 1),
                                "runs": runs}, indent=2) + "\n")

@@ -1,0 +1,357 @@
+"""Early-exit self-speculative drafting (LayerSkip-style): the target's own first k decoder layers
+draft, a small trained exit adapter turns their output into next-token guesses, and no second
+model is loaded.
+
+Sharing the target's KV cache. The drafter runs layers 0..k-1 of the target on each token it feeds
+(the row's pending token, then its own drafts), writing their keys/values into the TARGET's cache at
+the tokens' positions, and keeps each token's layer-k residual state. The verify pass then enters the
+stack at layer k with those states and computes only layers k..L-1 for them (plus all layers for the
+draft tokens the drafter never fed: the last one of a row), so accepted tokens never run their
+lower layers twice. The adapter only shapes the drafter's guesses; the residual states handed to
+the verify pass are the target's own, so the output is exactly the target's greedy output.
+
+The exit adapter (trained by self-distillation, ``train/exit_adapter.py``; weights in
+``asr/adapters/``) reads the layer-k state h and returns the input of the frozen, tied output head:
+
+    x = h + CrossAttn_j(norm(h))    # the target's layer-j cross-attention: its projections, its cached keys/values
+    x = x + Up(gelu(Down(norm(x))))                     # low-rank MLP, rank r
+    logits = head(norm_out(x))
+
+The cross-attention is the target's own layer-j cross-attention (j >= k, a layer holding alignment
+heads; weights and cached encoder keys/values shared, only its input norm trained), so the drafter
+reads the audio where the first k layers alone cannot tell where in it the text is: they hold no
+alignment head, and without it the first 3 of base's 6 layers agree with the target 3% of the time,
+with it about 60%. Drafts are scored over a pruned vocabulary (the first text
+tokens plus every special token), read straight from the target's pre-transposed head (no copy),
+with Whisper's rules applied in that compact vocabulary.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+
+from asr.decoding import SpecialTokens, WhisperLogitRules
+from asr.model import KVCache, WhisperDecoderRuntime
+from asr.speculative import Drafter
+
+ADAPTER_DIR = Path(__file__).resolve().parent / "adapters"
+DEFAULT_EXIT_LAYER = 3
+HEAD_TEXT_TOKENS = 16000
+
+
+@dataclass(frozen=True)
+class AdapterConfig:
+    model: str  # the target it was trained for (embedded name)
+    exit_layer: int  # k: the drafter runs layers 0..k-1
+    cross_layer: int | None  # j: whose cached encoder keys/values the adapter attends to (None: no cross-attention)
+    rank: int  # low-rank MLP width (0: none)
+    d_model: int
+    n_head: int
+
+    def to_metadata(self) -> dict[str, str]:
+        return {k: json.dumps(v) for k, v in self.__dict__.items()}
+
+    @classmethod
+    def from_metadata(cls, meta: dict[str, str]) -> AdapterConfig:
+        return cls(**{k: json.loads(meta[k]) for k in cls.__dataclass_fields__})
+
+
+class ExitAdapter(torch.nn.Module):
+    """Maps the layer-k residual state to the input of the tied output head (see the module doc).
+
+    Its cross-attention is the target's own layer-j cross-attention (query and output projections
+    bound from the target with ``bind``, not copied; keys/values read from the target's cache) behind
+    a trained input norm; the trained weights are the norms and the low-rank MLP."""
+
+    def __init__(self, config: AdapterConfig):
+        super().__init__()
+        self.config = config
+        d = config.d_model
+        if config.cross_layer is not None:
+            self.cross_norm = torch.nn.LayerNorm(d)
+        if config.rank:
+            self.mlp_norm = torch.nn.LayerNorm(d)
+            self.down = torch.nn.Linear(d, config.rank)
+            self.up = torch.nn.Linear(config.rank, d)
+        self.out_norm = torch.nn.LayerNorm(d)
+        self._cross: tuple | None = None  # the target's (q_proj, out_proj, scaling) of layer j
+        self.min_confidence = 0.0  # drafting stops below this probability (chosen at training, stored with the weights)
+
+    def bind(self, runtime: WhisperDecoderRuntime) -> ExitAdapter:
+        """Use ``runtime``'s layer-j cross-attention projections (shared, frozen)."""
+        j = self.config.cross_layer
+        if j is not None:
+            att = runtime.layers[j].encoder_attn
+            self._cross = (att.q_proj, att.out_proj, att.scaling)
+        return self
+
+    @classmethod
+    def from_target(cls, config: AdapterConfig, runtime: WhisperDecoderRuntime) -> ExitAdapter:
+        """Before any training it equals "layers 0..k-1, then layer j's cross-attention, then the final
+        norm and head" (MLP output zero)."""
+        a = cls(config).bind(runtime)
+        with torch.no_grad():
+            if config.cross_layer is not None:
+                a.cross_norm.load_state_dict(runtime.layers[config.cross_layer].encoder_attn_layer_norm.state_dict())
+            if config.rank:
+                torch.nn.init.zeros_(a.up.weight)
+                torch.nn.init.zeros_(a.up.bias)
+            a.out_norm.load_state_dict(runtime.final_norm.state_dict())
+        return a
+
+    def forward(self, h: torch.Tensor, cross_k: torch.Tensor | None = None, cross_v: torch.Tensor | None = None) -> torch.Tensor:
+        """``h`` [B, n, d]; ``cross_k``/``cross_v`` [B, heads, frames, head_dim] (the target's layer-j cache)."""
+        x = h
+        if self.config.cross_layer is not None:
+            if self._cross is None:
+                raise RuntimeError("exit adapter not bound to its target (ExitAdapter.bind)")
+            q_proj, out_proj, scaling = self._cross
+            b, n, d = x.shape
+            heads = self.config.n_head
+            q = (q_proj(self.cross_norm(x)) * scaling).view(b, n, heads, d // heads).transpose(1, 2)
+            a = F.scaled_dot_product_attention(q, cross_k, cross_v, scale=1.0)
+            x = x + out_proj(a.transpose(1, 2).reshape(b, n, d))
+        if self.config.rank:
+            x = x + self.up(F.gelu(self.down(self.mlp_norm(x))))
+        return self.out_norm(x)
+
+    def num_bytes(self) -> int:
+        """Memory of the adapter's own weights (the bound projections belong to the target)."""
+        return sum(p.numel() * p.element_size() for p in self.parameters())
+
+
+def adapter_path(model: str, exit_layer: int, folder: Path = ADAPTER_DIR) -> Path:
+    return folder / f"{model}-k{exit_layer}.safetensors"
+
+
+def save_adapter(adapter: ExitAdapter, path: Path, min_confidence: float = 0.0) -> None:
+    """fp16 weights (the adapter computes in fp32) and its config; ``min_confidence``: the draft
+    probability below which a row stops drafting, chosen with the adapter."""
+    from safetensors.torch import save_file
+
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tensors = {k: v.detach().to(torch.float16).contiguous() for k, v in adapter.state_dict().items()}
+    save_file(tensors, str(path), metadata={**adapter.config.to_metadata(), "min_confidence": json.dumps(min_confidence)})
+
+
+def load_adapter(path: Path) -> ExitAdapter:
+    from safetensors import safe_open
+
+    with safe_open(str(path), framework="pt") as f:
+        meta = f.metadata()
+        config = AdapterConfig.from_metadata(meta)
+        state = {k: f.get_tensor(k).float() for k in f.keys()}
+    a = ExitAdapter(config)
+    a.load_state_dict(state)
+    a.min_confidence = float(json.loads(meta.get("min_confidence", "0")))
+    return a.eval().requires_grad_(False)
+
+
+def available_exit_layers(model: str, folder: Path = ADAPTER_DIR) -> list[int]:
+    return sorted(int(p.stem.rsplit("-k", 1)[1]) for p in folder.glob(f"{model}-k*.safetensors"))
+
+
+# ------------------------------------------------------------------------------ compact vocabulary
+
+
+class CompactVocab:
+    """The drafter's vocabulary: text tokens [0, n_text) and every special token [eot, V), read from the
+    target's pre-transposed head as two column views (no copy), with Whisper's rules in compact ids."""
+
+    def __init__(self, runtime: WhisperDecoderRuntime, special: SpecialTokens, rules: WhisperLogitRules, n_text: int):
+        v = runtime.vocab_size
+        self.n_text = n_text = min(n_text, special.eot)
+        self.eot = special.eot
+        self.ids = torch.cat([torch.arange(n_text), torch.arange(special.eot, v)])
+        wt = runtime.head.weight_t
+        self.parts = (wt[:, :n_text], wt[:, special.eot :])
+        self.size = n_text + v - special.eot
+        self.dtype = runtime.head.dtype
+
+        def c(t: int | None) -> int | None:
+            return None if t is None else self.compact(t)
+
+        self.special = SpecialTokens(
+            eot=c(special.eot), sot=c(special.sot), sot_prev=c(special.sot_prev), sot_lm=c(special.sot_lm),
+            no_speech=c(special.no_speech), no_timestamps=c(special.no_timestamps), transcribe=c(special.transcribe),
+            translate=c(special.translate), timestamp_begin=c(special.timestamp_begin),
+            languages={k: c(t) for k, t in special.languages.items()}, multilingual=special.multilingual)
+        sup = [self.compact(t) for t in rules.suppress.nonzero()[:, 0].tolist() if t < n_text or t >= special.eot]
+        beg = [self.compact(t) for t in rules.begin.nonzero()[:, 0].tolist() if t < n_text or t >= special.eot]
+        self.rules = WhisperLogitRules(self.special, self.size, sup, beg, timestamps=rules.timestamps,
+                                       max_initial_timestamp_index=rules.max_initial)
+
+    def compact(self, token: int) -> int:
+        """Compact id of a target token; text tokens outside the head map to the last kept text id (the
+        rules only ask whether a prefix token is a timestamp and which one)."""
+        return token - self.eot + self.n_text if token >= self.eot else min(token, self.n_text - 1)
+
+    def logits(self, x: torch.Tensor) -> torch.Tensor:
+        """[N, d] -> [N, compact vocab] float32 logits."""
+        a = x.detach().float().numpy()
+        out = np.empty((a.shape[0], self.size), dtype=np.float32)
+        np.matmul(a, self.parts[0], out=out[:, : self.n_text])
+        np.matmul(a, self.parts[1], out=out[:, self.n_text :])
+        return torch.from_numpy(out)
+
+    def select(self, logits: torch.Tensor, prefixes: list[list[int]]) -> tuple[list[int], torch.Tensor]:
+        """Greedy target token ids and their (compact) log-probabilities under the rules."""
+        toks, lps = self.rules.select(logits, [self._short(p) for p in prefixes])
+        return self.ids[toks].tolist(), lps
+
+    def _short(self, prefix: list[int]) -> list[int]:
+        """The part of a prefix the rules read, in compact ids: its last two tokens, after the latest
+        timestamp before them (whether the prefix is empty, ends in timestamps, and the last one)."""
+        tb = self.eot + (self.special.timestamp_begin - self.n_text)
+        stamp = next((t for t in reversed(prefix[:-2]) if t >= tb), None)
+        return [self.compact(t) for t in ([] if stamp is None else [stamp]) + prefix[-2:]]
+
+
+# ------------------------------------------------------------------------------ drafter
+
+
+class EarlyExitDrafter(Drafter):
+    """Drafts with the target's first ``exit_layer`` layers over the target's own KV cache."""
+
+    bonus = False  # the last draft token is checked, not fed: its lower layers run only if it is accepted
+
+    def __init__(self, runtime: WhisperDecoderRuntime, special: SpecialTokens, rules: WhisperLogitRules, exit_layer: int,
+                 adapter: ExitAdapter | None = None, head_text_tokens: int = HEAD_TEXT_TOKENS, min_confidence: float = 0.0,
+                 name: str | None = None):
+        if not 1 <= exit_layer < len(runtime.layers):
+            raise ValueError(f"exit layer must be between 1 and {len(runtime.layers) - 1}, got {exit_layer}")
+        if adapter is not None and adapter.config.exit_layer != exit_layer:
+            raise ValueError(f"adapter was trained for exit layer {adapter.config.exit_layer}, not {exit_layer}")
+        self.rt = runtime
+        self.k = exit_layer
+        self.adapter = adapter.bind(runtime) if adapter is not None else None
+        self.vocab = CompactVocab(runtime, special, rules, head_text_tokens)
+        self.log_min_conf = float(np.log(min_confidence)) if min_confidence > 0 else float("-inf")
+        self.name = name or f"early-exit:{exit_layer}"
+        self.cache: KVCache | None = None
+        self.prompt_len = 0
+        self._round: dict | None = None
+
+    # the speculative decoder's hooks
+    def begin(self, encoder_out, prompt, features) -> None:
+        self.prompt_len = len(prompt)
+        self._round = None
+
+    def attach(self, cache: KVCache) -> None:
+        self.cache = cache
+        self._round = None
+
+    def _draft_logits(self, h: torch.Tensor, rows: list[int]) -> torch.Tensor:
+        """Compact logits for the layer-k states ``h`` [n, d] of cache rows ``rows``."""
+        if self.adapter is None:
+            x = self.rt.final_norm(h)
+        else:
+            j = self.adapter.config.cross_layer
+            ck = cv = None
+            if j is not None:
+                idx = rows if len(rows) < self.cache.batch_size else slice(None)
+                ck, cv = self.cache.cross_k[j][idx], self.cache.cross_v[j][idx]
+            x = self.adapter(h[:, None], ck, cv)[:, 0]
+        return self.vocab.logits(x)
+
+    @torch.inference_mode()
+    def propose(self, contexts: list[list[int]], ks: list[int]) -> list[list[int]]:
+        b = len(contexts)
+        starts = [self.prompt_len + len(c) - 1 for c in contexts]  # position of each row's pending token
+        drafts: list[list[int]] = [[] for _ in range(b)]
+        fed: list[list[int]] = [[] for _ in range(b)]
+        states: list[torch.Tensor] = []
+        going = [i for i in range(b) if ks[i] > 0]
+        while going:
+            on = set(going)
+            # rows done drafting write a dummy at their next free position: the verify pass overwrites it
+            tok = torch.tensor([[(drafts[i][-1] if drafts[i] else contexts[i][-1]) if i in on else 0] for i in range(b)])
+            pos = torch.tensor([[starts[i] + len(fed[i])] for i in range(b)])
+            h = self.rt.layer_range(self.rt.embed_at(tok, pos), pos, self.cache, 0, self.k)[:, 0]
+            states.append(h)
+            for i in going:
+                fed[i].append(int(tok[i, 0]))
+            logits = self._draft_logits(h[going], going)
+            picks, lps = self.vocab.select(logits, [contexts[i] + drafts[i] for i in going])
+            nxt = []
+            for n, i in enumerate(going):
+                drafts[i].append(picks[n])
+                if picks[n] != self.vocab.eot and len(drafts[i]) < ks[i] and float(lps[n]) >= self.log_min_conf:
+                    nxt.append(i)
+            going = nxt
+        self._round = dict(starts=starts, fed=fed, states=torch.stack(states, 1) if states else None)
+        return drafts
+
+    @torch.inference_mode()
+    def verify(self, runtime: WhisperDecoderRuntime, tokens: torch.Tensor, positions: torch.Tensor, cache: KVCache) -> torch.Tensor:
+        """The target's final hidden states for ``tokens`` at ``positions``: layers 0..k-1 only for the
+        tokens the drafter did not feed, layers k.. for all."""
+        rnd, self._round = self._round, None
+        b, w = tokens.shape
+        fed = [0] * b
+        if rnd is not None and cache is self.cache and len(rnd["fed"]) == b:
+            for i in range(b):
+                # the drafter's states serve the leading tokens it fed, at these very positions
+                if int(positions[i, 0]) == rnd["starts"][i]:
+                    fed[i] = _common_prefix(rnd["fed"][i][:w], tokens[i].tolist())
+        m = max(w - f for f in fed)
+        if m == w or rnd is None or rnd["states"] is None:
+            return runtime.hidden(tokens, positions, cache)
+        states = rnd["states"]
+        x = states.new_zeros((b, w, states.shape[-1]))
+        n = min(states.shape[1], w)
+        x[:, :n] = states[:, :n]
+        if m > 0:
+            cols = torch.tensor([min(f, w - m) for f in fed])[:, None] + torch.arange(m)[None, :]
+            tt, pp = tokens.gather(1, cols), positions.gather(1, cols)
+            low = runtime.layer_range(runtime.embed_at(tt, pp), pp, cache, 0, self.k)
+            x.scatter_(1, cols[:, :, None].expand(-1, -1, x.shape[-1]), low)
+        return runtime.final_norm(runtime.layer_range(x, positions, cache, self.k))
+
+
+def _common_prefix(a: list[int], b: list[int]) -> int:
+    n = 0
+    while n < min(len(a), len(b)) and a[n] == b[n]:
+        n += 1
+    return n
+
+
+def early_exit_drafter(engine, exit_layer: int | None = None, adapter: str | Path | None = "auto",
+                       min_confidence: float | None = None, head_text_tokens: int = HEAD_TEXT_TOKENS) -> EarlyExitDrafter:
+    """The early-exit drafter for ``engine``'s target. ``adapter``: "auto" (the committed adapter for this
+    model and exit layer, an error when there is none), a path, or None (no adapter: the plain
+    first-k layers with the final norm and head, a weak drafter). ``min_confidence``: the draft
+    probability below which a row stops drafting (default: the one chosen with the adapter)."""
+    model = engine.model_name
+    if exit_layer is None:
+        have = available_exit_layers(model)
+        exit_layer = DEFAULT_EXIT_LAYER if not have or DEFAULT_EXIT_LAYER in have else have[0]
+    n_layers = len(engine.runtime.layers)
+    if not 1 <= exit_layer < n_layers:
+        raise ValueError(f"early-exit: the exit layer must be between 1 and {n_layers - 1} for model '{model}', got {exit_layer}")
+    a = None
+    if adapter == "auto":
+        path = adapter_path(model, exit_layer)
+        if not path.exists():
+            have = available_exit_layers(model)
+            raise ValueError(f"no early-exit adapter for model '{model}' at layer {exit_layer} "
+                             f"(trained: {', '.join(map(str, have)) or 'none'}; python -m train.exit_adapter --model {model})")
+        a = load_adapter(path)
+    elif adapter is not None:
+        a = load_adapter(Path(adapter))
+    if a is not None:
+        cfg = a.config
+        if cfg.d_model != engine.runtime.d_model or cfg.n_head != engine.runtime.n_head or \
+                (cfg.cross_layer is not None and cfg.cross_layer >= len(engine.runtime.layers)):
+            raise ValueError(f"early-exit adapter for '{cfg.model}' does not fit model '{model}'")
+    if min_confidence is None:
+        min_confidence = a.min_confidence if a is not None else 0.0
+    label = f"early-exit:{exit_layer}" + ("" if a is not None else ":raw")
+    return EarlyExitDrafter(engine.runtime, engine.special, engine.rules, exit_layer, a, head_text_tokens,
+                            min_confidence, name=label)
