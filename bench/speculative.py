@@ -77,7 +77,9 @@ def main() -> int:
     ap.add_argument("--files", type=int, default=0, help="first N public English files (0: all)")
     ap.add_argument("--hf-files", type=int, default=6, help="files for transformers' (slow) assisted generation")
     ap.add_argument("--threads", type=int, default=1)
-    ap.add_argument("--drafters", default="ngram,tiny.en")
+    ap.add_argument("--drafters", default="ngram,tiny.en," + ",".join(f"early-exit:{k}" for k in range(1, 6)) + ",early-exit:3:raw")
+    ap.add_argument("--no-external", action="store_true", help="skip transformers and faster-whisper")
+    ap.add_argument("--out", type=Path, default=ROOT / "bench" / "results" / "speculative.json")
     ap.add_argument("--clock", choices=("wall", "cpu"), default="wall",
                     help="cpu: time by process CPU seconds (steadier while other jobs share the machine)")
     args = ap.parse_args()
