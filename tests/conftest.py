@@ -41,6 +41,27 @@ def tiny_engine():
 
 
 @pytest.fixture(scope="session")
+def windows(base_engine, manifest):
+    """Per public file: (item, features, encoder output, prompt) of its first 30 s window (shared by the
+    exactness tests of every drafter)."""
+    from asr.audio import load_audio
+
+    e = base_engine
+    out = []
+    for item in manifest:
+        audio = load_audio(item.path)[: 30 * 16000]
+        feats = e.bundle.feature_extractor(audio, sampling_rate=16000, return_tensors="pt").input_features
+        out.append((item, feats, e.runtime.encode(feats), e.special.prompt(item.language or "en", "transcribe", timestamps=True)))
+    return out
+
+
+@pytest.fixture(scope="session")
+def plain_reference(base_engine, windows):
+    """Plain greedy decode of each window: what every speculative decode must reproduce."""
+    return {item.file: base_engine.decoder.decode(enc, prompt).sequences[0] for item, _, enc, prompt in windows}
+
+
+@pytest.fixture(scope="session")
 def base_pipeline(base_engine):
     """A plain-decoding pipeline sharing the session's base engine."""
     from pipelines.core import Pipeline, PipelineConfig

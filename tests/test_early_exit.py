@@ -7,7 +7,6 @@ from __future__ import annotations
 import pytest
 import torch
 
-from asr.audio import load_audio
 from asr.drafting import decoder_factory
 from asr.early_exit import (ADAPTER_DIR, EarlyExitDrafter, adapter_path, available_exit_layers, early_exit_drafter,
                             load_adapter)
@@ -21,23 +20,16 @@ FILES = ["openai-whisper/jfk.flac", "lhotse/2412-153948-0000.flac", "lhotse/LJ00
          "cuttledoc-fleurs/fleurs-fr-000.ogg"]
 
 
-@pytest.fixture(scope="module")
-def encoded(base_engine, manifest):
-    """Per file: the first 30 s window's encoder output and prompt."""
-    e = base_engine
-    items = {i.file: i for i in manifest}
-    out = []
-    for f in FILES:
-        item = items[f]
-        audio = load_audio(item.path)[: 30 * 16000]
-        feats = e.bundle.feature_extractor(audio, sampling_rate=16000, return_tensors="pt").input_features
-        out.append((item, e.runtime.encode(feats), e.special.prompt(item.language or "en", "transcribe", timestamps=True)))
-    return out
+@pytest.fixture
+def encoded(windows):
+    """Per file of FILES: (item, encoder output, prompt), from the session's shared windows."""
+    by_file = {item.file: (item, enc, prompt) for item, _, enc, prompt in windows}
+    return [by_file[f] for f in FILES]
 
 
-@pytest.fixture(scope="module")
-def reference(base_engine, encoded):
-    return {item.file: base_engine.decoder.decode(enc, prompt).sequences[0] for item, enc, prompt in encoded}
+@pytest.fixture
+def reference(plain_reference):
+    return plain_reference
 
 
 def decode_all(engine, drafter, encoded, reference, files=None):
@@ -59,12 +51,15 @@ def decode_all(engine, drafter, encoded, reference, files=None):
 
 
 @pytest.fixture(scope="module")
-def acceptance(base_engine, encoded, reference):
-    """Acceptance at exit layer 3 with the committed adapter and without any (both must be exact)."""
+def acceptance(base_engine, windows, plain_reference):
+    """Acceptance at exit layer 3 with the committed adapter (every file of FILES) and without any (a
+    weak drafter, so slow to verify: its first 4 files); both must be exact."""
+    by_file = {item.file: (item, enc, prompt) for item, _, enc, prompt in windows}
+    encoded = [by_file[f] for f in FILES]
     rates = {}
-    for adapter in ("auto", None):
+    for adapter, files in (("auto", None), (None, FILES[:4])):
         drafter = early_exit_drafter(base_engine, 3, adapter=adapter)
-        rates["adapter" if adapter else "raw"] = decode_all(base_engine, drafter, encoded, reference)
+        rates["adapter" if adapter else "raw"] = decode_all(base_engine, drafter, encoded, plain_reference, files)
     print(f"\nearly-exit:3 acceptance with adapter {rates['adapter']:.2f}, without {rates['raw']:.2f}")
     return rates
 
