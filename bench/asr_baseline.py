@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import sys
 from pathlib import Path
 
@@ -30,7 +29,6 @@ def main() -> int:
                     help="cpu: time by process CPU seconds (steadier while other jobs share the machine)")
     args = ap.parse_args()
     set_clock(args.clock)
-    os.environ.setdefault("OPENBLAS_NUM_THREADS", str(args.threads))
     from pipelines.evaluation import english_set, wer
 
     items = english_set()

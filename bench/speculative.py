@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import sys
 import time
 from pathlib import Path
@@ -84,7 +83,6 @@ def main() -> int:
                     help="cpu: time by process CPU seconds (steadier while other jobs share the machine)")
     args = ap.parse_args()
     set_clock(args.clock)
-    os.environ.setdefault("OPENBLAS_NUM_THREADS", str(args.threads))
     from pipelines.evaluation import english_set
 
     items = english_set()
