@@ -139,6 +139,19 @@ def word_key(w: str) -> str:
     return re.sub(r"[\W_]+", "", w.lower())
 
 
+def _lcs_length(a: Sequence[str], b: Sequence[str]) -> int:
+    """Length of a longest common subsequence of two word lists (dynamic programming, O(len a * len b):
+    a window has at most a few dozen words)."""
+    row = [0] * (len(b) + 1)
+    for x in a:
+        prev = 0  # row[j - 1] of the previous line
+        for j, y in enumerate(b, 1):
+            cur = row[j]
+            row[j] = prev + 1 if x == y else max(row[j], row[j - 1])
+            prev = cur
+    return row[-1]
+
+
 def _keys(words: Sequence[str]) -> list[str]:
     return [k for k in (word_key(w) for w in words)]
 
@@ -433,20 +446,23 @@ class PostEditor:
     def _doomed(self, src: str) -> Callable[[list[int]], bool]:
         """A stop rule: True once the output provably fails the guard's changed-share limit.
 
-        A finished word that is nowhere in the source cannot be part of an unchanged run, so it adds at
-        least one to the guard's changed count, and later tokens cannot take it back. Once there are more
-        such words than ``max_change`` allows, the edit will be rejected whatever follows: decoding on
-        would only spend time (hallucinating windows are also the longest).
+        ``check_edit`` counts as changed at least every output word outside its matched blocks, and
+        what it matches is a common subsequence of source and output words. A finished word of the
+        output that is in no longest common subsequence of the source and the output so far cannot be
+        matched by any later output either: the output words minus that LCS bound the changed count
+        from below, and later tokens cannot lower it. Once the bound exceeds what ``max_change``
+        allows, the edit will be rejected whatever follows: decoding on would only spend time
+        (hallucinating windows are also the longest). The bound covers invented words (in no common
+        subsequence at all) and loops over source words (a word is matched at most once).
         """
         keys = [k for k in (word_key(w) for w in src.split()) if k]
-        known = set(keys)
         limit = self.max_change * max(1, len(keys))  # check_edit's share is over the same word count
         eos = set(self.eos_ids)
 
         def doomed(ids: list[int]) -> bool:
             words = self.tokenizer.decode([t for t in ids if t not in eos], skip_special_tokens=True).split()[:-1]
-            novel = sum(1 for w in words if word_key(w) and word_key(w) not in known)
-            return novel > limit
+            out = [k for k in (word_key(w) for w in words) if k]
+            return len(out) - _lcs_length(keys, out) > limit
 
         return doomed
 

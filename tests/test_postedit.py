@@ -269,9 +269,45 @@ def test_early_stop_keeps_the_transcript(llm, editor, transcripts):
     tok = editor.tokenizer
     assert not doomed(tok.encode("And so, my fellow Americans, ask not what your", add_special_tokens=False))
     assert doomed(tok.encode("I'm glad you're happy with the transcript. I'll make sure to keep it", add_special_tokens=False))
+    # a loop over source words invents nothing new, yet each repeat is a word no alignment can match
+    assert doomed(tok.encode("And so, my fellow Americans, ask not, ask not, ask not, ask not what your", add_special_tokens=False))
     for f in ("whisper.cpp/jfk.wav", "mfa/mfa_thoughts.flac"):
         tr = transcripts[f][1]
         fast, r_fast = editor.edit_transcript(tr)
         full, r_full = ed_full.edit_transcript(tr)
         assert fast.text == full.text
         assert [t.accepted for t in r_fast.turns] == [t.accepted for t in r_full.turns]
+
+
+def test_stop_rule_never_stops_an_edit_the_guard_accepts(editor):
+    """The early stop is sound: for random edits of a real sentence (casing, punctuation, substitutions,
+    insertions, deletions, repeats), whenever check_edit accepts the whole edit, no prefix of it is
+    called doomed."""
+    import random
+
+    from pipelines.postedit import check_edit
+
+    source = "so we met on tuesday and um the budget was approved i think by the board after a long debate"
+    words = source.split()
+    doomed = editor._doomed(source)
+    tok = editor.tokenizer
+    rng = random.Random(0)
+    accepted = 0
+    for _ in range(300):
+        out = []
+        for w in words:
+            r = rng.random()
+            if r < 0.06:
+                continue  # dropped
+            out.append(w.capitalize() + "," if rng.random() < 0.2 else w)
+            if r > 0.94:
+                out.append(rng.choice(["there", "their", w, "really"]))  # inserted or repeated
+            elif 0.5 < r < 0.56:
+                out[-1] = rng.choice(["they're", "budgets", "though"])  # substituted
+        edit = " ".join(out) + "."
+        if not check_edit(source, edit, editor.max_change).ok:
+            continue
+        accepted += 1
+        ids = tok.encode(edit, add_special_tokens=False)
+        assert not any(doomed(ids[:n]) for n in range(1, len(ids) + 1)), edit
+    assert accepted > 50
