@@ -12,6 +12,7 @@ Writes bench/results/postedit.json.
 from __future__ import annotations
 
 import argparse
+import os
 import json
 import platform
 import time
@@ -315,7 +316,7 @@ def main(argv: list[str] | None = None) -> int:
             "threads": torch.get_num_threads(),
             "torch": torch.__version__,
             "python": platform.python_version(),
-            "note": "2-core CPU shared with other jobs; run under nice",
+            "note": "load average at the end: " + ", ".join(f"{x:.1f}" for x in os.getloadavg()),
         },
         "target": "smollm2-135m-instruct (embedded GGUF, dequantised to fp32)",
         "inputs": {
