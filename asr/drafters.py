@@ -192,6 +192,10 @@ class ModelDrafter(Drafter):
         self.cached = [[] for _ in range(enc.shape[0])]
         self.lengths = [0] * enc.shape[0]
 
+    def end(self) -> None:
+        self.cache = None  # the drafter's own cache of the finished batch
+        self.cached, self.lengths = [], []
+
     def select(self, keep: list[int]) -> None:
         if not self.enabled or self.cache is None:
             return

@@ -247,6 +247,11 @@ class EarlyExitDrafter(Drafter):
         self.cache = cache
         self._round = None
 
+    def end(self) -> None:
+        # the target's cache of the finished batch (48 MB per 30 s row of base) must not outlive it
+        self.cache = None
+        self._round = None
+
     def _draft_logits(self, h: torch.Tensor, rows: list[int]) -> torch.Tensor:
         """Compact logits for the layer-k states ``h`` [n, d] of cache rows ``rows``."""
         if self.adapter is None:

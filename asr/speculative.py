@@ -50,6 +50,9 @@ class Drafter:
         """The target's KV cache for the current rows (after ``begin`` and after every ``select``), for
         drafters that run the target's own first layers (``asr.early_exit``)."""
 
+    def end(self) -> None:
+        """The batch is decoded: drop what refers to it (caches hold megabytes per row)."""
+
     def verify(self, runtime: WhisperDecoderRuntime, tokens: torch.Tensor, positions: torch.Tensor, cache: KVCache) -> torch.Tensor:
         """The verify pass: the target's final hidden states of ``tokens`` (``[pending, drafts..]`` per
         row) at ``positions``. A drafter that already ran some of the target's layers for them may
@@ -90,6 +93,12 @@ class SpeculativeDecoder(Decoder):
 
     @torch.inference_mode()
     def decode(self, encoder_out: torch.Tensor, prompt: list[int], features: torch.Tensor | None = None) -> DecodeOutput:
+        try:
+            return self._decode(encoder_out, prompt, features)
+        finally:
+            self.drafter.end()
+
+    def _decode(self, encoder_out: torch.Tensor, prompt: list[int], features: torch.Tensor | None) -> DecodeOutput:
         t0 = time.perf_counter()
         b = encoder_out.shape[0]
         stats = DecodeStats()
