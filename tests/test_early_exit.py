@@ -11,6 +11,7 @@ from asr.drafting import decoder_factory
 from asr.early_exit import (ADAPTER_DIR, EarlyExitDrafter, adapter_path, available_exit_layers, early_exit_drafter,
                             load_adapter)
 from asr.speculative import Lookahead, SpeculativeDecoder
+from tests.exactness import assert_decodes_like_plain
 
 # English clips of different lengths and kinds (read speech, meeting, spontaneous, edge voices) and
 # two other languages: a spread of timestamp patterns, endings and scripts
@@ -35,18 +36,8 @@ def reference(plain_reference):
 def decode_all(engine, drafter, encoded, reference, files=None):
     """Decode each file alone; assert identity with plain greedy; return the acceptance rate."""
     dec = SpeculativeDecoder(engine.runtime, engine.special, engine.rules, drafter, Lookahead())
-    drafted = accepted = 0
-    for item, enc, prompt in encoded:
-        if files is not None and item.file not in files:
-            continue
-        out = dec.decode(enc, prompt)
-        got, want = out.sequences[0], reference[item.file]
-        assert got.tokens == want.tokens, f"{drafter.name}: {item.file} differs from plain greedy"
-        assert got.no_speech_prob == pytest.approx(want.no_speech_prob, abs=1e-5)
-        assert got.sum_logprob == pytest.approx(want.sum_logprob, abs=1e-2)
-        assert out.stats.generated_tokens == len(got.tokens)
-        drafted += out.stats.drafted_tokens
-        accepted += out.stats.accepted_tokens
+    cases = [(item, enc, prompt, None) for item, enc, prompt in encoded if files is None or item.file in files]
+    drafted, accepted = assert_decodes_like_plain(dec, cases, reference, drafter.name)
     return accepted / drafted if drafted else 0.0
 
 

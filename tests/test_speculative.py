@@ -13,6 +13,7 @@ from asr.drafters import NgramDrafter
 from asr.drafting import decoder_factory, model_drafter
 from asr.engine import DecodeOptions
 from asr.speculative import Drafter, Lookahead, SpeculativeDecoder
+from tests.exactness import assert_decodes_like_plain
 
 
 class WrongDrafter(Drafter):
@@ -81,16 +82,8 @@ def spread(windows, n):
 def test_identical_tokens_batch_1(base_engine, encoded, reference, name, files):
     e = base_engine
     dec = SpeculativeDecoder(e.runtime, e.special, e.rules, make_drafter(e, name), Lookahead(initial=4, maximum=8))
-    drafted = accepted = 0
-    for item, feats, enc, prompt in spread(encoded, files):
-        out = dec.decode(enc, prompt, features=feats)
-        got, want = out.sequences[0], reference[item.file]
-        assert got.tokens == want.tokens, f"{name}: {item.file} differs from plain greedy"
-        assert got.no_speech_prob == pytest.approx(want.no_speech_prob, abs=1e-5)
-        assert got.sum_logprob == pytest.approx(want.sum_logprob, abs=1e-2)
-        assert out.stats.generated_tokens == len(got.tokens)
-        drafted += out.stats.drafted_tokens
-        accepted += out.stats.accepted_tokens
+    cases = [(item, enc, prompt, feats) for item, feats, enc, prompt in spread(encoded, files)]
+    drafted, accepted = assert_decodes_like_plain(dec, cases, reference, name)
     rate = accepted / drafted if drafted else 0.0
     print(f"\n{name}: acceptance {rate:.2f} over {drafted} drafted tokens")
     if name == "wrong":
