@@ -21,16 +21,11 @@ FILES = ["openai-whisper/jfk.flac", "lhotse/2412-153948-0000.flac", "lhotse/LJ00
          "cuttledoc-fleurs/fleurs-fr-000.ogg"]
 
 
-@pytest.fixture
+@pytest.fixture(scope="module")
 def encoded(windows):
     """Per file of FILES: (item, encoder output, prompt), from the session's shared windows."""
     by_file = {item.file: (item, enc, prompt) for item, _, enc, prompt in windows}
     return [by_file[f] for f in FILES]
-
-
-@pytest.fixture
-def reference(plain_reference):
-    return plain_reference
 
 
 def decode_all(engine, drafter, encoded, reference, files=None):
@@ -42,11 +37,9 @@ def decode_all(engine, drafter, encoded, reference, files=None):
 
 
 @pytest.fixture(scope="module")
-def acceptance(base_engine, windows, plain_reference):
+def acceptance(base_engine, encoded, plain_reference):
     """Acceptance at exit layer 3 with the committed adapter (every file of FILES) and without any (a
     weak drafter, so slow to verify: its first 4 files); both must be exact."""
-    by_file = {item.file: (item, enc, prompt) for item, _, enc, prompt in windows}
-    encoded = [by_file[f] for f in FILES]
     rates = {}
     for adapter, files in (("auto", None), (None, FILES[:4])):
         drafter = early_exit_drafter(base_engine, 3, adapter=adapter)
@@ -69,13 +62,13 @@ def test_adapter_beats_bare_layers(acceptance):
 
 
 @pytest.mark.parametrize("k", [1, 5])
-def test_identical_tokens_other_exit_layers(base_engine, encoded, reference, k):
+def test_identical_tokens_other_exit_layers(base_engine, encoded, plain_reference, k):
     """The first and the last possible exit (a verify pass of 5 layers, of 1 layer)."""
     files = FILES[:3] + FILES[-1:]
-    assert decode_all(base_engine, early_exit_drafter(base_engine, k), encoded, reference, files) > 0
+    assert decode_all(base_engine, early_exit_drafter(base_engine, k), encoded, plain_reference, files) > 0
 
 
-def test_identical_tokens_batch_4(base_engine, encoded, reference):
+def test_identical_tokens_batch_4(base_engine, encoded, plain_reference):
     """Rows draft, share the cache, accept and finish apart; row removal re-attaches the cache."""
     e = base_engine
     dec = decoder_factory("early-exit:3")(e)
@@ -84,7 +77,7 @@ def test_identical_tokens_batch_4(base_engine, encoded, reference):
         group = english[i : i + 4]
         out = dec.decode(torch.cat([g[1] for g in group]), group[0][2])
         for (item, *_), got in zip(group, out.sequences):
-            assert got.tokens == reference[item.file].tokens, f"{item.file} differs in a batch of {len(group)}"
+            assert got.tokens == plain_reference[item.file].tokens, f"{item.file} differs in a batch of {len(group)}"
         assert out.stats.accepted_tokens > 0
 
 

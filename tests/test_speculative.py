@@ -29,16 +29,6 @@ class WrongDrafter(Drafter):
         return [[self.rng.randrange(self.vocab) for _ in range(k)] for k in ks]
 
 
-@pytest.fixture
-def encoded(windows):
-    return windows
-
-
-@pytest.fixture
-def reference(plain_reference):
-    return plain_reference
-
-
 DRAFTERS = ["ngram", "tiny.en", "base:4", "wrong"]
 
 
@@ -79,11 +69,11 @@ def spread(windows, n):
 
 
 @pytest.mark.parametrize("name,files", BATCH_1)
-def test_identical_tokens_batch_1(base_engine, encoded, reference, name, files):
+def test_identical_tokens_batch_1(base_engine, windows, plain_reference, name, files):
     e = base_engine
     dec = SpeculativeDecoder(e.runtime, e.special, e.rules, make_drafter(e, name), Lookahead(initial=4, maximum=8))
-    cases = [(item, enc, prompt, feats) for item, feats, enc, prompt in spread(encoded, files)]
-    drafted, accepted = assert_decodes_like_plain(dec, cases, reference, name)
+    cases = [(item, enc, prompt, feats) for item, feats, enc, prompt in spread(windows, files)]
+    drafted, accepted = assert_decodes_like_plain(dec, cases, plain_reference, name)
     rate = accepted / drafted if drafted else 0.0
     print(f"\n{name}: acceptance {rate:.2f} over {drafted} drafted tokens")
     if name == "wrong":
@@ -101,11 +91,11 @@ BATCH_GROUPS = [pytest.param(3, id="12-files"), pytest.param(None, id="all-files
 
 @pytest.mark.parametrize("groups", BATCH_GROUPS)
 @pytest.mark.parametrize("name", DRAFTERS)
-def test_identical_tokens_batch_4(base_engine, encoded, reference, name, groups):
+def test_identical_tokens_batch_4(base_engine, windows, plain_reference, name, groups):
     """Rows of different files in one batch accept different numbers of tokens and finish apart."""
     e = base_engine
     dec = SpeculativeDecoder(e.runtime, e.special, e.rules, make_drafter(e, name))
-    english = [x for x in encoded if (x[0].language or "en") == "en"]
+    english = [x for x in windows if (x[0].language or "en") == "en"]
     english = english[: 4 * groups] if groups else english
     for i in range(0, len(english), 4):
         group = english[i : i + 4]
@@ -113,7 +103,7 @@ def test_identical_tokens_batch_4(base_engine, encoded, reference, name, groups)
         enc = torch.cat([g[2] for g in group])
         out = dec.decode(enc, group[0][3], features=feats)
         for (item, *_), got in zip(group, out.sequences):
-            assert got.tokens == reference[item.file].tokens, f"{name}: {item.file} differs in a batch of {len(group)}"
+            assert got.tokens == plain_reference[item.file].tokens, f"{name}: {item.file} differs in a batch of {len(group)}"
 
 
 def test_long_form_pipeline_identical(base_engine, eval_root):
