@@ -151,19 +151,22 @@ class ModelDrafter(Drafter):
 
     Every round it syncs its cache with the row's accepted tokens (longest common prefix, then it
     feeds the rest in one batched pass) and drafts up to k tokens, stopping a row early when its
-    own confidence falls below ``min_confidence``. ``head_ids`` restricts its output head to a
-    sub-vocabulary (the head over 51,865 tokens is the largest matrix of a small decoder; the
-    verify pass keeps the output exact whatever the drafter scores).
+    own confidence falls below ``min_confidence``. ``head_text_tokens`` restricts its output head to
+    that many text tokens and the special ones (the head over 51,865 tokens is the largest matrix of
+    a small decoder; the verify pass keeps the output exact whatever the drafter scores).
     """
 
     def __init__(self, model: DraftModel, token_map, name: str = "model", min_confidence: float = 0.0,
-                 head_ids: torch.Tensor | None = None):
+                 head_text_tokens: int | None = None):
         self.m = model
         self.map = token_map
         self.name = name
         self.min_confidence = min_confidence
-        self.head_ids = head_ids
-        self.head = OutputHead(model.runtime.proj, head_ids) if head_ids is not None else None
+        self.head: OutputHead | None = None
+        if head_text_tokens is not None:
+            rt, eot = model.runtime, model.special.eot
+            self.head_ids = torch.cat([torch.arange(head_text_tokens), torch.arange(eot, rt.vocab_size)])
+            self.head = rt.compact_head(head_text_tokens, eot)
         self.cache: KVCache | None = None
         self.cached: list[list[int]] = []
         self.prompt: list[int] = []
@@ -207,7 +210,7 @@ class ModelDrafter(Drafter):
         if self.head is None:
             return self.m.runtime.logits(hidden).float()
         full = hidden.new_full((hidden.shape[0], self.m.runtime.vocab_size), float("-inf"))
-        full[:, self.head_ids] = self.head(hidden).float()
+        full[:, self.head_ids] = self.head.compact(hidden).float()
         return full
 
     @torch.inference_mode()

@@ -93,9 +93,9 @@ def model_drafter(engine, name: str, cache_dir: Path | None = None, head_text_to
     same_vocab = bundle.tokenizer.get_vocab() == engine.bundle.tokenizer.get_vocab()
     token_map = SameVocab(engine.special) if same_vocab else Retokenize(engine.bundle.tokenizer, engine.special, bundle.tokenizer, special)
     shares = bundle is engine.bundle or same_encoder(bundle.model, engine.bundle.model)
-    head_ids = None
-    if head_text_tokens is not None and head_text_tokens < special.eot:
-        head_ids = torch.cat([torch.arange(head_text_tokens), torch.arange(special.eot, runtime.vocab_size)])
+    if head_text_tokens is not None and head_text_tokens >= special.eot:
+        head_text_tokens = None  # the whole vocabulary
     draft = DraftModel(runtime, special, rules, bundle.tokenizer, shares_encoder=shares)
     label = (f"{name}:{num_layers}" if num_layers else name) + (":int8" if quantize else "")
-    return ModelDrafter(draft, token_map, name=label, min_confidence=min_confidence, head_ids=head_ids)
+    return ModelDrafter(draft, token_map, name=label, min_confidence=min_confidence,
+                        head_text_tokens=head_text_tokens)

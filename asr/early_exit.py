@@ -87,8 +87,8 @@ class ExitAdapter(torch.nn.Module):
         """Use ``runtime``'s layer-j cross-attention projections (shared, frozen)."""
         j = self.config.cross_layer
         if j is not None:
-            att = runtime.layers[j].encoder_attn
-            self._cross = (att.q_proj, att.out_proj, att.scaling)
+            lin = runtime.products[j]
+            self._cross = (lin.cross_q, lin.cross_out, runtime.layers[j].encoder_attn.scaling)
         return self
 
     @classmethod
@@ -161,18 +161,17 @@ def available_exit_layers(model: str, folder: Path = ADAPTER_DIR) -> list[int]:
 
 
 class CompactVocab:
-    """The drafter's vocabulary: text tokens [0, n_text) and every special token [eot, V), read from the
-    target's pre-transposed head as two column views (no copy), with Whisper's rules in compact ids."""
+    """The drafter's vocabulary: text tokens [0, n_text) and every special token [eot, V), scored by the
+    compact part of the target's own head (``OutputHead``, no second copy of its rows), with Whisper's
+    rules in compact ids."""
 
     def __init__(self, runtime: WhisperDecoderRuntime, special: SpecialTokens, rules: WhisperLogitRules, n_text: int):
         v = runtime.vocab_size
         self.n_text = n_text = min(n_text, special.eot)
         self.eot = special.eot
         self.ids = torch.cat([torch.arange(n_text), torch.arange(special.eot, v)])
-        wt = runtime.head.weight_t
-        self.parts = (wt[:, :n_text], wt[:, special.eot :])
+        self.head = runtime.compact_head(n_text, special.eot)
         self.size = n_text + v - special.eot
-        self.dtype = runtime.head.dtype
 
         def c(t: int | None) -> int | None:
             return None if t is None else self.compact(t)
@@ -194,11 +193,7 @@ class CompactVocab:
 
     def logits(self, x: torch.Tensor) -> torch.Tensor:
         """[N, d] -> [N, compact vocab] float32 logits."""
-        a = x.detach().float().numpy()
-        out = np.empty((a.shape[0], self.size), dtype=np.float32)
-        np.matmul(a, self.parts[0], out=out[:, : self.n_text])
-        np.matmul(a, self.parts[1], out=out[:, self.n_text :])
-        return torch.from_numpy(out)
+        return self.head.compact(x).float()
 
     def select(self, logits: torch.Tensor, prefixes: list[list[int]]) -> tuple[list[int], torch.Tensor]:
         """Greedy target token ids and their (compact) log-probabilities under the rules."""

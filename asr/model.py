@@ -13,21 +13,23 @@ numbers) are the transformers model's own.
 from __future__ import annotations
 
 import os
+from collections.abc import Callable
 from dataclasses import dataclass
 
-import numpy as np
 import torch
 import torch.nn.functional as F
 from transformers import WhisperForConditionalGeneration
 
+from asr.kernels import Linear
+
 
 def _blas_one_thread() -> None:
-    """Run numpy's OpenBLAS (the output heads' matmuls) on one thread, unless the user chose a count.
+    """Run numpy's OpenBLAS on one thread, unless the user chose a count.
 
-    Why: OpenBLAS worker threads spin-wait after each call. Beside torch's own threads, and on a
-    machine other jobs share, the head of base went from 4 ms to 230 ms per step (measured on this
-    2-core CPU with another job running); one thread costs 1.6 ms per step on a quiet machine (5.8
-    instead of 4.2 ms). OpenBLAS's thread count is per process, so this is too.
+    Why: OpenBLAS worker threads spin-wait after each call, beside torch's own threads. When the
+    output heads still ran through numpy, a 30-matrix product took 233 ms instead of 5.8 ms with
+    another job on this 2-core CPU. The decoder no longer calls numpy's BLAS per step, but feature
+    extraction and alignment still do. OpenBLAS's thread count is per process, so this is too.
     """
     if os.environ.get("OPENBLAS_NUM_THREADS") or os.environ.get("OMP_NUM_THREADS"):
         return
@@ -37,32 +39,59 @@ def _blas_one_thread() -> None:
 
 
 class OutputHead:
-    """The tied output projection (vocabulary x d), the largest matrix of a Whisper decoder.
+    """The tied output projection (vocabulary x d), the largest matrix of a Whisper decoder, as a
+    packed copy (``asr.kernels``: a product of 1-8 rows costs about what 1 row costs; vocabulary x d
+    floats of memory, 106 MB for base).
 
-    Why not ``F.linear``: on this CPU torch's kernel for a few rows against a 51,865 x 512 matrix
-    runs at a fraction of the memory bandwidth (10 ms for 1 row, 30 ms for 8); OpenBLAS through
-    numpy on a pre-transposed copy takes 4 ms and 9 ms. Row counts between
-    its fast sizes are padded up, since 8 rows cost less than 3. The copy costs vocabulary x d
-    floats of memory (106 MB for base).
-    """
+    ``compact=(n, s)`` packs it in two parts: the drafters' compact vocabulary (text tokens below
+    ``n`` and every token from ``s``, the special ones) and the text tokens between, so a drafter
+    scores its vocabulary with ``compact`` while the verify pass scores the whole, without a second
+    copy of the rows they share."""
 
-    FAST_ROWS = (1, 8, 16, 32)
-
-    def __init__(self, weight: torch.Tensor, rows: torch.Tensor | None = None):
-        _blas_one_thread()
-        w = weight.detach() if rows is None else weight.detach()[rows]
-        self.weight_t = np.ascontiguousarray(w.float().numpy().T)
-        self.dtype = weight.dtype
+    def __init__(self, weight: torch.Tensor, compact: tuple[int, int] | None = None):
+        w = weight.detach()
+        self.compact_split = compact
+        if compact is None:
+            self.main, self.rest = Linear(w), None
+        else:
+            n, s = compact
+            self.main, self.rest = Linear(torch.cat([w[:n], w[s:]])), Linear(w[n:s])
 
     def __call__(self, hidden: torch.Tensor) -> torch.Tensor:
-        shape = hidden.shape
-        x = hidden.detach().reshape(-1, shape[-1]).float().numpy()
-        n = x.shape[0]
-        pad = next((r for r in self.FAST_ROWS if r >= n), n)
-        if pad != n:
-            x = np.concatenate([x, np.zeros((pad - n, x.shape[1]), dtype=x.dtype)])
-        out = torch.from_numpy(x @ self.weight_t)[:n]
-        return out.reshape(*shape[:-1], out.shape[-1]).to(self.dtype)
+        h = hidden.detach()
+        if self.rest is None:
+            return self.main(h)
+        n = self.compact_split[0]
+        a = self.main(h)
+        return torch.cat([a[..., :n], self.rest(h), a[..., n:]], -1)
+
+    def compact(self, hidden: torch.Tensor) -> torch.Tensor:
+        """Logits of the compact vocabulary only: ids [0, n) then [s, vocabulary)."""
+        if self.rest is None:
+            raise ValueError("this head was packed without a compact vocabulary")
+        return self.main(hidden.detach())
+
+
+@dataclass
+class LayerProducts:
+    """One decoder layer's matrix products (``asr.kernels.Linear``): self-attention query, key and
+    value in one product, its output, cross-attention query and output, and the MLP."""
+
+    qkv: Callable[[torch.Tensor], torch.Tensor]
+    out: Callable[[torch.Tensor], torch.Tensor]
+    cross_q: Callable[[torch.Tensor], torch.Tensor]
+    cross_out: Callable[[torch.Tensor], torch.Tensor]
+    fc1: Callable[[torch.Tensor], torch.Tensor]
+    fc2: Callable[[torch.Tensor], torch.Tensor]
+
+    @classmethod
+    def of(cls, layer: torch.nn.Module) -> LayerProducts:
+        att, catt = layer.self_attn, layer.encoder_attn
+        lin = [att.q_proj, att.k_proj, att.v_proj, att.out_proj, catt.q_proj, catt.out_proj, layer.fc1, layer.fc2]
+        if not all(type(m) is torch.nn.Linear for m in lin):  # e.g. an int8 drafter's quantized modules
+            q, k, v = lin[:3]
+            return cls(lambda h: torch.cat([q(h), k(h), v(h)], -1), *lin[3:])
+        return cls(Linear.of(*lin[:3]), *(Linear.of(m) for m in lin[3:]))
 
 
 @dataclass
@@ -98,6 +127,8 @@ class WhisperDecoderRuntime:
         cfg = model.config
         self.model = model
         self.layers = list(dec.layers)[: num_layers or len(dec.layers)]
+        _blas_one_thread()
+        self.products = [LayerProducts.of(layer) for layer in self.layers]
         self.n_head = cfg.decoder_attention_heads
         self.d_model = cfg.d_model
         self.head_dim = self.d_model // self.n_head
@@ -162,34 +193,39 @@ class WhisperDecoderRuntime:
         key_pos = torch.arange(used, device=positions.device)
         mask = (key_pos[None, None, None, :] <= positions[:, None, :, None])  # [B,1,n,used]
         rows = torch.arange(b, device=positions.device)[:, None].expand(b, n)
+        d = self.d_model
         for i in range(start, len(self.layers) if stop is None else stop):
-            layer = self.layers[i]
+            layer, lin = self.layers[i], self.products[i]
             att = layer.self_attn
-            h = layer.self_attn_layer_norm(x)
-            q = self._split(att.q_proj(h) * att.scaling)
-            k = att.k_proj(h).view(b, n, self.n_head, self.head_dim)
-            v = att.v_proj(h).view(b, n, self.n_head, self.head_dim)
+            qkv = lin.qkv(layer.self_attn_layer_norm(x))
+            q = self._split(qkv[..., :d] * att.scaling)
+            k = qkv[..., d : 2 * d].view(b, n, self.n_head, self.head_dim)
+            v = qkv[..., 2 * d :].view(b, n, self.n_head, self.head_dim)
             cache.k[i][rows, :, positions] = k
             cache.v[i][rows, :, positions] = v
             a = F.scaled_dot_product_attention(
                 q, cache.k[i, :, :, :used], cache.v[i, :, :, :used], attn_mask=mask, scale=1.0
             )
-            x = x + att.out_proj(a.transpose(1, 2).reshape(b, n, self.d_model))
+            x = x + lin.out(a.transpose(1, 2).reshape(b, n, d))
 
-            catt = layer.encoder_attn
-            h = layer.encoder_attn_layer_norm(x)
-            q = self._split(catt.q_proj(h) * catt.scaling)
+            q = self._split(lin.cross_q(layer.encoder_attn_layer_norm(x)) * layer.encoder_attn.scaling)
             if cross_qk is not None and i in cross_qk:
                 cross_qk[i] = q @ cache.cross_k[i].transpose(-1, -2)
             a = F.scaled_dot_product_attention(q, cache.cross_k[i], cache.cross_v[i], scale=1.0)
-            x = x + catt.out_proj(a.transpose(1, 2).reshape(b, n, self.d_model))
+            x = x + lin.cross_out(a.transpose(1, 2).reshape(b, n, d))
 
-            h = layer.final_layer_norm(x)
-            x = x + layer.fc2(layer.activation_fn(layer.fc1(h)))
+            x = x + lin.fc2(layer.activation_fn(lin.fc1(layer.final_layer_norm(x))))
         return x
 
     def logits(self, hidden: torch.Tensor) -> torch.Tensor:
         return self.head(hidden)
+
+    def compact_head(self, text_tokens: int, first_special: int) -> OutputHead:
+        """The output head re-packed with a compact drafting vocabulary (``OutputHead``)."""
+        split = (text_tokens, first_special)
+        if self.head.compact_split != split:
+            self.head = OutputHead(self.proj, compact=split)
+        return self.head
 
     def step(self, tokens: torch.Tensor, positions: torch.Tensor, cache: KVCache, last_only: bool = False) -> torch.Tensor:
         h = self.hidden(tokens, positions, cache)

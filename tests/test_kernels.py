@@ -1,0 +1,44 @@
+"""The decoder's packed matrix products (asr.kernels) on base's real weights."""
+
+from __future__ import annotations
+
+import torch
+
+from asr.model import OutputHead
+
+
+def test_a_rows_product_does_not_depend_on_the_rows_beside_it(base_engine):
+    """A verify pass multiplies several tokens at once; each must get the numbers a step of that token
+    alone would get (so speculation cannot change a near-tie that plain decoding resolves)."""
+    rt = base_engine.runtime
+    lin = rt.products[2]
+    assert lin.qkv.packed and lin.fc1.packed and rt.head.main.packed  # CPU, float32: oneDNN
+    x = torch.randn(8, rt.d_model, generator=torch.Generator().manual_seed(0))
+    for name, product, inp in (("qkv", lin.qkv, x), ("fc1", lin.fc1, x), ("fc2", lin.fc2, torch.randn(8, 4 * rt.d_model)),
+                               ("head", rt.head, x)):
+        whole = product(inp)
+        for n in range(1, 8):
+            assert torch.equal(product(inp[:n]), whole[:n]), f"{name}: {n} rows differ from the same rows among 8"
+
+
+def test_products_equal_the_models_own_layers(base_engine):
+    rt = base_engine.runtime
+    layer, lin = rt.layers[1], rt.products[1]
+    x = torch.randn(3, rt.d_model, generator=torch.Generator().manual_seed(1))
+    att = layer.self_attn
+    expected = torch.cat([att.q_proj(x), att.k_proj(x), att.v_proj(x)], -1)
+    torch.testing.assert_close(lin.qkv(x), expected, rtol=1e-4, atol=1e-4)
+    torch.testing.assert_close(lin.fc1(x), layer.fc1(x), rtol=1e-4, atol=1e-4)
+    torch.testing.assert_close(rt.head(x), torch.nn.functional.linear(x, rt.proj), rtol=1e-4, atol=1e-3)
+
+
+def test_a_head_with_a_compact_vocabulary_scores_every_token_in_place(base_engine):
+    rt, eot = base_engine.runtime, base_engine.special.eot
+    x = torch.randn(5, rt.d_model, generator=torch.Generator().manual_seed(2))
+    whole = OutputHead(rt.proj)(x)
+    split = OutputHead(rt.proj, compact=(1000, eot))
+    full = split(x)
+    assert full.shape == whole.shape
+    torch.testing.assert_close(full, whole, rtol=1e-4, atol=1e-3)
+    ids = torch.cat([torch.arange(1000), torch.arange(eot, rt.vocab_size)])
+    assert torch.equal(split.compact(x), full[:, ids])
