@@ -224,6 +224,7 @@ class WhisperDecoderRuntime:
         """The output head re-packed with a compact drafting vocabulary (``OutputHead``)."""
         split = (text_tokens, first_special)
         if self.head.compact_split != split:
+            self.head = None  # release the old packing (106 MB for base) before making the new one
             self.head = OutputHead(self.proj, compact=split)
         return self.head
 
