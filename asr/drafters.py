@@ -190,7 +190,7 @@ class ModelDrafter(Drafter):
         else:
             if features is None:
                 raise ValueError(f"drafter {self.name} needs the input features (it has its own encoder)")
-            enc = self.m.runtime.encode(features.to(self.m.runtime.model.dtype))
+            enc = self.m.runtime.encode_audio_part(features.to(self.m.runtime.model.dtype))
         self.cache = self.m.runtime.new_cache(enc, slack=1)
         self.cached = [[] for _ in range(enc.shape[0])]
         self.lengths = [0] * enc.shape[0]

@@ -64,6 +64,35 @@ def run_isolated(fn, *args) -> dict:
     return res
 
 
+class _Tally:
+    """One configuration's totals over the files: tokens, texts, timings and speculative counters."""
+
+    def __init__(self):
+        self.tokens, self.texts = [], []
+        self.total = self.dec = self.enc = self.audio_s = 0.0
+        self.gen = self.passes = self.drafted = self.accepted = 0
+
+    def add(self, engine, audio, opts) -> None:
+        self.audio_s += len(audio) / 16000
+        t = time.perf_counter()
+        r = engine.transcribe(audio, opts)
+        self.total += time.perf_counter() - t
+        s = r.stats
+        self.dec += s.decoder_seconds
+        self.enc += s.encoder_seconds
+        self.gen += s.generated_tokens
+        self.passes += s.target_passes
+        self.drafted += s.drafted_tokens
+        self.accepted += s.accepted_tokens
+        self.tokens.append([[seg.start, seg.end, seg.tokens] for seg in r.segments])
+        self.texts.append(" ".join(seg.text for seg in r.segments))
+
+    def result(self) -> dict:
+        return dict(tokens=self.tokens, texts=self.texts, total=self.total, decoder=self.dec, encoder=self.enc,
+                    audio_s=self.audio_s, acceptance_rate=self.accepted / self.drafted if self.drafted else 0.0,
+                    tokens_per_target_pass=self.gen / self.passes if self.passes else 0.0, peak_rss_mb=peak_rss_mb())
+
+
 def ours(model: str, draft: str, files: list[str], threads: int, batch_size: int, q) -> None:
     """Our engine on ``files`` (after one warm-up file): tokens, texts, timings and speculative counters."""
     import torch
@@ -76,25 +105,39 @@ def ours(model: str, draft: str, files: list[str], threads: int, batch_size: int
     engine = AsrEngine(model, decoder_factory=decoder_factory(draft))
     opts = DecodeOptions(language="en", batch_size=batch_size)
     engine.transcribe(load_audio(files[0]), opts)  # warm-up
-    tokens, texts, total, dec, enc, gen, passes, drafted, accepted, audio_s = [], [], 0.0, 0.0, 0.0, 0, 0, 0, 0, 0.0
+    tally = _Tally()
     for f in files:
+        tally.add(engine, load_audio(f), opts)
+    q.put(tally.result())
+
+
+def ours_interleaved(model: str, drafts: list[str], files: list[str], threads: int, batch_size: int, q) -> None:
+    """Our engine with each of ``drafts`` in turn on every file, in one process over one target (the
+    first to go rotates per file). Why: this machine's speed drifts by up to 30% over minutes (the
+    same target-alone run measured RTF 0.176, 0.205 and 0.241 within an hour); configurations timed
+    one after another inherit that drift, configurations interleaved file by file share it."""
+    import torch
+
+    torch.set_num_threads(threads)
+    from asr.audio import load_audio
+    from asr.drafting import decoder_factory
+    from asr.engine import AsrEngine, DecodeOptions
+
+    # one engine per configuration over one set of weights: each has its own runtime (an early-exit
+    # drafter re-packs its runtime's head), as in a process of its own
+    bundle = AsrEngine(model).bundle
+    engines = {d: AsrEngine(model, bundle=bundle, decoder_factory=decoder_factory(d)) for d in drafts}
+    opts = DecodeOptions(language="en", batch_size=batch_size)
+    warm = load_audio(files[0])
+    for d in drafts:
+        engines[d].transcribe(warm, opts)
+    tallies = {d: _Tally() for d in drafts}
+    for i, f in enumerate(files):
         audio = load_audio(f)
-        audio_s += len(audio) / 16000
-        t = time.perf_counter()
-        r = engine.transcribe(audio, opts)
-        total += time.perf_counter() - t
-        s = r.stats
-        dec += s.decoder_seconds
-        enc += s.encoder_seconds
-        gen += s.generated_tokens
-        passes += s.target_passes
-        drafted += s.drafted_tokens
-        accepted += s.accepted_tokens
-        tokens.append([[seg.start, seg.end, seg.tokens] for seg in r.segments])
-        texts.append(" ".join(seg.text for seg in r.segments))
-    q.put(dict(tokens=tokens, texts=texts, total=total, decoder=dec, encoder=enc, audio_s=audio_s,
-               acceptance_rate=accepted / drafted if drafted else 0.0,
-               tokens_per_target_pass=gen / passes if passes else 0.0, peak_rss_mb=peak_rss_mb()))
+        j = i % len(drafts)
+        for d in drafts[j:] + drafts[:j]:
+            tallies[d].add(engines[d], audio, opts)
+    q.put({d: t.result() for d, t in tallies.items()})
 
 
 def faster_whisper(model: str, files: list[str], threads: int, q) -> None:

@@ -5,6 +5,8 @@ generation, and faster-whisper on the same weights, side by side in one run.
     python bench/speculative.py --drafters early-exit:1,early-exit:3 --no-external --out bench/results/early_exit.json
 
 Each configuration runs in its own process (so peak RSS is its own); all share the thread count.
+Our configurations' times come from one more process that runs them in turn on every file
+(``--no-interleave``: from the isolated runs), since this machine's speed drifts over minutes.
 Early-exit rows (``early-exit:k``: the target's first k layers + trained exit adapter; ``:raw``
 without it) add the memory overhead over the target alone. Writes bench/results/speculative.json
 (or ``--out``). Timings are only comparable within one run on a quiet machine.
@@ -19,11 +21,15 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from common import ROOT, set_clock, faster_whisper, machine, ours, peak_rss_mb, run_isolated  # noqa: E402
+from common import ROOT, set_clock, faster_whisper, machine, ours, ours_interleaved, peak_rss_mb, run_isolated  # noqa: E402
 
 
 def _ours(draft: str, files: list[str], threads: int, q) -> None:
     ours("base", draft, files, threads, 1, q)
+
+
+def _interleaved(drafts: list[str], files: list[str], threads: int, q) -> None:
+    ours_interleaved("base", drafts, files, threads, 1, q)
 
 
 def _transformers(assistant: str | None, files: list[str], threads: int, q) -> None:
@@ -79,6 +85,8 @@ def main() -> int:
     ap.add_argument("--drafters", default="ngram,tiny.en," + ",".join(f"early-exit:{k}" for k in range(1, 6)) + ",early-exit:3:raw")
     ap.add_argument("--no-external", action="store_true", help="skip transformers and faster-whisper")
     ap.add_argument("--out", type=Path, default=ROOT / "bench" / "results" / "speculative.json")
+    ap.add_argument("--interleave", action=argparse.BooleanOptionalAction, default=True,
+                    help="time our configurations file by file in turn in one process (default), not one after another")
     ap.add_argument("--clock", choices=("wall", "cpu"), default="wall",
                     help="cpu: time by process CPU seconds (steadier while other jobs share the machine)")
     args = ap.parse_args()
@@ -88,7 +96,12 @@ def main() -> int:
     items = english_set()
     files = [str(i.path) for i in (items[: args.files] if args.files else items)]
     runs = []
-    base = run_isolated(_ours, "none", files, args.threads)
+    drafts = ["none", *args.drafters.split(",")]
+    # each configuration in a process of its own: its peak RSS (and, without --interleave, its times)
+    isolated = {d: run_isolated(_ours, d, files, args.threads) for d in drafts}
+    timed = run_isolated(_interleaved, drafts, files, args.threads) if args.interleave else isolated
+    results = {d: {**timed[d], "peak_rss_mb": isolated[d]["peak_rss_mb"]} for d in drafts}
+    base = results["none"]
     print(f"{len(files)} files, {base['audio_s']:.0f} s audio, {args.threads} thread(s)")
 
     def report(name, r, identical, ref=None):
@@ -107,17 +120,21 @@ def main() -> int:
         runs.append(row)
         print("  ".join(f"{k}={v}" for k, v in row.items()), flush=True)
 
-    report("ours target alone (base)", base, True)
-    for d in args.drafters.split(","):
-        r = run_isolated(_ours, d, files, args.threads)
-        report(f"ours + {d} drafter", r, r["tokens"] == base["tokens"])
+    def identical(d):
+        """Token-identical to the target alone, in the isolated and in the interleaved runs."""
+        return timed[d]["tokens"] == timed["none"]["tokens"] and isolated[d]["tokens"] == isolated["none"]["tokens"]
+
+    report("ours target alone (base)", base, identical("none"))
+    for d in drafts[1:]:
+        report(f"ours + {d} drafter", results[d], identical(d))
 
     if not args.no_external:
         external(args, files, report, runs)
 
     out = args.out
     out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(json.dumps({"machine": machine(args.threads), "files": len(files), "audio_seconds": round(base["audio_s"], 1),
+    out.write_text(json.dumps({"machine": machine(args.threads) + ("; our rows timed interleaved file by file"
+                                                                   if args.interleave else ""), "files": len(files), "audio_seconds": round(base["audio_s"], 1),
                                "runs": runs}, indent=2) + "\n")
     print(f"wrote {out}")
     return 0

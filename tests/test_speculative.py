@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import random
 
+import numpy as np
 import pytest
 import torch
 
@@ -109,7 +110,6 @@ def test_identical_tokens_batch_4(base_engine, windows, plain_reference, name, g
 def test_long_form_pipeline_identical(base_engine, eval_root):
     """Chunked long-form through the engine: same segments, timestamps and words with speculation."""
     from asr.engine import AsrEngine  # noqa: F401  (engine fixture is reused)
-    import numpy as np
 
     files = ["lhotse/2412-153948-0000.flac", "whisper.cpp/jfk.wav", "mfa/acoustic_corpus.wav",
              "cuttledoc-fleurs/fleurs-en-000.ogg", "mfa/mfa_surround.flac"]
@@ -121,3 +121,16 @@ def test_long_form_pipeline_identical(base_engine, eval_root):
     key = lambda r: [(s.start, s.end, s.tokens) for s in r.segments]  # noqa: E731
     assert key(spec) == key(plain)
     assert spec.stats.tokens_per_target_pass > 1.5
+
+
+def test_a_drafters_own_encoder_reads_the_audio_not_the_padding(tiny_engine, eval_root):
+    """tiny.en drafting for base encodes the mel frames holding audio plus a 1 s margin (in whole
+    seconds), not a 30 s window of padding; a window full of audio is encoded as Whisper does."""
+    rt, fe = tiny_engine.runtime, tiny_engine.bundle.feature_extractor
+    audio = load_audio(eval_root / "whisper.cpp/jfk.wav")  # 11.0 s
+    feats = fe(audio, sampling_rate=16000, return_tensors="pt").input_features
+    part = rt.encode_audio_part(feats)
+    # 11.0 s: mel frames 0..1100 hold audio; + 100 frames of margin, rounded up to 1300 frames (13 s)
+    assert part.shape[1] == 650
+    full = fe(np.tile(audio, 3)[: 30 * 16000], sampling_rate=16000, return_tensors="pt").input_features
+    assert torch.equal(rt.encode_audio_part(full), rt.encode(full))
