@@ -61,3 +61,33 @@ class Linear:
 
     def num_bytes(self) -> int:
         return self.weight.numel() * self.weight.element_size()
+
+
+class PackedLinear(torch.nn.Module):
+    """An inference-only stand-in for an ``nn.Linear`` inside a model (``pack_linears``); ``keep_weight``
+    keeps the original ``weight`` reachable (an output head that code reads rows of)."""
+
+    def __init__(self, linear: torch.nn.Linear, keep_weight: bool = False):
+        super().__init__()
+        self.in_features, self.out_features = linear.in_features, linear.out_features
+        self.product = Linear(linear.weight, linear.bias)
+        if keep_weight:
+            self.weight = linear.weight
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.product(x)
+
+    def extra_repr(self) -> str:
+        return f"in_features={self.in_features}, out_features={self.out_features}, packed={self.product.packed}"
+
+
+def pack_linears(model: torch.nn.Module) -> int:
+    """Replace, in place, every float32 CPU ``nn.Linear`` of ``model`` by a ``PackedLinear`` (for an LLM
+    verifying a few drafted tokens per pass, as for Whisper's decoder). The output head gets a packed
+    copy and keeps its weight (for a tied head that is the input embedding's). Returns how many."""
+    head = model.get_output_embeddings() if hasattr(model, "get_output_embeddings") else None
+    swaps = [(parent, name, child) for parent in model.modules() for name, child in parent.named_children()
+             if type(child) is torch.nn.Linear and _packable(child.weight)]
+    for parent, name, child in swaps:
+        setattr(parent, name, PackedLinear(child, keep_weight=child is head))
+    return len(swaps)

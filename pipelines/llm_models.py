@@ -20,6 +20,7 @@ from pathlib import Path
 
 import torch
 
+from asr.kernels import pack_linears
 from asr.models import ModelError, default_cache_dir
 from asr.models import _package_dir as asr_package_dir
 
@@ -121,8 +122,10 @@ def resolve_llm_path(name: str | None, cache_dir: Path | None = None) -> str:
     return name
 
 
-def load_llm(name: str | None = None, device: str = "cpu", cache_dir: Path | None = None, dtype=torch.float32):
-    """(model, tokenizer) in eval mode. ``name``: embedded alias, HF id, local folder or .gguf file."""
+def load_llm(name: str | None = None, device: str = "cpu", cache_dir: Path | None = None, dtype=torch.float32,
+             pack: bool = True):
+    """(model, tokenizer) in eval mode. ``name``: embedded alias, HF id, local folder or .gguf file.
+    ``pack``: its float32 CPU linear layers become packed inference-only products (``asr.kernels``)."""
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     path = resolve_llm_path(name, cache_dir)
@@ -137,4 +140,6 @@ def load_llm(name: str | None = None, device: str = "cpu", cache_dir: Path | Non
     except OSError as e:
         raise LLMError(f"cannot load LLM '{name}': {e}") from e
     model.to(device).eval()
+    if pack:
+        pack_linears(model)  # CPU float32: a verify pass of a few tokens costs about one token's pass
     return model, tok

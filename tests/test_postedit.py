@@ -311,3 +311,17 @@ def test_stop_rule_never_stops_an_edit_the_guard_accepts(editor):
         ids = tok.encode(edit, add_special_tokens=False)
         assert not any(doomed(ids[:n]) for n in range(1, len(ids) + 1)), edit
     assert accepted > 50
+
+
+def test_the_loaded_llm_runs_packed_products_that_score_like_its_own_layers(llm):
+    """load_llm packs the LLM's linear layers (asr.kernels): the scores match the unpacked model's."""
+    from asr.kernels import PackedLinear
+    from pipelines.llm_models import load_llm
+
+    packed, tok = llm
+    plain, _ = load_llm(None, pack=False)
+    n_linear = sum(type(m) is torch.nn.Linear for m in plain.modules())
+    assert sum(isinstance(m, PackedLinear) for m in packed.modules()) == n_linear > 0
+    ids = tok("so the meeting moved to thursday and nobody told the client", return_tensors="pt").input_ids
+    with torch.inference_mode():
+        torch.testing.assert_close(packed(ids).logits, plain(ids).logits, rtol=1e-4, atol=2e-3)
