@@ -92,21 +92,30 @@ def transcripts(limit: int | None):
 
 
 def run_ours(name: str, editor, windows: list[Window]) -> Run:
+    return run_ours_interleaved([(name, editor)], windows)[0]
+
+
+def run_ours_interleaved(editors: list[tuple[str, object]], windows: list[Window]) -> list[Run]:
+    """Each editor on every window, taking turns window by window (who goes first rotates). Why: this
+    machine's speed drifts by up to 30% over minutes; runs timed one after the other inherit it."""
     from pipelines.llm_speculative import SpecStats
 
-    run = Run(name, "ours", editor.drafter_name)
-    total = SpecStats()
-    for w in windows:
-        t = time.perf_counter()
-        _, ids, stats = editor.generate(w.text, max_new_tokens=w.max_new)
-        run.window_seconds.append(time.perf_counter() - t)
-        run.seconds += run.window_seconds[-1]
-        run.window_decode_seconds.append(stats.decode_seconds)
-        run.outputs.append(ids)
-        total.merge(stats)
-    run.tokens, run.target_passes = total.generated_tokens, total.target_passes
-    run.drafted, run.accepted = total.drafted_tokens, total.accepted_tokens
-    return run
+    runs = [Run(name, "ours", editor.drafter_name) for name, editor in editors]
+    totals = [SpecStats() for _ in editors]
+    for i, w in enumerate(windows):
+        for j in [(i + n) % len(editors) for n in range(len(editors))]:
+            run, editor = runs[j], editors[j][1]
+            t = time.perf_counter()
+            _, ids, stats = editor.generate(w.text, max_new_tokens=w.max_new)
+            run.window_seconds.append(time.perf_counter() - t)
+            run.window_decode_seconds.append(stats.decode_seconds)
+            run.outputs.append(ids)
+            totals[j].merge(stats)
+    for run, total in zip(runs, totals):
+        run.seconds = sum(run.window_seconds)
+        run.tokens, run.target_passes = total.generated_tokens, total.target_passes
+        run.drafted, run.accepted = total.drafted_tokens, total.accepted_tokens
+    return runs
 
 
 # ------------------------------------------------------------------------------------- transformers
@@ -208,7 +217,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--no-universal", action="store_true", help="skip the Gemma 3 (different tokenizer) runs")
     ap.add_argument("--model-windows", type=int, default=6,
                     help="windows for the model-drafter runs (slow: acceptance is low), 0 = all")
-    ap.add_argument("--threads", type=int, default=1)
+    ap.add_argument("--threads", type=int, default=2, help="torch CPU threads (2: the CLI default)")
     ap.add_argument("--out", type=Path, default=RESULTS)
     args = ap.parse_args(argv)
     torch.set_num_threads(args.threads)
@@ -242,36 +251,37 @@ def main(argv: list[str] | None = None) -> int:
         return orig_generate(text, max_new_tokens, stop_when_rejected)
 
     plain.generate = recording_generate
+    copy_editor = PostEditor(model, tok, drafter="copy")
     e2e_plain = Run("ours end to end (edit_transcript): target alone", "ours, end to end", "none")
-    t = time.perf_counter()
-    for item, tr in trs:
-        new, report = plain.edit_transcript(tr)
-        refs.append(item.reference)
-        raw.append(tr.text)
-        edited.append(new.text)
-        accepted += report.accepted
-        n_turns += len(report.turns)
-        verdicts += [t.accepted for t in report.turns]
-        e2e_plain.tokens += report.stats.generated_tokens
-        e2e_plain.target_passes += report.stats.target_passes
-    e2e_plain.seconds = time.perf_counter() - t
-    e2e_plain.window_seconds = [e2e_plain.seconds]
-    e2e_plain.outputs = [[hash(x)] for x in edited]  # identity of the final transcripts
+    e2e_copy = Run("ours end to end (edit_transcript): copy drafter", "ours, end to end", "copy", drafted=0, accepted=0)
+    for i, (item, tr) in enumerate(trs):  # the two take turns transcript by transcript (see run_ours_interleaved)
+        for which in (("plain", "copy") if i % 2 == 0 else ("copy", "plain")):
+            t = time.perf_counter()
+            if which == "plain":
+                new, report = plain.edit_transcript(tr)
+                e2e_plain.seconds += time.perf_counter() - t
+                refs.append(item.reference)
+                raw.append(tr.text)
+                edited.append(new.text)
+                accepted += report.accepted
+                n_turns += len(report.turns)
+                verdicts += [turn.accepted for turn in report.turns]
+                e2e_plain.tokens += report.stats.generated_tokens
+                e2e_plain.target_passes += report.stats.target_passes
+                e2e_plain.outputs.append([hash(new.text)])  # identity of the final transcripts
+            else:
+                new, report = copy_editor.edit_transcript(tr)
+                e2e_copy.seconds += time.perf_counter() - t
+                e2e_copy.outputs.append([hash(new.text)])
+                e2e_copy.tokens += report.stats.generated_tokens
+                e2e_copy.target_passes += report.stats.target_passes
+                e2e_copy.drafted += report.stats.drafted_tokens
+                e2e_copy.accepted += report.stats.accepted_tokens
+    for run in (e2e_plain, e2e_copy):
+        run.window_seconds = [run.seconds]
     del plain.generate
     print(f"{len(trs)} transcripts, {len(windows)} windows; WER raw {wer(refs, raw):.4f} edited {wer(refs, edited):.4f}")
     print(f"{e2e_plain.name:55s} {e2e_plain.seconds:7.1f} s", flush=True)
-    copy_editor = PostEditor(model, tok, drafter="copy")
-    e2e_copy = Run("ours end to end (edit_transcript): copy drafter", "ours, end to end", "copy", drafted=0, accepted=0)
-    t = time.perf_counter()
-    for _, tr in trs:
-        new, report = copy_editor.edit_transcript(tr)
-        e2e_copy.outputs.append([hash(new.text)])
-        e2e_copy.tokens += report.stats.generated_tokens
-        e2e_copy.target_passes += report.stats.target_passes
-        e2e_copy.drafted += report.stats.drafted_tokens
-        e2e_copy.accepted += report.stats.accepted_tokens
-    e2e_copy.seconds = time.perf_counter() - t
-    e2e_copy.window_seconds = [e2e_copy.seconds]
     print(f"{e2e_copy.name:55s} {e2e_copy.seconds:7.1f} s", flush=True)
 
     eos, pad = plain.eos_ids, (tok.pad_token_id if tok.pad_token_id is not None else plain.eos_ids[0])
@@ -281,8 +291,9 @@ def main(argv: list[str] | None = None) -> int:
         runs.append(run)
         print(f"{run.name:55s} {run.seconds:7.1f} s {run.tokens / run.seconds:6.1f} tok/s", flush=True)
 
-    add(run_ours("ours: target alone (greedy)", plain, windows))
-    add(run_ours("ours: copy drafter (prompt lookup in the transcript)", copy_editor, windows))
+    for run in run_ours_interleaved([("ours: target alone (greedy)", plain),
+                                     ("ours: copy drafter (prompt lookup in the transcript)", copy_editor)], windows):
+        add(run)
     ed_layers = PostEditor(model, tok, drafter=f"layers:{args.layers}", drafter_model=trunc, drafter_tokenizer=tok)
     few = windows[: args.model_windows or None]
     add(run_ours(f"ours: first {args.layers}/{model.config.num_hidden_layers} layers (same tokenizer)", ed_layers, few))

@@ -1,7 +1,7 @@
 """Speculative decoding benchmark: ours with each drafter vs the target alone, transformers' assisted
 generation, and faster-whisper on the same weights, side by side in one run.
 
-    python bench/speculative.py [--files N] [--threads 1] [--hf-files 6] [--drafters ngram,tiny.en,early-exit:3]
+    python bench/speculative.py [--files N] [--threads 2] [--hf-files 6] [--drafters ngram,tiny.en,early-exit:3]
     python bench/speculative.py --drafters early-exit:1,early-exit:3 --no-external --out bench/results/early_exit.json
 
 Each configuration runs in its own process (so peak RSS is its own); all share the thread count.
@@ -81,7 +81,7 @@ def main() -> int:
     ap = argparse.ArgumentParser()
     ap.add_argument("--files", type=int, default=0, help="first N public English files (0: all)")
     ap.add_argument("--hf-files", type=int, default=6, help="files for transformers' (slow) assisted generation")
-    ap.add_argument("--threads", type=int, default=1)
+    ap.add_argument("--threads", type=int, default=2, help="torch CPU threads (2: the CLI default)")
     ap.add_argument("--drafters", default="ngram,tiny.en," + ",".join(f"early-exit:{k}" for k in range(1, 6)) + ",early-exit:3:raw")
     ap.add_argument("--no-external", action="store_true", help="skip transformers and faster-whisper")
     ap.add_argument("--out", type=Path, default=ROOT / "bench" / "results" / "speculative.json")
