@@ -2,7 +2,7 @@
 generation, and faster-whisper on the same weights, side by side in one run.
 
     python bench/speculative.py [--files N] [--threads 2] [--hf-files 6] [--drafters ngram,tiny.en,early-exit:3]
-    python bench/speculative.py --drafters early-exit:1,early-exit:3 --no-external --out bench/results/early_exit.json
+    python bench/speculative.py --drafters early-exit:1,early-exit:3 --no-external --out /tmp/early_exit.json
 
 Each configuration runs in its own process (so peak RSS is its own); all share the thread count.
 Our configurations' times come from one more process that runs them in turn on every file
