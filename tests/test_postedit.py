@@ -131,6 +131,30 @@ def test_universal_drafter_different_tokenizer_is_exact(llm, texts, greedy_refer
         assert stats.accepted_tokens > 0
 
 
+def test_universal_drafter_runs_on_a_fresh_machine(llm, texts, greedy_reference):
+    """The different-tokenizer path with a model every install has: Whisper tiny.en's decoder as a
+    causal LM (GPT-2-style 50k BPE, no audio) drafting for SmolLM2. It drafts badly (its text is not
+    conditioned on anything useful), so this checks that re-tokenised drafts never change the output;
+    the Gemma test above checks acceptance when that package is installed."""
+    from transformers import WhisperForCausalLM
+
+    from asr.models import load_whisper
+    from pipelines.llm_speculative import same_tokenizer
+    from pipelines.postedit import PostEditor
+
+    bundle = load_whisper("tiny.en")
+    causal = WhisperForCausalLM(bundle.model.config).eval()
+    missing, _ = causal.load_state_dict(bundle.model.state_dict(), strict=False)
+    assert not missing
+    model, tok = llm
+    ed = PostEditor(model, tok, drafter="whisper-tiny.en", drafter_model=causal, drafter_tokenizer=bundle.tokenizer)
+    assert ed.universal and not same_tokenizer(tok, bundle.tokenizer)
+    for text in texts[:2]:
+        _, ids, stats = ed.generate(text, max_new_tokens=40)
+        assert ids == greedy_reference(text, 40)
+        assert stats.drafted_tokens > 0
+
+
 def test_wrong_drafter_still_exact(llm, texts, greedy_reference):
     """A copy drafter fed unrelated text proposes only wrong tokens; the output must not change."""
     from pipelines.llm_speculative import CopyDrafter, speculative_generate
