@@ -180,7 +180,7 @@ class Data:
         counts = torch.bincount(self.window, minlength=len(self.meta))
         for w, idx in enumerate(torch.split(order, counts.tolist())):
             self.by_window[w] = idx
-        self.head = torch.from_numpy(np.ascontiguousarray(np.concatenate(self.vocab.parts, axis=1)))  # [d, V']
+        self.head = self.rt.proj.detach()[self.vocab.ids].T.contiguous()  # [d, V']: the tied head's compact rows
         self.teacher = self._teacher_topk()
         self._kv: dict[int, tuple[torch.Tensor, torch.Tensor]] = {}
 
