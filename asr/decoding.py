@@ -184,17 +184,12 @@ class Decoder:
         self.rules = rules
         self.max_len = runtime.max_len
 
-    def prefill(self, cache: KVCache, prompt: list[int], hidden=None) -> tuple[torch.Tensor, torch.Tensor]:
-        """Run the prompt; return last-position logits [B, V] and no-speech probabilities [B].
-        ``hidden(tokens, positions, cache)``: what computes the final hidden states (default the
-        runtime's; a speculative decoder lets its drafter see the prompt's states)."""
+    def prefill(self, cache: KVCache, prompt: list[int]) -> tuple[torch.Tensor, torch.Tensor]:
+        """Run the prompt; return last-position logits [B, V] and no-speech probabilities [B]."""
         b = cache.batch_size
         tokens = torch.tensor(prompt).expand(b, -1)
         positions = torch.arange(len(prompt)).expand(b, -1)
-        if hidden is None:
-            logits = self.rt.step(tokens, positions, cache)
-        else:
-            logits = self.rt.logits(hidden(tokens, positions, cache))
+        logits = self.rt.step(tokens, positions, cache)
         if self.sp.no_speech is not None:
             no_speech = logits[:, 0].float().softmax(-1)[:, self.sp.no_speech]
         else:

@@ -3,8 +3,6 @@
 ``none``      plain greedy decoding (one target pass per token)
 ``ngram``     prompt-lookup drafting from the decoded text of the batch (no model)
 ``auto``      the fastest exact option measured on this CPU (bench/results/speculative.json)
-heads         multi-token draft heads (asr/draft_heads.py): K small trained heads guess the next tokens
-              from the verify pass's own last states, the pending token and the audio; no decoder pass
 early-exit[:k] the target's own first k decoder layers with a trained exit adapter (asr/early_exit.py):
               no second model, the KV cache shared with the verify pass; ``early-exit:k:raw`` without
               the adapter (a weak drafter, for comparison)
@@ -22,14 +20,13 @@ from pathlib import Path
 import torch
 
 from asr.decoding import Decoder, GreedyDecoder, SpecialTokens, WhisperLogitRules
-from asr.draft_heads import heads_drafter
 from asr.early_exit import early_exit_drafter
 from asr.drafters import DraftModel, ModelDrafter, NgramDrafter, Retokenize, SameVocab
 from asr.model import WhisperDecoderRuntime
 from asr.models import load_whisper
 from asr.speculative import Lookahead, SpeculativeDecoder
 
-DRAFT_CHOICES = ("auto", "none", "ngram", "heads", "early-exit")
+DRAFT_CHOICES = ("auto", "none", "ngram", "early-exit")
 AUTO_DRAFT = "none"  # fastest exact option measured on this CPU so far: bench/results/speculative.json
 # A drafter's output head scores only the first text tokens (BPE ids are ordered by merge, so
 # frequent pieces come first) plus every special/timestamp token: most of the drafter's cost is
@@ -40,7 +37,7 @@ DRAFT_HEAD_TEXT_TOKENS = 16000
 def decoder_factory(draft: str, cache_dir: Path | None = None, lookahead: Lookahead | None = None):
     """Return a function building the decoder for an engine, per ``--draft``."""
     if not draft or not isinstance(draft, str):
-        raise ValueError("--draft must be auto, none, ngram, heads, early-exit[:k] or a Whisper model")
+        raise ValueError("--draft must be auto, none, ngram, early-exit[:k] or a Whisper model")
     if draft.split(":")[0] == "early-exit":
         early_exit_spec(draft)  # bad forms fail here, before any model loads
 
@@ -50,8 +47,6 @@ def decoder_factory(draft: str, cache_dir: Path | None = None, lookahead: Lookah
             return GreedyDecoder(engine.runtime, engine.special, engine.rules)
         if choice == "ngram":
             drafter = NgramDrafter()
-        elif choice == "heads":
-            drafter = heads_drafter(engine)
         elif choice.split(":")[0] == "early-exit":
             layer, raw = early_exit_spec(choice)
             drafter = early_exit_drafter(engine, layer, adapter=None if raw else "auto")

@@ -106,7 +106,7 @@ class SpeculativeDecoder(Decoder):
         cache = self.rt.new_cache(encoder_out, slack=slack)
         self.drafter.begin(encoder_out, prompt, features)
         self.drafter.attach(cache)
-        last, no_speech = self.prefill(cache, prompt, hidden=lambda t, p, c: self.drafter.verify(self.rt, t, p, c))
+        last, no_speech = self.prefill(cache, prompt)
         stats.target_passes += b
         results = [SequenceResult([], 0.0, float(p)) for p in no_speech]
         first, first_lp = self.rules.select(last.float(), [[] for _ in range(b)])
