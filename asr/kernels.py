@@ -9,8 +9,10 @@ for 2-8. oneDNN's inner-product on a weight packed once for a small batch (the k
 own compiler uses for frozen linears) takes 0.31-0.34 ms for 1-4 rows of the same 2048 x 512
 matrix and 6.2 / 6.8 / 7.7 / 8.7 ms for 1 / 2 / 3 / 5 rows of the head (numpy's OpenBLAS on a
 transposed copy, our earlier head: 6.2 / 14.2 / 14.4 / 14.8 ms). Its result for a row does not
-depend on how many rows are in the call (checked bitwise for 1-8 rows), so a verify pass's
-matrix products give each token the numbers a step would have given it.
+depend on how many other rows are in the call (checked bitwise for 2-16 rows), so a verify pass's
+matrix products give each token the numbers a step would have given it; a lone row, on some CPUs
+and shapes, takes another path (``Linear._single_row_differs``: checked once per matrix at packing,
+such a matrix then gets lone rows as two).
 
 Elsewhere (GPU, other dtypes, a torch build without oneDNN) the weights stay plain tensors for
 ``F.linear``.
@@ -36,12 +38,14 @@ class Linear:
     def __init__(self, weight: torch.Tensor, bias: torch.Tensor | None = None):
         weight = weight.detach()
         self.out_features = weight.shape[0]
+        self.in_features = weight.shape[1]
         self.bias = None if bias is None else bias.detach().to(weight.dtype).contiguous()
         self.packed = _packable(weight)
         if self.packed:
             self.weight = torch.ops.mkldnn._reorder_linear_weight(weight.contiguous(), PACK_ROWS)
         else:
             self.weight = weight
+        self.pad_single = self.packed and self._single_row_differs()
 
     @classmethod
     def of(cls, *modules: torch.nn.Linear) -> Linear:
@@ -52,11 +56,28 @@ class Linear:
         bias = torch.cat([m.bias.detach() if m.bias is not None else m.weight.new_zeros(m.weight.shape[0]) for m in modules])
         return cls(weight, bias)
 
+    def _product(self, x: torch.Tensor) -> torch.Tensor:
+        return torch.ops.mkldnn._linear_pointwise(x, self.weight, self.bias, "none", [], "")
+
+    def _single_row_differs(self) -> bool:
+        """Whether oneDNN computes a lone row differently from the same row among others. Measured on this
+        project's AMD EPYC CI machine: for base's fc2 (2048 inputs) a 1-row call takes another path whose
+        sums differ in the last bit from every 2-16-row call, so a plain step (1 row) and a verify pass (k
+        rows) could break a near-tie differently; products with 512 inputs agree bitwise for 1-16 rows.
+        Where a lone row differs it is computed as 2 (itself twice): the same time, the same numbers."""
+        x = torch.randn(4, self.in_features, generator=torch.Generator().manual_seed(0))
+        many = self._product(x)
+        return any(not torch.equal(self._product(x[i : i + 1]), many[i : i + 1]) for i in range(len(x)))
+
     def __call__(self, x: torch.Tensor) -> torch.Tensor:
         if not self.packed:
             return F.linear(x, self.weight, self.bias)
         shape = x.shape
-        y = torch.ops.mkldnn._linear_pointwise(x.reshape(-1, shape[-1]).contiguous(), self.weight, self.bias, "none", [], "")
+        rows = x.reshape(-1, shape[-1])
+        if self.pad_single and rows.shape[0] == 1:
+            y = self._product(rows.expand(2, -1).contiguous())[:1]
+        else:
+            y = self._product(rows.contiguous())
         return y.view(*shape[:-1], self.out_features)
 
     def num_bytes(self) -> int:

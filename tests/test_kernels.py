@@ -13,12 +13,15 @@ def test_a_rows_product_does_not_depend_on_the_rows_beside_it(base_engine):
     rt = base_engine.runtime
     lin = rt.products[2]
     assert lin.qkv.packed and lin.fc1.packed and rt.head.main.packed  # CPU, float32: oneDNN
-    x = torch.randn(8, rt.d_model, generator=torch.Generator().manual_seed(0))
-    for name, product, inp in (("qkv", lin.qkv, x), ("fc1", lin.fc1, x), ("fc2", lin.fc2, torch.randn(8, 4 * rt.d_model)),
-                               ("head", rt.head, x)):
+    x = torch.randn(16, rt.d_model, generator=torch.Generator().manual_seed(0))
+    wide = torch.randn(16, 4 * rt.d_model, generator=torch.Generator().manual_seed(3))
+    for name, product, inp in (("qkv", lin.qkv, x), ("out", lin.out, x), ("cross_q", lin.cross_q, x),
+                               ("cross_out", lin.cross_out, x), ("fc1", lin.fc1, x), ("fc2", lin.fc2, wide), ("head", rt.head, x)):
         whole = product(inp)
-        for n in range(1, 8):
-            assert torch.equal(product(inp[:n]), whole[:n]), f"{name}: {n} rows differ from the same rows among 8"
+        for n in range(1, 16):
+            assert torch.equal(product(inp[:n]), whole[:n]), f"{name}: {n} rows differ from the same rows among 16"
+        for i in (1, 7, 15):  # a lone row, as a plain decoding step computes it
+            assert torch.equal(product(inp[i : i + 1]), whole[i : i + 1]), f"{name}: row {i} alone differs"
 
 
 def test_products_equal_the_models_own_layers(base_engine):
