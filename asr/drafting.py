@@ -86,7 +86,8 @@ def model_drafter(engine, name: str, cache_dir: Path | None = None, head_text_to
     if quantize:  # int8 weights: a quarter of the memory traffic per draft step; drafts only, never output
         decoder = torch.ao.quantization.quantize_dynamic(copy.deepcopy(bundle.model.model.decoder), {torch.nn.Linear},
                                                          dtype=torch.qint8)
-    runtime = WhisperDecoderRuntime(bundle.model, num_layers=num_layers, decoder=decoder)
+    # a drafter's numbers only shape its guesses: no need for the verify pass's per-query attention
+    runtime = WhisperDecoderRuntime(bundle.model, num_layers=num_layers, decoder=decoder, row_exact=False)
     gc = bundle.generation_config
     rules = WhisperLogitRules(special, runtime.vocab_size, list(gc.suppress_tokens or []),
                               list(gc.begin_suppress_tokens or []), timestamps=True)

@@ -121,8 +121,12 @@ class WhisperDecoderRuntime:
     """Incremental decoder forward with a static, per-row positioned KV cache."""
 
     def __init__(self, model: WhisperForConditionalGeneration, num_layers: int | None = None,
-                 decoder: torch.nn.Module | None = None):
-        """``decoder`` replaces the model's own decoder stack (e.g. an int8 copy drafting for it)."""
+                 decoder: torch.nn.Module | None = None, row_exact: bool = True):
+        """``decoder`` replaces the model's own decoder stack (e.g. an int8 copy drafting for it).
+        ``row_exact``: attention gives every query the very numbers a plain decoding step would give it,
+        however many queries a pass holds and wherever their rows stand (see ``layer_range``); a
+        drafter's own runtime, whose numbers only shape guesses, can do without."""
+        self.row_exact = row_exact
         dec = decoder if decoder is not None else model.model.decoder
         cfg = model.config
         self.model = model
@@ -218,6 +222,16 @@ class WhisperDecoderRuntime:
         mask = (key_pos[None, None, None, :] <= positions[:, None, :, None])  # [B,1,n,used]
         rows = torch.arange(b, device=positions.device)[:, None].expand(b, n)
         d = self.d_model
+        # Attention goes query by query, each alone with the keys and shapes of a one-row plain step at
+        # its position: torch's attention does not give a query the same bits when it shares a call with
+        # other queries or rows (measured here: cross-attention of 1-3 queries vs 8 differs in the last
+        # bits, the self-attention again with the key count, and a row in a batch of 2 from the row
+        # alone), and such bits can turn a near-tie of two tokens, which long audio meets now and then,
+        # into a different transcript. So a verify pass of any width, ragged rows and batches all give
+        # every token the numbers of the target decoding that chunk alone. Only a lone query (a batch-1
+        # step) takes the one batched call, which is that very call.
+        per_query = self.row_exact and (n > 1 or b > 1)
+        pos_list = positions.tolist() if per_query else None
         for i in range(start, len(self.layers) if stop is None else stop):
             layer, lin = self.layers[i], self.products[i]
             att = layer.self_attn
@@ -227,19 +241,42 @@ class WhisperDecoderRuntime:
             v = qkv[..., 2 * d :].view(b, n, self.n_head, self.head_dim)
             cache.k[i][rows, :, positions] = k
             cache.v[i][rows, :, positions] = v
-            a = F.scaled_dot_product_attention(
-                q, cache.k[i, :, :, :used], cache.v[i, :, :, :used], attn_mask=mask, scale=1.0
-            )
+            if per_query:
+                a = self._self_attention_per_query(q, cache, i, pos_list)
+            else:
+                a = F.scaled_dot_product_attention(
+                    q, cache.k[i, :, :, :used], cache.v[i, :, :, :used], attn_mask=mask, scale=1.0
+                )
             x = x + lin.out(a.transpose(1, 2).reshape(b, n, d))
 
             q = self._split(lin.cross_q(layer.encoder_attn_layer_norm(x)) * layer.encoder_attn.scaling)
             if cross_qk is not None and i in cross_qk:
                 cross_qk[i] = q @ cache.cross_k[i].transpose(-1, -2)
-            a = F.scaled_dot_product_attention(q, cache.cross_k[i], cache.cross_v[i], scale=1.0)
+            if per_query:
+                a = torch.cat([torch.cat([F.scaled_dot_product_attention(
+                    q[r : r + 1, :, j : j + 1], cache.cross_k[i][r : r + 1], cache.cross_v[i][r : r + 1], scale=1.0)
+                    for j in range(n)], 2) for r in range(b)])
+            else:
+                a = F.scaled_dot_product_attention(q, cache.cross_k[i], cache.cross_v[i], scale=1.0)
             x = x + lin.cross_out(a.transpose(1, 2).reshape(b, n, d))
 
             x = x + lin.fc2(layer.activation_fn(lin.fc1(layer.final_layer_norm(x))))
         return x
+
+    @staticmethod
+    def _self_attention_per_query(q: torch.Tensor, cache: KVCache, layer: int, positions: list[list[int]]) -> torch.Tensor:
+        """Self-attention of each query [B, heads, n, hd] alone over its row's keys up to its position,
+        with the (all-true) mask and the shapes of a plain step at that position."""
+        out = []
+        for r, row in enumerate(positions):
+            parts = []
+            for j, p in enumerate(row):
+                keep = torch.ones((1, 1, 1, p + 1), dtype=torch.bool)
+                parts.append(F.scaled_dot_product_attention(
+                    q[r : r + 1, :, j : j + 1], cache.k[layer, r : r + 1, :, : p + 1], cache.v[layer, r : r + 1, :, : p + 1],
+                    attn_mask=keep, scale=1.0))
+            out.append(torch.cat(parts, 2))
+        return torch.cat(out)
 
     def logits(self, hidden: torch.Tensor) -> torch.Tensor:
         return self.head(hidden)

@@ -45,3 +45,42 @@ def test_a_head_with_a_compact_vocabulary_scores_every_token_in_place(base_engin
     torch.testing.assert_close(full, whole, rtol=1e-4, atol=1e-3)
     ids = torch.cat([torch.arange(1000), torch.arange(eot, rt.vocab_size)])
     assert torch.equal(split.compact(x), full[:, ids])
+
+
+def test_a_verify_pass_gives_each_token_the_bits_of_a_plain_step(base_engine, windows):
+    """The guarantee behind token identity: whatever the verify width and however rows are batched, the
+    decoder's final states (and logits) of every token are bitwise those of plain one-token steps, so
+    speculation cannot break a near-tie of two tokens differently from the target alone."""
+    rt, sp = base_engine.runtime, base_engine.special
+    (_, _, enc, prompt), (_, _, enc2, _) = windows[0], windows[1]
+    seq = prompt + base_engine.decoder.decode(enc, prompt).sequences[0].tokens[:24]
+    p0 = len(prompt)
+
+    def run(widths, e=enc):
+        cache = rt.new_cache(e, slack=13)
+        out = [rt.hidden(torch.tensor([seq[:p0]]), torch.arange(p0)[None], cache)[:, -1]]
+        i = p0
+        for w in widths:
+            w = min(w, len(seq) - i)
+            if w <= 0:
+                break
+            out.append(rt.hidden(torch.tensor([seq[i : i + w]]), torch.arange(i, i + w)[None], cache)[0])
+            i += w
+        return torch.cat(out)
+
+    plain = run([1] * len(seq))
+    for widths in ([2] * 20, [5] * 10, [3, 7, 1, 13, 4]):
+        assert torch.equal(run(widths), plain), f"verify widths {widths} change the states"
+    assert torch.equal(rt.logits(run([5] * 10)), rt.logits(plain))
+
+    # a plain batched step (rows at one position) vs the same rows alone and vs ragged rows
+    both = torch.cat([enc, enc2])
+    cache = rt.new_cache(both, slack=13)
+    rt.hidden(torch.tensor([seq[:p0]] * 2), torch.arange(p0).expand(2, -1), cache)
+    step = rt.hidden(torch.tensor([[seq[p0]], [seq[p0 + 1]]]), torch.tensor([[p0], [p0]]), cache)
+    alone = rt.new_cache(enc2, slack=13)
+    rt.hidden(torch.tensor([seq[:p0]]), torch.arange(p0)[None], alone)
+    assert torch.equal(step[1], rt.hidden(torch.tensor([[seq[p0 + 1]]]), torch.tensor([[p0]]), alone)[0])
+    ragged = rt.hidden(torch.tensor([[seq[p0 + 1], seq[p0 + 2]], [seq[p0 + 2], seq[p0 + 2]]]),
+                       torch.tensor([[p0 + 1, p0 + 2], [p0 + 1, p0 + 2]]), cache)
+    assert torch.equal(ragged[1, 0], rt.hidden(torch.tensor([[seq[p0 + 2]]]), torch.tensor([[p0 + 1]]), alone)[0, 0])
