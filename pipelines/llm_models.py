@@ -23,6 +23,7 @@ import torch
 from asr.kernels import pack_linears
 from asr.models import ModelError, default_cache_dir
 from asr.models import _package_dir as asr_package_dir
+from pipelines.llm_attention import use_per_query_attention
 
 CACHE_VERSION = 1
 DEFAULT_LLM = "smollm2-135m-instruct"
@@ -142,4 +143,5 @@ def load_llm(name: str | None = None, device: str = "cpu", cache_dir: Path | Non
     model.to(device).eval()
     if pack:
         pack_linears(model)  # CPU float32: a verify pass of a few tokens costs about one token's pass
+    use_per_query_attention(model)  # a verify pass gives each token the bits of a plain decoding step
     return model, tok

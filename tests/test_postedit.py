@@ -349,3 +349,27 @@ def test_the_loaded_llm_runs_packed_products_that_score_like_its_own_layers(llm)
     ids = tok("so the meeting moved to thursday and nobody told the client", return_tensors="pt").input_ids
     with torch.inference_mode():
         torch.testing.assert_close(packed(ids).logits, plain(ids).logits, rtol=1e-4, atol=2e-3)
+
+
+def test_a_verify_pass_gives_each_token_the_bits_of_a_plain_step(llm, editor, texts):
+    """Why the copy drafter's output can never differ from greedy decoding: scoring several tokens in
+    one pass gives each the very logits a one-token step gives it (pipelines/llm_attention.py; the
+    model's own sdpa attention does not)."""
+    from pipelines.llm_speculative import _forward, _new_cache
+
+    model, _ = llm
+    assert model.config._attn_implementation == "per_query"
+    seq = editor._prompt_ids(texts[0])
+    p0 = len(seq) - 24
+
+    def run(widths):
+        cache = _new_cache(model)
+        out, i = [_forward(model, seq[:p0], cache)[-1:]], p0
+        for w in widths:
+            out.append(_forward(model, seq[i : i + w], cache))
+            i += w
+        return torch.cat(out)
+
+    plain = run([1] * 24)
+    for widths in ([2] * 12, [5, 5, 5, 5, 4], [3, 7, 1, 9, 4]):
+        assert torch.equal(run(widths), plain), f"verify widths {widths} change the logits"
