@@ -125,8 +125,10 @@ class WhisperDecoderRuntime:
         """``decoder`` replaces the model's own decoder stack (e.g. an int8 copy drafting for it).
         ``row_exact``: attention gives every query the very numbers a plain decoding step would give it,
         however many queries a pass holds and wherever their rows stand (see ``layer_range``); a
-        drafter's own runtime, whose numbers only shape guesses, can do without."""
-        self.row_exact = row_exact
+        drafter's own runtime, whose numbers only shape guesses, can do without. It applies where the
+        matrix products are row-independent too (packed on CPU, ``asr.kernels``): on a GPU neither
+        cuBLAS nor the attention kernels promise that, and a query-by-query loop would cost a kernel
+        launch per query and layer."""
         dec = decoder if decoder is not None else model.model.decoder
         cfg = model.config
         self.model = model
@@ -143,6 +145,7 @@ class WhisperDecoderRuntime:
         self.proj = model.proj_out.weight
         self.vocab_size = self.proj.shape[0]
         self.head = OutputHead(self.proj)
+        self.row_exact = row_exact and self.head.main.packed
 
     @torch.inference_mode()
     def encode(self, features: torch.Tensor) -> torch.Tensor:

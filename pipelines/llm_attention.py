@@ -49,8 +49,12 @@ def per_query_attention(module, query, key, value, attention_mask, dropout: floa
 def use_per_query_attention(model) -> bool:
     """Switch a loaded transformers model to :func:`per_query_attention`; False (the model keeps its
     own attention) for models whose attention is more than causal softmax attention (sliding windows,
-    logit soft-capping), which this function does not implement."""
+    logit soft-capping), which this function does not implement, and off the CPU (GPU kernels promise
+    no row-independent bits anyway, and a call per query would cost a kernel launch each)."""
     from transformers import AttentionInterface
+
+    if next(model.parameters()).device.type != "cpu":
+        return False
 
     cfg = getattr(model.config, "get_text_config", lambda: model.config)()
     windowed = getattr(cfg, "sliding_window", None) and getattr(cfg, "use_sliding_window", True)
