@@ -117,6 +117,24 @@ class KVCache:
         )
 
 
+def _attend_per_query(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, positions: list[list[int]], causal: bool) -> torch.Tensor:
+    """Attention of each query of ``q`` [B, heads, n, hd] alone, in the very call a one-row plain step
+    makes at that query's position: self-attention (``causal``) over the row's keys up to the position
+    with an all-true mask, cross-attention over all of the row's keys without one. ``k``/``v``:
+    [B, heads, keys, hd]; ``positions``: [B][n]."""
+    rows = []
+    for r, row in enumerate(positions):
+        parts = []
+        for j, p in enumerate(row):
+            kr, vr, mask = k[r : r + 1], v[r : r + 1], None
+            if causal:
+                kr, vr = kr[:, :, : p + 1], vr[:, :, : p + 1]
+                mask = torch.ones((1, 1, 1, p + 1), dtype=torch.bool)
+            parts.append(F.scaled_dot_product_attention(q[r : r + 1, :, j : j + 1], kr, vr, attn_mask=mask, scale=1.0))
+        rows.append(torch.cat(parts, 2))
+    return torch.cat(rows)
+
+
 class WhisperDecoderRuntime:
     """Incremental decoder forward with a static, per-row positioned KV cache."""
 
@@ -220,9 +238,6 @@ class WhisperDecoderRuntime:
         ``hidden`` without the embeddings and the final norm, so a pass may enter or leave the stack
         at any layer (the early-exit drafter runs the first layers, the verify pass the rest)."""
         b, n = positions.shape
-        used = int(positions.max()) + 1
-        key_pos = torch.arange(used, device=positions.device)
-        mask = (key_pos[None, None, None, :] <= positions[:, None, :, None])  # [B,1,n,used]
         rows = torch.arange(b, device=positions.device)[:, None].expand(b, n)
         d = self.d_model
         # Attention goes query by query, each alone with the keys and shapes of a one-row plain step at
@@ -234,7 +249,12 @@ class WhisperDecoderRuntime:
         # every token the numbers of the target decoding that chunk alone. Only a lone query (a batch-1
         # step) takes the one batched call, which is that very call.
         per_query = self.row_exact and (n > 1 or b > 1)
-        pos_list = positions.tolist() if per_query else None
+        if per_query:
+            pos_list = positions.tolist()
+        else:
+            used = int(positions.max()) + 1
+            key_pos = torch.arange(used, device=positions.device)
+            mask = (key_pos[None, None, None, :] <= positions[:, None, :, None])  # [B,1,n,used]
         for i in range(start, len(self.layers) if stop is None else stop):
             layer, lin = self.layers[i], self.products[i]
             att = layer.self_attn
@@ -245,7 +265,7 @@ class WhisperDecoderRuntime:
             cache.k[i][rows, :, positions] = k
             cache.v[i][rows, :, positions] = v
             if per_query:
-                a = self._self_attention_per_query(q, cache, i, pos_list)
+                a = _attend_per_query(q, cache.k[i], cache.v[i], pos_list, causal=True)
             else:
                 a = F.scaled_dot_product_attention(
                     q, cache.k[i, :, :, :used], cache.v[i, :, :, :used], attn_mask=mask, scale=1.0
@@ -256,30 +276,13 @@ class WhisperDecoderRuntime:
             if cross_qk is not None and i in cross_qk:
                 cross_qk[i] = q @ cache.cross_k[i].transpose(-1, -2)
             if per_query:
-                a = torch.cat([torch.cat([F.scaled_dot_product_attention(
-                    q[r : r + 1, :, j : j + 1], cache.cross_k[i][r : r + 1], cache.cross_v[i][r : r + 1], scale=1.0)
-                    for j in range(n)], 2) for r in range(b)])
+                a = _attend_per_query(q, cache.cross_k[i], cache.cross_v[i], pos_list, causal=False)
             else:
                 a = F.scaled_dot_product_attention(q, cache.cross_k[i], cache.cross_v[i], scale=1.0)
             x = x + lin.cross_out(a.transpose(1, 2).reshape(b, n, d))
 
             x = x + lin.fc2(layer.activation_fn(lin.fc1(layer.final_layer_norm(x))))
         return x
-
-    @staticmethod
-    def _self_attention_per_query(q: torch.Tensor, cache: KVCache, layer: int, positions: list[list[int]]) -> torch.Tensor:
-        """Self-attention of each query [B, heads, n, hd] alone over its row's keys up to its position,
-        with the (all-true) mask and the shapes of a plain step at that position."""
-        out = []
-        for r, row in enumerate(positions):
-            parts = []
-            for j, p in enumerate(row):
-                keep = torch.ones((1, 1, 1, p + 1), dtype=torch.bool)
-                parts.append(F.scaled_dot_product_attention(
-                    q[r : r + 1, :, j : j + 1], cache.k[layer, r : r + 1, :, : p + 1], cache.v[layer, r : r + 1, :, : p + 1],
-                    attn_mask=keep, scale=1.0))
-            out.append(torch.cat(parts, 2))
-        return torch.cat(out)
 
     def logits(self, hidden: torch.Tensor) -> torch.Tensor:
         return self.head(hidden)

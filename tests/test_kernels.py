@@ -51,13 +51,13 @@ def test_a_verify_pass_gives_each_token_the_bits_of_a_plain_step(base_engine, wi
     """The guarantee behind token identity: whatever the verify width and however rows are batched, the
     decoder's final states (and logits) of every token are bitwise those of plain one-token steps, so
     speculation cannot break a near-tie of two tokens differently from the target alone."""
-    rt, sp = base_engine.runtime, base_engine.special
+    rt = base_engine.runtime
     (_, _, enc, prompt), (_, _, enc2, _) = windows[0], windows[1]
     seq = prompt + base_engine.decoder.decode(enc, prompt).sequences[0].tokens[:24]
     p0 = len(prompt)
 
-    def run(widths, e=enc):
-        cache = rt.new_cache(e, slack=13)
+    def run(widths):
+        cache = rt.new_cache(enc, slack=13)
         out = [rt.hidden(torch.tensor([seq[:p0]]), torch.arange(p0)[None], cache)[:, -1]]
         i = p0
         for w in widths:
