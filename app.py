@@ -22,6 +22,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--models", default=",".join(Choices.models), help="models offered, the first is the default (default: %(default)s)")
     p.add_argument("--drafters", default=",".join(Choices.drafters), help="drafters offered, the first is the default (default: %(default)s)")
     p.add_argument("--device", default="cpu", help="torch device (default: cpu)")
+    p.add_argument("--threads", type=int, help="CPU threads for torch (default: one per core)")
     p.add_argument("--cache-dir", type=Path, help="where converted models are kept (default: ~/.cache/specwhisper)")
     p.add_argument("--max-duration", type=float, default=4 * 3600, help="refuse audio longer than this many seconds (default: 14400)")
     p.add_argument("--max-file-mb", type=float, default=200, help="largest upload in MB (default: 200)")
@@ -39,12 +40,15 @@ def main(argv: list[str] | None = None) -> int:
     if not split(args.models) or not split(args.drafters):
         print("app: error: --models and --drafters need at least one name each", file=sys.stderr)
         return 2
+    if args.threads is not None and args.threads < 1:
+        print(f"app: error: --threads must be >= 1, got {args.threads}", file=sys.stderr)
+        return 2
     from pipelines.params import parse_params
     from pipelines.service import ServiceSettings, Transcriber
     from pipelines.ui import UiConfig, build_demo, theme
 
     settings = ServiceSettings(
-        base=PipelineConfig(device=args.device, cache_dir=args.cache_dir),
+        base=PipelineConfig(device=args.device, threads=args.threads, cache_dir=args.cache_dir),
         choices=Choices(models=split(args.models), drafters=split(args.drafters)),
         max_audio_s=args.max_duration,
         max_upload_bytes=int(args.max_file_mb * 2**20),

@@ -16,6 +16,8 @@ ROOT = Path(__file__).resolve().parents[1]
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
+import asr  # noqa: E402,F401  the thread policy (asr.threads) before any benchmark process imports torch
+
 # On a shared 2-core machine wall times swing with other jobs. With BENCH_CLOCK=cpu every timer of a
 # benchmark process (ours, and the engine's own phase timers, which read time.perf_counter) counts
 # the process's CPU seconds instead: with one thread that is the wall time of a quiet machine.

@@ -27,7 +27,7 @@ from pipelines.writers import write_outputs
 
 ENGINES = ("local", "ray")
 # Settings that cannot change a transcript (or are secrets), left out of a file's settings key.
-SPEED_SETTINGS = frozenset({"draft", "device", "cache_dir", "hf_token", "batch_size", "max_audio_s"})
+SPEED_SETTINGS = frozenset({"draft", "device", "threads", "cache_dir", "hf_token", "batch_size", "max_audio_s"})
 
 
 class BatchError(Exception):

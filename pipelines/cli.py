@@ -70,6 +70,7 @@ def build_parser() -> argparse.ArgumentParser:
                    help="reject an edit that changes more than this share of words, 0-1 (default: 0.3)")
     p.add_argument("--max-duration", type=float, default=12 * 3600, help="refuse audio longer than this many seconds (default: 43200)")
     p.add_argument("--device", default="cpu", help="torch device (default: cpu)")
+    p.add_argument("--threads", type=int, help="CPU threads for torch (default: one per core; Ray workers: 1 each)")
     p.add_argument("--cache-dir", type=Path, help="where converted models are kept (default: ~/.cache/specwhisper)")
     p.add_argument("-q", "--quiet", action="store_true", help="no progress bars and no transcript on stdout")
     b = p.add_argument_group("folder input", "a job database in the output folder lets an interrupted batch resume")
@@ -157,6 +158,7 @@ def _pipeline_config(args):
         model=args.model,
         draft=args.draft,
         device=args.device,
+        threads=args.threads,
         cache_dir=args.cache_dir,
         diarization_model=args.diarization_model,
         hf_token=args.hf_token,
@@ -202,8 +204,10 @@ def run_folder(args, formats: list[str], opts) -> int:
 
 
 def run(args) -> int:
+    from asr.threads import check_threads
     from pipelines.core import Pipeline
 
+    check_threads(args.threads)
     formats = parse_formats(args.formats or "all")
     if args.formats is None and not args.diarize:
         formats = [f for f in formats if f != "rttm"]

@@ -23,6 +23,7 @@ class PipelineConfig:
     model: str = "base"
     draft: str = "auto"  # auto | none | ngram | a model name/id/path
     device: str = "cpu"
+    threads: int | None = None  # torch CPU threads for the process (None: one per core); asr.threads
     cache_dir: Path | None = None
     diarization_model: str | None = None  # None: the embedded offline pipeline
     hf_token: str | None = None
@@ -55,8 +56,10 @@ class RunOptions:
 class Pipeline:
     def __init__(self, config: PipelineConfig | None = None, asr: AsrEngine | None = None):
         from asr.drafting import decoder_factory  # the speculative engine picks the decoder
+        from asr.threads import configure
 
         self.config = config or PipelineConfig()
+        configure(self.config.threads)
         self.asr = asr or AsrEngine(
             self.config.model,
             cache_dir=self.config.cache_dir,

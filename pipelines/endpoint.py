@@ -40,8 +40,12 @@ def settings_from_env(env: Mapping[str, str]) -> ServiceSettings:
             raise ValueError(f"{name} must be a number, got {env.get(name)!r}") from None
 
     cache = env.get("SPECWHISPER_CACHE_DIR")
+    threads = env.get("SPECWHISPER_THREADS")
+    if threads is not None and not (threads.isdigit() and int(threads) >= 1):
+        raise ValueError(f"SPECWHISPER_THREADS must be a whole number >= 1, got {threads!r}")
     return ServiceSettings(
-        base=PipelineConfig(device=env.get("SPECWHISPER_DEVICE", "cpu"), cache_dir=Path(cache) if cache else None),
+        base=PipelineConfig(device=env.get("SPECWHISPER_DEVICE", "cpu"), threads=int(threads) if threads else None,
+                            cache_dir=Path(cache) if cache else None),
         choices=Choices(models=items("SPECWHISPER_MODELS", Choices.models), drafters=items("SPECWHISPER_DRAFTERS", Choices.drafters)),
         max_audio_s=number("SPECWHISPER_MAX_AUDIO_S", 4 * 3600),
         max_upload_bytes=int(number("SPECWHISPER_MAX_UPLOAD_MB", 200) * 2**20),

@@ -34,13 +34,12 @@ class BatchWorker:
     def __init__(self, config: PipelineConfig, threads: int):
         import warnings
 
-        import torch
+        from dataclasses import replace
 
         from pipelines.core import Pipeline
 
         warnings.filterwarnings("ignore")
-        torch.set_num_threads(threads)
-        self.pipeline = Pipeline(config)
+        self.pipeline = Pipeline(replace(config, threads=threads))
 
     def check(self, options: RunOptions) -> int:
         """Raises ValueError for options this model cannot take; returns the worker's pid."""
@@ -111,7 +110,7 @@ class RayEngine:
         self.address = address
         self.workers = workers
         self.max_files_per_task = max_files_per_task
-        self.threads = threads_per_worker
+        self.threads = config.threads or threads_per_worker
         self._actors: list = []
         self._started_ray = False
         self._worker_cls = None
@@ -131,6 +130,8 @@ class RayEngine:
                     include_dashboard=False,
                     logging_level="ERROR",
                     log_to_driver=False,
+                    # the workers' OpenMP waits passively, as ours does (asr.threads), whoever imports torch first
+                    runtime_env={"env_vars": {"OMP_WAIT_POLICY": os.environ.get("OMP_WAIT_POLICY", "PASSIVE")}},
                 )
             except (ConnectionError, RuntimeError, ValueError) as exc:
                 raise RayEngineError(f"cannot start or reach Ray at {self.address or 'a local instance'}: "

@@ -105,6 +105,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--host", default="127.0.0.1", help="address to bind (default: 127.0.0.1; 0.0.0.0 in a container)")
     p.add_argument("--port", type=int, default=8080, help="port (default: 8080)")
     p.add_argument("-q", "--quiet", action="store_true", help="no access log")
+    p.add_argument("--threads", type=int, help="CPU threads for torch (default: SPECWHISPER_THREADS, else one per core)")
     return p
 
 
@@ -112,10 +113,14 @@ def main(argv: list[str] | None = None) -> int:
     """Settings come from SPECWHISPER_* variables, as for handler.EndpointHandler."""
     args = build_parser().parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    from asr.threads import check_threads
     from pipelines.endpoint import Endpoint, settings_from_env
 
     try:
         settings = settings_from_env(os.environ)
+        if args.threads is not None:
+            check_threads(args.threads)
+            settings.base.threads = args.threads
         endpoint = Endpoint(settings)
         server = EndpointServer((args.host, args.port), endpoint, settings.max_upload_bytes, quiet=args.quiet)
     except (ValueError, OSError) as exc:

@@ -5,12 +5,13 @@ from __future__ import annotations
 import warnings
 
 import pytest
-import torch
 
-from pipelines.evaluation import eval_dir, load_manifest
+from asr.threads import configure  # the process's thread policy, before torch is imported
+
+from pipelines.evaluation import eval_dir, load_manifest  # noqa: E402
 
 warnings.filterwarnings("ignore", category=UserWarning)
-torch.set_num_threads(2)
+configure(2)
 
 
 @pytest.fixture(scope="session")

@@ -120,11 +120,13 @@ def _bad_inputs(tmp_path):
         "bad_max_change": ([tmp_path / "good.wav", "--postedit-max-change", "2"], "between 0 and 1"),
         "not_a_number": ([tmp_path / "good.wav", "--batch-size", "many"], "invalid int value"),
         "unknown_option": ([tmp_path / "good.wav", "--frobnicate"], "unrecognized arguments"),
+        "bad_threads": ([tmp_path / "good.wav", "--threads", "0"], "threads must be >= 1"),
     }
 
 
 CASES = ["missing", "directory", "empty", "text", "random", "zero_samples", "truncated", "low_rate", "too_long",
-         "bad_format", "bad_batch", "bad_language", "bad_speakers", "bad_max_change", "not_a_number", "unknown_option"]
+         "bad_format", "bad_batch", "bad_language", "bad_speakers", "bad_max_change", "not_a_number", "unknown_option",
+         "bad_threads"]
 
 
 @pytest.mark.parametrize("case", CASES)

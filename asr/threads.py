@@ -1,0 +1,58 @@
+"""The process's CPU thread policy, chosen by measurement (bench/longform.py, issue 17).
+
+Three settings, each measured on this project's 2-core CPU, quiet and next to a competing load:
+
+- OpenMP workers wait passively (``OMP_WAIT_POLICY=PASSIVE``). torch's OpenMP runtime spins its idle
+  workers by default; next to another busy process each of the thousands of small operations of a
+  decode then waits for a spinning thread that has lost its core. GNU OpenMP reads the policy once,
+  when torch is first imported, so ``set_wait_policy`` runs when the ``asr`` package is imported,
+  before any module of ours imports torch (a user's own setting wins).
+- The VAD runs on one thread (``one_thread``): its operations are too small to share.
+- numpy's OpenBLAS runs on one thread (feature extraction, alignment): its workers spin as well.
+
+``configure(threads)`` applies the count every entry point takes as ``--threads`` (default: torch's
+own, one per core).
+"""
+
+from __future__ import annotations
+
+import os
+from contextlib import contextmanager
+from typing import Iterator
+
+
+def set_wait_policy() -> None:
+    """Passive OpenMP waiting unless the user chose a policy; only effective before torch is imported."""
+    os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
+
+
+def check_threads(threads: int | None) -> None:
+    if threads is not None and threads < 1:
+        raise ValueError(f"threads must be >= 1, got {threads}")
+
+
+def configure(threads: int | None = None) -> int:
+    """Use ``threads`` torch threads (None: torch's default) and one OpenBLAS thread; returns the count."""
+    import torch
+
+    check_threads(threads)
+    if threads is not None:
+        torch.set_num_threads(threads)
+    if not (os.environ.get("OPENBLAS_NUM_THREADS") or os.environ.get("OMP_NUM_THREADS")):
+        from threadpoolctl import threadpool_limits
+
+        threadpool_limits(1, user_api="blas")
+    return torch.get_num_threads()
+
+
+@contextmanager
+def one_thread() -> Iterator[None]:
+    """Run the block on one torch thread, then restore the count (torch's setting is per process)."""
+    import torch
+
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(before)
