@@ -1,0 +1,66 @@
+"""The VAD: silero's network run batched gives silero's own probabilities and spans, on one thread."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+from silero_vad import get_speech_timestamps
+
+from asr.audio import load_audio
+from asr.vad import WHISPER_WINDOW_S, VoiceActivityDetector
+from pipelines.evaluation import english_set
+
+
+@pytest.fixture(scope="module")
+def vad():
+    return VoiceActivityDetector()
+
+
+def _silero_loop_probs(vad: VoiceActivityDetector, audio: np.ndarray) -> np.ndarray:
+    """silero's own per-window loop, as its get_speech_timestamps runs it."""
+    model = vad.model
+    model.reset_states()
+    x = torch.from_numpy(audio)
+    x = torch.nn.functional.pad(x, (0, -len(x) % 512))
+    with torch.inference_mode():
+        return np.array([model(x[i : i + 512], 16000).item() for i in range(0, len(x), 512)])
+
+
+def test_probabilities_match_silero_loop(vad, eval_root):
+    # the meeting excerpt and a quiet, disfluent clip; 30 s and 11.5 s
+    for name in ("pyannote-audio/tests_data/dev00.wav", "mfa/mfa_laughter.flac"):
+        audio = load_audio(eval_root / name)
+        ours = np.array(vad.speech_probs(audio))
+        ref = _silero_loop_probs(vad, audio)
+        assert ours.shape == ref.shape
+        assert np.abs(ours - ref).max() < 1e-4, name
+
+
+def test_probabilities_across_blocks(vad, eval_root, monkeypatch):
+    """Blocks carry the LSTM state and the 64-sample context: small blocks give the same numbers."""
+    import asr.vad
+
+    audio = load_audio(eval_root / "pyannote-audio/tests_data/dev01.wav")
+    whole = np.array(vad.speech_probs(audio))
+    monkeypatch.setattr(asr.vad, "BLOCK", 7)
+    assert np.abs(np.array(vad.speech_probs(audio)) - whole).max() < 1e-5
+
+
+def test_spans_equal_silero_on_english_set(vad, eval_root):
+    pad = vad.speech_pad_ms / 1000
+    for item in english_set(eval_root):
+        audio = load_audio(item.path)
+        ref = get_speech_timestamps(torch.from_numpy(audio), vad.model, threshold=vad.threshold, sampling_rate=16000,
+                                    min_silence_duration_ms=vad.min_silence_ms, speech_pad_ms=vad.speech_pad_ms,
+                                    max_speech_duration_s=WHISPER_WINDOW_S - 2 * pad - 0.1)
+        assert vad.speech_spans(audio) == [(s["start"], s["end"]) for s in ref], item.file
+
+
+def test_vad_runs_on_one_thread_and_restores(vad, eval_root):
+    seen = []
+    audio = load_audio(eval_root / "openai-whisper/jfk.flac")
+    before = torch.get_num_threads()
+    vad.speech_spans(audio, progress=lambda f: seen.append(torch.get_num_threads()))
+    assert seen and set(seen) == {1}
+    assert torch.get_num_threads() == before
