@@ -99,3 +99,78 @@ def read_textgrid_words(path: Path, tier: str = "words") -> list[tuple[float, fl
         if text.strip('"'):
             out.append((float(start), float(end), text.strip('"')))
     return out
+
+
+@dataclass(frozen=True)
+class LongFile:
+    """A long recording built from the public clips: where it is, how long, and its reference text."""
+
+    path: Path
+    duration: float
+    reference: str
+    clips: int
+
+
+LONG_KINDS = ("dense", "speakers")
+
+
+def _speaker_of(item: EvalItem) -> str:
+    """A voice label for the public clips (same file family, same voice)."""
+    name = Path(item.file).name
+    if "jfk" in name:
+        return "jfk"
+    if name.startswith("LJ"):
+        return "lj"
+    if name.startswith("fleurs-en"):
+        return name  # FLEURS clips are read by different people
+    return item.file
+
+
+def build_long_file(kind: str, out_dir: Path, min_seconds: float = 600.0, seed: int = 0) -> LongFile:
+    """Concatenate the public English clips into one >= ``min_seconds`` 16 kHz file (cached in ``out_dir``).
+
+    ``dense``: clips back to back with 0.3-0.8 s pauses, each pass over the set in a new order, as
+    a talk or an audiobook would be. ``speakers``: a conversation, every clip in another voice than
+    the one before, 0.1-0.4 s between turns, levels varied by -8 to +4 dB. The reference is the clips'
+    references in order."""
+    import numpy as np
+    import soundfile as sf
+
+    from asr.audio import SAMPLE_RATE, load_audio
+
+    if kind not in LONG_KINDS:
+        raise ValueError(f"kind must be one of {', '.join(LONG_KINDS)}, got '{kind}'")
+    out_dir = Path(out_dir)
+    path = out_dir / f"long-{kind}-{int(min_seconds)}s-{seed}.wav"
+    ref_path = path.with_suffix(".txt")
+    items = [i for i in english_set() if _speaker_of(i) != "jfk" or i.file.endswith(".flac")]  # one JFK copy
+    gap = (0.3, 0.8) if kind == "dense" else (0.1, 0.4)
+    rng = np.random.default_rng(seed)
+    order: list[EvalItem] = []
+    total = 0.0
+    while total < min_seconds:
+        batch = [items[k] for k in rng.permutation(len(items))]
+        if kind == "speakers":
+            for k in range(1, len(batch)):  # no two neighbours in one voice
+                if _speaker_of(batch[k]) == _speaker_of(batch[k - 1]):
+                    j = next((j for j in range(k + 1, len(batch)) if _speaker_of(batch[j]) != _speaker_of(batch[k - 1])), None)
+                    if j is not None:
+                        batch[k], batch[j] = batch[j], batch[k]
+        for item in batch:
+            order.append(item)
+            total += item.duration + gap[0]  # the shortest pause: the file is at least this long
+            if total >= min_seconds:
+                break
+    if not (path.is_file() and ref_path.is_file()):
+        pieces = []
+        for item in order:
+            audio = load_audio(item.path)
+            if kind == "speakers":
+                audio = audio * np.float32(10 ** (rng.uniform(-8, 4) / 20))
+            pieces += [np.clip(audio, -1, 1), np.zeros(int(rng.uniform(*gap) * SAMPLE_RATE), np.float32)]
+        out_dir.mkdir(parents=True, exist_ok=True)
+        tmp = path.with_suffix(".tmp.wav")
+        sf.write(tmp, np.concatenate(pieces), SAMPLE_RATE, subtype="PCM_16")
+        tmp.replace(path)
+        ref_path.write_text(" ".join(i.reference for i in order) + "\n")
+    return LongFile(path, sf.info(str(path)).duration, ref_path.read_text().strip(), len(order))
