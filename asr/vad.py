@@ -71,14 +71,17 @@ class VoiceActivityDetector:
     @torch.inference_mode()
     def speech_probs(self, audio: np.ndarray, progress: Callable[[float], None] | None = None) -> list[float]:
         """Silero's speech probability of each 512-sample window (the last one zero-padded)."""
-        x = torch.from_numpy(np.ascontiguousarray(audio, dtype=np.float32))
+        x = torch.from_numpy(np.ascontiguousarray(audio, dtype=np.float32))  # no copy of the audio
         n = -(-len(x) // WINDOW)
-        x = torch.nn.functional.pad(x, (0, n * WINDOW - len(x))).view(n, WINDOW)
         out, state = [], None
         with one_thread():
             for i in range(0, n, BLOCK):
-                w = x[i : i + BLOCK]
-                before = x[i - 1 : i, -CONTEXT:] if i else w.new_zeros(1, CONTEXT)
+                start = i * WINDOW
+                piece = x[start : start + BLOCK * WINDOW]
+                if len(piece) % WINDOW:  # the last window, zero-padded (only this block is copied)
+                    piece = torch.nn.functional.pad(piece, (0, WINDOW - len(piece) % WINDOW))
+                w = piece.view(-1, WINDOW)
+                before = x[start - CONTEXT : start][None] if i else w.new_zeros(1, CONTEXT)
                 ctx = torch.cat([before, w[:-1, -CONTEXT:]])
                 feats = self._net.encoder(self._net.run_extractors(torch.cat([ctx, w], 1)))  # (b, 128, 1)
                 h, state = self._lstm(feats.squeeze(-1).unsqueeze(1), state)  # the windows as a sequence

@@ -64,3 +64,22 @@ def test_vad_runs_on_one_thread_and_restores(vad, eval_root):
     vad.speech_spans(audio, progress=lambda f: seen.append(torch.get_num_threads()))
     assert seen and set(seen) == {1}
     assert torch.get_num_threads() == before
+
+
+def test_long_files_built_from_the_public_clips(tmp_path, eval_root):
+    """The long-form bench's inputs: long enough, the reference is the clips' references in order."""
+    import soundfile as sf
+
+    from pipelines.evaluation import build_long_file
+
+    dense = build_long_file("dense", tmp_path, min_seconds=60)
+    talk = build_long_file("speakers", tmp_path, min_seconds=60)
+    for f in (dense, talk):
+        info = sf.info(str(f.path))
+        assert info.samplerate == 16000 and info.channels == 1
+        assert f.duration >= 60 and f.clips >= 5
+        assert len(f.reference.split()) > 100
+    again = build_long_file("dense", tmp_path, min_seconds=60)  # cached: the same file and reference
+    assert again == dense
+    with pytest.raises(ValueError, match="kind must be one of"):
+        build_long_file("music", tmp_path)
