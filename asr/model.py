@@ -12,7 +12,6 @@ numbers) are the transformers model's own.
 
 from __future__ import annotations
 
-import os
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -21,21 +20,7 @@ import torch.nn.functional as F
 from transformers import WhisperForConditionalGeneration
 
 from asr.kernels import Linear
-
-
-def _blas_one_thread() -> None:
-    """Run numpy's OpenBLAS on one thread, unless the user chose a count.
-
-    Why: OpenBLAS worker threads spin-wait after each call, beside torch's own threads. When the
-    output heads still ran through numpy, a 30-matrix product took 233 ms instead of 5.8 ms with
-    another job on this 2-core CPU. The decoder no longer calls numpy's BLAS per step, but feature
-    extraction and alignment still do. OpenBLAS's thread count is per process, so this is too.
-    """
-    if os.environ.get("OPENBLAS_NUM_THREADS") or os.environ.get("OMP_NUM_THREADS"):
-        return
-    from threadpoolctl import threadpool_limits
-
-    threadpool_limits(1, user_api="blas")
+from asr.threads import blas_one_thread
 
 
 class OutputHead:
@@ -160,7 +145,7 @@ class WhisperDecoderRuntime:
         cfg = model.config
         self.model = model
         self.layers = list(dec.layers)[: num_layers or len(dec.layers)]
-        _blas_one_thread()
+        blas_one_thread()
         self.products = [LayerProducts.of(layer) for layer in self.layers]
         self.n_head = cfg.decoder_attention_heads
         self.d_model = cfg.d_model
