@@ -10,13 +10,12 @@ batch of chunks: cheap next to autoregressive decoding.
 
 from __future__ import annotations
 
+import functools
 import string
 from dataclasses import dataclass
 
-import numba
 import numpy as np
 import torch
-from scipy.ndimage import median_filter
 
 from asr.decoding import SpecialTokens
 from asr.model import WhisperDecoderRuntime
@@ -30,7 +29,15 @@ NO_SPACE_LANGUAGES = {"zh", "ja", "th", "lo", "my", "yue"}
 SENTENCE_END = ".。!！?？"
 
 
-@numba.njit(cache=True)
+@functools.cache
+def _compiled_dtw():
+    """``_dtw`` compiled by numba, on first use: importing numba (and llvmlite) costs about 50 MB of
+    resident memory and 0.3 s, which a transcript without word timestamps should not pay."""
+    import numba
+
+    return numba.njit(cache=True)(_dtw)
+
+
 def _dtw(x: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """Minimum-cost monotonic path through cost matrix ``x`` [tokens, frames] (openai's dtw_cpu)."""
     n, m = x.shape
@@ -146,6 +153,8 @@ class WordAligner:
         task: str,
     ) -> None:
         """Fill the words of every segment; row i of ``encoder_out`` is chunk i."""
+        from scipy.ndimage import median_filter  # imported on first use, like numba (``_compiled_dtw``)
+
         prompt = self.sot_sequence(language, task)
         rows = [i for i, segs in enumerate(chunk_segments) if any(s.tokens for s in segs)]
         if not rows:
@@ -174,7 +183,7 @@ class WordAligner:
             # row p is the query that predicts token p+1: from <|notimestamps|> (predicting the first
             # text token) to the last text token (predicting end-of-text), as in openai's timing.py
             matrix = w.mean(axis=0)[len(prompt) - 1 : len(prompt) + m]
-            text_idx, time_idx = _dtw(np.ascontiguousarray(-matrix, dtype=np.float32))
+            text_idx, time_idx = _compiled_dtw()(np.ascontiguousarray(-matrix, dtype=np.float32))
             jumps = np.pad(np.diff(text_idx), (1, 0), constant_values=1).astype(bool)
             jump_times = time_idx[jumps] * FRAME_S  # first frame of each token (+ final eot)
             pos = np.arange(len(prompt) - 1, len(prompt) - 1 + m)

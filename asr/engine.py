@@ -14,6 +14,7 @@ from asr.alignment import WordAligner
 from asr.audio import SAMPLE_RATE
 from asr.decoding import Decoder, GreedyDecoder, SpecialTokens, WhisperLogitRules, detect_language
 from asr.model import WhisperDecoderRuntime
+from asr.memory import trim_heap
 from asr.models import WhisperBundle, load_whisper
 from asr.segments import tokens_to_segments
 from asr.types import DecodeStats, Segment
@@ -113,6 +114,7 @@ class AsrEngine:
     def _speech_chunks(self, audio: np.ndarray, opts: DecodeOptions, progress: Callable[[float], None]) -> tuple[list[Chunk], float]:
         t0 = time.perf_counter()
         spans = self.vad.speech_spans(audio, opts.max_chunk_s, progress=progress)
+        trim_heap()
         return merge_spans(spans, opts.max_chunk_s), time.perf_counter() - t0
 
     def _decode_batch(
@@ -132,6 +134,7 @@ class AsrEngine:
         the decode's counters and the alignment time are added to ``stats``.
         """
         out = decoder.decode(enc, prompt, features=feats)
+        trim_heap()  # the batch's cache is freed: keep the heap from holding it (asr.memory)
         stats.merge(out.stats)
         per_chunk = [
             []

@@ -20,6 +20,9 @@ import torch.nn.functional as F
 from transformers import WhisperForConditionalGeneration
 
 from asr.kernels import Linear
+from asr.memory import release_file_pages
+
+INITIAL_POSITIONS = 128  # self-attention K/V slots a new cache starts with (``KVCache.reserve``)
 from asr.threads import blas_one_thread
 
 
@@ -69,10 +72,18 @@ class LayerProducts:
     fc1: Callable[[torch.Tensor], torch.Tensor]
     fc2: Callable[[torch.Tensor], torch.Tensor]
 
+    @staticmethod
+    def modules(layer: torch.nn.Module) -> list[torch.nn.Module]:
+        att, catt = layer.self_attn, layer.encoder_attn
+        return [att.q_proj, att.k_proj, att.v_proj, att.out_proj, catt.q_proj, catt.out_proj, layer.fc1, layer.fc2]
+
+    @property
+    def packed(self) -> bool:
+        return isinstance(self.fc1, Linear) and self.fc1.packed
+
     @classmethod
     def of(cls, layer: torch.nn.Module) -> LayerProducts:
-        att, catt = layer.self_attn, layer.encoder_attn
-        lin = [att.q_proj, att.k_proj, att.v_proj, att.out_proj, catt.q_proj, catt.out_proj, layer.fc1, layer.fc2]
+        lin = cls.modules(layer)
         if not all(type(m) is torch.nn.Linear for m in lin):  # e.g. an int8 drafter's quantized modules
             q, k, v = lin[:3]
             return cls(lambda h: torch.cat([q(h), k(h), v(h)], -1), *lin[3:])
@@ -81,34 +92,56 @@ class LayerProducts:
 
 @dataclass
 class KVCache:
-    """Self-attention keys/values [layers, batch, heads, max_len, head_dim] and cross-attention K/V."""
+    """Self-attention keys/values [layers, batch, heads, max_len, head_dim] and cross-attention K/V
+    [layers, batch, heads, frames, head_dim]."""
 
     k: torch.Tensor
     v: torch.Tensor
-    cross_k: list[torch.Tensor]  # per layer [batch, heads, frames, head_dim]
-    cross_v: list[torch.Tensor]
+    cross_k: torch.Tensor
+    cross_v: torch.Tensor
+    limit: int = 0  # the most positions the self-attention K/V may grow to (``reserve``)
 
     @property
     def batch_size(self) -> int:
         return self.k.shape[1]
 
+    @torch.inference_mode()
+    def reserve(self, positions: int) -> None:
+        """Room for ``positions`` self-attention positions: the K/V double (up to ``limit``) when full.
+        A 30 s window rarely holds 200 tokens, and 448 slots from the start cost base 88 MB at batch 8.
+        A position's numbers do not depend on the room after it (each query reads its own keys)."""
+        room = self.k.shape[3]
+        if positions <= room:
+            return
+        if positions > max(self.limit, room):
+            raise ValueError(f"position {positions - 1} is past the cache's limit of {max(self.limit, room)}")
+        grown = min(max(positions, 2 * room), self.limit)
+        for name in ("k", "v"):
+            old = getattr(self, name)
+            new = old.new_zeros(*old.shape[:3], grown, old.shape[4])
+            new[:, :, :, :room] = old
+            setattr(self, name, new)
+
+    @torch.inference_mode()
     def select(self, rows: torch.Tensor) -> KVCache:
-        """A cache of only ``rows`` (e.g. finished sequences dropped from a batch). Consumes this one:
-        each tensor is released as soon as its copy is made, so the old and the new cache are never
-        both whole in memory (measured: the cross-attention K/V of 8 rows of base are 295 MB, and
-        copying them all before releasing any raised a 10-minute file's peak RSS by about that).
-        Callers replace their cache with the result (``cache = cache.select(rows)``)."""
-        k = self.k[:, rows].contiguous()
-        self.k = None
-        v = self.v[:, rows].contiguous()
-        self.v = None
-        cross_k, cross_v = [], []
-        for i in range(len(self.cross_k)):
-            cross_k.append(self.cross_k[i][rows])
-            self.cross_k[i] = None
-            cross_v.append(self.cross_v[i][rows])
-            self.cross_v[i] = None
-        return KVCache(k, v, cross_k, cross_v)
+        """A cache of only ``rows`` (e.g. finished sequences dropped from a batch). Consumes this one.
+
+        Ascending rows (every caller's case) are moved down in place and the tensors viewed to their
+        first ``len(rows)`` rows: nothing is allocated. Copying each tensor to a new, smaller one
+        (as before) made glibc keep the freed memory: the cross-attention K/V of 8 rows of base are
+        295 MB, and a 10-minute file peaked 670 MB above the memory before its first batch, 390 MB
+        more than the cache itself. A row's layout is unchanged (a layer's rows stay contiguous), so
+        is every number computed from it."""
+        keep = [int(r) for r in rows]
+        tensors = (self.k, self.v, self.cross_k, self.cross_v)
+        if any(b <= a for a, b in zip(keep, keep[1:])):  # not ascending: gather into new tensors
+            idx = torch.tensor(keep, device=self.k.device)
+            return KVCache(*(t[:, idx].contiguous() for t in tensors), limit=self.limit)
+        for to, r in enumerate(keep):
+            if to != r:
+                for t in tensors:
+                    t[:, to].copy_(t[:, r])
+        return KVCache(*(t[:, : len(keep)] for t in tensors), limit=self.limit)
 
 
 def _attend_per_query(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, positions: list[list[int]], causal: bool) -> torch.Tensor:
@@ -158,6 +191,14 @@ class WhisperDecoderRuntime:
         self.vocab_size = self.proj.shape[0]
         self.head = OutputHead(self.proj)
         self.row_exact = row_exact and self.head.main.packed
+        self._release_packed_sources()
+
+    def _release_packed_sources(self) -> None:
+        """The file pages of the weights that only served to make packed copies go back to the kernel
+        (``asr.memory``: 181 MB for base; the head's rows are read again, a few at a time, as
+        embeddings)."""
+        sources = [m.weight for layer, lin in zip(self.layers, self.products) if lin.packed for m in LayerProducts.modules(layer)]
+        release_file_pages(sources + ([self.proj] if self.head.main.packed else []))
 
     @torch.inference_mode()
     def encode(self, features: torch.Tensor) -> torch.Tensor:
@@ -200,16 +241,21 @@ class WhisperDecoderRuntime:
 
     @torch.inference_mode()
     def new_cache(self, encoder_out: torch.Tensor, slack: int = 0) -> KVCache:
-        """``slack`` extra slots past the last position take the padding of ragged speculative passes."""
-        b = encoder_out.shape[0]
-        shape = (len(self.layers), b, self.n_head, self.max_len + slack, self.head_dim)
-        cross_k, cross_v = [], []
-        for layer in self.layers:
+        """``slack`` extra slots past the last position take the padding of ragged speculative passes.
+        The cross-attention K/V of all layers share one block (``KVCache.select``)."""
+        b, frames, _ = encoder_out.shape
+        cross_k = encoder_out.new_empty(len(self.layers), b, self.n_head, frames, self.head_dim)
+        cross_v = torch.empty_like(cross_k)
+        # Row by row: one row's projection is a 3 MB temporary (base); all rows at once left ~160 MB
+        # of freed 25 MB temporaries that glibc kept (measured) and tied a row's numbers to its batch.
+        for i, layer in enumerate(self.layers):
             att = layer.encoder_attn
-            cross_k.append(self._split(att.k_proj(encoder_out)).contiguous())
-            cross_v.append(self._split(att.v_proj(encoder_out)).contiguous())
-        z = encoder_out.new_zeros(shape)
-        return KVCache(z, z.clone(), cross_k, cross_v)
+            for r in range(b):
+                cross_k[i, r] = self._split(att.k_proj(encoder_out[r : r + 1]))[0]
+                cross_v[i, r] = self._split(att.v_proj(encoder_out[r : r + 1]))[0]
+        limit = self.max_len + slack
+        z = encoder_out.new_zeros(len(self.layers), b, self.n_head, min(INITIAL_POSITIONS, limit), self.head_dim)
+        return KVCache(z, torch.zeros_like(z), cross_k, cross_v, limit=limit)
 
     @torch.inference_mode()
     def hidden(
@@ -252,8 +298,10 @@ class WhisperDecoderRuntime:
         per_query = self.row_exact and (n > 1 or b > 1)
         if per_query:
             pos_list = positions.tolist()
+            cache.reserve(max(max(row) for row in pos_list) + 1)
         else:
             used = int(positions.max()) + 1
+            cache.reserve(used)
             key_pos = torch.arange(used, device=positions.device)
             mask = (key_pos[None, None, None, :] <= positions[:, None, :, None])  # [B,1,n,used]
         for i in range(start, len(self.layers) if stop is None else stop):
@@ -294,6 +342,7 @@ class WhisperDecoderRuntime:
         if self.head.compact_split != split:
             self.head = None  # release the old packing (106 MB for base) before making the new one
             self.head = OutputHead(self.proj, compact=split)
+            release_file_pages([self.proj])
         return self.head
 
     def step(self, tokens: torch.Tensor, positions: torch.Tensor, cache: KVCache, last_only: bool = False) -> torch.Tensor:
