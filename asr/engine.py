@@ -109,6 +109,7 @@ class AsrEngine:
         t = time.perf_counter()
         feats = self._features(pieces)
         enc = self.runtime.encode(feats)
+        trim_heap()  # the encoder's temporaries (asr.memory): 75-120 MB kept otherwise, measured
         return feats, enc, time.perf_counter() - t
 
     def _speech_chunks(self, audio: np.ndarray, opts: DecodeOptions, progress: Callable[[float], None]) -> tuple[list[Chunk], float]:
