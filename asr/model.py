@@ -23,6 +23,7 @@ from asr.kernels import Linear
 from asr.memory import release_file_pages
 
 INITIAL_POSITIONS = 128  # self-attention K/V slots a new cache starts with (``KVCache.reserve``)
+GROW_POSITIONS = 64  # and the step it grows by
 from asr.threads import blas_one_thread
 
 
@@ -107,15 +108,16 @@ class KVCache:
 
     @torch.inference_mode()
     def reserve(self, positions: int) -> None:
-        """Room for ``positions`` self-attention positions: the K/V double (up to ``limit``) when full.
-        A 30 s window rarely holds 200 tokens, and 448 slots from the start cost base 88 MB at batch 8.
-        A position's numbers do not depend on the room after it (each query reads its own keys)."""
+        """Room for ``positions`` self-attention positions: the K/V grow by ``GROW_POSITIONS`` slots (up
+        to ``limit``) when full. A 30 s window rarely holds 200 tokens, and 448 slots from the start
+        cost base 88 MB at batch 8. A position's numbers do not depend on the room after it (each
+        query reads its own keys)."""
         room = self.k.shape[3]
         if positions <= room:
             return
         if positions > max(self.limit, room):
             raise ValueError(f"position {positions - 1} is past the cache's limit of {max(self.limit, room)}")
-        grown = min(max(positions, 2 * room), self.limit)
+        grown = min(-(-positions // GROW_POSITIONS) * GROW_POSITIONS, self.limit)
         for name in ("k", "v"):
             old = getattr(self, name)
             new = old.new_zeros(*old.shape[:3], grown, old.shape[4])
