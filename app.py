@@ -21,7 +21,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--port", type=int, default=7860, help="port (default: 7860)")
     p.add_argument("--models", default=",".join(Choices.models), help="models offered, the first is the default (default: %(default)s)")
     p.add_argument("--drafters", default=",".join(Choices.drafters), help="drafters offered, the first is the default (default: %(default)s)")
-    p.add_argument("--device", default="cpu", help="torch device (default: cpu)")
+    p.add_argument("--device", default="cpu", help="torch device: auto, cpu, cuda or cuda:N (default: cpu)")
     p.add_argument("--threads", type=int, help="CPU threads for torch (default: one per core)")
     p.add_argument("--cache-dir", type=Path, help="where converted models are kept (default: ~/.cache/specwhisper)")
     p.add_argument("--max-duration", type=float, default=4 * 3600, help="refuse audio longer than this many seconds (default: 14400)")
@@ -42,6 +42,13 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     if args.threads is not None and args.threads < 1:
         print(f"app: error: --threads must be >= 1, got {args.threads}", file=sys.stderr)
+        return 2
+    from asr.device import resolve_device
+
+    try:
+        resolve_device(args.device)
+    except ValueError as exc:
+        print(f"app: error: {exc}", file=sys.stderr)
         return 2
     from pipelines.params import parse_params
     from pipelines.service import ServiceSettings, Transcriber

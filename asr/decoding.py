@@ -13,11 +13,18 @@ import time
 from dataclasses import dataclass, field
 
 import torch
+from transformers.models.whisper.tokenization_whisper import LANGUAGES
 
 from asr.model import KVCache, WhisperDecoderRuntime
 from asr.types import DecodeStats
 
 NEG_INF = float("-inf")
+
+
+def _language_tokens(tokenizer) -> dict[str, int]:
+    """``<|xx|>`` -> id for every Whisper language code the tokenizer has as a token."""
+    ids = {f"<|{code}|>": tokenizer.convert_tokens_to_ids(f"<|{code}|>") for code in LANGUAGES}
+    return {token: i for token, i in ids.items() if i is not None and i != tokenizer.unk_token_id}
 
 
 @dataclass(frozen=True)
@@ -35,11 +42,17 @@ class SpecialTokens:
     multilingual: bool
 
     @classmethod
-    def from_tokenizer(cls, tokenizer, generation_config) -> SpecialTokens:
+    def from_tokenizer(cls, tokenizer, generation_config, vocab_size: int | None = None) -> SpecialTokens:
+        """``generation_config``'s ``lang_to_id`` and ``is_multilingual`` where it has them. A checkpoint
+        without them (a bare ``save_pretrained`` of a fine-tune, say) gets its languages from the
+        tokenizer's ``<|xx|>`` tokens and is multilingual when its vocabulary is (openai's rule: at
+        least 51865 tokens, ``vocab_size`` of the model; English-only models have 51864)."""
         ids = tokenizer.convert_tokens_to_ids
         no_speech = next((ids(t) for t in ("<|nospeech|>", "<|nocaptions|>") if ids(t) != tokenizer.unk_token_id), None)
-        lang_to_id = getattr(generation_config, "lang_to_id", None) or {}
-        multilingual = bool(getattr(generation_config, "is_multilingual", len(lang_to_id) > 1))
+        lang_to_id = getattr(generation_config, "lang_to_id", None) or _language_tokens(tokenizer)
+        multilingual = getattr(generation_config, "is_multilingual", None)
+        if multilingual is None:
+            multilingual = vocab_size >= 51865 if vocab_size is not None else len(lang_to_id) > 1
         languages = {k.strip("<|>"): int(v) for k, v in lang_to_id.items()} if multilingual else {}
         no_ts = ids("<|notimestamps|>")
         return cls(

@@ -81,7 +81,7 @@ def model_drafter(engine, name: str, cache_dir: Path | None = None, head_text_to
     if bundle.model.config.num_mel_bins != engine.bundle.model.config.num_mel_bins:
         raise ValueError(f"drafter '{name}' uses {bundle.model.config.num_mel_bins} mel bins, the target "
                          f"{engine.bundle.model.config.num_mel_bins}: they cannot share input features")
-    special = SpecialTokens.from_tokenizer(bundle.tokenizer, bundle.generation_config)
+    special = SpecialTokens.from_tokenizer(bundle.tokenizer, bundle.generation_config, bundle.model.config.vocab_size)
     decoder = None
     if quantize:  # int8 weights: a quarter of the memory traffic per draft step; drafts only, never output
         decoder = torch.ao.quantization.quantize_dynamic(copy.deepcopy(bundle.model.model.decoder), {torch.nn.Linear},

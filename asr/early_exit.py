@@ -28,7 +28,9 @@ with Whisper's rules applied in that compact vocabulary.
 
 from __future__ import annotations
 
+import hashlib
 import json
+import re
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -38,6 +40,7 @@ import torch.nn.functional as F
 
 from asr.decoding import SpecialTokens, WhisperLogitRules
 from asr.model import KVCache, WhisperDecoderRuntime
+from asr.models import default_cache_dir
 from asr.speculative import Drafter
 
 ADAPTER_DIR = Path(__file__).resolve().parent / "adapters"
@@ -47,19 +50,39 @@ HEAD_TEXT_TOKENS = 16000
 
 @dataclass(frozen=True)
 class AdapterConfig:
-    model: str  # the target it was trained for (embedded name)
+    model: str  # the name of the target it was trained for (for people; lookup is by ``fingerprint``)
     exit_layer: int  # k: the drafter runs layers 0..k-1
     cross_layer: int | None  # j: whose cached encoder keys/values the adapter attends to (None: no cross-attention)
     rank: int  # low-rank MLP width (0: none)
     d_model: int
     n_head: int
+    fingerprint: str = ""  # model_fingerprint of the target
 
     def to_metadata(self) -> dict[str, str]:
         return {k: json.dumps(v) for k, v in self.__dict__.items()}
 
     @classmethod
     def from_metadata(cls, meta: dict[str, str]) -> AdapterConfig:
-        return cls(**{k: json.loads(meta[k]) for k in cls.__dataclass_fields__})
+        return cls(**{k: json.loads(meta[k]) for k in cls.__dataclass_fields__ if k in meta})
+
+
+def model_fingerprint(model: torch.nn.Module) -> str:
+    """The identity adapters are found by: a hash of the target's shape and of a few of its weights,
+    whatever its name or path (an embedded name, a hub id, a folder, a copy of either). Weights are
+    rounded to fp16 first, so the same checkpoint loaded in fp16 or fp32 is the same target."""
+    cfg = model.config
+    dec, enc = model.model.decoder, model.model.encoder
+    h = hashlib.sha256(json.dumps([cfg.d_model, cfg.decoder_layers, cfg.encoder_layers, cfg.vocab_size,
+                                   cfg.num_mel_bins]).encode())
+    for t in (dec.embed_positions.weight[:2], dec.layer_norm.weight, dec.layer_norm.bias,
+              dec.layers[-1].final_layer_norm.weight, enc.layer_norm.weight, dec.embed_tokens.weight[:2]):
+        h.update(t.detach().to("cpu", torch.float16).contiguous().numpy().tobytes())
+    return h.hexdigest()[:16]
+
+
+def user_adapter_dir() -> Path:
+    """Where ``python -m train.exit_adapter`` puts adapters of targets other than the embedded ones."""
+    return default_cache_dir() / "adapters"
 
 
 class ExitAdapter(torch.nn.Module):
@@ -126,8 +149,14 @@ class ExitAdapter(torch.nn.Module):
         return sum(p.numel() * p.element_size() for p in self.parameters())
 
 
+def adapter_label(model: str) -> str:
+    """A file-name-safe label for ``model`` (a name, hub id or folder: its last part)."""
+    return re.sub(r"[^A-Za-z0-9._-]+", "-", Path(model.rstrip("/\\")).name or "model")
+
+
 def adapter_path(model: str, exit_layer: int, folder: Path = ADAPTER_DIR) -> Path:
-    return folder / f"{model}-k{exit_layer}.safetensors"
+    """The file an adapter of ``model`` at ``exit_layer`` is saved to (found later by its metadata)."""
+    return folder / f"{adapter_label(model)}-k{exit_layer}.safetensors"
 
 
 def save_adapter(adapter: ExitAdapter, path: Path, min_confidence: float = 0.0) -> None:
@@ -153,8 +182,27 @@ def load_adapter(path: Path) -> ExitAdapter:
     return a.eval().requires_grad_(False)
 
 
-def available_exit_layers(model: str, folder: Path = ADAPTER_DIR) -> list[int]:
-    return sorted(int(p.stem.rsplit("-k", 1)[1]) for p in folder.glob(f"{model}-k*.safetensors"))
+def find_adapters(fingerprint: str, folders: list[Path] | None = None) -> dict[int, Path]:
+    """exit layer -> adapter file, for the target whose ``model_fingerprint`` is ``fingerprint``, from
+    the adapters shipped with the package and the user's own (``user_adapter_dir``); read from the
+    files' metadata, not their names. The first folder wins for a layer found in both."""
+    from safetensors import safe_open
+
+    found: dict[int, Path] = {}
+    for folder in folders if folders is not None else [ADAPTER_DIR, user_adapter_dir()]:
+        for path in sorted(folder.glob("*.safetensors")) if folder.is_dir() else []:
+            try:
+                with safe_open(str(path), framework="pt") as f:
+                    meta = f.metadata() or {}
+            except Exception:  # not an adapter file (or damaged): not ours to judge here
+                continue
+            if meta.get("fingerprint") and json.loads(meta["fingerprint"]) == fingerprint:
+                found.setdefault(int(json.loads(meta["exit_layer"])), path)
+    return found
+
+
+def available_exit_layers(fingerprint: str, folders: list[Path] | None = None) -> list[int]:
+    return sorted(find_adapters(fingerprint, folders))
 
 
 # ------------------------------------------------------------------------------ compact vocabulary
@@ -329,20 +377,20 @@ def early_exit_drafter(engine, exit_layer: int | None = None, adapter: str | Pat
     first-k layers with the final norm and head, a weak drafter). ``min_confidence``: the draft
     probability below which a row stops drafting (default: the one chosen with the adapter)."""
     model = engine.model_name
+    adapters = find_adapters(model_fingerprint(engine.bundle.model)) if adapter == "auto" else {}
     if exit_layer is None:
-        have = available_exit_layers(model)
+        have = sorted(adapters)
         exit_layer = DEFAULT_EXIT_LAYER if not have or DEFAULT_EXIT_LAYER in have else have[0]
     n_layers = len(engine.runtime.layers)
     if not 1 <= exit_layer < n_layers:
         raise ValueError(f"early-exit: the exit layer must be between 1 and {n_layers - 1} for model '{model}', got {exit_layer}")
     a = None
     if adapter == "auto":
-        path = adapter_path(model, exit_layer)
-        if not path.exists():
-            have = available_exit_layers(model)
+        if exit_layer not in adapters:
             raise ValueError(f"no early-exit adapter for model '{model}' at layer {exit_layer} "
-                             f"(trained: {', '.join(map(str, have)) or 'none'}; python -m train.exit_adapter --model {model})")
-        a = load_adapter(path)
+                             f"(trained: {', '.join(map(str, sorted(adapters))) or 'none'}; "
+                             f"python -m train.exit_adapter --model {model})")
+        a = load_adapter(adapters[exit_layer])
     elif adapter is not None:
         a = load_adapter(Path(adapter))
     if a is not None:

@@ -14,6 +14,7 @@ from asr.alignment import WordAligner
 from asr.audio import SAMPLE_RATE
 from asr.decoding import Decoder, GreedyDecoder, SpecialTokens, WhisperLogitRules, detect_language
 from asr.model import WhisperDecoderRuntime
+from asr.device import resolve_device
 from asr.memory import trim_heap
 from asr.models import WhisperBundle, load_whisper
 from asr.segments import tokens_to_segments
@@ -76,9 +77,11 @@ class AsrEngine:
         decoder_factory: DecoderFactory | None = None,
         bundle: WhisperBundle | None = None,
     ):
+        device = resolve_device(device)
         self.bundle = bundle or load_whisper(model, cache_dir=cache_dir, device=device)
         self.device = device
-        self.special = SpecialTokens.from_tokenizer(self.bundle.tokenizer, self.bundle.generation_config)
+        self.special = SpecialTokens.from_tokenizer(self.bundle.tokenizer, self.bundle.generation_config,
+                                                    self.bundle.model.config.vocab_size)
         self.runtime = WhisperDecoderRuntime(self.bundle.model)
         gc = self.bundle.generation_config
         self.rules = WhisperLogitRules(
@@ -89,7 +92,7 @@ class AsrEngine:
             timestamps=True,
         )
         self.vad = VoiceActivityDetector()
-        self.aligner = WordAligner(self.runtime, self.special, self.bundle.tokenizer, gc.alignment_heads)
+        self.aligner = WordAligner(self.runtime, self.special, self.bundle.tokenizer, getattr(gc, "alignment_heads", None))
         self.decoder: Decoder = (decoder_factory or plain_decoder)(self)
 
     @property

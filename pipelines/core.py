@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Callable
 
@@ -55,10 +55,12 @@ class RunOptions:
 
 class Pipeline:
     def __init__(self, config: PipelineConfig | None = None, asr: AsrEngine | None = None):
+        from asr.device import resolve_device
         from asr.drafting import decoder_factory  # the speculative engine picks the decoder
         from asr.threads import configure
 
-        self.config = config or PipelineConfig()
+        config = config or PipelineConfig()
+        self.config = replace(config, device=resolve_device(config.device))
         configure(self.config.threads)
         self.asr = asr or AsrEngine(
             self.config.model,

@@ -15,6 +15,7 @@ from collections.abc import Mapping
 from pathlib import Path
 
 from asr.audio import AudioError
+from asr.device import resolve_device
 from asr.models import ModelError
 from asr.types import Transcript
 from pipelines.core import PipelineConfig
@@ -43,8 +44,13 @@ def settings_from_env(env: Mapping[str, str]) -> ServiceSettings:
     threads = env.get("SPECWHISPER_THREADS")
     if threads is not None and not (threads.isdigit() and int(threads) >= 1):
         raise ValueError(f"SPECWHISPER_THREADS must be a whole number >= 1, got {threads!r}")
+    device = env.get("SPECWHISPER_DEVICE", "cpu")
+    try:
+        resolve_device(device)
+    except ValueError as exc:
+        raise ValueError(f"SPECWHISPER_DEVICE: {exc}") from None
     return ServiceSettings(
-        base=PipelineConfig(device=env.get("SPECWHISPER_DEVICE", "cpu"), threads=int(threads) if threads else None,
+        base=PipelineConfig(device=device, threads=int(threads) if threads else None,
                             cache_dir=Path(cache) if cache else None),
         choices=Choices(models=items("SPECWHISPER_MODELS", Choices.models), drafters=items("SPECWHISPER_DRAFTERS", Choices.drafters)),
         max_audio_s=number("SPECWHISPER_MAX_AUDIO_S", 4 * 3600),

@@ -121,12 +121,14 @@ def _bad_inputs(tmp_path):
         "not_a_number": ([tmp_path / "good.wav", "--batch-size", "many"], "invalid int value"),
         "unknown_option": ([tmp_path / "good.wav", "--frobnicate"], "unrecognized arguments"),
         "bad_threads": ([tmp_path / "good.wav", "--threads", "0"], "threads must be >= 1"),
+        "bad_device": ([tmp_path / "good.wav", "--device", "tpu"], "unknown device 'tpu'"),
+        "missing_gpu": ([tmp_path / "good.wav", "--device", "cuda:99"], "device 'cuda:99'"),  # no GPU, or not 100
     }
 
 
 CASES = ["missing", "directory", "empty", "text", "random", "zero_samples", "truncated", "low_rate", "too_long",
          "bad_format", "bad_batch", "bad_language", "bad_speakers", "bad_max_change", "not_a_number", "unknown_option",
-         "bad_threads"]
+         "bad_threads", "bad_device", "missing_gpu"]
 
 
 @pytest.mark.parametrize("case", CASES)

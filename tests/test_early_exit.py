@@ -9,7 +9,7 @@ import torch
 
 from asr.drafting import decoder_factory
 from asr.early_exit import (ADAPTER_DIR, EarlyExitDrafter, adapter_path, available_exit_layers, early_exit_drafter,
-                            load_adapter)
+                            load_adapter, model_fingerprint)
 from asr.speculative import Lookahead, SpeculativeDecoder
 from tests.exactness import assert_decodes_like_plain
 
@@ -131,13 +131,14 @@ def test_verify_falls_back_when_the_drafter_did_not_feed(base_engine, encoded, m
 def test_adapter_files_small_and_loadable(base_engine):
     """One committed adapter per exit layer of base, fp16, well under 2% of the target's weights."""
     rt = base_engine.runtime
-    assert available_exit_layers("base") == [1, 2, 3, 4, 5]
+    assert available_exit_layers(model_fingerprint(base_engine.bundle.model)) == [1, 2, 3, 4, 5]
     target_bytes = sum(p.numel() * p.element_size() for p in base_engine.bundle.model.parameters())
     for k in range(1, 6):
         path = adapter_path("base", k)
         assert path.stat().st_size < 1_000_000
         a = load_adapter(path)
         assert a.config.exit_layer == k and a.config.model == "base"
+        assert a.config.fingerprint == model_fingerprint(base_engine.bundle.model)
         assert a.config.d_model == rt.d_model and a.config.n_head == rt.n_head
         assert a.num_bytes() < 0.02 * target_bytes
         assert 0.0 <= a.min_confidence < 1.0

@@ -12,8 +12,11 @@
    target's greedy token plus KL to the target's distribution, both over the drafter's (pruned) head
    vocabulary; the target's own head and final norm stay frozen (tied embedding). Seconds per k.
 3. Reports top-1 agreement with the target (after Whisper's logit rules, as the drafter applies them)
-   on held-out windows, with and without the adapter, and writes ``asr/adapters/<model>-k<k>.safetensors``
-   plus ``asr/adapters/<model>.json`` (how they were made, losses, agreement).
+   on held-out windows, with and without the adapter, and writes ``<out>/<model>-k<k>.safetensors``
+   plus ``<out>/<model>.json`` (how they were made, losses, agreement). ``<out>``: ``asr/adapters/``
+   for the embedded models, ``~/.cache/specwhisper/adapters/`` for any other target (a hub id or a
+   folder). The drafter finds an adapter by the target's fingerprint in the file's metadata
+   (``asr.early_exit.model_fingerprint``), whatever the target's name or path.
 
 Everything runs on one thread (``torch.set_num_threads(1)``): other work shares this CPU.
 """
@@ -83,9 +86,10 @@ def teacher_forced_states(rt, enc: torch.Tensor, seqs: list[list[int]]) -> list[
 def collect(model: str, n_synth: int, seed: int, work: Path, batch_size: int = 8) -> Path:
     """Decode every window with the target and cache the per-layer states of its greedy tokens."""
     from asr.decoding import GreedyDecoder
+    from asr.early_exit import adapter_label
     from asr.engine import AsrEngine
 
-    out = work / f"{model}-states.pt"
+    out = work / f"{adapter_label(model)}-states.pt"
     if out.exists():
         log(f"cached states: {out}")
         return out
@@ -232,11 +236,11 @@ def fit_adapter(data: Data, exit_layer: int, cross_layer: int | None, rank: int,
     """Self-distillation of one exit adapter; returns it and the loss curve."""
     import torch.nn.functional as F
 
-    from asr.early_exit import AdapterConfig, ExitAdapter
+    from asr.early_exit import AdapterConfig, ExitAdapter, model_fingerprint
 
     rt = data.rt
     cfg = AdapterConfig(model=data.model, exit_layer=exit_layer, cross_layer=cross_layer, rank=rank,
-                        d_model=rt.d_model, n_head=rt.n_head)
+                        d_model=rt.d_model, n_head=rt.n_head, fingerprint=model_fingerprint(rt.model))
     adapter = ExitAdapter.from_target(cfg, rt)
     kv = data.cross_kv(cross_layer) if cross_layer is not None else None
     rt.model.requires_grad_(False)  # the target stays frozen (its layer-j projections are bound, not owned)
@@ -359,7 +363,7 @@ def simulate(outcomes, exit_layer: int, min_confidence: float, cost: CostModel, 
 
 def fit_all(model: str, states: Path, ks: list[int], cross_layer: int, rank: int, steps: int, out_dir: Path) -> dict:
     """Fit, evaluate and save one adapter per exit layer; returns the report written next to them."""
-    from asr.early_exit import adapter_path, save_adapter
+    from asr.early_exit import adapter_label, adapter_path, save_adapter
     from asr.engine import AsrEngine
 
     engine = AsrEngine(model)
@@ -400,7 +404,7 @@ def fit_all(model: str, states: Path, ks: list[int], cross_layer: int, rank: int
         row["file_bytes"] = path.stat().st_size
         report["adapters"][str(k)] = row
         log(f"k={k}: " + json.dumps(row))
-    (out_dir / f"{model}.json").write_text(json.dumps(report, indent=2) + "\n")
+    (out_dir / f"{adapter_label(model)}.json").write_text(json.dumps(report, indent=2) + "\n")
     return report
 
 
@@ -413,7 +417,8 @@ def main() -> int:
     ap.add_argument("--rank", type=int, default=256, help="low-rank MLP width")
     ap.add_argument("--steps", type=int, default=400)
     ap.add_argument("--work", type=Path, default=ROOT / "build" / "exit-adapter", help="cache of the collected states")
-    ap.add_argument("--out", type=Path, default=ROOT / "asr" / "adapters")
+    ap.add_argument("--out", type=Path, default=None,
+                    help="adapter folder (default: asr/adapters for embedded models, ~/.cache/specwhisper/adapters otherwise)")
     ap.add_argument("--stage", choices=("collect", "fit", "all"), default="all")
     args = ap.parse_args()
     torch.set_num_threads(1)
@@ -422,7 +427,11 @@ def main() -> int:
     np.random.seed(SEED)
     states = collect(args.model, args.windows, SEED, args.work)
     if args.stage in ("fit", "all"):
-        fit_all(args.model, states, [int(k) for k in args.ks.split(",")], args.cross_layer, args.rank, args.steps, args.out)
+        from asr.early_exit import ADAPTER_DIR, user_adapter_dir
+        from asr.models import EMBEDDED_MODELS
+
+        out = args.out or (ADAPTER_DIR if args.model in EMBEDDED_MODELS else user_adapter_dir())
+        fit_all(args.model, states, [int(k) for k in args.ks.split(",")], args.cross_layer, args.rank, args.steps, out)
     return 0
 
 

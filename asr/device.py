@@ -1,0 +1,28 @@
+"""The torch device a user names (``--device``), checked before any model loads."""
+
+from __future__ import annotations
+
+import torch
+
+DEVICE_CHOICES = "auto, cpu, cuda or cuda:N"
+
+
+def resolve_device(name: str) -> str:
+    """``auto`` -> ``cuda`` when a CUDA GPU is usable, else ``cpu``; ``cpu``; ``cuda`` / ``cuda:N`` when
+    that GPU exists. Anything else, or a GPU that is not there, is a one-line ``ValueError`` (left to
+    torch, it is a traceback from deep inside the first model load)."""
+    name = (name or "").strip().lower()
+    if name == "auto":
+        return "cuda" if torch.cuda.is_available() else "cpu"
+    if name == "cpu":
+        return name
+    if name == "cuda" or name.startswith("cuda:"):
+        index = name.partition(":")[2]
+        if index and not index.isdigit():
+            raise ValueError(f"unknown device '{name}' ({DEVICE_CHOICES})")
+        if not torch.cuda.is_available():
+            raise ValueError(f"device '{name}': no CUDA GPU is usable here (no NVIDIA driver or GPU, or a CPU-only torch)")
+        if index and int(index) >= torch.cuda.device_count():
+            raise ValueError(f"device '{name}': this machine has {torch.cuda.device_count()} CUDA GPU(s)")
+        return name
+    raise ValueError(f"unknown device '{name}' ({DEVICE_CHOICES})")
