@@ -13,9 +13,9 @@ import torch
 from asr.alignment import WordAligner
 from asr.audio import SAMPLE_RATE
 from asr.decoding import Decoder, GreedyDecoder, SpecialTokens, WhisperLogitRules, detect_language
-from asr.model import WhisperDecoderRuntime
 from asr.device import resolve_device
 from asr.memory import trim_heap
+from asr.model import WhisperDecoderRuntime
 from asr.models import WhisperBundle, load_whisper
 from asr.segments import tokens_to_segments
 from asr.types import DecodeStats, Segment

@@ -21,10 +21,10 @@ from transformers import WhisperForConditionalGeneration
 
 from asr.kernels import Linear
 from asr.memory import release_file_pages
+from asr.threads import blas_one_thread
 
 INITIAL_POSITIONS = 128  # self-attention K/V slots a new cache starts with (``KVCache.reserve``)
 GROW_POSITIONS = 64  # and the step it grows by
-from asr.threads import blas_one_thread
 
 
 class OutputHead:
