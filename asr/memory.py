@@ -14,12 +14,21 @@ file-backed mapping are touched, so anonymous memory (a model converted in memor
 from __future__ import annotations
 
 import ctypes
+import functools
 import mmap
 import sys
 
 import torch
 
 MADV_PAGEOUT = 21  # linux/mman.h; unknown to older kernels, which then answer EINVAL (ignored)
+
+
+@functools.cache
+def _libc() -> ctypes.CDLL:
+    """The C library this process runs on (``madvise``, ``malloc_trim``), looked up once."""
+    libc = ctypes.CDLL(None, use_errno=True)
+    libc.madvise.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int]
+    return libc
 
 
 def _file_mappings() -> list[tuple[int, int]]:
@@ -40,8 +49,7 @@ def release_file_pages(tensors: list[torch.Tensor]) -> int:
         return 0
     page = mmap.PAGESIZE
     mappings = _file_mappings()
-    madvise = ctypes.CDLL(None, use_errno=True).madvise
-    madvise.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int]
+    madvise = _libc().madvise
     advised = 0
     for t in tensors:
         if t.device.type != "cpu" or not t.is_contiguous():
@@ -63,7 +71,7 @@ def trim_heap() -> None:
     the decode 70-100 MB higher without a trim after the VAD and after each batch. A trim takes a
     few milliseconds. No-op where the C library has no ``malloc_trim``."""
     try:
-        trim = ctypes.CDLL(None).malloc_trim
+        trim = _libc().malloc_trim
     except (OSError, AttributeError):
         return
     trim(0)
