@@ -14,7 +14,6 @@ MODEL         any Whisper model (embedded name, HF id, folder) drafting for the 
 
 from __future__ import annotations
 
-import copy
 from pathlib import Path
 
 import torch
@@ -51,8 +50,7 @@ def decoder_factory(draft: str, cache_dir: Path | None = None, lookahead: Lookah
             layer, raw = early_exit_spec(choice)
             drafter = early_exit_drafter(engine, layer, adapter=None if raw else "auto")
         else:
-            quantize = choice.endswith(":int8")
-            drafter = model_drafter(engine, choice.removesuffix(":int8"), cache_dir, quantize=quantize)
+            drafter = model_drafter(engine, choice, cache_dir)
         return SpeculativeDecoder(engine.runtime, engine.special, engine.rules, drafter, lookahead)
 
     return build
@@ -74,20 +72,17 @@ def same_encoder(a, b) -> bool:
 
 
 def model_drafter(engine, name: str, cache_dir: Path | None = None, head_text_tokens: int | None = DRAFT_HEAD_TEXT_TOKENS,
-                  min_confidence: float = 0.0, num_layers: int | None = None, quantize: bool = False) -> ModelDrafter:
+                  min_confidence: float = 0.0, num_layers: int | None = None) -> ModelDrafter:
     """A Whisper model drafting for ``engine``'s target. ``name`` may be the target itself: all its
-    layers make a perfect (and slow) drafter, its first ``num_layers`` a cheap, weaker one."""
+    layers make a perfect (and slow) drafter, its first ``num_layers`` a cheap, weaker one; ``NAME:int8``
+    drafts with int8 weights (``asr.models.load_whisper``: a quarter of the memory traffic per step)."""
     bundle = engine.bundle if name == engine.model_name else load_whisper(name, cache_dir=cache_dir, device=engine.device)
     if bundle.model.config.num_mel_bins != engine.bundle.model.config.num_mel_bins:
         raise ValueError(f"drafter '{name}' uses {bundle.model.config.num_mel_bins} mel bins, the target "
                          f"{engine.bundle.model.config.num_mel_bins}: they cannot share input features")
     special = SpecialTokens.from_tokenizer(bundle.tokenizer, bundle.generation_config, bundle.model.config.vocab_size)
-    decoder = None
-    if quantize:  # int8 weights: a quarter of the memory traffic per draft step; drafts only, never output
-        decoder = torch.ao.quantization.quantize_dynamic(copy.deepcopy(bundle.model.model.decoder), {torch.nn.Linear},
-                                                         dtype=torch.qint8)
     # a drafter's numbers only shape its guesses: no need for the verify pass's per-query attention
-    runtime = WhisperDecoderRuntime(bundle.model, num_layers=num_layers, decoder=decoder, row_exact=False)
+    runtime = WhisperDecoderRuntime(bundle.model, num_layers=num_layers, row_exact=False)
     gc = bundle.generation_config
     rules = WhisperLogitRules(special, runtime.vocab_size, list(gc.suppress_tokens or []),
                               list(gc.begin_suppress_tokens or []), timestamps=True)
@@ -97,6 +92,6 @@ def model_drafter(engine, name: str, cache_dir: Path | None = None, head_text_to
     if head_text_tokens is not None and head_text_tokens >= special.eot:
         head_text_tokens = None  # the whole vocabulary
     draft = DraftModel(runtime, special, rules, bundle.tokenizer, shares_encoder=shares)
-    label = (f"{name}:{num_layers}" if num_layers else name) + (":int8" if quantize else "")
+    label = f"{name}:{num_layers}" if num_layers else name
     return ModelDrafter(draft, token_map, name=label, min_confidence=min_confidence,
                         head_text_tokens=head_text_tokens)

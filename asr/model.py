@@ -19,7 +19,7 @@ import torch
 import torch.nn.functional as F
 from transformers import WhisperForConditionalGeneration
 
-from asr.kernels import Linear
+from asr.kernels import Int8Linear, Int8Module, Linear
 from asr.memory import release_file_pages
 from asr.threads import blas_one_thread
 
@@ -32,19 +32,22 @@ class OutputHead:
     packed copy (``asr.kernels``: a product of 1-8 rows costs about what 1 row costs; vocabulary x d
     floats of memory, 106 MB for base).
 
+    ``int8``: int8 weights and rows (``asr.kernels.Int8Linear``, a ``MODEL:int8`` target or drafter).
+
     ``compact=(n, s)`` packs it in two parts: the drafters' compact vocabulary (text tokens below
     ``n`` and every token from ``s``, the special ones) and the text tokens between, so a drafter
     scores its vocabulary with ``compact`` while the verify pass scores the whole, without a second
     copy of the rows they share."""
 
-    def __init__(self, weight: torch.Tensor, compact: tuple[int, int] | None = None):
+    def __init__(self, weight: torch.Tensor, compact: tuple[int, int] | None = None, int8: bool = False):
         w = weight.detach()
         self.compact_split = compact
+        product = Int8Linear.quantize if int8 else Linear
         if compact is None:
-            self.main, self.rest = Linear(w), None
+            self.main, self.rest = product(w), None
         else:
             n, s = compact
-            self.main, self.rest = Linear(torch.cat([w[:n], w[s:]])), Linear(w[n:s])
+            self.main, self.rest = product(torch.cat([w[:n], w[s:]])), product(w[n:s])
 
     def __call__(self, hidden: torch.Tensor) -> torch.Tensor:
         h = hidden.detach()
@@ -80,14 +83,14 @@ class LayerProducts:
 
     @property
     def packed(self) -> bool:
+        """Packed float32 copies of the layer's weights (which then serve nothing else)."""
         return isinstance(self.fc1, Linear) and self.fc1.packed
 
     @classmethod
     def of(cls, layer: torch.nn.Module) -> LayerProducts:
         lin = cls.modules(layer)
-        if not all(type(m) is torch.nn.Linear for m in lin):  # e.g. an int8 drafter's quantized modules
-            q, k, v = lin[:3]
-            return cls(lambda h: torch.cat([q(h), k(h), v(h)], -1), *lin[3:])
+        if all(isinstance(m, Int8Module) for m in lin):  # a MODEL:int8 target (asr.models)
+            return cls(Int8Linear.of(*lin[:3]), *(m.product for m in lin[3:]))
         return cls(Linear.of(*lin[:3]), *(Linear.of(m) for m in lin[3:]))
 
 
@@ -167,16 +170,14 @@ def _attend_per_query(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, positio
 class WhisperDecoderRuntime:
     """Incremental decoder forward with a static, per-row positioned KV cache."""
 
-    def __init__(self, model: WhisperForConditionalGeneration, num_layers: int | None = None,
-                 decoder: torch.nn.Module | None = None, row_exact: bool = True):
-        """``decoder`` replaces the model's own decoder stack (e.g. an int8 copy drafting for it).
-        ``row_exact``: attention gives every query the very numbers a plain decoding step would give it,
+    def __init__(self, model: WhisperForConditionalGeneration, num_layers: int | None = None, row_exact: bool = True):
+        """``row_exact``: attention gives every query the very numbers a plain decoding step would give it,
         however many queries a pass holds and wherever their rows stand (see ``layer_range``); a
         drafter's own runtime, whose numbers only shape guesses, can do without. It applies where the
         matrix products are row-independent too (packed on CPU, ``asr.kernels``): on a GPU neither
         cuBLAS nor the attention kernels promise that, and a query-by-query loop would cost a kernel
         launch per query and layer."""
-        dec = decoder if decoder is not None else model.model.decoder
+        dec = model.model.decoder
         cfg = model.config
         self.model = model
         self.layers = list(dec.layers)[: num_layers or len(dec.layers)]
@@ -191,7 +192,8 @@ class WhisperDecoderRuntime:
         self.final_norm = dec.layer_norm
         self.proj = model.proj_out.weight
         self.vocab_size = self.proj.shape[0]
-        self.head = OutputHead(self.proj)
+        self.int8 = isinstance(self.layers[0].fc1, Int8Module)
+        self.head = OutputHead(self.proj, int8=self.int8)
         self.row_exact = row_exact and self.head.main.packed
         self._release_packed_sources()
 
@@ -348,7 +350,7 @@ class WhisperDecoderRuntime:
         split = (text_tokens, first_special)
         if self.head.compact_split != split:
             self.head = None  # release the old packing (106 MB for base) before making the new one
-            self.head = OutputHead(self.proj, compact=split)
+            self.head = OutputHead(self.proj, compact=split, int8=self.int8)
             release_file_pages([self.proj])
         return self.head
 

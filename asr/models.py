@@ -12,6 +12,7 @@ import torch
 from transformers import GenerationConfig, WhisperForConditionalGeneration, WhisperProcessor
 
 from asr.convert import convert_ct2_whisper
+from asr.kernels import int8_available, quantize_linears
 
 CONVERTER_VERSION = "1"
 
@@ -91,6 +92,11 @@ def write_ct2_folder(name: str, out_dir: Path) -> Path:
     return out
 
 
+def split_int8(name: str) -> tuple[str, bool]:
+    """``base:int8`` -> ("base", True); ``base`` -> ("base", False)."""
+    return (name.removesuffix(":int8"), True) if name.endswith(":int8") else (name, False)
+
+
 def resolve_model_path(name: str, cache_dir: Path | None = None) -> str:
     """Embedded name -> converted folder; anything else is an HF id or a local folder."""
     if name in EMBEDDED_MODELS:
@@ -165,7 +171,14 @@ def load_whisper(
     device: str = "cpu",
     dtype: torch.dtype = torch.float32,
 ) -> WhisperBundle:
-    path = resolve_model_path(name, cache_dir)
+    """``name``: an embedded name, HF id or folder; ``NAME:int8`` quantizes its matrix products to int8
+    (``asr.kernels.Int8Linear``; CPU only): a target of its own, exact with respect to itself."""
+    source, int8 = split_int8(name)
+    if int8 and device != "cpu":
+        raise ModelError(f"'{name}': int8 weights run on the CPU only (device {device})")
+    if int8 and not int8_available():
+        raise ModelError(f"'{name}': int8 weights need fbgemm (an x86-64 CPU with AVX2), which this torch/CPU lacks")
+    path = resolve_model_path(source, cache_dir)
     try:
         processor = WhisperProcessor.from_pretrained(path)
         model = WhisperForConditionalGeneration.from_pretrained(path, dtype=dtype, attn_implementation="sdpa")
@@ -173,6 +186,10 @@ def load_whisper(
         first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
         raise ModelError(f"cannot load Whisper model '{name}': {first}") from exc
     model.to(device).eval()
+    if int8:
+        # the output head stays a float32 weight: it is the token embedding too; the decoder runtime
+        # makes its own int8 copy of it (asr.model.OutputHead)
+        quantize_linears(model, skip=(model.proj_out,))
     return WhisperBundle(name=name, path=path, model=model, processor=processor, generation_config=model.generation_config)
 
 

@@ -11,7 +11,8 @@ a rotating order (this machine's speed drifts), first on a quiet machine, then n
 load: ``--load N`` busy processes that this script starts and stops itself (bounded in time).
 
 Systems (all on the same embedded base weights, greedy, English given):
-- ``ours none`` / ``ours auto``: the ``transcribe`` CLI (``--draft none`` / ``auto``), batch 8.
+- ``ours none`` / ``ours auto``: the ``transcribe`` CLI (``--draft none`` / ``auto``), batch 8; ``ours int8``: ``-m base:int8``
+  (int8 weights and rows, exact with respect to itself), ``--draft none``.
 - ``fw fp32`` / ``fw int8``: faster-whisper's ``WhisperModel.transcribe`` (sequential, its defaults
   but beam 1: condition on previous text, temperature fallback, no VAD filter).
 - ``fw batched fp32`` / ``fw batched int8``: faster-whisper's ``BatchedInferencePipeline``, batch 8
@@ -37,8 +38,8 @@ if str(ROOT) not in sys.path:
 
 from bench.common import machine  # noqa: E402
 
-SYSTEMS = ("ours none", "ours auto", "fw fp32", "fw int8", "fw batched fp32", "fw batched int8")
-DEFAULT_SYSTEMS = ("ours none", "ours auto", "fw fp32", "fw int8", "fw batched fp32", "fw batched int8")
+SYSTEMS = ("ours none", "ours auto", "ours int8", "ours int8 auto", "fw fp32", "fw int8", "fw batched fp32", "fw batched int8")
+DEFAULT_SYSTEMS = ("ours none", "ours auto", "ours int8", "fw fp32", "fw int8", "fw batched fp32", "fw batched int8")
 CACHE = ROOT / "bench" / ".cache"
 
 
@@ -59,8 +60,11 @@ def _fw_child(audio_path: str, compute_type: str, batched: bool, threads: int, o
 
 def _command(system: str, audio: Path, threads: int, out_dir: Path) -> list[str]:
     py = sys.executable
-    if system.startswith("ours"):
-        return [py, "-m", "pipelines.cli", str(audio), "-m", "base", "--draft", system.split()[1], "-l", "en", "--threads", str(threads),
+    if system.startswith("ours"):  # "ours DRAFT", "ours int8" (--draft none), "ours int8 DRAFT"
+        words = system.split()[1:]
+        model = "base:int8" if words[0] == "int8" else "base"
+        draft = words[-1] if words[-1] != "int8" else "none"
+        return [py, "-m", "pipelines.cli", str(audio), "-m", model, "--draft", draft, "-l", "en", "--threads", str(threads),
                 "-f", "txt", "-o", str(out_dir), "-q"]
     compute = {"fp32": "float32", "int8": "int8"}[system.split()[-1]]
     batched = "batched" in system
@@ -152,7 +156,7 @@ def main(argv: list[str] | None = None) -> int:
                    audio_s=round(files[kind].duration, 1), wall_s=round(r["wall_s"], 1), cpu_s=round(r["cpu_s"], 1),
                    rtf=round(r["rtf"], 4), wer=round(r["wer"], 4), words=r["words"], reference_words=len(files[kind].reference.split()),
                    peak_rss_mb=round(r["peak_rss_mb"]))
-        for ref in ("fw fp32", "fw batched fp32"):
+        for ref in ("fw fp32", "fw batched fp32", "fw batched int8"):
             other = results.get((condition, kind, ref))
             if other and system != ref:
                 row[f"speedup_vs_{ref.replace(' ', '_')}"] = round(other["wall_s"] / r["wall_s"], 3)

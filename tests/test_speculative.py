@@ -41,7 +41,7 @@ def make_drafter(engine, name):
     if name == "base:4":  # same tokenizer, shares the target's encoder output
         return model_drafter(engine, "base", num_layers=4)
     if name == "tiny.en:int8":  # int8 weights in the drafter: its drafts change, the output must not
-        return model_drafter(engine, "tiny.en", quantize=True)
+        return model_drafter(engine, "tiny.en:int8")
     return model_drafter(engine, name)  # tiny.en: different vocabulary, own encoder
 
 

@@ -1,0 +1,78 @@
+"""``MODEL:int8`` targets (asr.kernels.Int8Linear): exact with respect to themselves, speculation
+included, and close to the float32 model on real speech."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from asr.audio import load_audio
+from asr.drafting import decoder_factory
+from asr.engine import AsrEngine, DecodeOptions
+from asr.kernels import Int8Linear
+from pipelines.evaluation import wer
+
+pytestmark = pytest.mark.filterwarnings("ignore")
+
+
+@pytest.fixture(scope="module")
+def int8_engine():
+    return AsrEngine("base:int8")
+
+
+def test_an_int8_rows_product_does_not_depend_on_the_rows_beside_it(base_engine):
+    """fbgemm chooses one activation scale per call; each row is scaled on its own first, so a row's
+    numbers are the same alone, among 16, or at any place (what a verify pass needs)."""
+    layer = base_engine.runtime.layers[2]
+    for lin, width in ((layer.fc1, 512), (layer.fc2, 2048)):
+        product = Int8Linear.quantize(lin.weight, lin.bias)
+        x = torch.randn(16, width, generator=torch.Generator().manual_seed(0)) * torch.logspace(-2, 2, 16)[:, None]
+        whole = product(x)
+        for n in range(1, 16):
+            assert torch.equal(product(x[:n]), whole[:n])
+        for i in (0, 7, 15):
+            assert torch.equal(product(x[i : i + 1]), whole[i : i + 1])
+        ref = lin(x)
+        assert ((whole - ref).norm(dim=1) / ref.norm(dim=1)).max() < 0.05  # int8: about 1.5% off float32
+    assert torch.equal(product(torch.zeros(2, 2048)), lin.bias.detach().expand(2, -1))  # an all-zero row
+
+
+def test_int8_target_runs_int8_products(int8_engine):
+    rt = int8_engine.runtime
+    assert rt.int8 and rt.row_exact
+    assert isinstance(rt.products[0].fc1, Int8Linear) and isinstance(rt.head.main, Int8Linear)
+    assert not any(type(m) is torch.nn.Linear for m in int8_engine.bundle.model.model.encoder.modules())
+
+
+@pytest.mark.parametrize("draft", ["ngram", "early-exit"])
+def test_speculation_on_an_int8_target_is_token_identical(int8_engine, manifest, draft):
+    spec = AsrEngine("base:int8", bundle=int8_engine.bundle, decoder_factory=decoder_factory(draft))
+    items = [m for m in manifest if m.language == "en"][:6]
+    opts = DecodeOptions(language="en")
+    for item in items:
+        audio = load_audio(item.path)
+        plain = int8_engine.transcribe(audio, opts)
+        fast = spec.transcribe(audio, opts)
+        assert [s.tokens for s in fast.segments] == [s.tokens for s in plain.segments], item.file
+        assert fast.stats.accepted_tokens > 0 or draft == "ngram"
+
+
+def test_int8_transcribes_about_as_well_as_float32(int8_engine, base_engine, manifest):
+    items = [m for m in manifest if m.language == "en" and m.reference][:8]
+    opts = DecodeOptions(language="en")
+    refs, f32, i8 = [], [], []
+    for item in items:
+        audio = load_audio(item.path)
+        refs.append(item.reference)
+        f32.append(" ".join(s.text for s in base_engine.transcribe(audio, opts).segments))
+        i8.append(" ".join(s.text for s in int8_engine.transcribe(audio, opts).segments))
+    w32, w8 = wer(refs, f32), wer(refs, i8)
+    print(f"\nWER float32 {w32:.3f}, int8 {w8:.3f} on {len(items)} files")
+    assert w8 <= w32 + 0.05
+
+
+def test_int8_needs_the_cpu():
+    from asr.models import ModelError, load_whisper
+
+    with pytest.raises(ModelError, match="CPU only"):
+        load_whisper("base:int8", device="cuda")
