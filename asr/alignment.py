@@ -162,12 +162,10 @@ class WordAligner:
         texts = [[t for s in chunk_segments[i] for t in s.tokens] for i in rows]
         n = len(prompt) + max(len(t) for t in texts) + 1
         n = min(n, self.rt.max_len)
-        seqs = torch.full((len(rows), n), self.sp.eot, dtype=torch.long)
-        for r, text in enumerate(texts):
-            row = (prompt + text + [self.sp.eot])[:n]
-            seqs[r, : len(row)] = torch.tensor(row)
-        positions = torch.arange(n).expand(len(rows), -1)
-        cache = self.rt.new_cache(encoder_out[rows])
+        device = self.rt.device
+        seqs = torch.tensor([((prompt + text + [self.sp.eot])[:n] + [self.sp.eot] * n)[:n] for text in texts], device=device)
+        positions = torch.arange(n, device=device).expand(len(rows), -1)
+        cache = self.rt.new_cache(encoder_out[torch.tensor(rows, device=device)])
         qk: dict[int, torch.Tensor] = {layer: None for layer, _ in self.heads}
         hidden = self.rt.hidden(seqs, positions, cache, cross_qk=qk)
         logprobs = self.rt.logits(hidden).float().log_softmax(-1)
@@ -178,7 +176,7 @@ class WordAligner:
             m = len(text)
             w = weights[:, : len(prompt) + m + 1, :frames].softmax(-1)
             std, mean = torch.std_mean(w, dim=-2, keepdim=True, unbiased=False)
-            w = ((w - mean) / (std + 1e-8)).numpy()
+            w = ((w - mean) / (std + 1e-8)).float().cpu().numpy()  # the filter and DTW run on the host
             w = median_filter(w, (1, 1, MEDFILT_WIDTH), mode="mirror")
             # row p is the query that predicts token p+1: from <|notimestamps|> (predicting the first
             # text token) to the last text token (predicting end-of-text), as in openai's timing.py
@@ -187,7 +185,11 @@ class WordAligner:
             jumps = np.pad(np.diff(text_idx), (1, 0), constant_values=1).astype(bool)
             jump_times = time_idx[jumps] * FRAME_S  # first frame of each token (+ final eot)
             pos = np.arange(len(prompt) - 1, len(prompt) - 1 + m)
-            token_p = logprobs[r, pos, torch.tensor(text)].exp().numpy() if m else np.zeros(0)
+            if m:
+                at = torch.from_numpy(pos).to(device), torch.tensor(text, device=device)
+                token_p = logprobs[r, at[0], at[1]].exp().cpu().numpy()
+            else:
+                token_p = np.zeros(0)
             self._assign(chunk_segments[i], text, jump_times, token_p, chunk_offsets[i], language)
 
     def _assign(self, segments, text, jump_times, token_p, offset, language) -> None:

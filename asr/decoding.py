@@ -105,6 +105,13 @@ class WhisperLogitRules:
         self.suppress[sorted(always)] = True
         self.begin = torch.zeros(vocab_size, dtype=torch.bool)
         self.begin[[t for t in begin_suppress_tokens if 0 <= t < vocab_size]] = True
+        self._masks: dict[torch.device, tuple[torch.Tensor, torch.Tensor]] = {}
+
+    def masks(self, device: torch.device) -> tuple[torch.Tensor, torch.Tensor]:
+        """The suppress and begin-suppress masks on ``device`` (moved once per device)."""
+        if device not in self._masks:
+            self._masks[device] = (self.suppress.to(device), self.begin.to(device))
+        return self._masks[device]
 
     def __call__(self, logits: torch.Tensor, prefixes: list[list[int]]) -> torch.Tensor:
         """Apply the rules in place to ``logits`` [N, V]; row i was preceded by ``prefixes[i]``
@@ -122,10 +129,11 @@ class WhisperLogitRules:
         """Apply the rules in place and return (greedy tokens [N], their log-probabilities [N])."""
         n = logits.shape[0]
         tb = self.sp.timestamp_begin
-        logits.masked_fill_(self.suppress, NEG_INF)
+        suppress, begin = self.masks(logits.device)
+        logits.masked_fill_(suppress, NEG_INF)
         empty = [i for i, seq in enumerate(prefixes) if not seq]
         if empty:
-            logits[empty] = logits[empty].masked_fill(self.begin, NEG_INF)
+            logits[empty] = logits[empty].masked_fill(begin, NEG_INF)
         if self.timestamps:
             no_ts, no_text, ts_floor = [], [], [0] * n
             for i, seq in enumerate(prefixes):
@@ -147,8 +155,8 @@ class WhisperLogitRules:
             if no_text:
                 logits[no_text, : self.sp.eot] = NEG_INF
             if any(ts_floor):
-                floor = torch.tensor(ts_floor)[:, None]
-                ts.masked_fill_(torch.arange(ts.shape[1])[None, :] < floor, NEG_INF)
+                floor = torch.tensor(ts_floor, device=logits.device)[:, None]
+                ts.masked_fill_(torch.arange(ts.shape[1], device=logits.device)[None, :] < floor, NEG_INF)
             if empty:
                 logits[empty, :tb] = NEG_INF
                 if self.max_initial is not None:
@@ -157,9 +165,8 @@ class WhisperLogitRules:
             # subtracts one constant from both sides, so the comparison is made on raw logits
             ts_lse = ts.logsumexp(dim=-1)
             text_max = logits[:, :tb].max(dim=-1).values
-            ts_wins = ts_lse > text_max
-            if bool(ts_wins.any()):
-                logits[:, :tb].masked_fill_(ts_wins[:, None], NEG_INF)
+            ts_wins = ts_lse > text_max  # masked without asking first: no host read per step
+            logits[:, :tb].masked_fill_(ts_wins[:, None], NEG_INF)
         if not pick:
             return None
         tokens = logits.argmax(dim=-1)
@@ -199,14 +206,14 @@ class Decoder:
 
     def prefill(self, cache: KVCache, prompt: list[int]) -> tuple[torch.Tensor, torch.Tensor]:
         """Run the prompt; return last-position logits [B, V] and no-speech probabilities [B]."""
-        b = cache.batch_size
-        tokens = torch.tensor(prompt).expand(b, -1)
-        positions = torch.arange(len(prompt)).expand(b, -1)
+        b, device = cache.batch_size, self.rt.device
+        tokens = torch.tensor(prompt, device=device).expand(b, -1)
+        positions = torch.arange(len(prompt), device=device).expand(b, -1)
         logits = self.rt.step(tokens, positions, cache)
         if self.sp.no_speech is not None:
             no_speech = logits[:, 0].float().softmax(-1)[:, self.sp.no_speech]
         else:
-            no_speech = torch.zeros(b)
+            no_speech = torch.zeros(b, device=device)
         return logits[:, -1], no_speech
 
     def decode(self, encoder_out: torch.Tensor, prompt: list[int], features: torch.Tensor | None = None) -> DecodeOutput:
@@ -226,16 +233,19 @@ class GreedyDecoder(Decoder):
         cache = self.rt.new_cache(encoder_out)
         last, no_speech = self.prefill(cache, prompt)
         stats.target_passes += b
-        results = [SequenceResult([], 0.0, float(p)) for p in no_speech]
+        results = [SequenceResult([], 0.0, p) for p in no_speech.tolist()]
         active = list(range(b))  # original row index of each cache row
         length = len(prompt)
+        device = self.rt.device
         while True:
             nxt, logprobs = self.rules.select(last.float(), [results[r].tokens for r in active])
+            # one host read per step: the tokens (exact in float32, ids < 2^24) with their log-probabilities
+            picked, picked_logprobs = torch.stack([nxt.to(logprobs.dtype), logprobs]).tolist()
             keep = []
             for j, r in enumerate(active):
-                tok = int(nxt[j])
+                tok = int(picked[j])
                 res = results[r]
-                res.sum_logprob += float(logprobs[j])
+                res.sum_logprob += picked_logprobs[j]
                 if tok == self.sp.eot:
                     continue
                 res.tokens.append(tok)
@@ -247,11 +257,10 @@ class GreedyDecoder(Decoder):
             if not keep:
                 break
             if len(keep) < len(active):
-                idx = torch.tensor(keep)
-                cache = cache.select(idx)
-                nxt = nxt[idx]
+                cache = cache.select(keep)
+                nxt = nxt[torch.tensor(keep, device=device)]
                 active = [active[j] for j in keep]
-            positions = torch.full((len(active), 1), length)
+            positions = torch.full((len(active), 1), length, device=device)
             last = self.rt.step(nxt[:, None], positions, cache)[:, -1]
             stats.target_passes += len(active)
             length += 1
@@ -264,9 +273,10 @@ def detect_language(runtime: WhisperDecoderRuntime, special: SpecialTokens, enco
     if not special.multilingual:
         return "en", 1.0
     cache = runtime.new_cache(encoder_out[:1])
-    logits = runtime.step(torch.tensor([[special.sot]]), torch.tensor([[0]]), cache)[0, -1]
+    device = runtime.device
+    logits = runtime.step(torch.tensor([[special.sot]], device=device), torch.tensor([[0]], device=device), cache)[0, -1]
     codes = list(special.languages)
-    ids = torch.tensor([special.languages[c] for c in codes])
-    probs = logits[ids].float().softmax(-1)
-    best = int(probs.argmax())
-    return codes[best], float(probs[best])
+    ids = torch.tensor([special.languages[c] for c in codes], device=device)
+    probs = logits[ids].float().softmax(-1).tolist()
+    best = max(range(len(codes)), key=probs.__getitem__)
+    return codes[best], probs[best]

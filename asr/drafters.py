@@ -165,7 +165,7 @@ class ModelDrafter(Drafter):
         self.head: OutputHead | None = None
         if head_text_tokens is not None:
             rt, eot = model.runtime, model.special.eot
-            self.head_ids = torch.cat([torch.arange(head_text_tokens), torch.arange(eot, rt.vocab_size)])
+            self.head_ids = torch.cat([torch.arange(head_text_tokens), torch.arange(eot, rt.vocab_size)]).to(rt.device)
             self.head = rt.compact_head(head_text_tokens, eot)
         self.cache: KVCache | None = None
         self.cached: list[list[int]] = []
@@ -202,7 +202,7 @@ class ModelDrafter(Drafter):
     def select(self, keep: list[int]) -> None:
         if not self.enabled or self.cache is None:
             return
-        self.cache = self.cache.select(torch.tensor(keep))
+        self.cache = self.cache.select(keep)
         self.cached = [self.cached[i] for i in keep]
         self.lengths = [self.lengths[i] for i in keep]
 
@@ -228,13 +228,11 @@ class ModelDrafter(Drafter):
             starts.append(c)
         width = max(len(f) for f in feeds)
         limit = rt.max_len - 1
-        tokens = torch.zeros((len(seqs), width), dtype=torch.long)
-        for i, f in enumerate(feeds):
-            tokens[i, : len(f)] = torch.tensor(f)
-            tokens[i, len(f) :] = f[-1]
-        positions = (torch.tensor(starts)[:, None] + torch.arange(width)[None, :]).clamp(max=limit)
+        device = rt.device
+        tokens = torch.tensor([(f + [f[-1]] * width)[:width] for f in feeds], device=device)
+        positions = torch.tensor([[min(c + j, limit) for j in range(width)] for c in starts], device=device)
         hidden = rt.hidden(tokens, positions, self.cache)
-        last = hidden[torch.arange(len(seqs)), torch.tensor([len(f) - 1 for f in feeds])]
+        last = hidden[torch.arange(len(seqs), device=device), torch.tensor([len(f) - 1 for f in feeds], device=device)]
         for i, s in enumerate(seqs):
             self.cached[i] = list(s)
             self.lengths[i] = len(s)
@@ -243,12 +241,13 @@ class ModelDrafter(Drafter):
         live = [i for i, k in enumerate(ks) if k > 0 and len(seqs[i]) < limit]
         while live:
             prefixes = [seqs[i][len(self.prompt) :] + drafts[i] for i in live]
-            toks, lps = self.m.rules.select(self._logits(last[live]), prefixes)
+            toks, lps = self.m.rules.select(self._logits(last[torch.tensor(live, device=device)]), prefixes)
+            toks, lps = torch.stack([toks.to(lps.dtype), lps]).tolist()  # the draft step's one host read
             nxt = []
             for j, i in enumerate(live):
                 t = int(toks[j])
                 drafts[i].append(t)
-                confident = float(lps[j]) >= _log(self.min_confidence)
+                confident = lps[j] >= _log(self.min_confidence)
                 if t != self.m.special.eot and len(drafts[i]) < ks[i] and confident \
                         and len(seqs[i]) + len(drafts[i]) < limit:
                     nxt.append(i)
@@ -256,8 +255,9 @@ class ModelDrafter(Drafter):
                 break
             # every row steps (no cache copies); rows done drafting write a dummy into the slack slot
             going = set(nxt)
-            tok = torch.tensor([[drafts[i][-1] if i in going else 0] for i in range(len(seqs))])
-            pos = torch.tensor([[len(seqs[i]) + len(drafts[i]) - 1 if i in going else rt.max_len] for i in range(len(seqs))])
+            tok = torch.tensor([[drafts[i][-1] if i in going else 0] for i in range(len(seqs))], device=device)
+            pos = torch.tensor([[len(seqs[i]) + len(drafts[i]) - 1 if i in going else rt.max_len] for i in range(len(seqs))],
+                               device=device)
             last = rt.hidden(tok, pos, self.cache)[:, -1]
             for i in nxt:
                 self.cached[i].append(drafts[i][-1])

@@ -217,7 +217,7 @@ class CompactVocab:
         v = runtime.vocab_size
         self.n_text = n_text = min(n_text, special.eot)
         self.eot = special.eot
-        self.ids = torch.cat([torch.arange(n_text), torch.arange(special.eot, v)])
+        self.ids = torch.cat([torch.arange(n_text), torch.arange(special.eot, v)]).to(runtime.device)
         self.head = runtime.compact_head(n_text, special.eot)
         self.size = n_text + v - special.eot
 
@@ -243,10 +243,12 @@ class CompactVocab:
         """[N, d] -> [N, compact vocab] float32 logits."""
         return self.head.compact(x).float()
 
-    def select(self, logits: torch.Tensor, prefixes: list[list[int]]) -> tuple[list[int], torch.Tensor]:
-        """Greedy target token ids and their (compact) log-probabilities under the rules."""
+    def select(self, logits: torch.Tensor, prefixes: list[list[int]]) -> tuple[list[int], list[float]]:
+        """Greedy target token ids and their (compact) log-probabilities under the rules, read to the host
+        at once (ids exact in float32, below 2^24)."""
         toks, lps = self.rules.select(logits, [self._short(p) for p in prefixes])
-        return self.ids[toks].tolist(), lps
+        ids, logprobs = torch.stack([self.ids[toks].to(lps.dtype), lps]).tolist()
+        return [int(t) for t in ids], logprobs
 
     def _short(self, prefix: list[int]) -> list[int]:
         """The part of a prefix the rules read, in compact ids: its last two tokens, after the latest
@@ -303,14 +305,14 @@ class EarlyExitDrafter(Drafter):
             j = self.adapter.config.cross_layer
             ck = cv = None
             if j is not None:
-                idx = rows if len(rows) < self.cache.batch_size else slice(None)
+                idx = torch.tensor(rows, device=h.device) if len(rows) < self.cache.batch_size else slice(None)
                 ck, cv = self.cache.cross_k[j][idx], self.cache.cross_v[j][idx]
             x = self.adapter(h[:, None], ck, cv)[:, 0]
         return self.vocab.logits(x)
 
     @torch.inference_mode()
     def propose(self, contexts: list[list[int]], ks: list[int]) -> list[list[int]]:
-        b = len(contexts)
+        b, device = len(contexts), self.rt.device
         starts = [self.prompt_len + len(c) - 1 for c in contexts]  # position of each row's pending token
         drafts: list[list[int]] = [[] for _ in range(b)]
         fed: list[list[int]] = [[] for _ in range(b)]
@@ -319,18 +321,19 @@ class EarlyExitDrafter(Drafter):
         while going:
             on = set(going)
             # rows done drafting write a dummy at their next free position: the verify pass overwrites it
-            tok = torch.tensor([[(drafts[i][-1] if drafts[i] else contexts[i][-1]) if i in on else 0] for i in range(b)])
-            pos = torch.tensor([[starts[i] + len(fed[i])] for i in range(b)])
+            feed = [(drafts[i][-1] if drafts[i] else contexts[i][-1]) if i in on else 0 for i in range(b)]
+            tok = torch.tensor([[t] for t in feed], device=device)
+            pos = torch.tensor([[starts[i] + len(fed[i])] for i in range(b)], device=device)
             h = self.rt.layer_range(self.rt.embed_at(tok, pos), pos, self.cache, 0, self.k)[:, 0]
             states.append(h)
             for i in going:
-                fed[i].append(int(tok[i, 0]))
-            logits = self._draft_logits(h[going], going)
+                fed[i].append(feed[i])
+            logits = self._draft_logits(h[torch.tensor(going, device=device)], going)
             picks, lps = self.vocab.select(logits, [contexts[i] + drafts[i] for i in going])
             nxt = []
             for n, i in enumerate(going):
                 drafts[i].append(picks[n])
-                if picks[n] != self.vocab.eot and len(drafts[i]) < ks[i] and float(lps[n]) >= self.log_min_conf:
+                if picks[n] != self.vocab.eot and len(drafts[i]) < ks[i] and lps[n] >= self.log_min_conf:
                     nxt.append(i)
             going = nxt
         self._round = dict(starts=starts, fed=fed, states=torch.stack(states, 1) if states else None)
@@ -344,10 +347,11 @@ class EarlyExitDrafter(Drafter):
         b, w = tokens.shape
         fed = [0] * b
         if rnd is not None and cache is self.cache and len(rnd["fed"]) == b:
+            first, rows = positions[:, 0].tolist(), tokens.tolist()
             for i in range(b):
                 # the drafter's states serve the leading tokens it fed, at these very positions
-                if int(positions[i, 0]) == rnd["starts"][i]:
-                    fed[i] = _common_prefix(rnd["fed"][i][:w], tokens[i].tolist())
+                if first[i] == rnd["starts"][i]:
+                    fed[i] = _common_prefix(rnd["fed"][i][:w], rows[i])
         m = max(w - f for f in fed)
         if m == w or rnd is None or rnd["states"] is None:
             return runtime.hidden(tokens, positions, cache)
@@ -356,7 +360,7 @@ class EarlyExitDrafter(Drafter):
         n = min(states.shape[1], w)
         x[:, :n] = states[:, :n]
         if m > 0:
-            cols = torch.tensor([min(f, w - m) for f in fed])[:, None] + torch.arange(m)[None, :]
+            cols = torch.tensor([[min(f, w - m) + j for j in range(m)] for f in fed], device=tokens.device)
             tt, pp = tokens.gather(1, cols), positions.gather(1, cols)
             low = runtime.layer_range(runtime.embed_at(tt, pp), pp, cache, 0, self.k)
             x.scatter_(1, cols[:, :, None].expand(-1, -1, x.shape[-1]), low)

@@ -128,7 +128,7 @@ class KVCache:
             setattr(self, name, new)
 
     @torch.inference_mode()
-    def select(self, rows: torch.Tensor) -> KVCache:
+    def select(self, rows: list[int]) -> KVCache:
         """A cache of only ``rows`` (e.g. finished sequences dropped from a batch). Consumes this one.
 
         Ascending rows (every caller's case) are moved down in place and the tensors viewed to their
@@ -137,7 +137,7 @@ class KVCache:
         295 MB, and a 10-minute file peaked 670 MB above the memory before its first batch, 390 MB
         more than the cache itself. A row's layout is unchanged (a layer's rows stay contiguous), so
         is every number computed from it."""
-        keep = [int(r) for r in rows]
+        keep = list(rows)
         tensors = (self.k, self.v, self.cross_k, self.cross_v)
         if any(b <= a for a, b in zip(keep, keep[1:])):  # not ascending: gather into new tensors
             idx = torch.tensor(keep, device=self.k.device)
@@ -161,7 +161,7 @@ def _attend_per_query(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, positio
             kr, vr, mask = k[r : r + 1], v[r : r + 1], None
             if causal:
                 kr, vr = kr[:, :, : p + 1], vr[:, :, : p + 1]
-                mask = torch.ones((1, 1, 1, p + 1), dtype=torch.bool)
+                mask = torch.ones((1, 1, 1, p + 1), dtype=torch.bool, device=q.device)
             parts.append(F.scaled_dot_product_attention(q[r : r + 1, :, j : j + 1], kr, vr, attn_mask=mask, scale=1.0))
         rows.append(torch.cat(parts, 2))
     return torch.cat(rows)
@@ -195,7 +195,13 @@ class WhisperDecoderRuntime:
         self.int8 = isinstance(self.layers[0].fc1, Int8Module)
         self.head = OutputHead(self.proj, int8=self.int8)
         self.row_exact = row_exact and self.head.main.packed
+        self.host_positions = self.device.type == "cpu"  # read a pass's positions on the host (``layer_range``)
         self._release_packed_sources()
+
+    @property
+    def device(self) -> torch.device:
+        """Where the weights are: every tensor a decoder makes to meet them is made here."""
+        return self.embed.device
 
     def _release_packed_sources(self) -> None:
         """The file pages of the weights that only served to make packed copies go back to the kernel
@@ -263,7 +269,9 @@ class WhisperDecoderRuntime:
                 cross_k[i, r] = self._split(att.k_proj(encoder_out[r : r + 1]))[0]
                 cross_v[i, r] = self._split(att.v_proj(encoder_out[r : r + 1]))[0]
         limit = self.max_len + slack
-        z = encoder_out.new_zeros(len(self.layers), b, self.n_head, min(INITIAL_POSITIONS, limit), self.head_dim)
+        # room that grows needs the positions on the host (``layer_range``)
+        room = min(INITIAL_POSITIONS, limit) if self.host_positions else limit
+        z = encoder_out.new_zeros(len(self.layers), b, self.n_head, room, self.head_dim)
         return KVCache(z, torch.zeros_like(z), cross_k, cross_v, limit=limit)
 
     @torch.inference_mode()
@@ -302,15 +310,19 @@ class WhisperDecoderRuntime:
         # bits, the self-attention again with the key count, and a row in a batch of 2 from the row
         # alone), and such bits can turn a near-tie of two tokens, which long audio meets now and then,
         # into a different transcript. So a verify pass of any width, ragged rows and batches all give
-        # every token the numbers of the target decoding that chunk alone. Only a lone query (a batch-1
-        # step) takes the one batched call, which is that very call.
-        per_query = self.row_exact and (n > 1 or b > 1)
-        if per_query:
+        # every token the numbers of the target decoding that chunk alone.
+        # (A lone query, a batch-1 step, makes the very call the loop makes for it.)
+        # On a GPU (``host_positions`` off) the pass attends over the cache's whole room with a mask:
+        # its shapes then need no host read of the positions, which would make each pass wait for the
+        # last. On the CPU reading them costs nothing, and the keys stop at the last position.
+        per_query = self.row_exact
+        if self.host_positions:
             pos_list = positions.tolist()
-            cache.reserve(max(max(row) for row in pos_list) + 1)
-        else:
-            used = int(positions.max()) + 1
+            used = max(max(row) for row in pos_list) + 1
             cache.reserve(used)
+        else:
+            used = cache.k.shape[3]
+        if not per_query:
             key_pos = torch.arange(used, device=positions.device)
             mask = (key_pos[None, None, None, :] <= positions[:, None, :, None])  # [B,1,n,used]
         for i in range(start, len(self.layers) if stop is None else stop):

@@ -108,14 +108,14 @@ class SpeculativeDecoder(Decoder):
         self.drafter.attach(cache)
         last, no_speech = self.prefill(cache, prompt)
         stats.target_passes += b
-        results = [SequenceResult([], 0.0, float(p)) for p in no_speech]
-        first, first_lp = self.rules.select(last.float(), [[] for _ in range(b)])
+        results = [SequenceResult([], 0.0, p) for p in no_speech.tolist()]
+        first, first_lp = self._read(*self.rules.select(last.float(), [[] for _ in range(b)]))
         active: list[int] = []
         for r in range(b):
-            if self._emit(results[r], int(first[r]), float(first_lp[r]), len(prompt), stats):
+            if self._emit(results[r], first[r], first_lp[r], len(prompt), stats):
                 active.append(r)
         if len(active) < b:
-            cache = cache.select(torch.tensor(active))
+            cache = cache.select(active)
             self.drafter.select(active)
             self.drafter.attach(cache)
         lengths = [len(prompt)] * len(active)  # positions filled in the cache per active row
@@ -130,20 +130,18 @@ class SpeculativeDecoder(Decoder):
             # one when the drafter takes no bonus token)
             fed = [len(d) + 1 if self.drafter.bonus or not d else len(d) for d in drafts]
             width = max(fed)
-            tokens = torch.empty((len(active), width), dtype=torch.long)
-            for i, (c, d) in enumerate(zip(contexts, drafts)):
-                row = [c[-1], *d][: fed[i]]
-                tokens[i, : len(row)] = torch.tensor(row)
-                tokens[i, len(row) :] = c[-1]  # padding: its cache slots lie past the row's length
-            positions = torch.tensor(lengths)[:, None] + torch.arange(width)[None, :]
+            device = self.rt.device
+            # padding past a row's tokens repeats its pending token: its cache slots lie past the row's length
+            fed_rows = [([c[-1], *d][:n] + [c[-1]] * width)[:width] for c, d, n in zip(contexts, drafts, fed)]
+            tokens = torch.tensor(fed_rows, device=device)
+            positions = torch.tensor([[n + j for j in range(width)] for n in lengths], device=device)
             hidden = self.drafter.verify(self.rt, tokens, positions, cache)
             # only real positions go through the (large) output head
             rows = [i for i, n in enumerate(fed) for _ in range(n)]
             cols = [j for n in fed for j in range(n)]
-            logits = self.rt.logits(hidden[rows, cols]).float()
+            logits = self.rt.logits(hidden[torch.tensor(rows, device=device), torch.tensor(cols, device=device)]).float()
             prefixes = [contexts[i] + drafts[i][:j] for i, j in zip(rows, cols)]
-            greedy, logprobs = self.rules.select(logits, prefixes)
-            greedy, logprobs = greedy.tolist(), logprobs.tolist()
+            greedy, logprobs = self._read(*self.rules.select(logits, prefixes))
             stats.target_passes += len(active)
 
             keep, at = [], 0
@@ -168,7 +166,7 @@ class SpeculativeDecoder(Decoder):
             if len(keep) < len(active):
                 if not keep:
                     break
-                cache = cache.select(torch.tensor(keep))
+                cache = cache.select(keep)
                 self.drafter.select(keep)
                 self.drafter.attach(cache)
                 active = [active[i] for i in keep]
@@ -176,6 +174,13 @@ class SpeculativeDecoder(Decoder):
                 ks = [ks[i] for i in keep]
         stats.decoder_seconds = time.perf_counter() - t0
         return DecodeOutput(results, stats)
+
+    @staticmethod
+    def _read(tokens: torch.Tensor, logprobs: torch.Tensor) -> tuple[list[int], list[float]]:
+        """The verify pass's greedy tokens and log-probabilities on the host: the round's one read
+        (token ids are exact in float32, below 2^24)."""
+        both = torch.stack([tokens.to(logprobs.dtype), logprobs]).tolist()
+        return [int(t) for t in both[0]], both[1]
 
     def _emit(self, res: SequenceResult, token: int, logprob: float, prompt_len: int, stats: DecodeStats) -> bool:
         """Append the target's greedy token as plain decoding would; False when the row ends."""

@@ -41,7 +41,7 @@ def test_int8_target_runs_int8_products(int8_engine):
     rt = int8_engine.runtime
     assert rt.int8 and rt.row_exact
     assert isinstance(rt.products[0].fc1, Int8Linear) and isinstance(rt.head.main, Int8Linear)
-    assert not any(type(m) is torch.nn.Linear for m in int8_engine.bundle.model.model.encoder.modules())
+    assert not any(type(m) is torch.nn.Linear for m in int8_engine.bundle.model.model.decoder.modules())
 
 
 @pytest.mark.parametrize("draft", ["ngram", "early-exit"])

@@ -298,7 +298,7 @@ def draft_outcomes(data: Data, adapter, exit_layer: int, windows: list[int]) -> 
             p = pos[r][mask[r]]
             prefixes = [data.meta[int(data.window[t])]["tokens"][: int(data.index[t])] for t in p]
             picks, lps = data.vocab.select(data.vocab.logits(x[r][mask[r]]), prefixes)
-            out.append((torch.tensor(picks) == data.labels[p], lps.exp()))
+            out.append((torch.tensor(picks) == data.labels[p], torch.tensor(lps).exp()))
     return out
 
 

@@ -1,0 +1,65 @@
+"""Every tensor the decoders make to meet the model lives on the model's device: checked without a GPU
+by simulating a second device on the CPU (tests.devicecheck), with every drafter kind, word timestamps
+and language detection, and the host reads per target pass counted."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from asr.audio import load_audio
+from asr.drafting import decoder_factory
+from asr.engine import AsrEngine, DecodeOptions
+from tests.devicecheck import HostDeviceMix, HostDeviceMode
+
+DRAFTS = ["none", "ngram", "early-exit", "base:4", "tiny.en"]
+
+
+@pytest.fixture(scope="module")
+def audio(manifest):
+    item = next(m for m in manifest if m.file.endswith("jfk.flac"))
+    return load_audio(item.path)
+
+
+def test_the_check_catches_a_host_tensor_meeting_the_weights(base_engine):
+    rt = base_engine.runtime
+    with HostDeviceMode(), pytest.raises(HostDeviceMix, match="embedding"):
+        rt.embed_at(torch.tensor([[1, 2]]), torch.tensor([[0, 1]]))
+    with HostDeviceMode():  # made on the weights' device: fine
+        rt.embed_at(torch.tensor([[1, 2]], device=rt.device), torch.tensor([[0, 1]], device=rt.device))
+
+
+def model_drafter_factory(name):
+    if name == "base:4":  # same vocabulary, shares the target's encoder output
+        from asr.drafting import model_drafter
+        from asr.speculative import Lookahead, SpeculativeDecoder
+
+        def build(engine):
+            return SpeculativeDecoder(engine.runtime, engine.special, engine.rules,
+                                      model_drafter(engine, "base", num_layers=4), Lookahead())
+        return build
+    return decoder_factory(name)
+
+
+@pytest.mark.parametrize("draft", DRAFTS)
+def test_decoding_makes_its_tensors_on_the_models_device(base_engine, audio, draft):
+    engine = AsrEngine("base", bundle=base_engine.bundle, decoder_factory=model_drafter_factory(draft))
+    # the runtime as a GPU runs it: no per-query attention, positions never read on the host
+    runtimes = {engine.runtime, getattr(getattr(getattr(engine.decoder, "drafter", None), "m", None), "runtime", None)} - {None}
+    for rt in runtimes:
+        rt.row_exact = rt.host_positions = False
+    with HostDeviceMode() as mode:
+        result = engine.transcribe(audio, DecodeOptions(language=None, word_timestamps=True))
+    text = " ".join(s.text for s in result.segments)
+    assert "ask not what your country can do for you" in text
+    assert result.segments[0].words
+    stats = result.stats
+    reads = sum(mode.transfers.values())
+    print(f"\n{draft}: {reads} host reads, {stats.target_passes} target passes, {stats.drafted_tokens} drafted: "
+          f"{dict(mode.transfers)}")
+    # a plain step reads its tokens once, a speculative round its verdict once (and the early-exit
+    # verify the positions it was given), a model drafter each draft step once; then a few for
+    # prefill, language detection and word alignment
+    assert reads <= 3 * stats.target_passes + stats.drafted_tokens + 10
+    if draft in ("none", "ngram"):  # no drafter model: one read per target pass
+        assert reads <= stats.target_passes + 5
