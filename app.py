@@ -21,7 +21,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--port", type=int, default=7860, help="port (default: 7860)")
     p.add_argument("--models", default=",".join(Choices.models), help="models offered, the first is the default (default: %(default)s)")
     p.add_argument("--drafters", default=",".join(Choices.drafters), help="drafters offered, the first is the default (default: %(default)s)")
-    p.add_argument("--device", default="cpu", help="torch device: auto, cpu, cuda or cuda:N (default: cpu)")
+    p.add_argument("--device", default="auto", help="torch device: auto (cuda when a GPU is usable), cpu, cuda or cuda:N (default: auto)")
+    p.add_argument("--dtype", default="auto", help="auto (float16 on a GPU, float32 on the CPU), float32, float16 or bfloat16 (default: auto)")
     p.add_argument("--threads", type=int, help="CPU threads for torch (default: one per core)")
     p.add_argument("--cache-dir", type=Path, help="where converted models are kept (default: ~/.cache/specwhisper)")
     p.add_argument("--max-duration", type=float, default=4 * 3600, help="refuse audio longer than this many seconds (default: 14400)")
@@ -43,10 +44,10 @@ def main(argv: list[str] | None = None) -> int:
     if args.threads is not None and args.threads < 1:
         print(f"app: error: --threads must be >= 1, got {args.threads}", file=sys.stderr)
         return 2
-    from asr.device import resolve_device
+    from asr.device import resolve_device, resolve_dtype
 
     try:
-        resolve_device(args.device)
+        resolve_dtype(args.dtype, resolve_device(args.device))
     except ValueError as exc:
         print(f"app: error: {exc}", file=sys.stderr)
         return 2
@@ -55,7 +56,7 @@ def main(argv: list[str] | None = None) -> int:
     from pipelines.ui import UiConfig, build_demo, theme
 
     settings = ServiceSettings(
-        base=PipelineConfig(device=args.device, threads=args.threads, cache_dir=args.cache_dir),
+        base=PipelineConfig(device=args.device, dtype=args.dtype, threads=args.threads, cache_dir=args.cache_dir),
         choices=Choices(models=split(args.models), drafters=split(args.drafters)),
         max_audio_s=args.max_duration,
         max_upload_bytes=int(args.max_file_mb * 2**20),

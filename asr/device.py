@@ -26,3 +26,24 @@ def resolve_device(name: str) -> str:
             raise ValueError(f"device '{name}': this machine has {torch.cuda.device_count()} CUDA GPU(s)")
         return name
     raise ValueError(f"unknown device '{name}' ({DEVICE_CHOICES})")
+
+
+DTYPES = {"float32": torch.float32, "float16": torch.float16, "bfloat16": torch.bfloat16}
+DTYPE_CHOICES = "auto, float32, float16 or bfloat16"
+
+
+def resolve_dtype(name: str, device: str) -> torch.dtype:
+    """``auto`` -> float16 on a GPU, float32 on the CPU; ``float32``, ``float16`` (GPU only: torch's CPU
+    half-precision products are slow or missing), ``bfloat16``. A one-line ``ValueError`` otherwise."""
+    name = (name or "").strip().lower()
+    if name == "auto":
+        return torch.float16 if device.startswith("cuda") else torch.float32
+    if name not in DTYPES:
+        raise ValueError(f"unknown dtype '{name}' ({DTYPE_CHOICES})")
+    if name == "float16" and not device.startswith("cuda"):
+        raise ValueError(f"dtype float16 needs a GPU (device '{device}'): use float32 or bfloat16 on the CPU")
+    return DTYPES[name]
+
+
+def dtype_name(dtype: torch.dtype) -> str:
+    return next(k for k, v in DTYPES.items() if v == dtype)

@@ -209,7 +209,7 @@ class ModelDrafter(Drafter):
     def _logits(self, hidden: torch.Tensor) -> torch.Tensor:
         if self.head is None:
             return self.m.runtime.logits(hidden).float()
-        full = hidden.new_full((hidden.shape[0], self.m.runtime.vocab_size), float("-inf"))
+        full = hidden.new_full((hidden.shape[0], self.m.runtime.vocab_size), float("-inf"), dtype=torch.float32)
         full[:, self.head_ids] = self.head.compact(hidden).float()
         return full
 

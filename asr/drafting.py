@@ -22,7 +22,7 @@ from asr.decoding import Decoder, GreedyDecoder, SpecialTokens, WhisperLogitRule
 from asr.early_exit import early_exit_drafter
 from asr.drafters import DraftModel, ModelDrafter, NgramDrafter, Retokenize, SameVocab
 from asr.model import WhisperDecoderRuntime
-from asr.models import load_whisper
+from asr.models import load_whisper, split_int8
 from asr.speculative import Lookahead, SpeculativeDecoder
 
 DRAFT_CHOICES = ("auto", "none", "ngram", "early-exit")
@@ -76,7 +76,11 @@ def model_drafter(engine, name: str, cache_dir: Path | None = None, head_text_to
     """A Whisper model drafting for ``engine``'s target. ``name`` may be the target itself: all its
     layers make a perfect (and slow) drafter, its first ``num_layers`` a cheap, weaker one; ``NAME:int8``
     drafts with int8 weights (``asr.models.load_whisper``: a quarter of the memory traffic per step)."""
-    bundle = engine.bundle if name == engine.model_name else load_whisper(name, cache_dir=cache_dir, device=engine.device)
+    if name == engine.model_name:
+        bundle = engine.bundle
+    else:  # the target's dtype (an int8 drafter computes in float32)
+        dtype = torch.float32 if split_int8(name)[1] else engine.bundle.model.dtype
+        bundle = load_whisper(name, cache_dir=cache_dir, device=engine.device, dtype=dtype)
     if bundle.model.config.num_mel_bins != engine.bundle.model.config.num_mel_bins:
         raise ValueError(f"drafter '{name}' uses {bundle.model.config.num_mel_bins} mel bins, the target "
                          f"{engine.bundle.model.config.num_mel_bins}: they cannot share input features")

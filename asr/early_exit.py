@@ -68,15 +68,17 @@ class AdapterConfig:
 
 def model_fingerprint(model: torch.nn.Module) -> str:
     """The identity adapters are found by: a hash of the target's shape and of a few of its weights,
-    whatever its name or path (an embedded name, a hub id, a folder, a copy of either). Weights are
-    rounded to fp16 first, so the same checkpoint loaded in fp16 or fp32 is the same target."""
+    whatever its name or path (an embedded name, a hub id, a folder, a copy of either). Only the
+    signs of the weights are hashed, so the same checkpoint loaded in float32, float16 or bfloat16
+    is the same target (rounding a weight moves it, never across zero but below fp16's 3e-8; hashing
+    fp16-rounded values, as before, told a bfloat16 load of base from a float32 one)."""
     cfg = model.config
     dec, enc = model.model.decoder, model.model.encoder
     h = hashlib.sha256(json.dumps([cfg.d_model, cfg.decoder_layers, cfg.encoder_layers, cfg.vocab_size,
                                    cfg.num_mel_bins]).encode())
     for t in (dec.embed_positions.weight[:2], dec.layer_norm.weight, dec.layer_norm.bias,
-              dec.layers[-1].final_layer_norm.weight, enc.layer_norm.weight, dec.embed_tokens.weight[:2]):
-        h.update(t.detach().to("cpu", torch.float16).contiguous().numpy().tobytes())
+              dec.layers[-1].final_layer_norm.bias, enc.layer_norm.bias, dec.embed_tokens.weight[:2]):
+        h.update((t.detach().float().cpu() > 0).numpy().tobytes())
     return h.hexdigest()[:16]
 
 
@@ -107,7 +109,8 @@ class ExitAdapter(torch.nn.Module):
         self.min_confidence = 0.0  # drafting stops below this probability (chosen at training, stored with the weights)
 
     def bind(self, runtime: WhisperDecoderRuntime) -> ExitAdapter:
-        """Use ``runtime``'s layer-j cross-attention projections (shared, frozen)."""
+        """Use ``runtime``'s layer-j cross-attention projections (shared, frozen), on its device and dtype."""
+        self.to(device=runtime.device, dtype=runtime.embed.dtype)
         j = self.config.cross_layer
         if j is not None:
             lin = runtime.products[j]

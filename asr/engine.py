@@ -13,7 +13,7 @@ import torch
 from asr.alignment import WordAligner
 from asr.audio import SAMPLE_RATE
 from asr.decoding import Decoder, GreedyDecoder, SpecialTokens, WhisperLogitRules, detect_language
-from asr.device import resolve_device
+from asr.device import resolve_device, resolve_dtype
 from asr.memory import trim_heap
 from asr.model import WhisperDecoderRuntime
 from asr.models import WhisperBundle, load_whisper
@@ -76,9 +76,10 @@ class AsrEngine:
         device: str = "cpu",
         decoder_factory: DecoderFactory | None = None,
         bundle: WhisperBundle | None = None,
+        dtype: str = "auto",
     ):
         device = resolve_device(device)
-        self.bundle = bundle or load_whisper(model, cache_dir=cache_dir, device=device)
+        self.bundle = bundle or load_whisper(model, cache_dir=cache_dir, device=device, dtype=resolve_dtype(dtype, device))
         self.device = device
         self.special = SpecialTokens.from_tokenizer(self.bundle.tokenizer, self.bundle.generation_config,
                                                     self.bundle.model.config.vocab_size)

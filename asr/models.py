@@ -97,6 +97,18 @@ def split_int8(name: str) -> tuple[str, bool]:
     return (name.removesuffix(":int8"), True) if name.endswith(":int8") else (name, False)
 
 
+def check_int8(name: str, device: str, dtype: torch.dtype) -> None:
+    """A ``NAME:int8`` model runs on the CPU in float32 where fbgemm is there; a ``ModelError`` otherwise."""
+    if not split_int8(name)[1]:
+        return
+    if device != "cpu":
+        raise ModelError(f"'{name}': int8 weights run on the CPU only (device {device})")
+    if dtype != torch.float32:
+        raise ModelError(f"'{name}': int8 weights take float32 activations, not {str(dtype).removeprefix('torch.')}")
+    if not int8_available():
+        raise ModelError(f"'{name}': int8 weights need fbgemm (an x86-64 CPU with AVX2), which this torch/CPU lacks")
+
+
 def resolve_model_path(name: str, cache_dir: Path | None = None) -> str:
     """Embedded name -> converted folder; anything else is an HF id or a local folder."""
     if name in EMBEDDED_MODELS:
@@ -174,10 +186,7 @@ def load_whisper(
     """``name``: an embedded name, HF id or folder; ``NAME:int8`` quantizes its decoder's matrix products
     to int8 (``asr.kernels.Int8Linear``; CPU only): a target of its own, exact with respect to itself."""
     source, int8 = split_int8(name)
-    if int8 and device != "cpu":
-        raise ModelError(f"'{name}': int8 weights run on the CPU only (device {device})")
-    if int8 and not int8_available():
-        raise ModelError(f"'{name}': int8 weights need fbgemm (an x86-64 CPU with AVX2), which this torch/CPU lacks")
+    check_int8(name, device, dtype)
     path = resolve_model_path(source, cache_dir)
     try:
         processor = WhisperProcessor.from_pretrained(path)

@@ -69,8 +69,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--postedit-max-change", type=_share, default=0.3, metavar="SHARE",
                    help="reject an edit that changes more than this share of words, 0-1 (default: 0.3)")
     p.add_argument("--max-duration", type=float, default=12 * 3600, help="refuse audio longer than this many seconds (default: 43200)")
-    p.add_argument("--device", default="cpu", help="torch device: auto (cuda when a GPU is usable), cpu, cuda or cuda:N "
-                   "(default: cpu)")
+    p.add_argument("--device", default="auto", help="torch device: auto (cuda when a GPU is usable), cpu, cuda or cuda:N "
+                   "(default: auto)")
+    p.add_argument("--dtype", default="auto", help="weights and activations: auto (float16 on a GPU, float32 on the CPU), "
+                   "float32, float16 (GPU only) or bfloat16 (default: auto)")
     p.add_argument("--threads", type=int, help="CPU threads for torch (default: one per core; Ray workers: 1 each)")
     p.add_argument("--cache-dir", type=Path, help="where converted models are kept (default: ~/.cache/specwhisper)")
     p.add_argument("-q", "--quiet", action="store_true", help="no progress bars and no transcript on stdout")
@@ -159,6 +161,7 @@ def _pipeline_config(args):
         model=args.model,
         draft=args.draft,
         device=args.device,
+        dtype=args.dtype,
         threads=args.threads,
         cache_dir=args.cache_dir,
         diarization_model=args.diarization_model,
@@ -205,12 +208,14 @@ def run_folder(args, formats: list[str], opts) -> int:
 
 
 def run(args) -> int:
-    from asr.device import resolve_device
+    from asr.device import resolve_device, resolve_dtype
+    from asr.models import check_int8
     from asr.threads import check_threads
     from pipelines.core import Pipeline
 
     check_threads(args.threads)
-    resolve_device(args.device)  # a GPU that is not there: one line, before any model loads
+    device = resolve_device(args.device)  # a GPU that is not there: one line, before any model loads
+    check_int8(args.model, device, resolve_dtype(args.dtype, device))
     formats = parse_formats(args.formats or "all")
     if args.formats is None and not args.diarize:
         formats = [f for f in formats if f != "rttm"]

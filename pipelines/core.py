@@ -22,7 +22,8 @@ class PipelineConfig:
 
     model: str = "base"
     draft: str = "auto"  # auto | none | ngram | a model name/id/path
-    device: str = "cpu"
+    device: str = "auto"  # auto (cuda when a GPU is usable) | cpu | cuda | cuda:N
+    dtype: str = "auto"  # auto (float16 on a GPU, float32 on the CPU) | float32 | float16 | bfloat16
     threads: int | None = None  # torch CPU threads for the process (None: one per core); asr.threads
     cache_dir: Path | None = None
     diarization_model: str | None = None  # None: the embedded offline pipeline
@@ -55,17 +56,19 @@ class RunOptions:
 
 class Pipeline:
     def __init__(self, config: PipelineConfig | None = None, asr: AsrEngine | None = None):
-        from asr.device import resolve_device
+        from asr.device import dtype_name, resolve_device, resolve_dtype
         from asr.drafting import decoder_factory  # the speculative engine picks the decoder
         from asr.threads import configure
 
         config = config or PipelineConfig()
-        self.config = replace(config, device=resolve_device(config.device))
+        device = resolve_device(config.device)
+        self.config = replace(config, device=device, dtype=dtype_name(resolve_dtype(config.dtype, device)))
         configure(self.config.threads)
         self.asr = asr or AsrEngine(
             self.config.model,
             cache_dir=self.config.cache_dir,
             device=self.config.device,
+            dtype=self.config.dtype,
             decoder_factory=decoder_factory(self.config.draft, self.config.cache_dir),
         )
         self._diarizer = None

@@ -15,7 +15,7 @@ from collections.abc import Mapping
 from pathlib import Path
 
 from asr.audio import AudioError
-from asr.device import resolve_device
+from asr.device import resolve_device, resolve_dtype
 from asr.models import ModelError
 from asr.types import Transcript
 from pipelines.core import PipelineConfig
@@ -44,13 +44,18 @@ def settings_from_env(env: Mapping[str, str]) -> ServiceSettings:
     threads = env.get("SPECWHISPER_THREADS")
     if threads is not None and not (threads.isdigit() and int(threads) >= 1):
         raise ValueError(f"SPECWHISPER_THREADS must be a whole number >= 1, got {threads!r}")
-    device = env.get("SPECWHISPER_DEVICE", "cpu")
+    device = env.get("SPECWHISPER_DEVICE", "auto")
+    dtype = env.get("SPECWHISPER_DTYPE", "auto")
     try:
-        resolve_device(device)
+        resolved = resolve_device(device)
     except ValueError as exc:
         raise ValueError(f"SPECWHISPER_DEVICE: {exc}") from None
+    try:
+        resolve_dtype(dtype, resolved)
+    except ValueError as exc:
+        raise ValueError(f"SPECWHISPER_DTYPE: {exc}") from None
     return ServiceSettings(
-        base=PipelineConfig(device=device, threads=int(threads) if threads else None,
+        base=PipelineConfig(device=device, dtype=dtype, threads=int(threads) if threads else None,
                             cache_dir=Path(cache) if cache else None),
         choices=Choices(models=items("SPECWHISPER_MODELS", Choices.models), drafters=items("SPECWHISPER_DRAFTERS", Choices.drafters)),
         max_audio_s=number("SPECWHISPER_MAX_AUDIO_S", 4 * 3600),

@@ -18,6 +18,7 @@ from pathlib import Path
 import numpy as np
 
 from asr.audio import DEFAULT_MAX_SECONDS, AudioError, load_audio
+from asr.device import resolve_device, resolve_dtype
 from asr.drafting import decoder_factory
 from asr.engine import AsrEngine
 from asr.models import WhisperBundle, load_whisper
@@ -41,7 +42,7 @@ class Transcriber:
     def __init__(self, settings: ServiceSettings | None = None):
         self.settings = settings or ServiceSettings()
         self._pipelines: OrderedDict[tuple, Pipeline] = OrderedDict()
-        self._bundles: dict[str, WhisperBundle] = {}  # model weights, shared by that model's pipelines
+        self._bundles: dict[tuple, WhisperBundle] = {}  # (model, device, dtype) -> weights, shared by its pipelines
         self._lock = threading.Lock()
 
     def _pipeline(self, config: PipelineConfig) -> Pipeline:
@@ -52,11 +53,14 @@ class Transcriber:
             return self._pipelines[key]
         while len(self._pipelines) >= max(1, self.settings.max_loaded):
             self._pipelines.popitem(last=False)
-        in_use = {p.config.model for p in self._pipelines.values()}
-        self._bundles = {m: b for m, b in self._bundles.items() if m in in_use}
-        if config.model not in self._bundles:
-            self._bundles[config.model] = load_whisper(config.model, cache_dir=config.cache_dir, device=config.device)
-        engine = AsrEngine(config.model, cache_dir=config.cache_dir, device=config.device, bundle=self._bundles[config.model],
+        device = resolve_device(config.device)
+        dtype = resolve_dtype(config.dtype, device)
+        weights = (config.model, device, dtype)  # one copy of a model's weights per device and dtype
+        in_use = {(p.config.model, p.asr.device, p.asr.bundle.model.dtype) for p in self._pipelines.values()}
+        self._bundles = {w: b for w, b in self._bundles.items() if w in in_use}
+        if weights not in self._bundles:
+            self._bundles[weights] = load_whisper(config.model, cache_dir=config.cache_dir, device=device, dtype=dtype)
+        engine = AsrEngine(config.model, cache_dir=config.cache_dir, device=device, bundle=self._bundles[weights],
                            decoder_factory=decoder_factory(config.draft, config.cache_dir))
         pipeline = self._pipelines[key] = Pipeline(config, asr=engine)
         return pipeline

@@ -123,12 +123,15 @@ def _bad_inputs(tmp_path):
         "bad_threads": ([tmp_path / "good.wav", "--threads", "0"], "threads must be >= 1"),
         "bad_device": ([tmp_path / "good.wav", "--device", "tpu"], "unknown device 'tpu'"),
         "missing_gpu": ([tmp_path / "good.wav", "--device", "cuda:99"], "device 'cuda:99'"),  # no GPU, or not 100
+        "bad_dtype": ([tmp_path / "good.wav", "--dtype", "float64"], "unknown dtype 'float64'"),
+        "half_on_cpu": ([tmp_path / "good.wav", "--device", "cpu", "--dtype", "float16"], "float16 needs a gpu"),
+        "int8_in_bfloat16": ([tmp_path / "good.wav", "-m", "base:int8", "--dtype", "bfloat16"], "int8 weights take float32"),
     }
 
 
 CASES = ["missing", "directory", "empty", "text", "random", "zero_samples", "truncated", "low_rate", "too_long",
          "bad_format", "bad_batch", "bad_language", "bad_speakers", "bad_max_change", "not_a_number", "unknown_option",
-         "bad_threads", "bad_device", "missing_gpu"]
+         "bad_threads", "bad_device", "missing_gpu", "bad_dtype", "half_on_cpu", "int8_in_bfloat16"]
 
 
 @pytest.mark.parametrize("case", CASES)
