@@ -308,7 +308,8 @@ class EarlyExitDrafter(Drafter):
             j = self.adapter.config.cross_layer
             ck = cv = None
             if j is not None:
-                idx = torch.tensor(rows, device=h.device) if len(rows) < self.cache.batch_size else slice(None)
+                full = self.cache.rows is None and len(rows) == self.cache.batch_size
+                idx = slice(None) if full else torch.tensor(self.cache.physical(rows), device=h.device)
                 ck, cv = self.cache.cross_k[j][idx], self.cache.cross_v[j][idx]
             x = self.adapter(h[:, None], ck, cv)[:, 0]
         return self.vocab.logits(x)

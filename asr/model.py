@@ -25,6 +25,7 @@ from asr.threads import blas_one_thread
 
 INITIAL_POSITIONS = 128  # self-attention K/V slots a new cache starts with (``KVCache.reserve``)
 GROW_POSITIONS = 64  # and the step it grows by
+FIXED_WIDTH = 16  # columns of every pass in the fixed-shape mode (``WhisperDecoderRuntime``): > a verify pass's width
 
 
 class OutputHead:
@@ -104,10 +105,16 @@ class KVCache:
     cross_k: torch.Tensor
     cross_v: torch.Tensor
     limit: int = 0  # the most positions the self-attention K/V may grow to (``reserve``)
+    rows: list[int] | None = None  # fixed-shape mode: the physical row of each live row (None: all, in order)
 
     @property
     def batch_size(self) -> int:
-        return self.k.shape[1]
+        return self.k.shape[1] if self.rows is None else len(self.rows)
+
+    def physical(self, rows: list[int] | None = None) -> list[int]:
+        """Physical rows of live rows ``rows`` (all live rows when None)."""
+        live = list(range(self.k.shape[1])) if self.rows is None else self.rows
+        return live if rows is None else [live[r] for r in rows]
 
     @torch.inference_mode()
     def reserve(self, positions: int) -> None:
@@ -138,6 +145,8 @@ class KVCache:
         more than the cache itself. A row's layout is unchanged (a layer's rows stay contiguous), so
         is every number computed from it."""
         keep = list(rows)
+        if self.rows is not None:  # fixed-shape mode: rows stay where they are, the dropped ones idle
+            return KVCache(self.k, self.v, self.cross_k, self.cross_v, limit=self.limit, rows=self.physical(keep))
         tensors = (self.k, self.v, self.cross_k, self.cross_v)
         if any(b <= a for a, b in zip(keep, keep[1:])):  # not ascending: gather into new tensors
             idx = torch.tensor(keep, device=self.k.device)
@@ -176,7 +185,8 @@ class WhisperDecoderRuntime:
         drafter's own runtime, whose numbers only shape guesses, can do without. It applies where the
         matrix products are row-independent too (packed on CPU, ``asr.kernels``): on a GPU neither
         cuBLAS nor the attention kernels promise that, and a query-by-query loop would cost a kernel
-        launch per query and layer."""
+        launch per query and layer. There (unpacked products: a GPU, or a dtype other than float32)
+        ``row_exact`` takes the fixed-shape mode instead (``layer_range``)."""
         dec = model.model.decoder
         cfg = model.config
         self.model = model
@@ -195,7 +205,9 @@ class WhisperDecoderRuntime:
         self.int8 = isinstance(self.layers[0].fc1, Int8Module)
         self.head = OutputHead(self.proj, int8=self.int8)
         self.row_exact = row_exact and self.head.main.packed
-        self.host_positions = self.device.type == "cpu"  # read a pass's positions on the host (``layer_range``)
+        self.fixed_width = FIXED_WIDTH if row_exact and not self.row_exact else None
+        # read a pass's positions on the host (``layer_range``): free on the CPU, a wait on a GPU
+        self.host_positions = self.device.type == "cpu" and self.fixed_width is None
         self._release_packed_sources()
 
     @property
@@ -268,11 +280,16 @@ class WhisperDecoderRuntime:
             for r in range(b):
                 cross_k[i, r] = self._split(att.k_proj(encoder_out[r : r + 1]))[0]
                 cross_v[i, r] = self._split(att.v_proj(encoder_out[r : r + 1]))[0]
+        if self.fixed_width is not None:  # every cache the same room, whatever the decoder's slack
+            if slack > self.fixed_width:
+                raise ValueError(f"slack {slack} is past the fixed-shape mode's {self.fixed_width}")
+            slack = self.fixed_width
         limit = self.max_len + slack
         # room that grows needs the positions on the host (``layer_range``)
         room = min(INITIAL_POSITIONS, limit) if self.host_positions else limit
         z = encoder_out.new_zeros(len(self.layers), b, self.n_head, room, self.head_dim)
-        return KVCache(z, torch.zeros_like(z), cross_k, cross_v, limit=limit)
+        rows = list(range(b)) if self.fixed_width is not None else None
+        return KVCache(z, torch.zeros_like(z), cross_k, cross_v, limit=limit, rows=rows)
 
     @torch.inference_mode()
     def hidden(
@@ -301,6 +318,48 @@ class WhisperDecoderRuntime:
         """Layers ``start`` .. ``stop - 1`` on the residual stream ``x`` [B, n, d] at ``positions``:
         ``hidden`` without the embeddings and the final norm, so a pass may enter or leave the stack
         at any layer (the early-exit drafter runs the first layers, the verify pass the rest)."""
+        if self.fixed_width is not None and positions.shape[1] <= self.fixed_width:
+            return self._fixed_shape_pass(x, positions, cache, start, stop, cross_qk)
+        if cache.rows is not None and cache.rows != list(range(cache.k.shape[1])):
+            raise ValueError("a pass wider than the fixed-shape mode's width needs every row of its cache")
+        return self._layers(x, positions, cache, start, stop, cross_qk)
+
+    def _slots(self, positions: torch.Tensor, cache: KVCache) -> tuple[torch.Tensor, torch.Tensor]:
+        """Fixed-shape mode: the physical row [b, 1] and column [b, n] of each token of a pass."""
+        phys = torch.tensor(cache.physical(), device=positions.device)[:, None]
+        return phys, positions % self.fixed_width
+
+    def _fixed_shape_pass(
+        self, x: torch.Tensor, positions: torch.Tensor, cache: KVCache, start: int, stop: int | None,
+        cross_qk: dict[int, torch.Tensor] | None,
+    ) -> torch.Tensor:
+        """The fixed-shape mode, where a pass's numbers for a token may depend on the shapes of the call
+        and on where the token sits in it (cuBLAS picks kernels by shape, and split- or stream-K
+        kernels reduce each output tile in an order of their own), but not on the values in other
+        rows (no operation of a decoder layer mixes rows). Every pass then has the same shapes: all
+        the cache's rows (finished ones idle in place), ``FIXED_WIDTH`` columns, attention over the
+        cache's whole room, and a token at position p of physical row r sits at row r, column
+        p mod ``FIXED_WIDTH``, whichever pass computes it: a plain step, a verify pass or a draft step.
+        So each token gets the numbers plain decoding gives it, on any device, at the price of
+        ``FIXED_WIDTH`` columns per pass (on a GPU, where a step is bound by reading the weights, a
+        few percent). Unused slots hold the last slot of the room, which no real position reaches."""
+        b, n = positions.shape
+        rows, width = cache.k.shape[1], self.fixed_width
+        phys, col = self._slots(positions, cache)
+        full_pos = positions.new_full((rows, width), cache.k.shape[3] - 1)
+        full_pos[phys, col] = positions
+        full_x = x.new_zeros(rows, width, x.shape[-1])
+        full_x[phys, col] = x
+        qk = {i: None for i in cross_qk} if cross_qk is not None else None
+        y = self._layers(full_x, full_pos, cache, start, stop, qk)
+        for i in qk or {}:
+            cross_qk[i] = qk[i].transpose(1, 2)[phys, col].transpose(1, 2)  # [b, heads, n, frames]
+        return y[phys, col]
+
+    def _layers(
+        self, x: torch.Tensor, positions: torch.Tensor, cache: KVCache, start: int, stop: int | None,
+        cross_qk: dict[int, torch.Tensor] | None,
+    ) -> torch.Tensor:
         b, n = positions.shape
         rows = torch.arange(b, device=positions.device)[:, None].expand(b, n)
         d = self.d_model
@@ -320,7 +379,7 @@ class WhisperDecoderRuntime:
             pos_list = positions.tolist()
             used = max(max(row) for row in pos_list) + 1
             cache.reserve(used)
-        else:
+        else:  # the whole room (and so the same shapes for every pass)
             used = cache.k.shape[3]
         if not per_query:
             key_pos = torch.arange(used, device=positions.device)
@@ -357,6 +416,18 @@ class WhisperDecoderRuntime:
     def logits(self, hidden: torch.Tensor) -> torch.Tensor:
         return self.head(hidden)
 
+    def logits_at(self, hidden: torch.Tensor, rows: torch.Tensor, positions: torch.Tensor, cache: KVCache) -> torch.Tensor:
+        """Logits of the states ``hidden`` [..., d] of the tokens of live rows ``rows`` at ``positions``
+        (both [...]) of a pass over ``cache``. In the fixed-shape mode the head, too, runs on the whole
+        block of slots, each token in its own (``_fixed_shape_pass``)."""
+        if self.fixed_width is None:
+            return self.head(hidden)
+        phys = torch.tensor(cache.physical(), device=rows.device)[rows]
+        col = positions % self.fixed_width
+        block = hidden.new_zeros(cache.k.shape[1], self.fixed_width, hidden.shape[-1])
+        block[phys, col] = hidden
+        return self.head(block)[phys, col]
+
     def compact_head(self, text_tokens: int, first_special: int) -> OutputHead:
         """The output head re-packed with a compact drafting vocabulary (``OutputHead``)."""
         split = (text_tokens, first_special)
@@ -369,6 +440,9 @@ class WhisperDecoderRuntime:
     def step(self, tokens: torch.Tensor, positions: torch.Tensor, cache: KVCache, last_only: bool = False) -> torch.Tensor:
         h = self.hidden(tokens, positions, cache)
         if last_only:
-            h = h[:, -1:]
-        with torch.inference_mode():
+            h, positions = h[:, -1:], positions[:, -1:]
+        if self.fixed_width is None or positions.shape[1] > self.fixed_width:
             return self.logits(h)
+        rows = torch.arange(h.shape[0], device=h.device)[:, None].expand(positions.shape)
+        with torch.inference_mode():
+            return self.logits_at(h, rows, positions, cache)

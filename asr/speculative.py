@@ -139,7 +139,8 @@ class SpeculativeDecoder(Decoder):
             # only real positions go through the (large) output head
             rows = [i for i, n in enumerate(fed) for _ in range(n)]
             cols = [j for n in fed for j in range(n)]
-            logits = self.rt.logits(hidden[torch.tensor(rows, device=device), torch.tensor(cols, device=device)]).float()
+            at = torch.tensor(rows, device=device), torch.tensor(cols, device=device)
+            logits = self.rt.logits_at(hidden[at], at[0], positions[at], cache).float()
             prefixes = [contexts[i] + drafts[i][:j] for i, j in zip(rows, cols)]
             greedy, logprobs = self._read(*self.rules.select(logits, prefixes))
             stats.target_passes += len(active)

@@ -1,0 +1,70 @@
+"""The fixed-shape mode (asr.model.WhisperDecoderRuntime._fixed_shape_pass): the exactness mechanism
+where matrix products are not row-independent (GPUs, dtypes other than float32). Checked on this CPU
+with base in bfloat16, whose products are plain ``F.linear`` calls like a GPU's."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from asr.audio import load_audio
+from asr.drafting import decoder_factory
+from asr.engine import AsrEngine, DecodeOptions
+
+
+@pytest.fixture(scope="module")
+def bf16_engine():
+    return AsrEngine("base", dtype="bfloat16")
+
+
+def _logits_by_width(rt, enc, seq, p0, widths, rows=1):
+    """Logits of seq[p0:] computed in passes of ``widths`` tokens (row 0 of a batch of ``rows``)."""
+    cache = rt.new_cache(enc.expand(rows, -1, -1).contiguous(), slack=13)
+    prompt = torch.tensor([seq[:p0]] * rows)
+    out = [rt.step(prompt, torch.arange(p0).expand(rows, -1), cache)[0, -1:]]
+    i = p0
+    for w in widths:
+        w = min(w, len(seq) - i)
+        if w <= 0:
+            break
+        toks = torch.tensor([seq[i : i + w]] * rows)
+        out.append(rt.step(toks, torch.arange(i, i + w).expand(rows, -1), cache)[0])
+        i += w
+    return torch.cat(out)
+
+
+def test_a_verify_pass_gives_each_token_the_bits_of_a_plain_step_in_fixed_shapes(bf16_engine, manifest):
+    e = bf16_engine
+    rt = e.runtime
+    assert rt.fixed_width and not rt.row_exact  # bfloat16: unpacked products, so the fixed-shape mode
+    item = next(m for m in manifest if m.file.endswith("jfk.flac"))
+    audio = load_audio(item.path)
+    feats = e.bundle.feature_extractor(audio, sampling_rate=16000, return_tensors="pt").input_features
+    enc = rt.encode(feats.to(torch.bfloat16))
+    prompt = e.special.prompt("en", "transcribe", timestamps=True)
+    seq = prompt + e.decoder.decode(enc, prompt).sequences[0].tokens[:24]
+    p0 = len(prompt)
+    plain = _logits_by_width(rt, enc, seq, p0, [1] * len(seq))
+    for widths in ([2] * 20, [5] * 10, [3, 7, 1, 13, 4]):
+        assert torch.equal(_logits_by_width(rt, enc, seq, p0, widths), plain), f"verify widths {widths} change the logits"
+    assert torch.equal(_logits_by_width(rt, enc, seq, p0, [5] * 10, rows=3), plain)  # among other rows
+
+    # the control: the same passes in their natural shapes do not give these bits (so the mode is needed)
+    rt.fixed_width, rt.host_positions = None, True
+    try:
+        natural = _logits_by_width(rt, enc, seq, p0, [1] * len(seq))
+        assert not torch.equal(_logits_by_width(rt, enc, seq, p0, [5] * 10), natural)
+    finally:
+        rt.fixed_width, rt.host_positions = 16, False
+
+
+@pytest.mark.parametrize("draft", ["ngram", "early-exit", "tiny.en"])
+def test_speculation_in_fixed_shapes_is_token_identical(bf16_engine, manifest, draft):
+    spec = AsrEngine("base", bundle=bf16_engine.bundle, decoder_factory=decoder_factory(draft))
+    opts = DecodeOptions(language="en", batch_size=4)
+    for item in [m for m in manifest if m.language == "en"][:2]:
+        audio = load_audio(item.path)
+        plain, fast = bf16_engine.transcribe(audio, opts), spec.transcribe(audio, opts)
+        assert [s.tokens for s in fast.segments] == [s.tokens for s in plain.segments], item.file
+        if draft != "ngram":
+            assert fast.stats.accepted_tokens > 0
