@@ -1,0 +1,76 @@
+"""Large-class targets on random weights with their real layer structure (tests.random_whisper: large-v3
+with <|yue|>, large-v3-turbo, a distil-large-v3-shaped drafter sharing large-v3's encoder, medium) at
+a small width: every drafter kind gives the plain decode's tokens and word timings."""
+
+from __future__ import annotations
+
+import pytest
+
+from asr.audio import load_audio
+from asr.drafting import decoder_factory
+from asr.engine import AsrEngine, DecodeOptions
+from tests.random_whisper import write_random_whisper
+
+pytestmark = pytest.mark.filterwarnings("ignore")
+
+
+@pytest.fixture(scope="module")
+def models(tmp_path_factory):
+    root = tmp_path_factory.mktemp("large-shapes")
+    v3 = write_random_whisper(root / "large-v3", "large-v3", max_positions=96)
+    return {
+        "large-v3": v3,
+        "large-v3-turbo": write_random_whisper(root / "turbo", "large-v3-turbo", max_positions=96, seed=1),
+        "distil-large-v3": write_random_whisper(root / "distil", "distil-large-v3", max_positions=96, seed=2, encoder_from=v3),
+        "medium": write_random_whisper(root / "medium", "medium", max_positions=96, seed=3),
+    }
+
+
+@pytest.fixture(scope="module")
+def engines(models):
+    return {name: AsrEngine(str(path)) for name, path in models.items() if name in ("large-v3", "large-v3-turbo", "medium")}
+
+
+@pytest.fixture(scope="module")
+def audio(manifest):
+    return load_audio(next(m for m in manifest if m.file.endswith("jfk.flac")).path)
+
+
+def test_large_v3_tokens(engines):
+    sp = engines["large-v3"].special
+    assert sp.multilingual and len(sp.languages) == 100 and sp.languages["yue"] == 50358
+    assert (sp.translate, sp.transcribe, sp.no_timestamps, sp.timestamp_begin) == (50359, 50360, 50364, 50365)
+    assert engines["large-v3"].runtime.vocab_size == 51866 and len(engines["large-v3"].runtime.layers) == 32
+    med = engines["medium"].special
+    assert len(med.languages) == 99 and med.timestamp_begin == 50364
+
+
+CASES = [
+    ("large-v3", "ngram"),
+    ("large-v3", "early-exit:4:raw"),
+    ("large-v3", "distil-large-v3"),  # same vocabulary, the target's encoder output reused
+    ("large-v3", "large-v3-turbo"),  # same vocabulary, an encoder of its own
+    ("large-v3-turbo", "early-exit:2:raw"),
+    ("medium", "tiny.en"),  # another vocabulary, re-tokenized
+    ("medium", "early-exit:12:raw"),
+]
+
+
+@pytest.mark.parametrize("target,draft", CASES, ids=[f"{t}<-{d}" for t, d in CASES])
+def test_every_drafter_is_token_identical_on_large_shapes(engines, models, audio, target, draft):
+    plain = engines[target]
+    name = str(models[draft]) if draft in models else draft
+    spec = AsrEngine(str(models[target]), bundle=plain.bundle, decoder_factory=decoder_factory(name))
+    if draft == "distil-large-v3":
+        assert spec.decoder.drafter.m.shares_encoder
+    opts = DecodeOptions(language="en", word_timestamps=True)
+    want, got = plain.transcribe(audio, opts), spec.transcribe(audio, opts)
+    assert want.stats.generated_tokens > 10
+    assert [s.tokens for s in got.segments] == [s.tokens for s in want.segments]
+    assert [(w.start, w.end) for s in got.segments for w in s.words] == [(w.start, w.end) for s in want.segments for w in s.words]
+    assert got.stats.target_passes < want.stats.target_passes or draft == "ngram"
+
+
+def test_a_drafter_with_other_mel_bins_is_refused(engines, models):
+    with pytest.raises(ValueError, match="80 mel bins, the target 128"):
+        AsrEngine(str(models["large-v3"]), bundle=engines["large-v3"].bundle, decoder_factory=decoder_factory("tiny.en"))
