@@ -2,7 +2,8 @@
 
 ``none``      plain greedy decoding (one target pass per token)
 ``ngram``     prompt-lookup drafting from the decoded text of the batch (no model)
-``auto``      the fastest exact option measured on this CPU (bench/results/speculative.json)
+``auto``      decided by measurement on this device (asr/auto_draft.py): the n-gram or early-exit
+              drafter where one is expected to beat plain decoding, else plain decoding
 early-exit[:k] the target's own first k decoder layers with a trained exit adapter (asr/early_exit.py):
               no second model, the KV cache shared with the verify pass; ``early-exit:k:raw`` without
               the adapter (a weak drafter, for comparison)
@@ -19,14 +20,14 @@ from pathlib import Path
 import torch
 
 from asr.decoding import Decoder, GreedyDecoder, SpecialTokens, WhisperLogitRules
-from asr.early_exit import early_exit_drafter
+from asr.auto_draft import AutoDecoder
+from asr.early_exit import DEFAULT_EXIT_LAYER, available_exit_layers, early_exit_drafter, model_fingerprint
 from asr.drafters import DraftModel, ModelDrafter, NgramDrafter, Retokenize, SameVocab
 from asr.model import WhisperDecoderRuntime
-from asr.models import load_whisper, split_int8
+from asr.models import WhisperBundle, load_whisper, split_int8
 from asr.speculative import Lookahead, SpeculativeDecoder
 
 DRAFT_CHOICES = ("auto", "none", "ngram", "early-exit")
-AUTO_DRAFT = "none"  # fastest exact option measured on this CPU so far: bench/results/speculative.json
 # A drafter's output head scores only the first text tokens (BPE ids are ordered by merge, so
 # frequent pieces come first) plus every special/timestamp token: most of the drafter's cost is
 # its head, and a miss only costs acceptance, never exactness.
@@ -41,7 +42,9 @@ def decoder_factory(draft: str, cache_dir: Path | None = None, lookahead: Lookah
         early_exit_spec(draft)  # bad forms fail here, before any model loads
 
     def build(engine) -> Decoder:
-        choice = AUTO_DRAFT if draft == "auto" else draft
+        if draft == "auto":
+            return auto_decoder(engine, lookahead)
+        choice = draft
         if choice == "none":
             return GreedyDecoder(engine.runtime, engine.special, engine.rules)
         if choice == "ngram":
@@ -54,6 +57,18 @@ def decoder_factory(draft: str, cache_dir: Path | None = None, lookahead: Lookah
         return SpeculativeDecoder(engine.runtime, engine.special, engine.rules, drafter, lookahead)
 
     return build
+
+
+def auto_decoder(engine, lookahead: Lookahead | None = None) -> AutoDecoder:
+    """``--draft auto``: candidates are the n-gram drafter and, where an adapter for this target
+    exists, the early-exit drafter (at the default exit layer if trained, else the deepest)."""
+    candidates = {"ngram": SpeculativeDecoder(engine.runtime, engine.special, engine.rules, NgramDrafter(), lookahead)}
+    layers = available_exit_layers(model_fingerprint(engine.bundle.model))
+    if layers:
+        k = DEFAULT_EXIT_LAYER if DEFAULT_EXIT_LAYER in layers else max(layers)
+        candidates[f"early-exit:{k}"] = SpeculativeDecoder(engine.runtime, engine.special, engine.rules,
+                                                           early_exit_drafter(engine, k), lookahead)
+    return AutoDecoder(engine.runtime, engine.special, engine.rules, candidates)
 
 
 def early_exit_spec(draft: str) -> tuple[int | None, bool]:
@@ -72,13 +87,14 @@ def same_encoder(a, b) -> bool:
 
 
 def model_drafter(engine, name: str, cache_dir: Path | None = None, head_text_tokens: int | None = DRAFT_HEAD_TEXT_TOKENS,
-                  min_confidence: float = 0.0, num_layers: int | None = None) -> ModelDrafter:
+                  min_confidence: float = 0.0, num_layers: int | None = None, bundle: WhisperBundle | None = None) -> ModelDrafter:
     """A Whisper model drafting for ``engine``'s target. ``name`` may be the target itself: all its
     layers make a perfect (and slow) drafter, its first ``num_layers`` a cheap, weaker one; ``NAME:int8``
-    drafts with int8 weights (``asr.models.load_whisper``: a quarter of the memory traffic per step)."""
-    if name == engine.model_name:
+    drafts with int8 weights (``asr.models.load_whisper``: a quarter of the memory traffic per step).
+    ``bundle``: the drafter already loaded (e.g. a model built in memory)."""
+    if bundle is None and name == engine.model_name:
         bundle = engine.bundle
-    else:  # the target's dtype (an int8 drafter computes in float32)
+    elif bundle is None:  # in the target's dtype (an int8 drafter computes in float32)
         dtype = torch.float32 if split_int8(name)[1] else engine.bundle.model.dtype
         bundle = load_whisper(name, cache_dir=cache_dir, device=engine.device, dtype=dtype)
     if bundle.model.config.num_mel_bins != engine.bundle.model.config.num_mel_bins:

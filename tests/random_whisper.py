@@ -22,7 +22,7 @@ SHAPES = {
 V3_NEW_TOKEN = ("<|yue|>", 50358)  # inserted after <|su|>; every special token after it moves up one
 
 
-def _processor_files(folder: Path, v3: bool, mels: int) -> None:
+def processor_files(folder: Path, v3: bool, mels: int) -> None:
     """base's tokenizer (with <|yue|> for a v3 vocabulary) and feature extractor (with ``mels`` bins)."""
     from asr.models import resolve_model_path
 
@@ -63,5 +63,5 @@ def write_random_whisper(folder: Path, kind: str, d_model: int = 64, max_positio
     model.generation_config = GenerationConfig(decoder_start_token_id=sot, eos_token_id=eot, pad_token_id=eot, bos_token_id=eot,
                                                max_length=max_positions, no_timestamps_token_id=no_ts)
     model.save_pretrained(folder)
-    _processor_files(folder, v3, mels)
+    processor_files(folder, v3, mels)
     return folder

@@ -1,0 +1,226 @@
+"""Large-class targets through this project's exact decoder: what speculation gives at batch 1.
+
+    python bench/large_target.py [--models large-v3,medium] [--tokens 100] [--dtype auto]
+
+RANDOM WEIGHTS with the full-width layer structure of whisper-large-v3 and medium (no download;
+bench/large_target_probe.py's shapes), a distil-large-v3-shaped drafter (2 decoder layers over the
+target's own encoder output) and early-exit drafters (the target's first k layers, no adapter), all
+run by the product's runtime (asr.model: packed kernels and per-query attention on a float32 CPU, the
+fixed-shape mode elsewhere) and decoders (asr.decoding, asr.speculative). It measures:
+
+1. costs at a 100-token context: a target step, verify passes of 2-8 tokens, a draft step of each
+   drafter;
+2. end-to-end decoding of a real 30 s window (encoder included) for ``--tokens`` tokens: the target
+   alone, then speculative decoding whose drafters run their real steps but propose a REPLAY of the
+   target's own continuation, each token right with probability a = 0.6 / 0.7 / 0.8 / 0.9. These rows
+   are PROJECTIONS AT THAT ACCEPTANCE: random weights give no real acceptance. The output is checked
+   token-identical to the target alone (the mismatches make the verify pass reject).
+
+Plain and speculative runs alternate per acceptance (this machine's speed drifts). Writes
+bench/results/large_target_<device>.json.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import random
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+if str(ROOT) not in sys.path:
+    sys.path.insert(0, str(ROOT))
+
+import torch  # noqa: E402
+from transformers import GenerationConfig, WhisperProcessor  # noqa: E402
+
+from asr.audio import load_audio  # noqa: E402
+from asr.decoding import GreedyDecoder  # noqa: E402
+from asr.device import resolve_device, resolve_dtype  # noqa: E402
+from asr.drafting import model_drafter  # noqa: E402
+from asr.early_exit import EarlyExitDrafter  # noqa: E402
+from asr.engine import AsrEngine  # noqa: E402
+from asr.models import WhisperBundle  # noqa: E402
+from asr.speculative import Lookahead, SpeculativeDecoder  # noqa: E402
+from asr.vad import Chunk  # noqa: E402
+from bench.common import machine  # noqa: E402
+from bench.large_target_probe import DRAFTERS, SHAPES, build  # noqa: E402
+from pipelines.evaluation import english_set  # noqa: E402
+from tests.random_whisper import processor_files  # noqa: E402
+
+ACCEPTANCES = (0.6, 0.7, 0.8, 0.9)
+EXIT_LAYERS = {"large-v3": (4, 8), "medium": (3, 6)}
+
+
+def bundle_of(name: str, model, folder: Path) -> WhisperBundle:
+    _, _, _, _, _, mels, vocab = SHAPES[name]
+    folder.mkdir(parents=True, exist_ok=True)
+    processor_files(folder, vocab == 51866, mels)
+    gc = GenerationConfig(decoder_start_token_id=50258, eos_token_id=50257, pad_token_id=50257, bos_token_id=50257,
+                          no_timestamps_token_id=50364 if vocab == 51866 else 50363)
+    return WhisperBundle(name=name, path=str(folder), model=model, processor=WhisperProcessor.from_pretrained(folder),
+                         generation_config=gc)
+
+
+class Replay:
+    """The next draft token after a prefix: the reference's own with probability ``acceptance`` while the
+    prefix follows the reference, else a wrong one."""
+
+    def __init__(self, reference: list[int], acceptance: float, text_tokens: int, seed: int = 0):
+        self.ref, self.a, self.text = reference, acceptance, text_tokens
+        self.rng = random.Random(seed)
+
+    def next(self, prefix: list[int]) -> int:
+        p = len(prefix)
+        if p < len(self.ref) and prefix == self.ref[:p] and self.rng.random() < self.a:
+            return self.ref[p]
+        right = self.ref[p] if p < len(self.ref) else 0
+        return (right + 1) % self.text
+
+
+def replaying(drafter, replay: Replay):
+    """``drafter`` running its real draft steps but choosing the replay's tokens (its greedy choice is
+    replaced where it is made: the rules' ``select`` of a model drafter, the compact vocabulary's of an
+    early-exit one), so its caches hold what it proposed, as a real drafter's would."""
+    if isinstance(drafter, EarlyExitDrafter):
+        drafter.vocab.select = lambda logits, prefixes: ([replay.next(p) for p in prefixes], [0.0] * len(prefixes))
+    else:
+        rules = drafter.m.rules
+        dev = drafter.m.runtime.device
+        rules.select = lambda logits, prefixes: (torch.tensor([replay.next(p) for p in prefixes], device=dev),
+                                                 torch.zeros(len(prefixes), device=dev))
+    return drafter
+
+
+def timed(fn, reps: int) -> float:
+    fn()
+    out = []
+    for _ in range(reps):
+        t = time.perf_counter()
+        fn()
+        out.append((time.perf_counter() - t) * 1000)
+    return statistics.median(out)
+
+
+@torch.inference_mode()
+def costs(engine: AsrEngine, drafts: dict, enc: torch.Tensor, prompt: list[int], reps: int, context: int = 100) -> dict:
+    """Milliseconds of a target step, verify passes of 2-8 tokens and each drafter's step at ``context``."""
+    rt, dev = engine.runtime, engine.runtime.device
+    cache = rt.new_cache(enc, slack=13)
+    seq = prompt + [220 + i for i in range(context - len(prompt))]
+    rt.step(torch.tensor([seq], device=dev), torch.arange(len(seq), device=dev)[None], cache)
+
+    def verify(w):
+        return lambda: rt.step(torch.tensor([[220] * w], device=dev), torch.arange(context, context + w, device=dev)[None], cache)
+
+    out = dict(step_ms=round(timed(verify(1), reps), 2), verify_ms={w: round(timed(verify(w), reps), 2) for w in range(2, 9)})
+    tok, pos = torch.tensor([[220]], device=dev), torch.tensor([[context]], device=dev)
+    for name, drafter in drafts.items():
+        if isinstance(drafter, EarlyExitDrafter):
+            def step(d=drafter):
+                h = rt.layer_range(rt.embed_at(tok, pos), pos, cache, 0, d.k)[:, 0]
+                d.vocab.logits(rt.final_norm(h))
+        else:
+            drt = drafter.m.runtime
+            dcache = drt.new_cache(enc, slack=1)
+            drt.step(torch.tensor([seq], device=dev), torch.arange(len(seq), device=dev)[None], dcache)
+
+            def step(drt=drt, dcache=dcache):
+                drt.step(tok, pos, dcache)
+        out[f"draft_step_ms[{name}]"] = round(timed(step, reps), 2)
+    return out
+
+
+def run_target(name: str, device: str, dtype: torch.dtype, tokens: int, reps: int, folder: Path) -> list[dict]:
+    t0 = time.perf_counter()
+    target = build(name, device, dtype)
+    # the distilled drafter: 2 decoder layers over its teacher's encoder (built on the meta device, so
+    # its own 32 encoder layers never take memory)
+    drafter_model = build(DRAFTERS[name], "meta", dtype).to_empty(device=device)
+    drafter_model.model.encoder = target.model.encoder
+    torch.manual_seed(1)
+    for p in list(drafter_model.model.decoder.parameters()) + list(drafter_model.proj_out.parameters()):
+        torch.nn.init.normal_(p, std=0.02)
+    engine = AsrEngine(bundle=bundle_of(name, target, folder / name), device=device)
+    d_bundle = bundle_of(DRAFTERS[name], drafter_model, folder / DRAFTERS[name])
+    print(f"{name}: built and packed in {time.perf_counter() - t0:.0f} s", flush=True)
+
+    sp, rt = engine.special, engine.runtime
+    prompt = sp.prompt("en", "transcribe", timestamps=True)
+    item = english_set()[0]
+    audio = load_audio(item.path)[: 30 * 16000]
+    feats = engine.features(audio, [Chunk(0, len(audio))])
+    t = time.perf_counter()
+    enc = rt.encode(feats)
+    enc_s = time.perf_counter() - t
+
+    def make(kind: str, replay: Replay | None):
+        if kind == "distil":
+            d = model_drafter(engine, DRAFTERS[name], bundle=d_bundle)
+        else:
+            d = EarlyExitDrafter(rt, sp, engine.rules, int(kind.split(":")[1]))
+        return replaying(d, replay) if replay else d
+
+    kinds = ["distil"] + [f"early-exit:{k}" for k in EXIT_LAYERS[name]]
+    row = dict(name=f"{name} costs", encoder_s_per_window=round(enc_s, 2),
+               **costs(engine, {k: make(k, None) for k in kinds}, enc, prompt, reps))
+    print(json.dumps(row), flush=True)
+    runs = [row]
+    rt.max_len = len(prompt) + tokens  # a window of `tokens` tokens: random weights rarely end one
+    plain_dec = GreedyDecoder(rt, sp, engine.rules)
+    reference = plain_dec.decode(enc, prompt).sequences[0].tokens
+    text = sp.eot
+    for a in ACCEPTANCES:
+        plain = plain_dec.decode(enc, prompt)
+        assert plain.sequences[0].tokens == reference
+        base_s = plain.stats.decoder_seconds
+        for kind in kinds:
+            spec = SpeculativeDecoder(rt, sp, engine.rules, make(kind, Replay(reference, a, text, seed=int(a * 10))), Lookahead())
+            out = spec.decode(enc, prompt)
+            st = out.stats
+            r = dict(name=f"{name} + {DRAFTERS[name] if kind == 'distil' else kind}, PROJECTION at per-token acceptance {a}",
+                     projected_acceptance=a, token_identical=out.sequences[0].tokens == reference,
+                     acceptance_rate=round(st.acceptance_rate, 3), tokens_per_target_pass=round(st.tokens_per_target_pass, 2),
+                     tokens=len(reference), plain_decoder_s=round(base_s, 2), decoder_s=round(st.decoder_seconds, 2),
+                     decoder_speedup=round(base_s / st.decoder_seconds, 3),
+                     end_to_end_speedup=round((enc_s + base_s) / (enc_s + st.decoder_seconds), 3))
+            runs.append(r)
+            print(json.dumps(r), flush=True)
+    del engine, target, drafter_model
+    return runs
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--models", default="large-v3,medium")
+    ap.add_argument("--device", default="auto")
+    ap.add_argument("--dtype", default="auto")
+    ap.add_argument("--tokens", type=int, default=100, help="tokens per window (default: 100)")
+    ap.add_argument("--reps", type=int, default=5)
+    ap.add_argument("--out", type=Path)
+    args = ap.parse_args(argv)
+    device = resolve_device(args.device)
+    dtype = resolve_dtype(args.dtype, device)
+    runs = []
+    with tempfile.TemporaryDirectory() as tmp:
+        for name in args.models.split(","):
+            runs += run_target(name, device, dtype, args.tokens, args.reps, Path(tmp))
+    dev = torch.cuda.get_device_name() if device.startswith("cuda") else machine(torch.get_num_threads())
+    out = args.out or ROOT / "bench" / "results" / f"large_target_{device.split(':')[0]}.json"
+    out.write_text(json.dumps({
+        "machine": f"{dev}; torch {torch.__version__}, {dtype}, batch 1",
+        "note": "RANDOM WEIGHTS with the full-width structure of the named models; rows named PROJECTION decode "
+                "with real drafter steps but a replay of the target's own tokens, right with the given per-token "
+                "probability (acceptance_rate is the measured share of drafted tokens accepted); end_to_end_speedup "
+                "counts the encoder of the window; decoding stops after `tokens` tokens",
+        "runs": runs}, indent=2) + "\n")
+    print(f"wrote {out}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

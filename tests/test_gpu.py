@@ -1,0 +1,75 @@
+"""The key checks on a CUDA GPU (marker ``gpu``): skipped cleanly where none is usable, as on CI.
+
+    .venv/bin/python -m pytest -m gpu tests/test_gpu.py
+
+On the GPU the exact path is the fixed-shape mode (asr.model): a verify pass must give each token the
+bits of a one-token step, and speculation the target's tokens, for every drafter kind and dtype."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from asr.audio import load_audio
+from asr.drafting import decoder_factory
+from asr.engine import AsrEngine, DecodeOptions
+from tests.devicecheck import HostDeviceMode
+
+pytestmark = [pytest.mark.gpu, pytest.mark.skipif(not torch.cuda.is_available(), reason="no CUDA GPU is usable here")]
+
+DTYPES = ["float16", "bfloat16", "float32"]
+
+
+@pytest.fixture(scope="module", params=DTYPES)
+def gpu_engine(request):
+    return AsrEngine("base", device="cuda", dtype=request.param)
+
+
+@pytest.fixture(scope="module")
+def audio(manifest):
+    return load_audio(next(m for m in manifest if m.file.endswith("jfk.flac")).path)
+
+
+def test_the_gpu_runtime_takes_the_fixed_shape_mode(gpu_engine):
+    rt = gpu_engine.runtime
+    assert rt.device.type == "cuda" and rt.fixed_width and not rt.row_exact and not rt.host_positions
+
+
+def test_verify_passes_give_the_bits_of_steps_on_the_gpu(gpu_engine, audio):
+    from tests.test_fixed_shape import _logits_by_width
+
+    e, rt = gpu_engine, gpu_engine.runtime
+    feats = e.bundle.feature_extractor(audio, sampling_rate=16000, return_tensors="pt").input_features
+    enc = rt.encode(feats.to("cuda", e.bundle.model.dtype))
+    prompt = e.special.prompt("en", "transcribe", timestamps=True)
+    seq = prompt + e.decoder.decode(enc, prompt).sequences[0].tokens[:24]
+    with torch.device("cuda"):
+        plain = _logits_by_width(rt, enc, seq, len(prompt), [1] * len(seq))
+        for widths in ([2] * 20, [5] * 10, [3, 7, 1, 13, 4]):
+            assert torch.equal(_logits_by_width(rt, enc, seq, len(prompt), widths), plain)
+        assert torch.equal(_logits_by_width(rt, enc, seq, len(prompt), [5] * 10, rows=3), plain)
+
+
+@pytest.mark.parametrize("draft", ["ngram", "early-exit", "tiny.en", "base:4"])
+def test_speculation_is_token_identical_on_the_gpu(gpu_engine, manifest, draft):
+    factory = decoder_factory(draft) if draft != "base:4" else None
+    if factory is None:
+        from asr.drafting import model_drafter
+        from asr.speculative import Lookahead, SpeculativeDecoder
+
+        def factory(engine):
+            return SpeculativeDecoder(engine.runtime, engine.special, engine.rules,
+                                      model_drafter(engine, "base", num_layers=4), Lookahead())
+    spec = AsrEngine("base", device="cuda", bundle=gpu_engine.bundle, decoder_factory=factory)
+    opts = DecodeOptions(language="en", batch_size=4, word_timestamps=True)
+    for item in [m for m in manifest if m.language == "en"][:8]:
+        audio = load_audio(item.path)
+        want, got = gpu_engine.transcribe(audio, opts), spec.transcribe(audio, opts)
+        assert [s.tokens for s in got.segments] == [s.tokens for s in want.segments], item.file
+
+
+def test_no_host_tensor_meets_the_gpu_weights(gpu_engine, audio):
+    """On a real GPU a host tensor meeting the weights raises; the mode also counts the host reads."""
+    with HostDeviceMode() as mode:
+        result = gpu_engine.transcribe(audio, DecodeOptions(language=None, word_timestamps=True))
+    assert result.segments and sum(mode.transfers.values()) <= result.stats.target_passes + 10
