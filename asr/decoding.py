@@ -21,6 +21,13 @@ from asr.types import DecodeStats
 NEG_INF = float("-inf")
 
 
+def read_choices(tokens: torch.Tensor, logprobs: torch.Tensor) -> tuple[list[int], list[float]]:
+    """Chosen token ids and their log-probabilities on the host in one read (one wait for a GPU per
+    step or round; token ids are exact in float32, below 2^24)."""
+    ids, lps = torch.stack([tokens.to(logprobs.dtype), logprobs]).tolist()
+    return [int(t) for t in ids], lps
+
+
 def _language_tokens(tokenizer) -> dict[str, int]:
     """``<|xx|>`` -> id for every Whisper language code the tokenizer has as a token."""
     ids = {f"<|{code}|>": tokenizer.convert_tokens_to_ids(f"<|{code}|>") for code in LANGUAGES}
@@ -239,11 +246,10 @@ class GreedyDecoder(Decoder):
         device = self.rt.device
         while True:
             nxt, logprobs = self.rules.select(last.float(), [results[r].tokens for r in active])
-            # one host read per step: the tokens (exact in float32, ids < 2^24) with their log-probabilities
-            picked, picked_logprobs = torch.stack([nxt.to(logprobs.dtype), logprobs]).tolist()
+            picked, picked_logprobs = read_choices(nxt, logprobs)  # the step's one host read
             keep = []
             for j, r in enumerate(active):
-                tok = int(picked[j])
+                tok = picked[j]
                 res = results[r]
                 res.sum_logprob += picked_logprobs[j]
                 if tok == self.sp.eot:

@@ -10,7 +10,7 @@ from dataclasses import dataclass
 
 import torch
 
-from asr.decoding import SpecialTokens, WhisperLogitRules
+from asr.decoding import SpecialTokens, WhisperLogitRules, read_choices
 from asr.model import KVCache, OutputHead, WhisperDecoderRuntime
 from asr.speculative import Drafter
 
@@ -241,11 +241,11 @@ class ModelDrafter(Drafter):
         live = [i for i, k in enumerate(ks) if k > 0 and len(seqs[i]) < limit]
         while live:
             prefixes = [seqs[i][len(self.prompt) :] + drafts[i] for i in live]
-            toks, lps = self.m.rules.select(self._logits(last[torch.tensor(live, device=device)]), prefixes)
-            toks, lps = torch.stack([toks.to(lps.dtype), lps]).tolist()  # the draft step's one host read
+            # the draft step's one host read
+            toks, lps = read_choices(*self.m.rules.select(self._logits(last[torch.tensor(live, device=device)]), prefixes))
             nxt = []
             for j, i in enumerate(live):
-                t = int(toks[j])
+                t = toks[j]
                 drafts[i].append(t)
                 confident = lps[j] >= _log(self.min_confidence)
                 if t != self.m.special.eot and len(drafts[i]) < ks[i] and confident \

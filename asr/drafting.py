@@ -21,7 +21,7 @@ import torch
 
 from asr.decoding import Decoder, GreedyDecoder, SpecialTokens, WhisperLogitRules
 from asr.auto_draft import AutoDecoder
-from asr.early_exit import DEFAULT_EXIT_LAYER, available_exit_layers, early_exit_drafter, model_fingerprint
+from asr.early_exit import DEFAULT_EXIT_LAYER, early_exit_drafter, find_adapters, model_fingerprint
 from asr.drafters import DraftModel, ModelDrafter, NgramDrafter, Retokenize, SameVocab
 from asr.model import WhisperDecoderRuntime
 from asr.models import WhisperBundle, load_whisper, split_int8
@@ -63,11 +63,11 @@ def auto_decoder(engine, lookahead: Lookahead | None = None) -> AutoDecoder:
     """``--draft auto``: candidates are the n-gram drafter and, where an adapter for this target
     exists, the early-exit drafter (at the default exit layer if trained, else the deepest)."""
     candidates = {"ngram": SpeculativeDecoder(engine.runtime, engine.special, engine.rules, NgramDrafter(), lookahead)}
-    layers = available_exit_layers(model_fingerprint(engine.bundle.model))
-    if layers:
-        k = DEFAULT_EXIT_LAYER if DEFAULT_EXIT_LAYER in layers else max(layers)
+    adapters = find_adapters(model_fingerprint(engine.bundle.model))
+    if adapters:
+        k = DEFAULT_EXIT_LAYER if DEFAULT_EXIT_LAYER in adapters else max(adapters)
         candidates[f"early-exit:{k}"] = SpeculativeDecoder(engine.runtime, engine.special, engine.rules,
-                                                           early_exit_drafter(engine, k), lookahead)
+                                                           early_exit_drafter(engine, k, adapter=adapters[k]), lookahead)
     return AutoDecoder(engine.runtime, engine.special, engine.rules, candidates)
 
 

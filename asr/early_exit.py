@@ -38,7 +38,7 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-from asr.decoding import SpecialTokens, WhisperLogitRules
+from asr.decoding import SpecialTokens, WhisperLogitRules, read_choices
 from asr.model import KVCache, WhisperDecoderRuntime
 from asr.models import default_cache_dir
 from asr.speculative import Drafter
@@ -250,8 +250,7 @@ class CompactVocab:
         """Greedy target token ids and their (compact) log-probabilities under the rules, read to the host
         at once (ids exact in float32, below 2^24)."""
         toks, lps = self.rules.select(logits, [self._short(p) for p in prefixes])
-        ids, logprobs = torch.stack([self.ids[toks].to(lps.dtype), lps]).tolist()
-        return [int(t) for t in ids], logprobs
+        return read_choices(self.ids[toks], lps)
 
     def _short(self, prefix: list[int]) -> list[int]:
         """The part of a prefix the rules read, in compact ids: its last two tokens, after the latest

@@ -324,9 +324,10 @@ class WhisperDecoderRuntime:
             raise ValueError("a pass wider than the fixed-shape mode's width needs every row of its cache")
         return self._layers(x, positions, cache, start, stop, cross_qk)
 
-    def _slots(self, positions: torch.Tensor, cache: KVCache) -> tuple[torch.Tensor, torch.Tensor]:
-        """Fixed-shape mode: the physical row [b, 1] and column [b, n] of each token of a pass."""
-        phys = torch.tensor(cache.physical(), device=positions.device)[:, None]
+    def _slots(self, rows: torch.Tensor, positions: torch.Tensor, cache: KVCache) -> tuple[torch.Tensor, torch.Tensor]:
+        """Fixed-shape mode: the physical row and the column of the tokens of live rows ``rows`` at
+        ``positions`` (broadcast together)."""
+        phys = torch.tensor(cache.physical(), device=positions.device)[rows]
         return phys, positions % self.fixed_width
 
     def _fixed_shape_pass(
@@ -345,7 +346,7 @@ class WhisperDecoderRuntime:
         few percent). Unused slots hold the last slot of the room, which no real position reaches."""
         b, n = positions.shape
         rows, width = cache.k.shape[1], self.fixed_width
-        phys, col = self._slots(positions, cache)
+        phys, col = self._slots(torch.arange(b, device=positions.device)[:, None], positions, cache)
         full_pos = positions.new_full((rows, width), cache.k.shape[3] - 1)
         full_pos[phys, col] = positions
         full_x = x.new_zeros(rows, width, x.shape[-1])
@@ -422,8 +423,7 @@ class WhisperDecoderRuntime:
         block of slots, each token in its own (``_fixed_shape_pass``)."""
         if self.fixed_width is None:
             return self.head(hidden)
-        phys = torch.tensor(cache.physical(), device=rows.device)[rows]
-        col = positions % self.fixed_width
+        phys, col = self._slots(rows, positions, cache)
         block = hidden.new_zeros(cache.k.shape[1], self.fixed_width, hidden.shape[-1])
         block[phys, col] = hidden
         return self.head(block)[phys, col]
@@ -441,8 +441,7 @@ class WhisperDecoderRuntime:
         h = self.hidden(tokens, positions, cache)
         if last_only:
             h, positions = h[:, -1:], positions[:, -1:]
-        if self.fixed_width is None or positions.shape[1] > self.fixed_width:
-            return self.logits(h)
-        rows = torch.arange(h.shape[0], device=h.device)[:, None].expand(positions.shape)
         with torch.inference_mode():
-            return self.logits_at(h, rows, positions, cache)
+            if self.fixed_width is None or positions.shape[1] > self.fixed_width:
+                return self.logits(h)
+            return self.logits_at(h, torch.arange(h.shape[0], device=h.device)[:, None], positions, cache)

@@ -21,7 +21,7 @@ from dataclasses import dataclass
 
 import torch
 
-from asr.decoding import Decoder, DecodeOutput, SequenceResult, SpecialTokens, WhisperLogitRules
+from asr.decoding import Decoder, DecodeOutput, SequenceResult, SpecialTokens, WhisperLogitRules, read_choices
 from asr.model import KVCache, WhisperDecoderRuntime
 from asr.types import DecodeStats
 
@@ -109,7 +109,7 @@ class SpeculativeDecoder(Decoder):
         last, no_speech = self.prefill(cache, prompt)
         stats.target_passes += b
         results = [SequenceResult([], 0.0, p) for p in no_speech.tolist()]
-        first, first_lp = self._read(*self.rules.select(last.float(), [[] for _ in range(b)]))
+        first, first_lp = read_choices(*self.rules.select(last.float(), [[] for _ in range(b)]))
         active: list[int] = []
         for r in range(b):
             if self._emit(results[r], first[r], first_lp[r], len(prompt), stats):
@@ -142,7 +142,7 @@ class SpeculativeDecoder(Decoder):
             at = torch.tensor(rows, device=device), torch.tensor(cols, device=device)
             logits = self.rt.logits_at(hidden[at], at[0], positions[at], cache).float()
             prefixes = [contexts[i] + drafts[i][:j] for i, j in zip(rows, cols)]
-            greedy, logprobs = self._read(*self.rules.select(logits, prefixes))
+            greedy, logprobs = read_choices(*self.rules.select(logits, prefixes))  # the round's one host read
             stats.target_passes += len(active)
 
             keep, at = [], 0
@@ -175,13 +175,6 @@ class SpeculativeDecoder(Decoder):
                 ks = [ks[i] for i in keep]
         stats.decoder_seconds = time.perf_counter() - t0
         return DecodeOutput(results, stats)
-
-    @staticmethod
-    def _read(tokens: torch.Tensor, logprobs: torch.Tensor) -> tuple[list[int], list[float]]:
-        """The verify pass's greedy tokens and log-probabilities on the host: the round's one read
-        (token ids are exact in float32, below 2^24)."""
-        both = torch.stack([tokens.to(logprobs.dtype), logprobs]).tolist()
-        return [int(t) for t in both[0]], both[1]
 
     def _emit(self, res: SequenceResult, token: int, logprob: float, prompt_len: int, stats: DecodeStats) -> bool:
         """Append the target's greedy token as plain decoding would; False when the row ends."""

@@ -5,6 +5,21 @@ from __future__ import annotations
 
 import pytest
 
+from asr.drafting import decoder_factory, model_drafter
+from asr.speculative import Lookahead, SpeculativeDecoder
+
+
+def drafting_factory(draft: str):
+    """``asr.drafting.decoder_factory``, plus ``base:4``: base's first 4 decoder layers drafting for base
+    (same vocabulary, the target's encoder output shared)."""
+    if draft != "base:4":
+        return decoder_factory(draft)
+
+    def build(engine):
+        return SpeculativeDecoder(engine.runtime, engine.special, engine.rules,
+                                  model_drafter(engine, "base", num_layers=4), Lookahead())
+    return build
+
 
 def assert_decodes_like_plain(decoder, cases, reference, label: str) -> tuple[int, int]:
     """``cases``: (item, encoder output, prompt, features or None) per window; ``reference``: the plain

@@ -8,9 +8,9 @@ import pytest
 import torch
 
 from asr.audio import load_audio
-from asr.drafting import decoder_factory
 from asr.engine import AsrEngine, DecodeOptions
 from tests.devicecheck import HostDeviceMix, HostDeviceMode
+from tests.exactness import drafting_factory
 
 DRAFTS = ["none", "ngram", "early-exit", "base:4", "tiny.en"]
 
@@ -29,21 +29,9 @@ def test_the_check_catches_a_host_tensor_meeting_the_weights(base_engine):
         rt.embed_at(torch.tensor([[1, 2]], device=rt.device), torch.tensor([[0, 1]], device=rt.device))
 
 
-def model_drafter_factory(name):
-    if name == "base:4":  # same vocabulary, shares the target's encoder output
-        from asr.drafting import model_drafter
-        from asr.speculative import Lookahead, SpeculativeDecoder
-
-        def build(engine):
-            return SpeculativeDecoder(engine.runtime, engine.special, engine.rules,
-                                      model_drafter(engine, "base", num_layers=4), Lookahead())
-        return build
-    return decoder_factory(name)
-
-
 @pytest.mark.parametrize("draft", DRAFTS)
 def test_decoding_makes_its_tensors_on_the_models_device(base_engine, audio, draft):
-    engine = AsrEngine("base", bundle=base_engine.bundle, decoder_factory=model_drafter_factory(draft))
+    engine = AsrEngine("base", bundle=base_engine.bundle, decoder_factory=drafting_factory(draft))
     # the runtime as a GPU runs it: no per-query attention, positions never read on the host
     runtimes = {engine.runtime, getattr(getattr(getattr(engine.decoder, "drafter", None), "m", None), "runtime", None)} - {None}
     for rt in runtimes:

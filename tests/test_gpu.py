@@ -11,9 +11,9 @@ import pytest
 import torch
 
 from asr.audio import load_audio
-from asr.drafting import decoder_factory
 from asr.engine import AsrEngine, DecodeOptions
 from tests.devicecheck import HostDeviceMode
+from tests.exactness import drafting_factory
 
 pytestmark = [pytest.mark.gpu, pytest.mark.skipif(not torch.cuda.is_available(), reason="no CUDA GPU is usable here")]
 
@@ -52,15 +52,7 @@ def test_verify_passes_give_the_bits_of_steps_on_the_gpu(gpu_engine, audio):
 
 @pytest.mark.parametrize("draft", ["ngram", "early-exit", "tiny.en", "base:4"])
 def test_speculation_is_token_identical_on_the_gpu(gpu_engine, manifest, draft):
-    factory = decoder_factory(draft) if draft != "base:4" else None
-    if factory is None:
-        from asr.drafting import model_drafter
-        from asr.speculative import Lookahead, SpeculativeDecoder
-
-        def factory(engine):
-            return SpeculativeDecoder(engine.runtime, engine.special, engine.rules,
-                                      model_drafter(engine, "base", num_layers=4), Lookahead())
-    spec = AsrEngine("base", device="cuda", bundle=gpu_engine.bundle, decoder_factory=factory)
+    spec = AsrEngine("base", device="cuda", bundle=gpu_engine.bundle, decoder_factory=drafting_factory(draft))
     opts = DecodeOptions(language="en", batch_size=4, word_timestamps=True)
     for item in [m for m in manifest if m.language == "en"][:8]:
         audio = load_audio(item.path)
