@@ -76,8 +76,10 @@ class SpecialTokens:
             multilingual=multilingual,
         )
 
-    def prompt(self, language: str | None, task: str, timestamps: bool) -> list[int]:
-        seq = [self.sot]
+    def prompt(self, language: str | None, task: str, timestamps: bool, context: list[int] | None = None) -> list[int]:
+        """The decoder prompt; ``context`` (previous text, an initial prompt) goes after <|startofprev|>,
+        its last 223 tokens as openai/whisper keeps (half the text context, less one)."""
+        seq = [self.sot_prev, *context[-223:], self.sot] if context else [self.sot]
         if self.multilingual:
             if language is not None:
                 seq.append(self.languages[language])
@@ -217,8 +219,8 @@ class Decoder:
         tokens = torch.tensor(prompt, device=device).expand(b, -1)
         positions = torch.arange(len(prompt), device=device).expand(b, -1)
         logits = self.rt.step(tokens, positions, cache)
-        if self.sp.no_speech is not None:
-            no_speech = logits[:, 0].float().softmax(-1)[:, self.sp.no_speech]
+        if self.sp.no_speech is not None:  # read where <|startoftranscript|> is (after any context)
+            no_speech = logits[:, prompt.index(self.sp.sot)].float().softmax(-1)[:, self.sp.no_speech]
         else:
             no_speech = torch.zeros(b, device=device)
         return logits[:, -1], no_speech
@@ -231,6 +233,10 @@ class Decoder:
 
 class GreedyDecoder(Decoder):
     """Plain batched greedy decoding: one target pass per token."""
+
+    def choose(self, logits: torch.Tensor, prefixes: list[list[int]]) -> tuple[torch.Tensor, torch.Tensor]:
+        """The next token of each row after the logit rules, and its log-probability."""
+        return self.rules.select(logits, prefixes)
 
     @torch.inference_mode()
     def decode(self, encoder_out: torch.Tensor, prompt: list[int], features: torch.Tensor | None = None) -> DecodeOutput:
@@ -245,7 +251,7 @@ class GreedyDecoder(Decoder):
         length = len(prompt)
         device = self.rt.device
         while True:
-            nxt, logprobs = self.rules.select(last.float(), [results[r].tokens for r in active])
+            nxt, logprobs = self.choose(last.float(), [results[r].tokens for r in active])
             picked, picked_logprobs = read_choices(nxt, logprobs)  # the step's one host read
             keep = []
             for j, r in enumerate(active):
@@ -272,6 +278,32 @@ class GreedyDecoder(Decoder):
             length += 1
         stats.decoder_seconds = time.perf_counter() - t0
         return DecodeOutput(results, stats)
+
+
+class SamplingDecoder(GreedyDecoder):
+    """openai/whisper's decoding at a temperature > 0 (its fallback passes): each token is drawn from
+    softmax(logits / T) after the logit rules; the log-probability summed is that of the untempered
+    distribution, as openai/whisper does. Draws come from a generator seeded per decode, so a run is
+    reproducible. Plain decoding: no drafter runs in these passes."""
+
+    def __init__(self, runtime: WhisperDecoderRuntime, special: SpecialTokens, rules: WhisperLogitRules,
+                 temperature: float, seed: int = 0):
+        super().__init__(runtime, special, rules)
+        if not 0.0 < temperature <= 1.0:
+            raise ValueError(f"sampling temperature must be in (0, 1], got {temperature}")
+        self.temperature = temperature
+        self.seed = seed
+        self._generator: torch.Generator | None = None
+
+    def decode(self, encoder_out: torch.Tensor, prompt: list[int], features: torch.Tensor | None = None) -> DecodeOutput:
+        self._generator = torch.Generator(device=encoder_out.device).manual_seed(self.seed)
+        return super().decode(encoder_out, prompt, features)
+
+    def choose(self, logits: torch.Tensor, prefixes: list[list[int]]) -> tuple[torch.Tensor, torch.Tensor]:
+        self.rules.select(logits, prefixes, pick=False)
+        probs = (logits / self.temperature).softmax(-1)
+        tokens = torch.multinomial(probs, 1, generator=self._generator)[:, 0]
+        return tokens, logits.log_softmax(-1).gather(1, tokens[:, None])[:, 0]
 
 
 def detect_language(runtime: WhisperDecoderRuntime, special: SpecialTokens, encoder_out: torch.Tensor) -> tuple[str, float]:

@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass, field
+from collections import deque
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Callable
 
@@ -12,20 +13,25 @@ import torch
 
 from asr.alignment import WordAligner
 from asr.audio import SAMPLE_RATE
-from asr.decoding import Decoder, GreedyDecoder, SpecialTokens, WhisperLogitRules, detect_language
+from asr.chunking import Chunk, plan_chunks
+from asr.decoding import Decoder, GreedyDecoder, SamplingDecoder, SpecialTokens, WhisperLogitRules, detect_language
 from asr.device import resolve_device, resolve_dtype
+from asr.fallback import Attempt, QualityRules, decode_with_fallback
 from asr.memory import trim_heap
 from asr.model import WhisperDecoderRuntime
 from asr.models import WhisperBundle, load_whisper
-from asr.segments import tokens_to_segments
+from asr.segments import stitch, tokens_to_segments
 from asr.types import DecodeStats, Segment
-from asr.vad import Chunk, VoiceActivityDetector, merge_spans
+from asr.vad import VoiceActivityDetector
 
 Progress = Callable[[str, float], None]
 TASKS = ("transcribe", "translate")
-# openai/whisper's silence test: a chunk is dropped as non-speech when both hold.
-NO_SPEECH_THRESHOLD = 0.6
-LOGPROB_THRESHOLD = -1.0
+# A stretch of a chunk that its decode skipped is decoded again alone when the VAD hears this much
+# speech in it, or when it is this long; re-decodes of re-decodes stop at the depth limit.
+MIN_SKIP_SPEECH_S = 1.0
+MIN_SKIP_SILENCE_S = 3.0
+MAX_REDECODE_DEPTH = 2
+PROMPT_RESET_TEMPERATURE = 0.5  # openai/whisper: previous text is not carried past a decode this random
 
 
 @dataclass
@@ -36,14 +42,30 @@ class DecodeOptions:
     vad_threshold: float = 0.5
     max_chunk_s: float = 30.0
     word_timestamps: bool = False
+    beam_size: int | None = None  # None: greedy (speculative when a drafter runs)
+    patience: float = 1.0
+    quality: QualityRules = field(default_factory=QualityRules)
+    initial_prompt: str | None = None  # text before every chunk (before the first one only when conditioning)
+    hotwords: str | None = None  # words to favour: put in the prompt of every chunk
+    condition_on_previous_text: bool = False  # True: chunks decode one at a time, each after the text before it
 
-    def validate(self, special: SpecialTokens) -> None:
+    def validate(self, special: SpecialTokens | None = None) -> None:
+        """Raises ValueError with a one-line message; ``special`` adds the checks that need the model."""
         if self.task not in TASKS:
             raise ValueError(f"task must be one of {', '.join(TASKS)}, got '{self.task}'")
         if self.batch_size < 1:
             raise ValueError(f"batch size must be >= 1, got {self.batch_size}")
         if not 1.0 <= self.max_chunk_s <= 30.0:
             raise ValueError(f"chunk length must be between 1 and 30 s, got {self.max_chunk_s}")
+        if not 0.0 < self.vad_threshold < 1.0:
+            raise ValueError(f"VAD threshold must be between 0 and 1 (exclusive), got {self.vad_threshold}")
+        if self.beam_size is not None and self.beam_size < 1:
+            raise ValueError(f"beam size must be >= 1, got {self.beam_size}")
+        if self.patience <= 0:
+            raise ValueError(f"patience must be > 0, got {self.patience}")
+        self.quality.validate()
+        if special is None:
+            return
         if self.language is not None:
             if special.multilingual and self.language not in special.languages:
                 raise ValueError(f"unknown language code '{self.language}'")
@@ -59,11 +81,12 @@ class AsrResult:
     language: str | None
     language_probability: float | None
     stats: DecodeStats
-    chunks: list[Chunk] = field(default_factory=list)
+    chunks: list[Chunk] = field(default_factory=list)  # every window decoded, re-decoded stretches included
     vad_seconds: float = 0.0
 
 
 DecoderFactory = Callable[["AsrEngine"], Decoder]
+Item = tuple[int, Chunk]  # (file, chunk)
 
 
 class AsrEngine:
@@ -116,11 +139,28 @@ class AsrEngine:
         trim_heap()  # the encoder's temporaries (asr.memory): 75-120 MB kept otherwise, measured
         return feats, enc, time.perf_counter() - t
 
-    def _speech_chunks(self, audio: np.ndarray, opts: DecodeOptions, progress: Callable[[float], None]) -> tuple[list[Chunk], float]:
+    def _plan(self, audio: np.ndarray, opts: DecodeOptions, progress: Callable[[float], None]) -> tuple[list[Chunk], float]:
+        """The file's chunks (all of it, cut in the VAD's pauses: asr.chunking) and the VAD's seconds."""
         t0 = time.perf_counter()
-        spans = self.vad.speech_spans(audio, opts.max_chunk_s, progress=progress)
+        spans = self.vad.speech_spans(audio, opts.max_chunk_s, progress=progress, threshold=opts.vad_threshold)
         trim_heap()
-        return merge_spans(spans, opts.max_chunk_s), time.perf_counter() - t0
+        return plan_chunks(spans, len(audio), opts.max_chunk_s), time.perf_counter() - t0
+
+    def _first_decoder(self, opts: DecodeOptions, decoder: Decoder) -> Decoder:
+        if opts.beam_size is None:
+            return decoder
+        from asr.beam import BeamSearchDecoder
+
+        return BeamSearchDecoder(self.runtime, self.special, self.rules, opts.beam_size, opts.patience)
+
+    def _sampler(self, temperature: float) -> Decoder:
+        return SamplingDecoder(self.runtime, self.special, self.rules, temperature)
+
+    def _text(self, tokens: list[int]) -> str:
+        return self.bundle.tokenizer.decode([t for t in tokens if t < self.special.eot])
+
+    def _context(self, text: str | None) -> list[int]:
+        return self.bundle.tokenizer.encode(" " + text.strip(), add_special_tokens=False) if text and text.strip() else []
 
     def _decode_batch(
         self,
@@ -132,27 +172,33 @@ class AsrEngine:
         opts: DecodeOptions,
         decoder: Decoder,
         stats: DecodeStats,
-    ) -> tuple[list[list[Segment]], list[int]]:
+    ) -> tuple[list[list[Segment]], list[list[Chunk]], list[Attempt]]:
         """Decode one batch of chunks (row i of ``enc`` is ``chunks[i]``, all after the same ``prompt``).
 
-        Returns the segments of each chunk (absolute times) and the tokens each row generated;
-        the decode's counters and the alignment time are added to ``stats``.
-        """
-        out = decoder.decode(enc, prompt, features=feats)
+        Returns each chunk's segments (absolute times; none when Whisper finds no speech), the
+        stretches of each chunk to decode again (``_skipped``) and the attempt kept per chunk; the decode's counters and the alignment time are added to ``stats``."""
+        first = self._first_decoder(opts, decoder)
+        attempts = decode_with_fallback(first, self._sampler, enc, prompt, feats, opts.quality, self._text, stats)
         trim_heap()  # the batch's cache is freed: keep the heap from holding it (asr.memory)
-        stats.merge(out.stats)
-        per_chunk = [
-            []
-            if seq.no_speech_prob > NO_SPEECH_THRESHOLD and seq.avg_logprob < LOGPROB_THRESHOLD
-            else tokens_to_segments(seq.tokens, self.special, self.bundle.tokenizer, chunk.start_s, chunk.duration_s)
-            for chunk, seq in zip(chunks, out.sequences)
-        ]
+        per_chunk: list[list[Segment]] = []
+        again: list[list[Chunk]] = []
+        for chunk, a in zip(chunks, attempts):
+            if opts.quality.is_silence(a.seq, vad_speech=chunk.speech):
+                per_chunk.append([])
+                again.append([])
+                continue
+            segs, _ = tokens_to_segments(a.seq.tokens, self.special, self.bundle.tokenizer, chunk.start_s,
+                                               chunk.duration_s, drop_unfinished=a.seq.hit_max_length)
+            facts = dict(seek=chunk.start // 160, temperature=a.temperature, avg_logprob=a.seq.avg_logprob,
+                         compression_ratio=a.compression_ratio, no_speech_prob=a.seq.no_speech_prob)
+            per_chunk.append([replace(seg, **facts) for seg in segs])
+            again.append(_skipped(chunk, segs))
         if opts.word_timestamps:
             t = time.perf_counter()
             offsets = [c.start_s for c in chunks]
             self.aligner.align(enc, per_chunk, offsets, [c.duration_s for c in chunks], language, opts.task)
             stats.alignment_seconds += time.perf_counter() - t
-        return per_chunk, [len(seq.tokens) for seq in out.sequences]
+        return per_chunk, again, attempts
 
     def transcribe(
         self,
@@ -162,31 +208,7 @@ class AsrEngine:
         decoder: Decoder | None = None,
     ) -> AsrResult:
         """Transcribe a 16 kHz waveform; ``decoder`` overrides the engine's own (tests, benchmarks)."""
-        decoder = decoder or self.decoder
-        opts = options or DecodeOptions()
-        opts.validate(self.special)
-        report = progress or (lambda stage, frac: None)
-        chunks, vad_seconds = self._speech_chunks(audio, opts, lambda f: report("vad", f))
-        stats = DecodeStats()
-        if not chunks:
-            return AsrResult([], opts.language, None, stats, [], vad_seconds)
-
-        language, lang_prob = opts.language, None
-        prompt: list[int] | None = None
-        segments: list[Segment] = []
-        report("transcribe", 0.0)
-        for i in range(0, len(chunks), opts.batch_size):
-            batch = chunks[i : i + opts.batch_size]
-            feats, enc, seconds = self._encode([audio[c.start : c.end] for c in batch])
-            stats.encoder_seconds += seconds
-            if language is None:  # detected once per file, on its first chunk
-                language, lang_prob = detect_language(self.runtime, self.special, enc)
-            if prompt is None:
-                prompt = self.special.prompt(language, opts.task, timestamps=True)
-            per_chunk, _ = self._decode_batch(enc, feats, prompt, batch, language, opts, decoder, stats)
-            segments.extend(s for segs in per_chunk for s in segs)
-            report("transcribe", min(1.0, (i + len(batch)) / len(chunks)))
-        return AsrResult(segments, language, lang_prob, stats, chunks, vad_seconds)
+        return self.transcribe_many([audio], options, progress, decoder)[0]
 
     def transcribe_many(
         self,
@@ -197,90 +219,142 @@ class AsrEngine:
     ) -> list[AsrResult]:
         """Transcribe several 16 kHz waveforms with their chunks batched together.
 
-        Each file is cut by VAD and gets its language from its own first chunk (as in
-        ``transcribe``); then chunks of all files that share a prompt (language, task) are decoded
-        in batches of ``batch_size``. Per-file stats: exact token counts and VAD time; a shared
-        batch's encoder/decoder/alignment time and pass counts are split by each file's rows
-        (encoder) or generated tokens (decoder, alignment).
-        """
+        Each file is cut into chunks covering all of it (asr.chunking) and gets its language from its
+        first chunk with VAD speech; then chunks of all files that share a prompt (language, task,
+        initial prompt) are decoded in batches of ``batch_size``, and a chunk whose decode stopped
+        early has its tail queued again. With ``condition_on_previous_text`` each file's chunks decode
+        one at a time in order, each after the text of the one before (openai/whisper's way).
+        Per-file stats: exact token counts and VAD time; a shared batch's encoder/decoder/alignment
+        time and pass counts are split by each file's rows (encoder) or generated tokens (decoder,
+        alignment)."""
         decoder = decoder or self.decoder
         opts = options or DecodeOptions()
         opts.validate(self.special)
         report = progress or (lambda stage, frac: None)
         n = len(audios)
-        chunks: list[list[Chunk]] = []
+        plans: list[list[Chunk]] = []
         vad_seconds: list[float] = []
         for i, audio in enumerate(audios):
-            found, seconds = self._speech_chunks(audio, opts, lambda f, i=i: report("vad", (i + f) / n))
-            chunks.append(found)
+            found, seconds = self._plan(audio, opts, lambda f, i=i: report("vad", (i + f) / n))
+            plans.append(found)
             vad_seconds.append(seconds)
         stats = [DecodeStats() for _ in audios]
-        languages: list[tuple[str | None, float | None]] = [(opts.language, None)] * n
-        # Encoder rows kept from language detection, reused when their chunk is decoded.
-        encoded: dict[tuple[int, int], tuple[torch.Tensor, torch.Tensor]] = {}
-        if opts.language is None:
-            firsts = [i for i in range(n) if chunks[i]]
-            for b in range(0, len(firsts), opts.batch_size):
-                rows = firsts[b : b + opts.batch_size]
-                first = [chunks[i][0] for i in rows]
-                feats, enc, seconds = self._encode([audios[i][c.start : c.end] for i, c in zip(rows, first)])
-                for j, i in enumerate(rows):
-                    languages[i] = detect_language(self.runtime, self.special, enc[j : j + 1])
-                    encoded[(i, 0)] = (feats[j : j + 1], enc[j : j + 1])
-                    stats[i].encoder_seconds += seconds / len(rows)
+        encoded: dict[Item, tuple[torch.Tensor, torch.Tensor]] = {}  # rows kept from language detection
+        languages = self._languages(audios, plans, opts, encoded, stats)
+        initial = self._context(" ".join(t for t in (opts.hotwords, opts.initial_prompt) if t))
 
-        # Work items grouped by prompt, in file and chunk order within a group.
-        groups: dict[tuple[int, ...], list[tuple[int, int]]] = {}
+        def base_prompt(i: int, context: list[int]) -> tuple[int, ...]:
+            return tuple(self.special.prompt(languages[i][0], opts.task, timestamps=True, context=context))
+
+        # Work queues: one per prompt (files sharing it batch together), or one per file when conditioning.
+        queues: dict[object, deque[Item]] = {}
         for i in range(n):
-            if chunks[i]:
-                prompt = self.special.prompt(languages[i][0], opts.task, timestamps=True)
-                groups.setdefault(tuple(prompt), []).extend((i, k) for k in range(len(chunks[i])))
-        per_file: list[dict[int, list[Segment]]] = [{} for _ in audios]
-        total, done = sum(len(c) for c in chunks), 0
+            key = i if opts.condition_on_previous_text else base_prompt(i, initial)
+            queues.setdefault(key, deque()).extend((i, c) for c in plans[i])
+        contexts = [list(initial) for _ in audios]  # conditioning: the text each file's next chunk follows
+        batch_size = 1 if opts.condition_on_previous_text else opts.batch_size
+        done_segments: list[list[Segment]] = [[] for _ in audios]
+        redecoded: set[int] = set()  # ids of the segments of re-decoded stretches
+        decoded: list[list[Chunk]] = [[] for _ in audios]
+        total, done = sum(len(p) for p in plans), 0
         report("transcribe", 0.0)
-        for prompt, items in groups.items():
-            language = languages[items[0][0]][0]
-            for b in range(0, len(items), opts.batch_size):
-                batch = items[b : b + opts.batch_size]
-                feats, enc = self._gather(audios, chunks, batch, encoded, stats)
+        for queue in queues.values():
+            while queue:
+                batch = [queue.popleft() for _ in range(min(batch_size, len(queue)))]
+                i0 = batch[0][0]
+                prompt = list(base_prompt(i0, contexts[i0]))
+                feats, enc = self._gather(audios, batch, encoded, stats)
                 batch_stats = DecodeStats()
-                per_chunk, generated = self._decode_batch(
-                    enc, feats, list(prompt), [chunks[i][k] for i, k in batch], language, opts, decoder, batch_stats
+                per_chunk, again, attempts = self._decode_batch(
+                    enc, feats, prompt, [c for _, c in batch], languages[i0][0], opts, decoder, batch_stats
                 )
-                for (i, k), segs in zip(batch, per_chunk):
-                    per_file[i][k] = segs
-                _share_stats(batch_stats, [i for i, _ in batch], generated, stats)
+                for (i, chunk), segs, skipped, a in zip(batch, per_chunk, again, attempts):
+                    done_segments[i].extend(segs)
+                    if chunk.depth:
+                        redecoded.update(id(s) for s in segs)
+                    decoded[i].append(chunk)
+                    # skipped stretches go first when conditioning, so a file keeps its order
+                    (queue.extendleft(reversed([(i, c) for c in skipped])) if opts.condition_on_previous_text
+                     else queue.extend((i, c) for c in skipped))
+                    stats[i].redecoded_chunks += len(skipped)
+                    total += len(skipped)
+                    if opts.condition_on_previous_text:
+                        reset = a.temperature > PROMPT_RESET_TEMPERATURE
+                        contexts[i] = [] if reset else (contexts[i] + [t for s in segs for t in s.tokens])[-223:]
+                _share_stats(batch_stats, [i for i, _ in batch], [len(a.seq.tokens) for a in attempts], stats)
                 done += len(batch)
                 report("transcribe", done / total)
         return [
             AsrResult(
-                [s for k in sorted(per_file[i]) for s in per_file[i][k]],
+                stitch(done_segments[i], redecoded, self.bundle.tokenizer),
                 languages[i][0],
                 languages[i][1],
                 stats[i],
-                chunks[i],
+                sorted(decoded[i], key=lambda c: c.start),
                 vad_seconds[i],
             )
             for i in range(n)
         ]
 
+    def _languages(
+        self,
+        audios: list[np.ndarray],
+        plans: list[list[Chunk]],
+        opts: DecodeOptions,
+        encoded: dict[Item, tuple[torch.Tensor, torch.Tensor]],
+        stats: list[DecodeStats],
+    ) -> list[tuple[str | None, float | None]]:
+        """Each file's language and its probability: the option, or detected on the file's first chunk
+        with VAD speech (its first chunk when the VAD found none), whose encoder rows are kept."""
+        languages: list[tuple[str | None, float | None]] = [(opts.language, None)] * len(audios)
+        if opts.language is not None:
+            return languages
+        firsts = [(i, next((c for c in plan if c.speech), plan[0])) for i, plan in enumerate(plans) if plan]
+        for b in range(0, len(firsts), opts.batch_size):
+            rows = firsts[b : b + opts.batch_size]
+            feats, enc, seconds = self._encode([audios[i][c.start : c.end] for i, c in rows])
+            for j, (i, c) in enumerate(rows):
+                languages[i] = detect_language(self.runtime, self.special, enc[j : j + 1])
+                encoded[(i, c)] = (feats[j : j + 1], enc[j : j + 1])
+                stats[i].encoder_seconds += seconds / len(rows)
+        return languages
+
     def _gather(
         self,
         audios: list[np.ndarray],
-        chunks: list[list[Chunk]],
-        batch: list[tuple[int, int]],
-        encoded: dict[tuple[int, int], tuple[torch.Tensor, torch.Tensor]],
+        batch: list[Item],
+        encoded: dict[Item, tuple[torch.Tensor, torch.Tensor]],
         stats: list[DecodeStats],
     ) -> tuple[torch.Tensor, torch.Tensor]:
         """Features and encoder output of a batch of (file, chunk) items, encoding the ones not kept yet."""
         todo = [item for item in batch if item not in encoded]
         if todo:
-            feats, enc, seconds = self._encode([audios[i][chunks[i][k].start : chunks[i][k].end] for i, k in todo])
-            for j, (i, k) in enumerate(todo):
-                encoded[(i, k)] = (feats[j : j + 1], enc[j : j + 1])
+            feats, enc, seconds = self._encode([audios[i][c.start : c.end] for i, c in todo])
+            for j, (i, c) in enumerate(todo):
+                encoded[(i, c)] = (feats[j : j + 1], enc[j : j + 1])
                 stats[i].encoder_seconds += seconds / len(todo)
         rows = [encoded.pop(item) for item in batch]
         return torch.cat([f for f, _ in rows]), torch.cat([e for _, e in rows])
+
+
+def _skipped(chunk: Chunk, segments: list[Segment]) -> list[Chunk]:
+    """Stretches of ``chunk`` that its decode skipped and that are decoded again on their own: no
+    segment covers them and the VAD hears at least ``MIN_SKIP_SPEECH_S`` of speech in them (openai/
+    whisper seeks to the last timestamp when a window's text stops early), or they are
+    ``MIN_SKIP_SILENCE_S`` long (a quiet voice after a loud one is below Whisper's 80 dB window
+    range, but not alone). Not for a chunk without any text (Whisper was asked), nor twice deeper."""
+    if not segments or chunk.depth >= MAX_REDECODE_DEPTH:
+        return []
+    sr = SAMPLE_RATE
+    out, cursor = [], chunk.start
+    for seg in sorted(segments, key=lambda s: s.start) + [None]:
+        a, b = (round(seg.start * sr), round(seg.end * sr)) if seg else (chunk.end, chunk.end)
+        if a - cursor >= MIN_SKIP_SPEECH_S * sr and (
+            chunk.voiced_in(cursor, a) >= MIN_SKIP_SPEECH_S * sr or (chunk.speech and a - cursor >= MIN_SKIP_SILENCE_S * sr)
+        ):
+            out.append(chunk.part(cursor, a))
+        cursor = max(cursor, b)
+    return out
 
 
 def _share_stats(batch: DecodeStats, files: list[int], generated: list[int], into: list[DecodeStats]) -> None:
@@ -297,6 +371,8 @@ def _share_stats(batch: DecodeStats, files: list[int], generated: list[int], int
         into[i].accepted_tokens += round(batch.accepted_tokens * share)
         into[i].decoder_seconds += batch.decoder_seconds * share
         into[i].alignment_seconds += batch.alignment_seconds * share
+        into[i].fallback_passes += round(batch.fallback_passes * share)
+        into[i].fallback_seconds += batch.fallback_seconds * share
 
 
 def plain_decoder(engine: AsrEngine) -> Decoder:

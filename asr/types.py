@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, fields
 
 
 @dataclass
@@ -23,6 +23,12 @@ class Segment:
     tokens: list[int] = field(default_factory=list)
     speaker: str | None = None
     overlap: bool = False  # more than one speaker talks during this segment
+    # openai-whisper's per-window facts of the decode this segment came from
+    seek: int = 0  # the window's start in 10 ms mel frames
+    temperature: float = 0.0
+    avg_logprob: float = 0.0
+    compression_ratio: float = 0.0
+    no_speech_prob: float = 0.0
 
 
 @dataclass
@@ -36,6 +42,9 @@ class DecodeStats:
     encoder_seconds: float = 0.0
     decoder_seconds: float = 0.0
     alignment_seconds: float = 0.0
+    fallback_passes: int = 0  # target passes of temperature-fallback decodes (plain sampling, no drafter)
+    fallback_seconds: float = 0.0  # their time, also counted in decoder_seconds
+    redecoded_chunks: int = 0  # chunk tails decoded again because a decode stopped before the speech did
 
     @property
     def acceptance_rate(self) -> float:
@@ -46,11 +55,8 @@ class DecodeStats:
         return self.generated_tokens / self.target_passes if self.target_passes else 0.0
 
     def merge(self, other: DecodeStats) -> None:
-        for name in ("generated_tokens", "target_passes", "drafted_tokens", "accepted_tokens"):
-            setattr(self, name, getattr(self, name) + getattr(other, name))
-        self.encoder_seconds += other.encoder_seconds
-        self.decoder_seconds += other.decoder_seconds
-        self.alignment_seconds += other.alignment_seconds
+        for f in fields(self):
+            setattr(self, f.name, getattr(self, f.name) + getattr(other, f.name))
 
     def to_dict(self) -> dict:
         d = asdict(self)
@@ -87,12 +93,17 @@ class Transcript:
             "segments": [
                 {
                     "id": i,
+                    "seek": s.seek,
                     "start": round(s.start, 3),
                     "end": round(s.end, 3),
                     "text": s.text.strip(),
                     "speaker": s.speaker,
                     "overlap": s.overlap,
                     "tokens": s.tokens,
+                    "temperature": s.temperature,
+                    "avg_logprob": round(s.avg_logprob, 4),
+                    "compression_ratio": round(s.compression_ratio, 4),
+                    "no_speech_prob": round(s.no_speech_prob, 4),
                     "words": [
                         {k: (round(v, 3) if isinstance(v, float) else v) for k, v in asdict(w).items()}
                         for w in s.words

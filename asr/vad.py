@@ -1,8 +1,7 @@
-"""Voice activity detection (silero-vad) and cutting long audio into <=30 s chunks at pauses."""
+"""Voice activity detection (silero-vad): speech probabilities and speech spans (asr.chunking cuts at them)."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import Callable
 
 import numpy as np
@@ -17,28 +16,12 @@ torch.set_num_threads(_threads)
 del _threads
 
 from asr.audio import SAMPLE_RATE
+from asr.chunking import WHISPER_WINDOW_S
 from asr.threads import one_thread
 
-WHISPER_WINDOW_S = 30.0
 WINDOW = 512  # samples per silero-vad probability at 16 kHz
 CONTEXT = 64  # samples of the previous window the model sees before each window
 BLOCK = 4096  # windows per batched call (131 s of audio; ~10 MB of input)
-
-
-@dataclass(frozen=True)
-class Chunk:
-    """A window of the input, in samples, that Whisper decodes in one go."""
-
-    start: int
-    end: int
-
-    @property
-    def start_s(self) -> float:
-        return self.start / SAMPLE_RATE
-
-    @property
-    def duration_s(self) -> float:
-        return (self.end - self.start) / SAMPLE_RATE
 
 
 class VoiceActivityDetector:
@@ -91,9 +74,14 @@ class VoiceActivityDetector:
         return torch.cat(out).tolist() if out else []
 
     def speech_spans(
-        self, audio: np.ndarray, max_span_s: float = WHISPER_WINDOW_S, progress: Callable[[float], None] | None = None
+        self,
+        audio: np.ndarray,
+        max_span_s: float = WHISPER_WINDOW_S,
+        progress: Callable[[float], None] | None = None,
+        threshold: float | None = None,
     ) -> list[tuple[int, int]]:
         """Speech regions as (start, end) sample indices; none longer than ``max_span_s``.
+        ``threshold`` (default: the detector's) is silero's speech-probability threshold.
 
         silero splits an over-long region at its longest inner pause (or, lacking
         one, at the limit), so every span fits one Whisper window.
@@ -102,27 +90,10 @@ class VoiceActivityDetector:
         spans = get_speech_timestamps_from_probs(
             self.speech_probs(audio, progress),
             sampling_rate=SAMPLE_RATE,
-            threshold=self.threshold,
+            threshold=self.threshold if threshold is None else threshold,
             min_silence_duration_ms=self.min_silence_ms,
             speech_pad_ms=self.speech_pad_ms,
             max_speech_duration_s=max_span_s - 2 * pad - 0.1,
             audio_length_samples=len(audio),
         )
         return [(int(s["start"]), int(s["end"])) for s in spans]
-
-
-def merge_spans(spans: list[tuple[int, int]], max_chunk_s: float = WHISPER_WINDOW_S) -> list[Chunk]:
-    """Group consecutive speech spans into chunks no longer than ``max_chunk_s``.
-
-    Chunks only ever end at a span's end and start at a span's start, so every
-    cut falls in a pause the VAD found (or inside a span silero already split):
-    no word is decoded twice or lost between chunks.
-    """
-    limit = int(max_chunk_s * SAMPLE_RATE)
-    chunks: list[Chunk] = []
-    for start, end in spans:
-        if chunks and end - chunks[-1].start <= limit:
-            chunks[-1] = Chunk(chunks[-1].start, end)
-        else:
-            chunks.append(Chunk(start, min(end, start + limit)))
-    return chunks

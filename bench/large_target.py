@@ -46,7 +46,7 @@ from asr.early_exit import EarlyExitDrafter  # noqa: E402
 from asr.engine import AsrEngine  # noqa: E402
 from asr.models import WhisperBundle  # noqa: E402
 from asr.speculative import Lookahead, SpeculativeDecoder  # noqa: E402
-from asr.vad import Chunk  # noqa: E402
+from asr.chunking import Chunk  # noqa: E402
 from bench.common import machine  # noqa: E402
 from bench.large_target_probe import DRAFTERS, SHAPES, build  # noqa: E402
 from pipelines.evaluation import english_set  # noqa: E402

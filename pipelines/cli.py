@@ -53,9 +53,33 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("-l", "--language", help="language code (default: detect)")
     p.add_argument("--task", default="transcribe", choices=["transcribe", "translate"])
     p.add_argument("--batch-size", type=int, default=8, help="chunks decoded together (default: 8)")
-    p.add_argument("--vad-threshold", type=float, default=0.5, help="silero-vad speech threshold (default: 0.5)")
+    p.add_argument("--vad-threshold", type=float, default=0.5,
+                   help="silero-vad speech threshold, 0-1: where chunks are cut; audio below it is still decoded and "
+                   "dropped only when Whisper finds no speech in it (default: 0.5)")
     p.add_argument("--word-timestamps", action=argparse.BooleanOptionalAction, default=None,
                    help="per-word times in json/tsv (default: on with --diarize)")
+    q = p.add_argument_group("decoding quality", "openai-whisper's safeguards; greedy passes are speculative, "
+                             "beam-search and fallback passes are plain (the json counts them)")
+    q.add_argument("--beam-size", type=int, help="beam search with this many beams (default: greedy, as "
+                   "openai-whisper's transcribe(); its CLI and faster-whisper use 5)")
+    q.add_argument("--patience", type=float, default=1.0, help="beam search patience (default: 1.0)")
+    q.add_argument("--best-of", type=int, default=5, help="samples per fallback temperature (default: 5)")
+    q.add_argument("--temperature", type=float, default=0.0, help="first decoding temperature, 0-1 (default: 0)")
+    q.add_argument("--temperature-increment-on-fallback", type=float, default=0.2,
+                   help="temperature step when a decode fails the checks below; 0: no fallback (default: 0.2)")
+    q.add_argument("--compression-ratio-threshold", type=float, default=2.4,
+                   help="decode again when the text's gzip ratio is above this: repetition loops (default: 2.4)")
+    q.add_argument("--logprob-threshold", type=float, default=-1.0,
+                   help="decode again when the average log-probability is below this (default: -1.0)")
+    q.add_argument("--no-speech-threshold", type=float, default=0.6,
+                   help="a chunk is silence when Whisper's no-speech probability is above this and the log-probability "
+                   "is below --logprob-threshold (default: 0.6)")
+    q.add_argument("--condition-on-previous-text", action=argparse.BooleanOptionalAction, default=False,
+                   help="decode each chunk after the text of the one before, one chunk at a time (default: off, as "
+                   "faster-whisper's and WhisperX's batched pipelines; openai-whisper: on)")
+    q.add_argument("--initial-prompt", help="text to put before every chunk (before the first with "
+                   "--condition-on-previous-text): spellings, names, style")
+    q.add_argument("--hotwords", help="words or phrases to favour, put in every chunk's prompt")
     p.add_argument("--diarize", action="store_true", help="attribute speech to speakers")
     p.add_argument("--num-speakers", type=int)
     p.add_argument("--min-speakers", type=int)
@@ -135,12 +159,27 @@ def _quiet_libraries() -> None:
     warnings.filterwarnings("ignore")
 
 
+def _quality(args):
+    from asr.fallback import QualityRules, temperature_schedule
+
+    return QualityRules(
+        temperatures=temperature_schedule(args.temperature, args.temperature_increment_on_fallback),
+        compression_ratio_threshold=args.compression_ratio_threshold,
+        logprob_threshold=args.logprob_threshold,
+        no_speech_threshold=args.no_speech_threshold,
+        best_of=args.best_of,
+    )
+
+
 def _options(args):
     from pipelines.core import RunOptions
 
     opts = RunOptions(
         decode=DecodeOptions(language=args.language, task=args.task, batch_size=args.batch_size, vad_threshold=args.vad_threshold,
-                            word_timestamps=args.diarize if args.word_timestamps is None else args.word_timestamps),
+                            word_timestamps=args.diarize if args.word_timestamps is None else args.word_timestamps,
+                            beam_size=args.beam_size, patience=args.patience, quality=_quality(args),
+                            initial_prompt=args.initial_prompt, hotwords=args.hotwords,
+                            condition_on_previous_text=args.condition_on_previous_text),
         diarize=args.diarize,
         num_speakers=args.num_speakers,
         min_speakers=args.min_speakers,

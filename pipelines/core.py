@@ -46,6 +46,7 @@ class RunOptions:
     max_audio_s: float = DEFAULT_MAX_SECONDS
 
     def validate(self) -> None:
+        self.decode.validate()
         for name in ("num_speakers", "min_speakers", "max_speakers"):
             v = getattr(self, name)
             if v is not None and v < 1:

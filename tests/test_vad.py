@@ -8,7 +8,8 @@ import torch
 from silero_vad import get_speech_timestamps
 
 from asr.audio import load_audio
-from asr.vad import WHISPER_WINDOW_S, VoiceActivityDetector
+from asr.chunking import WHISPER_WINDOW_S
+from asr.vad import VoiceActivityDetector
 from pipelines.evaluation import english_set
 
 

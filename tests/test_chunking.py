@@ -1,0 +1,56 @@
+"""Chunk planning (asr.chunking): the VAD chooses cut points, every sample is decoded once."""
+
+from __future__ import annotations
+
+import pytest
+
+from asr.chunking import Chunk, plan_chunks
+
+SR = 16000
+
+
+def _check_tiling(chunks: list[Chunk], n: int, limit_s: float = 30.0) -> None:
+    assert chunks[0].start == 0 and chunks[-1].end == n
+    for a, b in zip(chunks, chunks[1:]):
+        assert a.end == b.start, "chunks must neither overlap nor leave a gap"
+    assert all(0 < c.end - c.start <= limit_s * SR for c in chunks)
+
+
+@pytest.mark.parametrize(
+    "spans, n",
+    [
+        ([], 75 * SR),  # the VAD heard nothing: the file is still decoded, in <=30 s pieces
+        ([(2 * SR, 10 * SR)], 12 * SR),
+        ([(1 * SR, 9 * SR), (70 * SR, 80 * SR)], 100 * SR),  # a minute of pause between two utterances
+        ([(k * 7 * SR, k * 7 * SR + 6 * SR) for k in range(20)], 140 * SR),  # dense speech
+        ([(0, 30 * SR), (30 * SR, 60 * SR)], 60 * SR),  # spans silero already split at the limit
+    ],
+)
+def test_chunks_cover_the_whole_file(spans, n):
+    chunks = plan_chunks(spans, n)
+    _check_tiling(chunks, n)
+    for s, e in spans:  # each speech span lies in one chunk, which knows it heard speech there
+        holder = [c for c in chunks if c.start <= s and e <= c.end]
+        assert len(holder) == 1 and holder[0].speech and holder[0].voiced_in(s, e) == e - s
+
+
+def test_long_pause_becomes_chunks_marked_without_speech():
+    chunks = plan_chunks([(1 * SR, 9 * SR), (70 * SR, 80 * SR)], 100 * SR)
+    assert [c.speech for c in chunks] == [True, False, True, False]
+    # each utterance takes the pauses beside it, the room under 30 s shared between its two sides
+    assert (chunks[0].start, chunks[0].end) == (0, 30 * SR)
+    assert (chunks[2].start, chunks[2].end) == (60 * SR, 90 * SR)
+    assert [(c.start, c.end) for c in chunks if not c.speech] == [(30 * SR, 60 * SR), (90 * SR, 100 * SR)]
+    assert plan_chunks([], 10 * SR) == [Chunk(0, 10 * SR)]
+
+
+def test_cut_is_in_the_middle_of_a_pause():
+    chunks = plan_chunks([(0, 20 * SR), (22 * SR, 40 * SR)], 40 * SR)
+    assert [c.start for c in chunks] == [0, 21 * SR]
+
+
+def test_part_keeps_the_speech_inside_it():
+    c = Chunk(0, 30 * SR, ((SR, 5 * SR), (10 * SR, 20 * SR)))
+    p = c.part(4 * SR, 12 * SR)
+    assert p.voiced == ((4 * SR, 5 * SR), (10 * SR, 12 * SR)) and p.depth == 1
+    assert c.voiced_in(4 * SR, 12 * SR) == 3 * SR
