@@ -137,6 +137,7 @@ class KVCache:
     @torch.inference_mode()
     def select(self, rows: list[int]) -> KVCache:
         """A cache of only ``rows`` (e.g. finished sequences dropped from a batch). Consumes this one.
+        Rows may repeat (beam search's start): each copy gets a physical row of its own.
 
         Ascending rows (every caller's case) are moved down in place and the tensors viewed to their
         first ``len(rows)`` rows: nothing is allocated. Copying each tensor to a new, smaller one
@@ -146,16 +147,35 @@ class KVCache:
         is every number computed from it."""
         keep = list(rows)
         if self.rows is not None:  # fixed-shape mode: rows stay where they are, the dropped ones idle
-            return KVCache(self.k, self.v, self.cross_k, self.cross_v, limit=self.limit, rows=self.physical(keep))
+            if len(set(keep)) == len(keep):
+                return KVCache(self.k, self.v, self.cross_k, self.cross_v, limit=self.limit, rows=self.physical(keep))
+            keep = self.physical(keep)  # repeated rows (beams) need physical rows of their own: gathered below
         tensors = (self.k, self.v, self.cross_k, self.cross_v)
         if any(b <= a for a, b in zip(keep, keep[1:])):  # not ascending: gather into new tensors
             idx = torch.tensor(keep, device=self.k.device)
-            return KVCache(*(t[:, idx].contiguous() for t in tensors), limit=self.limit)
+            rows = None if self.rows is None else list(range(len(keep)))
+            return KVCache(*(t[:, idx].contiguous() for t in tensors), limit=self.limit, rows=rows)
         for to, r in enumerate(keep):
             if to != r:
                 for t in tensors:
                     t[:, to].copy_(t[:, r])
         return KVCache(*(t[:, : len(keep)] for t in tensors), limit=self.limit)
+
+    @torch.inference_mode()
+    def reorder(self, sources: list[int]) -> None:
+        """Live row i takes the self-attention K/V of live row ``sources[i]`` (in place; sources may
+        repeat): beam search's rearrangement. The cross-attention K/V stay: beams of one audio row share
+        them, and copying them (37 MB a row for base) each step cost more than the step. The caller
+        keeps each source within its own audio row."""
+        if len(sources) != self.batch_size:
+            raise ValueError(f"{len(sources)} sources for {self.batch_size} rows")
+        if sources == list(range(self.batch_size)):
+            return
+        phys = self.physical()
+        dst = torch.tensor(phys, device=self.k.device)
+        src = torch.tensor([phys[s] for s in sources], device=self.k.device)
+        for t in (self.k, self.v):
+            t[:, dst] = t[:, src]  # the right side is gathered into a new tensor first, so overlaps are safe
 
 
 def _attend_per_query(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, positions: list[list[int]], causal: bool) -> torch.Tensor:
