@@ -148,6 +148,7 @@ class Pipeline:
         timings["encoder"] = asr.stats.encoder_seconds
         timings["decoder"] = asr.stats.decoder_seconds
         segments = asr.segments
+        turns = None
 
         if opts.diarize:
             from diarize.attribution import assign_speakers
@@ -177,6 +178,7 @@ class Pipeline:
             },
             stats=asr.stats,
             source=source,
+            turns=turns,  # kept whole: the RTTM and the speaker list come from them, not from the words
         )
         if opts.postedit:
             t = time.perf_counter()
