@@ -137,3 +137,15 @@ def test_rttm_and_json_come_from_the_diarizer_turns_not_the_segments():
                        duration=2.0, source="p.wav")
     assert render(plain, "rttm") == "SPEAKER p 1 0.000 1.000 <NA> <NA> S1 <NA> <NA>\n"
     assert plain.to_dict()["speaker_turns"] is None
+
+
+def test_eigengap_count_prefers_the_largest_k_with_a_large_enough_gap():
+    import numpy as np
+
+    from diarize.clustering import count_from_eigengaps
+
+    ev = np.array([0.0, 0.0, 1.441, 2.318, 3.047, 3.142])  # s3a (3 speakers, one with 7 of 57 embeddings)
+    assert count_from_eigengaps(ev, 1, 5, 1.0) == 2  # the classic largest gap under-counts
+    assert count_from_eigengaps(ev, 1, 5, 0.6) == 3  # gap 0.877 >= 0.6 x 1.441
+    assert count_from_eigengaps(ev, 1, 2, 0.6) == 2  # max_speakers bounds it
+    assert count_from_eigengaps(ev, 4, 5, 0.6) == 4  # and min_speakers
