@@ -79,11 +79,12 @@ class _Turns:
         end = max(end, start + 1e-3)  # zero-length word: use its instant
         return self._pick(self.overlap_by_speaker(start, end), start, end)
 
-    def attribute(self, word: Word) -> Word:
-        """A copy of ``word`` with its speaker and overlap flag."""
+    def attribute(self, word: Word, keep_speaker: bool = False) -> Word:
+        """A copy of ``word`` with its speaker (unless ``keep_speaker``) and overlap flag."""
         start, end = word.start, max(word.end, word.start + 1e-3)  # zero-length word: use its instant
         spans = self.spans_by_speaker(start, end)
-        speaker = self._pick({k: sum(e - s for s, e in v) for k, v in spans.items()}, start, end)
+        speaker = word.speaker if keep_speaker else \
+            self._pick({k: sum(e - s for s, e in v) for k, v in spans.items()}, start, end)
         both = simultaneous_seconds(spans)
         return replace(word, speaker=speaker, overlap=both > 0 and both >= WORD_OVERLAP_SHARE * (end - start))
 
@@ -174,6 +175,15 @@ def assign_speakers(segments: list[Segment], turns: list[SpeakerTurn]) -> list[S
                                overlap=any(w.overlap for w in group)
                                or _is_overlapped(index, group[0].start, group[-1].end)))
     return out
+
+
+def mark_word_overlaps(segments: list[Segment], turns: list[SpeakerTurn]) -> list[Segment]:
+    """Segments whose words' ``overlap`` flags are set again from ``turns``, speakers kept.
+
+    For words rebuilt after attribution (the post-edit rewrites a segment's words from its text)."""
+    index = _Turns(turns)
+    return [replace(s, words=[index.attribute(w, keep_speaker=True) if index else replace(w) for w in s.words])
+            for s in segments]
 
 
 def speaker_turns_text(segments: list[Segment]) -> str:

@@ -185,6 +185,10 @@ class Pipeline:
             transcript, report_pe = self.post_editor().edit_transcript(transcript, progress=report)
             timings["postedit"] = time.perf_counter() - t
             transcript.model["postedit"] = report_pe.to_dict() if hasattr(report_pe, "to_dict") else str(report_pe)
+            if turns:  # edited segments get new Word objects: mark their overlaps again
+                from diarize.attribution import mark_word_overlaps
+
+                transcript.segments = mark_word_overlaps(transcript.segments, turns)
 
         total = sum(v for k, v in timings.items() if k in ("asr", "diarization", "postedit"))
         timings["total"] = total

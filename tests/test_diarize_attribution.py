@@ -7,7 +7,7 @@ import io
 import pytest
 
 from asr.types import Segment, Transcript, Word
-from diarize.attribution import assign_speakers, speaker_turns_text
+from diarize.attribution import assign_speakers, mark_word_overlaps, speaker_turns_text
 from diarize.pipeline import SpeakerTurn, annotation_to_turns, check_speaker_counts
 from diarize.rttm import format_rttm, parse_rttm, read_rttm, turns_to_annotation, write_rttm
 
@@ -67,6 +67,11 @@ def test_a_word_on_a_speaker_change_is_not_an_overlap_but_a_word_half_covered_is
     # x: A 0.25 s, B 0.2 s, both for 0.05 s (a boundary, not an overlap); z: both for 0.15 of 0.4 s
     assert got == [("A", False), ("B", False), ("B", True)]
     assert [s.overlap for s in out] == [False, True]  # the B piece holds an overlapped word
+    # words rebuilt without flags (as the post-edit does) get them back; speakers are kept
+    bare = [Segment(s.start, s.end, s.text, words=[Word(w.start, w.end, w.text, None, w.speaker) for w in s.words])
+            for s in out]
+    again = mark_word_overlaps(bare, turns)
+    assert [(w.speaker, w.overlap) for s in again for w in s.words] == got
 
 
 def test_no_turns_leaves_segments_unchanged():
