@@ -12,6 +12,20 @@ class Word:
     text: str
     probability: float | None = None
     speaker: str | None = None
+    overlap: bool = False  # another speaker's diarization turn covers this word too
+
+
+@dataclass
+class SpeakerTurn:
+    """One diarization turn: ``speaker`` talks from ``start`` to ``end`` (turns of different speakers may overlap)."""
+
+    start: float
+    end: float
+    speaker: str
+
+    @property
+    def duration(self) -> float:
+        return self.end - self.start
 
 
 @dataclass
@@ -74,6 +88,9 @@ class Transcript:
     timings: dict = field(default_factory=dict)  # seconds per stage, rtf
     stats: DecodeStats = field(default_factory=DecodeStats)
     source: str | None = None
+    # the diarizer's turns, overlaps included: the source of speakers (RTTM, speaker list);
+    # None when diarization did not run, [] when it ran and found nobody
+    turns: list[SpeakerTurn] | None = None
 
     @property
     def text(self) -> str:
@@ -81,6 +98,8 @@ class Transcript:
 
     @property
     def speakers(self) -> list[str]:
+        if self.turns is not None:
+            return sorted({t.speaker for t in self.turns} | {s.speaker for s in self.segments if s.speaker})
         return sorted({s.speaker for s in self.segments if s.speaker})
 
     def to_dict(self) -> dict:
@@ -111,6 +130,8 @@ class Transcript:
                 }
                 for i, s in enumerate(self.segments)
             ],
+            "speaker_turns": None if self.turns is None else [
+                {"start": round(t.start, 3), "end": round(t.end, 3), "speaker": t.speaker} for t in self.turns],
             "model": self.model,
             "timings": self.timings,
             "speculative": self.stats.to_dict(),

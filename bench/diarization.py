@@ -3,8 +3,10 @@
     python bench/diarization.py                  # writes bench/results/diarization.json
     python bench/diarization.py --threads 2 --minutes 10
 
-Per public multi-speaker file: DER (pyannote.metrics, collar 0.25 s, overlap scored and
-skipped), detected speakers, seconds and real-time factor, for both systems. Then each
+Per public multi-speaker file and per meeting built by bench/meetings.py (3-4 speakers mixed
+from single-speaker clips, with overlap; reference from how they were built): DER
+(pyannote.metrics, collar 0.25 s, overlap scored and skipped), detected vs reference speakers,
+seconds and real-time factor, for both systems. Then each
 system diarizes a 10-minute concatenation of the public speech files in a fresh child
 process, which reports its wall time and peak RSS (VmHWM). Times on the 30 s files are the
 median of ``--repeats`` runs after one warm-up run.
@@ -40,6 +42,7 @@ from asr.audio import load_audio  # noqa: E402
 from diarize.evaluation import (EVAL_DIR, EvalFile, der, der_pair, pyannote_dev_files,  # noqa: E402
                                 pyannote_sample_file)
 from diarize.pipeline import DEFAULT_PARAMS, SpeakerTurn, load_diarizer  # noqa: E402
+from bench.meetings import ALL as MEETINGS, meeting  # noqa: E402
 
 RESULTS = REPO / "bench" / "results" / "diarization.json"
 SR = 16000
@@ -162,6 +165,7 @@ def main(argv: list[str] | None = None) -> int:
     load_start = os.getloadavg()
     files = [(f, load_audio(f.audio)) for f in pyannote_dev_files() + [pyannote_sample_file()]]
     files.append(stereo_file())
+    files += [meeting(spec) for spec in MEETINGS]
     systems = {"ours": load_diarizer(), "senko": Senko(args.threads)}
     rows, per_file_turns = [], {}
     for f, audio in files:
@@ -188,13 +192,16 @@ def main(argv: list[str] | None = None) -> int:
         return round(total_der(pairs, skip_overlap=skip_overlap), 4)
 
     dev = ["dev00", "dev01"]
-    all_uris = [f.uri for f, _ in files]
+    built = [spec.name for spec in MEETINGS]
+    all_uris = [f.uri for f, _ in files if f.uri not in built]
     summary = {}
     for name in systems:
         mine = [r for r in rows if r["system"] == name]
         summary[name] = {
             "der_dev": corpus(name, dev, False), "der_dev_skip_overlap": corpus(name, dev, True),
             "der_all": corpus(name, all_uris, False), "der_all_skip_overlap": corpus(name, all_uris, True),
+            "der_meetings": corpus(name, built, False), "der_meetings_skip_overlap": corpus(name, built, True),
+            "speaker_count_correct": f"{sum(r['speakers'] == r['reference_speakers'] for r in mine)}/{len(mine)}",
             "rtf_30s_files": round(sum(r["seconds"] for r in mine) / sum(r["duration_s"] for r in mine), 4),
         }
     long_runs = {}
@@ -211,9 +218,15 @@ def main(argv: list[str] | None = None) -> int:
                      "der_skip_overlap": summary[name]["der_dev_skip_overlap"],
                      "der_all_files": summary[name]["der_all"],
                      "der_all_files_skip_overlap": summary[name]["der_all_skip_overlap"],
+                     "der_meetings": summary[name]["der_meetings"],
+                     "der_meetings_skip_overlap": summary[name]["der_meetings_skip_overlap"],
+                     "speaker_count_correct": summary[name]["speaker_count_correct"],
                      "rtf": summary[name]["rtf_30s_files"], "rtf_long": long.get("rtf"),
                      "peak_rss_mb": long.get("peak_rss_mb"), "long_audio_s": long.get("audio_s"),
                      "long_speakers": long.get("speakers"), **({"error": long["error"]} if "error" in long else {})})
+    runs += [{"name": f"{r['system']}/{r['file']}", **{k: r[k] for k in ("der", "der_skip_overlap", "speakers",
+                                                                         "reference_speakers", "rtf")}}
+             for r in rows]  # one run per system and file
     result = {
         "machine": {"cpu": _cpu_name(), "cpu_count": os.cpu_count(), "threads": args.threads,
                     "platform": platform.platform(),
@@ -222,7 +235,10 @@ def main(argv: list[str] | None = None) -> int:
                     "note": "2-core CPU shared with other jobs; both systems measured side by side in one run"},
         "metric": {"der": "pyannote.metrics DiarizationErrorRate, collar 0.25 s, optimal mapping; 'der' = corpus "
                           "DER over the public dev files dev00+dev01 inside their UEM (overlap scored); "
-                          "'der_all_files' adds the pyannote sample and the channel-separated stereo clip",
+                          "'der_all_files' adds the pyannote sample and the channel-separated stereo clip; "
+                          "'der_meetings' over the meetings built by bench/meetings.py (m*: clips as recorded, "
+                          "s*: short, one shared room; see bench/meetings.tsv for which were tuned on); "
+                          "runs named system/file: that file alone",
                    "rtf": "diarization seconds / audio seconds over the 30 s files (models loaded, one warm-up run, "
                           "median of the timed runs); "
                           "'rtf_long' on the long concatenation in a fresh process",

@@ -7,8 +7,12 @@ Rules
   * a segment with words is split wherever the word speaker changes; each piece keeps
     its words, its text is rebuilt from them, and it carries its speaker;
   * a segment without words gets the speaker with the largest overlap (nearest turn if none);
-  * ``overlap`` is set on a (piece of a) segment when another speaker's turns cover at
-    least ``OVERLAP_MIN_SECONDS`` of it, or ``OVERLAP_MIN_SHARE`` of its duration:
+  * ``overlap`` is set on a word when the turns of two (or more) speakers are active at the
+    same time during at least ``WORD_OVERLAP_SHARE`` of it (its instant for a zero-length
+    word): two speakers talk during that word;
+  * ``overlap`` is set on a (piece of a) segment when one of its words is marked, or (for
+    segments without words as well) when two speakers' turns are active at once for at least
+    ``OVERLAP_MIN_SECONDS`` of it, or ``OVERLAP_MIN_SHARE`` of its duration:
     overlapping speech is marked, not dropped;
   * with no turns at all (silence, diarization found nobody) segments come back unchanged.
 """
@@ -20,10 +24,14 @@ from collections.abc import Sequence
 from dataclasses import replace
 
 from asr.types import Segment, Word
-from diarize.pipeline import SpeakerTurn
+from asr.types import SpeakerTurn
 
 OVERLAP_MIN_SECONDS = 0.5
 OVERLAP_MIN_SHARE = 0.2
+# a word is overlapped when two speakers' turns are both active for a third of it (0.1 s of a
+# typical 0.3 s word); the diarizer's turns of two speakers often touch or overlap by a frame
+# or two (17 ms each) at a speaker change, which must not mark the word that sits on it
+WORD_OVERLAP_SHARE = 1 / 3
 
 
 class _Turns:
@@ -48,49 +56,79 @@ class _Turns:
             if t.end > start:
                 yield t
 
-    def overlap_by_speaker(self, start: float, end: float) -> dict[str, float]:
-        """Seconds of [start, end] covered by each speaker (a speaker's own turns never double count)."""
+    def spans_by_speaker(self, start: float, end: float) -> dict[str, list[tuple[float, float]]]:
+        """Parts of [start, end] each speaker's turns cover, merged per speaker."""
         spans: dict[str, list[tuple[float, float]]] = {}
         for t in self.overlapping(start, end):
             spans.setdefault(t.speaker, []).append((max(start, t.start), min(end, t.end)))
-        out = {}
-        for speaker, parts in spans.items():
-            total, cur_s, cur_e = 0.0, None, None
-            for s, e in sorted(parts):
-                if cur_e is None or s > cur_e:
-                    if cur_e is not None:
-                        total += cur_e - cur_s
-                    cur_s, cur_e = s, e
-                else:
-                    cur_e = max(cur_e, e)
-            total += cur_e - cur_s
-            out[speaker] = total
-        return out
+        return {speaker: _merge(parts) for speaker, parts in spans.items()}
+
+    def overlap_by_speaker(self, start: float, end: float) -> dict[str, float]:
+        """Seconds of [start, end] covered by each speaker (a speaker's own turns never double count)."""
+        return {speaker: sum(e - s for s, e in parts) for speaker, parts in self.spans_by_speaker(start, end).items()}
 
     def nearest(self, start: float, end: float) -> str:
         """Speaker of the turn closest to the middle of [start, end] (only used for uncovered words)."""
         mid = (start + end) / 2
         return min(self.turns, key=lambda t: (max(t.start - mid, mid - t.end, 0.0), t.start)).speaker
 
+    def _pick(self, covered: dict[str, float], start: float, end: float) -> str:
+        return max(sorted(covered), key=lambda s: covered[s]) if covered else self.nearest(start, end)
+
     def speaker_for(self, start: float, end: float) -> str:
-        if end <= start:  # zero-length word: use its instant
-            end = start + 1e-3
-        covered = self.overlap_by_speaker(start, end)
-        if covered:
-            return max(sorted(covered), key=lambda s: covered[s])
-        return self.nearest(start, end)
+        end = max(end, start + 1e-3)  # zero-length word: use its instant
+        return self._pick(self.overlap_by_speaker(start, end), start, end)
+
+    def attribute(self, word: Word, keep_speaker: bool = False) -> Word:
+        """A copy of ``word`` with its speaker (unless ``keep_speaker``) and overlap flag."""
+        start, end = word.start, max(word.end, word.start + 1e-3)  # zero-length word: use its instant
+        spans = self.spans_by_speaker(start, end)
+        speaker = word.speaker if keep_speaker else \
+            self._pick({k: sum(e - s for s, e in v) for k, v in spans.items()}, start, end)
+        both = simultaneous_seconds(spans)
+        return replace(word, speaker=speaker, overlap=both > 0 and both >= WORD_OVERLAP_SHARE * (end - start))
 
 
-def _is_overlapped(turns: _Turns, start: float, end: float, speaker: str | None) -> bool:
+def _merge(spans: Sequence[tuple[float, float]]) -> list[tuple[float, float]]:
+    out: list[tuple[float, float]] = []
+    for s, e in sorted(spans):
+        if out and s <= out[-1][1]:
+            out[-1] = (out[-1][0], max(out[-1][1], e))
+        else:
+            out.append((s, e))
+    return out
+
+
+def simultaneous_seconds(spans_by_speaker: dict[str, list[tuple[float, float]]]) -> float:
+    """Seconds during which two or more speakers are active (each speaker's spans merged first)."""
+    edges = sorted((x, step) for parts in spans_by_speaker.values() for s, e in _merge(parts)
+                   for x, step in ((s, 1), (e, -1)))
+    total, active, last = 0.0, 0, 0.0
+    for x, step in edges:
+        if active >= 2:
+            total += x - last
+        active, last = active + step, x
+    return total
+
+
+def overlap_seconds(turns: Sequence[SpeakerTurn]) -> float:
+    """Seconds of ``turns`` (a whole file) where two or more speakers talk at once."""
+    spans: dict[str, list[tuple[float, float]]] = {}
+    for t in turns:
+        spans.setdefault(t.speaker, []).append((t.start, t.end))
+    return simultaneous_seconds(spans)
+
+
+def _is_overlapped(turns: _Turns, start: float, end: float) -> bool:
+    """Two or more speakers talk at once for OVERLAP_MIN_SECONDS of [start, end] (or OVERLAP_MIN_SHARE of it).
+
+    Simultaneous speech, not merely another speaker's turn inside the span: a piece cut at a
+    speaker change has the next speaker's turn right next to it, which is no overlap."""
     duration = end - start
     if duration <= 0:
         return False
-    covered = turns.overlap_by_speaker(start, end)
-    others = [v for s, v in covered.items() if s != speaker]
-    if not others:
-        return False
-    other = max(others)
-    return other >= min(OVERLAP_MIN_SECONDS, OVERLAP_MIN_SHARE * duration) and other > 0.0
+    both = simultaneous_seconds(turns.spans_by_speaker(start, end))
+    return both > 0.0 and both >= min(OVERLAP_MIN_SECONDS, OVERLAP_MIN_SHARE * duration)
 
 
 def _join(words: list[Word]) -> str:
@@ -114,9 +152,9 @@ def assign_speakers(segments: list[Segment], turns: list[SpeakerTurn]) -> list[S
         if not seg.words:
             speaker = index.speaker_for(seg.start, seg.end)
             out.append(replace(seg, words=[], speaker=speaker,
-                               overlap=_is_overlapped(index, seg.start, seg.end, speaker)))
+                               overlap=_is_overlapped(index, seg.start, seg.end)))
             continue
-        words = [replace(w, speaker=index.speaker_for(w.start, w.end)) for w in seg.words]
+        words = [index.attribute(w) for w in seg.words]
         groups: list[list[Word]] = []
         for w in words:
             if groups and groups[-1][-1].speaker == w.speaker:
@@ -126,15 +164,26 @@ def assign_speakers(segments: list[Segment], turns: list[SpeakerTurn]) -> list[S
         if len(groups) == 1:
             start, end = seg.start, seg.end
             out.append(replace(seg, words=words, speaker=words[0].speaker,
-                               overlap=_is_overlapped(index, start, end, words[0].speaker)))
+                               overlap=any(w.overlap for w in words)
+                               or _is_overlapped(index, start, end)))
             continue
         for i, group in enumerate(groups):
             start = seg.start if i == 0 else group[0].start
             end = seg.end if i == len(groups) - 1 else group[-1].end
             out.append(Segment(start=start, end=max(end, start), text=_join(group), words=group,
                                tokens=[], speaker=group[0].speaker,
-                               overlap=_is_overlapped(index, group[0].start, group[-1].end, group[0].speaker)))
+                               overlap=any(w.overlap for w in group)
+                               or _is_overlapped(index, group[0].start, group[-1].end)))
     return out
+
+
+def mark_word_overlaps(segments: list[Segment], turns: list[SpeakerTurn]) -> list[Segment]:
+    """Segments whose words' ``overlap`` flags are set again from ``turns``, speakers kept.
+
+    For words rebuilt after attribution (the post-edit rewrites a segment's words from its text)."""
+    index = _Turns(turns)
+    return [replace(s, words=[index.attribute(w, keep_speaker=True) if index else replace(w) for w in s.words])
+            for s in segments]
 
 
 def speaker_turns_text(segments: list[Segment]) -> str:

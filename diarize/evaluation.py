@@ -13,7 +13,7 @@ from pathlib import Path
 
 import numpy as np
 
-from diarize.pipeline import SpeakerTurn
+from asr.types import SpeakerTurn
 from diarize.rttm import read_rttm, turns_to_annotation
 from pipelines.evaluation import eval_dir
 

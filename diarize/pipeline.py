@@ -20,7 +20,6 @@ import json
 import math
 import os
 from collections.abc import Callable
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -34,6 +33,7 @@ from pyannote.audio.pipelines import SpeakerDiarization  # noqa: E402
 from pyannote.pipeline.parameter import ParamDict, Uniform  # noqa: E402
 from pyannote.core import Annotation, SlidingWindow, SlidingWindowFeature  # noqa: E402
 
+from asr.types import SpeakerTurn  # noqa: E402,F401 - the turn type lives in the lowest layer; re-exported here
 from diarize.clustering import SpectralClustering  # noqa: E402
 from diarize.embedding import FRAME_SAMPLES, SAMPLE_RATE, CAMPPlusEmbedding, num_output_frames  # noqa: E402
 from diarize.models import campplus_checkpoint, segmentation_checkpoint  # noqa: E402
@@ -42,17 +42,6 @@ DEFAULT_PARAMS = Path(__file__).with_name("params.json")
 FRAME_RATE = SAMPLE_RATE / FRAME_SAMPLES  # CAM++ output frames per second (50)
 
 Progress = Callable[[str, float], None]
-
-
-@dataclass
-class SpeakerTurn:
-    start: float
-    end: float
-    speaker: str
-
-    @property
-    def duration(self) -> float:
-        return self.end - self.start
 
 
 class _NoPLDA(PLDA):

@@ -12,7 +12,7 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import TextIO
 
-from diarize.pipeline import SpeakerTurn
+from asr.types import SpeakerTurn
 
 
 def _safe_field(text: str, what: str) -> str:

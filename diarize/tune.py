@@ -10,6 +10,8 @@ Data
     dev00 + dev01 (``../shared/eval/pyannote-audio``, debug.development.rttm / .uem);
   * constraint: public single-speaker clips must come out as exactly one speaker
     (each miss adds 0.05 to the objective);
+  * ``--with-meetings``: the TUNE meetings of bench/meetings.py (3-4 speakers mixed from
+    single-speaker clips) join the tuning files; its HELD_OUT meetings are never tuned on;
   * held out: the pyannote ``sample.wav`` (30 s, 2 speakers) is only reported, never used to choose,
     unless ``--with-sample`` adds it to the tuning files (the stored params say which: see
     ``tuning.script`` / ``tuning.tuned_on`` in diarize/params.json). Tuned on dev00+dev01 alone, the
@@ -66,7 +68,8 @@ CLUSTERINGS = ["AgglomerativeClustering", "SpectralClustering"]
 GRIDS = {
     "AgglomerativeClustering": ({"method": ["centroid", "average"], "min_cluster_size": [1, 2, 4, 8]},
                                 "threshold", [round(x, 2) for x in np.arange(0.30, 1.301, 0.05)]),
-    "SpectralClustering": ({"pruning": [0.02, 0.05, 0.1, 0.2], "min_cluster_size": [1, 2, 4]},
+    "SpectralClustering": ({"pruning": [0.02, 0.05, 0.1, 0.2], "min_cluster_size": [1, 2, 4, 6],
+                            "eigengap_ratio": [1.0, 0.7, 0.6, 0.5]},
                            "merge_similarity", [round(x, 2) for x in np.arange(0.30, 0.951, 0.05)]),
 }
 MIN_DURATION_OFFS = [0.0, 0.25, 0.5, 1.0, 2.0]
@@ -203,6 +206,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--table", type=Path, help="also write every grid point as JSON lines here")
     parser.add_argument("--with-sample", action="store_true",
                         help="tune on the pyannote sample.wav too (instead of holding it out)")
+    parser.add_argument("--with-meetings", action="store_true",
+                        help="tune on the TUNE meetings built by bench/meetings.py too (3-4 speakers)")
     args = parser.parse_args(argv)
     warnings.filterwarnings("ignore")
     torch.set_num_threads(args.threads)
@@ -212,6 +217,10 @@ def main(argv: list[str] | None = None) -> int:
     log = lambda msg: print(msg, flush=True)  # noqa: E731
     tuning_files = pyannote_dev_files() + ([pyannote_sample_file()] if args.with_sample else [])
     dev = [(f, load_audio(f.audio)) for f in tuning_files]
+    if args.with_meetings:
+        from bench.meetings import TUNE, meeting
+
+        dev += [meeting(spec) for spec in TUNE]
     singles = [(uri, load_audio(EVAL_DIR / uri)) for uri in SINGLE_SPEAKER]
     names = args.sets or (QUICK_SETS if args.quick else list(OPTION_SETS))
     overlap_choices = {"both": [False, True], "yes": [True], "no": [False]}[args.exclude_overlap]

@@ -149,6 +149,7 @@ class Pipeline:
         timings["encoder"] = asr.stats.encoder_seconds
         timings["decoder"] = asr.stats.decoder_seconds
         segments = asr.segments
+        turns = None
 
         if opts.diarize:
             from diarize.attribution import assign_speakers
@@ -178,12 +179,17 @@ class Pipeline:
             },
             stats=asr.stats,
             source=source,
+            turns=turns,  # kept whole: the RTTM and the speaker list come from them, not from the words
         )
         if opts.postedit:
             t = time.perf_counter()
             transcript, report_pe = self.post_editor().edit_transcript(transcript, progress=report)
             timings["postedit"] = time.perf_counter() - t
             transcript.model["postedit"] = report_pe.to_dict() if hasattr(report_pe, "to_dict") else str(report_pe)
+            if turns:  # edited segments get new Word objects: mark their overlaps again
+                from diarize.attribution import mark_word_overlaps
+
+                transcript.segments = mark_word_overlaps(transcript.segments, turns)
 
         total = sum(v for k, v in timings.items() if k in ("asr", "diarization", "postedit"))
         timings["total"] = total

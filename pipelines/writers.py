@@ -8,6 +8,7 @@ from pathlib import Path
 from typing import Callable, TextIO
 
 from asr.types import Segment, Transcript
+from diarize.rttm import format_rttm
 
 
 def _clock(seconds: float, sep: str) -> str:
@@ -68,10 +69,12 @@ def write_tsv(t: Transcript, f: TextIO) -> None:
 
 
 def write_rttm(t: Transcript, f: TextIO) -> None:
-    uri = Path(t.source).stem if t.source else "audio"
-    for s in t.segments:
-        if s.speaker:
-            f.write(f"SPEAKER {uri} 1 {s.start:.3f} {s.end - s.start:.3f} <NA> <NA> {s.speaker} <NA> <NA>\n")
+    """The diarizer's turns (overlapping turns included, whether or not any words fell in them).
+
+    A transcript that was never diarized (``turns`` is None) falls back to its speaker-attributed
+    segments, so a speaker label set some other way still comes out."""
+    uri = (Path(t.source).stem if t.source else "") or "audio"
+    f.write(format_rttm(t.turns if t.turns is not None else t.segments, uri))
 
 
 WRITERS: dict[str, Callable[[Transcript, TextIO], None]] = {

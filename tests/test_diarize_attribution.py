@@ -6,8 +6,8 @@ import io
 
 import pytest
 
-from asr.types import Segment, Word
-from diarize.attribution import assign_speakers, speaker_turns_text
+from asr.types import Segment, Transcript, Word
+from diarize.attribution import assign_speakers, mark_word_overlaps, speaker_turns_text
 from diarize.pipeline import SpeakerTurn, annotation_to_turns, check_speaker_counts
 from diarize.rttm import format_rttm, parse_rttm, read_rttm, turns_to_annotation, write_rttm
 
@@ -53,8 +53,25 @@ def test_overlapping_speech_is_marked_not_dropped():
     # every word overlaps A at least as much as B: one segment, speaker A, flagged as overlapped
     assert len(out) == 1 and out[0].speaker == "A" and out[0].overlap
     assert out[0].words[1].speaker == "A"
+    # only the word that both speakers' turns cover is marked
+    assert [w.overlap for w in out[0].words] == [False, True, False]
     short = assign_speakers([Segment(0.0, 4.0, " x")], [SpeakerTurn(0.0, 4.0, "A"), SpeakerTurn(1.0, 1.1, "B")])
     assert not short[0].overlap  # a 0.1 s backchannel is not an overlap of a 4 s segment
+
+
+def test_a_word_on_a_speaker_change_is_not_an_overlap_but_a_word_half_covered_is():
+    turns = [SpeakerTurn(0.0, 2.05, "A"), SpeakerTurn(2.0, 4.0, "B"), SpeakerTurn(3.0, 3.15, "A")]
+    seg = Segment(0.0, 4.0, " x y z", words=words((1.8, 2.2, " x"), (2.5, 2.9, " y"), (3.0, 3.4, " z")))
+    out = assign_speakers([seg], turns)
+    got = [(w.speaker, w.overlap) for s in out for w in s.words]
+    # x: A 0.25 s, B 0.2 s, both for 0.05 s (a boundary, not an overlap); z: both for 0.15 of 0.4 s
+    assert got == [("A", False), ("B", False), ("B", True)]
+    assert [s.overlap for s in out] == [False, True]  # the B piece holds an overlapped word
+    # words rebuilt without flags (as the post-edit does) get them back; speakers are kept
+    bare = [Segment(s.start, s.end, s.text, words=[Word(w.start, w.end, w.text, None, w.speaker) for w in s.words])
+            for s in out]
+    again = mark_word_overlaps(bare, turns)
+    assert [(w.speaker, w.overlap) for s in again for w in s.words] == got
 
 
 def test_no_turns_leaves_segments_unchanged():
@@ -101,3 +118,39 @@ def test_bad_speaker_counts_are_one_line_value_errors(kwargs, message):
     with pytest.raises(ValueError, match=message) as err:
         check_speaker_counts(**args)
     assert "\n" not in str(err.value)
+
+
+def test_rttm_and_json_come_from_the_diarizer_turns_not_the_segments():
+    from pipelines.writers import render
+
+    turns = [SpeakerTurn(0.0, 3.0, "SPEAKER_00"), SpeakerTurn(2.0, 5.0, "SPEAKER_01"), SpeakerTurn(6.0, 7.0, "SPEAKER_02")]
+    segs = assign_speakers([Segment(0.0, 5.0, " a b", words=words((0.5, 1.0, " a"), (2.2, 2.8, " b")))], turns)
+    t = Transcript(segments=segs, language="en", duration=8.0, source="/x/my talk.wav", turns=turns)
+    lines = render(t, "rttm").splitlines()
+    assert lines == ["SPEAKER my_talk 1 0.000 3.000 <NA> <NA> SPEAKER_00 <NA> <NA>",
+                     "SPEAKER my_talk 1 2.000 3.000 <NA> <NA> SPEAKER_01 <NA> <NA>",
+                     "SPEAKER my_talk 1 6.000 1.000 <NA> <NA> SPEAKER_02 <NA> <NA>"]
+    data = t.to_dict()
+    assert data["speaker_turns"][1] == {"start": 2.0, "end": 5.0, "speaker": "SPEAKER_01"}
+    assert data["speakers"] == ["SPEAKER_00", "SPEAKER_01", "SPEAKER_02"]  # SPEAKER_02 said no transcribed word
+    assert data["segments"][0]["words"][1]["overlap"] is True
+    # speech without any transcript still has its turns
+    empty = Transcript(segments=[], language=None, duration=8.0, source="e.wav", turns=turns)
+    assert len(render(empty, "rttm").splitlines()) == 3
+    # never diarized: the segments' speakers, as before; no speakers: nothing
+    plain = Transcript(segments=[Segment(0.0, 1.0, " a", speaker="S1"), Segment(1.0, 2.0, " b")], language="en",
+                       duration=2.0, source="p.wav")
+    assert render(plain, "rttm") == "SPEAKER p 1 0.000 1.000 <NA> <NA> S1 <NA> <NA>\n"
+    assert plain.to_dict()["speaker_turns"] is None
+
+
+def test_eigengap_count_prefers_the_largest_k_with_a_large_enough_gap():
+    import numpy as np
+
+    from diarize.clustering import count_from_eigengaps
+
+    ev = np.array([0.0, 0.0, 1.441, 2.318, 3.047, 3.142])  # s3a (3 speakers, one with 7 of 57 embeddings)
+    assert count_from_eigengaps(ev, 1, 5, 1.0) == 2  # the classic largest gap under-counts
+    assert count_from_eigengaps(ev, 1, 5, 0.6) == 3  # gap 0.877 >= 0.6 x 1.441
+    assert count_from_eigengaps(ev, 1, 2, 0.6) == 2  # max_speakers bounds it
+    assert count_from_eigengaps(ev, 4, 5, 0.6) == 4  # and min_speakers
