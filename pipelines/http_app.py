@@ -196,8 +196,9 @@ def create_app(endpoint: Endpoint, worker: ModelWorker, spool: Spool, limits: Re
         return answer.result()
 
     async def predict(request: Request) -> JSONResponse:
-        path = spool.new_path()
+        path: Path | None = None
         try:
+            path = spool.new_path()
             async with asyncio.timeout(limits.request_timeout_s):
                 result = await transcribe(request, path, await upload(request, path))
             return JSONResponse(result, status_code=int(result.get("status", 400)) if "error" in result else 200)
@@ -205,15 +206,20 @@ def create_app(endpoint: Endpoint, worker: ModelWorker, spool: Spool, limits: Re
             return error_response(exc.status, str(exc), close=exc.close, retry_after_s=exc.retry_after_s)
         except RequestError as exc:
             return error_response(exc.status, str(exc))
-        except TimeoutError:
+        except TimeoutError:  # before OSError, its base class
             return error_response(504, f"the request took longer than its deadline of {limits.request_timeout_s:g} s")
+        except OSError as exc:  # the spool folder is full or gone
+            log.error("cannot store an upload: %s", exc)
+            return error_response(503, f"the server cannot store the upload now ({exc.strerror or exc})", close=True,
+                                  retry_after_s=limits.retry_after_s)
         except (ClientDisconnect, Cancelled):
             return error_response(499, "the client went away")
         except Exception as exc:  # noqa: BLE001 - an answer, never a traceback to the client
             log.exception("request failed")
             return error_response(500, f"internal error: {exc}")
         finally:
-            path.unlink(missing_ok=True)
+            if path is not None:
+                path.unlink(missing_ok=True)
 
     for route in POST_PATHS:
         app.add_api_route(route, predict, methods=["POST"])
