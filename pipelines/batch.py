@@ -23,7 +23,7 @@ from pipelines.batch_engine import Finished, GroupLimits, LocalEngine, Started
 from pipelines.batch_inputs import InputError, Job, find_inputs, make_jobs
 from pipelines.core import PipelineConfig, RunOptions
 from pipelines.jobs import JobDB, JobRecord, file_sha256
-from pipelines.writers import write_outputs
+from pipelines.writers import OutputDirError, check_output_dir, write_outputs
 
 ENGINES = ("local", "ray")
 # Settings that cannot change a transcript (or are secrets), left out of a file's settings key.
@@ -168,12 +168,10 @@ def _make_engine(cfg: BatchConfig, pipeline_config: PipelineConfig, options: Run
 def _open_output(folder: Path) -> JobDB:
     from pipelines.jobs import JobDBError
 
-    if folder.exists() and not folder.is_dir():
-        raise BatchError(f"{folder}: the output folder is a file")
     try:
-        folder.mkdir(parents=True, exist_ok=True)
-    except OSError as exc:
-        raise BatchError(f"{folder}: cannot create the output folder ({exc.strerror or exc})") from exc
+        check_output_dir(folder)
+    except OutputDirError as exc:
+        raise BatchError(str(exc)) from exc
     try:
         return JobDB(folder)
     except JobDBError as exc:

@@ -59,16 +59,32 @@ def find_inputs(root: Path, recursive: bool = False, globs: list[str] | None = N
     return sorted(found)
 
 
+def output_stems(files: list[Path]) -> list[str]:
+    """Names for the outputs of files written to one folder: the stem when no other file has it
+    (talk.wav -> talk.srt); else the whole name, so talk.wav and talk.mp3 give talk.wav.srt and
+    talk.mp3.srt; and a name that still repeats (a/talk.wav, b/talk.wav) is numbered from its second
+    file on (talk.wav-2.srt). None overwrites another."""
+    stems = Counter(f.stem for f in files)
+    seen: Counter[str] = Counter()
+    out = []
+    for f in files:
+        name = f.stem if stems[f.stem] == 1 else f.name
+        seen[name] += 1
+        out.append(name if seen[name] == 1 else f"{name}-{seen[name]}")
+    return out
+
+
 def make_jobs(root: Path, files: list[Path], out_root: Path) -> list[Job]:
-    """A Job per file; outputs mirror the input's subfolders, and files of one folder that share a stem
-    (talk.wav, talk.mp3) keep their extension in the output name (talk.wav.srt) so none overwrites another."""
+    """A Job per file; outputs mirror the input's subfolders, named by ``output_stems`` per folder."""
     rels = [f.relative_to(root) for f in files]
     root = Path(os.path.abspath(root))
-    stems = Counter((r.parent, r.stem) for r in rels)
+    folders: dict[Path, list[Path]] = {}
+    for rel in rels:
+        folders.setdefault(rel.parent, []).append(rel)
+    stems = {rel: stem for group in folders.values() for rel, stem in zip(group, output_stems(group))}
     jobs = []
     for rel in rels:
         path = root / rel
         st = path.stat()
-        stem = rel.stem if stems[(rel.parent, rel.stem)] == 1 else rel.name
-        jobs.append(Job(path, rel, out_root / rel.parent, stem, st.st_size, st.st_mtime_ns))
+        jobs.append(Job(path, rel, out_root / rel.parent, stems[rel], st.st_size, st.st_mtime_ns))
     return jobs

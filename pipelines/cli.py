@@ -8,12 +8,14 @@ import shutil
 import sys
 from pathlib import Path
 
-from asr.audio import AudioError
+from asr.audio import AudioError, check_length
 from asr.engine import DecodeOptions
 from asr.models import ModelError
 from pipelines.batch import BatchError
+from pipelines.batch_inputs import output_stems
+from pipelines.params import one_line
 from pipelines.ray_engine import RayEngineError
-from pipelines.writers import ALL_FORMATS, parse_formats, render, write_outputs
+from pipelines.writers import ALL_FORMATS, check_output_dir, parse_formats, render, write_outputs
 
 PROG = "transcribe"
 
@@ -268,35 +270,58 @@ def run(args) -> int:
     used = [f"--{f.replace('_', '-')}" for f in used]
     if used:
         raise CliError(f"{used[0]} applies to a folder input")
-    for path in args.inputs:
-        if not Path(path).exists():
-            raise AudioError(f"{path}: file not found")
+    out_dir = args.output_dir or Path(".")
+    check_output_dir(out_dir)  # before any model loads or any file is decoded
+    inputs = list(dict.fromkeys(args.inputs))  # a file named twice is transcribed once
+    failures = 0
+    todo = []
+    for path, stem in zip(inputs, output_stems([Path(p) for p in inputs])):
+        try:
+            check_length(path, opts.max_audio_s)  # missing, or longer than its header says: before any model loads
+        except AudioError as exc:
+            _error(exc)
+            failures += 1
+        else:
+            todo.append((path, stem))
+    if not todo:
+        return 1
     _quiet_libraries()
     pipeline = Pipeline(_pipeline_config(args))
-    out_dir = args.output_dir or Path(".")
-    failures = 0
-    for path in args.inputs:
-        progress = _Progress(Path(path).name, enabled=not args.quiet and sys.stderr.isatty())
-        try:
-            transcript = pipeline.run_file(path, opts, progress)
-        except (AudioError, ValueError) as exc:
-            progress.close()
-            print(f"{PROG}: error: {exc}", file=sys.stderr)
-            failures += 1
-            continue
-        progress.close()
-        written = write_outputs(transcript, out_dir, Path(path).stem, formats)
-        if not args.quiet:
-            print(render(transcript, "txt"), end="" if transcript.segments else "(no speech found)\n")
-            t = transcript.timings
-            s = transcript.stats
-            print(
-                f"{PROG}: {path}: {transcript.duration:.1f} s audio, RTF {t.get('rtf', 0):.3f}, "
-                f"language {transcript.language}, acceptance {s.acceptance_rate:.0%}, "
-                f"{s.tokens_per_target_pass:.2f} tokens/target pass; wrote {', '.join(p.name for p in written)}",
-                file=sys.stderr,
-            )
+    for path, stem in todo:
+        failures += not _transcribe_one(pipeline, path, stem, out_dir, formats, opts, args.quiet)
     return 1 if failures else 0
+
+
+def _error(exc: Exception) -> None:
+    print(f"{PROG}: error: {one_line(exc)}", file=sys.stderr)
+
+
+def _transcribe_one(pipeline, path: str, stem: str, out_dir: Path, formats: list[str], opts, quiet: bool) -> bool:
+    """Transcribe one input and write its outputs; a failure is one line on stderr and False."""
+    progress = _Progress(Path(path).name, enabled=not quiet and sys.stderr.isatty())
+    try:
+        transcript = pipeline.run_file(path, opts, progress)
+    except (AudioError, ValueError) as exc:
+        _error(exc)
+        return False
+    finally:
+        progress.close()
+    try:
+        written = write_outputs(transcript, out_dir, stem, formats)
+    except OSError as exc:
+        _error(OSError(f"{path}: cannot write outputs to {out_dir} ({exc.strerror or exc})"))
+        return False
+    if not quiet:
+        print(render(transcript, "txt"), end="" if transcript.segments else "(no speech found)\n")
+        t = transcript.timings
+        s = transcript.stats
+        print(
+            f"{PROG}: {path}: {transcript.duration:.1f} s audio, RTF {t.get('rtf', 0):.3f}, "
+            f"language {transcript.language}, acceptance {s.acceptance_rate:.0%}, "
+            f"{s.tokens_per_target_pass:.2f} tokens/target pass; wrote {', '.join(p.name for p in written)}",
+            file=sys.stderr,
+        )
+    return True
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -305,8 +330,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         return run(args)
     except (AudioError, ModelError, ValueError, CliError, OSError, BatchError, RayEngineError) as exc:
-        msg = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
-        print(f"{PROG}: error: {msg}", file=sys.stderr)
+        _error(exc)
         return 2
     except KeyboardInterrupt:
         print(f"{PROG}: interrupted", file=sys.stderr)

@@ -9,22 +9,25 @@ from __future__ import annotations
 
 import base64
 import binascii
+import io
 import logging
 import time
 from collections.abc import Mapping
 from pathlib import Path
+from typing import BinaryIO
 
 from asr.audio import AudioError
 from asr.device import resolve_device, resolve_dtype
 from asr.models import ModelError
 from asr.types import Transcript
-from pipelines.core import PipelineConfig
-from pipelines.params import Choices, RequestError, TranscribeParams, one_line, parse_params
+from pipelines.core import PipelineConfig, Progress
+from pipelines.params import Choices, RequestError, TranscribeParams, clip, one_line, parse_params
 from pipelines.service import ServiceSettings, Transcriber
 from pipelines.writers import render
 
 log = logging.getLogger(__name__)
 REQUEST_FIELDS = ("inputs", "parameters")
+BASE64_SLICE = 1 << 22  # characters of base64 decoded at a time
 
 
 def settings_from_env(env: Mapping[str, str]) -> ServiceSettings:
@@ -63,19 +66,38 @@ def settings_from_env(env: Mapping[str, str]) -> ServiceSettings:
     )
 
 
+def base64_to_file(text: str, out: BinaryIO, max_bytes: int) -> int:
+    """Decode a base64 string (optionally a ``data:...;base64,`` URL; whitespace ignored) into
+    ``out`` a slice at a time, so no second copy of the upload is ever held; returns the bytes written."""
+    start = text.index(",") + 1 if text.startswith("data:") and "," in text else 0
+    if (len(text) - start) * 3 // 4 > max_bytes + 2:
+        raise RequestError(f"inputs: the upload is larger than {max_bytes} bytes", status=413)
+    written, carry = 0, ""
+    for i in range(start, len(text), BASE64_SLICE):
+        piece = carry + "".join(text[i : i + BASE64_SLICE].split())
+        whole = len(piece) - len(piece) % 4
+        carry = piece[whole:]
+        try:
+            data = base64.b64decode(piece[:whole], validate=True)
+        except (binascii.Error, ValueError):
+            raise RequestError("inputs: not valid base64 (send the audio file as raw bytes or base64)") from None
+        written += len(data)
+        if written > max_bytes:
+            raise RequestError(f"inputs: the upload is larger than {max_bytes} bytes", status=413)
+        out.write(data)
+    if carry:
+        raise RequestError("inputs: not valid base64 (send the audio file as raw bytes or base64)")
+    return written
+
+
 def decode_inputs(inputs: object, max_bytes: int) -> bytes:
     """Raw bytes, or a base64 string (optionally a ``data:...;base64,`` URL), to bytes."""
     if isinstance(inputs, (bytes, bytearray, memoryview)):
         data = bytes(inputs)
     elif isinstance(inputs, str):
-        text = inputs.split(",", 1)[1] if inputs.startswith("data:") else inputs
-        text = "".join(text.split())
-        if len(text) * 3 // 4 > max_bytes:
-            raise RequestError(f"inputs: the upload is larger than {max_bytes} bytes", status=413)
-        try:
-            data = base64.b64decode(text, validate=True)
-        except (binascii.Error, ValueError):
-            raise RequestError("inputs: not valid base64 (send the audio file as raw bytes or base64)") from None
+        buf = io.BytesIO()
+        base64_to_file(inputs, buf, max_bytes)
+        data = buf.getvalue()
     elif inputs is None:
         raise RequestError("inputs: missing (send the audio file as raw bytes or a base64 string)")
     else:
@@ -111,17 +133,30 @@ class Endpoint:
         if preload:
             self.transcriber.preload(parse_params({}, self.transcriber.settings.choices))
 
+    def parse(self, data: object) -> TranscribeParams:
+        """Check a request's shape and parameters (not its audio); RequestError when they are bad."""
+        if not isinstance(data, Mapping):
+            raise RequestError(f"the request must be an object with 'inputs' (and 'parameters'), got {type(data).__name__}")
+        unknown = [k for k in data if k not in REQUEST_FIELDS]
+        if unknown:
+            raise RequestError(f"unknown field '{clip(str(unknown[0]))}' (a request has {' and '.join(REQUEST_FIELDS)})")
+        return parse_params(data.get("parameters"), self.transcriber.settings.choices)
+
     def __call__(self, data: object) -> dict:
         t0 = time.perf_counter()
         try:
-            if not isinstance(data, Mapping):
-                raise RequestError(f"the request must be an object with 'inputs' (and 'parameters'), got {type(data).__name__}")
-            unknown = [k for k in data if k not in REQUEST_FIELDS]
-            if unknown:
-                raise RequestError(f"unknown field '{unknown[0]}' (a request has {' and '.join(REQUEST_FIELDS)})")
-            params = parse_params(data.get("parameters"), self.transcriber.settings.choices)
+            params = self.parse(data)
             audio = decode_inputs(data.get("inputs"), self.transcriber.settings.max_upload_bytes)
-            transcript = self.transcriber.transcribe_input(audio, "inputs", params)
+        except RequestError as exc:
+            return error(str(exc), exc.status)
+        return self.transcribe(audio, params, t0=t0)
+
+    def transcribe(self, source: str | Path | bytes, params: TranscribeParams, progress: Progress | None = None,
+                   t0: float | None = None) -> dict:
+        """Transcribe an upload (bytes or a file) with checked parameters; the answer, or an error dict."""
+        t0 = time.perf_counter() if t0 is None else t0
+        try:
+            transcript = self.transcriber.transcribe_input(source, "inputs", params, progress)
         except RequestError as exc:
             return error(str(exc), exc.status)
         except (AudioError, ValueError) as exc:  # bad audio; options the model refuses (language, task)
@@ -133,4 +168,3 @@ class Endpoint:
             log.exception("request failed")
             return error(f"internal error: {one_line(exc)}", 500)
         return response(transcript, params, time.perf_counter() - t0)
-

@@ -7,6 +7,7 @@ with a one-line message and an HTTP-like status.
 
 from __future__ import annotations
 
+import reprlib
 from dataclasses import dataclass, replace
 from typing import Literal
 
@@ -28,10 +29,26 @@ class RequestError(ValueError):
         self.status = status
 
 
+MAX_MESSAGE = 300  # characters of user-sent text an error message repeats
+
+
+def short_repr(value: object) -> str:
+    """A bounded repr (depth, lengths) of a value a request sent."""
+    r = reprlib.Repr()
+    r.maxlevel, r.maxstring, r.maxother, r.maxlist, r.maxdict = 3, 60, 60, 6, 6
+    return r.repr(value)
+
+
+def clip(text: str, limit: int = MAX_MESSAGE) -> str:
+    """``text`` on one line and at most ``limit`` characters (it may come from a hostile request)."""
+    text = " ".join(text.split())
+    return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
 def one_line(exc: BaseException) -> str:
     """The first line of an exception's message (its type when it has none)."""
     lines = str(exc).strip().splitlines()
-    return lines[0] if lines else type(exc).__name__
+    return clip(lines[0]) if lines else type(exc).__name__
 
 
 @dataclass(frozen=True)
@@ -68,7 +85,7 @@ class TranscribeParams(BaseModel):
         choices: Choices = (info.context or {}).get("choices") or Choices()
         allowed = choices.models if info.field_name == "model" else choices.drafters
         if value not in allowed:
-            raise ValueError(f"'{value}' is not offered here (choose from {', '.join(allowed)})")
+            raise ValueError(f"'{clip(value, 60)}' is not offered here (choose from {', '.join(allowed)})")
         return value
 
     @field_validator("language", mode="before")
@@ -102,12 +119,12 @@ class TranscribeParams(BaseModel):
 def describe(exc: ValidationError) -> str:
     """The first problem of a pydantic error, as one line naming the parameter."""
     err = exc.errors()[0]
-    where = ".".join(str(p) for p in err["loc"]) or "parameters"
+    where = clip(".".join(str(p) for p in err["loc"]) or "parameters", 80)
     if err["type"] == "extra_forbidden":
         return f"parameters: unknown parameter '{where}' (known: {', '.join(TranscribeParams.model_fields)})"
     if err["type"] == "value_error":  # our own validators name the value already
-        return f"parameters.{where}: {err['msg'].removeprefix('Value error, ')}"
-    return f"parameters.{where}: {err['msg']} (got {err['input']!r})"
+        return clip(f"parameters.{where}: {err['msg'].removeprefix('Value error, ')}")
+    return clip(f"parameters.{where}: {err['msg']} (got {short_repr(err['input'])})")
 
 
 def parse_params(raw: object, choices: Choices) -> TranscribeParams:

@@ -1,112 +1,160 @@
-"""A small HTTP server around the endpoint handler (what the Docker image runs).
+"""``python -m pipelines.serve``: the endpoint over HTTP on uvicorn (what the Docker image runs).
 
-* ``POST /`` (or ``/predict``) with ``Content-Type: application/json``:
-  ``{"inputs": "<base64 audio>", "parameters": {...}}``, as Inference Endpoints send it;
-* ``POST /`` with any other content type: the body is the audio file, parameters come from the
-  query string (``/?language=en&diarize=true&formats=srt,vtt``);
-* ``GET /health``: ``{"status": "ok"}`` once the models are loaded.
-
-Answers are JSON; an error answer carries the handler's status code. Requests are served on
-threads and queue for the model inside the handler.
+Routes and answers: :mod:`pipelines.http_app`. Below the application, connections are capped and
+request heads must arrive in time (:mod:`pipelines.http_protocol`); one worker thread runs the model
+with a bounded queue in front (:mod:`pipelines.model_worker`); uploads live in a spool folder
+(:mod:`pipelines.spool`) that a starting server clears of what a killed one left.
 """
 
 from __future__ import annotations
 
 import argparse
-import json
+import contextlib
 import logging
 import os
+import socket
 import sys
-from collections.abc import Callable
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from urllib.parse import parse_qs, urlsplit
+import tempfile
+import threading
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
 
-Handle = Callable[[dict], dict]
-POST_PATHS = ("/", "/predict")
-JSON_OVERHEAD = 1 << 20  # room for the JSON around a base64 upload
+import uvicorn
 
-
-def query_parameters(query: str) -> dict:
-    """``a=1&formats=srt,vtt`` -> {"a": "1", "formats": ["srt", "vtt"]} (pydantic converts the strings)."""
-    params: dict = {}
-    for key, values in parse_qs(query, keep_blank_values=True).items():
-        params[key] = [f for v in values for f in v.split(",") if f] if key == "formats" else values[-1]
-    return params
+from pipelines.endpoint import Endpoint
+from pipelines.http_app import RequestLimits, create_app
+from pipelines.http_protocol import ConnectionLimits, protocol_factory
+from pipelines.model_worker import ModelWorker
+from pipelines.spool import Spool
 
 
-class EndpointServer(ThreadingHTTPServer):
-    daemon_threads = True
+SHUTDOWN_GRACE_S = 10  # on SIGTERM, requests in flight get this long before they are cancelled
 
-    def __init__(self, address: tuple[str, int], handle: Handle, max_upload_bytes: int, quiet: bool = False):
-        self.handle = handle
-        self.max_body_bytes = max_upload_bytes * 4 // 3 + JSON_OVERHEAD
-        self.quiet = quiet
-        super().__init__(address, RequestHandler)
+
+def default_spool_dir() -> Path:
+    return Path(tempfile.gettempdir()) / "specwhisper-uploads"
+
+
+@dataclass(frozen=True)
+class ServerConfig:
+    host: str = "127.0.0.1"
+    port: int = 8080
+    connections: ConnectionLimits = field(default_factory=ConnectionLimits)
+    requests: RequestLimits = field(default_factory=RequestLimits)
+    max_waiting: int = 16  # requests waiting for the model beyond the one it runs
+    spool_dir: Path = field(default_factory=default_spool_dir)
+    access_log: bool = True
+
+
+class EndpointServer:
+    """An endpoint served by uvicorn: ``run()`` in the foreground, or ``start()``/``stop()`` on a
+    background thread (tests, benchmarks). The socket is bound at construction (``port`` 0 picks one)."""
+
+    def __init__(self, endpoint: Endpoint, config: ServerConfig):
+        self.config = config
+        self.spool = Spool.open(config.spool_dir)
+        self.worker = ModelWorker(config.max_waiting)
+        app = create_app(endpoint, self.worker, self.spool, config.requests)
+        self.socket = socket.create_server((config.host, config.port), backlog=max(128, config.connections.max_connections))
+        self.server = uvicorn.Server(uvicorn.Config(
+            app, http=protocol_factory(config.connections), ws="none", lifespan="off", log_config=None,
+            access_log=config.access_log, timeout_keep_alive=config.connections.keep_alive_s,
+            h11_max_incomplete_event_size=config.connections.max_head_bytes, server_header=False,
+            timeout_graceful_shutdown=SHUTDOWN_GRACE_S,
+        ))
+        self._thread: threading.Thread | None = None
 
     @property
     def url(self) -> str:
-        host, port = self.server_address[:2]
+        host, port = self.socket.getsockname()[:2]
         return f"http://{host}:{port}"
 
+    def run(self) -> None:
+        try:
+            self.server.run(sockets=[self.socket])
+        finally:
+            self.close()
 
-class RequestHandler(BaseHTTPRequestHandler):
-    server: EndpointServer
-    protocol_version = "HTTP/1.1"
-    timeout = 120  # seconds a client may take to send its request
+    def start(self) -> EndpointServer:
+        self._thread = threading.Thread(target=self.server.run, kwargs={"sockets": [self.socket]}, daemon=True)
+        self._thread.start()
+        while not self.server.started and self._thread.is_alive():
+            self._thread.join(0.05)
+        return self
 
-    def _send(self, status: int, body: dict) -> None:
-        data = json.dumps(body, ensure_ascii=False).encode()
-        self.send_response(status)
-        self.send_header("Content-Type", "application/json")
-        self.send_header("Content-Length", str(len(data)))
-        self.end_headers()
-        self.wfile.write(data)
+    def stop(self) -> None:
+        self.server.should_exit = True
+        if self._thread is not None:
+            self._thread.join(30)
+        self.close()
 
-    def _refuse(self, status: int, message: str) -> None:
-        self.close_connection = True
-        self._send(status, {"error": message, "status": status})
+    def close(self) -> None:
+        self.socket.close()
+        self.worker.close(timeout=0)
 
-    def do_GET(self) -> None:  # noqa: N802 - http.server's naming
-        if urlsplit(self.path).path == "/health":
-            self._send(200, {"status": "ok"})
-        else:
-            self._refuse(404, f"no such path '{urlsplit(self.path).path}' (POST / with audio, GET /health)")
 
-    def do_POST(self) -> None:  # noqa: N802
-        url = urlsplit(self.path)
-        if url.path not in POST_PATHS:
-            return self._refuse(404, f"no such path '{url.path}' (POST / with audio, GET /health)")
-        length = self.headers.get("Content-Length")
-        if length is None or not length.isdigit():
-            return self._refuse(411, "a Content-Length header is required")
-        if int(length) > self.server.max_body_bytes:
-            return self._refuse(413, f"the request body is larger than {self.server.max_body_bytes} bytes")
-        body = self.rfile.read(int(length))
-        ctype = (self.headers.get("Content-Type") or "").split(";")[0].strip().lower()
-        if ctype == "application/json":
-            try:
-                data = json.loads(body)
-            except (UnicodeDecodeError, json.JSONDecodeError) as exc:
-                return self._send(400, {"error": f"the body is not valid JSON ({exc})", "status": 400})
-        else:
-            data = {"inputs": body}
-            if url.query:
-                data["parameters"] = query_parameters(url.query)
-        result = self.server.handle(data)
-        self._send(int(result.get("status", 400)) if "error" in result else 200, result)
+@contextlib.contextmanager
+def serving(endpoint: Endpoint, config: ServerConfig) -> Iterator[EndpointServer]:
+    server = EndpointServer(endpoint, config).start()
+    try:
+        yield server
+    finally:
+        server.stop()
 
-    def log_message(self, format: str, *args) -> None:  # noqa: A002 - http.server's signature
-        if not self.server.quiet:
-            super().log_message(format, *args)
+
+def _positive(kind):
+    def parse(text: str):
+        try:
+            value = kind(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"expected a positive {kind.__name__}, got '{text}'") from None
+        if value <= 0:
+            raise argparse.ArgumentTypeError(f"expected a positive {kind.__name__}, got '{text}'")
+        return value
+
+    return parse
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message: str):
+        self.exit(2, f"{self.prog}: error: {message} (see --help)\n")
 
 
 def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="python -m pipelines.serve", description="Serve the transcription endpoint over HTTP.")
-    p.add_argument("--host", default="127.0.0.1", help="address to bind (default: 127.0.0.1; 0.0.0.0 in a container)")
-    p.add_argument("--port", type=int, default=8080, help="port (default: 8080)")
+    d, c, r = ServerConfig(), ConnectionLimits(), RequestLimits()
+    p = _Parser(prog="python -m pipelines.serve", description="Serve the transcription endpoint over HTTP.")
+    p.add_argument("--host", default=d.host, help="address to bind (default: 127.0.0.1; 0.0.0.0 in a container)")
+    p.add_argument("--port", type=int, default=d.port, help=f"port (default: {d.port})")
     p.add_argument("-q", "--quiet", action="store_true", help="no access log")
     p.add_argument("--threads", type=int, help="CPU threads for torch (default: SPECWHISPER_THREADS, else one per core)")
+    limits = [  # flag, type, default, what it bounds
+        ("--queue", int, d.max_waiting, "requests that may wait for the model; more get 503 with Retry-After"),
+        ("--max-connections", int, c.max_connections, "open connections; more get 503"),
+        ("--request-timeout", float, r.request_timeout_s, "seconds from a request's arrival to its answer; later: 504"),
+        ("--body-timeout", float, r.body_timeout_s, "seconds to send a request body; later: 408"),
+        ("--head-timeout", float, c.head_timeout_s, "seconds to send a request's line and headers; later: 408"),
+        ("--keep-alive", int, c.keep_alive_s, "seconds an idle connection stays open"),
+        ("--retry-after", int, r.retry_after_s, "seconds a client turned away by a full queue is told to wait"),
+    ]
+    for flag, kind, default, text in limits:
+        p.add_argument(flag, type=_positive(kind), default=default, help=f"{text} (default: {default:g})")
+    p.add_argument("--spool-dir", type=Path, default=d.spool_dir, help=f"folder for uploads in flight (default: {d.spool_dir})")
     return p
+
+
+def config_from_args(args: argparse.Namespace, max_upload_bytes: int) -> ServerConfig:
+    return ServerConfig(
+        host=args.host,
+        port=args.port,
+        connections=ConnectionLimits(max_connections=args.max_connections, head_timeout_s=args.head_timeout,
+                                     keep_alive_s=args.keep_alive),
+        requests=RequestLimits(max_upload_bytes=max_upload_bytes, body_timeout_s=args.body_timeout,
+                               request_timeout_s=args.request_timeout, retry_after_s=args.retry_after),
+        max_waiting=args.queue,
+        spool_dir=args.spool_dir,
+        access_log=not args.quiet,
+    )
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -114,25 +162,20 @@ def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     from asr.threads import check_threads
-    from pipelines.endpoint import Endpoint, settings_from_env
+    from pipelines.endpoint import settings_from_env
 
     try:
         settings = settings_from_env(os.environ)
         if args.threads is not None:
             check_threads(args.threads)
             settings.base.threads = args.threads
-        endpoint = Endpoint(settings)
-        server = EndpointServer((args.host, args.port), endpoint, settings.max_upload_bytes, quiet=args.quiet)
+        config = config_from_args(args, settings.max_upload_bytes)
+        server = EndpointServer(Endpoint(settings), config)
     except (ValueError, OSError) as exc:
         print(f"serve: error: {exc}", file=sys.stderr)
         return 2
     print(f"serving on {server.url}", file=sys.stderr, flush=True)
-    try:
-        server.serve_forever()
-    except KeyboardInterrupt:
-        pass
-    finally:
-        server.server_close()
+    server.run()
     return 0
 
 

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import io
 import json
+import os
+import tempfile
 from pathlib import Path
 from typing import Callable, TextIO
 
@@ -107,14 +109,65 @@ def render(t: Transcript, fmt: str) -> str:
     return buf.getvalue()
 
 
+def _write_temp(out_dir: Path, name: str, text: str) -> Path:
+    """``text`` in a new, uniquely named hidden file beside its destination, flushed to disk."""
+    fd, tmp = tempfile.mkstemp(prefix=f".{name}.", suffix=".tmp", dir=out_dir)
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as f:
+            f.write(text)
+            f.flush()
+            os.fsync(f.fileno())
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+    return Path(tmp)
+
+
+def _fsync_dir(folder: Path) -> None:
+    fd = os.open(folder, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+class OutputDirError(ValueError):
+    """The output folder cannot take outputs; the message is one line."""
+
+
+def check_output_dir(folder: Path) -> None:
+    """Create ``folder`` when missing and prove a file can be written in it, before any work."""
+    if folder.exists() and not folder.is_dir():
+        raise OutputDirError(f"{folder}: the output folder is a file")
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise OutputDirError(f"{folder}: cannot create the output folder ({exc.strerror or exc})") from None
+    try:
+        fd, probe = tempfile.mkstemp(prefix=".write-check.", dir=folder)
+        os.close(fd)
+        os.unlink(probe)
+    except OSError as exc:
+        raise OutputDirError(f"{folder}: cannot write to the output folder ({exc.strerror or exc})") from None
+
+
 def write_outputs(t: Transcript, out_dir: Path, stem: str, formats: list[str]) -> list[Path]:
-    """Write each format to ``out_dir/stem.fmt`` atomically (temp file + rename)."""
+    """Write each format to ``out_dir/stem.fmt``, all or none: every format goes to its own unique
+    temp file (fsynced) first, then they are renamed into place and the folder is fsynced. A failure
+    removes the temp files and whatever this call had already renamed into place."""
     out_dir.mkdir(parents=True, exist_ok=True)
-    paths = []
-    for fmt in formats:
-        path = out_dir / f"{stem}.{fmt}"
-        tmp = path.with_name(path.name + ".tmp")
-        tmp.write_text(render(t, fmt), encoding="utf-8")
-        tmp.replace(path)
-        paths.append(path)
-    return paths
+    temps: dict[Path, Path] = {}
+    placed: list[Path] = []
+    try:
+        for fmt in formats:
+            path = out_dir / f"{stem}.{fmt}"
+            temps[path] = _write_temp(out_dir, path.name, render(t, fmt))
+        for path, tmp in temps.items():
+            tmp.replace(path)
+            placed.append(path)
+        _fsync_dir(out_dir)
+    except BaseException:
+        for leftover in [tmp for path, tmp in temps.items() if path not in placed] + placed:
+            leftover.unlink(missing_ok=True)
+        raise
+    return placed

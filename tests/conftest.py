@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import os
+import shutil
+import subprocess
 import warnings
 
 import pytest
@@ -93,3 +96,21 @@ def run_cli(base_pipeline, monkeypatch, capsys):
         return code, out, err
 
     return run
+
+
+@pytest.fixture
+def read_only_dir(tmp_path):
+    """A folder nobody can create files in (root too: the immutable attribute)."""
+    folder = tmp_path / "read-only"
+    folder.mkdir()
+    if os.geteuid() == 0:
+        undo = ["chattr", "-i", str(folder)]
+        if shutil.which("chattr") is None or subprocess.run(["chattr", "+i", str(folder)], capture_output=True).returncode:
+            pytest.skip("running as root without chattr +i: no folder is unwritable")
+    else:
+        folder.chmod(0o555)
+        undo = ["chmod", "755", str(folder)]
+    try:
+        yield folder
+    finally:
+        subprocess.run(undo, check=True)

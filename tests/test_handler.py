@@ -12,7 +12,6 @@ import re
 import socket
 import subprocess
 import sys
-import threading
 import time
 import urllib.error
 import urllib.request
@@ -26,7 +25,8 @@ import soundfile as sf
 from handler import EndpointHandler
 from pipelines.evaluation import wer
 from pipelines.params import Choices
-from pipelines.serve import EndpointServer
+from pipelines.http_app import RequestLimits
+from pipelines.serve import ServerConfig, serving
 from pipelines.service import ServiceSettings
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -57,13 +57,11 @@ def jfk_head():
 
 
 @pytest.fixture(scope="module")
-def server(handler):
-    srv = EndpointServer(("127.0.0.1", 0), handler, max_upload_bytes=2 * 2**20, quiet=True)
-    thread = threading.Thread(target=srv.serve_forever, daemon=True)
-    thread.start()
-    yield srv
-    srv.shutdown()
-    srv.server_close()
+def server(handler, tmp_path_factory):
+    config = ServerConfig(port=0, requests=RequestLimits(max_upload_bytes=2 * 2**20), access_log=False,
+                          spool_dir=tmp_path_factory.mktemp("spool"))
+    with serving(handler.endpoint, config) as srv:
+        yield srv
 
 
 def _is_error(result: dict, status: int, fragment: str) -> None:
@@ -186,10 +184,10 @@ def test_http_server(server, jfk_head):
     assert status == 400 and "not a readable audio file" in err["error"]
     status, err = _post(server.url + "/transcribe", jfk_head, "audio/wav")
     assert status == 404
-    conn = http.client.HTTPConnection(*server.server_address[:2], timeout=30)
+    conn = http.client.HTTPConnection(*server.socket.getsockname()[:2], timeout=30)
     conn.putrequest("POST", "/")  # announce a body over the limit: refused before any of it is read
     conn.putheader("Content-Type", "audio/wav")
-    conn.putheader("Content-Length", str(server.max_body_bytes + 1))
+    conn.putheader("Content-Length", str(server.config.requests.max_upload_bytes + 1))
     conn.endheaders()
     resp = conn.getresponse()
     assert resp.status == 413 and "larger than" in json.loads(resp.read())["error"]
