@@ -55,6 +55,10 @@ def cases(long_minutes: float) -> list[Case]:
     return out
 
 
+def _group(case: Case) -> str:
+    return "en-long" if case.name.startswith("long-") else case.language
+
+
 def max_deleted_run(reference: str, hypothesis: str, language: str) -> int:
     """The longest run of consecutive reference words the hypothesis leaves out (jiwer's alignment)."""
     import jiwer
@@ -141,16 +145,18 @@ def main(argv: list[str] | None = None) -> int:
             runs.append(row)
             print(f"{name:14s} {case.name:42s} wer {row['wer']:.3f} max_deleted_run {row['max_deleted_run']}", flush=True)
         print(f"{name}: {time.perf_counter() - t0:.1f} s", flush=True)
-    groups = sorted({(c.language if not c.name.startswith("long-") else "en-long") for c in todo})
+    groups = sorted({_group(c) for c in todo})
     for name in names:
         for group in groups:
-            members = [c for c in todo if (c.language if not c.name.startswith("long-") else "en-long") == group]
+            members = [c for c in todo if _group(c) == group]
             lang = members[0].language
             score = wer([c.reference for c in members], [texts[(name, c.name)] for c in members], lang)
             runs.append({"name": f"{name} {group}", "system": name, "group": group, "files": len(members),
                          "wer": round(score, 4)})
             print(f"{name:14s} {group:8s} files {len(members):2d} corpus wer {score:.4f}")
     OUT.parent.mkdir(parents=True, exist_ok=True)
+    if OUT.is_file():  # keep the earlier runs of the systems not run this time
+        runs = [r for r in json.loads(OUT.read_text())["runs"] if r["system"] not in names] + runs
     OUT.write_text(json.dumps({"machine": machine(2), "runs": runs}, indent=1) + "\n")
     print(f"wrote {OUT.relative_to(ROOT)}")
     return 0

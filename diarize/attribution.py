@@ -170,7 +170,7 @@ def assign_speakers(segments: list[Segment], turns: list[SpeakerTurn]) -> list[S
         for i, group in enumerate(groups):
             start = seg.start if i == 0 else group[0].start
             end = seg.end if i == len(groups) - 1 else group[-1].end
-            out.append(Segment(start=start, end=max(end, start), text=_join(group), words=group,
+            out.append(replace(seg, start=start, end=max(end, start), text=_join(group), words=group,
                                tokens=[], speaker=group[0].speaker,
                                overlap=any(w.overlap for w in group)
                                or _is_overlapped(index, group[0].start, group[-1].end)))

@@ -14,6 +14,7 @@ from typing import Literal
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, ValidationInfo, field_validator
 
 from asr.engine import DecodeOptions
+from asr.fallback import QualityRules, temperature_schedule
 from pipelines.core import PipelineConfig, RunOptions
 from pipelines.writers import ALL_FORMATS
 
@@ -72,6 +73,16 @@ class TranscribeParams(BaseModel):
     word_timestamps: bool | None = None  # default: on with diarize
     batch_size: int = Field(8, ge=1, le=64)
     vad_threshold: float = Field(0.5, gt=0.0, lt=1.0)
+    beam_size: int | None = Field(None, ge=1, le=10, description="None: greedy (speculative)")
+    temperature: float = Field(0.0, ge=0.0, le=1.0)
+    temperature_increment_on_fallback: float = Field(0.2, ge=0.0, le=1.0, description="0: no fallback")
+    compression_ratio_threshold: float | None = Field(2.4, gt=0.0)
+    logprob_threshold: float | None = Field(-1.0, le=0.0)
+    no_speech_threshold: float | None = Field(0.6, ge=0.0, le=1.0)
+    best_of: int = Field(5, ge=1, le=10)
+    condition_on_previous_text: bool = False
+    initial_prompt: str | None = Field(None, max_length=2000)
+    hotwords: str | None = Field(None, max_length=2000)
     diarize: bool = False
     num_speakers: int | None = Field(None, ge=1, le=32)
     min_speakers: int | None = Field(None, ge=1, le=32)
@@ -97,11 +108,23 @@ class TranscribeParams(BaseModel):
         """The deployment's config with this request's model and drafter."""
         return replace(base, model=self.model, draft=self.draft)
 
+    def _quality(self) -> QualityRules:
+        try:
+            schedule = temperature_schedule(self.temperature, self.temperature_increment_on_fallback)
+        except ValueError as exc:
+            raise RequestError(f"parameters: {exc}") from exc
+        return QualityRules(temperatures=schedule, compression_ratio_threshold=self.compression_ratio_threshold,
+                            logprob_threshold=self.logprob_threshold, no_speech_threshold=self.no_speech_threshold,
+                            best_of=self.best_of)
+
     def run_options(self, max_audio_s: float) -> RunOptions:
         word_ts = self.diarize if self.word_timestamps is None else self.word_timestamps
         opts = RunOptions(
             decode=DecodeOptions(language=self.language, task=self.task, batch_size=self.batch_size,
-                                 vad_threshold=self.vad_threshold, word_timestamps=word_ts),
+                                 vad_threshold=self.vad_threshold, word_timestamps=word_ts,
+                                 beam_size=self.beam_size, quality=self._quality(),
+                                 initial_prompt=self.initial_prompt, hotwords=self.hotwords,
+                                 condition_on_previous_text=self.condition_on_previous_text),
             diarize=self.diarize,
             num_speakers=self.num_speakers,
             min_speakers=self.min_speakers,
