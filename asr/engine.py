@@ -31,6 +31,8 @@ TASKS = ("transcribe", "translate")
 MIN_SKIP_SPEECH_S = 1.0
 MIN_SKIP_SILENCE_S = 3.0
 MAX_REDECODE_DEPTH = 2
+THIN_S_PER_WORD = 0.6  # read speech is 2-3 words/s: 0.6 s a word is slow speech
+THIN_SLACK_S = 3.0
 PROMPT_RESET_TEMPERATURE = 0.5  # openai/whisper: previous text is not carried past a decode this random
 
 
@@ -172,7 +174,7 @@ class AsrEngine:
         opts: DecodeOptions,
         decoder: Decoder,
         stats: DecodeStats,
-    ) -> tuple[list[list[Segment]], list[list[Chunk]], list[Attempt]]:
+    ) -> tuple[list[list[Segment]], list[list[tuple[Chunk, Segment | None]]], list[Attempt]]:
         """Decode one batch of chunks (row i of ``enc`` is ``chunks[i]``, all after the same ``prompt``).
 
         Returns each chunk's segments (absolute times; none when Whisper finds no speech), the
@@ -181,7 +183,7 @@ class AsrEngine:
         attempts = decode_with_fallback(first, self._sampler, enc, prompt, feats, opts.quality, self._text, stats)
         trim_heap()  # the batch's cache is freed: keep the heap from holding it (asr.memory)
         per_chunk: list[list[Segment]] = []
-        again: list[list[Chunk]] = []
+        again: list[list[tuple[Chunk, Segment | None]]] = []
         for chunk, a in zip(chunks, attempts):
             if opts.quality.is_silence(a.seq, vad_speech=chunk.speech):
                 per_chunk.append([])
@@ -255,6 +257,7 @@ class AsrEngine:
         batch_size = 1 if opts.condition_on_previous_text else opts.batch_size
         done_segments: list[list[Segment]] = [[] for _ in audios]
         redecoded: set[int] = set()  # ids of the segments of re-decoded stretches
+        replaces: dict[Item, Segment] = {}  # a stretch queued again -> the thin segment it may replace
         decoded: list[list[Chunk]] = [[] for _ in audios]
         total, done = sum(len(p) for p in plans), 0
         report("transcribe", 0.0)
@@ -269,13 +272,20 @@ class AsrEngine:
                     enc, feats, prompt, [c for _, c in batch], languages[i0][0], opts, decoder, batch_stats
                 )
                 for (i, chunk), segs, skipped, a in zip(batch, per_chunk, again, attempts):
+                    thin = replaces.pop((i, chunk), None)
+                    if thin is not None:  # the new text replaces a thin segment when it has more words
+                        if sum(len(x.text.split()) for x in segs) > len(thin.text.split()):
+                            done_segments[i] = [x for x in done_segments[i] if x is not thin]
+                        else:
+                            segs = []
                     done_segments[i].extend(segs)
                     if chunk.depth:
                         redecoded.update(id(s) for s in segs)
                     decoded[i].append(chunk)
+                    replaces.update({(i, c): seg for c, seg in skipped if seg is not None})
+                    items = [(i, c) for c, _ in skipped]
                     # skipped stretches go first when conditioning, so a file keeps its order
-                    (queue.extendleft(reversed([(i, c) for c in skipped])) if opts.condition_on_previous_text
-                     else queue.extend((i, c) for c in skipped))
+                    queue.extendleft(reversed(items)) if opts.condition_on_previous_text else queue.extend(items)
                     stats[i].redecoded_chunks += len(skipped)
                     total += len(skipped)
                     if opts.condition_on_previous_text:
@@ -337,22 +347,31 @@ class AsrEngine:
         return torch.cat([f for f, _ in rows]), torch.cat([e for _, e in rows])
 
 
-def _skipped(chunk: Chunk, segments: list[Segment]) -> list[Chunk]:
-    """Stretches of ``chunk`` that its decode skipped and that are decoded again on their own: no
-    segment covers them and the VAD hears at least ``MIN_SKIP_SPEECH_S`` of speech in them (openai/
-    whisper seeks to the last timestamp when a window's text stops early), or they are
-    ``MIN_SKIP_SILENCE_S`` long (a quiet voice after a loud one is below Whisper's 80 dB window
-    range, but not alone). Not for a chunk without any text (Whisper was asked), nor twice deeper."""
+def _skipped(chunk: Chunk, segments: list[Segment]) -> list[tuple[Chunk, Segment | None]]:
+    """Stretches of ``chunk`` that its decode skipped, to decode again on their own, each with the
+    segment its text replaces (None: the stretch has no text yet).
+
+    - no segment covers it and the VAD hears at least ``MIN_SKIP_SPEECH_S`` of speech there (openai/
+      whisper seeks to the last timestamp when a window's text stops early), or it is
+      ``MIN_SKIP_SILENCE_S`` long (a quiet voice after a loud one is below Whisper's 80 dB window
+      range, but not alone);
+    - a segment too thin for its speech: more VAD speech under it than ``THIN_S_PER_WORD`` per word
+      plus ``THIN_SLACK_S`` (a 3-minute conversation: one 20 s segment held "This is all very high
+      pitched!" over two other sentences).
+    Not for a chunk without any text (Whisper was asked), nor deeper than ``MAX_REDECODE_DEPTH``."""
     if not segments or chunk.depth >= MAX_REDECODE_DEPTH:
         return []
     sr = SAMPLE_RATE
-    out, cursor = [], chunk.start
+    out: list[tuple[Chunk, Segment | None]] = []
+    cursor = chunk.start
     for seg in sorted(segments, key=lambda s: s.start) + [None]:
         a, b = (round(seg.start * sr), round(seg.end * sr)) if seg else (chunk.end, chunk.end)
         if a - cursor >= MIN_SKIP_SPEECH_S * sr and (
             chunk.voiced_in(cursor, a) >= MIN_SKIP_SPEECH_S * sr or (chunk.speech and a - cursor >= MIN_SKIP_SILENCE_S * sr)
         ):
-            out.append(chunk.part(cursor, a))
+            out.append((chunk.part(cursor, a), None))
+        if seg is not None and chunk.voiced_in(a, b) > (len(seg.text.split()) * THIN_S_PER_WORD + THIN_SLACK_S) * sr:
+            out.append((chunk.part(max(a, chunk.start), min(b, chunk.end)), seg))
         cursor = max(cursor, b)
     return out
 
