@@ -125,7 +125,9 @@ def test_postedit_reports_its_decode(handler, jfk_bytes):
 @pytest.mark.parametrize(
     "data, status, fragment",
     [
-        ({"inputs": b"RIFF", "parameters": {"beam_size": 5}}, 400, "unknown parameter 'beam_size'"),
+        ({"inputs": b"RIFF", "parameters": {"num_beams": 5}}, 400, "unknown parameter 'num_beams'"),
+        ({"inputs": b"RIFF", "parameters": {"beam_size": 0}}, 400, "parameters.beam_size"),
+        ({"inputs": b"RIFF", "parameters": {"temperature": 1.5}}, 400, "parameters.temperature"),
         ({"inputs": b"RIFF", "parameters": {"model": "openai/whisper-large-v3"}}, 400, "parameters.model: 'openai/whisper-large-v3' is not offered"),
         ({"inputs": b"RIFF", "parameters": {"draft": "/etc"}}, 400, "parameters.draft"),
         ({"inputs": b"RIFF", "parameters": {"num_speakers": 0}}, 400, "parameters.num_speakers"),
