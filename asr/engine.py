@@ -189,7 +189,7 @@ class AsrEngine:
                 per_chunk.append([])
                 again.append([])
                 continue
-            segs, _ = tokens_to_segments(a.seq.tokens, self.special, self.bundle.tokenizer, chunk.start_s,
+            segs = tokens_to_segments(a.seq.tokens, self.special, self.bundle.tokenizer, chunk.start_s,
                                                chunk.duration_s, drop_unfinished=a.seq.hit_max_length)
             facts = dict(seek=chunk.start // 160, temperature=a.temperature, avg_logprob=a.seq.avg_logprob,
                          compression_ratio=a.compression_ratio, no_speech_prob=a.seq.no_speech_prob)
@@ -223,8 +223,8 @@ class AsrEngine:
 
         Each file is cut into chunks covering all of it (asr.chunking) and gets its language from its
         first chunk with VAD speech; then chunks of all files that share a prompt (language, task,
-        initial prompt) are decoded in batches of ``batch_size``, and a chunk whose decode stopped
-        early has its tail queued again. With ``condition_on_previous_text`` each file's chunks decode
+        initial prompt) are decoded in batches of ``batch_size``; the stretches a decode skipped are
+        queued again (``_skipped``). With ``condition_on_previous_text`` each file's chunks decode
         one at a time in order, each after the text of the one before (openai/whisper's way).
         Per-file stats: exact token counts and VAD time; a shared batch's encoder/decoder/alignment
         time and pass counts are split by each file's rows (encoder) or generated tokens (decoder,

@@ -12,12 +12,11 @@ TIME_PRECISION = 0.02  # seconds per timestamp token
 
 def tokens_to_segments(
     tokens: list[int], special: SpecialTokens, tokenizer, offset: float, duration: float, drop_unfinished: bool = False
-) -> tuple[list[Segment], float]:
+) -> list[Segment]:
     """Split ``tokens`` at timestamp pairs (openai/whisper's rule); times become absolute via ``offset``.
 
     A final run of text without a closing timestamp ends at the chunk's end, unless
-    ``drop_unfinished`` (a decode cut by the length limit: that text is decoded again). Also returns
-    how far into the chunk the kept segments reach (seconds; 0.0 when none).
+    ``drop_unfinished`` (a decode cut by the length limit: that text is decoded again).
     """
     tb = special.timestamp_begin
     segments: list[Segment] = []
@@ -34,7 +33,6 @@ def tokens_to_segments(
         text_tokens = []
         start_ts = None
 
-    last_closed = 0.0
     for tok in tokens:
         if tok >= tb:
             t = (tok - tb) * TIME_PRECISION
@@ -42,16 +40,13 @@ def tokens_to_segments(
                 start_ts = t
             elif text_tokens:
                 flush(t)
-                last_closed = t
             else:
                 start_ts = t
         elif tok < special.eot:
             text_tokens.append(tok)
-    covered = min(last_closed, duration)
     if text_tokens and not drop_unfinished:
         flush(duration)
-        covered = duration
-    return segments, covered
+    return segments
 
 
 def _words(text: str) -> list[str]:
