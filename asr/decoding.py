@@ -76,10 +76,13 @@ class SpecialTokens:
             multilingual=multilingual,
         )
 
+    # openai/whisper keeps this many tokens of previous text: half the text context (448), less one
+    MAX_CONTEXT = 223
+
     def prompt(self, language: str | None, task: str, timestamps: bool, context: list[int] | None = None) -> list[int]:
         """The decoder prompt; ``context`` (previous text, an initial prompt) goes after <|startofprev|>,
-        its last 223 tokens as openai/whisper keeps (half the text context, less one)."""
-        seq = [self.sot_prev, *context[-223:], self.sot] if context else [self.sot]
+        its last ``MAX_CONTEXT`` tokens."""
+        seq = [self.sot_prev, *context[-self.MAX_CONTEXT :], self.sot] if context else [self.sot]
         if self.multilingual:
             if language is not None:
                 seq.append(self.languages[language])

@@ -276,8 +276,8 @@ class AsrEngine:
                     if thin is not None:  # the new text replaces a thin segment when it has more words
                         if sum(len(x.text.split()) for x in segs) > len(thin.text.split()):
                             done_segments[i] = [x for x in done_segments[i] if x is not thin]
-                        else:
-                            segs = []
+                        else:  # discarded, and so are the stretches it skipped
+                            segs, skipped = [], []
                     done_segments[i].extend(segs)
                     if chunk.depth:
                         redecoded.update(id(s) for s in segs)
@@ -290,7 +290,7 @@ class AsrEngine:
                     total += len(skipped)
                     if opts.condition_on_previous_text:
                         reset = a.temperature > PROMPT_RESET_TEMPERATURE
-                        contexts[i] = [] if reset else (contexts[i] + [t for s in segs for t in s.tokens])[-223:]
+                        contexts[i] = [] if reset else (contexts[i] + [t for s in segs for t in s.tokens])[-SpecialTokens.MAX_CONTEXT :]
                 _share_stats(batch_stats, [i for i, _ in batch], [len(a.seq.tokens) for a in attempts], stats)
                 done += len(batch)
                 report("transcribe", done / total)
