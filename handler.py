@@ -13,8 +13,8 @@ from __future__ import annotations
 import os
 from typing import Any
 
-from pipelines.endpoint import Endpoint, settings_from_env
-from pipelines.service import ServiceSettings
+from specwhisper.serving.endpoint import Endpoint, settings_from_env
+from specwhisper.serving.service import ServiceSettings
 
 
 class EndpointHandler:

@@ -1,6 +1,6 @@
 """Accuracy against faster-whisper on the same weights: WER per file and per language group.
 
-Every public eval file with a reference, plus long files built from the clips (pipelines.evaluation
+Every public eval file with a reference, plus long files built from the clips (specwhisper.evaluation.transcripts
 ``build_long_file``), transcribed by
 
 - ``ours greedy`` / ``ours beam5``: our pipeline (VAD-chosen chunks covering the whole file, the
@@ -45,7 +45,7 @@ class Case:
 
 
 def cases(long_minutes: float) -> list[Case]:
-    from pipelines.evaluation import build_long_file, load_manifest
+    from specwhisper.evaluation.transcripts import build_long_file, load_manifest
 
     out = [Case(i.file, i.path, i.language, i.reference) for i in load_manifest() if i.reference and i.single_speaker]
     if long_minutes > 0:
@@ -63,7 +63,7 @@ def max_deleted_run(reference: str, hypothesis: str, language: str) -> int:
     """The longest run of consecutive reference words the hypothesis leaves out (jiwer's alignment)."""
     import jiwer
 
-    from pipelines.evaluation import normalize
+    from specwhisper.evaluation.transcripts import normalize
 
     ref, hyp = normalize(reference, language), normalize(hypothesis, language)
     if not ref.split():
@@ -78,8 +78,8 @@ def max_deleted_run(reference: str, hypothesis: str, language: str) -> int:
 
 
 def ours(beam: int | None):
-    from asr.audio import load_audio
-    from asr.engine import AsrEngine, DecodeOptions
+    from specwhisper.audio.loading import load_audio
+    from specwhisper.asr.engine import AsrEngine, DecodeOptions
 
     engine = AsrEngine("base")
 
@@ -97,7 +97,7 @@ def ours(beam: int | None):
 def faster_whisper(beam: int, vad: bool):
     from faster_whisper import WhisperModel
 
-    from asr.models import write_ct2_folder
+    from specwhisper.asr.models import write_ct2_folder
 
     model = WhisperModel(str(write_ct2_folder("base", CACHE / "ct2")), device="cpu", compute_type="float32")
 
@@ -120,7 +120,7 @@ def system(name: str):
 
 
 def main(argv: list[str] | None = None) -> int:
-    from pipelines.evaluation import wer
+    from specwhisper.evaluation.transcripts import wer
 
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--long-minutes", type=float, default=3.0, help="length of the built long files (0: none)")

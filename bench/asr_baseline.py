@@ -29,7 +29,7 @@ def main() -> int:
                     help="cpu: time by process CPU seconds (steadier while other jobs share the machine)")
     args = ap.parse_args()
     set_clock(args.clock)
-    from pipelines.evaluation import english_set, wer
+    from specwhisper.evaluation.transcripts import english_set, wer
 
     items = english_set()
     items = items[: args.files] if args.files else items

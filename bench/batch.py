@@ -1,6 +1,6 @@
 """Batch throughput on the public English eval set: `transcribe DIR` vs the CLI once per file.
 
-In one run, each system transcribes every file of pipelines.evaluation.english_set() from scratch
+In one run, each system transcribes every file of specwhisper.evaluation.transcripts.english_set() from scratch
 (fresh output folder, models loaded by the system itself, as a user would run it):
 
 - per-file CLI: `transcribe FILE -o OUT -q` in a new process for each file (the baseline);
@@ -32,7 +32,7 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
-from pipelines.evaluation import english_set, wer  # noqa: E402
+from specwhisper.evaluation.transcripts import english_set, wer  # noqa: E402
 
 RESULTS = REPO / "bench" / "results" / "batch.json"
 
@@ -44,7 +44,7 @@ def _cpu_name() -> str:
 
 
 def _transcribe(*args: str) -> None:
-    cmd = [sys.executable, "-m", "pipelines.cli", *args]
+    cmd = [sys.executable, "-m", "specwhisper.serving.cli", *args]
     proc = subprocess.run(cmd, cwd=REPO, capture_output=True, text=True)
     if proc.returncode != 0:
         raise SystemExit(f"bench: {' '.join(cmd)} failed ({proc.returncode}): {proc.stderr.strip()[-500:]}")
@@ -129,7 +129,7 @@ def main(argv: list[str] | None = None) -> int:
                     "all systems measured one after another in one run",
         },
         "setup": {
-            "data": f"public English eval set (pipelines.evaluation.english_set): {len(names)} files, {audio_s:.1f} s of audio",
+            "data": f"public English eval set (specwhisper.evaluation.transcripts.english_set): {len(names)} files, {audio_s:.1f} s of audio",
             "model": args.model,
             "draft": "auto",
             "formats": "txt,json",

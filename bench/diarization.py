@@ -38,10 +38,10 @@ os.environ.setdefault("PYANNOTE_METRICS_ENABLED", "false")
 import numpy as np  # noqa: E402
 import torch  # noqa: E402
 
-from asr.audio import load_audio  # noqa: E402
-from diarize.evaluation import (EVAL_DIR, EvalFile, der, der_pair, pyannote_dev_files,  # noqa: E402
+from specwhisper.audio.loading import load_audio  # noqa: E402
+from specwhisper.evaluation.diarization import (EVAL_DIR, EvalFile, der, der_pair, pyannote_dev_files,  # noqa: E402
                                 pyannote_sample_file)
-from diarize.pipeline import DEFAULT_PARAMS, SpeakerTurn, load_diarizer  # noqa: E402
+from specwhisper.diarize.pipeline import DEFAULT_PARAMS, SpeakerTurn, load_diarizer  # noqa: E402
 from bench.meetings import ALL as MEETINGS, meeting  # noqa: E402
 
 RESULTS = REPO / "bench" / "results" / "diarization.json"
@@ -186,7 +186,7 @@ def main(argv: list[str] | None = None) -> int:
             print(json.dumps(rows[-1]), flush=True)
 
     def corpus(system: str, uris: list[str], skip_overlap: bool) -> float:
-        from diarize.evaluation import total_der
+        from specwhisper.evaluation.diarization import total_der
 
         pairs = [(f.reference, per_file_turns[(system, f.uri)], f.uem) for f, _ in files if f.uri in uris]
         return round(total_der(pairs, skip_overlap=skip_overlap), 4)

@@ -2,7 +2,7 @@
 
     python bench/longform.py [--minutes 10] [--threads 2] [--load 4] [--systems ...] [--conditions quiet,loaded]
 
-Two files are built from the public English clips with their references (pipelines.evaluation.
+Two files are built from the public English clips with their references (specwhisper.evaluation.transcripts.
 build_long_file): ``dense`` (one clip after another, a talk) and ``speakers`` (a conversation, every
 clip in another voice). Each system transcribes each file in a process of its own, started as a user
 would start it (imports and model loading included), and is measured from outside with ``os.wait4``:
@@ -47,7 +47,7 @@ def _fw_child(audio_path: str, compute_type: str, batched: bool, threads: int, o
     """faster-whisper in this (child) process: transcribe, write the text."""
     from faster_whisper import BatchedInferencePipeline, WhisperModel
 
-    from asr.models import write_ct2_folder
+    from specwhisper.asr.models import write_ct2_folder
 
     folder = write_ct2_folder("base", CACHE / "ct2")  # the embedded base weights as a CTranslate2 folder
     model = WhisperModel(str(folder), device="cpu", compute_type=compute_type, cpu_threads=threads)
@@ -64,7 +64,7 @@ def _command(system: str, audio: Path, threads: int, out_dir: Path) -> list[str]
         words = system.split()[1:]
         model = "base:int8" if words[0] == "int8" else "base"
         draft = words[-1] if words[-1] != "int8" else "none"
-        return [py, "-m", "pipelines.cli", str(audio), "-m", model, "--draft", draft, "-l", "en", "--threads", str(threads),
+        return [py, "-m", "specwhisper.serving.cli", str(audio), "-m", model, "--draft", draft, "-l", "en", "--threads", str(threads),
                 "-f", "txt", "-o", str(out_dir), "-q"]
     compute = {"fp32": "float32", "int8": "int8"}[system.split()[-1]]
     batched = "batched" in system
@@ -108,7 +108,7 @@ class Load:
 
 
 def main(argv: list[str] | None = None) -> int:
-    from pipelines.evaluation import LONG_KINDS, build_long_file, wer
+    from specwhisper.evaluation.transcripts import LONG_KINDS, build_long_file, wer
 
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--minutes", type=float, default=10.0, help="length of each built file (default: 10)")

@@ -15,7 +15,7 @@ Reference: a speaker is active where silero-vad finds speech in that speaker's o
 to where the piece was placed (as bench/diarization.py's reference for the stereo clip). Building is
 deterministic (a fixed seed per meeting) and cached in ``bench/.cache/meetings`` (git-ignored).
 
-Split: ``TUNE`` meetings may be used to choose diarization parameters (diarize/tune.py); ``HELD_OUT``
+Split: ``TUNE`` meetings may be used to choose diarization parameters (specwhisper/evaluation/tune_diarization.py); ``HELD_OUT``
 ones are only ever scored.
 """
 
@@ -31,11 +31,11 @@ REPO = Path(__file__).resolve().parents[1]
 if str(REPO) not in sys.path:
     sys.path.insert(0, str(REPO))
 
-from asr.audio import SAMPLE_RATE, load_audio  # noqa: E402
-from asr.types import SpeakerTurn  # noqa: E402
-from diarize.attribution import overlap_seconds  # noqa: E402
-from diarize.evaluation import EVAL_DIR, EvalFile  # noqa: E402
-from diarize.rttm import read_rttm, write_rttm  # noqa: E402
+from specwhisper.audio.loading import SAMPLE_RATE, load_audio  # noqa: E402
+from specwhisper.asr.types import SpeakerTurn  # noqa: E402
+from specwhisper.diarize.attribution import overlap_seconds  # noqa: E402
+from specwhisper.evaluation.diarization import EVAL_DIR, EvalFile  # noqa: E402
+from specwhisper.diarize.rttm import read_rttm, write_rttm  # noqa: E402
 
 CACHE = REPO / "bench" / ".cache" / "meetings"
 VERSION = 1  # bump when the recipe changes: cached files carry it in their name

@@ -75,10 +75,10 @@ class Run:
 
 
 def transcripts(limit: int | None):
-    from asr.audio import load_audio
-    from asr.engine import AsrEngine, DecodeOptions
-    from asr.types import Transcript
-    from pipelines.evaluation import english_set
+    from specwhisper.audio.loading import load_audio
+    from specwhisper.asr.engine import AsrEngine, DecodeOptions
+    from specwhisper.asr.types import Transcript
+    from specwhisper.evaluation.transcripts import english_set
 
     engine = AsrEngine("base")
     out = []
@@ -99,7 +99,7 @@ def run_ours(name: str, editor, windows: list[Window]) -> Run:
 def run_ours_interleaved(editors: list[tuple[str, object]], windows: list[Window]) -> list[Run]:
     """Each editor on every window, taking turns window by window (who goes first rotates). Why: this
     machine's speed drifts by up to 30% over minutes; runs timed one after the other inherit it."""
-    from pipelines.llm_speculative import SpecStats
+    from specwhisper.postedit.speculative import SpecStats
 
     runs = [Run(name, "ours", editor.drafter_name) for name, editor in editors]
     totals = [SpecStats() for _ in editors]
@@ -227,10 +227,10 @@ def main(argv: list[str] | None = None) -> int:
     logging.set_verbosity_error()
     logging.disable_progress_bar()
 
-    from pipelines.evaluation import wer
-    from pipelines.llm_models import load_llm
-    from pipelines.llm_speculative import truncated_drafter
-    from pipelines.postedit import PostEditor
+    from specwhisper.evaluation.transcripts import wer
+    from specwhisper.postedit.models import load_llm
+    from specwhisper.postedit.speculative import truncated_drafter
+    from specwhisper.postedit.editor import PostEditor
 
     t0 = time.perf_counter()
     trs = transcripts(args.limit)

@@ -39,8 +39,8 @@ def _transformers(assistant: str | None, files: list[str], threads: int, q) -> N
     import transformers
 
     transformers.utils.logging.set_verbosity_error()
-    from asr.audio import load_audio
-    from asr.models import load_whisper
+    from specwhisper.audio.loading import load_audio
+    from specwhisper.asr.models import load_whisper
 
     target = load_whisper("base")
     kwargs = dict(language="en", task="transcribe", num_beams=1, do_sample=False, max_new_tokens=440)
@@ -91,7 +91,7 @@ def main() -> int:
                     help="cpu: time by process CPU seconds (steadier while other jobs share the machine)")
     args = ap.parse_args()
     set_clock(args.clock)
-    from pipelines.evaluation import english_set
+    from specwhisper.evaluation.transcripts import english_set
 
     items = english_set()
     files = [str(i.path) for i in (items[: args.files] if args.files else items)]

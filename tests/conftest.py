@@ -9,9 +9,9 @@ import warnings
 
 import pytest
 
-from asr.threads import configure  # the process's thread policy, before torch is imported
+from specwhisper.runtime.threads import configure  # the process's thread policy, before torch is imported
 
-from pipelines.evaluation import eval_dir, load_manifest  # noqa: E402
+from specwhisper.evaluation.transcripts import eval_dir, load_manifest  # noqa: E402
 
 warnings.filterwarnings("ignore", category=UserWarning)
 configure(2)
@@ -32,14 +32,14 @@ def manifest(eval_root):
 
 @pytest.fixture(scope="session")
 def base_engine():
-    from asr.engine import AsrEngine
+    from specwhisper.asr.engine import AsrEngine
 
     return AsrEngine("base")
 
 
 @pytest.fixture(scope="session")
 def tiny_engine():
-    from asr.engine import AsrEngine
+    from specwhisper.asr.engine import AsrEngine
 
     return AsrEngine("tiny.en")
 
@@ -48,7 +48,7 @@ def tiny_engine():
 def windows(base_engine, manifest):
     """Per public file: (item, features, encoder output, prompt) of its first 30 s window (shared by the
     exactness tests of every drafter)."""
-    from asr.audio import load_audio
+    from specwhisper.audio.loading import load_audio
 
     e = base_engine
     out = []
@@ -68,7 +68,7 @@ def plain_reference(base_engine, windows):
 @pytest.fixture(scope="session")
 def base_pipeline(base_engine):
     """A plain-decoding pipeline sharing the session's base engine."""
-    from pipelines.core import Pipeline, PipelineConfig
+    from specwhisper.pipeline.core import Pipeline, PipelineConfig
 
     return Pipeline(PipelineConfig(model="base", draft="none"), asr=base_engine)
 
@@ -76,7 +76,7 @@ def base_pipeline(base_engine):
 @pytest.fixture(scope="session")
 def diarizer():
     """The embedded offline diarization pipeline with the stored tuned parameters."""
-    from diarize.pipeline import load_diarizer
+    from specwhisper.diarize.pipeline import load_diarizer
 
     return load_diarizer()
 
@@ -85,10 +85,10 @@ def diarizer():
 def run_cli(base_pipeline, monkeypatch, capsys):
     """Run the CLI in-process with the session's already loaded pipeline (files, and folders on the
     local engine); returns (exit code, stdout, stderr)."""
-    import pipelines.cli as cli
-    import pipelines.core
+    import specwhisper.serving.cli as cli
+    import specwhisper.pipeline.core
 
-    monkeypatch.setattr(pipelines.core, "Pipeline", lambda config: base_pipeline)
+    monkeypatch.setattr(specwhisper.pipeline.core, "Pipeline", lambda config: base_pipeline)
 
     def run(*argv):
         code = cli.main([str(a) for a in argv])

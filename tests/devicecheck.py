@@ -44,7 +44,7 @@ IGNORED = {torch.Tensor.shape.__get__, torch.Tensor.device.__get__, torch.Tensor
            torch.Tensor.element_size, torch.Tensor.stride, torch.Tensor.is_contiguous}
 
 
-HOST_CODE = ("asr/vad.py", "transformers/models/whisper/feature_extraction_whisper.py", "transformers/audio_utils.py")
+HOST_CODE = ("specwhisper/audio/vad.py", "transformers/models/whisper/feature_extraction_whisper.py", "transformers/audio_utils.py")
 
 
 def _in_host_code(depth: int = 12) -> bool:

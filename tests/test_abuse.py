@@ -24,12 +24,12 @@ import numpy as np
 import pytest
 import soundfile as sf
 
-from pipelines.endpoint import Endpoint
-from pipelines.http_app import RequestLimits
-from pipelines.http_protocol import ConnectionLimits
-from pipelines.params import Choices
-from pipelines.serve import EndpointServer, ServerConfig, serving
-from pipelines.service import ServiceSettings
+from specwhisper.serving.endpoint import Endpoint
+from specwhisper.serving.http_app import RequestLimits
+from specwhisper.serving.http_protocol import ConnectionLimits
+from specwhisper.serving.params import Choices
+from specwhisper.serving.serve import EndpointServer, ServerConfig, serving
+from specwhisper.serving.service import ServiceSettings
 
 ROOT = Path(__file__).resolve().parents[1]
 JFK = ROOT / "samples" / "jfk.wav"
@@ -286,8 +286,8 @@ def test_errors_are_one_line_json(server):
 _KILLED_SERVER = """
 import sys
 from pathlib import Path
-from pipelines.endpoint import Endpoint
-from pipelines.serve import EndpointServer, ServerConfig
+from specwhisper.serving.endpoint import Endpoint
+from specwhisper.serving.serve import EndpointServer, ServerConfig
 server = EndpointServer(Endpoint(preload=False), ServerConfig(port=0, spool_dir=Path(sys.argv[1]), access_log=False))
 print(server.url, flush=True)
 server.run()
@@ -330,12 +330,12 @@ def test_cli_tries_every_input(run_cli, media, tmp_path):
 
 
 def test_cli_checks_the_output_folder_before_any_work(run_cli, media, tmp_path, monkeypatch, read_only_dir):
-    import pipelines.core
+    import specwhisper.pipeline.core
 
     def no_models(config):
         raise AssertionError("models loaded before the output folder was checked")
 
-    monkeypatch.setattr(pipelines.core, "Pipeline", no_models)
+    monkeypatch.setattr(specwhisper.pipeline.core, "Pipeline", no_models)
     (tmp_path / "file").write_text("x")
     for out, message in ((tmp_path / "file", "the output folder is a file"), (tmp_path / "file" / "sub", "cannot create the output folder"),
                          (read_only_dir, "cannot write to the output folder")):
@@ -369,13 +369,13 @@ def test_cli_long_and_lying_files_are_refused_within_the_limit(run_cli, media, t
 
 
 def _transcript():
-    from asr.types import Segment, Transcript
+    from specwhisper.asr.types import Segment, Transcript
 
     return Transcript(segments=[Segment(start=0.0, end=1.0, text=" hello")], language="en", duration=1.0)
 
 
 def test_concurrent_writers_never_collide(tmp_path):
-    from pipelines.writers import ALL_FORMATS, write_outputs
+    from specwhisper.pipeline.writers import ALL_FORMATS, write_outputs
 
     t = _transcript()
     errors = []
@@ -395,7 +395,7 @@ def test_concurrent_writers_never_collide(tmp_path):
 
 
 def test_a_failed_write_leaves_nothing_behind(tmp_path, monkeypatch):
-    import pipelines.writers as writers
+    import specwhisper.pipeline.writers as writers
 
     synced = []
     real_fsync = os.fsync

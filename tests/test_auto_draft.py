@@ -1,13 +1,13 @@
-"""``--draft auto`` (asr.auto_draft): chooses by measured costs and running acceptance; exact either way."""
+"""``--draft auto`` (specwhisper.asr.auto_draft): chooses by measured costs and running acceptance; exact either way."""
 
 from __future__ import annotations
 
 import pytest
 
-from asr.audio import load_audio
-from asr.auto_draft import Costs, choose, expected_speedup
-from asr.drafting import decoder_factory
-from asr.engine import AsrEngine, DecodeOptions
+from specwhisper.audio.loading import load_audio
+from specwhisper.asr.auto_draft import Costs, choose, expected_speedup
+from specwhisper.asr.drafting import decoder_factory
+from specwhisper.asr.engine import AsrEngine, DecodeOptions
 
 
 def test_the_expected_speedup_follows_the_acceptance_and_the_costs():

@@ -17,10 +17,10 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from asr.audio import load_audio
-from asr.engine import DecodeOptions
-from pipelines.evaluation import english_set, wer
-from pipelines.jobs import DB_NAME
+from specwhisper.audio.loading import load_audio
+from specwhisper.asr.engine import DecodeOptions
+from specwhisper.evaluation.transcripts import english_set, wer
+from specwhisper.batch.jobs import DB_NAME
 
 REPO = Path(__file__).resolve().parent.parent
 JFK_REF = "And so my fellow Americans ask not what your country can do for you, ask what you can do for your country."
@@ -94,8 +94,8 @@ def test_transcribe_many_matches_transcribe(base_engine, eval_root):
 
 def test_prefetcher_groups_files_within_limits(eval_root, tmp_path):
     """Decoded ahead on a thread, handed over in order, in groups within the file and audio limits."""
-    from pipelines.batch_engine import AudioPrefetcher, GroupLimits, load_job
-    from pipelines.batch_inputs import find_inputs, make_jobs
+    from specwhisper.batch.engine import AudioPrefetcher, GroupLimits, load_job
+    from specwhisper.batch.inputs import find_inputs, make_jobs
 
     src = _copy(eval_root, tmp_path / "in", {
         "1.wav": "whisper.cpp/jfk.wav", "2.wav": "coqui-tts-ljspeech/LJ001-0002.wav", "3.wav": "text:not audio",
@@ -223,7 +223,7 @@ def test_progress_bar_with_eta_on_a_terminal(eval_root, tmp_path):
 
     src = _copy(eval_root, tmp_path / "in", {"a.wav": "coqui-tts-ljspeech/LJ001-0002.wav", "b.mp3": "mfa/common_voice_en_22058264.mp3"})
     master, tty = pty.openpty()
-    cmd = [sys.executable, "-m", "pipelines.cli", str(src), "-o", str(tmp_path / "out"), "-m", "tiny.en", "--group-files", "1"]
+    cmd = [sys.executable, "-m", "specwhisper.serving.cli", str(src), "-o", str(tmp_path / "out"), "-m", "tiny.en", "--group-files", "1"]
     proc = subprocess.Popen(cmd, cwd=REPO, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=tty)
     os.close(tty)
     screen = b""
@@ -245,7 +245,7 @@ def test_progress_bar_with_eta_on_a_terminal(eval_root, tmp_path):
 
 
 def _start(src: Path, out: Path, *extra: str) -> subprocess.Popen:
-    cmd = [sys.executable, "-m", "pipelines.cli", str(src), "-o", str(out), "-f", "txt,json", "-q", *extra]
+    cmd = [sys.executable, "-m", "specwhisper.serving.cli", str(src), "-o", str(out), "-f", "txt,json", "-q", *extra]
     return subprocess.Popen(cmd, cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
 
 

@@ -1,10 +1,10 @@
-"""Chunk planning (asr.chunking): the VAD chooses cut points, every sample is decoded once."""
+"""Chunk planning (specwhisper.audio.chunking): the VAD chooses cut points, every sample is decoded once."""
 
 from __future__ import annotations
 
 import pytest
 
-from asr.chunking import Chunk, plan_chunks
+from specwhisper.audio.chunking import Chunk, plan_chunks
 
 SR = 16000
 

@@ -13,7 +13,7 @@ import pytest
 import soundfile as sf
 import soxr
 
-from pipelines.evaluation import wer
+from specwhisper.evaluation.transcripts import wer
 
 JFK_REF = "And so my fellow Americans ask not what your country can do for you, ask what you can do for your country."
 
@@ -158,7 +158,7 @@ def test_console_script_errors_without_traceback(tmp_path):
     """The installed entry point, in a fresh process: a bad model and a missing file."""
     (tmp_path / "a.wav").write_bytes(b"")
     for argv, expected in (([str(tmp_path / "missing.wav")], "file not found"), ([str(tmp_path / "a.wav"), "--model", "./no/such/model"], "model")):
-        proc = subprocess.run([sys.executable, "-m", "pipelines.cli", *argv], capture_output=True, text=True, timeout=300)
+        proc = subprocess.run([sys.executable, "-m", "specwhisper.serving.cli", *argv], capture_output=True, text=True, timeout=300)
         assert proc.returncode != 0
         assert expected in _one_line_error(proc.stderr).lower()
 
@@ -185,7 +185,7 @@ def test_progress_bars_draw_on_a_terminal_without_a_size(eval_root, tmp_path):
     reader = threading.Thread(target=drain, daemon=True)
     reader.start()
     proc = subprocess.run(
-        [sys.executable, "-m", "pipelines.cli", str(eval_root / "whisper.cpp/jfk.wav"), "-o", str(tmp_path), "-f", "txt"],
+        [sys.executable, "-m", "specwhisper.serving.cli", str(eval_root / "whisper.cpp/jfk.wav"), "-o", str(tmp_path), "-f", "txt"],
         stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=slave, timeout=600,
     )
     os.close(slave)

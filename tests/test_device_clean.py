@@ -7,8 +7,8 @@ from __future__ import annotations
 import pytest
 import torch
 
-from asr.audio import load_audio
-from asr.engine import AsrEngine, DecodeOptions
+from specwhisper.audio.loading import load_audio
+from specwhisper.asr.engine import AsrEngine, DecodeOptions
 from tests.devicecheck import HostDeviceMix, HostDeviceMode
 from tests.exactness import drafting_factory
 

@@ -1,6 +1,6 @@
 """Speaker diarization on real audio: DER on the public dev files, word attribution, input variants, CLI.
 
-Bounds were measured on this 2-core CPU with the stored tuned parameters (diarize/params.json)
+Bounds were measured on this 2-core CPU with the stored tuned parameters (specwhisper/diarize/params.json)
 and carry a small margin; the measured values are written next to each bound.
 """
 
@@ -14,12 +14,12 @@ import pytest
 import soundfile as sf
 import soxr
 
-import pipelines.cli as cli
-from asr.audio import load_audio
-from diarize.attribution import assign_speakers
-from diarize.evaluation import (COLLAR, der, der_pair, mapped_word_accuracy, pyannote_dev_files,
+import specwhisper.serving.cli as cli
+from specwhisper.audio.loading import load_audio
+from specwhisper.diarize.attribution import assign_speakers
+from specwhisper.evaluation.diarization import (COLLAR, der, der_pair, mapped_word_accuracy, pyannote_dev_files,
                                 pyannote_sample_file, total_der)
-from diarize.pipeline import SpeakerTurn
+from specwhisper.diarize.pipeline import SpeakerTurn
 
 # measured: dev00 + dev01 corpus DER (collar 0.25 s) 0.1371 overlap scored, 0.1196 overlap skipped
 # (per file: dev00 0.1222 / 0.1066, dev01 0.1632 / 0.1449 with 2 speakers; before the eigen-gap
@@ -66,7 +66,7 @@ def test_der_on_public_dev_files_is_under_the_measured_bound(dev_files, dev_turn
 @pytest.fixture(scope="session")
 def two_speaker_words(base_engine, dev_files):
     """(file, audio, segments with word timings from our engine) for dev00, dev01 and the pyannote sample."""
-    from asr.engine import DecodeOptions
+    from specwhisper.asr.engine import DecodeOptions
 
     options = DecodeOptions(language="en", word_timestamps=True)
     files = [(f, audio) for f, audio in dev_files]
@@ -123,7 +123,7 @@ def test_silence_gives_no_turns(diarizer):
 
 
 def test_silence_through_the_pipeline_gives_an_empty_transcript(base_pipeline, diarizer, monkeypatch):
-    from pipelines.core import RunOptions
+    from specwhisper.pipeline.core import RunOptions
 
     monkeypatch.setattr(base_pipeline, "_diarizer", diarizer)
     transcript = base_pipeline.run(np.zeros(5 * SR, dtype=np.float32), RunOptions(diarize=True))
@@ -151,10 +151,10 @@ def test_progress_reports_named_stages_from_zero_to_one(diarizer, dev_files):
 # -- CLI -------------------------------------------------------------------------------------------
 
 def test_cli_diarize_writes_speakers_in_every_format(base_pipeline, diarizer, monkeypatch, capsys, tmp_path):
-    import pipelines.core
+    import specwhisper.pipeline.core
 
     monkeypatch.setattr(base_pipeline, "_diarizer", diarizer)
-    monkeypatch.setattr(pipelines.core, "Pipeline", lambda config: base_pipeline)
+    monkeypatch.setattr(specwhisper.pipeline.core, "Pipeline", lambda config: base_pipeline)
     wav = pyannote_dev_files()[0].audio
     code = cli.main([str(wav), "--diarize", "-o", str(tmp_path), "-f", "txt,srt,vtt,json,rttm", "-q"])
     _, err = capsys.readouterr()

@@ -6,10 +6,10 @@ import io
 
 import pytest
 
-from asr.types import Segment, Transcript, Word
-from diarize.attribution import assign_speakers, mark_word_overlaps, speaker_turns_text
-from diarize.pipeline import SpeakerTurn, annotation_to_turns, check_speaker_counts
-from diarize.rttm import format_rttm, parse_rttm, read_rttm, turns_to_annotation, write_rttm
+from specwhisper.asr.types import Segment, Transcript, Word
+from specwhisper.diarize.attribution import assign_speakers, mark_word_overlaps, speaker_turns_text
+from specwhisper.diarize.pipeline import SpeakerTurn, annotation_to_turns, check_speaker_counts
+from specwhisper.diarize.rttm import format_rttm, parse_rttm, read_rttm, turns_to_annotation, write_rttm
 
 
 def words(*spec):
@@ -121,7 +121,7 @@ def test_bad_speaker_counts_are_one_line_value_errors(kwargs, message):
 
 
 def test_rttm_and_json_come_from_the_diarizer_turns_not_the_segments():
-    from pipelines.writers import render
+    from specwhisper.pipeline.writers import render
 
     turns = [SpeakerTurn(0.0, 3.0, "SPEAKER_00"), SpeakerTurn(2.0, 5.0, "SPEAKER_01"), SpeakerTurn(6.0, 7.0, "SPEAKER_02")]
     segs = assign_speakers([Segment(0.0, 5.0, " a b", words=words((0.5, 1.0, " a"), (2.2, 2.8, " b")))], turns)
@@ -147,7 +147,7 @@ def test_rttm_and_json_come_from_the_diarizer_turns_not_the_segments():
 def test_eigengap_count_prefers_the_largest_k_with_a_large_enough_gap():
     import numpy as np
 
-    from diarize.clustering import count_from_eigengaps
+    from specwhisper.diarize.clustering import count_from_eigengaps
 
     ev = np.array([0.0, 0.0, 1.441, 2.318, 3.047, 3.142])  # s3a (3 speakers, one with 7 of 57 embeddings)
     assert count_from_eigengaps(ev, 1, 5, 1.0) == 2  # the classic largest gap under-counts

@@ -1,7 +1,7 @@
 """Diarization as the source of speakers, on real audio: built 3-speaker meetings (bench/meetings.py,
 mixed from single-speaker eval clips with overlapping turns), the pipeline's RTTM and word flags.
 
-Measured values (2-core CPU, diarize/params.json) are written next to each assertion.
+Measured values (2-core CPU, specwhisper/diarize/params.json) are written next to each assertion.
 """
 
 from __future__ import annotations
@@ -9,14 +9,14 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from asr.engine import AsrResult, DecodeOptions
-from asr.types import DecodeStats
+from specwhisper.asr.engine import AsrResult, DecodeOptions
+from specwhisper.asr.types import DecodeStats
 from bench.meetings import ALL, meeting
-from diarize.attribution import overlap_seconds
-from diarize.evaluation import der_pair
-from diarize.rttm import parse_rttm
-from pipelines.core import RunOptions
-from pipelines.writers import render
+from specwhisper.diarize.attribution import overlap_seconds
+from specwhisper.evaluation.diarization import der_pair
+from specwhisper.diarize.rttm import parse_rttm
+from specwhisper.pipeline.core import RunOptions
+from specwhisper.pipeline.writers import render
 
 SPECS = {spec.name: spec for spec in ALL}
 

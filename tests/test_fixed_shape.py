@@ -1,4 +1,4 @@
-"""The fixed-shape mode (asr.model.WhisperDecoderRuntime._fixed_shape_pass): the exactness mechanism
+"""The fixed-shape mode (specwhisper.asr.model.WhisperDecoderRuntime._fixed_shape_pass): the exactness mechanism
 where matrix products are not row-independent (GPUs, dtypes other than float32). Checked on this CPU
 with base in bfloat16, whose products are plain ``F.linear`` calls like a GPU's."""
 
@@ -7,9 +7,9 @@ from __future__ import annotations
 import pytest
 import torch
 
-from asr.audio import load_audio
-from asr.drafting import decoder_factory
-from asr.engine import AsrEngine, DecodeOptions
+from specwhisper.audio.loading import load_audio
+from specwhisper.asr.drafting import decoder_factory
+from specwhisper.asr.engine import AsrEngine, DecodeOptions
 
 
 @pytest.fixture(scope="module")

@@ -2,7 +2,7 @@
 
     .venv/bin/python -m pytest -m gpu tests/test_gpu.py
 
-On the GPU the exact path is the fixed-shape mode (asr.model): a verify pass must give each token the
+On the GPU the exact path is the fixed-shape mode (specwhisper.asr.model): a verify pass must give each token the
 bits of a one-token step, and speculation the target's tokens, for every drafter kind and dtype."""
 
 from __future__ import annotations
@@ -10,8 +10,8 @@ from __future__ import annotations
 import pytest
 import torch
 
-from asr.audio import load_audio
-from asr.engine import AsrEngine, DecodeOptions
+from specwhisper.audio.loading import load_audio
+from specwhisper.asr.engine import AsrEngine, DecodeOptions
 from tests.devicecheck import HostDeviceMode
 from tests.exactness import drafting_factory
 

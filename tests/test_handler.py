@@ -1,5 +1,5 @@
 """handler.EndpointHandler (the Inference Endpoints contract), called directly and over loopback HTTP,
-with a bounded load test; and `python -m pipelines.serve`, the Docker image's command."""
+with a bounded load test; and `python -m specwhisper.serving.serve`, the Docker image's command."""
 
 from __future__ import annotations
 
@@ -23,11 +23,11 @@ import pytest
 import soundfile as sf
 
 from handler import EndpointHandler
-from pipelines.evaluation import wer
-from pipelines.params import Choices
-from pipelines.http_app import RequestLimits
-from pipelines.serve import ServerConfig, serving
-from pipelines.service import ServiceSettings
+from specwhisper.evaluation.transcripts import wer
+from specwhisper.serving.params import Choices
+from specwhisper.serving.http_app import RequestLimits
+from specwhisper.serving.serve import ServerConfig, serving
+from specwhisper.serving.service import ServiceSettings
 
 ROOT = Path(__file__).resolve().parents[1]
 JFK = ROOT / "samples" / "jfk.wav"
@@ -226,11 +226,11 @@ def _free_port() -> int:
 
 
 def test_serve_command(jfk_head, tmp_path):
-    """`python -m pipelines.serve`, as the Docker image runs it, configured by SPECWHISPER_* variables."""
+    """`python -m specwhisper.serving.serve`, as the Docker image runs it, configured by SPECWHISPER_* variables."""
     port = _free_port()
     env = {**os.environ, "SPECWHISPER_MODELS": "tiny.en", "SPECWHISPER_DRAFTERS": "none", "SPECWHISPER_MAX_AUDIO_S": "30"}
     log = (tmp_path / "serve.log").open("w")
-    proc = subprocess.Popen([sys.executable, "-m", "pipelines.serve", "--port", str(port), "--quiet"], cwd=ROOT, env=env,
+    proc = subprocess.Popen([sys.executable, "-m", "specwhisper.serving.serve", "--port", str(port), "--quiet"], cwd=ROOT, env=env,
                             stdout=log, stderr=subprocess.STDOUT)
     url = f"http://127.0.0.1:{port}"
     try:

@@ -1,10 +1,10 @@
-"""The decoder's packed matrix products (asr.kernels) on base's real weights."""
+"""The decoder's packed matrix products (specwhisper.runtime.kernels) on base's real weights."""
 
 from __future__ import annotations
 
 import torch
 
-from asr.model import OutputHead
+from specwhisper.asr.model import OutputHead
 
 
 def test_a_rows_product_does_not_depend_on_the_rows_beside_it(base_engine):

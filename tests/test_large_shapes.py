@@ -6,10 +6,10 @@ from __future__ import annotations
 
 import pytest
 
-from asr.audio import load_audio
-from asr.drafting import decoder_factory
-from asr.engine import AsrEngine, DecodeOptions
-from asr.fallback import QualityRules
+from specwhisper.audio.loading import load_audio
+from specwhisper.asr.drafting import decoder_factory
+from specwhisper.asr.engine import AsrEngine, DecodeOptions
+from specwhisper.asr.fallback import QualityRules
 from tests.random_whisper import write_random_whisper
 
 pytestmark = pytest.mark.filterwarnings("ignore")

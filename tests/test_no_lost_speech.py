@@ -6,11 +6,11 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from asr.audio import SAMPLE_RATE, load_audio
-from asr.decoding import GreedyDecoder
-from asr.engine import DecodeOptions
-from asr.fallback import QualityRules, temperature_schedule
-from pipelines.evaluation import build_long_file, normalize, wer
+from specwhisper.audio.loading import SAMPLE_RATE, load_audio
+from specwhisper.asr.decoding import GreedyDecoder
+from specwhisper.asr.engine import DecodeOptions
+from specwhisper.asr.fallback import QualityRules, temperature_schedule
+from specwhisper.evaluation.transcripts import build_long_file, normalize, wer
 from tests.exactness import drafting_factory
 
 
@@ -135,13 +135,13 @@ def test_temperature_schedule():
     ],
 )
 def test_bad_quality_options_are_one_line_before_any_model_loads(eval_root, flags, message, monkeypatch, capsys):
-    import pipelines.cli as cli
-    import pipelines.core
+    import specwhisper.serving.cli as cli
+    import specwhisper.pipeline.core
 
     def no_model(*args, **kwargs):
         raise AssertionError("a model was loaded before the options were checked")
 
-    monkeypatch.setattr(pipelines.core, "Pipeline", no_model)
+    monkeypatch.setattr(specwhisper.pipeline.core, "Pipeline", no_model)
     code = cli.main([str(eval_root / "openai-whisper/jfk.flac"), *flags])
     err = capsys.readouterr().err
     assert code != 0

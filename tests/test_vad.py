@@ -7,10 +7,10 @@ import pytest
 import torch
 from silero_vad import get_speech_timestamps
 
-from asr.audio import load_audio
-from asr.chunking import WHISPER_WINDOW_S
-from asr.vad import VoiceActivityDetector
-from pipelines.evaluation import english_set
+from specwhisper.audio.loading import load_audio
+from specwhisper.audio.chunking import WHISPER_WINDOW_S
+from specwhisper.audio.vad import VoiceActivityDetector
+from specwhisper.evaluation.transcripts import english_set
 
 
 @pytest.fixture(scope="module")
@@ -40,11 +40,11 @@ def test_probabilities_match_silero_loop(vad, eval_root):
 
 def test_probabilities_across_blocks(vad, eval_root, monkeypatch):
     """Blocks carry the LSTM state and the 64-sample context: small blocks give the same numbers."""
-    import asr.vad
+    import specwhisper.audio.vad
 
     audio = load_audio(eval_root / "pyannote-audio/tests_data/dev01.wav")
     whole = np.array(vad.speech_probs(audio))
-    monkeypatch.setattr(asr.vad, "BLOCK", 7)
+    monkeypatch.setattr(specwhisper.audio.vad, "BLOCK", 7)
     assert np.abs(np.array(vad.speech_probs(audio)) - whole).max() < 1e-5
 
 
@@ -71,7 +71,7 @@ def test_long_files_built_from_the_public_clips(tmp_path, eval_root):
     """The long-form bench's inputs: long enough, the reference is the clips' references in order."""
     import soundfile as sf
 
-    from pipelines.evaluation import build_long_file
+    from specwhisper.evaluation.transcripts import build_long_file
 
     dense = build_long_file("dense", tmp_path, min_seconds=60)
     talk = build_long_file("speakers", tmp_path, min_seconds=60)

@@ -6,9 +6,9 @@ import difflib
 
 import numpy as np
 
-from asr.engine import DecodeOptions
-from pipelines.core import RunOptions
-from pipelines.evaluation import normalize, read_textgrid_words
+from specwhisper.asr.engine import DecodeOptions
+from specwhisper.pipeline.core import RunOptions
+from specwhisper.evaluation.transcripts import normalize, read_textgrid_words
 
 
 def test_word_times_match_forced_alignment(base_pipeline, eval_root):

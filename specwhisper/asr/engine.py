@@ -1,0 +1,398 @@
+"""The ASR engine: a loaded Whisper model, VAD chunking and a (speculative or plain) decoder."""
+
+from __future__ import annotations
+
+import time
+from collections import deque
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import Callable
+
+import numpy as np
+import torch
+
+from specwhisper.asr.alignment import WordAligner
+from specwhisper.audio.loading import SAMPLE_RATE
+from specwhisper.audio.chunking import Chunk, plan_chunks
+from specwhisper.asr.decoding import Decoder, GreedyDecoder, SamplingDecoder, SpecialTokens, WhisperLogitRules, detect_language
+from specwhisper.runtime.device import resolve_device, resolve_dtype
+from specwhisper.asr.fallback import Attempt, QualityRules, decode_with_fallback
+from specwhisper.runtime.memory import trim_heap
+from specwhisper.asr.model import WhisperDecoderRuntime
+from specwhisper.asr.models import WhisperBundle, load_whisper
+from specwhisper.asr.segments import stitch, tokens_to_segments
+from specwhisper.asr.types import DecodeStats, Segment
+from specwhisper.audio.vad import VoiceActivityDetector
+
+Progress = Callable[[str, float], None]
+TASKS = ("transcribe", "translate")
+# A stretch of a chunk that its decode skipped is decoded again alone when the VAD hears this much
+# speech in it, or when it is this long; re-decodes of re-decodes stop at the depth limit.
+MIN_SKIP_SPEECH_S = 1.0
+MIN_SKIP_SILENCE_S = 3.0
+MAX_REDECODE_DEPTH = 2
+THIN_S_PER_WORD = 0.6  # read speech is 2-3 words/s: 0.6 s a word is slow speech
+THIN_SLACK_S = 3.0
+PROMPT_RESET_TEMPERATURE = 0.5  # openai/whisper: previous text is not carried past a decode this random
+
+
+@dataclass
+class DecodeOptions:
+    language: str | None = None  # None: detect
+    task: str = "transcribe"
+    batch_size: int = 8
+    vad_threshold: float = 0.5
+    max_chunk_s: float = 30.0
+    word_timestamps: bool = False
+    beam_size: int | None = None  # None: greedy (speculative when a drafter runs)
+    patience: float = 1.0
+    quality: QualityRules = field(default_factory=QualityRules)
+    initial_prompt: str | None = None  # text before every chunk (before the first one only when conditioning)
+    hotwords: str | None = None  # words to favour: put in the prompt of every chunk
+    condition_on_previous_text: bool = False  # True: chunks decode one at a time, each after the text before it
+
+    def validate(self, special: SpecialTokens | None = None) -> None:
+        """Raises ValueError with a one-line message; ``special`` adds the checks that need the model."""
+        if self.task not in TASKS:
+            raise ValueError(f"task must be one of {', '.join(TASKS)}, got '{self.task}'")
+        if self.batch_size < 1:
+            raise ValueError(f"batch size must be >= 1, got {self.batch_size}")
+        if not 1.0 <= self.max_chunk_s <= 30.0:
+            raise ValueError(f"chunk length must be between 1 and 30 s, got {self.max_chunk_s}")
+        if not 0.0 < self.vad_threshold < 1.0:
+            raise ValueError(f"VAD threshold must be between 0 and 1 (exclusive), got {self.vad_threshold}")
+        if self.beam_size is not None and self.beam_size < 1:
+            raise ValueError(f"beam size must be >= 1, got {self.beam_size}")
+        if self.patience <= 0:
+            raise ValueError(f"patience must be > 0, got {self.patience}")
+        self.quality.validate()
+        if special is None:
+            return
+        if self.language is not None:
+            if special.multilingual and self.language not in special.languages:
+                raise ValueError(f"unknown language code '{self.language}'")
+            if not special.multilingual and self.language != "en":
+                raise ValueError(f"this model is English-only; cannot use language '{self.language}'")
+        if self.task == "translate" and not special.multilingual:
+            raise ValueError("this model is English-only and cannot translate")
+
+
+@dataclass
+class AsrResult:
+    segments: list[Segment]
+    language: str | None
+    language_probability: float | None
+    stats: DecodeStats
+    chunks: list[Chunk] = field(default_factory=list)  # every window decoded, re-decoded stretches included
+    vad_seconds: float = 0.0
+
+
+DecoderFactory = Callable[["AsrEngine"], Decoder]
+Item = tuple[int, Chunk]  # (file, chunk)
+
+
+class AsrEngine:
+    """Loads the target model once; transcribes 16 kHz waveforms."""
+
+    def __init__(
+        self,
+        model: str = "base",
+        cache_dir: Path | None = None,
+        device: str = "cpu",
+        decoder_factory: DecoderFactory | None = None,
+        bundle: WhisperBundle | None = None,
+        dtype: str = "auto",
+    ):
+        device = resolve_device(device)
+        self.bundle = bundle or load_whisper(model, cache_dir=cache_dir, device=device, dtype=resolve_dtype(dtype, device))
+        self.device = device
+        self.special = SpecialTokens.from_tokenizer(self.bundle.tokenizer, self.bundle.generation_config,
+                                                    self.bundle.model.config.vocab_size)
+        self.runtime = WhisperDecoderRuntime(self.bundle.model)
+        gc = self.bundle.generation_config
+        self.rules = WhisperLogitRules(
+            self.special,
+            self.runtime.vocab_size,
+            list(gc.suppress_tokens or []),
+            list(gc.begin_suppress_tokens or []),
+            timestamps=True,
+        )
+        self.vad = VoiceActivityDetector()
+        self.aligner = WordAligner(self.runtime, self.special, self.bundle.tokenizer, getattr(gc, "alignment_heads", None))
+        self.decoder: Decoder = (decoder_factory or plain_decoder)(self)
+
+    @property
+    def model_name(self) -> str:
+        return self.bundle.name
+
+    def features(self, audio: np.ndarray, chunks: list[Chunk]) -> torch.Tensor:
+        return self._features([audio[c.start : c.end] for c in chunks])
+
+    def _features(self, pieces: list[np.ndarray]) -> torch.Tensor:
+        fe = self.bundle.feature_extractor
+        feats = fe(pieces, sampling_rate=SAMPLE_RATE, return_tensors="pt").input_features
+        return feats.to(self.device, dtype=self.bundle.model.dtype)
+
+    def _encode(self, pieces: list[np.ndarray]) -> tuple[torch.Tensor, torch.Tensor, float]:
+        """Log-mel features and encoder output of audio pieces (one row each), and the seconds it took."""
+        t = time.perf_counter()
+        feats = self._features(pieces)
+        enc = self.runtime.encode(feats)
+        trim_heap()  # the encoder's temporaries (specwhisper.runtime.memory): 75-120 MB kept otherwise, measured
+        return feats, enc, time.perf_counter() - t
+
+    def _plan(self, audio: np.ndarray, opts: DecodeOptions, progress: Callable[[float], None]) -> tuple[list[Chunk], float]:
+        """The file's chunks (all of it, cut in the VAD's pauses: specwhisper.audio.chunking) and the VAD's seconds."""
+        t0 = time.perf_counter()
+        spans = self.vad.speech_spans(audio, opts.max_chunk_s, progress=progress, threshold=opts.vad_threshold)
+        trim_heap()
+        return plan_chunks(spans, len(audio), opts.max_chunk_s), time.perf_counter() - t0
+
+    def _first_decoder(self, opts: DecodeOptions, decoder: Decoder) -> Decoder:
+        if opts.beam_size is None:
+            return decoder
+        from specwhisper.asr.beam import BeamSearchDecoder
+
+        return BeamSearchDecoder(self.runtime, self.special, self.rules, opts.beam_size, opts.patience)
+
+    def _sampler(self, temperature: float) -> Decoder:
+        return SamplingDecoder(self.runtime, self.special, self.rules, temperature)
+
+    def _text(self, tokens: list[int]) -> str:
+        return self.bundle.tokenizer.decode([t for t in tokens if t < self.special.eot])
+
+    def _context(self, text: str | None) -> list[int]:
+        return self.bundle.tokenizer.encode(" " + text.strip(), add_special_tokens=False) if text and text.strip() else []
+
+    def _decode_batch(
+        self,
+        enc: torch.Tensor,
+        feats: torch.Tensor,
+        prompt: list[int],
+        chunks: list[Chunk],
+        language: str | None,
+        opts: DecodeOptions,
+        decoder: Decoder,
+        stats: DecodeStats,
+    ) -> tuple[list[list[Segment]], list[list[tuple[Chunk, Segment | None]]], list[Attempt]]:
+        """Decode one batch of chunks (row i of ``enc`` is ``chunks[i]``, all after the same ``prompt``).
+
+        Returns each chunk's segments (absolute times; none when Whisper finds no speech), the
+        stretches of each chunk to decode again (``_skipped``) and the attempt kept per chunk; the decode's counters and the alignment time are added to ``stats``."""
+        first = self._first_decoder(opts, decoder)
+        attempts = decode_with_fallback(first, self._sampler, enc, prompt, feats, opts.quality, self._text, stats)
+        trim_heap()  # the batch's cache is freed: keep the heap from holding it (specwhisper.runtime.memory)
+        per_chunk: list[list[Segment]] = []
+        again: list[list[tuple[Chunk, Segment | None]]] = []
+        for chunk, a in zip(chunks, attempts):
+            if opts.quality.is_silence(a.seq, vad_speech=chunk.speech):
+                per_chunk.append([])
+                again.append([])
+                continue
+            segs = tokens_to_segments(a.seq.tokens, self.special, self.bundle.tokenizer, chunk.start_s,
+                                               chunk.duration_s, drop_unfinished=a.seq.hit_max_length)
+            facts = dict(seek=chunk.start // 160, temperature=a.temperature, avg_logprob=a.seq.avg_logprob,
+                         compression_ratio=a.compression_ratio, no_speech_prob=a.seq.no_speech_prob)
+            per_chunk.append([replace(seg, **facts) for seg in segs])
+            again.append(_skipped(chunk, segs))
+        if opts.word_timestamps:
+            t = time.perf_counter()
+            offsets = [c.start_s for c in chunks]
+            self.aligner.align(enc, per_chunk, offsets, [c.duration_s for c in chunks], language, opts.task)
+            stats.alignment_seconds += time.perf_counter() - t
+        return per_chunk, again, attempts
+
+    def transcribe(
+        self,
+        audio: np.ndarray,
+        options: DecodeOptions | None = None,
+        progress: Progress | None = None,
+        decoder: Decoder | None = None,
+    ) -> AsrResult:
+        """Transcribe a 16 kHz waveform; ``decoder`` overrides the engine's own (tests, benchmarks)."""
+        return self.transcribe_many([audio], options, progress, decoder)[0]
+
+    def transcribe_many(
+        self,
+        audios: list[np.ndarray],
+        options: DecodeOptions | None = None,
+        progress: Progress | None = None,
+        decoder: Decoder | None = None,
+    ) -> list[AsrResult]:
+        """Transcribe several 16 kHz waveforms with their chunks batched together.
+
+        Each file is cut into chunks covering all of it (specwhisper.audio.chunking) and gets its language from its
+        first chunk with VAD speech; then chunks of all files that share a prompt (language, task,
+        initial prompt) are decoded in batches of ``batch_size``; the stretches a decode skipped are
+        queued again (``_skipped``). With ``condition_on_previous_text`` each file's chunks decode
+        one at a time in order, each after the text of the one before (openai/whisper's way).
+        Per-file stats: exact token counts and VAD time; a shared batch's encoder/decoder/alignment
+        time and pass counts are split by each file's rows (encoder) or generated tokens (decoder,
+        alignment)."""
+        decoder = decoder or self.decoder
+        opts = options or DecodeOptions()
+        opts.validate(self.special)
+        report = progress or (lambda stage, frac: None)
+        n = len(audios)
+        plans: list[list[Chunk]] = []
+        vad_seconds: list[float] = []
+        for i, audio in enumerate(audios):
+            found, seconds = self._plan(audio, opts, lambda f, i=i: report("vad", (i + f) / n))
+            plans.append(found)
+            vad_seconds.append(seconds)
+        stats = [DecodeStats() for _ in audios]
+        encoded: dict[Item, tuple[torch.Tensor, torch.Tensor]] = {}  # rows kept from language detection
+        languages = self._languages(audios, plans, opts, encoded, stats)
+        initial = self._context(" ".join(t for t in (opts.hotwords, opts.initial_prompt) if t))
+
+        def base_prompt(i: int, context: list[int]) -> tuple[int, ...]:
+            return tuple(self.special.prompt(languages[i][0], opts.task, timestamps=True, context=context))
+
+        # Work queues: one per prompt (files sharing it batch together), or one per file when conditioning.
+        queues: dict[object, deque[Item]] = {}
+        for i in range(n):
+            key = i if opts.condition_on_previous_text else base_prompt(i, initial)
+            queues.setdefault(key, deque()).extend((i, c) for c in plans[i])
+        contexts = [list(initial) for _ in audios]  # conditioning: the text each file's next chunk follows
+        batch_size = 1 if opts.condition_on_previous_text else opts.batch_size
+        done_segments: list[list[Segment]] = [[] for _ in audios]
+        redecoded: set[int] = set()  # ids of the segments of re-decoded stretches
+        replaces: dict[Item, Segment] = {}  # a stretch queued again -> the thin segment it may replace
+        decoded: list[list[Chunk]] = [[] for _ in audios]
+        total, done = sum(len(p) for p in plans), 0
+        report("transcribe", 0.0)
+        for queue in queues.values():
+            while queue:
+                batch = [queue.popleft() for _ in range(min(batch_size, len(queue)))]
+                i0 = batch[0][0]
+                prompt = list(base_prompt(i0, contexts[i0]))
+                feats, enc = self._gather(audios, batch, encoded, stats)
+                batch_stats = DecodeStats()
+                per_chunk, again, attempts = self._decode_batch(
+                    enc, feats, prompt, [c for _, c in batch], languages[i0][0], opts, decoder, batch_stats
+                )
+                for (i, chunk), segs, skipped, a in zip(batch, per_chunk, again, attempts):
+                    thin = replaces.pop((i, chunk), None)
+                    if thin is not None:  # the new text replaces a thin segment when it has more words
+                        if sum(len(x.text.split()) for x in segs) > len(thin.text.split()):
+                            done_segments[i] = [x for x in done_segments[i] if x is not thin]
+                        else:  # discarded, and so are the stretches it skipped
+                            segs, skipped = [], []
+                    done_segments[i].extend(segs)
+                    if chunk.depth:
+                        redecoded.update(id(s) for s in segs)
+                    decoded[i].append(chunk)
+                    replaces.update({(i, c): seg for c, seg in skipped if seg is not None})
+                    items = [(i, c) for c, _ in skipped]
+                    # skipped stretches go first when conditioning, so a file keeps its order
+                    queue.extendleft(reversed(items)) if opts.condition_on_previous_text else queue.extend(items)
+                    stats[i].redecoded_chunks += len(skipped)
+                    total += len(skipped)
+                    if opts.condition_on_previous_text:
+                        reset = a.temperature > PROMPT_RESET_TEMPERATURE
+                        contexts[i] = [] if reset else (contexts[i] + [t for s in segs for t in s.tokens])[-SpecialTokens.MAX_CONTEXT :]
+                _share_stats(batch_stats, [i for i, _ in batch], [len(a.seq.tokens) for a in attempts], stats)
+                done += len(batch)
+                report("transcribe", done / total)
+        return [
+            AsrResult(
+                stitch(done_segments[i], redecoded, self.bundle.tokenizer),
+                languages[i][0],
+                languages[i][1],
+                stats[i],
+                sorted(decoded[i], key=lambda c: c.start),
+                vad_seconds[i],
+            )
+            for i in range(n)
+        ]
+
+    def _languages(
+        self,
+        audios: list[np.ndarray],
+        plans: list[list[Chunk]],
+        opts: DecodeOptions,
+        encoded: dict[Item, tuple[torch.Tensor, torch.Tensor]],
+        stats: list[DecodeStats],
+    ) -> list[tuple[str | None, float | None]]:
+        """Each file's language and its probability: the option, or detected on the file's first chunk
+        with VAD speech (its first chunk when the VAD found none), whose encoder rows are kept."""
+        languages: list[tuple[str | None, float | None]] = [(opts.language, None)] * len(audios)
+        if opts.language is not None:
+            return languages
+        firsts = [(i, next((c for c in plan if c.speech), plan[0])) for i, plan in enumerate(plans) if plan]
+        for b in range(0, len(firsts), opts.batch_size):
+            rows = firsts[b : b + opts.batch_size]
+            feats, enc, seconds = self._encode([audios[i][c.start : c.end] for i, c in rows])
+            for j, (i, c) in enumerate(rows):
+                languages[i] = detect_language(self.runtime, self.special, enc[j : j + 1])
+                encoded[(i, c)] = (feats[j : j + 1], enc[j : j + 1])
+                stats[i].encoder_seconds += seconds / len(rows)
+        return languages
+
+    def _gather(
+        self,
+        audios: list[np.ndarray],
+        batch: list[Item],
+        encoded: dict[Item, tuple[torch.Tensor, torch.Tensor]],
+        stats: list[DecodeStats],
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """Features and encoder output of a batch of (file, chunk) items, encoding the ones not kept yet."""
+        todo = [item for item in batch if item not in encoded]
+        if todo:
+            feats, enc, seconds = self._encode([audios[i][c.start : c.end] for i, c in todo])
+            for j, (i, c) in enumerate(todo):
+                encoded[(i, c)] = (feats[j : j + 1], enc[j : j + 1])
+                stats[i].encoder_seconds += seconds / len(todo)
+        rows = [encoded.pop(item) for item in batch]
+        return torch.cat([f for f, _ in rows]), torch.cat([e for _, e in rows])
+
+
+def _skipped(chunk: Chunk, segments: list[Segment]) -> list[tuple[Chunk, Segment | None]]:
+    """Stretches of ``chunk`` that its decode skipped, to decode again on their own, each with the
+    segment its text replaces (None: the stretch has no text yet).
+
+    - no segment covers it and the VAD hears at least ``MIN_SKIP_SPEECH_S`` of speech there (openai/
+      whisper seeks to the last timestamp when a window's text stops early), or it is
+      ``MIN_SKIP_SILENCE_S`` long (a quiet voice after a loud one is below Whisper's 80 dB window
+      range, but not alone);
+    - a segment too thin for its speech: more VAD speech under it than ``THIN_S_PER_WORD`` per word
+      plus ``THIN_SLACK_S`` (a 3-minute conversation: one 20 s segment held "This is all very high
+      pitched!" over two other sentences).
+    Not for a chunk without any text (Whisper was asked), nor deeper than ``MAX_REDECODE_DEPTH``."""
+    if not segments or chunk.depth >= MAX_REDECODE_DEPTH:
+        return []
+    sr = SAMPLE_RATE
+    out: list[tuple[Chunk, Segment | None]] = []
+    cursor = chunk.start
+    for seg in sorted(segments, key=lambda s: s.start) + [None]:
+        a, b = (round(seg.start * sr), round(seg.end * sr)) if seg else (chunk.end, chunk.end)
+        if a - cursor >= MIN_SKIP_SPEECH_S * sr and (
+            chunk.voiced_in(cursor, a) >= MIN_SKIP_SPEECH_S * sr or (chunk.speech and a - cursor >= MIN_SKIP_SILENCE_S * sr)
+        ):
+            out.append((chunk.part(cursor, a), None))
+        if seg is not None and chunk.voiced_in(a, b) > (len(seg.text.split()) * THIN_S_PER_WORD + THIN_SLACK_S) * sr:
+            out.append((chunk.part(max(a, chunk.start), min(b, chunk.end)), seg))
+        cursor = max(cursor, b)
+    return out
+
+
+def _share_stats(batch: DecodeStats, files: list[int], generated: list[int], into: list[DecodeStats]) -> None:
+    """Split a shared batch's counters over its files by their generated tokens (rows when none)."""
+    weights: dict[int, float] = {}
+    for i, g in zip(files, generated):
+        weights[i] = weights.get(i, 0.0) + g + 1  # +1: end of text, so a silent row still counts
+    total = sum(weights.values())
+    for i, w in weights.items():
+        share = w / total
+        into[i].generated_tokens += sum(g for f, g in zip(files, generated) if f == i)
+        into[i].target_passes += round(batch.target_passes * share)
+        into[i].drafted_tokens += round(batch.drafted_tokens * share)
+        into[i].accepted_tokens += round(batch.accepted_tokens * share)
+        into[i].decoder_seconds += batch.decoder_seconds * share
+        into[i].alignment_seconds += batch.alignment_seconds * share
+        into[i].fallback_passes += round(batch.fallback_passes * share)
+        into[i].fallback_seconds += batch.fallback_seconds * share
+
+
+def plain_decoder(engine: AsrEngine) -> Decoder:
+    return GreedyDecoder(engine.runtime, engine.special, engine.rules)

@@ -1,0 +1,467 @@
+"""A lean Whisper decoder runtime over a transformers model's weights.
+
+Why not call the transformers decoder directly: each of its steps builds masks,
+cache objects and position ids in Python, and its ``DynamicCache`` grows by
+concatenation and can only be cropped for the whole batch. Speculative decoding
+needs many small steps, a cache that rolls back per row, and rows that advance
+by different amounts. This module keeps one pre-allocated KV cache per batch,
+writes new keys/values in place at per-row positions, and masks by position, so
+rolling back a row is just moving its length back. The weights (and so the
+numbers) are the transformers model's own.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import torch
+import torch.nn.functional as F
+from transformers import WhisperForConditionalGeneration
+
+from specwhisper.runtime.kernels import Int8Linear, Int8Module, Linear
+from specwhisper.runtime.memory import release_file_pages
+from specwhisper.runtime.threads import blas_one_thread
+
+INITIAL_POSITIONS = 128  # self-attention K/V slots a new cache starts with (``KVCache.reserve``)
+GROW_POSITIONS = 64  # and the step it grows by
+FIXED_WIDTH = 16  # columns of every pass in the fixed-shape mode (``WhisperDecoderRuntime``): > a verify pass's width
+
+
+class OutputHead:
+    """The tied output projection (vocabulary x d), the largest matrix of a Whisper decoder, as a
+    packed copy (``specwhisper.runtime.kernels``: a product of 1-8 rows costs about what 1 row costs; vocabulary x d
+    floats of memory, 106 MB for base).
+
+    ``int8``: int8 weights and rows (``specwhisper.runtime.kernels.Int8Linear``, a ``MODEL:int8`` target or drafter).
+
+    ``compact=(n, s)`` packs it in two parts: the drafters' compact vocabulary (text tokens below
+    ``n`` and every token from ``s``, the special ones) and the text tokens between, so a drafter
+    scores its vocabulary with ``compact`` while the verify pass scores the whole, without a second
+    copy of the rows they share."""
+
+    def __init__(self, weight: torch.Tensor, compact: tuple[int, int] | None = None, int8: bool = False):
+        w = weight.detach()
+        self.compact_split = compact
+        product = Int8Linear.quantize if int8 else Linear
+        if compact is None:
+            self.main, self.rest = product(w), None
+        else:
+            n, s = compact
+            self.main, self.rest = product(torch.cat([w[:n], w[s:]])), product(w[n:s])
+
+    def __call__(self, hidden: torch.Tensor) -> torch.Tensor:
+        h = hidden.detach()
+        if self.rest is None:
+            return self.main(h)
+        n = self.compact_split[0]
+        a = self.main(h)
+        return torch.cat([a[..., :n], self.rest(h), a[..., n:]], -1)
+
+    def compact(self, hidden: torch.Tensor) -> torch.Tensor:
+        """Logits of the compact vocabulary only: ids [0, n) then [s, vocabulary)."""
+        if self.rest is None:
+            raise ValueError("this head was packed without a compact vocabulary")
+        return self.main(hidden.detach())
+
+
+@dataclass
+class LayerProducts:
+    """One decoder layer's matrix products (``specwhisper.runtime.kernels.Linear``): self-attention query, key and
+    value in one product, its output, cross-attention query and output, and the MLP."""
+
+    qkv: Callable[[torch.Tensor], torch.Tensor]
+    out: Callable[[torch.Tensor], torch.Tensor]
+    cross_q: Callable[[torch.Tensor], torch.Tensor]
+    cross_out: Callable[[torch.Tensor], torch.Tensor]
+    fc1: Callable[[torch.Tensor], torch.Tensor]
+    fc2: Callable[[torch.Tensor], torch.Tensor]
+
+    @staticmethod
+    def modules(layer: torch.nn.Module) -> list[torch.nn.Module]:
+        att, catt = layer.self_attn, layer.encoder_attn
+        return [att.q_proj, att.k_proj, att.v_proj, att.out_proj, catt.q_proj, catt.out_proj, layer.fc1, layer.fc2]
+
+    @property
+    def packed(self) -> bool:
+        """Packed float32 copies of the layer's weights (which then serve nothing else)."""
+        return isinstance(self.fc1, Linear) and self.fc1.packed
+
+    @classmethod
+    def of(cls, layer: torch.nn.Module) -> LayerProducts:
+        lin = cls.modules(layer)
+        if all(isinstance(m, Int8Module) for m in lin):  # a MODEL:int8 target (specwhisper.asr.models)
+            return cls(Int8Linear.of(*lin[:3]), *(m.product for m in lin[3:]))
+        return cls(Linear.of(*lin[:3]), *(Linear.of(m) for m in lin[3:]))
+
+
+@dataclass
+class KVCache:
+    """Self-attention keys/values [layers, batch, heads, max_len, head_dim] and cross-attention K/V
+    [layers, batch, heads, frames, head_dim]."""
+
+    k: torch.Tensor
+    v: torch.Tensor
+    cross_k: torch.Tensor
+    cross_v: torch.Tensor
+    limit: int = 0  # the most positions the self-attention K/V may grow to (``reserve``)
+    rows: list[int] | None = None  # fixed-shape mode: the physical row of each live row (None: all, in order)
+
+    @property
+    def batch_size(self) -> int:
+        return self.k.shape[1] if self.rows is None else len(self.rows)
+
+    def physical(self, rows: list[int] | None = None) -> list[int]:
+        """Physical rows of live rows ``rows`` (all live rows when None)."""
+        live = list(range(self.k.shape[1])) if self.rows is None else self.rows
+        return live if rows is None else [live[r] for r in rows]
+
+    @torch.inference_mode()
+    def reserve(self, positions: int) -> None:
+        """Room for ``positions`` self-attention positions: the K/V grow by ``GROW_POSITIONS`` slots (up
+        to ``limit``) when full. A 30 s window rarely holds 200 tokens, and 448 slots from the start
+        cost base 88 MB at batch 8. A position's numbers do not depend on the room after it (each
+        query reads its own keys)."""
+        room = self.k.shape[3]
+        if positions <= room:
+            return
+        if positions > max(self.limit, room):
+            raise ValueError(f"position {positions - 1} is past the cache's limit of {max(self.limit, room)}")
+        grown = min(-(-positions // GROW_POSITIONS) * GROW_POSITIONS, self.limit)
+        for name in ("k", "v"):
+            old = getattr(self, name)
+            new = old.new_zeros(*old.shape[:3], grown, old.shape[4])
+            new[:, :, :, :room] = old
+            setattr(self, name, new)
+
+    @torch.inference_mode()
+    def select(self, rows: list[int]) -> KVCache:
+        """A cache of only ``rows`` (e.g. finished sequences dropped from a batch). Consumes this one.
+        Rows may repeat (beam search's start): each copy gets a physical row of its own.
+
+        Ascending rows (every caller's case) are moved down in place and the tensors viewed to their
+        first ``len(rows)`` rows: nothing is allocated. Copying each tensor to a new, smaller one
+        (as before) made glibc keep the freed memory: the cross-attention K/V of 8 rows of base are
+        295 MB, and a 10-minute file peaked 670 MB above the memory before its first batch, 390 MB
+        more than the cache itself. A row's layout is unchanged (a layer's rows stay contiguous), so
+        is every number computed from it."""
+        keep = list(rows)
+        if self.rows is not None:  # fixed-shape mode: rows stay where they are, the dropped ones idle
+            if len(set(keep)) == len(keep):
+                return KVCache(self.k, self.v, self.cross_k, self.cross_v, limit=self.limit, rows=self.physical(keep))
+            keep = self.physical(keep)  # repeated rows (beams) need physical rows of their own: gathered below
+        tensors = (self.k, self.v, self.cross_k, self.cross_v)
+        if any(b <= a for a, b in zip(keep, keep[1:])):  # not ascending: gather into new tensors
+            idx = torch.tensor(keep, device=self.k.device)
+            rows = None if self.rows is None else list(range(len(keep)))
+            return KVCache(*(t[:, idx].contiguous() for t in tensors), limit=self.limit, rows=rows)
+        for to, r in enumerate(keep):
+            if to != r:
+                for t in tensors:
+                    t[:, to].copy_(t[:, r])
+        return KVCache(*(t[:, : len(keep)] for t in tensors), limit=self.limit)
+
+    @torch.inference_mode()
+    def reorder(self, sources: list[int]) -> None:
+        """Live row i takes the self-attention K/V of live row ``sources[i]`` (in place; sources may
+        repeat): beam search's rearrangement. The cross-attention K/V stay: beams of one audio row share
+        them, and copying them (37 MB a row for base) each step cost more than the step. The caller
+        keeps each source within its own audio row."""
+        if len(sources) != self.batch_size:
+            raise ValueError(f"{len(sources)} sources for {self.batch_size} rows")
+        if sources == list(range(self.batch_size)):
+            return
+        phys = self.physical()
+        dst = torch.tensor(phys, device=self.k.device)
+        src = torch.tensor([phys[s] for s in sources], device=self.k.device)
+        for t in (self.k, self.v):
+            t[:, dst] = t[:, src]  # the right side is gathered into a new tensor first, so overlaps are safe
+
+
+def _attend_per_query(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, positions: list[list[int]], causal: bool) -> torch.Tensor:
+    """Attention of each query of ``q`` [B, heads, n, hd] alone, in the very call a one-row plain step
+    makes at that query's position: self-attention (``causal``) over the row's keys up to the position
+    with an all-true mask, cross-attention over all of the row's keys without one. ``k``/``v``:
+    [B, heads, keys, hd]; ``positions``: [B][n]."""
+    rows = []
+    for r, row in enumerate(positions):
+        parts = []
+        for j, p in enumerate(row):
+            kr, vr, mask = k[r : r + 1], v[r : r + 1], None
+            if causal:
+                kr, vr = kr[:, :, : p + 1], vr[:, :, : p + 1]
+                mask = torch.ones((1, 1, 1, p + 1), dtype=torch.bool, device=q.device)
+            parts.append(F.scaled_dot_product_attention(q[r : r + 1, :, j : j + 1], kr, vr, attn_mask=mask, scale=1.0))
+        rows.append(torch.cat(parts, 2))
+    return torch.cat(rows)
+
+
+class WhisperDecoderRuntime:
+    """Incremental decoder forward with a static, per-row positioned KV cache."""
+
+    def __init__(self, model: WhisperForConditionalGeneration, num_layers: int | None = None, row_exact: bool = True):
+        """``row_exact``: attention gives every query the very numbers a plain decoding step would give it,
+        however many queries a pass holds and wherever their rows stand (see ``layer_range``); a
+        drafter's own runtime, whose numbers only shape guesses, can do without. It applies where the
+        matrix products are row-independent too (packed on CPU, ``specwhisper.runtime.kernels``): on a GPU neither
+        cuBLAS nor the attention kernels promise that, and a query-by-query loop would cost a kernel
+        launch per query and layer. There (unpacked products: a GPU, or a dtype other than float32)
+        ``row_exact`` takes the fixed-shape mode instead (``layer_range``)."""
+        dec = model.model.decoder
+        cfg = model.config
+        self.model = model
+        self.layers = list(dec.layers)[: num_layers or len(dec.layers)]
+        blas_one_thread()
+        self.products = [LayerProducts.of(layer) for layer in self.layers]
+        self.n_head = cfg.decoder_attention_heads
+        self.d_model = cfg.d_model
+        self.head_dim = self.d_model // self.n_head
+        self.max_len = cfg.max_target_positions
+        self.embed = dec.embed_tokens.weight
+        self.pos = dec.embed_positions.weight
+        self.final_norm = dec.layer_norm
+        self.proj = model.proj_out.weight
+        self.vocab_size = self.proj.shape[0]
+        self.int8 = isinstance(self.layers[0].fc1, Int8Module)
+        self.head = OutputHead(self.proj, int8=self.int8)
+        self.row_exact = row_exact and self.head.main.packed
+        self.fixed_width = FIXED_WIDTH if row_exact and not self.row_exact else None
+        # read a pass's positions on the host (``layer_range``): free on the CPU, a wait on a GPU
+        self.host_positions = self.device.type == "cpu" and self.fixed_width is None
+        self._release_packed_sources()
+
+    @property
+    def device(self) -> torch.device:
+        """Where the weights are: every tensor a decoder makes to meet them is made here."""
+        return self.embed.device
+
+    def _release_packed_sources(self) -> None:
+        """The file pages of the weights that only served to make packed copies go back to the kernel
+        (``specwhisper.runtime.memory``: 181 MB for base; the head's rows are read again, a few at a time, as
+        embeddings)."""
+        sources = [m.weight for layer, lin in zip(self.layers, self.products) if lin.packed for m in LayerProducts.modules(layer)]
+        release_file_pages(sources + ([self.proj] if self.head.main.packed else []))
+
+    @torch.inference_mode()
+    def encode(self, features: torch.Tensor) -> torch.Tensor:
+        """Encoder output of each row of ``features``, one window at a time (the rows stacked).
+
+        Why not one call for the batch: on this 2-core CPU a window costs the same alone (0.69-0.80 s
+        per window for 1, 2, 4 or 8 rows at 2 threads), while 8 rows at once raised peak memory by
+        about 250 MB (activations of 8 windows); and alone, a window's output cannot depend on its
+        batch-mates."""
+        encoder = self.model.model.encoder
+        out = torch.cat([encoder(features[i : i + 1]).last_hidden_state for i in range(features.shape[0])])
+        # The encoder's weights are not read again until the next batch, while the decode's cache
+        # is at its largest: their file pages go back meanwhile (specwhisper.runtime.memory; 82 MB for base, read
+        # again from the page cache or disk by the next batch's first window, measured below 1%).
+        release_file_pages(list(encoder.parameters()))
+        return out
+
+    @torch.inference_mode()
+    def encode_audio_part(self, features: torch.Tensor, margin_frames: int = 100) -> torch.Tensor:
+        """The encoder over the mel frames that hold audio (plus a margin, in steps of 1 s), not the
+        whole 30 s window: an approximation (Whisper was trained on full windows), for drafters only,
+        whose output the verify pass never trusts. Why: a drafter with its own encoder (tiny.en for
+        base) spent 0.37 s per file encoding mostly padding (public files average 8 s of audio).
+
+        Padding frames are those at the spectrogram's floor in every mel bin (the feature extractor
+        pads with zeros; log-mel clamps them to the floor); rows of a batch keep the longest row."""
+        floor = features.amin(dim=(1, 2), keepdim=True)
+        audio = (features > floor).any(1)  # [B, frames]
+        last = int(audio.nonzero()[:, 1].max()) + 1 if audio.any() else 1
+        total = features.shape[-1]
+        frames = min(total, -(-(last + margin_frames) // 100) * 100)
+        if frames >= total:
+            return self.encode(features)
+        enc = self.model.model.encoder
+        x = F.gelu(enc.conv1(features[..., :frames]))
+        x = F.gelu(enc.conv2(x)).permute(0, 2, 1)
+        x = x + enc.embed_positions.weight[: x.shape[1]]
+        for layer in enc.layers:
+            x = layer(x, None)
+        return enc.layer_norm(x)
+
+    def _split(self, x: torch.Tensor) -> torch.Tensor:
+        b, n, _ = x.shape
+        return x.view(b, n, self.n_head, self.head_dim).transpose(1, 2)
+
+    @torch.inference_mode()
+    def new_cache(self, encoder_out: torch.Tensor, slack: int = 0) -> KVCache:
+        """``slack`` extra slots past the last position take the padding of ragged speculative passes.
+        The cross-attention K/V of all layers share one block (``KVCache.select``)."""
+        b, frames, _ = encoder_out.shape
+        cross_k = encoder_out.new_empty(len(self.layers), b, self.n_head, frames, self.head_dim)
+        cross_v = torch.empty_like(cross_k)
+        # Row by row: one row's projection is a 3 MB temporary (base); all rows at once left ~160 MB
+        # of freed 25 MB temporaries that glibc kept (measured) and tied a row's numbers to its batch.
+        for i, layer in enumerate(self.layers):
+            att = layer.encoder_attn
+            for r in range(b):
+                cross_k[i, r] = self._split(att.k_proj(encoder_out[r : r + 1]))[0]
+                cross_v[i, r] = self._split(att.v_proj(encoder_out[r : r + 1]))[0]
+        if self.fixed_width is not None:  # every cache the same room, whatever the decoder's slack
+            if slack > self.fixed_width:
+                raise ValueError(f"slack {slack} is past the fixed-shape mode's {self.fixed_width}")
+            slack = self.fixed_width
+        limit = self.max_len + slack
+        # room that grows needs the positions on the host (``layer_range``)
+        room = min(INITIAL_POSITIONS, limit) if self.host_positions else limit
+        z = encoder_out.new_zeros(len(self.layers), b, self.n_head, room, self.head_dim)
+        rows = list(range(b)) if self.fixed_width is not None else None
+        return KVCache(z, torch.zeros_like(z), cross_k, cross_v, limit=limit, rows=rows)
+
+    @torch.inference_mode()
+    def hidden(
+        self, tokens: torch.Tensor, positions: torch.Tensor, cache: KVCache, cross_qk: dict[int, torch.Tensor] | None = None
+    ) -> torch.Tensor:
+        """Run the decoder layers on ``tokens`` [B, n] at ``positions`` [B, n].
+
+        Writes their keys/values into ``cache`` at those positions and attends to
+        every cached position <= the query's own. Returns the final-norm hidden
+        states [B, n, d]. For each layer index present in ``cross_qk`` the
+        cross-attention logits [B, heads, n, frames] are stored there (word timing).
+        """
+        x = self.layer_range(self.embed_at(tokens, positions), positions, cache, cross_qk=cross_qk)
+        return self.final_norm(x)
+
+    def embed_at(self, tokens: torch.Tensor, positions: torch.Tensor) -> torch.Tensor:
+        """Token + position embeddings [B, n, d] (the input of the first layer)."""
+        # padding past the last real position (ragged speculative rows) reuses the last embedding
+        return F.embedding(tokens, self.embed) + F.embedding(positions.clamp(max=self.max_len - 1), self.pos)
+
+    @torch.inference_mode()
+    def layer_range(
+        self, x: torch.Tensor, positions: torch.Tensor, cache: KVCache, start: int = 0, stop: int | None = None,
+        cross_qk: dict[int, torch.Tensor] | None = None,
+    ) -> torch.Tensor:
+        """Layers ``start`` .. ``stop - 1`` on the residual stream ``x`` [B, n, d] at ``positions``:
+        ``hidden`` without the embeddings and the final norm, so a pass may enter or leave the stack
+        at any layer (the early-exit drafter runs the first layers, the verify pass the rest)."""
+        if self.fixed_width is not None and positions.shape[1] <= self.fixed_width:
+            return self._fixed_shape_pass(x, positions, cache, start, stop, cross_qk)
+        if cache.rows is not None and cache.rows != list(range(cache.k.shape[1])):
+            raise ValueError("a pass wider than the fixed-shape mode's width needs every row of its cache")
+        return self._layers(x, positions, cache, start, stop, cross_qk)
+
+    def _slots(self, rows: torch.Tensor, positions: torch.Tensor, cache: KVCache) -> tuple[torch.Tensor, torch.Tensor]:
+        """Fixed-shape mode: the physical row and the column of the tokens of live rows ``rows`` at
+        ``positions`` (broadcast together)."""
+        phys = torch.tensor(cache.physical(), device=positions.device)[rows]
+        return phys, positions % self.fixed_width
+
+    def _fixed_shape_pass(
+        self, x: torch.Tensor, positions: torch.Tensor, cache: KVCache, start: int, stop: int | None,
+        cross_qk: dict[int, torch.Tensor] | None,
+    ) -> torch.Tensor:
+        """The fixed-shape mode, where a pass's numbers for a token may depend on the shapes of the call
+        and on where the token sits in it (cuBLAS picks kernels by shape, and split- or stream-K
+        kernels reduce each output tile in an order of their own), but not on the values in other
+        rows (no operation of a decoder layer mixes rows). Every pass then has the same shapes: all
+        the cache's rows (finished ones idle in place), ``FIXED_WIDTH`` columns, attention over the
+        cache's whole room, and a token at position p of physical row r sits at row r, column
+        p mod ``FIXED_WIDTH``, whichever pass computes it: a plain step, a verify pass or a draft step.
+        So each token gets the numbers plain decoding gives it, on any device, at the price of
+        ``FIXED_WIDTH`` columns per pass (on a GPU, where a step is bound by reading the weights, a
+        few percent). Unused slots hold the last slot of the room, which no real position reaches."""
+        b, n = positions.shape
+        rows, width = cache.k.shape[1], self.fixed_width
+        phys, col = self._slots(torch.arange(b, device=positions.device)[:, None], positions, cache)
+        full_pos = positions.new_full((rows, width), cache.k.shape[3] - 1)
+        full_pos[phys, col] = positions
+        full_x = x.new_zeros(rows, width, x.shape[-1])
+        full_x[phys, col] = x
+        qk = {i: None for i in cross_qk} if cross_qk is not None else None
+        y = self._layers(full_x, full_pos, cache, start, stop, qk)
+        for i in qk or {}:
+            cross_qk[i] = qk[i].transpose(1, 2)[phys, col].transpose(1, 2)  # [b, heads, n, frames]
+        return y[phys, col]
+
+    def _layers(
+        self, x: torch.Tensor, positions: torch.Tensor, cache: KVCache, start: int, stop: int | None,
+        cross_qk: dict[int, torch.Tensor] | None,
+    ) -> torch.Tensor:
+        b, n = positions.shape
+        rows = torch.arange(b, device=positions.device)[:, None].expand(b, n)
+        d = self.d_model
+        # Attention goes query by query, each alone with the keys and shapes of a one-row plain step at
+        # its position: torch's attention does not give a query the same bits when it shares a call with
+        # other queries or rows (measured here: cross-attention of 1-3 queries vs 8 differs in the last
+        # bits, the self-attention again with the key count, and a row in a batch of 2 from the row
+        # alone), and such bits can turn a near-tie of two tokens, which long audio meets now and then,
+        # into a different transcript. So a verify pass of any width, ragged rows and batches all give
+        # every token the numbers of the target decoding that chunk alone.
+        # (A lone query, a batch-1 step, makes the very call the loop makes for it.)
+        # On a GPU (``host_positions`` off) the pass attends over the cache's whole room with a mask:
+        # its shapes then need no host read of the positions, which would make each pass wait for the
+        # last. On the CPU reading them costs nothing, and the keys stop at the last position.
+        per_query = self.row_exact
+        if self.host_positions:
+            pos_list = positions.tolist()
+            used = max(max(row) for row in pos_list) + 1
+            cache.reserve(used)
+        else:  # the whole room (and so the same shapes for every pass)
+            used = cache.k.shape[3]
+        if not per_query:
+            key_pos = torch.arange(used, device=positions.device)
+            mask = (key_pos[None, None, None, :] <= positions[:, None, :, None])  # [B,1,n,used]
+        for i in range(start, len(self.layers) if stop is None else stop):
+            layer, lin = self.layers[i], self.products[i]
+            att = layer.self_attn
+            qkv = lin.qkv(layer.self_attn_layer_norm(x))
+            q = self._split(qkv[..., :d] * att.scaling)
+            k = qkv[..., d : 2 * d].view(b, n, self.n_head, self.head_dim)
+            v = qkv[..., 2 * d :].view(b, n, self.n_head, self.head_dim)
+            cache.k[i][rows, :, positions] = k
+            cache.v[i][rows, :, positions] = v
+            if per_query:
+                a = _attend_per_query(q, cache.k[i], cache.v[i], pos_list, causal=True)
+            else:
+                a = F.scaled_dot_product_attention(
+                    q, cache.k[i, :, :, :used], cache.v[i, :, :, :used], attn_mask=mask, scale=1.0
+                )
+            x = x + lin.out(a.transpose(1, 2).reshape(b, n, d))
+
+            q = self._split(lin.cross_q(layer.encoder_attn_layer_norm(x)) * layer.encoder_attn.scaling)
+            if cross_qk is not None and i in cross_qk:
+                cross_qk[i] = q @ cache.cross_k[i].transpose(-1, -2)
+            if per_query:
+                a = _attend_per_query(q, cache.cross_k[i], cache.cross_v[i], pos_list, causal=False)
+            else:
+                a = F.scaled_dot_product_attention(q, cache.cross_k[i], cache.cross_v[i], scale=1.0)
+            x = x + lin.cross_out(a.transpose(1, 2).reshape(b, n, d))
+
+            x = x + lin.fc2(layer.activation_fn(lin.fc1(layer.final_layer_norm(x))))
+        return x
+
+    def logits(self, hidden: torch.Tensor) -> torch.Tensor:
+        return self.head(hidden)
+
+    def logits_at(self, hidden: torch.Tensor, rows: torch.Tensor, positions: torch.Tensor, cache: KVCache) -> torch.Tensor:
+        """Logits of the states ``hidden`` [..., d] of the tokens of live rows ``rows`` at ``positions``
+        (both [...]) of a pass over ``cache``. In the fixed-shape mode the head, too, runs on the whole
+        block of slots, each token in its own (``_fixed_shape_pass``)."""
+        if self.fixed_width is None:
+            return self.head(hidden)
+        phys, col = self._slots(rows, positions, cache)
+        block = hidden.new_zeros(cache.k.shape[1], self.fixed_width, hidden.shape[-1])
+        block[phys, col] = hidden
+        return self.head(block)[phys, col]
+
+    def compact_head(self, text_tokens: int, first_special: int) -> OutputHead:
+        """The output head re-packed with a compact drafting vocabulary (``OutputHead``)."""
+        split = (text_tokens, first_special)
+        if self.head.compact_split != split:
+            self.head = None  # release the old packing (106 MB for base) before making the new one
+            self.head = OutputHead(self.proj, compact=split, int8=self.int8)
+            release_file_pages([self.proj])
+        return self.head
+
+    def step(self, tokens: torch.Tensor, positions: torch.Tensor, cache: KVCache, last_only: bool = False) -> torch.Tensor:
+        h = self.hidden(tokens, positions, cache)
+        if last_only:
+            h, positions = h[:, -1:], positions[:, -1:]
+        with torch.inference_mode():
+            if self.fixed_width is None or positions.shape[1] > self.fixed_width:
+                return self.logits(h)
+            return self.logits_at(h, torch.arange(h.shape[0], device=h.device)[:, None], positions, cache)

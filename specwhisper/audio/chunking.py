@@ -1,0 +1,105 @@
+"""Cutting a file into <=30 s chunks that cover all of it, with the cuts in the pauses the VAD found.
+
+The VAD only chooses where to cut. Speech spans are packed into chunks as before (a chunk starts
+at a span's start and ends at a span's end), then every chunk grows into the pauses on both sides
+up to the middle of each pause (or its 30 s limit), and whatever a long pause still leaves
+uncovered becomes chunks of its own, marked ``speech=False``. So every sample of the file is in
+exactly one chunk and Whisper hears all of it: audio the VAD rejected is dropped only when Whisper
+itself says it holds no speech (the no-speech rule in ``specwhisper.asr.fallback``), and a file in which the
+VAD found nothing is still decoded (issue 19: a falsetto clip and quiet stretches of a German file
+were lost because silero scored them below its threshold).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from specwhisper.audio.loading import SAMPLE_RATE
+
+WHISPER_WINDOW_S = 30.0
+Span = tuple[int, int]
+
+
+@dataclass(frozen=True)
+class Chunk:
+    """A window of the input, in samples, that Whisper decodes in one go.
+
+    ``voiced`` are the VAD's speech spans inside it (absolute samples); ``speech`` is False for a
+    chunk made only of audio the VAD rejected."""
+
+    start: int
+    end: int
+    voiced: tuple[Span, ...] = ()
+    depth: int = 0  # 0: planned; n: a stretch of a depth n-1 chunk that its decode skipped
+
+    @property
+    def speech(self) -> bool:
+        return bool(self.voiced)
+
+    @property
+    def start_s(self) -> float:
+        return self.start / SAMPLE_RATE
+
+    @property
+    def duration_s(self) -> float:
+        return (self.end - self.start) / SAMPLE_RATE
+
+    def voiced_in(self, start: int, end: int) -> int:
+        """Samples of VAD speech in this chunk between ``start`` and ``end``."""
+        return sum(max(0, min(e, end) - max(s, start)) for s, e in self.voiced)
+
+    def part(self, start: int, end: int) -> Chunk:
+        """The stretch ``[start, end)`` of this chunk, to decode on its own."""
+        voiced = tuple((max(s, start), min(e, end)) for s, e in self.voiced if e > start and s < end)
+        return Chunk(start, end, voiced, self.depth + 1)
+
+
+def merge_spans(spans: list[Span], max_chunk_s: float = WHISPER_WINDOW_S) -> list[Chunk]:
+    """Group consecutive speech spans into chunks no longer than ``max_chunk_s``.
+
+    Chunks only ever end at a span's end and start at a span's start, so every
+    cut falls in a pause the VAD found (or inside a span silero already split)."""
+    limit = int(max_chunk_s * SAMPLE_RATE)
+    chunks: list[Chunk] = []
+    for start, end in spans:
+        if chunks and end - chunks[-1].start <= limit:
+            last = chunks[-1]
+            chunks[-1] = Chunk(last.start, end, last.voiced + ((start, end),))
+        else:
+            end = min(end, start + limit)
+            chunks.append(Chunk(start, end, ((start, end),)))
+    return chunks
+
+
+def _pieces(start: int, end: int, limit: int) -> list[Chunk]:
+    """``[start, end)`` in equal pieces of at most ``limit`` samples (VAD-rejected audio)."""
+    if end <= start:
+        return []
+    n = -(-(end - start) // limit)
+    cuts = [start + (end - start) * i // n for i in range(n + 1)]
+    return [Chunk(a, b) for a, b in zip(cuts, cuts[1:])]
+
+
+def plan_chunks(spans: list[Span], num_samples: int, max_chunk_s: float = WHISPER_WINDOW_S) -> list[Chunk]:
+    """Chunks covering ``[0, num_samples)`` without gaps or overlaps, none over ``max_chunk_s``.
+
+    Speech chunks come from ``merge_spans``; each then takes the pauses on both sides up to their
+    middles, as far as its length limit allows (half the room on each side when both are long);
+    what is left of a pause is cut into ``speech=False`` chunks."""
+    limit = int(max_chunk_s * SAMPLE_RATE)
+    speech = merge_spans(spans, max_chunk_s)
+    out: list[Chunk] = []
+    cursor = 0  # everything before it is covered
+    for i, c in enumerate(speech):
+        left = (speech[i - 1].end + c.start) // 2 if i else 0
+        right = (c.end + speech[i + 1].start) // 2 if i + 1 < len(speech) else num_samples
+        # the room left under the limit, half to each side unless one side needs less
+        room = limit - (c.end - c.start)
+        before = min(c.start - left, max(room // 2, room - (right - c.end)))
+        start = c.start - before
+        end = min(right, c.end + room - before)
+        out.extend(_pieces(cursor, start, limit))
+        out.append(Chunk(start, end, c.voiced))
+        cursor = end
+    out.extend(_pieces(cursor, num_samples, limit))
+    return out

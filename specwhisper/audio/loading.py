@@ -1,0 +1,208 @@
+"""Audio loading: any container/codec in, 16 kHz mono float32 out."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import tempfile
+from pathlib import Path
+
+import numpy as np
+import soundfile as sf
+import soxr
+
+from specwhisper.audio.probe import probe_duration, soundfile_info
+
+SAMPLE_RATE = 16000
+DEFAULT_MAX_SECONDS = 12 * 3600  # refuse to load more than this unless told otherwise
+MIN_SOURCE_RATE = 1000
+READ_BLOCK_FRAMES = 1152 * 256  # whole mp3 frames: libsndfile gives the samples of a single whole-file read
+UNKNOWN_LENGTH_S = 600  # first buffer for a file that does not say how long it is
+
+
+class AudioError(ValueError):
+    """The input cannot be used as audio. The message is one line, meant for users."""
+
+
+def _to_mono_16k(audio: np.ndarray, rate: int, name: str) -> np.ndarray:
+    if rate < MIN_SOURCE_RATE:
+        raise AudioError(f"{name}: sample rate {rate} Hz is too low to hold speech")
+    if audio.ndim == 2:
+        audio = audio.mean(axis=1)
+    audio = np.ascontiguousarray(audio, dtype=np.float32)
+    if rate != SAMPLE_RATE and audio.size:
+        audio = soxr.resample(audio, rate, SAMPLE_RATE, quality="HQ").astype(np.float32)
+    return audio
+
+
+def _check(audio: np.ndarray, name: str) -> np.ndarray:
+    if audio.size == 0:
+        raise AudioError(f"{name}: the audio is empty (0 samples)")
+    step = 1 << 20  # a block at a time: no temporary the size of the audio
+    if not all(np.isfinite(audio[i : i + step]).all() for i in range(0, audio.size, step)):
+        raise AudioError(f"{name}: the audio holds NaN or infinite samples")
+    return audio
+
+
+def over_limit(name: str, max_seconds: float, seconds: float | None = None) -> AudioError:
+    """The error for audio past ``max_seconds`` (``seconds``: what the file claims, when known)."""
+    claim = f"{seconds:.0f} s of audio is" if seconds is not None else "the audio is"
+    return AudioError(f"{name}: {claim} over the limit of {max_seconds:.0f} s")
+
+
+class _Samples:
+    """16 kHz output, written in place into one buffer sized by the file's claimed length and grown
+    (once, to the limit) when the file holds more; never more than ``limit`` + 1 samples."""
+
+    def __init__(self, claimed_s: float | None, max_seconds: float):
+        self.limit = int(max_seconds * SAMPLE_RATE)
+        expected = int((claimed_s if claimed_s is not None else UNKNOWN_LENGTH_S) * SAMPLE_RATE) + SAMPLE_RATE
+        self.buf = np.empty(min(self.limit + 1, max(expected, 1)), dtype=np.float32)
+        self.n = 0
+
+    @property
+    def over(self) -> bool:
+        return self.n > self.limit
+
+    def free(self) -> np.ndarray:
+        """The unwritten rest of the buffer (empty once past the limit)."""
+        if self.n == self.buf.size and self.buf.size <= self.limit:
+            grown = np.empty(self.limit + 1, dtype=np.float32)  # untouched pages cost no memory
+            grown[: self.n] = self.buf[: self.n]
+            self.buf = grown
+        return self.buf[self.n :]
+
+    def add(self, block: np.ndarray) -> None:
+        while block.size and not self.over:
+            room = self.free()
+            take = min(room.size, block.size)
+            room[:take] = block[:take]
+            self.n += take
+            block = block[take:]
+
+    def audio(self) -> np.ndarray:
+        return self.buf[: self.n]
+
+
+def _ffmpeg_reason(stderr) -> str:
+    stderr.seek(0, os.SEEK_END)
+    stderr.seek(max(0, stderr.tell() - 4096))
+    detail = stderr.read().decode(errors="replace").strip().splitlines()
+    return detail[-1] if detail else "unknown error"
+
+
+def _ffmpeg_decode(path: str, name: str, max_seconds: float, claimed_s: float | None) -> np.ndarray:
+    """Decode through ffmpeg into the buffer as it streams out; stop (and kill ffmpeg) one sample
+    past the limit, whatever the container claimed."""
+    ffmpeg = shutil.which("ffmpeg")
+    if ffmpeg is None:
+        raise AudioError(f"{name}: not a format soundfile reads, and ffmpeg is not installed to decode it")
+    cmd = [ffmpeg, "-nostdin", "-v", "error", "-i", path, "-t", str(max_seconds + 1), "-vn", "-f", "f32le",
+           "-ac", "1", "-ar", str(SAMPLE_RATE), "-"]
+    out = _Samples(claimed_s, max_seconds)
+    with tempfile.TemporaryFile() as stderr:  # a file, not a pipe: a chatty ffmpeg never blocks
+        proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=stderr)
+        try:
+            nbytes = 0  # ffmpeg's writes need not end on a whole sample
+            while out.free().size:
+                with memoryview(out.buf).cast("B") as raw:
+                    got = proc.stdout.readinto(raw[nbytes:])
+                if not got:
+                    break
+                nbytes += got
+                out.n = nbytes // 4
+        finally:
+            if out.over:
+                proc.kill()
+            proc.stdout.close()
+            code = proc.wait()
+        if out.over:
+            raise over_limit(name, max_seconds)
+        if code != 0:
+            raise AudioError(f"{name}: not a readable audio file ({_ffmpeg_reason(stderr)})")
+    return out.audio()
+
+
+def _soundfile_decode(name: str, info, max_seconds: float) -> np.ndarray:
+    """Read block by block, downmix and resample as a stream into the buffer (the same samples as
+    reading the whole file at once: blocks are whole mp3 frames, and soxr streams exactly)."""
+    if info.samplerate < MIN_SOURCE_RATE:
+        raise AudioError(f"{name}: sample rate {info.samplerate} Hz is too low to hold speech")
+    out = _Samples(info.duration, max_seconds)
+    stream = None if info.samplerate == SAMPLE_RATE else soxr.ResampleStream(
+        info.samplerate, SAMPLE_RATE, 1, dtype="float32", quality="HQ")
+    try:
+        with sf.SoundFile(name) as f:
+            while not out.over:
+                block = f.read(READ_BLOCK_FRAMES, dtype="float32", always_2d=True)
+                mono = np.ascontiguousarray(block.mean(axis=1), dtype=np.float32)
+                last = len(block) < READ_BLOCK_FRAMES
+                out.add(stream.resample_chunk(mono, last=last) if stream is not None else mono)
+                if last:
+                    break
+    except (sf.LibsndfileError, RuntimeError) as exc:
+        raise AudioError(f"{name}: corrupt audio ({str(exc).splitlines()[0]})") from exc
+    if out.over:
+        raise over_limit(name, max_seconds)
+    return out.audio()
+
+
+def check_length(path: str | os.PathLike, max_seconds: float, name: str | None = None) -> None:
+    """Refuse, without decoding it, a file that is missing or whose header or container claims more
+    than ``max_seconds`` of audio (errors name it ``name``). What it holds is checked while decoding."""
+    name = name or str(path)
+    if not Path(path).is_file():
+        raise AudioError(f"{name}: file not found" if not Path(path).exists() else f"{name}: is a directory, not an audio file")
+    claimed = probe_duration(path)
+    if claimed is not None and claimed > max_seconds:
+        raise over_limit(name, max_seconds, claimed)
+
+
+def load_audio(path: str | os.PathLike, max_seconds: float = DEFAULT_MAX_SECONDS) -> np.ndarray:
+    """Decode ``path`` to 16 kHz mono float32, in memory bounded by ``max_seconds``.
+
+    A file whose header or container claims more than ``max_seconds`` is refused before any of it
+    is decoded; one that claims less and holds more is refused one sample past the limit. soundfile
+    handles wav/flac/ogg/mp3 in-process; everything else (m4a, video containers, odd codecs) goes
+    through ffmpeg.
+    """
+    name = str(path)
+    p = Path(path)
+    if not p.exists():
+        raise AudioError(f"{name}: file not found")
+    if p.is_dir():
+        raise AudioError(f"{name}: is a directory, not an audio file")
+    if p.stat().st_size == 0:
+        raise AudioError(f"{name}: the file is empty (0 bytes)")
+    info = soundfile_info(name)
+    if info is not None:
+        if info.frames == 0:
+            raise AudioError(f"{name}: the audio is empty (0 samples)")
+        if info.duration > max_seconds:
+            raise over_limit(name, max_seconds, info.duration)
+        audio = _soundfile_decode(name, info, max_seconds)
+    else:
+        claimed = probe_duration(name)
+        if claimed is not None and claimed > max_seconds:
+            raise over_limit(name, max_seconds, claimed)
+        audio = _ffmpeg_decode(name, name, max_seconds, claimed)
+    return _check(audio, name)
+
+
+def load_audio_bytes(data: bytes, name: str = "upload", max_seconds: float = DEFAULT_MAX_SECONDS) -> np.ndarray:
+    """Decode audio held in memory (uploads, endpoint requests)."""
+    if not data:
+        raise AudioError(f"{name}: the upload is empty (0 bytes)")
+    with tempfile.NamedTemporaryFile(suffix=".audio") as tmp:
+        tmp.write(data)
+        tmp.flush()
+        return load_audio(tmp.name, max_seconds=max_seconds)
+
+
+def from_array(audio: np.ndarray, rate: int, name: str = "array") -> np.ndarray:
+    """Downmix/resample an in-memory array (e.g. a microphone recording)."""
+    audio = np.asarray(audio)
+    if np.issubdtype(audio.dtype, np.integer):
+        audio = audio.astype(np.float32) / float(np.iinfo(audio.dtype).max)
+    return _check(_to_mono_16k(audio, rate, name), name)

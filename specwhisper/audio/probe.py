@@ -1,0 +1,58 @@
+"""How long an audio file says it is, without decoding it (container metadata).
+
+A duration from here is a claim: a hostile or broken file can understate it (an ADTS stream whose
+first frames have a higher bitrate than the rest, say), so decoders must still stop at the limit
+(``specwhisper.audio.loading``). It lets an honest long file be refused at once, before any of it is decoded.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import shutil
+import subprocess
+from pathlib import Path
+
+import soundfile as sf
+
+PROBE_TIMEOUT_S = 30.0
+
+
+def soundfile_info(path: str | Path) -> sf._SoundFileInfo | None:
+    """libsndfile's header facts (wav, flac, ogg, mp3), or None when it cannot read the file."""
+    try:
+        return sf.info(str(path))
+    except (sf.LibsndfileError, RuntimeError, TypeError):
+        return None
+
+
+def _ffprobe_duration(path: str | Path) -> float | None:
+    ffprobe = shutil.which("ffprobe")
+    if ffprobe is None:
+        return None
+    cmd = [ffprobe, "-v", "error", "-show_entries", "format=duration:stream=duration,codec_type", "-of", "json", str(path)]
+    try:
+        proc = subprocess.run(cmd, capture_output=True, timeout=PROBE_TIMEOUT_S)
+        facts = json.loads(proc.stdout or b"{}")
+    except (subprocess.TimeoutExpired, OSError, ValueError):
+        return None
+    claims = [facts.get("format", {}).get("duration")]
+    claims += [s.get("duration") for s in facts.get("streams", []) if s.get("codec_type") == "audio"]
+    seconds = []
+    for claim in claims:
+        try:
+            value = float(claim)
+        except (TypeError, ValueError):
+            continue
+        if math.isfinite(value) and value >= 0:
+            seconds.append(value)
+    return max(seconds) if seconds else None
+
+
+def probe_duration(path: str | Path) -> float | None:
+    """Seconds of audio the file claims (libsndfile's header, else ffprobe's container metadata);
+    None when neither can tell (then only a decode that stops at the limit knows)."""
+    info = soundfile_info(path)
+    if info is not None and info.samplerate > 0:
+        return info.frames / info.samplerate
+    return _ffprobe_duration(path)

@@ -1,0 +1,201 @@
+"""The local batch engine: audio decoded on a background thread while the models work, and the
+chunks of several files decoded together (Pipeline.run_many).
+
+An engine turns a list of jobs into events: ``Started`` when files go to the models, ``Finished``
+per file with its transcript or its one-line error. The batch driver (specwhisper/batch/runner.py) is the
+only one that writes outputs and the job database.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections import deque
+from dataclasses import dataclass
+from typing import Callable, Iterator
+
+import numpy as np
+
+from specwhisper.audio.loading import SAMPLE_RATE, load_audio
+from specwhisper.asr.types import Transcript
+from specwhisper.batch.inputs import Job
+from specwhisper.pipeline.core import PipelineConfig, RunOptions
+from specwhisper.batch.jobs import file_sha256
+
+
+@dataclass
+class Started:
+    jobs: list[Job]
+
+
+@dataclass
+class Finished:
+    job: Job
+    transcript: Transcript | None
+    error: str | None  # one line, when the file failed
+    sha256: str | None
+
+
+Event = Started | Finished
+
+
+@dataclass(frozen=True)
+class GroupLimits:
+    """How many files have their chunks batched together, and how much decoded audio waits ahead."""
+
+    max_files: int = 16
+    max_seconds: float = 600.0  # audio per group; a longer file forms a group of its own
+    prefetch_seconds: float = 3600.0  # decoded audio held ahead of the models (float32: 230 MB per hour)
+
+
+def one_line(exc: BaseException, name: str) -> str:
+    """A user-facing one-line error naming the file."""
+    lines = str(exc).strip().splitlines()
+    msg = lines[0] if lines else type(exc).__name__
+    return msg if msg.startswith(name) else f"{name}: {msg}"
+
+
+def transcribe_group(pipeline, audios: list[np.ndarray], sources: list[str], options: RunOptions) -> list[Transcript | str]:
+    """Transcripts of several files with their chunks batched together; when the shared run fails,
+    each file is run alone so that only the failing one is lost (its entry is its one-line error)."""
+    if not audios:
+        return []
+    try:
+        return list(pipeline.run_many(audios, options, sources=sources))
+    except (KeyboardInterrupt, MemoryError):
+        raise
+    except Exception:
+        outcomes: list[Transcript | str] = []
+        for audio, source in zip(audios, sources):
+            try:
+                outcomes.append(pipeline.run(audio, options, source=source))
+            except (KeyboardInterrupt, MemoryError):
+                raise
+            except Exception as exc:
+                outcomes.append(one_line(exc, source))
+        return outcomes
+
+
+@dataclass
+class Loaded:
+    job: Job
+    audio: np.ndarray | None
+    error: str | None
+    sha256: str | None
+    load_seconds: float
+
+    @property
+    def seconds(self) -> float:
+        return 0.0 if self.audio is None else len(self.audio) / SAMPLE_RATE
+
+
+def load_job(job: Job, max_seconds: float) -> Loaded:
+    t = time.perf_counter()
+    try:
+        sha = file_sha256(job.path)
+    except OSError as exc:
+        return Loaded(job, None, one_line(exc, str(job.path)), None, time.perf_counter() - t)
+    try:
+        audio = load_audio(job.path, max_seconds=max_seconds)
+    except Exception as exc:  # a bad file is recorded and never stops the others
+        return Loaded(job, None, one_line(exc, str(job.path)), sha, time.perf_counter() - t)
+    return Loaded(job, audio, None, sha, time.perf_counter() - t)
+
+
+class AudioPrefetcher:
+    """Decodes upcoming files on a background thread (soundfile, soxr and ffmpeg release the GIL),
+    holding at most ``limits.prefetch_seconds`` of decoded audio ahead of the consumer."""
+
+    def __init__(self, jobs: list[Job], load: Callable[[Job], Loaded], limits: GroupLimits):
+        self._jobs = list(jobs)
+        self._load = load
+        self._limits = limits
+        self._ready: deque[Loaded] = deque()
+        self._held = 0.0
+        self._finished = False
+        self._closed = False
+        self._cond = threading.Condition()
+        self._thread = threading.Thread(target=self._run, name="audio-prefetch", daemon=True)
+        self._thread.start()
+
+    def _run(self) -> None:
+        for job in self._jobs:
+            with self._cond:
+                while self._ready and self._held >= self._limits.prefetch_seconds and not self._closed:
+                    self._cond.wait()
+                if self._closed:
+                    return
+            item = self._load(job)
+            with self._cond:
+                self._ready.append(item)
+                self._held += item.seconds
+                self._cond.notify_all()
+        with self._cond:
+            self._finished = True
+            self._cond.notify_all()
+
+    def take(self) -> list[Loaded]:
+        """The next group: waits for one file, then adds the ones already decoded, within the limits.
+        Empty when every file has been taken."""
+        with self._cond:
+            while not self._ready and not self._finished:
+                self._cond.wait(timeout=0.5)
+            group: list[Loaded] = []
+            seconds = 0.0
+            while self._ready and len(group) < self._limits.max_files:
+                nxt = self._ready[0]
+                if group and seconds + nxt.seconds > self._limits.max_seconds:
+                    break
+                group.append(self._ready.popleft())
+                seconds += nxt.seconds
+                self._held -= nxt.seconds
+            self._cond.notify_all()
+            return group
+
+    def close(self) -> None:
+        with self._cond:
+            self._closed = True
+            self._cond.notify_all()
+        self._thread.join(timeout=60)
+
+
+class LocalEngine:
+    """One process: the models load once, while the first files decode."""
+
+    def __init__(self, config: PipelineConfig, options: RunOptions, limits: GroupLimits | None = None):
+        self.config = config
+        self.options = options
+        self.limits = limits or GroupLimits()
+
+    def start(self) -> None:
+        """Nothing to start: the models load in ``run``, while the first files decode."""
+
+    def close(self) -> None:
+        """Nothing to end: ``run`` stops its decoding thread when it is closed."""
+
+    def _pipeline(self):
+        from specwhisper.pipeline import core  # looked up at run time: tests hand in an already loaded pipeline
+
+        return core.Pipeline(self.config)
+
+    def run(self, jobs: list[Job]) -> Iterator[Event]:
+        prefetch = AudioPrefetcher(jobs, lambda job: load_job(job, self.options.max_audio_s), self.limits)
+        try:
+            pipeline = self._pipeline() if jobs else None
+            if pipeline is not None:  # options the model cannot take stop the batch, not each file
+                self.options.decode.validate(pipeline.asr.special)
+            while group := prefetch.take():
+                yield Started([item.job for item in group])
+                ok = [item for item in group if item.error is None]
+                for item in group:
+                    if item.error is not None:
+                        yield Finished(item.job, None, item.error, item.sha256)
+                outcomes = transcribe_group(pipeline, [i.audio for i in ok], [str(i.job.path) for i in ok], self.options)
+                for item, outcome in zip(ok, outcomes):
+                    if isinstance(outcome, str):
+                        yield Finished(item.job, None, outcome, item.sha256)
+                    else:
+                        outcome.timings["load_audio"] = round(item.load_seconds, 3)
+                        yield Finished(item.job, outcome, None, item.sha256)
+        finally:
+            prefetch.close()

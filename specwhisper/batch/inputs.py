@@ -1,0 +1,90 @@
+"""Finding a batch's input files in a folder and naming their outputs."""
+
+from __future__ import annotations
+
+import fnmatch
+import os
+from collections import Counter
+from dataclasses import dataclass
+from pathlib import Path
+
+# What a folder walk picks up when no --glob is given: what specwhisper.audio.loading reads (soundfile or ffmpeg).
+AUDIO_EXTENSIONS = frozenset(
+    ".wav .flac .ogg .oga .opus .mp3 .m4a .aac .wma .aif .aiff .webm .mp4 .m4v .mkv .mov .avi".split()
+)
+
+
+class InputError(Exception):
+    """The input folder cannot be used; the message is one line."""
+
+
+@dataclass(frozen=True)
+class Job:
+    """One input file of a batch and where its outputs go."""
+
+    path: Path  # absolute
+    rel: Path  # under the input folder
+    out_dir: Path  # folder of its outputs (the input's subfolder mirrored under the output folder)
+    stem: str  # outputs are out_dir/stem.<format>
+    size: int
+    mtime_ns: int
+
+    @property
+    def key(self) -> str:
+        return str(self.path)
+
+
+def _matches(rel: Path, globs: list[str]) -> bool:
+    if not globs:
+        return rel.suffix.lower() in AUDIO_EXTENSIONS
+    return any(fnmatch.fnmatch(rel.name, g) or fnmatch.fnmatch(rel.as_posix(), g) for g in globs)
+
+
+def find_inputs(root: Path, recursive: bool = False, globs: list[str] | None = None) -> list[Path]:
+    """Files under ``root`` (its subfolders too when ``recursive``) that match ``globs``, or have an audio
+    or video extension when none are given; hidden files and folders are skipped. Sorted by path."""
+    if not root.is_dir():
+        raise InputError(f"{root}: not a folder")
+    found: list[Path] = []
+
+    def fail(exc: OSError) -> None:
+        raise InputError(f"{exc.filename or root}: cannot read the folder ({exc.strerror or exc})")
+
+    for folder, dirs, files in os.walk(root, onerror=fail):
+        dirs[:] = sorted(d for d in dirs if not d.startswith(".")) if recursive else []
+        for name in files:
+            path = Path(folder) / name
+            if not name.startswith(".") and path.is_file() and _matches(path.relative_to(root), globs or []):
+                found.append(path)
+    return sorted(found)
+
+
+def output_stems(files: list[Path]) -> list[str]:
+    """Names for the outputs of files written to one folder: the stem when no other file has it
+    (talk.wav -> talk.srt); else the whole name, so talk.wav and talk.mp3 give talk.wav.srt and
+    talk.mp3.srt; and a name that still repeats (a/talk.wav, b/talk.wav) is numbered from its second
+    file on (talk.wav-2.srt). None overwrites another."""
+    stems = Counter(f.stem for f in files)
+    seen: Counter[str] = Counter()
+    out = []
+    for f in files:
+        name = f.stem if stems[f.stem] == 1 else f.name
+        seen[name] += 1
+        out.append(name if seen[name] == 1 else f"{name}-{seen[name]}")
+    return out
+
+
+def make_jobs(root: Path, files: list[Path], out_root: Path) -> list[Job]:
+    """A Job per file; outputs mirror the input's subfolders, named by ``output_stems`` per folder."""
+    rels = [f.relative_to(root) for f in files]
+    root = Path(os.path.abspath(root))
+    folders: dict[Path, list[Path]] = {}
+    for rel in rels:
+        folders.setdefault(rel.parent, []).append(rel)
+    stems = {rel: stem for group in folders.values() for rel, stem in zip(group, output_stems(group))}
+    jobs = []
+    for rel in rels:
+        path = root / rel
+        st = path.stat()
+        jobs.append(Job(path, rel, out_root / rel.parent, stems[rel], st.st_size, st.st_mtime_ns))
+    return jobs

@@ -1,0 +1,306 @@
+"""Batch folders: `transcribe DIR -o OUT`.
+
+Walks the folder, plans against the job database in OUT (done files with unchanged content and
+settings are skipped, changed ones redone, failed ones kept failed unless retried), runs the
+pending files through an engine (local: one process, cross-file chunk batching, audio decoded
+ahead; ray: actors on a cluster) and, as the only writer, writes each file's outputs and then
+marks it done. SIGINT/SIGTERM stop the run: files in the models go back to pending, and a file
+whose outputs are being written finishes first, so no half-written file is ever marked done.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import signal
+import sys
+import threading
+from contextlib import closing, contextmanager
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+from specwhisper.batch.engine import Finished, GroupLimits, LocalEngine, Started
+from specwhisper.batch.inputs import InputError, Job, find_inputs, make_jobs
+from specwhisper.pipeline.core import PipelineConfig, RunOptions
+from specwhisper.batch.jobs import JobDB, JobRecord, file_sha256
+from specwhisper.pipeline.writers import OutputDirError, check_output_dir, write_outputs
+
+ENGINES = ("local", "ray")
+# Settings that cannot change a transcript (or are secrets), left out of a file's settings key.
+SPEED_SETTINGS = frozenset({"draft", "device", "threads", "cache_dir", "hf_token", "batch_size", "max_audio_s"})
+
+
+class BatchError(Exception):
+    """The batch cannot start; the message is one line."""
+
+
+@dataclass
+class BatchConfig:
+    input_dir: Path
+    output_dir: Path
+    formats: list[str]
+    recursive: bool = False
+    globs: list[str] = field(default_factory=list)
+    retry_failed: bool = False
+    engine: str = "local"
+    ray_address: str | None = None
+    workers: int | None = None  # ray actors (default: one per CPU of the cluster)
+    limits: GroupLimits = field(default_factory=GroupLimits)
+
+
+@dataclass
+class BatchReport:
+    files: int = 0
+    done_now: int = 0
+    done_before: int = 0
+    failed_now: int = 0
+    failed_before: int = 0  # failed in an earlier run and not retried
+    interrupted: bool = False
+    records: list[JobRecord] = field(default_factory=list)
+
+    @property
+    def failed(self) -> int:
+        return self.failed_now + self.failed_before
+
+    @property
+    def pending(self) -> int:
+        return self.files - self.done_now - self.done_before - self.failed
+
+    def line(self, root: Path) -> str:
+        parts = [f"{self.done_now} done", f"{self.done_before} already done"]
+        if self.failed:
+            parts.append(f"{self.failed} failed" + (f" ({self.failed_before} in an earlier run)" if self.failed_before else ""))
+        if self.pending:
+            parts.append(f"{self.pending} left")
+        return f"{root}: {self.files} files: " + ", ".join(parts)
+
+
+class StopSignals:
+    """SIGINT and SIGTERM become KeyboardInterrupt, except inside ``shielded()`` blocks (writing a
+    file's outputs and its done mark), which finish first."""
+
+    def __init__(self):
+        self.requested = False
+        self._depth = 0
+        self._old: dict[int, object] = {}
+
+    def __enter__(self) -> StopSignals:
+        if threading.current_thread() is threading.main_thread():
+            for sig in (signal.SIGINT, signal.SIGTERM):
+                self._old[sig] = signal.signal(sig, self._handle)
+        return self
+
+    def __exit__(self, *exc) -> None:
+        for sig, old in self._old.items():
+            signal.signal(sig, old)
+
+    def _handle(self, signum, frame) -> None:
+        self.requested = True
+        if self._depth == 0:
+            raise KeyboardInterrupt
+
+    @contextmanager
+    def shielded(self, interrupt_after: bool = True):
+        self._depth += 1
+        try:
+            yield
+        finally:
+            self._depth -= 1
+        if interrupt_after and self.requested and self._depth == 0:
+            raise KeyboardInterrupt
+
+
+def settings_key(config: PipelineConfig, options: RunOptions, formats: list[str]) -> str:
+    """What shapes a file's outputs. Speed settings (drafter, batch size, device) are left out:
+    decoding is exact, so changing them redoes nothing; so is the length limit (--retry-failed
+    runs the files it refused again)."""
+    models = {k: v for k, v in asdict(config).items() if k not in SPEED_SETTINGS}
+    decode = {k: v for k, v in asdict(options.decode).items() if k not in SPEED_SETTINGS}
+    opts = {k: v for k, v in asdict(options).items() if k != "decode" and k not in SPEED_SETTINGS}
+    return json.dumps({"models": models, "decode": decode, "options": opts, "formats": sorted(formats)},
+                      sort_keys=True, default=str)
+
+
+@dataclass
+class Plan:
+    todo: list[Job]
+    done_before: list[Job]
+    failed_before: list[Job]
+
+
+def _sha256_or_none(path: Path) -> str | None:
+    try:
+        return file_sha256(path)
+    except OSError:
+        return None  # unreadable now: queued, and its loader records the error
+
+
+def plan_jobs(db: JobDB, jobs: list[Job], settings: str, retry_failed: bool) -> Plan:
+    """Decide per file: skip (done, same content and settings, outputs present), keep failed, or queue."""
+    plan = Plan([], [], [])
+    for job in jobs:
+        rec = db.get(job.key)
+        same = rec is not None and rec.settings == settings
+        if same and (rec.size, rec.mtime_ns) != (job.size, job.mtime_ns):
+            same = rec.sha256 is not None and rec.sha256 == _sha256_or_none(job.path)  # touched, or changed?
+            if same:
+                db.touch(job.key, job.size, job.mtime_ns)
+        if same and rec.state == "done" and all(Path(p).is_file() for p in rec.outputs):
+            plan.done_before.append(job)
+        elif same and rec.state == "failed" and not retry_failed:
+            plan.failed_before.append(job)
+        else:
+            db.queue(job.key, str(job.rel), job.size, job.mtime_ns, rec.sha256 if same else None, settings, new_job=not same)
+            plan.todo.append(job)
+    return plan
+
+
+def _make_engine(cfg: BatchConfig, pipeline_config: PipelineConfig, options: RunOptions):
+    if cfg.engine == "ray":
+        from specwhisper.batch.ray_engine import RayEngine
+
+        return RayEngine(pipeline_config, options, cfg.ray_address, cfg.workers, cfg.limits.max_files)
+    if cfg.engine != "local":
+        raise BatchError(f"unknown engine '{cfg.engine}' (choose from {', '.join(ENGINES)})")
+    return LocalEngine(pipeline_config, options, cfg.limits)
+
+
+def _open_output(folder: Path) -> JobDB:
+    from specwhisper.batch.jobs import JobDBError
+
+    try:
+        check_output_dir(folder)
+    except OutputDirError as exc:
+        raise BatchError(str(exc)) from exc
+    try:
+        return JobDB(folder)
+    except JobDBError as exc:
+        raise BatchError(str(exc)) from exc
+
+
+class _Bar:
+    """Overall progress over files, with the audio time done and an ETA (tqdm, on stderr)."""
+
+    def __init__(self, total: int, enabled: bool):
+        from tqdm import tqdm
+
+        size = shutil.get_terminal_size((100, 24))  # a pty reporting 0 x 0 would make tqdm draw nothing
+        self.bar = tqdm(total=total, unit="file", desc="batch", file=sys.stderr, disable=not enabled,
+                        ncols=size.columns, nrows=size.lines,
+                        bar_format="{desc}: {n_fmt}/{total_fmt} files |{bar}| {elapsed}<{remaining}{postfix}")
+        self.audio_s = 0.0
+        self.failed = 0
+
+    def advance(self, event: Finished) -> None:
+        if event.transcript is not None:
+            self.audio_s += event.transcript.duration
+        else:
+            self.failed += 1
+        audio = self.bar.format_interval(self.audio_s)
+        self.bar.set_postfix_str(f"{audio} of audio" + (f", {self.failed} failed" if self.failed else ""), refresh=False)
+        self.bar.update(1)
+
+    def write(self, line: str) -> None:
+        self.bar.write(line, file=sys.stderr)
+
+    def close(self) -> None:
+        self.bar.close()
+
+
+def _record(db: JobDB, event: Finished, formats: list[str]) -> str | None:
+    """Write a finished file's outputs, then its done mark; or its failure. Returns the error, if any."""
+    job, error = event.job, event.error
+    if event.transcript is not None:
+        try:
+            written = write_outputs(event.transcript, job.out_dir, job.stem, formats)
+        except OSError as exc:
+            error = f"{job.path}: cannot write outputs to {job.out_dir} ({exc.strerror or exc})"
+        else:
+            t = event.transcript
+            db.done(job.key, event.sha256, [str(p) for p in written], t.duration, t.timings.get("total", 0.0),
+                    t.timings.get("rtf", 0.0), t.language)
+            return None
+    db.failed(job.key, event.sha256, error or f"{job.path}: failed")
+    return error
+
+
+def run_batch(
+    cfg: BatchConfig,
+    pipeline_config: PipelineConfig,
+    options: RunOptions,
+    show_progress: bool = False,
+) -> BatchReport:
+    """Transcribe every input file of ``cfg.input_dir`` that is not done yet; see the module doc.
+    Per-file errors are printed as they happen (one line each) and recorded in the job database."""
+    options.validate()
+    try:
+        files = find_inputs(cfg.input_dir, cfg.recursive, cfg.globs)
+    except InputError as exc:
+        raise BatchError(str(exc)) from exc
+    if not files:
+        what = ", ".join(cfg.globs) if cfg.globs else "audio or video files"
+        hint = "" if cfg.recursive else " (--recursive to look in subfolders)"
+        raise BatchError(f"{cfg.input_dir}: no input files found ({what}){hint}")
+    engine = _make_engine(cfg, pipeline_config, options)
+    report = BatchReport(files=len(files))
+    with _open_output(cfg.output_dir) as db:
+        db.recover()
+        jobs = make_jobs(cfg.input_dir, files, cfg.output_dir)
+        plan = plan_jobs(db, jobs, settings_key(pipeline_config, options, cfg.formats), cfg.retry_failed)
+        report.done_before, report.failed_before = len(plan.done_before), len(plan.failed_before)
+        if plan.todo:
+            _run_jobs(db, engine, plan.todo, cfg.formats, report, show_progress)
+        report.records = db.records([j.key for j in jobs])
+    return report
+
+
+def _run_jobs(db: JobDB, engine, todo: list[Job], formats: list[str], report: BatchReport, show_progress: bool) -> None:
+    engine.start()  # before our signal handlers: Ray installs its own while starting
+    running: set[str] = set()
+    bar = _Bar(len(todo), show_progress)
+    try:
+        with StopSignals() as stop, closing(engine.run(todo)) as events:
+            try:
+                for event in events:
+                    with stop.shielded():
+                        if isinstance(event, Started):
+                            db.start([j.key for j in event.jobs])
+                            running.update(j.key for j in event.jobs)
+                            continue
+                        error = _record(db, event, formats)
+                        running.discard(event.job.key)
+                    if error:
+                        report.failed_now += 1
+                        bar.write(f"transcribe: error: {error}")
+                    else:
+                        report.done_now += 1
+                    bar.advance(event)
+            except KeyboardInterrupt:
+                report.interrupted = True
+            finally:
+                with stop.shielded(interrupt_after=False):
+                    db.release(sorted(running))
+    finally:
+        bar.close()
+        engine.close()
+
+
+def print_summary(records: list[JobRecord], file=None) -> None:
+    """A table of the batch's files: state, audio duration, RTF, language, attempts, error."""
+    from rich.console import Console
+    from rich.table import Table
+
+    table = Table(title="batch summary")
+    for col in ("file", "state", "audio s", "RTF", "lang", "attempts", "error"):
+        table.add_column(col, justify="right" if col in ("audio s", "RTF", "attempts") else "left", overflow="fold")
+    for r in records:
+        table.add_row(
+            r.rel,
+            r.state,
+            f"{r.duration:.1f}" if r.duration is not None and r.state == "done" else "",
+            f"{r.rtf:.3f}" if r.rtf is not None and r.state == "done" else "",
+            r.language or "",
+            str(r.attempts),
+            r.error or "",
+        )
+    Console(file=file or sys.stdout, width=160).print(table)

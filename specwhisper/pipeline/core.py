@@ -1,0 +1,198 @@
+"""The one pipeline every entry point uses: audio -> ASR -> (diarization) -> (post-edit) -> Transcript."""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import Callable
+
+import numpy as np
+
+from specwhisper.audio.loading import DEFAULT_MAX_SECONDS, SAMPLE_RATE, load_audio
+from specwhisper.asr.engine import AsrEngine, AsrResult, DecodeOptions
+from specwhisper.asr.types import Transcript
+
+Progress = Callable[[str, float], None]
+
+
+@dataclass
+class PipelineConfig:
+    """What to load. Models load once per Pipeline."""
+
+    model: str = "base"
+    draft: str = "auto"  # auto | none | ngram | a model name/id/path
+    device: str = "auto"  # auto (cuda when a GPU is usable) | cpu | cuda | cuda:N
+    dtype: str = "auto"  # auto (float16 on a GPU, float32 on the CPU) | float32 | float16 | bfloat16
+    threads: int | None = None  # torch CPU threads for the process (None: one per core); specwhisper.runtime.threads
+    cache_dir: Path | None = None
+    diarization_model: str | None = None  # None: the embedded offline pipeline
+    hf_token: str | None = None
+    postedit_model: str | None = None  # None: the embedded SmolLM2
+    postedit_drafter: str | None = "copy"
+    postedit_max_change: float = 0.3  # an edit changing a larger share of words is rejected
+
+
+@dataclass
+class RunOptions:
+    """Per-request settings."""
+
+    decode: DecodeOptions = field(default_factory=DecodeOptions)
+    diarize: bool = False
+    num_speakers: int | None = None
+    min_speakers: int | None = None
+    max_speakers: int | None = None
+    postedit: bool = False
+    max_audio_s: float = DEFAULT_MAX_SECONDS
+
+    def validate(self) -> None:
+        self.decode.validate()
+        for name in ("num_speakers", "min_speakers", "max_speakers"):
+            v = getattr(self, name)
+            if v is not None and v < 1:
+                raise ValueError(f"{name.replace('_', '-')} must be >= 1, got {v}")
+        if self.min_speakers and self.max_speakers and self.min_speakers > self.max_speakers:
+            raise ValueError(f"min-speakers ({self.min_speakers}) is larger than max-speakers ({self.max_speakers})")
+
+
+class Pipeline:
+    def __init__(self, config: PipelineConfig | None = None, asr: AsrEngine | None = None):
+        from specwhisper.runtime.device import dtype_name, resolve_device, resolve_dtype
+        from specwhisper.asr.drafting import decoder_factory  # the speculative engine picks the decoder
+        from specwhisper.runtime.threads import configure
+
+        config = config or PipelineConfig()
+        device = resolve_device(config.device)
+        self.config = replace(config, device=device, dtype=dtype_name(resolve_dtype(config.dtype, device)))
+        configure(self.config.threads)
+        self.asr = asr or AsrEngine(
+            self.config.model,
+            cache_dir=self.config.cache_dir,
+            device=self.config.device,
+            dtype=self.config.dtype,
+            decoder_factory=decoder_factory(self.config.draft, self.config.cache_dir),
+        )
+        self._diarizer = None
+        self._post_editor = None
+
+    # Optional stages load on first use, then stay loaded for the process.
+    def diarizer(self):
+        if self._diarizer is None:
+            from specwhisper.diarize.pipeline import load_diarizer
+
+            self._diarizer = load_diarizer(self.config.diarization_model, token=self.config.hf_token, device=self.config.device)
+        return self._diarizer
+
+    def post_editor(self):
+        if self._post_editor is None:
+            from specwhisper.postedit.editor import load_post_editor
+
+            self._post_editor = load_post_editor(
+                self.config.postedit_model,
+                drafter=self.config.postedit_drafter,
+                max_change=self.config.postedit_max_change,
+                device=self.config.device,
+            )
+        return self._post_editor
+
+    def run_file(self, path: str | Path, options: RunOptions | None = None, progress: Progress | None = None) -> Transcript:
+        t = time.perf_counter()
+        audio = load_audio(path, max_seconds=(options or RunOptions()).max_audio_s)
+        load_s = time.perf_counter() - t
+        result = self.run(audio, options, progress, source=str(path))
+        result.timings["load_audio"] = round(load_s, 3)
+        return result
+
+    def run(
+        self, audio: np.ndarray, options: RunOptions | None = None, progress: Progress | None = None, source: str | None = None
+    ) -> Transcript:
+        opts = options or RunOptions()
+        opts.validate()
+        report = progress or (lambda stage, frac: None)
+        t = time.perf_counter()
+        asr = self.asr.transcribe(audio, opts.decode, report)
+        return self._finish(audio, asr, time.perf_counter() - t, opts, report, source)
+
+    def run_many(
+        self,
+        audios: list[np.ndarray],
+        options: RunOptions | None = None,
+        progress: Progress | None = None,
+        sources: list[str | None] | None = None,
+    ) -> list[Transcript]:
+        """``run`` for several waveforms, their ASR chunks batched together across files.
+
+        Each file's ``asr`` time is its share of the shared ASR wall time, in proportion to the
+        engine time (VAD, encoder, decoder, alignment) attributed to it."""
+        opts = options or RunOptions()
+        opts.validate()
+        report = progress or (lambda stage, frac: None)
+        sources = sources or [None] * len(audios)
+        t = time.perf_counter()
+        results = self.asr.transcribe_many(audios, opts.decode, report)
+        wall = time.perf_counter() - t
+        work = [r.vad_seconds + r.stats.encoder_seconds + r.stats.decoder_seconds + r.stats.alignment_seconds for r in results]
+        total = sum(work) or 1.0
+        return [
+            self._finish(audio, asr, wall * w / total, opts, report, source)
+            for audio, asr, w, source in zip(audios, results, work, sources)
+        ]
+
+    def _finish(
+        self, audio: np.ndarray, asr: AsrResult, asr_seconds: float, opts: RunOptions, report: Progress, source: str | None
+    ) -> Transcript:
+        """The stages after ASR (diarization, post-edit) and the Transcript with its timings."""
+        duration = len(audio) / SAMPLE_RATE
+        timings: dict[str, float] = {}
+        timings["asr"] = asr_seconds
+        timings["vad"] = asr.vad_seconds
+        timings["encoder"] = asr.stats.encoder_seconds
+        timings["decoder"] = asr.stats.decoder_seconds
+        segments = asr.segments
+        turns = None
+
+        if opts.diarize:
+            from specwhisper.diarize.attribution import assign_speakers
+
+            t = time.perf_counter()
+            turns = self.diarizer()(
+                audio,
+                num_speakers=opts.num_speakers,
+                min_speakers=opts.min_speakers,
+                max_speakers=opts.max_speakers,
+                progress=report,
+            )
+            segments = assign_speakers(segments, turns)
+            timings["diarization"] = time.perf_counter() - t
+
+        transcript = Transcript(
+            segments=segments,
+            language=asr.language,
+            duration=duration,
+            model={
+                "asr": self.asr.model_name,
+                "draft": self.config.draft,
+                "decoder": type(self.asr.decoder).__name__,
+                "task": opts.decode.task,
+                "language_probability": asr.language_probability,
+                "diarization": (self.config.diarization_model or "embedded") if opts.diarize else None,
+            },
+            stats=asr.stats,
+            source=source,
+            turns=turns,  # kept whole: the RTTM and the speaker list come from them, not from the words
+        )
+        if opts.postedit:
+            t = time.perf_counter()
+            transcript, report_pe = self.post_editor().edit_transcript(transcript, progress=report)
+            timings["postedit"] = time.perf_counter() - t
+            transcript.model["postedit"] = report_pe.to_dict() if hasattr(report_pe, "to_dict") else str(report_pe)
+            if turns:  # edited segments get new Word objects: mark their overlaps again
+                from specwhisper.diarize.attribution import mark_word_overlaps
+
+                transcript.segments = mark_word_overlaps(transcript.segments, turns)
+
+        total = sum(v for k, v in timings.items() if k in ("asr", "diarization", "postedit"))
+        timings["total"] = total
+        timings["rtf"] = total / duration if duration else 0.0
+        transcript.timings = {k: round(v, 3) for k, v in timings.items()}
+        return transcript

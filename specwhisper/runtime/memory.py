@@ -1,0 +1,77 @@
+"""Handing back the resident pages of weights that were only read to be copied.
+
+transformers maps a ``model.safetensors`` file into memory and its tensors are views of that
+mapping: a page becomes resident (and counts in the process's RSS) when it is first read. Packing
+the decoder's matrices for oneDNN (``specwhisper.runtime.kernels``) reads every one of them once, and from then on
+only the packed copy is used, yet the file pages stay resident: 75 MB of base's decoder layers and
+the 106 MB output head (measured: 189 MB of ``model.safetensors`` resident after loading base).
+``release_file_pages`` asks the kernel to reclaim them (``madvise(MADV_PAGEOUT)``, Linux >= 5.4).
+The weights stay valid: a later read faults the page in again from the file (the embedding lookup
+does, for the few rows a transcript uses). Only pages that lie wholly inside a tensor and inside a
+file-backed mapping are touched, so anonymous memory (a model converted in memory) is left alone.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import functools
+import mmap
+import sys
+
+import torch
+
+MADV_PAGEOUT = 21  # linux/mman.h; unknown to older kernels, which then answer EINVAL (ignored)
+
+
+@functools.cache
+def _libc() -> ctypes.CDLL:
+    """The C library this process runs on (``madvise``, ``malloc_trim``), looked up once."""
+    libc = ctypes.CDLL(None, use_errno=True)
+    libc.madvise.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int]
+    return libc
+
+
+def _file_mappings() -> list[tuple[int, int]]:
+    """Address ranges of this process's file-backed mappings (``/proc/self/maps``)."""
+    ranges = []
+    with open("/proc/self/maps") as maps:
+        for line in maps:
+            fields = line.split(maxsplit=5)
+            if len(fields) == 6 and fields[5].startswith("/"):
+                start, end = (int(a, 16) for a in fields[0].split("-"))
+                ranges.append((start, end))
+    return ranges
+
+
+def release_file_pages(tensors: list[torch.Tensor]) -> int:
+    """Reclaim the resident file-backed pages of ``tensors`` (CPU); returns the bytes advised."""
+    if not sys.platform.startswith("linux"):
+        return 0
+    page = mmap.PAGESIZE
+    mappings = _file_mappings()
+    madvise = _libc().madvise
+    advised = 0
+    for t in tensors:
+        if t.device.type != "cpu" or not t.is_contiguous():
+            continue
+        start = -(-t.data_ptr() // page) * page
+        end = (t.data_ptr() + t.numel() * t.element_size()) // page * page
+        if end > start and any(a <= start and end <= b for a, b in mappings):
+            if madvise(start, end - start, MADV_PAGEOUT) == 0:
+                advised += end - start
+    return advised
+
+
+def trim_heap() -> None:
+    """Give the freed memory glibc keeps in its heaps back to the kernel (``malloc_trim``).
+
+    glibc raises its mmap threshold to the size of the last large block freed (up to 32 MB), so the
+    temporaries of the VAD and of a batch (1-25 MB each) come from the heap afterwards and stay
+    there when freed. Measured on a 10-minute file: 83 MB kept after the VAD, and the peak during
+    the decode 70-100 MB higher without a trim after the VAD and after each batch. A trim takes a
+    few milliseconds. No-op where the C library has no ``malloc_trim``."""
+    try:
+        trim = _libc().malloc_trim
+    except (OSError, AttributeError):
+        return
+    trim(0)

@@ -1,0 +1,111 @@
+"""Loaded pipelines shared by the requests of one process (web UI, endpoint).
+
+Each distinct (model, drafter) config gets a pipeline once and keeps it; at most ``max_loaded``
+stay in memory (least recently used goes first), and pipelines of the same model share its
+weights. One lock serialises loading and running: the decoder's
+KV cache is per pipeline and the CPU is the bottleneck anyway, so concurrent requests queue.
+"""
+
+from __future__ import annotations
+
+import tempfile
+import threading
+import time
+from collections import OrderedDict
+from dataclasses import astuple, dataclass, field
+from pathlib import Path
+
+import numpy as np
+
+from specwhisper.audio.loading import DEFAULT_MAX_SECONDS, AudioError, load_audio
+from specwhisper.runtime.device import resolve_device, resolve_dtype
+from specwhisper.asr.drafting import decoder_factory
+from specwhisper.asr.engine import AsrEngine
+from specwhisper.asr.models import WhisperBundle, load_whisper
+from specwhisper.asr.types import Transcript
+from specwhisper.pipeline.core import Pipeline, PipelineConfig, Progress
+from specwhisper.serving.params import Choices, TranscribeParams
+
+
+@dataclass
+class ServiceSettings:
+    """How a deployment runs: the base pipeline config, what requests may pick, limits."""
+
+    base: PipelineConfig = field(default_factory=PipelineConfig)
+    choices: Choices = field(default_factory=Choices)
+    max_audio_s: float = DEFAULT_MAX_SECONDS
+    max_upload_bytes: int = 200 * 2**20
+    max_loaded: int = 4  # pipelines kept; a model's weights are loaded once for all its drafters
+
+
+class Transcriber:
+    def __init__(self, settings: ServiceSettings | None = None):
+        self.settings = settings or ServiceSettings()
+        self._pipelines: OrderedDict[tuple, Pipeline] = OrderedDict()
+        self._bundles: dict[tuple, WhisperBundle] = {}  # (model, device, dtype) -> weights, shared by its pipelines
+        self._lock = threading.Lock()
+
+    def _pipeline(self, config: PipelineConfig) -> Pipeline:
+        """Called with the lock held."""
+        key = astuple(config)
+        if key in self._pipelines:
+            self._pipelines.move_to_end(key)
+            return self._pipelines[key]
+        while len(self._pipelines) >= max(1, self.settings.max_loaded):
+            self._pipelines.popitem(last=False)
+        device = resolve_device(config.device)
+        dtype = resolve_dtype(config.dtype, device)
+        weights = (config.model, device, dtype)  # one copy of a model's weights per device and dtype
+        in_use = {(p.config.model, p.asr.device, p.asr.bundle.model.dtype) for p in self._pipelines.values()}
+        self._bundles = {w: b for w, b in self._bundles.items() if w in in_use}
+        if weights not in self._bundles:
+            self._bundles[weights] = load_whisper(config.model, cache_dir=config.cache_dir, device=device, dtype=dtype)
+        engine = AsrEngine(config.model, cache_dir=config.cache_dir, device=device, bundle=self._bundles[weights],
+                           decoder_factory=decoder_factory(config.draft, config.cache_dir))
+        pipeline = self._pipelines[key] = Pipeline(config, asr=engine)
+        return pipeline
+
+    def loaded(self) -> list[tuple[str, str]]:
+        """(model, drafter) of the pipelines in memory, oldest first."""
+        with self._lock:
+            return [(p.config.model, p.config.draft) for p in self._pipelines.values()]
+
+    def preload(self, params: TranscribeParams) -> None:
+        with self._lock:
+            self._pipeline(params.pipeline_config(self.settings.base))
+
+    def load(self, source: str | Path | bytes, name: str) -> np.ndarray:
+        """Decode a file or in-memory upload; errors name it ``name``, never a temp path."""
+        if isinstance(source, (bytes, bytearray, memoryview)):
+            if not len(source):
+                raise AudioError(f"{name}: the upload is empty (0 bytes)")
+            with tempfile.NamedTemporaryFile(suffix=Path(name).suffix or ".audio") as tmp:
+                tmp.write(source)
+                tmp.flush()
+                return self.load(tmp.name, name)
+        try:
+            return load_audio(source, max_seconds=self.settings.max_audio_s)
+        except AudioError as exc:
+            message = str(exc).replace(f"({source}: ", "(")  # ffmpeg repeats the path in its reason
+            raise AudioError(message.replace(str(source), name)) from None
+
+    def transcribe_input(self, source: str | Path | bytes, name: str, params: TranscribeParams,
+                         progress: Progress | None = None) -> Transcript:
+        """Decode ``source`` then transcribe it (``timings['load_audio']`` included)."""
+        params.run_options(self.settings.max_audio_s)  # refuse bad options before decoding anything
+        t = time.perf_counter()
+        audio = self.load(source, name)
+        load_s = time.perf_counter() - t
+        transcript = self.transcribe(audio, params, progress, source=name)
+        transcript.timings["load_audio"] = round(load_s, 3)
+        return transcript
+
+    def transcribe(self, audio: np.ndarray, params: TranscribeParams, progress: Progress | None = None,
+                   source: str | None = None) -> Transcript:
+        """Run the pipeline core on a 16 kHz waveform; waits for the requests ahead of it."""
+        options = params.run_options(self.settings.max_audio_s)
+        with self._lock:
+            if progress:
+                progress("loading models", 0.0)
+            pipeline = self._pipeline(params.pipeline_config(self.settings.base))
+            return pipeline.run(audio, options, progress, source=source)
