@@ -14,8 +14,14 @@ matrix products give each token the numbers a step would have given it; a lone r
 and shapes, takes another path (``Linear._single_row_differs``: checked once per matrix at packing,
 such a matrix then gets lone rows as two).
 
-Elsewhere (GPU, other dtypes, a torch build without oneDNN) the weights stay plain tensors for
-``F.linear``.
+Elsewhere (GPU, other dtypes) the weights stay plain tensors for ``F.linear``.
+
+These are private torch operators, so this module is the only place that calls them (checked by
+``tests/test_kernels.py``), and each is checked against the schema it was written for
+(``PRIVATE_OPS``) before first use. A torch build without oneDNN, or one where an operator is gone
+or its schema changed, is not a silent switch: a float32 CPU weight then stays plain with a
+``KernelFallbackWarning`` (the decoder takes its fixed-shape mode: still exact, several times
+slower on a CPU), and ``Int8Linear`` raises.
 
 ``Int8Linear`` is the int8 form (a ``MODEL:int8`` target or drafter): int8 weights and int8 rows
 whose sums are integers, so exact in any order, and a row's result again does not depend on the
@@ -23,6 +29,9 @@ others in the call.
 """
 
 from __future__ import annotations
+
+import functools
+import warnings
 
 import torch
 import torch.nn.functional as F
@@ -33,8 +42,48 @@ from specwhisper.runtime.memory import release_file_pages
 PACK_ROWS = 4
 
 
+# The private operators this module calls, with the schemas (torch 2.14.1) the calls were written for.
+PRIVATE_OPS = {
+    "mkldnn::_reorder_linear_weight": "mkldnn::_reorder_linear_weight(Tensor self, int? batch_size=None) -> Tensor Y",
+    "mkldnn::_linear_pointwise": "mkldnn::_linear_pointwise(Tensor X, Tensor W, Tensor? B, str attr, Scalar?[] scalars, "
+                                 "str? algorithm) -> Tensor Y",
+    "quantized::linear_prepack": "quantized::linear_prepack(Tensor W, Tensor? B=None) -> "
+                                 "__torch__.torch.classes.quantized.LinearPackedParamsBase W_prepack",
+    "quantized::linear_dynamic": "quantized::linear_dynamic(Tensor X, __torch__.torch.classes.quantized."
+                                 "LinearPackedParamsBase W_prepack, bool reduce_range=False) -> Tensor Y",
+    "aten::_make_per_channel_quantized_tensor": "aten::_make_per_channel_quantized_tensor(Tensor self, Tensor scale, "
+                                                "Tensor zero_point, int axis) -> Tensor",
+}
+PACKED_OPS = ("mkldnn::_reorder_linear_weight", "mkldnn::_linear_pointwise")
+INT8_OPS = ("quantized::linear_prepack", "quantized::linear_dynamic", "aten::_make_per_channel_quantized_tensor")
+
+
+class KernelFallbackWarning(RuntimeWarning):
+    """The packed oneDNN products cannot be used: decoding stays exact but is slower."""
+
+
+@functools.cache
+def kernel_problem(ops: tuple[str, ...]) -> str | None:
+    """Why ``ops`` cannot be called as this module calls them (missing, or another schema), or None."""
+    for qualified in ops:
+        namespace, name = qualified.split("::")
+        try:
+            schema = str(getattr(getattr(torch.ops, namespace), name).default._schema)
+        except (AttributeError, RuntimeError):
+            return f"torch {torch.__version__} has no operator {qualified}"
+        if schema != PRIVATE_OPS[qualified]:
+            return f"torch {torch.__version__} changed {qualified} to '{schema}'"
+    return None
+
+
 def _packable(weight: torch.Tensor) -> bool:
-    return weight.device.type == "cpu" and weight.dtype == torch.float32 and torch.backends.mkldnn.is_available()
+    if weight.device.type != "cpu" or weight.dtype != torch.float32:
+        return False
+    problem = kernel_problem(PACKED_OPS) if torch.backends.mkldnn.is_available() else "this torch build has no oneDNN"
+    if problem:
+        warnings.warn(f"packed CPU products unavailable ({problem}): float32 CPU decoding falls back to the "
+                      f"fixed-shape mode, exact but slower", KernelFallbackWarning, stacklevel=3)
+    return problem is None
 
 
 class Linear:
@@ -118,6 +167,8 @@ class Int8Linear:
     def __init__(self, qweight: torch.Tensor, scale: torch.Tensor, bias: torch.Tensor | None = None):
         if not int8_available():
             raise ValueError("int8 weights need fbgemm (an x86-64 CPU with AVX2); this torch/CPU has none")
+        if problem := kernel_problem(INT8_OPS):
+            raise ValueError(f"int8 weights cannot run: {problem}")
         self.qweight, self.scale = qweight, scale  # int8 [out, in], float64 [out]
         if qweight.device.type != "cpu":
             raise ValueError("int8 weights run on the CPU only")
