@@ -1,0 +1,47 @@
+"""specwhisper: exact speculative Whisper transcription with diarization and LLM post-edit.
+
+The Python API (README, "Python API")::
+
+    import specwhisper
+    transcriber = specwhisper.load("base")            # the models load once
+    result = transcriber.transcribe("talk.wav")       # a path, bytes, or an array with sample_rate=
+    result.write("out", ["srt", "json"])
+
+Names are imported on first use: ``import specwhisper`` does not import torch or transformers
+(they load with the models), so a program can import it at no cost and load later.
+"""
+
+from __future__ import annotations
+
+from importlib import import_module, metadata
+
+try:
+    __version__ = metadata.version("specwhisper")
+except metadata.PackageNotFoundError:  # run from a source tree that was never installed
+    __version__ = "0+unknown"
+
+_LAZY = {
+    "load": "specwhisper.pipeline.api",
+    "Transcriber": "specwhisper.pipeline.api",
+    "Transcription": "specwhisper.pipeline.api",
+    "FORMATS": "specwhisper.pipeline.api",
+    "AudioError": "specwhisper.audio.loading",
+    "Transcript": "specwhisper.asr.types",
+    "Segment": "specwhisper.asr.types",
+    "Word": "specwhisper.asr.types",
+    "SpeakerTurn": "specwhisper.asr.types",
+    "DecodeStats": "specwhisper.asr.types",
+}
+__all__ = ["__version__", *_LAZY]
+
+
+def __getattr__(name: str):
+    if name in _LAZY:
+        value = getattr(import_module(_LAZY[name]), name)
+        globals()[name] = value  # once imported, a plain attribute
+        return value
+    raise AttributeError(f"module 'specwhisper' has no attribute {name!r}")
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(_LAZY))
