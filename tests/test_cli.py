@@ -30,29 +30,56 @@ def test_all_formats_written_and_valid(run_cli, eval_root, tmp_path):
     code, out, err = run_cli(eval_root / "whisper.cpp/jfk.wav", "-o", tmp_path, "-f", "all", "-q")
     assert code == 0, err
     names = sorted(p.name for p in tmp_path.iterdir())
-    assert names == sorted(f"jfk.{f}" for f in ("txt", "srt", "vtt", "json", "tsv", "rttm"))
+    assert names == sorted(f"jfk.{f}" for f in ("txt", "srt", "vtt", "json", "tsv"))  # rttm: only with --diarize
     data = json.loads((tmp_path / "jfk.json").read_text())
     assert wer([JFK_REF], [data["text"]]) <= 0.05
     assert data["language"] == "en" and data["model"]["asr"] == "base"
     assert {"rtf", "total"} <= set(data["timings"]) and "acceptance_rate" in data["speculative"]
     seg = data["segments"][0]
-    assert {"start", "end", "text", "speaker", "words", "tokens"} <= set(seg)
+    assert {"id", "seek", "start", "end", "text", "tokens", "temperature", "avg_logprob", "compression_ratio",
+            "no_speech_prob"} <= set(seg)
+    assert "words" not in seg and "speaker" not in seg  # no word timestamps asked, not diarized
     srt = (tmp_path / "jfk.srt").read_text()
     assert re.match(r"1\n\d\d:\d\d:\d\d,\d{3} --> \d\d:\d\d:\d\d,\d{3}\n\S", srt)
     vtt = (tmp_path / "jfk.vtt").read_text()
-    assert vtt.startswith("WEBVTT\n\n") and re.search(r"\d\d:\d\d:\d\d\.\d{3} --> ", vtt)
+    assert vtt.startswith("WEBVTT\n\n") and re.search(r"^\d\d:\d\d\.\d{3} --> \d\d:\d\d\.\d{3}$", vtt, re.M)
     tsv = (tmp_path / "jfk.tsv").read_text().splitlines()
-    assert tsv[0] == "start\tend\tspeaker\ttext" and all(len(r.split("\t")) == 4 for r in tsv[1:])
+    assert tsv[0] == "start\tend\ttext" and all(re.fullmatch(r"\d+\t\d+\t[^\t]+", r) for r in tsv[1:])
     assert wer([JFK_REF], [(tmp_path / "jfk.txt").read_text()]) <= 0.05
 
 
+def test_word_timestamps_do_what_the_help_says(run_cli, eval_root, tmp_path):
+    """--word-timestamps: per-word times and probabilities in the json, a 'words' list in each segment."""
+    code, out, err = run_cli(eval_root / "whisper.cpp/jfk.wav", "-o", tmp_path, "-f", "json", "--word-timestamps", "-q")
+    assert code == 0, err
+    segs = json.loads((tmp_path / "jfk.json").read_text())["segments"]
+    words = [w for s in segs for w in s["words"]]
+    assert len(words) == 22 and all(set(w) == {"word", "start", "end", "probability", "overlap"} for w in words)
+    assert all(0 < w["probability"] <= 1 and w["start"] <= w["end"] for w in words)
+
+
 def test_several_inputs_and_stdout(run_cli, eval_root, tmp_path):
-    code, out, err = run_cli(eval_root / "whisper.cpp/jfk.wav", eval_root / "mfa/common_voice_en_22058264.mp3", "-o", tmp_path, "-f", "srt,json")
+    first, second = eval_root / "whisper.cpp/jfk.wav", eval_root / "mfa/common_voice_en_22058264.mp3"
+    code, out, err = run_cli(first, second, "-o", tmp_path, "-f", "srt,json")
     assert code == 0, err
     assert sorted(p.name for p in tmp_path.iterdir()) == sorted(
         ["jfk.srt", "jfk.json", "common_voice_en_22058264.srt", "common_voice_en_22058264.json"]
     )
-    assert "fellow Americans" in out and "RTF" in err
+    assert "RTF" in err
+    # each transcript under a `tail`-style header naming its file, in input order
+    head1, head2 = f"==> {first} <==\n", f"\n==> {second} <==\n"
+    assert out.startswith(head1) and head2 in out, out
+    assert "fellow Americans" in out[: out.index(head2)] and "fellow Americans" not in out[out.index(head2):]
+
+
+def test_no_drafter_is_said_so(run_cli, eval_root, tmp_path):
+    """Plain decoding (the session pipeline drafts nothing): 'no drafter', not 'acceptance 0%'."""
+    code, out, err = run_cli(eval_root / "whisper.cpp/jfk.wav", "-o", tmp_path, "-f", "json", "--draft", "none")
+    assert code == 0, err
+    spec = json.loads((tmp_path / "jfk.json").read_text())["speculative"]
+    assert spec["drafted_tokens"] == 0 and spec["drafter_ran"] is False
+    assert spec["acceptance_rate"] is None and spec["tokens_per_target_pass"] is None
+    assert "no drafter" in err and "acceptance" not in err and "tokens/target pass" not in err
 
 
 def _ffmpeg(*args):
@@ -126,12 +153,16 @@ def _bad_inputs(tmp_path):
         "bad_dtype": ([tmp_path / "good.wav", "--dtype", "float64"], "unknown dtype 'float64'"),
         "half_on_cpu": ([tmp_path / "good.wav", "--device", "cpu", "--dtype", "float16"], "float16 needs a gpu"),
         "int8_in_bfloat16": ([tmp_path / "good.wav", "-m", "base:int8", "--dtype", "bfloat16"], "int8 weights take float32"),
+        "rttm_without_diarize": ([tmp_path / "good.wav", "-f", "srt,rttm"], "-f rttm needs --diarize"),
+        "peer_unsupported": ([tmp_path / "good.wav", "--max_line_width", "40"], "--max_line_width (openai-whisper/whisperx) is not supported"),
+        "peer_bad_bool": ([tmp_path / "good.wav", "--word_timestamps", "yes"], "expected true or false"),
     }
 
 
 CASES = ["missing", "directory", "empty", "text", "random", "zero_samples", "truncated", "low_rate", "too_long",
          "bad_format", "bad_batch", "bad_language", "bad_speakers", "bad_max_change", "not_a_number", "unknown_option",
-         "bad_threads", "bad_device", "missing_gpu", "bad_dtype", "half_on_cpu", "int8_in_bfloat16"]
+         "bad_threads", "bad_device", "missing_gpu", "bad_dtype", "half_on_cpu", "int8_in_bfloat16",
+         "rttm_without_diarize", "peer_unsupported", "peer_bad_bool"]
 
 
 @pytest.mark.parametrize("case", CASES)
@@ -195,3 +226,88 @@ def test_progress_bars_draw_on_a_terminal_without_a_size(eval_root, tmp_path):
     assert proc.returncode == 0, err
     assert re.search(r"jfk\.wav vad: +\d+%\|", err) and re.search(r"jfk\.wav transcribe: +100%\|", err), err[-2000:]
     assert "Traceback" not in err
+
+
+# -- --help, the README and the peers' spellings ---------------------------------------------------
+
+def _visible_actions():
+    import argparse
+
+    from specwhisper.serving.cli_args import build_parser
+
+    return [a for a in build_parser()._actions if a.help is not argparse.SUPPRESS]
+
+
+def test_every_option_has_help():
+    missing = [a.option_strings or a.dest for a in _visible_actions() if not (a.help or "").strip()]
+    assert not missing, missing
+
+
+def test_draft_help_lists_every_drafter_form():
+    from specwhisper.serving.cli_args import build_parser
+
+    text = " ".join(build_parser().format_help().split())
+    for form in ("auto", "none", "ngram", "early-exit[:k]", "early-exit:k:raw", "MODEL", "MODEL:int8"):
+        assert form in text, form
+
+
+def _readme_option_tables() -> str:
+    """The option tables of the README's CLI and Batch folders sections."""
+    from pathlib import Path
+
+    readme = (Path(__file__).resolve().parents[1] / "README.md").read_text()
+    cli = readme[readme.index("## CLI"):readme.index("### Output formats")]
+    batch = readme[readme.index("## Batch folders"):readme.index("**Job database.**")]
+    return "\n".join(line for line in (cli + batch).splitlines() if line.startswith("| `"))
+
+
+def test_readme_cli_tables_match_help():
+    """Every option --help shows is in the README's tables, and every option the tables name is one --help shows."""
+    rows = _readme_option_tables()
+    named = set(re.findall(r"`(--?[a-zA-Z][a-zA-Z0-9-]*)", rows))
+    shown = {s for a in _visible_actions() for s in a.option_strings}
+    undocumented = [a.option_strings for a in _visible_actions() if a.option_strings and not set(a.option_strings) & named]
+    assert not undocumented, f"in --help, not in the README: {undocumented}"
+    assert named <= shown, f"in the README, not in --help: {sorted(named - shown)}"
+
+
+def test_peer_spellings_are_documented_and_parsed():
+    from pathlib import Path
+
+    from specwhisper.serving.cli_args import PEER_ALIASES, PEER_UNSUPPORTED, parse_args
+
+    readme = (Path(__file__).resolve().parents[1] / "README.md").read_text()
+    cli = readme[readme.index("## CLI"):readme.index("### Output formats")]
+    for option in [o for o, _, _ in PEER_ALIASES] + list(PEER_UNSUPPORTED):
+        assert f"`{option}" in cli, option
+    a = parse_args(["x.wav", "--output_format", "srt", "--output_dir", "o", "--word_timestamps", "False",
+                    "--initial_prompt", "Hi.", "--condition_on_previous_text", "True", "--beam_size", "5",
+                    "--no_speech_threshold", "None", "--verbose", "False", "--language", "German", "--fp16", "False"])
+    assert (a.formats, str(a.output_dir), a.word_timestamps, a.initial_prompt, a.condition_on_previous_text) == (
+        "srt", "o", False, "Hi.", True)
+    assert (a.beam_size, a.no_speech_threshold, a.quiet, a.language, a.dtype) == (5, None, True, "de", "float32")
+    x = parse_args(["x.wav", "--diarize", "--min_speakers", "2", "--max_speakers", "4", "--hf_token", "t",
+                    "--compute_type", "int8", "--batch_size", "4", "--vad_onset", "0.4", "--no_align"])
+    assert (x.diarize, x.min_speakers, x.max_speakers, x.hf_token, x.model, x.batch_size, x.vad_threshold,
+            x.word_timestamps) == (True, 2, 4, "t", "base:int8", 4, 0.4, False)
+    d = parse_args(["x.wav"])  # the hidden spellings change no default
+    assert (d.formats, d.word_timestamps, d.quiet, d.dtype, d.model, d.vad_threshold) == (None, None, False, "auto", "base", 0.5)
+
+
+def test_version(capsys):
+    from specwhisper.serving.cli_args import build_parser
+
+    with pytest.raises(SystemExit) as exc:
+        build_parser().parse_args(["--version"])
+    assert exc.value.code == 0 and re.fullmatch(r"transcribe \d+\.\d+\.\d+\n", capsys.readouterr().out)
+
+
+def test_rttm_without_diarize_is_refused_before_models_load(monkeypatch, capsys, tmp_path):
+    import specwhisper.pipeline.core
+    import specwhisper.serving.cli as cli
+
+    monkeypatch.setattr(specwhisper.pipeline.core, "Pipeline", lambda config: pytest.fail("a model was loaded"))
+    sf.write(tmp_path / "a.wav", np.zeros(16000, dtype=np.float32), 16000)
+    assert cli.main([str(tmp_path / "a.wav"), "-o", str(tmp_path / "out"), "-f", "rttm"]) == 2
+    assert "rttm needs --diarize" in _one_line_error(capsys.readouterr().err)
+    assert not (tmp_path / "out").exists()

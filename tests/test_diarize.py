@@ -181,11 +181,11 @@ def test_cli_diarize_writes_speakers_in_every_format(base_pipeline, diarizer, mo
     assert code == 0, err
     stem = wav.stem
     txt = (tmp_path / f"{stem}.txt").read_text()
-    assert re.search(r"^\[SPEAKER_00\] ", txt, re.M) and re.search(r"^\[SPEAKER_01\] ", txt, re.M), txt
+    assert re.search(r"^\[SPEAKER_00\]: ", txt, re.M) and re.search(r"^\[SPEAKER_01\]: ", txt, re.M), txt
     srt = (tmp_path / f"{stem}.srt").read_text()
     assert "[SPEAKER_00]" in srt and "[SPEAKER_01]" in srt
     vtt = (tmp_path / f"{stem}.vtt").read_text()
-    assert "<v SPEAKER_00>" in vtt and "<v SPEAKER_01>" in vtt
+    assert "[SPEAKER_00]: " in vtt and "[SPEAKER_01]: " in vtt  # WhisperX's label
     data = json.loads((tmp_path / f"{stem}.json").read_text())
     assert {s["speaker"] for s in data["segments"]} == {"SPEAKER_00", "SPEAKER_01"}
     assert data["model"]["diarization"] == "embedded"

@@ -72,10 +72,18 @@ class DecodeStats:
         for f in fields(self):
             setattr(self, f.name, getattr(self, f.name) + getattr(other, f.name))
 
+    @property
+    def drafted(self) -> bool:
+        """Whether any drafter proposed a token (``--draft none``, or ``auto`` deciding on plain decoding: not)."""
+        return self.drafted_tokens > 0
+
     def to_dict(self) -> dict:
+        """The counters; the two speculative ratios are null when no drafter ran, since an acceptance of 0
+        and 0.99 tokens per pass would read as a drafter that failed."""
         d = asdict(self)
-        d["acceptance_rate"] = round(self.acceptance_rate, 4)
-        d["tokens_per_target_pass"] = round(self.tokens_per_target_pass, 4)
+        d["drafter_ran"] = self.drafted
+        d["acceptance_rate"] = round(self.acceptance_rate, 4) if self.drafted else None
+        d["tokens_per_target_pass"] = round(self.tokens_per_target_pass, 4) if self.drafted else None
         return d
 
 
@@ -109,30 +117,44 @@ class Transcript:
             "language": self.language,
             "duration": round(self.duration, 3),
             "speakers": self.speakers,
-            "segments": [
-                {
-                    "id": i,
-                    "seek": s.seek,
-                    "start": round(s.start, 3),
-                    "end": round(s.end, 3),
-                    "text": s.text.strip(),
-                    "speaker": s.speaker,
-                    "overlap": s.overlap,
-                    "tokens": s.tokens,
-                    "temperature": s.temperature,
-                    "avg_logprob": round(s.avg_logprob, 4),
-                    "compression_ratio": round(s.compression_ratio, 4),
-                    "no_speech_prob": round(s.no_speech_prob, 4),
-                    "words": [
-                        {k: (round(v, 3) if isinstance(v, float) else v) for k, v in asdict(w).items()}
-                        for w in s.words
-                    ],
-                }
-                for i, s in enumerate(self.segments)
-            ],
+            "segments": segments_to_dicts(self.segments),
             "speaker_turns": None if self.turns is None else [
                 {"start": round(t.start, 3), "end": round(t.end, 3), "speaker": t.speaker} for t in self.turns],
             "model": self.model,
             "timings": self.timings,
             "speculative": self.stats.to_dict(),
         }
+
+
+def word_to_dict(w: Word) -> dict:
+    """openai-whisper's word (``word`` with its leading space, ``start``, ``end``, ``probability``), plus
+    WhisperX's ``speaker`` where one was assigned and our ``overlap``."""
+    d = {"word": w.text, "start": round(w.start, 3), "end": round(w.end, 3),
+         "probability": None if w.probability is None else round(w.probability, 3)}
+    if w.speaker is not None:
+        d["speaker"] = w.speaker
+    d["overlap"] = w.overlap
+    return d
+
+
+def segments_to_dicts(segments: list[Segment]) -> list[dict]:
+    """openai-whisper's verbose segments (``id, seek, start, end, text, tokens, temperature, avg_logprob,
+    compression_ratio, no_speech_prob``, ``words`` when word timestamps ran) with WhisperX's ``speaker``.
+
+    Keys follow the peers' readers: ``words`` is absent, not empty, without word timestamps (openai's
+    subtitle writers switch to word cues on its presence, and an empty list writes an empty file), and
+    ``speaker`` is absent where none was assigned (WhisperX's writers test ``"speaker" in segment``, and a
+    null would print ``[None]:``)."""
+    with_words = any(s.words for s in segments)
+    out = []
+    for i, s in enumerate(segments):
+        d = {"id": i, "seek": s.seek, "start": round(s.start, 3), "end": round(s.end, 3), "text": s.text.strip(),
+             "tokens": s.tokens, "temperature": s.temperature, "avg_logprob": round(s.avg_logprob, 4),
+             "compression_ratio": round(s.compression_ratio, 4), "no_speech_prob": round(s.no_speech_prob, 4)}
+        if s.speaker is not None:
+            d["speaker"] = s.speaker
+        d["overlap"] = s.overlap
+        if with_words:
+            d["words"] = [word_to_dict(w) for w in s.words]
+        out.append(d)
+    return out

@@ -13,49 +13,47 @@ from specwhisper.asr.types import Segment, Transcript
 from specwhisper.diarize.rttm import format_rttm
 
 
-def _clock(seconds: float, sep: str) -> str:
-    ms = max(0, int(round(seconds * 1000)))
-    h, ms = divmod(ms, 3_600_000)
+def _ms(seconds: float) -> int:
+    """Integer milliseconds of a time as the json holds it (3 decimals), so that a peer's writer run on our
+    json gives the very files ours give."""
+    return max(0, round(1000 * round(seconds, 3)))
+
+
+def _clock(seconds: float, sep: str, always_hours: bool) -> str:
+    """openai-whisper's format_timestamp: hours always in srt, in vtt only from the first hour on."""
+    h, ms = divmod(_ms(seconds), 3_600_000)
     m, ms = divmod(ms, 60_000)
     s, ms = divmod(ms, 1000)
-    return f"{h:02d}:{m:02d}:{s:02d}{sep}{ms:03d}"
+    hours = f"{h:02d}:" if always_hours or h > 0 else ""
+    return f"{hours}{m:02d}:{s:02d}{sep}{ms:03d}"
 
 
-def _turns(segments: list[Segment]) -> list[tuple[str | None, list[Segment]]]:
-    """Consecutive segments of the same speaker, grouped."""
-    turns: list[tuple[str | None, list[Segment]]] = []
-    for seg in segments:
-        if turns and turns[-1][0] == seg.speaker:
-            turns[-1][1].append(seg)
-        else:
-            turns.append((seg.speaker, [seg]))
-    return turns
+def _labelled(s: Segment) -> str:
+    """WhisperX's speaker label: ``[SPEAKER_00]: text`` (txt, srt, vtt); no label where none was assigned."""
+    return f"[{s.speaker}]: {s.text.strip()}" if s.speaker is not None else s.text.strip()
 
 
 def write_txt(t: Transcript, f: TextIO) -> None:
-    if t.speakers:
-        for speaker, segs in _turns(t.segments):
-            text = " ".join(s.text.strip() for s in segs)
-            f.write(f"[{speaker or 'UNKNOWN'}] {text}\n")
-    else:
-        for s in t.segments:
-            f.write(s.text.strip() + "\n")
+    """One line per segment, as openai-whisper and WhisperX write it."""
+    for s in t.segments:
+        f.write(_labelled(s) + "\n")
 
 
-def _cue_text(s: Segment) -> str:
-    return f"[{s.speaker}] {s.text.strip()}" if s.speaker else s.text.strip()
+def _cues(t: Transcript, always_hours: bool, sep: str):
+    """(start, end, text) per segment, as the peers' subtitle writers give them from segments."""
+    for s in t.segments:
+        yield _clock(s.start, sep, always_hours), _clock(s.end, sep, always_hours), _labelled(s).replace("-->", "->")
 
 
 def write_srt(t: Transcript, f: TextIO) -> None:
-    for i, s in enumerate(t.segments, 1):
-        f.write(f"{i}\n{_clock(s.start, ',')} --> {_clock(s.end, ',')}\n{_cue_text(s)}\n\n")
+    for i, (start, end, text) in enumerate(_cues(t, True, ","), 1):
+        f.write(f"{i}\n{start} --> {end}\n{text}\n\n")
 
 
 def write_vtt(t: Transcript, f: TextIO) -> None:
     f.write("WEBVTT\n\n")
-    for s in t.segments:
-        text = f"<v {s.speaker}>{s.text.strip()}" if s.speaker else s.text.strip()
-        f.write(f"{_clock(s.start, '.')} --> {_clock(s.end, '.')}\n{text}\n\n")
+    for start, end, text in _cues(t, False, "."):
+        f.write(f"{start} --> {end}\n{text}\n\n")
 
 
 def write_json(t: Transcript, f: TextIO) -> None:
@@ -64,10 +62,12 @@ def write_json(t: Transcript, f: TextIO) -> None:
 
 
 def write_tsv(t: Transcript, f: TextIO) -> None:
-    f.write("start\tend\tspeaker\ttext\n")
+    """openai-whisper's three columns (start and end in integer ms, text); WhisperX writes no speaker
+    here either: speakers are in the json, srt, vtt and txt."""
+    f.write("start\tend\ttext\n")
     for s in t.segments:
         text = s.text.strip().replace("\t", " ")
-        f.write(f"{int(round(s.start * 1000))}\t{int(round(s.end * 1000))}\t{s.speaker or ''}\t{text}\n")
+        f.write(f"{_ms(s.start)}\t{_ms(s.end)}\t{text}\n")
 
 
 def write_rttm(t: Transcript, f: TextIO) -> None:

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import argparse
-import os
 import shutil
 import sys
 from pathlib import Path
@@ -15,105 +13,13 @@ from specwhisper.batch.runner import BatchError
 from specwhisper.batch.inputs import output_stems
 from specwhisper.serving.params import one_line
 from specwhisper.batch.ray_engine import RayEngineError
-from specwhisper.pipeline.writers import ALL_FORMATS, check_output_dir, parse_formats, render, write_outputs
+from specwhisper.pipeline.writers import check_output_dir, parse_formats, render, write_outputs
+from specwhisper.serving.cli_args import PROG, parse_args
 
-PROG = "transcribe"
 
 
 class CliError(Exception):
     """A problem with what the user asked for; printed as one line."""
-
-
-def _share(text: str) -> float:
-    """argparse type: a share between 0 and 1."""
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a number between 0 and 1, got '{text}'") from None
-    if not 0.0 <= value <= 1.0:
-        raise argparse.ArgumentTypeError(f"expected a number between 0 and 1, got {value}")
-    return value
-
-
-class _Parser(argparse.ArgumentParser):
-    """argparse, but a bad argument is one line ('transcribe: error: ...'), not usage + error."""
-
-    def error(self, message: str):
-        self.exit(2, f"{self.prog}: error: {message} (see --help)\n")
-
-
-def build_parser() -> argparse.ArgumentParser:
-    p = _Parser(
-        prog=PROG,
-        description="Speaker-attributed transcripts with exact speculative Whisper decoding.",
-    )
-    p.add_argument("inputs", nargs="+", help="audio or video files, or one folder (a resumable batch; see 'folder input')")
-    p.add_argument("-o", "--output-dir", type=Path, help="folder for output files (default: current folder)")
-    p.add_argument("-f", "--formats", help=f"comma-separated formats: {', '.join(ALL_FORMATS)}, all (default: all)")
-    p.add_argument("-m", "--model", default="base", help="embedded 'base' or 'tiny.en', a Hugging Face id, or a local folder")
-    p.add_argument("--draft", default="auto", help="speculative drafter: auto, none, ngram, or a model (default: auto)")
-    p.add_argument("-l", "--language", help="language code (default: detect)")
-    p.add_argument("--task", default="transcribe", choices=["transcribe", "translate"])
-    p.add_argument("--batch-size", type=int, default=8, help="chunks decoded together (default: 8)")
-    p.add_argument("--vad-threshold", type=float, default=0.5,
-                   help="silero-vad speech threshold, 0-1: where chunks are cut; audio below it is still decoded and "
-                   "dropped only when Whisper finds no speech in it (default: 0.5)")
-    p.add_argument("--word-timestamps", action=argparse.BooleanOptionalAction, default=None,
-                   help="per-word times in json/tsv (default: on with --diarize)")
-    q = p.add_argument_group("decoding quality", "openai-whisper's safeguards; greedy passes are speculative, "
-                             "beam-search and fallback passes are plain (the json counts them)")
-    q.add_argument("--beam-size", type=int, help="beam search with this many beams (default: greedy, as "
-                   "openai-whisper's transcribe(); its CLI and faster-whisper use 5)")
-    q.add_argument("--patience", type=float, default=1.0, help="beam search patience (default: 1.0)")
-    q.add_argument("--best-of", type=int, default=5, help="samples per fallback temperature (default: 5)")
-    q.add_argument("--temperature", type=float, default=0.0, help="first decoding temperature, 0-1 (default: 0)")
-    q.add_argument("--temperature-increment-on-fallback", type=float, default=0.2,
-                   help="temperature step when a decode fails the checks below; 0: no fallback (default: 0.2)")
-    q.add_argument("--compression-ratio-threshold", type=float, default=2.4,
-                   help="decode again when the text's gzip ratio is above this: repetition loops (default: 2.4)")
-    q.add_argument("--logprob-threshold", type=float, default=-1.0,
-                   help="decode again when the average log-probability is below this (default: -1.0)")
-    q.add_argument("--no-speech-threshold", type=float, default=0.6,
-                   help="a chunk is silence when Whisper's no-speech probability is above this and the log-probability "
-                   "is below --logprob-threshold (default: 0.6)")
-    q.add_argument("--condition-on-previous-text", action=argparse.BooleanOptionalAction, default=False,
-                   help="decode each chunk after the text of the one before, one chunk at a time (default: off, as "
-                   "faster-whisper's and WhisperX's batched pipelines; openai-whisper: on)")
-    q.add_argument("--initial-prompt", help="text to put before every chunk (before the first with "
-                   "--condition-on-previous-text): spellings, names, style")
-    q.add_argument("--hotwords", help="words or phrases to favour, put in every chunk's prompt")
-    p.add_argument("--diarize", action="store_true", help="attribute speech to speakers")
-    p.add_argument("--num-speakers", type=int)
-    p.add_argument("--min-speakers", type=int)
-    p.add_argument("--max-speakers", type=int)
-    p.add_argument("--diarization-model", help="pyannote pipeline id or folder (default: embedded offline pipeline)")
-    p.add_argument("--hf-token", default=os.environ.get("HF_TOKEN"), help="Hugging Face token for gated models")
-    p.add_argument("--postedit", action="store_true", help="fix casing/punctuation with a text LLM (speculatively decoded)")
-    p.add_argument("--postedit-model", help="causal LM id or folder (default: embedded SmolLM2-135M-Instruct)")
-    p.add_argument("--postedit-drafter", default="copy",
-                   help="post-edit drafter: copy, none, layers:N, or a causal LM (default: copy)")
-    p.add_argument("--postedit-max-change", type=_share, default=0.3, metavar="SHARE",
-                   help="reject an edit that changes more than this share of words, 0-1 (default: 0.3)")
-    p.add_argument("--max-duration", type=float, default=12 * 3600, help="refuse audio longer than this many seconds (default: 43200)")
-    p.add_argument("--device", default="auto", help="torch device: auto (cuda when a GPU is usable), cpu, cuda or cuda:N "
-                   "(default: auto)")
-    p.add_argument("--dtype", default="auto", help="weights and activations: auto (float16 on a GPU, float32 on the CPU), "
-                   "float32, float16 (GPU only) or bfloat16 (default: auto)")
-    p.add_argument("--threads", type=int, help="CPU threads for torch (default: one per core; Ray workers: 1 each)")
-    p.add_argument("--cache-dir", type=Path, help="where converted models are kept (default: ~/.cache/specwhisper)")
-    p.add_argument("-q", "--quiet", action="store_true", help="no progress bars and no transcript on stdout")
-    b = p.add_argument_group("folder input", "a job database in the output folder lets an interrupted batch resume")
-    b.add_argument("-r", "--recursive", action="store_true", help="also transcribe files in subfolders")
-    b.add_argument("--glob", action="append", metavar="PATTERN",
-                   help="only files matching this pattern (name or path under the folder; repeatable; default: audio/video extensions)")
-    b.add_argument("--retry-failed", action="store_true", help="run files that failed in an earlier run again")
-    b.add_argument("--summary", action="store_true", help="print a table of the files, durations, RTF and errors")
-    b.add_argument("--group-files", type=int, default=16,
-                   help="files whose chunks are decoded in shared batches (default: 16)")
-    b.add_argument("--engine", choices=["local", "ray"], default="local", help="local process or a Ray cluster (default: local)")
-    b.add_argument("--ray-address", help="Ray cluster address (default: start a local Ray instance)")
-    b.add_argument("--workers", type=int, help="Ray workers, one loaded pipeline each (default: one per CPU)")
-    return p
 
 
 BATCH_FLAGS = ("recursive", "glob", "retry_failed", "summary", "ray_address", "workers")
@@ -248,6 +154,18 @@ def run_folder(args, formats: list[str], opts) -> int:
     return 1 if report.failed else 0
 
 
+def output_formats(spec: str | None, diarize: bool) -> list[str]:
+    """The formats to write: ``all`` (the default) means every format that applies, so rttm only with
+    diarization; rttm asked for by name without diarization is refused, before any model loads, rather
+    than written empty."""
+    formats = parse_formats(spec or "all")
+    if diarize:
+        return formats
+    if "rttm" in [n.strip().lower() for n in (spec or "").split(",")]:
+        raise CliError("-f rttm needs --diarize: rttm holds the diarizer's speaker turns")
+    return [f for f in formats if f != "rttm"]
+
+
 def run(args) -> int:
     from specwhisper.runtime.device import resolve_device, resolve_dtype
     from specwhisper.asr.models import check_int8
@@ -257,9 +175,7 @@ def run(args) -> int:
     check_threads(args.threads)
     device = resolve_device(args.device)  # a GPU that is not there: one line, before any model loads
     check_int8(args.model, device, resolve_dtype(args.dtype, device))
-    formats = parse_formats(args.formats or "all")
-    if args.formats is None and not args.diarize:
-        formats = [f for f in formats if f != "rttm"]
+    formats = output_formats(args.formats, args.diarize)
     opts = _options(args)
     folders = [p for p in args.inputs if Path(p).is_dir()]
     if folders:
@@ -287,7 +203,9 @@ def run(args) -> int:
         return 1
     _quiet_libraries()
     pipeline = Pipeline(_pipeline_config(args))
-    for path, stem in todo:
+    for i, (path, stem) in enumerate(todo):
+        if not args.quiet and len(inputs) > 1:  # which transcript is which on stdout, as `tail` labels files
+            print(f"{'' if i == 0 else chr(10)}==> {path} <==")
         failures += not _transcribe_one(pipeline, path, stem, out_dir, formats, opts, args.quiet)
     return 1 if failures else 0
 
@@ -313,20 +231,16 @@ def _transcribe_one(pipeline, path: str, stem: str, out_dir: Path, formats: list
         return False
     if not quiet:
         print(render(transcript, "txt"), end="" if transcript.segments else "(no speech found)\n")
-        t = transcript.timings
         s = transcript.stats
-        print(
-            f"{PROG}: {path}: {transcript.duration:.1f} s audio, RTF {t.get('rtf', 0):.3f}, "
-            f"language {transcript.language}, acceptance {s.acceptance_rate:.0%}, "
-            f"{s.tokens_per_target_pass:.2f} tokens/target pass; wrote {', '.join(p.name for p in written)}",
-            file=sys.stderr,
-        )
+        speculative = (f"acceptance {s.acceptance_rate:.0%}, {s.tokens_per_target_pass:.2f} tokens/target pass"
+                       if s.drafted else "no drafter")
+        print(f"{PROG}: {path}: {transcript.duration:.1f} s audio, RTF {transcript.timings.get('rtf', 0):.3f}, "
+              f"language {transcript.language}, {speculative}; wrote {', '.join(p.name for p in written)}", file=sys.stderr)
     return True
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = build_parser()
-    args = parser.parse_args(argv)
+    args = parse_args(argv)
     try:
         return run(args)
     except (AudioError, ModelError, ValueError, CliError, OSError, BatchError, RayEngineError) as exc:

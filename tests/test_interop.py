@@ -1,0 +1,200 @@
+"""Our outputs read by the speech ecosystem's own code: openai-whisper's and WhisperX's writers
+(verbatim copies in tests/peers/, see its README) run on our json must give our txt, srt, vtt and tsv
+byte for byte, and our json must carry every key and type of openai-whisper's ``transcribe()`` verbose
+result and of WhisperX's diarized result. Real transcripts of real audio: jfk.flac (one speaker, no
+diarization) and samples/meeting-dev00.wav (two speakers, diarized)."""
+
+from __future__ import annotations
+
+import csv
+import importlib.util
+import io
+import json
+import typing
+from importlib.machinery import SourceFileLoader
+from pathlib import Path
+
+import pytest
+
+PEERS = Path(__file__).parent / "peers"
+ROOT = Path(__file__).resolve().parents[1]
+TEXT_FORMATS = ("txt", "srt", "vtt", "tsv")
+
+
+def _peer(name: str):
+    """A vendored peer module, loaded by path under a private name."""
+    loader = SourceFileLoader(f"_peer_{name}", str(PEERS / f"{name}.py.txt"))
+    spec = importlib.util.spec_from_loader(loader.name, loader)
+    module = importlib.util.module_from_spec(spec)
+    loader.exec_module(module)
+    return module
+
+
+openai_utils = _peer("openai_whisper_utils")
+whisperx_utils = _peer("whisperx_utils")
+whisperx_schema = _peer("whisperx_schema")
+
+# the options both CLIs pass to their writers by default (subtitle layout off: one cue per segment)
+WRITER_OPTIONS = {"max_line_width": None, "max_line_count": None, "highlight_words": False, "max_words_per_line": None}
+
+
+def _peer_output(utils, fmt: str, result: dict) -> str:
+    writer = utils.get_writer(fmt, ".")
+    buf = io.StringIO()
+    writer.write_result(result, file=buf, options=dict(WRITER_OPTIONS))
+    return buf.getvalue()
+
+
+def _without_words(result: dict) -> dict:
+    """The result as both peers hold it without word timestamps: segments with no ``words`` key."""
+    return {**result, "segments": [{k: v for k, v in s.items() if k != "words"} for s in result["segments"]]}
+
+
+@pytest.fixture(scope="module")
+def jfk_run(base_pipeline, eval_root, tmp_path_factory):
+    """jfk.flac through the CLI: every format, without word timestamps, then json with them."""
+    import specwhisper.pipeline.core
+    import specwhisper.serving.cli as cli
+
+    out = tmp_path_factory.mktemp("jfk")
+    mp = pytest.MonkeyPatch()
+    mp.setattr(specwhisper.pipeline.core, "Pipeline", lambda config: base_pipeline)
+    try:
+        assert cli.main([str(eval_root / "openai-whisper/jfk.flac"), "-o", str(out / "plain"), "-f", "all", "-q"]) == 0
+        # openai-whisper's own spellings of the options
+        assert cli.main([str(eval_root / "openai-whisper/jfk.flac"), "--output_dir", str(out / "words"),
+                         "--output_format", "json", "--word_timestamps", "True", "--verbose", "False"]) == 0
+    finally:
+        mp.undo()
+    return out
+
+
+@pytest.fixture(scope="module")
+def meeting_run(base_pipeline, diarizer, tmp_path_factory):
+    """samples/meeting-dev00.wav (two speakers) through the CLI with WhisperX's spellings."""
+    import specwhisper.pipeline.core
+    import specwhisper.serving.cli as cli
+
+    out = tmp_path_factory.mktemp("meeting")
+    mp = pytest.MonkeyPatch()
+    mp.setattr(base_pipeline, "_diarizer", diarizer)
+    mp.setattr(specwhisper.pipeline.core, "Pipeline", lambda config: base_pipeline)
+    try:
+        code = cli.main([str(ROOT / "samples/meeting-dev00.wav"), "--diarize", "--min_speakers", "1", "--max_speakers", "3",
+                         "--output_dir", str(out), "--output_format", "all", "--verbose", "False"])
+    finally:
+        mp.undo()
+    assert code == 0
+    return out
+
+
+def _read(folder: Path, stem: str, fmt: str) -> str:
+    return (folder / f"{stem}.{fmt}").read_text(encoding="utf-8")
+
+
+def _check_openai_result(result: dict, with_words: bool) -> None:
+    """The keys and types of openai-whisper's transcribe() result (whisper/transcribe.py new_segment and
+    its final dict; whisper/timing.py add_word_timestamps for words)."""
+    assert isinstance(result["text"], str) and isinstance(result["language"], str)
+    assert result["segments"], "a real transcript has segments"
+    types = {"id": int, "seek": int, "start": float, "end": float, "text": str, "tokens": list,
+             "temperature": float, "avg_logprob": float, "compression_ratio": float, "no_speech_prob": float}
+    for i, seg in enumerate(result["segments"]):
+        for key, kind in types.items():
+            assert isinstance(seg[key], kind if kind is not float else (int, float)), (key, seg[key])
+        assert seg["id"] == i and all(isinstance(t, int) for t in seg["tokens"])
+        assert 0 <= seg["start"] <= seg["end"] and 0 <= seg["no_speech_prob"] <= 1 and seg["avg_logprob"] <= 0
+        assert ("words" in seg) == with_words
+        for w in seg.get("words", []):
+            assert isinstance(w["word"], str) and "text" not in w
+            assert seg["start"] - 0.02 <= w["start"] <= w["end"] <= seg["end"] + 0.02
+            assert 0 <= w["probability"] <= 1
+        if with_words:  # openai-whisper's words keep their leading space and join into the segment's text
+            assert "".join(w["word"] for w in seg["words"]).strip() == seg["text"]
+
+
+def test_json_is_openai_whispers_verbose_result(jfk_run):
+    plain = json.loads(_read(jfk_run / "plain", "jfk", "json"))
+    words = json.loads(_read(jfk_run / "words", "jfk", "json"))
+    _check_openai_result(plain, with_words=False)
+    _check_openai_result(words, with_words=True)
+    assert sum(len(s["words"]) for s in words["segments"]) == 22  # "And so my fellow Americans ..."
+    assert plain["language"] == "en" and "fellow Americans" in plain["text"]
+    assert not any("speaker" in s for s in plain["segments"])  # not diarized: no speaker key (WhisperX's rule)
+    assert {"speakers", "speculative", "timings", "model", "duration"} <= set(plain)  # our extras stay
+
+
+def test_peer_writers_on_our_json_give_our_files(jfk_run):
+    """openai-whisper's WriteTXT/WriteSRT/WriteVTT/WriteTSV on our json: our files, byte for byte."""
+    result = json.loads(_read(jfk_run / "plain", "jfk", "json"))
+    for fmt in TEXT_FORMATS:
+        assert _peer_output(openai_utils, fmt, result) == _read(jfk_run / "plain", "jfk", fmt), fmt
+        assert _peer_output(whisperx_utils, fmt, result) == _read(jfk_run / "plain", "jfk", fmt), fmt
+
+
+def test_word_cues_of_openai_whisper_read_our_words(jfk_run):
+    """With words, openai-whisper's subtitle writers build cues from them: same text as ours, cue
+    times the words' first start and last end, inside our segment's times."""
+    result = json.loads(_read(jfk_run / "words", "jfk", "json"))
+    ours = json.loads(_read(jfk_run / "plain", "jfk", "json"))
+    cues = _srt_cues(_peer_output(openai_utils, "srt", result))
+    assert [c[2] for c in cues] == [s["text"] for s in ours["segments"]]
+    for (start, end, _), seg in zip(cues, result["segments"]):
+        assert seg["start"] - 0.02 <= start <= end <= seg["end"] + 0.02
+
+
+def _srt_time(text: str) -> float:
+    h, m, rest = text.replace(",", ".").split(":")
+    return int(h) * 3600 + int(m) * 60 + float(rest)
+
+
+def _srt_cues(srt: str) -> list[tuple[float, float, str]]:
+    cues = []
+    for block in srt.strip().split("\n\n"):
+        number, times, *text = block.split("\n")
+        start, end = times.split(" --> ")
+        cues.append((_srt_time(start), _srt_time(end), "\n".join(text)))
+    return cues
+
+
+def test_tsv_is_whispers_three_columns(jfk_run):
+    """openai-whisper's WriteTSV contract: header start/end/text, integer milliseconds, one row per segment."""
+    rows = list(csv.reader(io.StringIO(_read(jfk_run / "plain", "jfk", "tsv")), delimiter="\t"))
+    result = json.loads(_read(jfk_run / "plain", "jfk", "json"))
+    assert rows[0] == ["start", "end", "text"]
+    assert [(int(a), int(b), t) for a, b, t in rows[1:]] == [
+        (round(1000 * s["start"]), round(1000 * s["end"]), s["text"]) for s in result["segments"]]
+
+
+def _typed_keys(typed_dict) -> dict[str, object]:
+    return typing.get_type_hints(typed_dict)
+
+
+def test_diarized_json_has_whisperx_speakers(meeting_run):
+    """WhisperX's diarized result: TranscriptionResult/SingleSegment keys (whisperx/schema.py) and
+    assign_word_speakers's ``speaker`` on segments and words."""
+    result = json.loads(_read(meeting_run, "meeting-dev00", "json"))
+    _check_openai_result(result, with_words=True)  # word timestamps are on with --diarize
+    assert whisperx_schema.TranscriptionResult.__required_keys__ <= set(result)
+    hints = _typed_keys(whisperx_schema.SingleSegment)
+    for seg in result["segments"]:
+        assert whisperx_schema.SingleSegment.__required_keys__ <= set(seg)
+        assert all(isinstance(seg[k], hints[k] if hints[k] is not float else (int, float)) for k in ("text", "start", "end"))
+    speakers = {s["speaker"] for s in result["segments"] if "speaker" in s}
+    assert speakers == {"SPEAKER_00", "SPEAKER_01"} and speakers <= set(result["speakers"])
+    assert all("speaker" not in s or s["speaker"] is not None for s in result["segments"])
+    words = [w for s in result["segments"] for w in s["words"]]
+    assert words and {w["speaker"] for w in words if "speaker" in w} == speakers
+    assert {"word", "start", "end"} <= set(words[0])  # what WhisperX's subtitle writer reads of a word
+
+
+def test_whisperx_writers_on_our_diarized_json_give_our_files(meeting_run):
+    """WhisperX's writers on our diarized json (as WhisperX writes without word cues): our txt, srt and
+    vtt with their ``[SPEAKER_00]: `` labels, and our tsv, byte for byte."""
+    result = _without_words(json.loads(_read(meeting_run, "meeting-dev00", "json")))
+    for fmt in TEXT_FORMATS:
+        assert _peer_output(whisperx_utils, fmt, result) == _read(meeting_run, "meeting-dev00", fmt), fmt
+    txt = _read(meeting_run, "meeting-dev00", "txt")
+    assert "[SPEAKER_00]: " in txt and "[SPEAKER_01]: " in txt
+    # openai-whisper's writers know no speakers: its tsv is the same file
+    assert _peer_output(openai_utils, "tsv", result) == _read(meeting_run, "meeting-dev00", "tsv")
