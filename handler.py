@@ -1,11 +1,12 @@
 """Hugging Face Inference Endpoints custom handler: ``EndpointHandler(path)(data) -> dict``.
 
-``data`` is ``{"inputs": <audio bytes or base64 string>, "parameters": {...}}``; the answer holds
-``text``, ``segments`` (start, end, text, speaker, overlap, words), ``language``, ``speakers``,
-``timings`` (seconds per stage, ``rtf``) and ``speculative`` (acceptance rate, tokens per target
-pass), or ``{"error": "<one line>", "status": 4xx/5xx}``. Deployment settings come from
-``SPECWHISPER_*`` environment variables (see README, "Inference Endpoint"); the models are the
-embedded ones, so ``path`` (the repository folder Inference Endpoints passes) is only kept.
+``data`` is ``{"inputs": <audio bytes or base64 string>, "parameters": {...}}`` (the toolkit puts a
+query string's ``?formats=srt`` into ``parameters`` when the body has none); the answer holds
+``text``, ``segments``, ``language``, ``speakers``, ``timings``, ``speculative``, and ``chunks`` with
+``return_timestamps``. A bad request raises an exception with a one-line message, which the inference
+toolkit answers with HTTP 400 and ``{"error": "<message>"}`` (a returned error dict would go out as
+200). Models: those ``path`` (the repository folder) holds, else the embedded ones (README,
+"Inference Endpoint"); deployment settings come from ``SPECWHISPER_*`` environment variables.
 """
 
 from __future__ import annotations
@@ -14,13 +15,16 @@ import os
 from typing import Any
 
 from specwhisper.serving.endpoint import Endpoint, settings_from_env
+from specwhisper.serving.repository import find_models, with_repository
 from specwhisper.serving.service import ServiceSettings
 
 
 class EndpointHandler:
     def __init__(self, path: str = "", settings: ServiceSettings | None = None):
         self.path = path
-        self.endpoint = Endpoint(settings or settings_from_env(os.environ))
+        settings = settings or settings_from_env(os.environ)
+        self.models = find_models(path, settings.base.cache_dir)
+        self.endpoint = Endpoint(with_repository(settings, self.models))
 
     def __call__(self, data: dict[str, Any]) -> dict[str, Any]:
-        return self.endpoint(data)
+        return self.endpoint.predict(data)

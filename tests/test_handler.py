@@ -23,11 +23,16 @@ import pytest
 import soundfile as sf
 
 from handler import EndpointHandler
-from specwhisper.evaluation.transcripts import wer
-from specwhisper.serving.params import Choices
+from specwhisper.asr.engine import DecodeOptions
+from specwhisper.asr.languages import normalize_language
+from specwhisper.asr.models import load_whisper, write_ct2_folder
+from specwhisper.evaluation.transcripts import load_manifest, wer
+from specwhisper.serving.params import Choices, RequestError
 from specwhisper.serving.http_app import RequestLimits
 from specwhisper.serving.serve import ServerConfig, serving
+from specwhisper.serving.repository import RepositoryModels, find_models, whisper_folder, with_repository
 from specwhisper.serving.service import ServiceSettings
+from tests.hf_toolkit import toolkit_app
 
 ROOT = Path(__file__).resolve().parents[1]
 JFK = ROOT / "samples" / "jfk.wav"
@@ -69,6 +74,15 @@ def _is_error(result: dict, status: int, fragment: str) -> None:
     assert result["status"] == status, result
     assert fragment in result["error"], result
     assert "\n" not in result["error"] and "Traceback" not in result["error"]
+
+
+def _raises(handler, data, status: int, fragment: str) -> None:
+    """The Endpoint's error dict (our HTTP server's contract) and the same failure raised by the
+    handler (the inference toolkit's: an exception becomes HTTP 400)."""
+    _is_error(handler.endpoint(data), status, fragment)
+    with pytest.raises(RequestError) as info:
+        handler(data)
+    assert info.value.status == status and fragment in str(info.value) and "\n" not in str(info.value)
 
 
 def test_bytes_and_base64(handler, jfk_bytes):
@@ -148,18 +162,18 @@ def test_postedit_reports_its_decode(handler, jfk_bytes):
     ],
 )
 def test_bad_requests_are_one_line_errors(handler, data, status, fragment):
-    _is_error(handler(data), status, fragment)
+    _raises(handler, data, status, fragment)
 
 
 def test_options_the_model_refuses(handler, jfk_bytes):
-    _is_error(handler({"inputs": jfk_bytes, "parameters": {"language": "xx"}}), 400, "unknown language code 'xx'")
-    _is_error(handler({"inputs": jfk_bytes, "parameters": {"model": "tiny.en", "task": "translate"}}), 400, "English-only")
+    _raises(handler, {"inputs": jfk_bytes, "parameters": {"language": "xx"}}, 400, "unknown language code 'xx'")
+    _raises(handler, {"inputs": jfk_bytes, "parameters": {"model": "tiny.en", "task": "translate"}}, 400, "English-only")
 
 
 def test_audio_over_the_limit(handler):
     buf = io.BytesIO()
     sf.write(buf, np.zeros(61 * 16000, dtype=np.float32), 16000, format="WAV")
-    _is_error(handler({"inputs": buf.getvalue()}), 400, "over the limit of 60 s")
+    _raises(handler, {"inputs": buf.getvalue()}, 400, "over the limit of 60 s")
 
 
 def _post(url: str, body: bytes, content_type: str) -> tuple[int, dict]:
@@ -252,3 +266,156 @@ def test_serve_command(jfk_head, tmp_path):
         proc.terminate()
         proc.wait(timeout=30)
         log.close()
+
+
+# --- The Hugging Face Inference Endpoints contract: the toolkit's request handling (tests/hf_toolkit.py,
+# a copy of huggingface-inference-toolkit 0.5.6's, checked byte for byte against the real one on 8 request
+# kinds x 2 HF_TASK values), the ASR pipeline's parameters, and models brought by the repository.
+
+def _flac() -> tuple[bytes, str]:
+    """openai-whisper's tests/jfk.flac (44.1 kHz stereo 24-bit) and its reference transcript."""
+    item = next(i for i in load_manifest() if i.file == "openai-whisper/jfk.flac")
+    return item.path.read_bytes(), item.reference
+
+
+@pytest.fixture(scope="module")
+def toolkit(handler):
+    from starlette.testclient import TestClient
+
+    with TestClient(toolkit_app(handler)) as client:
+        yield client
+
+
+def _toolkit_error(resp, fragment: str) -> None:
+    assert resp.status_code == 400 and resp.headers["content-type"] == "application/json", (resp.status_code, resp.text)
+    body = resp.json()
+    assert set(body) == {"error"} and fragment in body["error"] and "\n" not in body["error"], body
+
+
+def test_toolkit_raw_audio_with_query_parameters(toolkit):
+    """A raw FLAC body with ``?formats=srt&return_timestamps=true&language=english``: the toolkit puts
+    the query into ``parameters`` as text ("true" -> True), and the answer has ``text`` and
+    transformers-style segment ``chunks``."""
+    flac, reference = _flac()
+    resp = toolkit.post("/?formats=srt&return_timestamps=true&language=english", content=flac,
+                        headers={"Content-Type": "audio/flac"})
+    assert resp.status_code == 200 and resp.headers["content-type"] == "application/json", resp.text
+    out = resp.json()
+    assert wer([reference], [out["text"]]) <= 0.05, out["text"]
+    assert out["language"] == "en" and set(out["outputs"]) == {"srt"}
+    assert re.match(r"1\n00:00:\d\d,\d{3} --> 00:00:\d\d,\d{3}\n\S", out["outputs"]["srt"])
+    chunks = out["chunks"]
+    assert len(chunks) == len(out["segments"]) >= 1
+    assert [c["timestamp"] for c in chunks] == [[s["start"], s["end"]] for s in out["segments"]]
+    assert wer([out["text"]], [" ".join(c["text"] for c in chunks)]) == 0.0
+
+
+def test_toolkit_json_with_generate_kwargs(handler):
+    """JSON ``{"inputs": base64, "parameters": {...}}`` with HF_TASK=automatic-speech-recognition (the
+    toolkit base64-decodes ``inputs`` itself then): ``generate_kwargs`` as transformers' ASR pipeline
+    takes them, a language name, and word-level ``chunks``."""
+    from starlette.testclient import TestClient
+
+    flac, reference = _flac()
+    params = {"return_timestamps": "word", "chunk_length_s": 30, "batch_size": 4,
+              "generate_kwargs": {"language": "English", "task": "transcribe", "num_beams": 1, "temperature": [0.0, 0.5, 1.0]}}
+    with TestClient(toolkit_app(handler, task="automatic-speech-recognition")) as client:
+        resp = client.post("/", json={"inputs": base64.b64encode(flac).decode(), "parameters": params})
+    assert resp.status_code == 200, resp.text
+    out = resp.json()
+    assert wer([reference], [out["text"]]) <= 0.05 and out["language"] == "en"
+    words = out["chunks"]
+    assert len(words) >= 20 and wer([out["text"]], [" ".join(w["text"] for w in words)]) == 0.0
+    starts = [w["timestamp"][0] for w in words]
+    assert starts == sorted(starts) and all(0 <= s <= e <= 11.0 for s, e in (w["timestamp"] for w in words))
+    direct = handler({"inputs": flac, "parameters": {"return_timestamps": True, "language": "en"}})
+    assert wer([reference], [direct["text"]]) <= 0.05 and isinstance(direct["chunks"][0]["timestamp"], tuple)
+
+
+@pytest.mark.parametrize(
+    "query, body, fragment",
+    [
+        ("", b"this is a text file, not audio", "inputs: not a readable audio file"),
+        ("?beam_size=0", None, "parameters.beam_size"),
+        ("?language=klingon", None, "parameters.language: unknown language 'klingon'"),
+        ("?formats=srt,docx", None, "parameters.formats.1"),
+        ("?return_timestamps=char", None, "parameters.return_timestamps: must be true, false or 'word'"),
+        ("?chunk_length_s=60", None, "parameters.chunk_length_s"),
+        ("?num_beams=5", None, "unknown parameter 'num_beams'"),
+    ],
+)
+def test_toolkit_bad_requests_are_400(toolkit, jfk_head, query, body, fragment):
+    """The toolkit answers a handler's exception with 400 and ``{"error": str(exc)}``: our one line."""
+    _toolkit_error(toolkit.post("/" + query, content=body or jfk_head, headers={"Content-Type": "audio/wav"}), fragment)
+
+
+def test_toolkit_bad_generate_kwargs_are_400(toolkit, jfk_head):
+    def post(parameters):
+        return toolkit.post("/", json={"inputs": base64.b64encode(jfk_head).decode(), "parameters": parameters})
+
+    _toolkit_error(post({"generate_kwargs": {"max_new_tokens": 5}}), "generate_kwargs: unknown key 'max_new_tokens'")
+    _toolkit_error(post({"generate_kwargs": {"temperature": [0.0, 0.3, 0.4]}}), "rise in equal steps")
+    _toolkit_error(post({"language": "de", "generate_kwargs": {"language": "english"}}), "language is 'de' but")
+    _toolkit_error(post({"generate_kwargs": "fast"}), "generate_kwargs must be an object")
+
+
+def test_language_names_everywhere():
+    """Names and codes as users write them become codes in DecodeOptions.validate (CLI, server, endpoint)."""
+    assert [normalize_language(x) for x in ("en", "EN", "english", "English", "German", "mandarin", "<|fr|>", "auto", "", None)] == \
+        ["en", "en", "en", "en", "de", "zh", "fr", None, None, None]
+    opts = DecodeOptions(language="German")
+    opts.validate()
+    assert opts.language == "de"
+    with pytest.raises(ValueError, match=r"^unknown language 'Klingon' \(give a code"):
+        DecodeOptions(language="Klingon").validate()
+
+
+def _save_whisper(name: str, folder: Path) -> Path:
+    """An embedded model written the way ``save_pretrained`` / ``push_to_hub`` lay out a repository."""
+    bundle = load_whisper(name)
+    bundle.model.save_pretrained(folder)
+    bundle.processor.save_pretrained(folder)
+    return folder
+
+
+def test_models_from_the_repository(tmp_path_factory, jfk_bytes):
+    """A repository holding a Whisper model (tiny.en here) at its root and a drafter in ``drafter/``:
+    the handler serves them by default, not the embedded base."""
+    repo = tmp_path_factory.mktemp("repository")
+    (repo / "handler.py").write_text((ROOT / "handler.py").read_text())
+    _save_whisper("tiny.en", repo)
+    _save_whisper("tiny.en", repo / "drafter")
+    assert {"config.json", "model.safetensors", "tokenizer.json", "processor_config.json"} <= {p.name for p in repo.iterdir()}
+    settings = ServiceSettings(choices=Choices(models=("base",), drafters=("none", "ngram")), max_audio_s=60)
+    h = EndpointHandler(str(repo), settings=settings)
+    assert h.models == RepositoryModels(whisper=str(repo), drafter=str(repo / "drafter"))
+    out = h({"inputs": jfk_bytes})
+    assert out["model"]["asr"] == str(repo) and out["model"]["draft"] == str(repo / "drafter")
+    assert wer([JFK_REF], [out["text"]]) <= 0.1
+    spec = out["speculative"]
+    assert spec["drafted_tokens"] > 0 and spec["acceptance_rate"] >= 0.9  # the drafter is the target's own weights
+    with pytest.raises(RequestError, match="English-only"):  # tiny.en serves, not the multilingual base
+        h({"inputs": jfk_bytes, "parameters": {"generate_kwargs": {"language": "german"}}})
+    assert h({"inputs": jfk_bytes, "parameters": {"model": "base", "draft": "none"}})["model"]["asr"] == "base"
+
+
+def test_repository_without_models_falls_back(handler, tmp_path):
+    """The usual repository (handler.py, requirements.txt): the embedded models; "" as well."""
+    (tmp_path / "handler.py").write_text("")
+    (tmp_path / "requirements.txt").write_text("")
+    assert find_models(tmp_path) == find_models("") == RepositoryModels()
+    settings = ServiceSettings()
+    assert with_repository(settings, RepositoryModels()) == settings
+    assert handler.models == RepositoryModels() and handler.endpoint.transcriber.settings.base.model == "base"
+
+
+def test_ctranslate2_repository_is_converted_once(tmp_path):
+    """faster-whisper's format (model.bin, config.json, tokenizer.json) is converted into the cache, once."""
+    ct2 = write_ct2_folder("tiny.en", tmp_path)
+    first = whisper_folder(ct2, cache_dir=tmp_path / "cache")
+    assert first and Path(first).is_relative_to(tmp_path / "cache")
+    assert json.loads((Path(first) / "config.json").read_text())["model_type"] == "whisper"
+    t = time.perf_counter()
+    assert whisper_folder(ct2, cache_dir=tmp_path / "cache") == first and time.perf_counter() - t < 1.0
+    bundle = load_whisper(first)
+    assert bundle.model.config.vocab_size == load_whisper("tiny.en").model.config.vocab_size

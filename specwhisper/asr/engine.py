@@ -17,6 +17,7 @@ from specwhisper.audio.chunking import Chunk, plan_chunks
 from specwhisper.asr.decoding import Decoder, GreedyDecoder, SamplingDecoder, SpecialTokens, WhisperLogitRules, detect_language
 from specwhisper.runtime.device import resolve_device, resolve_dtype
 from specwhisper.asr.fallback import Attempt, QualityRules, decode_with_fallback
+from specwhisper.asr.languages import normalize_language
 from specwhisper.runtime.memory import trim_heap
 from specwhisper.asr.model import WhisperDecoderRuntime
 from specwhisper.asr.models import WhisperBundle, load_whisper
@@ -52,7 +53,9 @@ class DecodeOptions:
     condition_on_previous_text: bool = False  # True: chunks decode one at a time, each after the text before it
 
     def validate(self, special: SpecialTokens | None = None) -> None:
-        """Raises ValueError with a one-line message; ``special`` adds the checks that need the model."""
+        """Raises ValueError with a one-line message; ``special`` adds the checks that need the model.
+        A language name ("english", "German") becomes its code here, so every entry point takes names."""
+        self.language = normalize_language(self.language)
         if self.task not in TASKS:
             raise ValueError(f"task must be one of {', '.join(TASKS)}, got '{self.task}'")
         if self.batch_size < 1:

@@ -1,8 +1,12 @@
 """The Inference Endpoint contract over the pipeline core: ``{"inputs", "parameters"}`` in, a dict out.
 
 ``inputs`` is the audio file as raw bytes or as a base64 string (a ``data:`` URL prefix is
-allowed); ``parameters`` is validated by :mod:`specwhisper.serving.params`. Every failure comes back as
-``{"error": "<one line>", "status": 4xx/5xx}``, never as an exception.
+allowed); ``parameters`` is validated by :mod:`specwhisper.serving.params`. ``Endpoint(data)`` returns
+every failure as ``{"error": "<one line>", "status": 4xx/5xx}`` (our HTTP server sends that status);
+``Endpoint.predict(data)`` raises it as a :class:`RequestError` instead, which is what the Hugging Face
+inference toolkit needs: it answers a handler's return value with 200 whatever it holds, and any
+exception with 400 and ``{"error": str(exc)}`` (huggingface-inference-toolkit 0.5.6,
+``webservice_starlette.predict``).
 """
 
 from __future__ import annotations
@@ -113,16 +117,32 @@ def error(message: str, status: int) -> dict:
     return {"error": message, "status": status}
 
 
+def timestamp_chunks(segments: list[dict], kind: bool | str) -> list[dict]:
+    """transformers' ASR pipeline's ``chunks``: ``{"text", "timestamp": (start, end)}`` per segment
+    (``return_timestamps=True``) or per word (``"word"``), so a Hugging Face ASR client reads them."""
+    if kind == "word":
+        words = [w for seg in segments for w in seg.get("words") or []]
+        return [{"text": w.get("word", w.get("text")), "timestamp": (w["start"], w["end"])} for w in words]
+    return [{"text": seg["text"], "timestamp": (seg["start"], seg["end"])} for seg in segments]
+
+
 def response(transcript: Transcript, params: TranscribeParams, request_s: float) -> dict:
-    """Text, segments (times, speaker, words), language, timing and speculative facts."""
+    """Text, segments (times, speaker, words), language, timing and speculative facts; ``chunks``
+    when ``return_timestamps`` asks for them."""
     out = transcript.to_dict()
     out.pop("source", None)
     for seg in out["segments"]:
         seg.pop("tokens", None)
     out["timings"]["request"] = round(request_s, 3)
+    if params.return_timestamps:
+        out["chunks"] = timestamp_chunks(out["segments"], params.return_timestamps)
     if params.formats:
         out["outputs"] = {fmt: render(transcript, fmt) for fmt in params.formats}
     return out
+
+
+def is_error(result: dict) -> bool:
+    return set(result) == {"error", "status"}
 
 
 class Endpoint:
@@ -150,6 +170,13 @@ class Endpoint:
         except RequestError as exc:
             return error(str(exc), exc.status)
         return self.transcribe(audio, params, t0=t0)
+
+    def predict(self, data: object) -> dict:
+        """The answer, or a :class:`RequestError` (one-line message, ``status``) raised for a failure."""
+        result = self(data)
+        if is_error(result):
+            raise RequestError(result["error"], status=result["status"])
+        return result
 
     def transcribe(self, source: str | Path | bytes, params: TranscribeParams, progress: Progress | None = None,
                    t0: float | None = None) -> dict:

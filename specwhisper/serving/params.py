@@ -2,7 +2,10 @@
 
 Both entry points build a :class:`TranscribeParams` from what the user sent and turn it into the
 pipeline core's ``PipelineConfig`` / ``RunOptions``; a bad value becomes a :class:`RequestError`
-with a one-line message and an HTTP-like status.
+with a one-line message and an HTTP-like status. Besides our own names, the parameters of transformers'
+ASR pipeline are taken (``return_timestamps``, ``chunk_length_s``, ``batch_size``, ``generate_kwargs``
+with ``language``/``task``/``num_beams``/``temperature``...), so a Hugging Face client's request works
+as it is; values may arrive as query-string text ("srt,vtt", "true", "5", "0.2") and are converted.
 """
 
 from __future__ import annotations
@@ -15,6 +18,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, ValidationIn
 
 from specwhisper.asr.engine import DecodeOptions
 from specwhisper.asr.fallback import QualityRules, temperature_schedule
+from specwhisper.asr.languages import normalize_language
 from specwhisper.pipeline.core import PipelineConfig, RunOptions
 from specwhisper.pipeline.writers import ALL_FORMATS
 
@@ -64,14 +68,16 @@ class Choices:
 class TranscribeParams(BaseModel):
     """The ``parameters`` of a request. Unknown names are refused."""
 
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", coerce_numbers_to_str=True)  # ?initial_prompt=1961 arrives as int 1961
 
     model: str = "base"
     draft: str = "auto"
-    language: str | None = Field(None, pattern=r"^[a-z]{2,3}$", description="language code; None detects it")
+    language: str | None = Field(None, description="language code or name ('en', 'english'); None detects it")
     task: Literal["transcribe", "translate"] = "transcribe"
-    word_timestamps: bool | None = None  # default: on with diarize
+    word_timestamps: bool | None = None  # default: on with diarize (and with return_timestamps="word")
+    return_timestamps: bool | Literal["word"] = Field(False, description="transformers' ASR pipeline: add `chunks`")
     batch_size: int = Field(8, ge=1, le=64)
+    chunk_length_s: float | None = Field(None, ge=1.0, le=30.0, description="longest chunk the VAD cutter makes (30)")
     vad_threshold: float = Field(0.5, gt=0.0, lt=1.0)
     beam_size: int | None = Field(None, ge=1, le=10, description="None: greedy (speculative)")
     temperature: float = Field(0.0, ge=0.0, le=1.0)
@@ -101,8 +107,25 @@ class TranscribeParams(BaseModel):
 
     @field_validator("language", mode="before")
     @classmethod
-    def _auto_language(cls, value):
-        return None if value in ("", "auto") else value
+    def _language_code(cls, value):
+        return normalize_language(value)
+
+    @field_validator("formats", mode="before")
+    @classmethod
+    def _format_list(cls, value):
+        """A query string's ``formats=srt,vtt`` arrives as one string."""
+        return [f.strip() for f in value.split(",") if f.strip()] if isinstance(value, str) else value
+
+    @field_validator("return_timestamps", mode="before")
+    @classmethod
+    def _timestamps_kind(cls, value):
+        kinds = {"true": True, "1": True, "false": False, "0": False, "word": "word"}
+        key = value.strip().lower() if isinstance(value, str) else value
+        if isinstance(key, str) and key in kinds:
+            return kinds[key]
+        if key in (True, False):
+            return bool(key)
+        raise ValueError(f"must be true, false or 'word', got {short_repr(value)}")
 
     def pipeline_config(self, base: PipelineConfig) -> PipelineConfig:
         """The deployment's config with this request's model and drafter."""
@@ -118,9 +141,12 @@ class TranscribeParams(BaseModel):
                             best_of=self.best_of)
 
     def run_options(self, max_audio_s: float) -> RunOptions:
-        word_ts = self.diarize if self.word_timestamps is None else self.word_timestamps
+        word_ts = self.diarize or self.return_timestamps == "word" if self.word_timestamps is None else self.word_timestamps
+        if self.return_timestamps == "word" and not word_ts:
+            raise RequestError("parameters: return_timestamps='word' needs word_timestamps (it is false)")
         opts = RunOptions(
             decode=DecodeOptions(language=self.language, task=self.task, batch_size=self.batch_size,
+                                 max_chunk_s=self.chunk_length_s or DecodeOptions.max_chunk_s,
                                  vad_threshold=self.vad_threshold, word_timestamps=word_ts,
                                  beam_size=self.beam_size, quality=self._quality(),
                                  initial_prompt=self.initial_prompt, hotwords=self.hotwords,
@@ -144,7 +170,7 @@ def describe(exc: ValidationError) -> str:
     err = exc.errors()[0]
     where = clip(".".join(str(p) for p in err["loc"]) or "parameters", 80)
     if err["type"] == "extra_forbidden":
-        return f"parameters: unknown parameter '{where}' (known: {', '.join(TranscribeParams.model_fields)})"
+        return f"parameters: unknown parameter '{where}' (known: {', '.join(TranscribeParams.model_fields)}, generate_kwargs)"
     if err["type"] == "value_error":  # our own validators name the value already
         return clip(f"parameters.{where}: {err['msg'].removeprefix('Value error, ')}")
     return clip(f"parameters.{where}: {err['msg']} (got {short_repr(err['input'])})")
@@ -156,8 +182,72 @@ def parse_params(raw: object, choices: Choices) -> TranscribeParams:
         raw = {}
     if not isinstance(raw, dict):
         raise RequestError(f"parameters must be an object, got {type(raw).__name__}")
-    raw = {"model": choices.models[0], "draft": choices.drafters[0], **raw}
+    raw = {"model": choices.models[0], "draft": choices.drafters[0], **fold_generate_kwargs(raw)}
     try:
         return TranscribeParams.model_validate(raw, context={"choices": choices})
     except ValidationError as exc:
         raise RequestError(describe(exc)) from exc
+
+
+# transformers' ``generate_kwargs`` for Whisper -> our parameter names. ``temperature`` may be a list
+# (transformers' fallback schedule, e.g. [0.0, 0.2, ..., 1.0]): it must then be openai-whisper's
+# evenly spaced one, which is what our fallback runs.
+GENERATE_KWARGS = {
+    "language": "language", "task": "task", "num_beams": "beam_size", "temperature": "temperature",
+    "compression_ratio_threshold": "compression_ratio_threshold", "logprob_threshold": "logprob_threshold",
+    "no_speech_threshold": "no_speech_threshold", "condition_on_prev_tokens": "condition_on_previous_text",
+    "return_timestamps": "return_timestamps",
+}
+
+
+def _schedule(values: list) -> dict:
+    """A temperature list -> our first temperature and fallback increment."""
+    try:
+        temps = [float(v) for v in values]
+    except (TypeError, ValueError):
+        raise RequestError(f"parameters.generate_kwargs.temperature: expected numbers, got {short_repr(values)}") from None
+    if not temps:
+        raise RequestError("parameters.generate_kwargs.temperature: the list is empty")
+    step = round(temps[1] - temps[0], 6) if len(temps) > 1 else 0.0
+    try:
+        even = step >= 0 and list(temperature_schedule(temps[0], step)) == [round(t, 6) for t in temps]
+    except ValueError:
+        even = False
+    if not even:
+        raise RequestError(f"parameters.generate_kwargs.temperature: a list must rise in equal steps up to 1.0, "
+                           f"e.g. [0.0, 0.2, 0.4, 0.6, 0.8, 1.0] (got {short_repr(values)})")
+    return {"temperature": temps[0], "temperature_increment_on_fallback": step}
+
+
+def _same(name: str, a: object, b: object) -> bool:
+    """Equal values, or the same language written two ways ("en", "english")."""
+    if name == "language" and a != b:
+        try:
+            return normalize_language(a) == normalize_language(b)
+        except ValueError:  # a bad name: the field's own check reports it
+            return False
+    return a == b
+
+
+def fold_generate_kwargs(raw: dict) -> dict:
+    """``generate_kwargs`` (or ``generation_parameters``, the toolkit's newer name) merged into the flat
+    parameters; the same setting given both ways with different values is refused."""
+    raw = dict(raw)
+    given = [k for k in ("generate_kwargs", "generation_parameters") if k in raw]
+    if len(given) > 1:
+        raise RequestError("parameters: give generate_kwargs or generation_parameters, not both")
+    kwargs = raw.pop(given[0]) if given else None
+    if kwargs is None:
+        return raw
+    if not isinstance(kwargs, dict):
+        raise RequestError(f"parameters.{given[0]} must be an object, got {type(kwargs).__name__}")
+    for key, value in kwargs.items():
+        name = GENERATE_KWARGS.get(key)
+        if name is None:
+            raise RequestError(f"parameters.{given[0]}: unknown key '{clip(str(key), 60)}' (known: {', '.join(GENERATE_KWARGS)})")
+        values = _schedule(value) if name == "temperature" and isinstance(value, (list, tuple)) else {name: value}
+        for flat, v in values.items():
+            if flat in raw and not _same(flat, raw[flat], v):
+                raise RequestError(f"parameters: {flat} is {short_repr(raw[flat])} but {given[0]}.{key} is {short_repr(v)}")
+            raw[flat] = v
+    return raw
