@@ -15,6 +15,11 @@ from __future__ import annotations
 
 from importlib import import_module, metadata
 
+from specwhisper.runtime.threads import set_wait_policy
+
+# Before any module of the package imports torch: its OpenMP runtime reads the wait policy once, at load.
+set_wait_policy()
+
 try:
     __version__ = metadata.version("specwhisper")
 except metadata.PackageNotFoundError:  # run from a source tree that was never installed

@@ -16,7 +16,7 @@ from specwhisper.evaluation.transcripts import REPO_ROOT
 @pytest.mark.parametrize("env, expected", [({}, "PASSIVE"), ({"OMP_WAIT_POLICY": "ACTIVE"}, "ACTIVE")])
 def test_wait_policy_set_before_torch(env, expected):
     """Importing the package sets passive OpenMP waiting before torch loads (a user's choice wins)."""
-    code = "import os, asr, torch; print(os.environ['OMP_WAIT_POLICY'])"
+    code = "import os, specwhisper, torch; print(os.environ['OMP_WAIT_POLICY'])"
     base = {k: v for k, v in os.environ.items() if k != "OMP_WAIT_POLICY"}
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=REPO_ROOT, env={**base, **env})
     assert out.returncode == 0, out.stderr

@@ -5,7 +5,7 @@ Three settings, each measured on this project's 2-core CPU, quiet and next to a 
 - OpenMP workers wait passively (``OMP_WAIT_POLICY=PASSIVE``). torch's OpenMP runtime spins its idle
   workers by default; next to another busy process each of the thousands of small operations of a
   decode then waits for a spinning thread that has lost its core. GNU OpenMP reads the policy once,
-  when torch is first imported, so ``set_wait_policy`` runs when the ``asr`` package is imported,
+  when torch is first imported, so ``set_wait_policy`` runs when the ``specwhisper`` package is imported,
   before any module of ours imports torch (a user's own setting wins).
 - The VAD runs on one thread (``one_thread``): its operations are too small to share.
 - numpy's OpenBLAS runs on one thread (feature extraction, alignment): its workers spin as well.

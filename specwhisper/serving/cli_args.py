@@ -136,7 +136,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("-m", "--model", default="base", help="embedded 'base' or 'tiny.en', a Hugging Face id, or a local "
                    "folder; MODEL:int8 runs its decoder products in int8 on the CPU (default: base)")
     p.add_argument("--draft", default="auto", help=DRAFT_HELP)
-    p.add_argument("-l", "--language", help="language code (default: detect)")
+    p.add_argument("-l", "--language", help="language code or name: en, English (default: detect)")
     p.add_argument("--task", default="transcribe", choices=["transcribe", "translate"],
                    help="transcribe, or translate to English (default: transcribe)")
     p.add_argument("--batch-size", type=int, default=8, help="chunks decoded together (default: 8)")
