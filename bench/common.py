@@ -16,7 +16,7 @@ ROOT = Path(__file__).resolve().parents[1]
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
-import asr  # noqa: E402,F401  the thread policy (specwhisper.runtime.threads) before any benchmark process imports torch
+import specwhisper  # noqa: E402,F401  the thread policy (specwhisper.runtime.threads) before any benchmark process imports torch
 
 # On a shared 2-core machine wall times swing with other jobs. With BENCH_CLOCK=cpu every timer of a
 # benchmark process (ours, and the engine's own phase timers, which read time.perf_counter) counts

