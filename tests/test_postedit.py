@@ -15,6 +15,7 @@ import torch
 
 from specwhisper.asr.engine import DecodeOptions
 from specwhisper.evaluation.transcripts import english_set, wer
+from specwhisper.postedit.guard import word_key
 
 # A fixed subset of the public English set: one or two clips per source, 100 s of speech in all.
 WER_FILES = (
@@ -168,6 +169,24 @@ def test_wrong_drafter_still_exact(llm, texts, greedy_reference):
     wrong = CopyDrafter(tok, "purple elephants dance quietly under seven green moons " * 4)
     ids, stats = speculative_generate(model, prompt, wrong, max_new_tokens=48, eos_token_ids=ed.eos_ids)
     assert ids == greedy_reference(text, 48)
+
+
+def test_copy_drafter_keeps_its_place_through_casing_and_punctuation(llm, eval_root):
+    """The shared prompt lookup (specwhisper.speculative.lookup) in the post-edit's form: the output
+    re-cases and punctuates the source, and matching on normalised token text still finds where it
+    is; matching on ids (Whisper's n-gram form) loses the place at the first comma."""
+    from specwhisper.speculative.lookup import CopyDrafter
+
+    _, tok = llm
+    ref = next(i.reference for i in english_set(eval_root) if i.file == "whisper.cpp/jfk.wav")
+    source = " ".join(word_key(w) for w in ref.split())  # a transcript without casing or punctuation
+    words = ref.split()
+    i = next(j for j, w in enumerate(words) if w.endswith(",") and j >= 2)  # the output so far ends in a comma
+    out = tok.encode(" ".join(words[: i + 1]), add_special_tokens=False)
+    following = " " + " ".join(word_key(w) for w in words[i + 1 : i + 3])
+    draft = CopyDrafter(tok, source).propose([out], [6])[0]
+    assert tok.decode(draft).startswith(following), (tok.decode(draft), following)
+    assert CopyDrafter(tok, source, normalise=False).propose([out], [6]) == [[]]
 
 
 def test_guard_rejects_hallucinated_edit(editor, transcripts, monkeypatch):
