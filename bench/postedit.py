@@ -229,14 +229,14 @@ def main(argv: list[str] | None = None) -> int:
 
     from specwhisper.evaluation.transcripts import wer
     from specwhisper.postedit.models import load_llm
-    from specwhisper.postedit.speculative import truncated_drafter
+    from specwhisper.postedit.drafters import early_exit_model
     from specwhisper.postedit.editor import PostEditor
 
     t0 = time.perf_counter()
     trs = transcripts(args.limit)
     asr_s = time.perf_counter() - t0
     model, tok = load_llm(None)
-    trunc = truncated_drafter(model, args.layers)
+    trunc = early_exit_model(model, args.layers)
 
     # End to end (edit_transcript: windows, guard with its early stop, re-alignment), target alone
     # then copy drafting; this also records the windows, the edit quality and the reference transcripts.

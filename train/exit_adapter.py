@@ -329,7 +329,7 @@ def simulate(outcomes, exit_layer: int, min_confidence: float, cost: CostModel, 
     """Replay the speculative loop (no bonus token, dynamic lookahead, confidence stop) over the
     target's greedy sequences with the drafter's per-position outcomes: acceptance rate, tokens per
     verify pass and the decoder speedup the cost model predicts."""
-    from specwhisper.asr.speculative import Lookahead
+    from specwhisper.speculative.lookahead import Lookahead
 
     look = lookahead or Lookahead()
     drafted = accepted = passes = tokens = 0

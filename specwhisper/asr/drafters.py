@@ -1,11 +1,13 @@
-"""Drafters for the speculative decoder: n-gram lookup and small Whisper models.
+"""Whisper's drafters for the speculative decoder: n-gram lookup and small Whisper models.
 
-A drafter only proposes; the target verifies every token, so a drafter can be as crude as it
-likes without changing the output: only speed depends on it.
+What is model-independent lives in ``specwhisper.speculative`` (the lookup, the token-map idea, the
+model-drafter loop); this module adds the Whisper parts: the decoder hooks (``Drafter``), the
+timestamp-aware token map, and the ``DraftRuntime`` adapter over a ``WhisperDecoderRuntime``.
 """
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 import torch
@@ -13,69 +15,34 @@ import torch
 from specwhisper.asr.decoding import SpecialTokens, WhisperLogitRules, read_choices
 from specwhisper.asr.model import KVCache, OutputHead, WhisperDecoderRuntime
 from specwhisper.asr.speculative import Drafter
+from specwhisper.speculative import lookup, model_drafter
+from specwhisper.speculative.token_map import SameVocab, TextRetokenizer
+
+__all__ = ["NgramDrafter", "SameVocab", "Retokenize", "DraftModel", "ModelDrafter"]
 
 
-class NgramDrafter(Drafter):
-    """Prompt lookup: find the latest earlier occurrence of the row's last n tokens (n = max..min)
-    in its own tokens or in the other rows of the batch (neighbouring chunks of the same audio),
-    and propose what followed it. Costs no model pass."""
-
-    name = "ngram"
-
-    def __init__(self, max_ngram: int = 3, min_ngram: int = 1):
-        self.max_ngram = max_ngram
-        self.min_ngram = min_ngram
-
-    def propose(self, contexts: list[list[int]], ks: list[int]) -> list[list[int]]:
-        return [self._lookup(i, contexts, k) if k > 0 else [] for i, k in enumerate(ks)]
-
-    def _lookup(self, row: int, contexts: list[list[int]], k: int) -> list[int]:
-        ctx = contexts[row]
-        pools = [ctx] + [c for j, c in enumerate(contexts) if j != row]
-        for n in range(min(self.max_ngram, len(ctx)), self.min_ngram - 1, -1):
-            key = ctx[-n:]
-            for pool in pools:
-                own = pool is ctx
-                last_start = len(pool) - n - (1 if own else 0)
-                for s in range(last_start, -1, -1):
-                    if pool[s : s + n] == key:
-                        cont = pool[s + n : s + n + k]
-                        if cont:
-                            return cont
-        return []
+class NgramDrafter(lookup.NgramDrafter, Drafter):
+    """Prompt lookup in the row's own tokens and the batch's other rows (neighbouring chunks of the
+    same audio): ``specwhisper.speculative.lookup.NgramDrafter`` with the decoder's hooks."""
 
 
 # ------------------------------------------------------------------------------ token maps
 
 
-class SameVocab:
-    """The drafter shares the target's tokenizer: ids pass through unchanged."""
-
-    def __init__(self, target: SpecialTokens):
-        self.target = target
-
-    def to_draft(self, context: list[int]) -> list[int]:
-        return context
-
-    def to_target(self, context: list[int], draft: list[int]) -> list[int]:
-        return draft
-
-
 class Retokenize:
     """Different vocabularies (e.g. tiny.en drafting for multilingual base).
 
-    Text runs between timestamps are decoded with one tokenizer and re-encoded with the other;
-    timestamps map by their offset from each vocabulary's first timestamp; end-of-text maps to
-    end-of-text and is never put into the drafter's context (a stray end-of-text there is what
-    made transformers' universal assisted generation accept 9% here). A drafted continuation of
-    an open text run is re-encoded together with that run, so word pieces split as the target
-    would split them.
+    Text runs between timestamps are decoded with one tokenizer and re-encoded with the other
+    (``specwhisper.speculative.token_map.TextRetokenizer``); timestamps map by their offset from each
+    vocabulary's first timestamp; end-of-text maps to end-of-text and is never put into the
+    drafter's context (a stray end-of-text there is what made transformers' universal assisted
+    generation accept 9% here). A drafted continuation of an open text run is re-encoded together
+    with that run, so word pieces split as the target would split them.
     """
 
     def __init__(self, target_tok, target: SpecialTokens, drafter_tok, drafter: SpecialTokens):
         self.tt, self.ts = target_tok, target
         self.dt, self.ds = drafter_tok, drafter
-        self.target = target
 
     def _runs(self, tokens: list[int], sp: SpecialTokens):
         """Split into ('text', [ids]) and ('ts', offset) items."""
@@ -92,16 +59,13 @@ class Retokenize:
             out.append(("text", text))
         return out
 
-    def _encode(self, tokenizer, text: str) -> list[int]:
-        return tokenizer.encode(text, add_special_tokens=False)
-
     def to_draft(self, context: list[int]) -> list[int]:
         out: list[int] = []
         for kind, v in self._runs(context, self.ts):
             if kind == "ts":
                 out.append(self.ds.timestamp_begin + v)
             else:
-                out += self._encode(self.dt, self.tt.decode(v))
+                out += TextRetokenizer.encode(self.dt, self.tt.decode(v))
         return out
 
     def to_target(self, context: list[int], draft: list[int]) -> list[int]:
@@ -116,16 +80,8 @@ class Retokenize:
         for kind, v in self._runs(draft, self.ds):
             if kind == "ts":
                 out.append(self.ts.timestamp_begin + v)
-                first = False
-                continue
-            text = self.dt.decode(v)
-            if first and tail:
-                joined = self._encode(self.tt, self.tt.decode(tail) + text)
-                if joined[: len(tail)] == tail:
-                    out += joined[len(tail) :]
-                    first = False
-                    continue
-            out += self._encode(self.tt, text)
+            else:
+                out += TextRetokenizer.continuation(self.tt, tail if first else [], self.dt.decode(v))
             first = False
         if draft and draft[-1] == self.ds.eot:
             out.append(self.ts.eot)
@@ -146,34 +102,75 @@ class DraftModel:
     shares_encoder: bool  # True: the target's encoder output is reused as is
 
 
-class ModelDrafter(Drafter):
-    """A small Whisper decoder drafting greedily with its own KV cache.
+class WhisperDraftRuntime:
+    """The ``DraftRuntime`` of a small Whisper decoder: a batched static KV cache (``KVCache``), the
+    Whisper logit rules on every draft step, and an optional compact output head."""
 
-    Every round it syncs its cache with the row's accepted tokens (longest common prefix, then it
-    feeds the rest in one batched pass) and drafts up to k tokens, stopping a row early when its
-    own confidence falls below ``min_confidence``. ``head_text_tokens`` restricts its output head to
-    that many text tokens and the special ones (the head over 51,865 tokens is the largest matrix of
-    a small decoder; the verify pass keeps the output exact whatever the drafter scores).
-    """
-
-    def __init__(self, model: DraftModel, token_map, name: str = "model", min_confidence: float = 0.0,
-                 head_text_tokens: int | None = None):
+    def __init__(self, model: DraftModel, min_confidence: float = 0.0, head_text_tokens: int | None = None):
         self.m = model
-        self.map = token_map
-        self.name = name
-        self.min_confidence = min_confidence
+        self.log_min_conf = math.log(min_confidence) if min_confidence > 0 else float("-inf")
         self.head: OutputHead | None = None
         if head_text_tokens is not None:
             rt, eot = model.runtime, model.special.eot
             self.head_ids = torch.cat([torch.arange(head_text_tokens), torch.arange(eot, rt.vocab_size)]).to(rt.device)
             self.head = rt.compact_head(head_text_tokens, eot)
         self.cache: KVCache | None = None
-        self.cached: list[list[int]] = []
-        self.prompt: list[int] = []
+        self.last: torch.Tensor | None = None  # per row: the hidden state the next draft token comes from
+        self.limit = model.runtime.max_len - 1
+
+    def _logits(self, hidden: torch.Tensor) -> torch.Tensor:
+        if self.head is None:
+            return self.m.runtime.logits(hidden).float()
+        full = hidden.new_full((hidden.shape[0], self.m.runtime.vocab_size), float("-inf"), dtype=torch.float32)
+        full[:, self.head_ids] = self.head.compact(hidden).float()
+        return full
+
+    def feed(self, feeds: list[list[int]], starts: list[int]) -> None:
+        rt, device = self.m.runtime, self.m.runtime.device
+        width = max(len(f) for f in feeds)
+        tokens = torch.tensor([(f + [f[-1]] * width)[:width] for f in feeds], device=device)
+        positions = torch.tensor([[min(c + j, self.limit) for j in range(width)] for c in starts], device=device)
+        hidden = rt.hidden(tokens, positions, self.cache)
+        self.last = hidden[torch.arange(len(feeds), device=device), torch.tensor([len(f) - 1 for f in feeds], device=device)]
+
+    def pick(self, rows: list[int], prefixes: list[list[int]]) -> tuple[list[int], list[float]]:
+        # the draft step's one host read
+        return read_choices(*self.m.rules.select(self._logits(self.last[torch.tensor(rows, device=self.last.device)]), prefixes))
+
+    def step(self, rows: list[int], tokens: list[int], positions: list[int]) -> None:
+        # every row steps (no cache copies); rows done drafting write a dummy into the slack slot
+        rt, b = self.m.runtime, self.last.shape[0]
+        tok, pos = [[0]] * b, [[rt.max_len]] * b
+        for r, t, p in zip(rows, tokens, positions):
+            tok[r], pos[r] = [t], [p]
+        self.last = rt.hidden(torch.tensor(tok, device=rt.device), torch.tensor(pos, device=rt.device), self.cache)[:, -1]
+
+    def stops(self, token: int, logprob: float, length: int) -> bool:
+        return token == self.m.special.eot or logprob < self.log_min_conf
+
+    def room(self, length: int) -> bool:
+        return length < self.limit
+
+
+class ModelDrafter(model_drafter.ModelDrafter, Drafter):
+    """A small Whisper decoder drafting greedily with its own KV cache
+    (``specwhisper.speculative.model_drafter``: cache sync by longest common prefix, k greedy steps,
+    map back), stopping a row early when its own confidence falls below ``min_confidence``.
+    ``head_text_tokens`` restricts its output head to that many text tokens and the special ones
+    (the head over 51,865 tokens is the largest matrix of a small decoder; the verify pass keeps
+    the output exact whatever the drafter scores). ``target``: the target's special tokens.
+    """
+
+    def __init__(self, model: DraftModel, token_map, target: SpecialTokens, name: str = "model",
+                 min_confidence: float = 0.0, head_text_tokens: int | None = None):
+        super().__init__(WhisperDraftRuntime(model, min_confidence, head_text_tokens), token_map)
+        self.m = model
+        self.target = target
+        self.name = name
         self.enabled = True
 
     def begin(self, encoder_out, prompt, features) -> None:
-        tsp, ds = self.map.target, self.m.special
+        tsp, ds = self.target, self.m.special
         by_id = {v: k for k, v in tsp.languages.items()}
         language = next((by_id[t] for t in prompt if t in by_id), None)
         task = "translate" if tsp.multilingual and tsp.translate in prompt else "transcribe"
@@ -184,97 +181,29 @@ class ModelDrafter(Drafter):
         if ds.multilingual and (language or "en") not in ds.languages:
             self.enabled = False
             return
-        self.prompt = ds.prompt(language or "en" if ds.multilingual else None, task, timestamps=True)
+        self.prefix = ds.prompt(language or "en" if ds.multilingual else None, task, timestamps=True)
         if self.m.shares_encoder:
             enc = encoder_out
         else:
             if features is None:
                 raise ValueError(f"drafter {self.name} needs the input features (it has its own encoder)")
             enc = self.m.runtime.encode_audio_part(features.to(self.m.runtime.model.dtype))
-        self.cache = self.m.runtime.new_cache(enc, slack=1)
-        self.cached = [[] for _ in range(enc.shape[0])]
-        self.lengths = [0] * enc.shape[0]
+        self.runtime.cache = self.m.runtime.new_cache(enc, slack=1)
+        self.reset(enc.shape[0])
 
     def end(self) -> None:
-        self.cache = None  # the drafter's own cache of the finished batch
-        self.cached, self.lengths = [], []
+        # the drafter's own cache of the finished batch
+        self.runtime.cache = self.runtime.last = None
+        super().end()
 
     def select(self, keep: list[int]) -> None:
-        if not self.enabled or self.cache is None:
+        if not self.enabled or self.runtime.cache is None:
             return
-        self.cache = self.cache.select(keep)
-        self.cached = [self.cached[i] for i in keep]
-        self.lengths = [self.lengths[i] for i in keep]
-
-    def _logits(self, hidden: torch.Tensor) -> torch.Tensor:
-        if self.head is None:
-            return self.m.runtime.logits(hidden).float()
-        full = hidden.new_full((hidden.shape[0], self.m.runtime.vocab_size), float("-inf"), dtype=torch.float32)
-        full[:, self.head_ids] = self.head.compact(hidden).float()
-        return full
+        self.runtime.cache = self.runtime.cache.select(keep)
+        super().select(keep)
 
     @torch.inference_mode()
     def propose(self, contexts: list[list[int]], ks: list[int]) -> list[list[int]]:
         if not self.enabled:
             return [[] for _ in contexts]
-        rt = self.m.runtime
-        seqs = [self.prompt + self.map.to_draft(c) for c in contexts]
-        # feed what the cache lacks (it may have to roll back: rejected drafts, retokenized text)
-        feeds, starts = [], []
-        for i, s in enumerate(seqs):
-            c = _common_prefix(self.cached[i][: self.lengths[i]], s)
-            c = min(c, len(s) - 1)  # always feed at least the last token: its logits start the draft
-            feeds.append(s[c:])
-            starts.append(c)
-        width = max(len(f) for f in feeds)
-        limit = rt.max_len - 1
-        device = rt.device
-        tokens = torch.tensor([(f + [f[-1]] * width)[:width] for f in feeds], device=device)
-        positions = torch.tensor([[min(c + j, limit) for j in range(width)] for c in starts], device=device)
-        hidden = rt.hidden(tokens, positions, self.cache)
-        last = hidden[torch.arange(len(seqs), device=device), torch.tensor([len(f) - 1 for f in feeds], device=device)]
-        for i, s in enumerate(seqs):
-            self.cached[i] = list(s)
-            self.lengths[i] = len(s)
-
-        drafts: list[list[int]] = [[] for _ in seqs]
-        live = [i for i, k in enumerate(ks) if k > 0 and len(seqs[i]) < limit]
-        while live:
-            prefixes = [seqs[i][len(self.prompt) :] + drafts[i] for i in live]
-            # the draft step's one host read
-            toks, lps = read_choices(*self.m.rules.select(self._logits(last[torch.tensor(live, device=device)]), prefixes))
-            nxt = []
-            for j, i in enumerate(live):
-                t = toks[j]
-                drafts[i].append(t)
-                confident = lps[j] >= _log(self.min_confidence)
-                if t != self.m.special.eot and len(drafts[i]) < ks[i] and confident \
-                        and len(seqs[i]) + len(drafts[i]) < limit:
-                    nxt.append(i)
-            if not nxt:
-                break
-            # every row steps (no cache copies); rows done drafting write a dummy into the slack slot
-            going = set(nxt)
-            tok = torch.tensor([[drafts[i][-1] if i in going else 0] for i in range(len(seqs))], device=device)
-            pos = torch.tensor([[len(seqs[i]) + len(drafts[i]) - 1 if i in going else rt.max_len] for i in range(len(seqs))],
-                               device=device)
-            last = rt.hidden(tok, pos, self.cache)[:, -1]
-            for i in nxt:
-                self.cached[i].append(drafts[i][-1])
-                self.lengths[i] += 1
-            live = nxt
-        return [self.map.to_target(c, d) if d else [] for c, d in zip(contexts, drafts)]
-
-
-def _common_prefix(a: list[int], b: list[int]) -> int:
-    n = min(len(a), len(b))
-    for i in range(n):
-        if a[i] != b[i]:
-            return i
-    return n
-
-
-def _log(p: float) -> float:
-    import math
-
-    return math.log(p) if p > 0 else float("-inf")
+        return super().propose(contexts, ks)

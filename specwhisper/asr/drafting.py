@@ -107,11 +107,11 @@ def model_drafter(engine, name: str, cache_dir: Path | None = None, head_text_to
     rules = WhisperLogitRules(special, runtime.vocab_size, list(gc.suppress_tokens or []),
                               list(gc.begin_suppress_tokens or []), timestamps=True)
     same_vocab = bundle.tokenizer.get_vocab() == engine.bundle.tokenizer.get_vocab()
-    token_map = SameVocab(engine.special) if same_vocab else Retokenize(engine.bundle.tokenizer, engine.special, bundle.tokenizer, special)
+    token_map = SameVocab() if same_vocab else Retokenize(engine.bundle.tokenizer, engine.special, bundle.tokenizer, special)
     shares = bundle is engine.bundle or same_encoder(bundle.model, engine.bundle.model)
     if head_text_tokens is not None and head_text_tokens >= special.eot:
         head_text_tokens = None  # the whole vocabulary
     draft = DraftModel(runtime, special, rules, bundle.tokenizer, shares_encoder=shares)
     label = f"{name}:{num_layers}" if num_layers else name
-    return ModelDrafter(draft, token_map, name=label, min_confidence=min_confidence,
+    return ModelDrafter(draft, token_map, engine.special, name=label, min_confidence=min_confidence,
                         head_text_tokens=head_text_tokens)

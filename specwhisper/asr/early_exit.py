@@ -42,6 +42,7 @@ from specwhisper.asr.decoding import SpecialTokens, WhisperLogitRules, read_choi
 from specwhisper.asr.model import KVCache, WhisperDecoderRuntime
 from specwhisper.asr.models import default_cache_dir
 from specwhisper.asr.speculative import Drafter
+from specwhisper.speculative.drafter import common_prefix, early_exit_name
 
 ADAPTER_DIR = Path(__file__).resolve().parent / "adapters"
 DEFAULT_EXIT_LAYER = 3
@@ -280,7 +281,7 @@ class EarlyExitDrafter(Drafter):
         self.adapter = adapter.bind(runtime) if adapter is not None else None
         self.vocab = CompactVocab(runtime, special, rules, head_text_tokens)
         self.log_min_conf = float(np.log(min_confidence)) if min_confidence > 0 else float("-inf")
-        self.name = name or f"early-exit:{exit_layer}"
+        self.name = name or early_exit_name(exit_layer)
         self.cache: KVCache | None = None
         self.prompt_len = 0
         self._round: dict | None = None
@@ -354,7 +355,7 @@ class EarlyExitDrafter(Drafter):
             for i in range(b):
                 # the drafter's states serve the leading tokens it fed, at these very positions
                 if first[i] == rnd["starts"][i]:
-                    fed[i] = _common_prefix(rnd["fed"][i][:w], rows[i])
+                    fed[i] = common_prefix(rnd["fed"][i][:w], rows[i])
         m = max(w - f for f in fed)
         if m == w or rnd is None or rnd["states"] is None:
             return runtime.hidden(tokens, positions, cache)
@@ -368,13 +369,6 @@ class EarlyExitDrafter(Drafter):
             low = runtime.layer_range(runtime.embed_at(tt, pp), pp, cache, 0, self.k)
             x.scatter_(1, cols[:, :, None].expand(-1, -1, x.shape[-1]), low)
         return runtime.final_norm(runtime.layer_range(x, positions, cache, self.k))
-
-
-def _common_prefix(a: list[int], b: list[int]) -> int:
-    n = 0
-    while n < min(len(a), len(b)) and a[n] == b[n]:
-        n += 1
-    return n
 
 
 def early_exit_drafter(engine, exit_layer: int | None = None, adapter: str | Path | None = "auto",

@@ -5,7 +5,8 @@ forward pass over ``[pending, d1..dk]`` at the row's own positions; Whisper's lo
 are applied to every verify position with the prefix it would have had in plain decoding
 (``WhisperLogitRules.select``, the same function the plain decoder uses), so the target's
 greedy token ``g_j`` is known at each position; the row keeps ``d1..da`` while they equal
-``g_0..g_{a-1}`` plus ``g_a``. The KV cache is static with per-row positions (see
+``g_0..g_{a-1}`` plus ``g_a`` (the shared rule, ``specwhisper.speculative.acceptance``; the draft
+length per row follows ``specwhisper.speculative.lookahead``). The KV cache is static with per-row positions (see
 ``specwhisper.asr.model``): rejected entries are simply left behind the row's length and overwritten.
 
 Why our own loop instead of transformers' assisted generation: it refuses batches, its
@@ -17,65 +18,36 @@ decoding on CPU (../shared/notes/offline-models.md).
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass
 
 import torch
 
 from specwhisper.asr.decoding import Decoder, DecodeOutput, SequenceResult, SpecialTokens, WhisperLogitRules, read_choices
 from specwhisper.asr.model import KVCache, WhisperDecoderRuntime
 from specwhisper.asr.types import DecodeStats
+from specwhisper.speculative.acceptance import accept
+from specwhisper.speculative.drafter import Drafter as CoreDrafter
+from specwhisper.speculative.lookahead import Lookahead
+from specwhisper.speculative.stats import count_round
+
+__all__ = ["Drafter", "Lookahead", "SpeculativeDecoder"]
 
 
-class Drafter:
-    """Proposes draft tokens (target vocabulary) for each active row of a batch."""
-
-    name = "drafter"
-    # True: the verify pass feeds [pending, d1..dk], so a fully accepted draft also earns the target's
-    # next token. False: it feeds [pending, d1..dk-1] and only checks dk (a fully accepted draft leaves dk
-    # pending for the next round): for drafters whose draft steps already run part of the target, so
-    # that the last draft token's layers are never computed for nothing when it is rejected.
-    bonus = True
+class Drafter(CoreDrafter):
+    """A drafter of the Whisper loop: the shared proposer interface (``specwhisper.speculative.drafter``)
+    plus the hooks of a batched decode over an encoder output and a static KV cache."""
 
     def begin(self, encoder_out: torch.Tensor, prompt: list[int], features: torch.Tensor | None) -> None:
         """A new batch; row i of ``encoder_out`` is the target's encoding of chunk i."""
 
-    def propose(self, contexts: list[list[int]], ks: list[int]) -> list[list[int]]:
-        """Up to ``ks[i]`` tokens following ``contexts[i]`` (the row's tokens so far, prompt excluded)."""
-        raise NotImplementedError
-
-    def select(self, keep: list[int]) -> None:
-        """Keep only these active rows (others finished)."""
-
     def attach(self, cache: KVCache) -> None:
         """The target's KV cache for the current rows (after ``begin`` and after every ``select``), for
         drafters that run the target's own first layers (``specwhisper.asr.early_exit``)."""
-
-    def end(self) -> None:
-        """The batch is decoded: drop what refers to it (caches hold megabytes per row)."""
 
     def verify(self, runtime: WhisperDecoderRuntime, tokens: torch.Tensor, positions: torch.Tensor, cache: KVCache) -> torch.Tensor:
         """The verify pass: the target's final hidden states of ``tokens`` (``[pending, drafts..]`` per
         row) at ``positions``. A drafter that already ran some of the target's layers for them may
         reuse that work; it must return what ``runtime.hidden`` would."""
         return runtime.hidden(tokens, positions, cache)
-
-
-@dataclass
-class Lookahead:
-    """Per-row dynamic draft length: grows after a fully accepted draft, shrinks after a rejection
-    (transformers' heuristic for assisted generation)."""
-
-    initial: int = 4
-    minimum: int = 1
-    maximum: int = 12
-    grow: int = 2
-
-    def update(self, k: int, drafted: int, accepted: int) -> int:
-        if drafted == 0:
-            return k
-        if accepted == drafted:
-            return min(self.maximum, k + self.grow)
-        return max(self.minimum, k - 1)
 
 
 class SpeculativeDecoder(Decoder):
@@ -148,18 +120,16 @@ class SpeculativeDecoder(Decoder):
             keep, at = [], 0
             for i, r in enumerate(active):
                 d = drafts[i]
-                accepted = emitted = 0
-                alive = True
-                for j in range(fed[i]):
-                    g = greedy[at + j]
-                    alive = self._emit(results[r], g, logprobs[at + j], len(prompt), stats)
+                accepted, tokens = accept(d, greedy[at : at + fed[i]])
+                emitted, alive = 0, True
+                for g, lp in zip(tokens, logprobs[at : at + fed[i]]):
+                    alive = self._emit(results[r], g, lp, len(prompt), stats)
                     emitted += 1
-                    if not alive or j == len(d) or d[j] != g:
+                    if not alive:  # the row ended at this token: the drafts after it do not count
+                        accepted = min(accepted, emitted - 1)
                         break
-                    accepted += 1
                 at += fed[i]
-                stats.drafted_tokens += len(d)
-                stats.accepted_tokens += accepted
+                count_round(stats, len(d), accepted)
                 if alive:
                     keep.append(i)
                     lengths[i] += emitted

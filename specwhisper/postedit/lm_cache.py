@@ -1,0 +1,36 @@
+"""A causal LM's KV cache and forward pass, as the post-edit's verify loop and drafters use them."""
+
+from __future__ import annotations
+
+from typing import Sequence
+
+import torch
+
+
+def crop(cache, length: int) -> None:
+    """Drop KV entries past ``length`` (DynamicCache.crop takes a negative count in transformers 5)."""
+    extra = cache.get_seq_length() - length
+    if extra > 0:
+        cache.crop(-extra)
+
+
+def new_cache(model):
+    from transformers import DynamicCache
+
+    try:
+        return DynamicCache(config=model.config)
+    except TypeError:  # older signature
+        return DynamicCache()
+
+
+@torch.inference_mode()
+def forward(model, ids: Sequence[int], cache, keep: int = 0) -> torch.Tensor:
+    """Logits [len(ids) or keep, vocab] of ``ids`` appended to ``cache`` (which grows by len(ids)).
+
+    ``keep`` > 0 scores only the last ``keep`` positions: the output head is the largest matrix of a
+    small LM, and prompt positions need no logits.
+    """
+    x = torch.tensor([list(ids)], dtype=torch.long, device=model.device)
+    kw = {"logits_to_keep": keep} if keep else {}
+    out = model(input_ids=x, past_key_values=cache, use_cache=True, **kw)
+    return out.logits[0]
