@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field, fields
 
+from specwhisper.speculative.stats import SpeculativeCounts
+
 
 @dataclass
 class Word:
@@ -46,27 +48,16 @@ class Segment:
 
 
 @dataclass
-class DecodeStats:
-    """Counters of one decode; speculative fields stay zero for plain decoding."""
+class DecodeStats(SpeculativeCounts):
+    """Counters of one decode (the speculative core's counts first: tokens emitted after the prompt,
+    target passes, drafted and accepted tokens; these stay zero for plain decoding), then Whisper's."""
 
-    generated_tokens: int = 0  # tokens emitted after the prompt, all rows
-    target_passes: int = 0  # forward passes of the target decoder (batched passes count once per row)
-    drafted_tokens: int = 0
-    accepted_tokens: int = 0
     encoder_seconds: float = 0.0
     decoder_seconds: float = 0.0
     alignment_seconds: float = 0.0
     fallback_passes: int = 0  # target passes of temperature-fallback decodes (plain sampling, no drafter)
     fallback_seconds: float = 0.0  # their time, also counted in decoder_seconds
     redecoded_chunks: int = 0  # chunk tails decoded again because a decode stopped before the speech did
-
-    @property
-    def acceptance_rate(self) -> float:
-        return self.accepted_tokens / self.drafted_tokens if self.drafted_tokens else 0.0
-
-    @property
-    def tokens_per_target_pass(self) -> float:
-        return self.generated_tokens / self.target_passes if self.target_passes else 0.0
 
     def merge(self, other: DecodeStats) -> None:
         for f in fields(self):

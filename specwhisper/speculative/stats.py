@@ -7,7 +7,7 @@ from typing import Protocol
 
 
 class Counts(Protocol):
-    """What both loops count (``specwhisper.asr.types.DecodeStats`` has these fields as well)."""
+    """What both loops count (``specwhisper.asr.types.DecodeStats`` and the post-edit's ``SpecStats`` extend ``SpeculativeCounts``)."""
 
     generated_tokens: int
     target_passes: int
