@@ -416,3 +416,26 @@ def test_a_failed_write_leaves_nothing_behind(tmp_path, monkeypatch):
         writers.write_outputs(t, tmp_path, "talk", ["txt", "srt", "vtt", "json"])
     assert sorted(p.name for p in tmp_path.iterdir()) == ["ok.srt", "ok.txt", "talk.txt"]
     assert (tmp_path / "talk.txt").read_text() == "earlier run\n"
+
+
+def test_in_memory_uploads_go_through_a_swept_spool(tmp_path):
+    """The endpoint handler and the UI decode uploads held in memory through a file: it lives in a
+    spool named after its process, so what a killed handler left is removed when the next one starts,
+    and a decode (good or bad) leaves nothing behind."""
+    from specwhisper.audio.loading import AudioError
+    from specwhisper.serving.service import ServiceSettings, Transcriber
+    from specwhisper.serving.spool import SUFFIX
+
+    spool = tmp_path / "spool"
+    spool.mkdir()
+    dead = spool / f"999999999.1-0123456789abcdef{SUFFIX}"  # no such process runs
+    dead.write_bytes(b"left by a killed handler")
+    service = Transcriber(ServiceSettings(spool_dir=spool))
+    wav = io.BytesIO()
+    sf.write(wav, np.zeros(16000, dtype=np.float32), 16000, format="WAV")
+    audio = service.load(wav.getvalue(), "one-second.wav")
+    assert audio.shape == (16000,)
+    assert not dead.exists() and list(spool.iterdir()) == []
+    with pytest.raises(AudioError, match="^garbage.wav: "):
+        service.load(b"not audio at all" * 100, "garbage.wav")
+    assert list(spool.iterdir()) == []

@@ -14,7 +14,6 @@ import logging
 import os
 import socket
 import sys
-import tempfile
 import threading
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -26,14 +25,10 @@ from specwhisper.serving.endpoint import Endpoint
 from specwhisper.serving.http_app import RequestLimits, create_app
 from specwhisper.serving.http_protocol import ConnectionLimits, protocol_factory
 from specwhisper.serving.model_worker import ModelWorker
-from specwhisper.serving.spool import Spool
+from specwhisper.serving.spool import Spool, default_spool_dir
 
 
 SHUTDOWN_GRACE_S = 10  # on SIGTERM, requests in flight get this long before they are cancelled
-
-
-def default_spool_dir() -> Path:
-    return Path(tempfile.gettempdir()) / "specwhisper-uploads"
 
 
 @dataclass(frozen=True)

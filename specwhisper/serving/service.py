@@ -8,7 +8,6 @@ KV cache is per pipeline and the CPU is the bottleneck anyway, so concurrent req
 
 from __future__ import annotations
 
-import tempfile
 import threading
 import time
 from collections import OrderedDict
@@ -25,6 +24,7 @@ from specwhisper.asr.models import WhisperBundle, load_whisper
 from specwhisper.asr.types import Transcript
 from specwhisper.pipeline.core import Pipeline, PipelineConfig, Progress
 from specwhisper.serving.params import Choices, TranscribeParams
+from specwhisper.serving.spool import Spool, default_spool_dir
 
 
 @dataclass
@@ -36,6 +36,9 @@ class ServiceSettings:
     max_audio_s: float = DEFAULT_MAX_SECONDS
     max_upload_bytes: int = 200 * 2**20
     max_loaded: int = 4  # pipelines kept; a model's weights are loaded once for all its drafters
+    # uploads decoded from memory (the endpoint handler, the UI) are written here while ffmpeg reads them:
+    # a spool names each file after its process, so a killed handler's files go at the next start
+    spool_dir: Path = field(default_factory=default_spool_dir)
 
 
 class Transcriber:
@@ -44,6 +47,12 @@ class Transcriber:
         self._pipelines: OrderedDict[tuple, Pipeline] = OrderedDict()
         self._bundles: dict[tuple, WhisperBundle] = {}  # (model, device, dtype) -> weights, shared by its pipelines
         self._lock = threading.Lock()
+        self._uploads: Spool | None = None  # opened (and swept of a killed process's files) on first use
+
+    def _spool(self) -> Spool:
+        if self._uploads is None:
+            self._uploads = Spool.open(self.settings.spool_dir)
+        return self._uploads
 
     def _pipeline(self, config: PipelineConfig) -> Pipeline:
         """Called with the lock held."""
@@ -79,10 +88,12 @@ class Transcriber:
         if isinstance(source, (bytes, bytearray, memoryview)):
             if not len(source):
                 raise AudioError(f"{name}: the upload is empty (0 bytes)")
-            with tempfile.NamedTemporaryFile(suffix=Path(name).suffix or ".audio") as tmp:
-                tmp.write(source)
-                tmp.flush()
-                return self.load(tmp.name, name)
+            path = self._spool().new_path()
+            try:
+                path.write_bytes(source)
+                return self.load(path, name)
+            finally:
+                path.unlink(missing_ok=True)
         try:
             return load_audio(source, max_seconds=self.settings.max_audio_s)
         except AudioError as exc:

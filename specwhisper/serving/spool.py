@@ -9,10 +9,15 @@ from __future__ import annotations
 
 import os
 import secrets
+import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
 SUFFIX = ".upload"
+
+
+def default_spool_dir() -> Path:
+    return Path(tempfile.gettempdir()) / "specwhisper-uploads"
 
 
 def _owner_tag(pid: int) -> str | None:
