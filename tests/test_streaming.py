@@ -109,3 +109,17 @@ def test_bad_audio_is_a_one_line_error(base_engine):
         tr.push(np.zeros((2, 100), np.float32))
     with pytest.raises(ValueError, match="trim"):
         StreamingTranscriber(base_engine, StreamOptions(trim_s=40))
+
+
+def test_cli_live_prints_confirmed_text_and_writes_formats(run_cli, eval_root, tmp_path):
+    import json
+
+    code, out, err = run_cli("--live", eval_root / "whisper.cpp/jfk.wav", "-o", tmp_path, "-f", "txt,json", "-l", "en")
+    assert code == 0, err
+    assert "ask not what your country can do for you" in out
+    data = json.loads((tmp_path / "jfk.json").read_text())
+    words = [w for s in data["segments"] for w in s["words"]]
+    assert len(words) >= 20 and all(a["start"] <= b["start"] for a, b in zip(words, words[1:]))
+    assert "played live" in err
+    code, _, err = run_cli("--live", eval_root / "whisper.cpp/jfk.wav", "--diarize", "-o", tmp_path)
+    assert code == 2 and err.count("\n") == 1 and "--diarize does not apply to --live" in err

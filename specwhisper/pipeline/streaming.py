@@ -36,6 +36,7 @@ from specwhisper.pipeline.agreement import LocalAgreement
 from specwhisper.runtime.memory import trim_heap
 from specwhisper.speculative.hypothesis import HypothesisDrafter, rebase_tokens
 
+ENCODERS = ("window", "audio")
 WINDOW_S = 30.0  # Whisper's window: the buffer never grows past it
 # A near-perfect draft wants long drafts: the draft length starts at 8 and grows to 24 while every
 # drafted token is accepted. Measured on 25 s of clips in 1 s pieces (26 re-decodes, loaded 2-core
@@ -57,6 +58,9 @@ class StreamOptions:
     prompt_chars: int = 200  # confirmed text before the buffer given as the decoder's context
     min_update_s: float = 0.3  # no decode of a buffer shorter than this
     speculative: bool = True  # False: plain greedy re-decodes (the reference of the speed-up)
+    # "window": the encoder over Whisper's whole 30 s window, as offline; "audio": over the buffer's
+    # frames only (``WhisperDecoderRuntime.encode_audio_part``), an approximation that is cheaper
+    encoder: str = "window"
 
     def validate(self) -> None:
         self.language = normalize_language(self.language)
@@ -64,6 +68,8 @@ class StreamOptions:
             raise ValueError(f"task must be one of {', '.join(TASKS)}, got '{self.task}'")
         if not 2.0 <= self.trim_s <= WINDOW_S - 2.0:
             raise ValueError(f"trim length must be between 2 and {WINDOW_S - 2:.0f} s, got {self.trim_s}")
+        if self.encoder not in ENCODERS:
+            raise ValueError(f"live encoder must be one of {', '.join(ENCODERS)}, got '{self.encoder}'")
         if self.prompt_chars < 0:
             raise ValueError(f"prompt length must be >= 0 characters, got {self.prompt_chars}")
 
@@ -205,7 +211,8 @@ class StreamingTranscriber:
         seconds = len(st.buffer) / SAMPLE_RATE
         chunk = Chunk(0, len(st.buffer))
         t = time.perf_counter()
-        enc = eng.runtime.encode(eng.features(st.buffer, [chunk]))
+        feats = eng.features(st.buffer, [chunk])
+        enc = eng.runtime.encode(feats) if self.opts.encoder == "window" else eng.runtime.encode_audio_part(feats)
         trim_heap()
         self.stats.encoder_seconds += time.perf_counter() - t
         if self.language is None and eng.special.multilingual:
