@@ -59,8 +59,9 @@ class LocalAgreement:
         return commit
 
     def drop_before(self, time: float) -> None:
-        """The buffer now starts at ``time``: forget confirmed words that ended by then."""
+        """The buffer now starts at ``time``: forget the words whose audio is gone."""
         self.in_buffer = [w for w in self.in_buffer if w.end > time]
+        self.tail = [w for w in self.tail if w.start >= time]
 
     def pending(self) -> list[Word]:
         """The last hypothesis's unconfirmed words (the partial text; flushed at the end of the stream)."""

@@ -241,8 +241,10 @@ class StreamingTranscriber:
         done = self.agreement.last_time
         ends = [s.end for s in segments[:-1] if st.offset < s.end <= done + 1e-6]
         cut = max(ends) if ends else None
-        if cut is None and seconds > WINDOW_S - 1.0:  # the next pieces would not fit the window
-            cut = done if done > st.offset else st.offset + seconds - self.opts.trim_s
+        if cut is None and seconds > WINDOW_S - 1.0:  # the next pieces would not fit the window:
+            # at the last confirmed word if that frees enough room, else unconfirmed audio goes
+            end = st.offset + seconds
+            cut = done if end - done <= WINDOW_S - 5.0 else end - self.opts.trim_s
         if cut is not None:
             self._cut(cut)
 
