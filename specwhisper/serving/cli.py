@@ -177,6 +177,11 @@ def run(args) -> int:
     check_int8(args.model, device, resolve_dtype(args.dtype, device))
     formats = output_formats(args.formats, args.diarize)
     opts = _options(args)
+    if args.live:
+        from specwhisper.serving.live_cli import run_live
+
+        _quiet_libraries()
+        return run_live(args, formats, lambda: Pipeline(_pipeline_config(args)))
     folders = [p for p in args.inputs if Path(p).is_dir()]
     if folders:
         if len(args.inputs) > 1:

@@ -188,6 +188,9 @@ def build_parser() -> argparse.ArgumentParser:
                    "float32, float16 (GPU only) or bfloat16 (default: auto)")
     p.add_argument("--threads", type=int, help="CPU threads for torch (default: one per core; Ray workers: 1 each)")
     p.add_argument("--cache-dir", type=Path, help="where converted models are kept (default: ~/.cache/specwhisper)")
+    p.add_argument("--live", action="store_true", help="play the file in real time through the live engine, "
+                   "printing confirmed text as it comes (previous hypothesis as the draft; --draft none: plain)")
+    p.add_argument("--live-chunk", type=float, default=1.0, metavar="SECONDS", help="--live audio piece length (default: 1.0)")
     p.add_argument("-q", "--quiet", action="store_true", help="no progress bars and no transcript on stdout")
     b = p.add_argument_group("folder input", "a job database in the output folder lets an interrupted batch resume")
     b.add_argument("-r", "--recursive", action="store_true", help="also transcribe files in subfolders")

@@ -1,0 +1,115 @@
+"""Live transcription benchmark: a long public recording played in simulated real time through the
+streaming engine, with the previous hypothesis drafting every re-decode, side by side with plain
+re-decodes.
+
+    python bench/streaming.py [--seconds 120] [--chunk 1.0] [--threads 2] [--clock wall|cpu]
+
+The clock (``specwhisper.pipeline.replay.SimulatedClock``): audio piece k (``--chunk`` s) arrives at
+(k+1)·chunk; an update starts when the engine is free and a piece has arrived, takes every piece
+arrived by then (whisper_streaming's online mode), and ends its measured compute time later. A
+word's latency is the end of the update that confirmed it less the word's end in the audio; an
+update's lag is its end less the end of the audio it had; ``rtf`` is the margin, compute seconds
+per audio second (below 1: keeps up).
+
+Rows: the speculative engine; the same engine re-decoding plainly (its own clock, its own
+confirmed stream); and, on every buffer the speculative engine decoded, a plain greedy decode of the
+same encoder output and prompt right after it (interleaved, the same machine state): the decoder
+speed-up and the token-identity check come from these pairs. WER of each confirmed stream against
+the clips' references and against the offline transcript of the whole file. Writes
+bench/results/streaming.json.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from common import ROOT, machine, set_clock  # noqa: E402
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--seconds", type=float, default=120.0, help="length of the recording built from the public clips")
+    ap.add_argument("--chunk", type=float, default=1.0, help="seconds of audio per piece (0.25-1)")
+    ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--encoder", choices=("window", "audio"), default="window",
+                    help="the live engine's encoder: the whole 30 s window (default) or the buffer's frames only")
+    ap.add_argument("--clock", choices=("wall", "cpu"), default="wall")
+    ap.add_argument("--out", type=Path, default=ROOT / "bench" / "results" / "streaming.json")
+    args = ap.parse_args()
+    set_clock(args.clock)
+    if args.clock == "cpu":  # this process's timers too (common.py patches at import, before the flag is read)
+        time.perf_counter = time.process_time
+    from specwhisper.runtime.threads import configure
+
+    configure(args.threads)  # the CLI's thread policy (without it a decode step took 10x longer next to other jobs)
+    from specwhisper.asr.decoding import GreedyDecoder
+    from specwhisper.asr.engine import AsrEngine, DecodeOptions
+    from specwhisper.audio.loading import load_audio
+    from specwhisper.evaluation.transcripts import build_long_file, wer
+    from specwhisper.pipeline.replay import Replay, SimulatedClock, replay
+    from specwhisper.pipeline.streaming import StreamingTranscriber, StreamOptions
+
+    long = build_long_file("dense", ROOT / "bench" / ".cache", min_seconds=args.seconds)
+    audio = load_audio(long.path)
+    engine = AsrEngine("base")
+    engine.transcribe(audio[: 5 * 16000], DecodeOptions(language="en"))  # warm-up
+    t = time.perf_counter()
+    offline = engine.transcribe(audio, DecodeOptions(language="en"))
+    offline_s = time.perf_counter() - t
+    offline_text = " ".join(s.text.strip() for s in offline.segments)
+    plain = GreedyDecoder(engine.runtime, engine.special, engine.rules)
+    pairs: list[tuple[float, float, bool]] = []  # (speculative decoder s, plain decoder s, same tokens)
+
+    def side_by_side(d) -> None:
+        t = time.perf_counter()
+        tokens = plain.decode(d.encoder_out, d.prompt).sequences[0].tokens
+        pairs.append((d.stats.decoder_seconds, time.perf_counter() - t, tokens == d.tokens))
+
+    spec = StreamingTranscriber(engine, StreamOptions(language="en", encoder=args.encoder), observer=side_by_side)
+    live = replay(spec, audio, args.chunk, SimulatedClock())
+    slow = StreamingTranscriber(engine, StreamOptions(language="en", speculative=False, encoder=args.encoder))
+    live_plain = replay(slow, audio, args.chunk, SimulatedClock())
+    duration = len(audio) / 16000
+    print(f"{duration:.0f} s audio ({long.clips} clips), {args.chunk} s pieces, {args.threads} thread(s)")
+
+    def row(name: str, p: Replay, stats) -> dict:
+        text = "".join(w.text for w in p.words)
+        r = {"name": name, "latency_p50_s": round(float(np.percentile(p.latencies, 50)), 3),
+             "latency_p90_s": round(float(np.percentile(p.latencies, 90)), 3),
+             "rtf": round(p.compute / duration, 4), "max_lag_s": round(max(p.lags), 3),
+             "behind_real_time": p.compute > duration or max(p.lags) > 3 * args.chunk + 2.0,
+             "updates": p.updates, "wer": round(wer([long.reference], [text]), 4),
+             "wer_vs_offline": round(wer([offline_text], [text]), 4), "confirmed_words": len(p.words),
+             "encoder_s": round(stats.encoder_seconds, 2), "decoder_s": round(stats.decoder_seconds, 2),
+             "alignment_s": round(stats.alignment_seconds, 2)}
+        if stats.drafted:
+            r["acceptance_rate"] = round(stats.acceptance_rate, 4)
+            r["tokens_per_target_pass"] = round(stats.tokens_per_target_pass, 3)
+        print("  ".join(f"{k}={v}" for k, v in r.items()), flush=True)
+        return r
+
+    runs = [row("live, previous hypothesis drafts (speculative)", live, spec.stats)]
+    runs[0]["decoder_speedup"] = round(sum(p for _, p, _ in pairs) / sum(s for s, _, _ in pairs), 3)
+    runs[0]["token_identical"] = all(same for _, _, same in pairs)
+    runs[0]["redecodes_compared"] = len(pairs)
+    print(f"decoder_speedup={runs[0]['decoder_speedup']} token_identical={runs[0]['token_identical']} over {len(pairs)} re-decodes")
+    runs.append(row("live, plain re-decodes", live_plain, slow.stats))
+    runs.append({"name": "offline transcript (whole file, plain)", "wer": round(wer([long.reference], [offline_text]), 4),
+                 "rtf": round(offline_s / duration, 4)})
+    out = args.out
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(json.dumps({"machine": machine(args.threads), "audio_seconds": round(duration, 1), "chunk_s": args.chunk, "encoder": args.encoder,
+                               "model": "base", "runs": runs}, indent=2) + "\n")
+    print(f"wrote {out}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

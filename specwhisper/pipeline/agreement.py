@@ -1,0 +1,68 @@
+"""LocalAgreement-2 (Macháček et al., 2023, whisper_streaming's ``HypothesisBuffer``): a word is
+confirmed when two consecutive hypotheses of the growing buffer agree on it and on every word
+before it.
+
+Why words with times (``specwhisper.asr.alignment``) and not segments: the buffer still holds the
+audio of words confirmed earlier, so every new hypothesis repeats them; only their times tell which
+words of a new hypothesis are already out (a word starting before the last confirmed end, less
+0.1 s, is dropped), and Whisper's segment times are too coarse for that (a segment spans 3-10 s).
+A word's end time is also what its latency is measured from.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from specwhisper.asr.types import Word
+
+TIME_SLACK_S = 0.1  # a new word starting this much before the last confirmed end is still new
+REPEAT_WINDOW_S = 1.0  # ... and if it starts this close to it, it may repeat the confirmed tail
+MAX_REPEAT = 5  # n-gram length checked for such repeats (whisper_streaming's value)
+
+
+def word_key(text: str) -> str:
+    """Words are compared as written (case and punctuation included, as whisper_streaming does):
+    a word is only confirmed once its punctuation has settled."""
+    return text.strip()
+
+
+@dataclass
+class LocalAgreement:
+    """The uncommitted tail of the last hypothesis and the confirmed words still inside the buffer."""
+
+    last_time: float = 0.0  # end of the last confirmed word (absolute seconds)
+    in_buffer: list[Word] = field(default_factory=list)  # confirmed words whose audio is still buffered
+    tail: list[Word] = field(default_factory=list)  # the last hypothesis past the confirmed words
+    new: list[Word] = field(default_factory=list)
+
+    def insert(self, words: list[Word]) -> None:
+        """A new hypothesis (absolute times): keep the words after the confirmed ones."""
+        self.new = [w for w in words if w.start > self.last_time - TIME_SLACK_S]
+        if self.new and self.in_buffer and abs(self.new[0].start - self.last_time) < REPEAT_WINDOW_S:
+            # the hypothesis may still start with the last confirmed words: drop the longest repeat
+            for n in range(min(len(self.in_buffer), len(self.new), MAX_REPEAT), 0, -1):
+                done = [word_key(w.text) for w in self.in_buffer[-n:]]
+                if done == [word_key(w.text) for w in self.new[:n]]:
+                    self.new = self.new[n:]
+                    break
+
+    def flush(self) -> list[Word]:
+        """Confirm the longest common prefix of the last two hypotheses (the new one's words and times)."""
+        commit: list[Word] = []
+        while self.new and self.tail and word_key(self.new[0].text) == word_key(self.tail[0].text):
+            w = self.new.pop(0)
+            self.tail.pop(0)
+            commit.append(w)
+            self.last_time = max(self.last_time, w.end)
+        self.tail, self.new = self.new, []
+        self.in_buffer.extend(commit)
+        return commit
+
+    def drop_before(self, time: float) -> None:
+        """The buffer now starts at ``time``: forget the words whose audio is gone."""
+        self.in_buffer = [w for w in self.in_buffer if w.end > time]
+        self.tail = [w for w in self.tail if w.start >= time]
+
+    def pending(self) -> list[Word]:
+        """The last hypothesis's unconfirmed words (the partial text; flushed at the end of the stream)."""
+        return list(self.tail)

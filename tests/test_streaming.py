@@ -1,0 +1,125 @@
+"""Live transcription on real speech: every re-decode of the stream is token-identical to plain
+greedy decoding of the same buffer and prompt, the previous hypothesis really drafts, and the
+confirmed stream is the offline transcript's words, each once, in time order."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import pytest
+
+from specwhisper.asr.decoding import GreedyDecoder
+from specwhisper.asr.engine import DecodeOptions
+from specwhisper.asr.types import Word
+from specwhisper.audio.loading import load_audio
+from specwhisper.evaluation.transcripts import build_long_file, normalize, wer
+from specwhisper.pipeline.agreement import LocalAgreement
+from specwhisper.pipeline.streaming import LiveDecode, StreamingTranscriber, StreamOptions, play
+from specwhisper.speculative.hypothesis import HypothesisDrafter, rebase_tokens
+
+
+@dataclass
+class Run:
+    words: list[Word]
+    decodes: list[tuple[LiveDecode, list[int]]]  # (the stream's decode, plain greedy tokens of it)
+    transcriber: StreamingTranscriber
+    reference: str
+    offline: str
+
+
+@pytest.fixture(scope="module")
+def run(base_engine, tmp_path_factory) -> Run:
+    """~25 s of back-to-back public clips played in 1 s pieces (one buffer trim on the way); each
+    re-decode is also decoded plainly from the same encoder output and prompt."""
+    long = build_long_file("dense", tmp_path_factory.mktemp("live"), min_seconds=25.0)
+    audio = load_audio(long.path)
+    plain = GreedyDecoder(base_engine.runtime, base_engine.special, base_engine.rules)
+    decodes: list[tuple[LiveDecode, list[int]]] = []
+
+    def check(d: LiveDecode) -> None:
+        decodes.append((d, plain.decode(d.encoder_out, d.prompt).sequences[0].tokens))
+
+    tr = StreamingTranscriber(base_engine, StreamOptions(language="en"), observer=check)
+    words = play(tr, audio, chunk_s=1.0)
+    offline = base_engine.transcribe(audio, DecodeOptions(language="en"))
+    return Run(words, decodes, tr, long.reference, " ".join(s.text.strip() for s in offline.segments))
+
+
+def test_every_redecode_is_plain_greedy(run):
+    assert len(run.decodes) >= 20
+    for d, plain in run.decodes:
+        assert d.tokens == plain, f"re-decode of {d.buffer_start:.2f}+{d.buffer_seconds:.2f} s differs from plain greedy"
+    assert any(d.buffer_start > 0 for d, _ in run.decodes), "the buffer was never trimmed"
+    assert any(d.prompt[0] == run.transcriber.engine.special.sot_prev for d, _ in run.decodes), \
+        "the confirmed text before the buffer never became the prompt"
+
+
+def test_previous_hypothesis_drafts(run):
+    s = run.transcriber.stats
+    # measured on this file: 62% of drafted tokens accepted, 3.3 tokens per target pass
+    assert s.drafted and s.acceptance_rate > 0.4 and s.tokens_per_target_pass > 2.0, s.to_dict()
+
+
+def test_confirmed_stream_is_the_transcript_once_in_order(run):
+    words = run.words
+    assert words, "nothing confirmed"
+    for a, b in zip(words, words[1:]):
+        assert b.start >= a.start - 0.1 and b.end >= b.start, (a, b)
+    text = "".join(w.text for w in words)
+    n_stream, n_off = len(normalize(text).split()), len(normalize(run.offline).split())
+    assert abs(n_stream - n_off) <= 0.1 * n_off, (text, run.offline)  # nothing doubled, nothing lost
+    # measured 0.21: the stream differs from the offline decode mostly where the offline one is wrong
+    # ("within ETV", "St.Trap" for "within easy reach", "Sintra"): the reference check below is the strict one
+    assert wer([run.offline], [text]) < 0.3, (text, run.offline)
+    w_stream, w_off = wer([run.reference], [text]), wer([run.reference], [run.offline])
+    assert w_stream <= w_off * 1.2 + 0.02, (w_stream, w_off, text)
+
+
+def test_local_agreement_confirms_what_two_hypotheses_share():
+    la = LocalAgreement()
+    first = [Word(0.0, 0.4, " ask"), Word(0.4, 0.6, " not"), Word(0.6, 0.9, " what")]
+    la.insert(first)
+    assert la.flush() == []
+    la.insert([Word(0.0, 0.4, " ask"), Word(0.4, 0.6, " not"), Word(0.6, 0.9, " why"), Word(0.9, 1.2, " your")])
+    assert [w.text for w in la.flush()] == [" ask", " not"]
+    assert [w.text for w in la.pending()] == [" why", " your"]
+    # a later hypothesis repeating the confirmed words (their audio is still buffered) adds nothing twice
+    la.insert([Word(0.0, 0.4, " ask"), Word(0.4, 0.6, " not"), Word(0.6, 0.9, " why"), Word(0.9, 1.2, " your")])
+    assert [w.text for w in la.flush()] == [" why", " your"]
+
+
+def test_hypothesis_drafter_follows_the_previous_decode():
+    ts = 1000
+    prev = [ts, 5, 6, 7, ts + 50, ts + 50, 8, 9, ts + 90]
+    d = HypothesisDrafter(ts)
+    d.set_source(prev)
+    assert d.propose([[]], [4]) == [[ts, 5, 6, 7]]
+    # the segment ended later this time: the place is kept across the moved timestamp
+    assert d.propose([[ts, 5, 6, 7, ts + 60]], [3]) == [[ts + 50, 8, 9]]
+    # a changed word: the source's next tokens are still drafted (a few), from where they should follow
+    d.set_source([ts, 5, 6, 7, 8, 9, 10, 11, 12])
+    assert d.propose([[ts, 5, 66]], [8]) == [[7, 8, 9, 10]]
+    assert rebase_tokens(prev, ts, 50) == [ts, ts, 8, 9, ts + 40]
+
+
+def test_bad_audio_is_a_one_line_error(base_engine):
+    tr = StreamingTranscriber(base_engine, StreamOptions(language="en"))
+    with pytest.raises(ValueError, match="mono"):
+        tr.push(np.zeros((2, 100), np.float32))
+    with pytest.raises(ValueError, match="trim"):
+        StreamingTranscriber(base_engine, StreamOptions(trim_s=40))
+
+
+def test_cli_live_prints_confirmed_text_and_writes_formats(run_cli, eval_root, tmp_path):
+    import json
+
+    code, out, err = run_cli("--live", eval_root / "whisper.cpp/jfk.wav", "-o", tmp_path, "-f", "txt,json", "-l", "en")
+    assert code == 0, err
+    assert "ask not what your country can do for you" in out
+    data = json.loads((tmp_path / "jfk.json").read_text())
+    words = [w for s in data["segments"] for w in s["words"]]
+    assert len(words) >= 20 and all(a["start"] <= b["start"] for a, b in zip(words, words[1:]))
+    assert "played live" in err
+    code, _, err = run_cli("--live", eval_root / "whisper.cpp/jfk.wav", "--diarize", "-o", tmp_path)
+    assert code == 2 and err.count("\n") == 1 and "--diarize does not apply to --live" in err
