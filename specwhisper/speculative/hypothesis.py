@@ -23,56 +23,30 @@ from __future__ import annotations
 
 from collections.abc import Hashable, Sequence
 
-from specwhisper.speculative.drafter import Drafter
-from specwhisper.speculative.lookup import PromptLookup
+from specwhisper.speculative.lookup import SourceCopyDrafter
 
 TIMESTAMP_KEY = "<|t|>"
 SEARCH_WINDOW = 8  # tokens either side of the expected place where the context's last tokens may match
 UNSYNCED_DRAFT = 4  # tokens drafted from the expected place when the output's last tokens are not in the source
 
 
-class HypothesisDrafter(Drafter):
-    """Drafts a re-decode from the previous decode's tokens (``set_source`` before each decode);
-    a batch of one. ``timestamp_begin``: the first timestamp token id (all ids from it are times)."""
+class HypothesisDrafter(SourceCopyDrafter):
+    """Drafts a re-decode from the previous decode's tokens (``set_source`` before each decode, the
+    end-of-text excluded); a batch of one. ``timestamp_begin``: the first timestamp token id (all ids
+    from it are times)."""
 
     name = "previous-hypothesis"
+    advance = True
+    window = SEARCH_WINDOW
+    unsynced_draft = UNSYNCED_DRAFT
 
     def __init__(self, timestamp_begin: int, max_ngram: int = 3):
+        super().__init__(max_ngram)
         self.timestamp_begin = timestamp_begin
-        self.max_ngram = max_ngram
-        self.lookup = PromptLookup(max_ngram, 1)
         self.set_source([])
 
     def _key(self, tok: int) -> Hashable:
         return TIMESTAMP_KEY if tok >= self.timestamp_begin else tok
-
-    def set_source(self, tokens: Sequence[int]) -> None:
-        """The draft source of the next decode (the previous decode's tokens, end-of-text excluded)."""
-        self.src = [int(t) for t in tokens]
-        self.keys = [self._key(t) for t in self.src]
-        self.pointer = 0  # the source index expected to follow the output
-        self.synced = True
-        self._seen = 0
-
-    def propose(self, contexts: list[list[int]], ks: list[int]) -> list[list[int]]:
-        if len(contexts) != 1:
-            raise ValueError(f"a previous-hypothesis drafter drafts for one sequence, got a batch of {len(contexts)}")
-        return [self._draft(contexts[0], ks[0])]
-
-    def _draft(self, generated: Sequence[int], k: int) -> list[int]:
-        if len(generated) > self._seen:
-            self.pointer += len(generated) - self._seen  # as if the new tokens followed the source
-            self._seen = len(generated)
-            keys = [self._key(t) for t in generated[-self.max_ngram :]]
-            self.synced = False
-            for gram in self.lookup.grams(keys):
-                hits = [e for e in self.lookup.ends(gram, self.keys) if abs(e - self.pointer) <= SEARCH_WINDOW]
-                if hits:
-                    self.pointer = min(hits, key=lambda e: (abs(e - self.pointer), -e))
-                    self.synced = True
-                    break
-        draft = self.src[self.pointer : self.pointer + k]
-        return draft if self.synced else draft[:UNSYNCED_DRAFT]
 
 
 def rebase_tokens(tokens: Sequence[int], timestamp_begin: int, cut_frames: int) -> list[int]:

@@ -1,12 +1,13 @@
 """Prompt-lookup drafting: propose what followed the latest tokens where they occurred before.
 
-One matcher (:class:`PromptLookup`), two drafters over it that differ only in where they look:
+One matcher (:class:`PromptLookup`), drafters over it that differ only in where they look:
 - :class:`NgramDrafter` (Whisper ``--draft ngram``): the row's own tokens and the other rows of the
   batch (neighbouring chunks of the same audio), latest occurrence first, exact token ids;
 - :class:`CopyDrafter` (post-edit ``copy``): one fixed source text (the transcript being edited),
   the occurrence nearest to where the output is in the source, optionally on normalised token text
-  so that casing/punctuation edits do not lose the place.
-Both cost no model pass.
+  so that casing/punctuation edits do not lose the place. It and the live transcription's
+  ``specwhisper.speculative.hypothesis.HypothesisDrafter`` are subclasses of :class:`SourceCopyDrafter`.
+All cost no model pass.
 """
 
 from __future__ import annotations
@@ -74,30 +75,84 @@ def normalised_key(text: str) -> str:
     return "" if _PUNCT_ONLY.match(t) else re.sub(r"[\W_]+", "", t)
 
 
-class CopyDrafter(Drafter):
+class SourceCopyDrafter(Drafter):
+    """Drafts by copying one source sequence; a batch of one. A pointer follows where the output is in
+    the source: after each round the output's last keys (``_tail_keys``) are matched against the
+    source's keys, choosing the occurrence nearest to the pointer (ties go forward), and the draft is
+    the next ``k`` source tokens. Subclasses set how the place is found:
+
+    - ``advance``: move the pointer on by the tokens generated since, before searching (the output is
+      expected to follow the source);
+    - ``window``: only matches this close to the pointer count (None: anywhere);
+    - ``unsynced_draft``: tokens still drafted from the pointer when the output's last keys are not in
+      the source (0: none).
+    """
+
+    advance = False
+    window: int | None = None
+    unsynced_draft = 0
+
+    def __init__(self, max_ngram: int = 3):
+        self.max_ngram = max_ngram
+        self.lookup = PromptLookup(max_ngram, 1)
+
+    def _key(self, tok: int) -> Hashable:
+        return tok
+
+    def _tail_keys(self, generated: Sequence[int]) -> list[Hashable]:
+        return [self._key(t) for t in generated[-self.max_ngram :]]
+
+    def set_source(self, tokens: Sequence[int]) -> None:
+        """The sequence to copy from; the pointer starts at its beginning."""
+        self.src = [int(t) for t in tokens]
+        self.keys = [self._key(t) for t in self.src]
+        self.pointer = 0  # the source index expected to follow the output
+        self.synced = True  # the output's last keys were found in the source
+        self._seen = 0
+
+    def propose(self, contexts: list[list[int]], ks: list[int]) -> list[list[int]]:
+        if len(contexts) != 1:
+            raise ValueError(f"a {self.name} drafter drafts for one sequence, got a batch of {len(contexts)}")
+        return [self._draft(contexts[0], ks[0])]
+
+    def _draft(self, generated: Sequence[int], k: int) -> list[int]:
+        if len(generated) > self._seen:
+            if self.advance:
+                self.pointer += len(generated) - self._seen  # as if the new tokens followed the source
+            self._seen = len(generated)
+            keys = self._tail_keys(generated)
+            if keys:
+                self.synced = False
+            for gram in self.lookup.grams(keys):
+                hits = [e for e in self.lookup.ends(gram, self.keys)
+                        if self.window is None or abs(e - self.pointer) <= self.window]
+                if hits:
+                    self.pointer = min(hits, key=lambda e: (abs(e - self.pointer), -e))
+                    self.synced = True
+                    break
+        draft = self.src[self.pointer : self.pointer + k]
+        return draft if self.synced else draft[: self.unsynced_draft]
+
+
+class CopyDrafter(SourceCopyDrafter):
     """Drafts by copying a source text (post-editing repeats most of its input); a batch of one.
 
-    The source is tokenised once with the target tokenizer. A pointer follows where the output is in
-    the source: after each round the last 1-3 generated tokens are matched against the source,
-    choosing the occurrence nearest to the pointer; the draft is the next ``k`` source tokens. After
-    the source, the drafter proposes the end-of-turn token(s). ``normalise``: match on lower-cased
-    token text without punctuation ("If"/" if" or an inserted comma keep the place); else on ids.
+    The source is tokenised once with the target tokenizer; after it, the drafter proposes the
+    end-of-turn token(s). ``normalise``: match on lower-cased token text without punctuation ("If"/
+    " if" or an inserted comma keep the place); else on ids. Where the output is not in the source it
+    drafts nothing: the model is writing words that are not in the source, a draft would be rejected,
+    and on CPU a 2-token verify pass costs ~1.7 single steps, so it decodes plainly until it copies again.
     """
 
     name = "copy"
 
     def __init__(self, tokenizer, source_text: str, end_ids: Sequence[int] = (), max_ngram: int = 3,
                  normalise: bool = True):
-        self.src: list[int] = list(tokenizer.encode(source_text, add_special_tokens=False)) + [int(e) for e in end_ids]
+        super().__init__(max_ngram)
         self.tokenizer = tokenizer
         self.normalise = normalise
         self._key_cache: dict[int, Hashable] = {}
-        self.keys = [self._key(t) for t in self.src]
-        self.lookup = PromptLookup(max_ngram, 1)
-        self.max_ngram = max_ngram
-        self.pointer = 0
-        self.synced = True  # the output's last words were found in the source
-        self._seen = 0
+        self.set_source(list(tokenizer.encode(source_text, add_special_tokens=False)) + [int(e) for e in end_ids])
 
     def _key(self, tok: int) -> Hashable:
         if not self.normalise:
@@ -107,27 +162,6 @@ class CopyDrafter(Drafter):
             k = self._key_cache[tok] = normalised_key(self.tokenizer.decode([tok]))
         return k
 
-    def propose(self, contexts: list[list[int]], ks: list[int]) -> list[list[int]]:
-        if len(contexts) != 1:
-            raise ValueError(f"a copy drafter drafts for one sequence, got a batch of {len(contexts)}")
-        return [self._draft(contexts[0], ks[0])]
-
-    def _draft(self, generated: Sequence[int], k: int) -> list[int]:
-        if len(generated) > self._seen:
-            self._seen = len(generated)
-            keys = [self._key(t) for t in generated[-self.max_ngram * 3 :]]
-            keys = [x for x in keys if x != ""]  # punctuation does not move the pointer
-            if keys:
-                self.synced = False
-            for gram in self.lookup.grams(keys):
-                hits = list(self.lookup.ends(gram, self.keys))
-                if hits:
-                    # nearest occurrence to the pointer; ties go forward
-                    self.pointer = min(hits, key=lambda j: (abs(j - self.pointer), -j))
-                    self.synced = True
-                    break
-        if not self.synced:
-            # the model is writing words that are not in the source: a draft would be rejected, and on
-            # CPU a 2-token verify pass costs ~1.7 single steps, so decode plainly until it copies again
-            return []
-        return self.src[self.pointer : self.pointer + k]
+    def _tail_keys(self, generated: Sequence[int]) -> list[Hashable]:
+        keys = [self._key(t) for t in generated[-self.max_ngram * 3 :]]
+        return [x for x in keys if x != ""]  # punctuation does not move the pointer
