@@ -67,6 +67,17 @@ class QualityRules:
         if self.best_of < 1:
             raise ValueError(f"best-of must be >= 1, got {self.best_of}")
 
+    @classmethod
+    def from_options(cls, src) -> "QualityRules":
+        """From anything carrying openai-whisper's option names (the CLI's argparse namespace, the
+        HTTP/endpoint parameters): ``temperature``, ``temperature_increment_on_fallback``,
+        ``compression_ratio_threshold``, ``logprob_threshold``, ``no_speech_threshold``, ``best_of``.
+        Raises ValueError on a bad temperature schedule."""
+        return cls(temperatures=temperature_schedule(src.temperature, src.temperature_increment_on_fallback),
+                   compression_ratio_threshold=src.compression_ratio_threshold,
+                   logprob_threshold=src.logprob_threshold, no_speech_threshold=src.no_speech_threshold,
+                   best_of=src.best_of)
+
     def is_silence(self, seq: SequenceResult, vad_speech: bool = True) -> bool:
         """openai's rule: Whisper's no-speech probability is high and the text unlikely. For audio the
         VAD already rejected, Whisper's no-speech probability alone is enough: both say no speech."""

@@ -67,25 +67,14 @@ def _quiet_libraries() -> None:
     warnings.filterwarnings("ignore")
 
 
-def _quality(args):
-    from specwhisper.asr.fallback import QualityRules, temperature_schedule
-
-    return QualityRules(
-        temperatures=temperature_schedule(args.temperature, args.temperature_increment_on_fallback),
-        compression_ratio_threshold=args.compression_ratio_threshold,
-        logprob_threshold=args.logprob_threshold,
-        no_speech_threshold=args.no_speech_threshold,
-        best_of=args.best_of,
-    )
-
-
 def _options(args):
+    from specwhisper.asr.fallback import QualityRules
     from specwhisper.pipeline.core import RunOptions
 
     opts = RunOptions(
         decode=DecodeOptions(language=args.language, task=args.task, batch_size=args.batch_size, vad_threshold=args.vad_threshold,
                             word_timestamps=args.diarize if args.word_timestamps is None else args.word_timestamps,
-                            beam_size=args.beam_size, patience=args.patience, quality=_quality(args),
+                            beam_size=args.beam_size, patience=args.patience, quality=QualityRules.from_options(args),
                             initial_prompt=args.initial_prompt, hotwords=args.hotwords,
                             condition_on_previous_text=args.condition_on_previous_text),
         diarize=args.diarize,

@@ -133,12 +133,9 @@ class TranscribeParams(BaseModel):
 
     def _quality(self) -> QualityRules:
         try:
-            schedule = temperature_schedule(self.temperature, self.temperature_increment_on_fallback)
+            return QualityRules.from_options(self)
         except ValueError as exc:
             raise RequestError(f"parameters: {exc}") from exc
-        return QualityRules(temperatures=schedule, compression_ratio_threshold=self.compression_ratio_threshold,
-                            logprob_threshold=self.logprob_threshold, no_speech_threshold=self.no_speech_threshold,
-                            best_of=self.best_of)
 
     def run_options(self, max_audio_s: float) -> RunOptions:
         word_ts = self.diarize or self.return_timestamps == "word" if self.word_timestamps is None else self.word_timestamps
