@@ -68,6 +68,7 @@ def main() -> int:
     pairs: list[tuple[float, float, bool]] = []  # (speculative decoder s, plain decoder s, same tokens)
 
     def side_by_side(d) -> None:
+        plain.max_len = d.max_len
         t = time.perf_counter()
         tokens = plain.decode(d.encoder_out, d.prompt).sequences[0].tokens
         pairs.append((d.stats.decoder_seconds, time.perf_counter() - t, tokens == d.tokens))

@@ -26,6 +26,7 @@ class Run:
     transcriber: StreamingTranscriber
     reference: str
     offline: str
+    audio: np.ndarray
 
 
 @pytest.fixture(scope="module")
@@ -38,12 +39,13 @@ def run(base_engine, tmp_path_factory) -> Run:
     decodes: list[tuple[LiveDecode, list[int]]] = []
 
     def check(d: LiveDecode) -> None:
+        plain.max_len = d.max_len  # the stream's cap on this buffer's tokens (a looping re-decode stops there)
         decodes.append((d, plain.decode(d.encoder_out, d.prompt).sequences[0].tokens))
 
     tr = StreamingTranscriber(base_engine, StreamOptions(language="en"), observer=check)
     words = play(tr, audio, chunk_s=1.0)
     offline = base_engine.transcribe(audio, DecodeOptions(language="en"))
-    return Run(words, decodes, tr, long.reference, " ".join(s.text.strip() for s in offline.segments))
+    return Run(words, decodes, tr, long.reference, " ".join(s.text.strip() for s in offline.segments), audio)
 
 
 def test_every_redecode_is_plain_greedy(run):
@@ -101,6 +103,29 @@ def test_hypothesis_drafter_follows_the_previous_decode():
     d.set_source([ts, 5, 6, 7, 8, 9, 10, 11, 12])
     assert d.propose([[ts, 5, 66]], [8]) == [[7, 8, 9, 10]]
     assert rebase_tokens(prev, ts, 50) == [ts, ts, 8, 9, ts + 40]
+
+
+def test_a_looping_redecode_is_cut_and_confirms_nothing(base_engine, run, monkeypatch):
+    """A re-decode that passes its token cap stops there in both decoders (still token-identical)
+    and is not a hypothesis: nothing it wrote is confirmed or drafted from."""
+    import specwhisper.pipeline.streaming as streaming
+
+    monkeypatch.setattr(streaming, "LOOP_TOKENS_BASE", 4)
+    monkeypatch.setattr(streaming, "LOOP_TOKENS_PER_S", 0.0)  # 4 tokens: every re-decode of speech hits it
+    plain = GreedyDecoder(base_engine.runtime, base_engine.special, base_engine.rules)
+    seen: list[tuple[LiveDecode, list[int]]] = []
+
+    def check(d: LiveDecode) -> None:
+        plain.max_len = d.max_len
+        seen.append((d, plain.decode(d.encoder_out, d.prompt).sequences[0].tokens))
+
+    tr = StreamingTranscriber(base_engine, StreamOptions(language="en"), observer=check)
+    audio = run.audio[: 4 * 16000]
+    assert play(tr, audio, chunk_s=1.0) == []
+    assert len(seen) >= 3
+    for d, tokens in seen:
+        assert d.looped and len(d.tokens) == 4 and d.tokens == tokens and not d.segments
+    assert tr.state.previous == []  # nothing drafted from a cut re-decode
 
 
 def test_bad_audio_is_a_one_line_error(base_engine):

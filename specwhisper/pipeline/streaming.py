@@ -26,6 +26,7 @@ import torch
 from specwhisper.asr.alignment import SENTENCE_END
 from specwhisper.asr.decoding import Decoder, GreedyDecoder, detect_language
 from specwhisper.asr.engine import TASKS, AsrEngine
+from specwhisper.asr.fallback import compression_ratio
 from specwhisper.asr.languages import normalize_language
 from specwhisper.asr.segments import TIME_PRECISION, tokens_to_segments
 from specwhisper.asr.speculative import Drafter, Lookahead, SpeculativeDecoder
@@ -44,6 +45,16 @@ WINDOW_S = 30.0  # Whisper's window: the buffer never grows past it
 # 32..64 1.49x, fixed 64 1.40x: the passes a re-decode needs are set by where the hypotheses differ,
 # not by the draft length. With a perfect draft (the same buffer again) 8..24 gives 2.3x, 64 3.1x.
 LIVE_LOOKAHEAD = Lookahead(initial=8, maximum=24)
+# A re-decode that loops ("sense with the only sense with the only ...") runs to Whisper's 448-token
+# limit: 399 tokens, 3-4 s of decoding where a sound one takes 0.3-0.7 s (seen on 3 of 40 re-decodes of
+# 40 s of clips with the buffer-only encoder). Speech runs at 2-6 text tokens per second (the eval
+# clips: 3.3) plus two timestamps per segment: a re-decode may write ``LOOP_TOKENS_BASE`` +
+# ``LOOP_TOKENS_PER_S`` per second of buffer; one that needs more, or whose text is as repetitive as
+# openai-whisper's fallback threshold, is not a hypothesis (it confirms nothing and drafts nothing).
+# Plain and speculative decoding stop at the same token, so the cap keeps them token-identical.
+LOOP_TOKENS_BASE = 16
+LOOP_TOKENS_PER_S = 8.0
+LOOP_COMPRESSION_RATIO = 2.4
 
 
 class WhisperHypothesisDrafter(HypothesisDrafter, Drafter):
@@ -106,6 +117,8 @@ class LiveDecode:
     encoder_out: torch.Tensor
     stats: DecodeStats
     segments: list[Segment]
+    max_len: int = 448  # the decoder's length limit (prompt and tokens) for this buffer (``token_cap``)
+    looped: bool = False  # hit the token cap or too repetitive: not used as a hypothesis
 
 
 @dataclass
@@ -169,12 +182,13 @@ class StreamingTranscriber:
         if len(st.buffer) < self.opts.min_update_s * SAMPLE_RATE:
             return StreamUpdate(Confirmed([]), self._partial(), time.perf_counter() - t0)
         decode = self._decode()
-        words = [w for s in decode.segments for w in s.words]
-        self.agreement.insert(words)
-        committed = self.agreement.flush()
-        st.confirmed.extend(committed)
+        committed: list[Word] = []
+        if not decode.looped:
+            self.agreement.insert([w for s in decode.segments for w in s.words])
+            committed = self.agreement.flush()
+            st.confirmed.extend(committed)
         st.decoded_to = st.offset + decode.buffer_seconds
-        self._trim(decode.segments)
+        self._trim(decode.segments if not decode.looped else [])
         update = StreamUpdate(Confirmed(committed), self._partial(), time.perf_counter() - t0, decode)
         if self.observer is not None:
             self.observer(decode)
@@ -219,16 +233,20 @@ class StreamingTranscriber:
             self.language = detect_language(eng.runtime, eng.special, enc)[0]
         prompt = eng.special.prompt(self.language, self.opts.task, timestamps=True, context=self._context())
         self.drafter.set_source(st.previous)
+        max_len = self.decoder.max_len = min(eng.runtime.max_len, len(prompt) + token_cap(seconds))
         out = self.decoder.decode(enc, prompt)
         seq = out.sequences[0]
         self.stats.merge(out.stats)
         segments = tokens_to_segments(seq.tokens, eng.special, eng.bundle.tokenizer, st.offset, seconds,
                                       drop_unfinished=seq.hit_max_length)
+        text = "".join(s.text for s in segments)
+        if seq.hit_max_length or compression_ratio(text) > LOOP_COMPRESSION_RATIO:
+            return LiveDecode(st.offset, seconds, prompt, list(seq.tokens), enc, out.stats, [], max_len, looped=True)
         t = time.perf_counter()
         eng.aligner.align(enc, [segments], [st.offset], [seconds], self.language, self.opts.task)
         self.stats.alignment_seconds += time.perf_counter() - t
         st.previous = list(seq.tokens)
-        return LiveDecode(st.offset, seconds, prompt, list(seq.tokens), enc, out.stats, segments)
+        return LiveDecode(st.offset, seconds, prompt, list(seq.tokens), enc, out.stats, segments, max_len)
 
     def _trim(self, segments: list[Segment]) -> None:
         """Cut the buffer at the end of the last segment inside the confirmed words once it passes
@@ -264,6 +282,11 @@ class StreamingTranscriber:
         if not pending:
             return Partial("")
         return Partial("".join(w.text for w in pending), pending[0].start, pending[-1].end)
+
+
+def token_cap(seconds: float) -> int:
+    """The most tokens a re-decode of ``seconds`` of buffer may write (``LOOP_TOKENS_PER_S``)."""
+    return LOOP_TOKENS_BASE + int(LOOP_TOKENS_PER_S * seconds)
 
 
 SEGMENT_GAP_S = 1.0  # a pause this long between confirmed words starts a new segment
