@@ -238,3 +238,13 @@ def test_reading_is_paced_by_the_wall_clock():
     for k, t in enumerate(ws.asked[:12]):
         assert t - ws.asked[0] >= k * 0.25 - 0.5 - 0.01, (k, t - ws.asked[0])
     assert ws.asked[12] - ws.asked[0] < 3.0  # and not slower than the clock
+
+
+def test_live_limits_from_the_environment():
+    from specwhisper.serving.endpoint import settings_from_env
+
+    live = settings_from_env({"SPECWHISPER_LIVE_STREAMS": "4", "SPECWHISPER_LIVE_IDLE_S": "15", "SPECWHISPER_LIVE_AHEAD_S": "2.5"}).live
+    assert (live.max_streams, live.idle_timeout_s, live.max_ahead_s) == (4, 15.0, 2.5)
+    assert settings_from_env({}).live == LiveLimits()
+    with pytest.raises(ValueError, match="bad live limits"):
+        settings_from_env({"SPECWHISPER_LIVE_STREAMS": "0"})
