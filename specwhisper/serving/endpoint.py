@@ -26,7 +26,7 @@ from specwhisper.asr.models import ModelError
 from specwhisper.asr.types import Transcript
 from specwhisper.pipeline.core import PipelineConfig, Progress
 from specwhisper.serving.params import Choices, RequestError, TranscribeParams, clip, one_line, parse_params
-from specwhisper.serving.service import ServiceSettings, Transcriber
+from specwhisper.serving.service import LiveLimits, ServiceSettings, Transcriber
 from specwhisper.pipeline.writers import render
 
 log = logging.getLogger(__name__)
@@ -67,6 +67,9 @@ def settings_from_env(env: Mapping[str, str]) -> ServiceSettings:
         choices=Choices(models=items("SPECWHISPER_MODELS", Choices.models), drafters=items("SPECWHISPER_DRAFTERS", Choices.drafters)),
         max_audio_s=number("SPECWHISPER_MAX_AUDIO_S", 4 * 3600),
         max_upload_bytes=int(number("SPECWHISPER_MAX_UPLOAD_MB", 200) * 2**20),
+        live=LiveLimits(max_streams=int(number("SPECWHISPER_LIVE_STREAMS", LiveLimits.max_streams)),
+                        idle_timeout_s=number("SPECWHISPER_LIVE_IDLE_S", LiveLimits.idle_timeout_s),
+                        max_ahead_s=number("SPECWHISPER_LIVE_AHEAD_S", LiveLimits.max_ahead_s)),
     )
 
 

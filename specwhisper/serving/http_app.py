@@ -4,7 +4,8 @@
   ``{"inputs": "<base64 audio>", "parameters": {...}}``, as Inference Endpoints send it;
 * ``POST /`` with any other content type: the body is the audio file, parameters come from the
   query string (``/?language=en&diarize=true&formats=srt,vtt``);
-* ``GET /health``: ``{"status": "ok"}``.
+* ``GET /health``: ``{"status": "ok"}``;
+* ``/v1/live``: live transcription over a WebSocket (:mod:`specwhisper.serving.live_ws`).
 
 Every answer is JSON; every error is ``{"error": "<one line>", "status": N}`` with that HTTP status.
 A request body goes to its own file in the spool folder as it arrives (refused as soon as it passes
@@ -32,13 +33,14 @@ from starlette.requests import ClientDisconnect
 
 from specwhisper.audio.loading import AudioError, check_length
 from specwhisper.serving.endpoint import Endpoint, base64_to_file
+from specwhisper.serving.live_ws import add_live_route
 from specwhisper.serving.model_worker import Cancelled, ModelWorker, QueueFull
 from specwhisper.serving.params import RequestError, TranscribeParams, clip
 from specwhisper.serving.spool import Spool
 
 log = logging.getLogger(__name__)
 POST_PATHS = ("/", "/predict")
-ROUTES_HINT = "POST / with audio, GET /health"
+ROUTES_HINT = "POST / with audio, GET /health, WebSocket /v1/live"
 JSON_OVERHEAD = 1 << 20  # room for the JSON around a base64 upload
 
 
@@ -223,5 +225,6 @@ def create_app(endpoint: Endpoint, worker: ModelWorker, spool: Spool, limits: Re
 
     for route in POST_PATHS:
         app.add_api_route(route, predict, methods=["POST"])
+    add_live_route(app, endpoint.transcriber, worker)
     return app
 

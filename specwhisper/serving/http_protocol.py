@@ -68,6 +68,10 @@ class LingeringTransport:
     def is_closing(self) -> bool:
         return self.lingering or self._transport.is_closing()
 
+    def write(self, data: bytes) -> None:
+        if not self.lingering:  # after close() nothing more goes out (a WebSocket protocol answering
+            self._transport.write(data)  # the late frames it still parses would write after the FIN)
+
     def close(self) -> None:
         if self.is_closing():
             return
@@ -119,6 +123,10 @@ class GuardedH11Protocol(H11Protocol):
         super().on_response_complete()
         if not self.transport.is_closing():
             self._arm_head_timer()
+
+    def handle_websocket_upgrade(self, event: h11.Request) -> None:
+        self._disarm_head_timer()  # the head has arrived; the WebSocket's own timeouts apply from here
+        super().handle_websocket_upgrade(event)
 
     def send_400_response(self, msg: str) -> None:
         self._answer_and_close(400, "malformed HTTP request (its request line, a header or the Content-Length)")

@@ -1,6 +1,6 @@
 """``python -m specwhisper.serving.serve``: the endpoint over HTTP on uvicorn (what the Docker image runs).
 
-Routes and answers: :mod:`specwhisper.serving.http_app`. Below the application, connections are capped and
+Routes and answers: :mod:`specwhisper.serving.http_app` (the live WebSocket: :mod:`specwhisper.serving.live_ws`). Below the application, connections are capped and
 request heads must arrive in time (:mod:`specwhisper.serving.http_protocol`); one worker thread runs the model
 with a bounded queue in front (:mod:`specwhisper.serving.model_worker`); uploads live in a spool folder
 (:mod:`specwhisper.serving.spool`) that a starting server clears of what a killed one left.
@@ -52,8 +52,11 @@ class EndpointServer:
         self.worker = ModelWorker(config.max_waiting)
         app = create_app(endpoint, self.worker, self.spool, config.requests)
         self.socket = socket.create_server((config.host, config.port), backlog=max(128, config.connections.max_connections))
+        # WebSockets (/v1/live) on the websockets package's sans-I/O protocol, which stops reading the socket
+        # until the application took the last message; no compression (PCM hardly compresses)
         self.server = uvicorn.Server(uvicorn.Config(
-            app, http=protocol_factory(config.connections), ws="none", lifespan="off", log_config=None,
+            app, http=protocol_factory(config.connections), ws="websockets-sansio", ws_per_message_deflate=False,
+            ws_max_size=endpoint.transcriber.settings.live.max_frame_bytes, lifespan="off", log_config=None,
             access_log=config.access_log, timeout_keep_alive=config.connections.keep_alive_s,
             h11_max_incomplete_event_size=config.connections.max_head_bytes, server_header=False,
             timeout_graceful_shutdown=SHUTDOWN_GRACE_S,

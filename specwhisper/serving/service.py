@@ -27,6 +27,20 @@ from specwhisper.serving.params import Choices, TranscribeParams
 from specwhisper.serving.spool import Spool, default_spool_dir
 
 
+@dataclass(frozen=True)
+class LiveLimits:
+    """What one live WebSocket stream (``/v1/live``, :mod:`specwhisper.serving.live_ws`) may cost."""
+
+    max_streams: int = 2  # open live sockets; each re-decodes every second or two on the one model worker
+    idle_timeout_s: float = 20.0  # a stream that sends nothing for this long is closed
+    max_ahead_s: float = 10.0  # audio may run this far ahead of the wall clock; reading pauses beyond
+    max_frame_bytes: int = 2**20  # one WebSocket message (33 s of s16le); bigger: closed by the protocol (1009)
+
+    def __post_init__(self) -> None:
+        if self.max_streams < 1 or self.idle_timeout_s <= 0 or self.max_ahead_s <= 0 or self.max_frame_bytes < 1024:
+            raise ValueError(f"bad live limits: {self}")
+
+
 @dataclass
 class ServiceSettings:
     """How a deployment runs: the base pipeline config, what requests may pick, limits."""
@@ -39,6 +53,7 @@ class ServiceSettings:
     # uploads decoded from memory (the endpoint handler, the UI) are written here while ffmpeg reads them:
     # a spool names each file after its process, so a killed handler's files go at the next start
     spool_dir: Path = field(default_factory=default_spool_dir)
+    live: LiveLimits = field(default_factory=LiveLimits)
 
 
 class Transcriber:
@@ -73,6 +88,12 @@ class Transcriber:
                            decoder_factory=decoder_factory(config.draft, config.cache_dir))
         pipeline = self._pipelines[key] = Pipeline(config, asr=engine)
         return pipeline
+
+    def engine(self, params: TranscribeParams) -> AsrEngine:
+        """The loaded ASR engine of a request's model (a live stream's); the caller keeps the model
+        to itself while using it (the HTTP server: on its model worker)."""
+        with self._lock:
+            return self._pipeline(params.pipeline_config(self.settings.base)).asr
 
     def loaded(self) -> list[tuple[str, str]]:
         """(model, drafter) of the pipelines in memory, oldest first."""
