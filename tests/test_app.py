@@ -5,70 +5,29 @@ Screenshots are kept as test artifacts in $SPECWHISPER_ARTIFACTS (default: tests
 
 from __future__ import annotations
 
-import os
 import re
-import shutil
-import socket
-import subprocess
-import sys
-import time
-import urllib.request
 from pathlib import Path
 
 import pytest
 
-ROOT = Path(__file__).resolve().parents[1]
+from tests.browser import ROOT, chromium, fake_microphone_flags, running_app, screenshot, wait_for_text
+
 JFK = ROOT / "samples" / "jfk.wav"
-ARTIFACTS = Path(os.environ.get("SPECWHISPER_ARTIFACTS", ROOT / "tests" / "artifacts"))
 RUN_TIMEOUT_MS = 180_000
 SRT_CUE = re.compile(r"(\d+)\n(\d\d):(\d\d):(\d\d),(\d{3}) --> (\d\d):(\d\d):(\d\d),(\d{3})\n(.+)")
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 @pytest.fixture(scope="module")
 def app_url(tmp_path_factory):
-    """The app in a subprocess, as a user starts it; its log is printed if it dies."""
-    port = _free_port()
-    log_path = tmp_path_factory.mktemp("app") / "app.log"
-    env = {**os.environ, "GRADIO_ANALYTICS_ENABLED": "False"}
-    with log_path.open("w") as log:
-        proc = subprocess.Popen(
-            [sys.executable, "app.py", "--port", str(port), "--models", "base", "--drafters", "auto,none,ngram",
-             "--max-duration", "120", "--output-dir", str(tmp_path_factory.mktemp("downloads"))],
-            cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT,
-        )
-    url = f"http://127.0.0.1:{port}/"
-    deadline = time.monotonic() + 240
-    while True:
-        assert proc.poll() is None, f"app.py exited:\n{log_path.read_text()}"
-        try:
-            with urllib.request.urlopen(url, timeout=5) as resp:
-                if resp.status == 200:
-                    break
-        except OSError:
-            pass
-        assert time.monotonic() < deadline, f"app.py did not answer in 240 s:\n{log_path.read_text()}"
-        time.sleep(0.5)
-    yield url
-    proc.terminate()
-    proc.wait(timeout=30)
+    with running_app(tmp_path_factory.mktemp("app"), "--models", "base", "--drafters", "auto,none,ngram",
+                     "--max-duration", "120", "--output-dir", str(tmp_path_factory.mktemp("downloads"))) as url:
+        yield url
 
 
 @pytest.fixture(scope="module")
 def launch():
-    """Launches Debian's chromium (no browser download) with extra command-line flags."""
-    from playwright.sync_api import sync_playwright
-
-    chromium = shutil.which("chromium")
-    if chromium is None:
-        pytest.fail("Debian's chromium is not installed (make system-packages installs it)")
-    with sync_playwright() as pw:
-        yield lambda *flags: pw.chromium.launch(executable_path=chromium, args=["--no-sandbox", *flags])
+    with chromium() as launch:
+        yield launch
 
 
 @pytest.fixture(scope="module")
@@ -88,13 +47,6 @@ def page(browser, app_url):
     context.close()
 
 
-def _screenshot(pg, name: str) -> Path:
-    ARTIFACTS.mkdir(parents=True, exist_ok=True)
-    path = ARTIFACTS / f"{name}.png"
-    pg.screenshot(path=str(path), full_page=True)
-    return path
-
-
 def _transcribe(pg, audio: Path) -> None:
     pg.locator("#audio-input input[type=file]").set_input_files(str(audio))
     pg.wait_for_selector("#audio-input button[aria-label='Clear']")  # the upload is in
@@ -102,8 +54,7 @@ def _transcribe(pg, audio: Path) -> None:
 
 
 def _wait_for_text(pg, selector: str, text: str) -> None:
-    pg.wait_for_function("([sel, text]) => (document.querySelector(sel)?.innerText || '').includes(text)",
-                         arg=[selector, text], timeout=RUN_TIMEOUT_MS)
+    wait_for_text(pg, selector, text, RUN_TIMEOUT_MS)
 
 
 def _table(pg) -> list[list[str]]:
@@ -127,10 +78,10 @@ def _parse_srt(text: str) -> list[tuple[int, float, float, str]]:
 def test_transcribe_upload(page):
     _transcribe(page, JFK)
     _wait_for_text(page, "#transcript", "Transcribing")  # the stage progress bar, fed by the pipeline
-    _screenshot(page, "app-progress")
+    screenshot(page, "app-progress")
     _wait_for_text(page, "#transcript", "ask not what your country")
     _wait_for_text(page, "#facts", "RTF")
-    _screenshot(page, "app-transcript")
+    screenshot(page, "app-transcript")
 
     cells = _table(page)
     assert cells and all(re.fullmatch(r"\d+:\d\d\.\d", c[0]) and re.fullmatch(r"\d+:\d\d\.\d", c[1]) for c in cells), cells
@@ -159,7 +110,7 @@ def test_bad_upload_shows_message(page, tmp_path):
     fake.write_text("this is a text file with a .wav name, not audio\n")
     _transcribe(page, fake)
     _wait_for_text(page, ".toast-body", "not a readable audio file")
-    _screenshot(page, "app-bad-upload")
+    screenshot(page, "app-bad-upload")
     toast = page.locator(".toast-body").first.inner_text()
     assert "notes.wav: not a readable audio file" in toast
     assert "Traceback" not in toast and "/tmp/" not in toast
@@ -185,7 +136,7 @@ def test_two_users_queue(browser, app_url):
 
 def test_record_from_microphone(launch, app_url):
     """Chromium's fake capture device plays jfk.wav into the microphone; the recording is transcribed."""
-    b = launch("--use-fake-ui-for-media-stream", "--use-fake-device-for-media-stream", f"--use-file-for-fake-audio-capture={JFK}")
+    b = launch(*fake_microphone_flags(JFK))
     try:
         pg = b.new_context(viewport={"width": 1400, "height": 1000}, permissions=["microphone"]).new_page()
         pg.goto(app_url)
@@ -196,7 +147,7 @@ def test_record_from_microphone(launch, app_url):
         pg.wait_for_selector("#audio-input button[aria-label='Clear']")
         pg.click("#run")
         _wait_for_text(pg, "#facts", "RTF")
-        _screenshot(pg, "app-microphone")
+        screenshot(pg, "app-microphone")
         assert _table(pg)
         text = pg.inner_text("#transcript").lower()
         assert any(w in text for w in ("fellow", "americ", "country", "ask")), text

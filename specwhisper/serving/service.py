@@ -11,8 +11,10 @@ from __future__ import annotations
 import threading
 import time
 from collections import OrderedDict
+from contextlib import contextmanager
 from dataclasses import astuple, dataclass, field
 from pathlib import Path
+from typing import Iterator
 
 import numpy as np
 
@@ -141,3 +143,11 @@ class Transcriber:
                 progress("loading models", 0.0)
             pipeline = self._pipeline(params.pipeline_config(self.settings.base))
             return pipeline.run(audio, options, progress, source=source)
+
+    @contextmanager
+    def engine(self, params: TranscribeParams) -> Iterator[AsrEngine]:
+        """The ASR engine of ``params``' pipeline (loaded if need be), held alone while the block
+        runs: a live stream shares the weights the file requests use, and its updates take turns
+        with them (the engine's decoder runtime is one per pipeline)."""
+        with self._lock:
+            yield self._pipeline(params.pipeline_config(self.settings.base)).asr

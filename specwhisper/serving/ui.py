@@ -20,6 +20,7 @@ import pandas as pd
 from specwhisper.asr.types import Transcript
 from specwhisper.serving.params import RequestError, one_line, parse_params
 from specwhisper.serving.service import Transcriber
+from specwhisper.serving.ui_live import build_live_tab
 from specwhisper.pipeline.writers import ALL_FORMATS, write_outputs
 
 log = logging.getLogger(__name__)
@@ -108,6 +109,12 @@ def prune(root: Path, max_age_s: float) -> None:
             shutil.rmtree(d, ignore_errors=True)
 
 
+def fresh_output_dir(ui: UiConfig) -> Path:
+    """A new folder for one request's download files (old ones pruned first)."""
+    prune(ui.output_dir, ui.keep_outputs_s)
+    return ui.output_dir / uuid.uuid4().hex
+
+
 def user_error(exc: BaseException) -> gr.Error:
     return gr.Error(one_line(exc), duration=None, print_exception=False)
 
@@ -131,9 +138,8 @@ def make_transcribe(service: Transcriber, ui: UiConfig):
         except Exception as exc:
             log.exception("transcription failed")
             raise gr.Error(f"internal error: {one_line(exc)}", duration=None, print_exception=False) from None
-        prune(ui.output_dir, ui.keep_outputs_s)
         formats = [f for f in ALL_FORMATS if f != "rttm" or diarize]
-        files = write_outputs(transcript, ui.output_dir / uuid.uuid4().hex, Path(name).stem, formats)
+        files = write_outputs(transcript, fresh_output_dir(ui), Path(name).stem, formats)
         vtt = next(p for p in files if p.suffix == ".vtt")
         player = gr.Audio(value=audio_path, subtitles=str(vtt) if transcript.segments else None)
         return transcript_table(transcript), player, [str(p) for p in files], speed_facts(transcript)
@@ -152,27 +158,30 @@ def build_demo(service: Transcriber, ui: UiConfig) -> gr.Blocks:
     ui.output_dir.mkdir(parents=True, exist_ok=True)
     with gr.Blocks(title="specwhisper", analytics_enabled=False, delete_cache=(3600, 3600)) as demo:
         gr.Markdown("## specwhisper\nWhisper with exact speculative decoding, speaker diarization and an optional LLM post-edit.")
-        with gr.Row():
-            with gr.Column(scale=1):
-                audio = gr.Audio(sources=["upload", "microphone"], type="filepath", label="Audio: upload a file or record",
-                                 elem_id="audio-input")
-                model = gr.Dropdown(list(choices.models), value=choices.models[0], label="Model")
-                draft = gr.Dropdown(list(choices.drafters), value=choices.drafters[0], label="Speculative drafter",
-                                    info="none = off; auto = the fastest exact option measured; output is identical either way")
-                language = gr.Dropdown(language_choices(), value="auto", label="Language")
-                task = gr.Radio(["transcribe", "translate"], value="transcribe", label="Task")
-                diarize = gr.Checkbox(False, label="Speakers (diarization)")
-                speakers = gr.Slider(0, 10, value=0, step=1, label="Number of speakers (0 = detect)")
-                postedit = gr.Checkbox(False, label="Post-edit casing and punctuation with an LLM")
-                run = gr.Button("Transcribe", variant="primary", elem_id="run")
-            with gr.Column(scale=2):
-                table = gr.Dataframe(headers=COLUMNS, label="Transcript", interactive=False, wrap=True, elem_id="transcript",
-                                     column_widths=["9%", "9%", "14%", "68%"])
-                player = gr.Audio(label="Player", interactive=False, type="filepath", elem_id="player")
-                files = gr.File(label="Downloads", file_count="multiple", interactive=False, elem_id="downloads")
-                facts = gr.Markdown(elem_id="facts")
-        run.click(make_transcribe(service, ui), [audio, model, draft, language, task, diarize, speakers, postedit],
-                  [table, player, files, facts], concurrency_limit=1, concurrency_id="model", show_progress_on=[table])
+        with gr.Tab("File", id="file"):
+            with gr.Row():
+                with gr.Column(scale=1):
+                    audio = gr.Audio(sources=["upload", "microphone"], type="filepath", label="Audio: upload a file or record",
+                                     elem_id="audio-input")
+                    model = gr.Dropdown(list(choices.models), value=choices.models[0], label="Model")
+                    draft = gr.Dropdown(list(choices.drafters), value=choices.drafters[0], label="Speculative drafter",
+                                        info="none = off; auto = the fastest exact option measured; output is identical either way")
+                    language = gr.Dropdown(language_choices(), value="auto", label="Language")
+                    task = gr.Radio(["transcribe", "translate"], value="transcribe", label="Task")
+                    diarize = gr.Checkbox(False, label="Speakers (diarization)")
+                    speakers = gr.Slider(0, 10, value=0, step=1, label="Number of speakers (0 = detect)")
+                    postedit = gr.Checkbox(False, label="Post-edit casing and punctuation with an LLM")
+                    run = gr.Button("Transcribe", variant="primary", elem_id="run")
+                with gr.Column(scale=2):
+                    table = gr.Dataframe(headers=COLUMNS, label="Transcript", interactive=False, wrap=True, elem_id="transcript",
+                                         column_widths=["9%", "9%", "14%", "68%"])
+                    player = gr.Audio(label="Player", interactive=False, type="filepath", elem_id="player")
+                    files = gr.File(label="Downloads", file_count="multiple", interactive=False, elem_id="downloads")
+                    facts = gr.Markdown(elem_id="facts")
+            run.click(make_transcribe(service, ui), [audio, model, draft, language, task, diarize, speakers, postedit],
+                      [table, player, files, facts], concurrency_limit=1, concurrency_id="model", show_progress_on=[table])
+        with gr.Tab("Live", id="live", elem_id="live-tab", render_children=True):
+            build_live_tab(service, language_choices(), lambda: fresh_output_dir(ui))
     return demo
 
 

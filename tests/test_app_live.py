@@ -1,0 +1,116 @@
+"""The web UI's Live tab: its callbacks on real speech (no browser), then the whole tab in Debian's
+chromium with a fake microphone playing eval speech (Chromium's --use-file-for-fake-audio-capture)."""
+
+from __future__ import annotations
+
+import html
+
+import gradio as gr
+import numpy as np
+import pytest
+import soundfile as sf
+import soxr
+
+from specwhisper.audio.loading import load_audio
+from specwhisper.evaluation.transcripts import english_set, wer
+from specwhisper.pipeline.core import PipelineConfig
+from specwhisper.serving.params import Choices
+from specwhisper.serving.service import ServiceSettings, Transcriber
+from specwhisper.serving.ui_live import LiveError, LiveHandlers, LiveSlot, LiveView, PieceResampler, encode_payload
+
+MIC_RATE = 48000
+CLIPS = ("coqui-tts-ljspeech/LJ001-0001.wav", "coqui-tts-ljspeech/LJ001-0002.wav")  # 9.7 s + 1.9 s of one voice
+
+
+@pytest.fixture(scope="module")
+def speech():
+    """Two eval clips with short pauses and 1.5 s of silence at the end (13.8 s), and their reference."""
+    items = {i.file: i for i in english_set()}
+    silence = lambda s: np.zeros(int(s * 16000), np.float32)  # noqa: E731
+    a, b = (load_audio(items[f].path) for f in CLIPS)
+    audio = np.concatenate([silence(0.3), a, silence(0.4), b, silence(1.5)])
+    return audio, " ".join(items[f].reference for f in CLIPS)
+
+
+def mic_pieces(audio: np.ndarray, piece_s: float = 0.5) -> list[np.ndarray]:
+    """The audio as a browser sends it: 48 kHz int16, in ``piece_s`` pieces."""
+    at_48k = np.clip(soxr.resample(audio, 16000, MIC_RATE), -1, 1)
+    samples = (at_48k * 32767).astype(np.int16)
+    step = int(piece_s * MIC_RATE)
+    return [samples[i : i + step] for i in range(0, len(samples), step)]
+
+
+@pytest.fixture(scope="module")
+def handlers(tmp_path_factory):
+    out = tmp_path_factory.mktemp("live-out")
+    service = Transcriber(ServiceSettings(base=PipelineConfig(), choices=Choices(models=("tiny.en",), drafters=("none",)), max_audio_s=60))
+    folders = iter(range(1000))
+    return LiveHandlers(service, lambda: out / str(next(folders)))
+
+
+def test_callbacks_confirm_text_as_pieces_arrive(handlers, speech):
+    """Ticks hand over 48 kHz int16 audio as the page does (here 2 s each: the page gives a tick
+    all it recorded since the last one); each runs an update; the stop gives the final text and files."""
+    audio, reference = speech
+    slot = LiveSlot()
+    page, timer, files = handlers.start(slot, "tiny.en", "en", "transcribe")
+    assert timer.active and files is None and "Waiting for audio" in page
+    pieces = mic_pieces(audio, piece_s=2.0)
+    confirmed = []
+    for piece in pieces[:-1]:
+        page = handlers.tick(encode_payload(MIC_RATE, piece), slot)
+        confirmed.append(slot.session.view.confirmed)
+        assert html.escape(confirmed[-1]) in page and html.escape(slot.session.view.partial) in page
+    assert confirmed[-1], "nothing was confirmed before the stop"
+    assert all(b.startswith(a) for a, b in zip(confirmed, confirmed[1:])), confirmed  # confirmed text only grows
+    assert len(set(confirmed)) >= 3, confirmed  # and grows update by update
+    assert slot.session.updates == len(pieces) - 1
+
+    page, timer, files = handlers.stop(encode_payload(MIC_RATE, pieces[-1]), slot)
+    text = slot.session.view.confirmed
+    assert not timer.active and text.startswith(confirmed[-1]) and html.escape(text) in page and slot.session.view.partial == ""
+    assert slot.session.received_s == pytest.approx(len(audio) / 16000, abs=0.01)  # every sample arrived
+    assert wer([reference], [text]) < 0.2, text
+    assert sorted(p.rsplit(".", 1)[1] for p in files) == ["json", "srt", "tsv", "txt", "vtt"]
+    assert open(next(p for p in files if p.endswith(".txt"))).read().split() == text.split()
+
+    assert handlers.tick(encode_payload(MIC_RATE, pieces[0]), slot) is not None  # a tick after the stop changes nothing
+    assert slot.session.view.confirmed == text
+    handlers.start(slot, "tiny.en", "en", "transcribe")  # a new recording: a new stream
+    assert slot.session.view.confirmed == "" and slot.session.updates == 0
+
+
+def test_bad_pieces(handlers):
+    slot = LiveSlot()
+    handlers.start(slot, "tiny.en", "auto", "transcribe")
+    handlers.tick("", slot)  # nothing recorded yet
+    handlers.tick(encode_payload(MIC_RATE, np.zeros(4800, np.int16)), slot)  # 0.1 s: too little to detect the language
+    assert slot.session.updates == 0 and slot.session.received_s == pytest.approx(0.1, abs=0.02)  # less the filter delay
+    for payload, message in [(encode_payload(44100, np.zeros(4410, np.int16)), "changed its sample rate from 48000 to 44100 Hz"),
+                             ("48000:@@not base64@@", "the page sent audio the server cannot read"),
+                             ("48000:AA==", "an odd count"),
+                             ("error:the microphone could not be opened (NotAllowedError)", "could not be opened (NotAllowedError)")]:
+        with pytest.raises(gr.Error) as err:
+            handlers.tick(payload, slot)
+        assert message in str(err.value.message) and "\n" not in str(err.value.message)
+    with pytest.raises(gr.Error, match="passed the limit of 60 s"):
+        handlers.tick(encode_payload(16000, np.zeros(61 * 16000, np.int16)), fresh(handlers))
+    with pytest.raises(LiveError, match="too low to hold speech"):
+        PieceResampler()(500, np.zeros(10, np.int16))
+    with pytest.raises(LiveError, match="must be mono"):
+        PieceResampler()(MIC_RATE, np.zeros((10, 2), np.int16))
+    with pytest.raises(gr.Error, match="'large' is not offered here"):
+        handlers.start(LiveSlot(), "large", "en", "transcribe")
+    assert "Nothing is recording" in handlers.stop("", LiveSlot())[0]
+
+
+def fresh(handlers: LiveHandlers) -> LiveSlot:
+    slot = LiveSlot()
+    handlers.start(slot, "tiny.en", "en", "transcribe")
+    return slot
+
+
+def test_view_escapes_and_greys_the_partial_text():
+    page = LiveView(confirmed="<b>said</b>", partial=" & then", status="ok").html()
+    assert "&lt;b&gt;said&lt;/b&gt;" in page and "&amp; then" in page and "<b>" not in page
+    assert 'class="live-partial" style="color:' in page
