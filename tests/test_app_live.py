@@ -4,6 +4,8 @@ chromium with a fake microphone playing eval speech (Chromium's --use-file-for-f
 from __future__ import annotations
 
 import html
+import re
+import time
 
 import gradio as gr
 import numpy as np
@@ -17,6 +19,7 @@ from specwhisper.pipeline.core import PipelineConfig
 from specwhisper.serving.params import Choices
 from specwhisper.serving.service import ServiceSettings, Transcriber
 from specwhisper.serving.ui_live import LiveError, LiveHandlers, LiveSlot, LiveView, PieceResampler, encode_payload
+from tests.browser import chromium, fake_microphone_flags, running_app, screenshot
 
 MIC_RATE = 48000
 CLIPS = ("coqui-tts-ljspeech/LJ001-0001.wav", "coqui-tts-ljspeech/LJ001-0002.wav")  # 9.7 s + 1.9 s of one voice
@@ -114,3 +117,53 @@ def test_view_escapes_and_greys_the_partial_text():
     page = LiveView(confirmed="<b>said</b>", partial=" & then", status="ok").html()
     assert "&lt;b&gt;said&lt;/b&gt;" in page and "&amp; then" in page and "<b>" not in page
     assert 'class="live-partial" style="color:' in page
+
+
+LIVE_TIMEOUT_MS = 90_000  # an update takes 1-2 s with base on this CPU, 5 s when other jobs share it
+WATCH_PARTIAL_JS = """() => { window.sawPartial = false; new MutationObserver(() => {
+  if (document.querySelector('#live-text .live-partial')?.innerText.trim()) window.sawPartial = true; })
+  .observe(document.querySelector('#live-text'), {subtree: true, childList: true, characterData: true}); }"""
+
+
+def test_live_tab_with_a_fake_microphone(speech, tmp_path_factory):
+    """Chromium's fake microphone plays the eval speech once; confirmed text appears while it plays,
+    the partial text is grey, every sample reaches the server, and the final text matches the reference."""
+    audio, reference = speech
+    wav = tmp_path_factory.mktemp("mic") / "speech.wav"
+    sf.write(wav, audio, 16000, subtype="PCM_16")  # Chromium's fake capture reads 16-bit WAV
+    duration = len(audio) / 16000
+    with running_app(tmp_path_factory.mktemp("app"), "--models", "base", "--drafters", "none", "--max-duration", "120",
+                     "--output-dir", str(tmp_path_factory.mktemp("downloads"))) as url, chromium() as launch:
+        b = launch(*fake_microphone_flags(wav, loop=False))
+        try:
+            pg = b.new_context(viewport={"width": 1400, "height": 1000}, permissions=["microphone"]).new_page()
+            pg.goto(url)
+            pg.get_by_role("tab", name="Live").click()
+            pg.wait_for_selector("#live-text .live-status")
+            pg.evaluate(WATCH_PARTIAL_JS)
+            pg.click("#live-record")
+            started = time.monotonic()
+            pg.wait_for_function("() => document.querySelector('#live-text .live-confirmed')?.innerText.trim()",
+                                 timeout=LIVE_TIMEOUT_MS)
+            confirmed_after = time.monotonic() - started
+            screenshot(pg, "app-live")
+            colours = pg.evaluate("() => ['confirmed', 'partial'].map(c => getComputedStyle(document.querySelector(`#live-text .live-${c}`)).color)")
+            assert colours[0] != colours[1], colours
+            pg.wait_for_timeout(max(0.0, duration + 1.0 - (time.monotonic() - started)) * 1000)  # the file has played
+            recorded = time.monotonic() - started
+            pg.click("#live-stop")
+            pg.wait_for_selector("#live-downloads a[download]", timeout=LIVE_TIMEOUT_MS)
+            screenshot(pg, "app-live-done")
+            text = pg.inner_text("#live-text .live-confirmed")
+            status = pg.inner_text("#live-text .live-status")
+            assert pg.evaluate("() => window.sawPartial"), "no partial text was shown"
+            assert pg.inner_text("#live-text .live-partial").strip() == ""
+            assert pg.locator("#live-downloads a[download]").count() == 5
+        finally:
+            b.close()
+    heard = float(re.search(r"([\d.]+) s heard", status).group(1))
+    # every sample recorded reached the server (the page keeps them until a tick takes them); the
+    # microphone opens a moment after the click
+    assert recorded - 2.5 <= heard <= recorded + 0.5, (heard, recorded)
+    assert wer([reference], [text]) < 0.4, text
+    print(f"confirmed text after {confirmed_after:.1f} s; {status}")
