@@ -93,9 +93,14 @@ def test_bad_pieces(handlers):
                              ("48000:@@not base64@@", "the page sent audio the server cannot read"),
                              ("48000:AA==", "an odd count"),
                              ("error:the microphone could not be opened (NotAllowedError)", "could not be opened (NotAllowedError)")]:
+        slot = fresh(handlers)
+        handlers.tick(encode_payload(MIC_RATE, np.zeros(4800, np.int16)), slot)
         with pytest.raises(gr.Error) as err:
             handlers.tick(payload, slot)
         assert message in str(err.value.message) and "\n" not in str(err.value.message)
+        assert handlers.tick(payload, slot) is not None  # the ticks still queued end quietly
+        page, timer, files = handlers.stop("", slot)
+        assert message in page and not timer.active and files is None
     with pytest.raises(gr.Error, match="passed the limit of 60 s"):
         handlers.tick(encode_payload(16000, np.zeros(61 * 16000, np.int16)), fresh(handlers))
     with pytest.raises(LiveError, match="too low to hold speech"):

@@ -2,7 +2,8 @@
 
 Upload or record audio, pick the options, watch each stage's progress, then read a
 speaker-coloured transcript table, play the audio with subtitles, download every format and see
-the speed facts (RTF, speculative acceptance, tokens per target pass).
+the speed facts (RTF, speculative acceptance, tokens per target pass). The "Live" tab
+(``ui_live.py``) transcribes the microphone as it records.
 """
 
 from __future__ import annotations

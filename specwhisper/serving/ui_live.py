@@ -21,8 +21,7 @@ import binascii
 import html
 import logging
 import threading
-import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
 
@@ -244,7 +243,7 @@ def encode_payload(rate: int, samples: np.ndarray) -> str:
 class LiveSlot:
     """Per browser session (a ``gr.State``): the current recording, replaced by each new one."""
 
-    session: LiveSession | None = field(default=None)
+    session: LiveSession | None = None
 
 
 def live_error(exc: BaseException) -> gr.Error:
@@ -275,6 +274,8 @@ class LiveHandlers:
         try:
             session.take(payload)
         except LiveError as exc:
+            session.stopped = True  # one message; the ticks still queued end quietly
+            session.view.status = f"Stopped: {one_line(exc)}"
             raise live_error(exc) from None
         except Exception as exc:
             raise internal_error(exc) from None
@@ -283,8 +284,10 @@ class LiveHandlers:
     def stop(self, payload: str | None, slot: LiveSlot):
         """End of the recording: the final text and its files."""
         session = slot.session
-        if session is None or session.stopped:
+        if session is None:
             return LiveView(status="Nothing is recording").html(), gr.Timer(active=False), None
+        if session.stopped:  # stopped already, or by an error
+            return session.view.html(), gr.Timer(active=False), None
         try:
             transcript = session.stop(payload)
         except LiveError as exc:
