@@ -97,6 +97,14 @@ class Transcriber:
         with self._lock:
             return self._pipeline(params.pipeline_config(self.settings.base)).asr
 
+    @contextmanager
+    def held_engine(self, params: TranscribeParams) -> Iterator[AsrEngine]:
+        """``engine`` with the model kept to the caller while the block runs, for callers on many
+        threads (the web UI's Live tab on Gradio's): a live update takes turns with the file
+        requests, and shares their weights."""
+        with self._lock:
+            yield self._pipeline(params.pipeline_config(self.settings.base)).asr
+
     def loaded(self) -> list[tuple[str, str]]:
         """(model, drafter) of the pipelines in memory, oldest first."""
         with self._lock:
@@ -143,11 +151,3 @@ class Transcriber:
                 progress("loading models", 0.0)
             pipeline = self._pipeline(params.pipeline_config(self.settings.base))
             return pipeline.run(audio, options, progress, source=source)
-
-    @contextmanager
-    def engine(self, params: TranscribeParams) -> Iterator[AsrEngine]:
-        """The ASR engine of ``params``' pipeline (loaded if need be), held alone while the block
-        runs: a live stream shares the weights the file requests use, and its updates take turns
-        with them (the engine's decoder runtime is one per pipeline)."""
-        with self._lock:
-            yield self._pipeline(params.pipeline_config(self.settings.base)).asr

@@ -11,7 +11,7 @@ arrived even with a handler that only buffered, and the transcript was nonsense.
 
 Confirmed words are shown as they are, the partial hypothesis after them in grey. Stopping takes
 the last samples, decodes the rest, confirms the last hypothesis and offers the usual files. Live
-updates use the engine the file tab's pipeline loaded (``Transcriber.engine``) and take turns with it.
+updates use the engine the file tab's pipeline loaded (``Transcriber.held_engine``) and take turns with it.
 """
 
 from __future__ import annotations
@@ -178,7 +178,7 @@ class LiveSession:
 
     def _step(self, audio: np.ndarray, final: bool) -> StreamUpdate | None:
         """Push ``audio`` and run an update (``final``: finish the stream) with the engine held."""
-        with self.service.engine(self.params) as engine:
+        with self.service.held_engine(self.params) as engine:
             if self.live is None:
                 if final and not audio.size:
                     return None
