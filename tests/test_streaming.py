@@ -128,6 +128,24 @@ def test_a_looping_redecode_is_cut_and_confirms_nothing(base_engine, run, monkey
     assert tr.state.previous == []  # nothing drafted from a cut re-decode
 
 
+def test_more_than_a_window_at_once_loses_nothing(base_engine, run):
+    """A client that sent faster than the updates ran: 50 s arrive before the first update. Each
+    update decodes a window and ``finish`` goes on until all of it is decoded."""
+    audio = np.concatenate([run.audio, run.audio])
+    tr = StreamingTranscriber(base_engine, StreamOptions(language="en"))
+    assert tr.room_s == 30.0
+    tr.push(audio)
+    assert tr.room_s == 0.0
+    tr.update()
+    first = tr.confirmed  # one hypothesis: nothing agreed yet, and the window is not cut unconfirmed
+    last = tr.finish()
+    words = tr.confirmed
+    assert words == first + last.confirmed.words
+    assert [w.start for w in words] == sorted(w.start for w in words)
+    assert words[-1].end > len(audio) / 16000 - 5.0
+    assert len(words) >= 0.85 * 2 * len(normalize(run.offline).split())
+
+
 def test_bad_audio_is_a_one_line_error(base_engine):
     tr = StreamingTranscriber(base_engine, StreamOptions(language="en"))
     with pytest.raises(ValueError, match="mono"):

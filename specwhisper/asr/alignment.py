@@ -165,9 +165,10 @@ class WordAligner:
         device = self.rt.device
         seqs = torch.tensor([((prompt + text + [self.sp.eot])[:n] + [self.sp.eot] * n)[:n] for text in texts], device=device)
         positions = torch.arange(n, device=device).expand(len(rows), -1)
-        cache = self.rt.new_cache(encoder_out[torch.tensor(rows, device=device)])
+        # all rows: the very tensor, so a projection shared for it is found (``sharing_cross_kv``)
+        cache = self.rt.new_cache(encoder_out if len(rows) == encoder_out.shape[0] else encoder_out[torch.tensor(rows, device=device)])
         qk: dict[int, torch.Tensor] = {layer: None for layer, _ in self.heads}
-        hidden = self.rt.hidden(seqs, positions, cache, cross_qk=qk)
+        hidden = self.rt.hidden(seqs, positions, cache, cross_qk=qk, whole_rows=True)
         logprobs = self.rt.logits(hidden).float().log_softmax(-1)
         for r, i in enumerate(rows):
             weights = torch.stack([qk[layer][r, head] for layer, head in self.heads])  # [H, n, frames]

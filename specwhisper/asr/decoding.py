@@ -221,9 +221,11 @@ class Decoder:
         b, device = cache.batch_size, self.rt.device
         tokens = torch.tensor(prompt, device=device).expand(b, -1)
         positions = torch.arange(len(prompt), device=device).expand(b, -1)
-        logits = self.rt.step(tokens, positions, cache)
-        if self.sp.no_speech is not None:  # read where <|startoftranscript|> is (after any context)
-            no_speech = logits[:, prompt.index(self.sp.sot)].float().softmax(-1)[:, self.sp.no_speech]
+        # logits where <|startoftranscript|> is (after any context: the no-speech probability) and last
+        only = [prompt.index(self.sp.sot), len(prompt) - 1] if self.sp.no_speech is not None else [len(prompt) - 1]
+        logits = self.rt.step(tokens, positions, cache, only=only, whole_rows=True)
+        if self.sp.no_speech is not None:
+            no_speech = logits[:, 0].float().softmax(-1)[:, self.sp.no_speech]
         else:
             no_speech = torch.zeros(b, device=device)
         return logits[:, -1], no_speech

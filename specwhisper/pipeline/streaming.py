@@ -119,6 +119,9 @@ class LiveDecode:
     segments: list[Segment]
     max_len: int = 448  # the decoder's length limit (prompt and tokens) for this buffer (``token_cap``)
     looped: bool = False  # hit the token cap or too repetitive: not used as a hypothesis
+    # the cross-attention K/V projection, made once for the decode and the alignment (part of the
+    # decoder's cost: ``stats.decoder_seconds`` is the decode after it)
+    cross_seconds: float = 0.0
 
 
 @dataclass
@@ -167,8 +170,14 @@ class StreamingTranscriber:
     def confirmed(self) -> list[Word]:
         return list(self.state.confirmed)
 
+    @property
+    def room_s(self) -> float:
+        """Seconds of audio the buffer takes before it holds a whole window (more waits for later updates)."""
+        return max(0.0, WINDOW_S - len(self.state.buffer) / SAMPLE_RATE)
+
     def push(self, audio: np.ndarray) -> None:
-        """Append 16 kHz mono float32 samples (any length); nothing is decoded until ``update``."""
+        """Append 16 kHz mono float32 samples (any length); nothing is decoded until ``update``, which
+        decodes the buffer's first ``WINDOW_S`` seconds (the rest waits for the next updates)."""
         audio = np.asarray(audio, dtype=np.float32)
         if audio.ndim != 1:
             raise ValueError(f"live audio must be mono samples (one dimension), got shape {audio.shape}")
@@ -188,7 +197,7 @@ class StreamingTranscriber:
             committed = self.agreement.flush()
             st.confirmed.extend(committed)
         st.decoded_to = st.offset + decode.buffer_seconds
-        self._trim(decode.segments if not decode.looped else [])
+        self._trim(decode.segments if not decode.looped else [], waiting=st.received > st.decoded_to + 1e-6)
         update = StreamUpdate(Confirmed(committed), self._partial(), time.perf_counter() - t0, decode)
         if self.observer is not None:
             self.observer(decode)
@@ -199,11 +208,18 @@ class StreamingTranscriber:
         """End of stream: decode what arrived since the last update, then confirm the last hypothesis."""
         t0 = time.perf_counter()
         st = self.state
-        update = self.update() if st.received > st.decoded_to + 1e-6 else None
+        update, words = None, []
+        # more than a window may be waiting (a client that sent faster than the updates ran): each
+        # update decodes a window and trims it; bounded, as a window that cannot be cut stays
+        for _ in range(int(len(st.buffer) / SAMPLE_RATE / self.opts.trim_s) + 2):
+            if st.received <= st.decoded_to + 1e-6:
+                break
+            update = self.update()
+            words += update.confirmed.words
         rest = self.agreement.pending()
         self.agreement.tail = []
         st.confirmed.extend(rest)
-        words = (update.confirmed.words if update else []) + rest
+        words += rest
         return StreamUpdate(Confirmed(words), Partial(""), time.perf_counter() - t0, update.decode if update else None)
 
     # ------------------------------------------------------------------ internals
@@ -222,16 +238,26 @@ class StreamingTranscriber:
     @torch.inference_mode()
     def _decode(self) -> LiveDecode:
         eng, st = self.engine, self.state
-        seconds = len(st.buffer) / SAMPLE_RATE
-        chunk = Chunk(0, len(st.buffer))
+        audio = st.buffer[: int(WINDOW_S * SAMPLE_RATE)]
+        seconds = len(audio) / SAMPLE_RATE
         t = time.perf_counter()
-        feats = eng.features(st.buffer, [chunk])
+        feats = eng.features(audio, [Chunk(0, len(audio))])
         enc = eng.runtime.encode(feats) if self.opts.encoder == "window" else eng.runtime.encode_audio_part(feats)
         trim_heap()
         self.stats.encoder_seconds += time.perf_counter() - t
         if self.language is None and eng.special.multilingual:
             self.language = detect_language(eng.runtime, eng.special, enc)[0]
         prompt = eng.special.prompt(self.language, self.opts.task, timestamps=True, context=self._context())
+        t = time.perf_counter()
+        with eng.runtime.sharing_cross_kv(enc):  # the decode and the alignment attend to the same frames
+            cross_seconds = time.perf_counter() - t
+            self.stats.decoder_seconds += cross_seconds
+            decode = self._decode_and_align(enc, prompt, seconds)
+        decode.cross_seconds = cross_seconds
+        return decode
+
+    def _decode_and_align(self, enc: torch.Tensor, prompt: list[int], seconds: float) -> LiveDecode:
+        eng, st = self.engine, self.state
         self.drafter.set_source(st.previous)
         max_len = self.decoder.max_len = min(eng.runtime.max_len, len(prompt) + token_cap(seconds))
         out = self.decoder.decode(enc, prompt)
@@ -248,18 +274,20 @@ class StreamingTranscriber:
         st.previous = list(seq.tokens)
         return LiveDecode(st.offset, seconds, prompt, list(seq.tokens), enc, out.stats, segments, max_len)
 
-    def _trim(self, segments: list[Segment]) -> None:
+    def _trim(self, segments: list[Segment], waiting: bool = False) -> None:
         """Cut the buffer at the end of the last segment inside the confirmed words once it passes
         ``trim_s`` (whisper_streaming's segment trimming); past Whisper's window, at the last
-        confirmed word's end, or keep the window's last seconds when nothing is confirmed."""
+        confirmed word's end, or keep the window's last seconds when nothing is confirmed. Not that
+        last, unconfirmed cut while audio past the window is ``waiting`` and this decode had words:
+        the next update decodes the same window again and confirms what the two agree on."""
         st = self.state
-        seconds = len(st.buffer) / SAMPLE_RATE
+        seconds = min(len(st.buffer) / SAMPLE_RATE, WINDOW_S)  # what the update decoded
         if seconds <= self.opts.trim_s:
             return
         done = self.agreement.last_time
         ends = [s.end for s in segments[:-1] if st.offset < s.end <= done + 1e-6]
         cut = max(ends) if ends else None
-        if cut is None and seconds > WINDOW_S - 1.0:  # the next pieces would not fit the window:
+        if cut is None and seconds > WINDOW_S - 1.0 and not (waiting and segments):  # the next pieces would not fit the window:
             # at the last confirmed word if that frees enough room, else unconfirmed audio goes
             end = st.offset + seconds
             cut = done if end - done <= WINDOW_S - 5.0 else end - self.opts.trim_s

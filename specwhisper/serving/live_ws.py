@@ -68,7 +68,7 @@ from specwhisper.asr.engine import DecodeOptions
 from specwhisper.asr.models import ModelError
 from specwhisper.asr.types import Transcript, word_to_dict
 from specwhisper.audio.loading import SAMPLE_RATE
-from specwhisper.pipeline.streaming import WINDOW_S, StreamingTranscriber, StreamOptions, StreamUpdate, words_to_segments
+from specwhisper.pipeline.streaming import StreamingTranscriber, StreamOptions, StreamUpdate, words_to_segments
 from specwhisper.serving.endpoint import response
 from specwhisper.serving.model_worker import ModelWorker, QueueFull
 from specwhisper.serving.params import RequestError, TranscribeParams, clip, one_line, parse_params, short_repr
@@ -236,8 +236,7 @@ class LiveStream:
             if box.error is not None or box.gone:
                 return None
             if box.pending:
-                room = WINDOW_S - len(live.state.buffer) / SAMPLE_RATE  # the buffer never outgrows the window
-                audio = box.take(room)
+                audio = box.take(live.room_s)  # the buffer never outgrows the window
                 update = await self._on_worker(lambda: step(live, audio))
                 if box.error is not None or box.gone:
                     return None
