@@ -133,15 +133,25 @@ def test_cli_removes_the_checkpoint_and_says_how_to_resume(run_cli, base_pipelin
 
 
 def test_progress_bar_shows_audio_seconds_and_time_left(capsys):
+    """The time left is the rate of this run's decoding: 3600 s of audio in 100 s leaves 300 s for the
+    other 10800; after a resume to 50 %, the replayed half does not count as speed."""
     from specwhisper.serving.cli import _Progress
 
     bar = _Progress("talk.mp3", enabled=True, seconds=14400)
     bar("transcribe", 0.0)
+    bar.bar.start_t -= 100  # as if 100 s went by
     bar("transcribe", 0.25)
+    assert "3600/14400 s audio [01:40<05:00]" in capsys.readouterr().err
+    bar("resume", 0.5)
+    bar("transcribe", 0.5)
+    bar.bar.start_t -= 100
+    bar("transcribe", 0.75)
     bar.close()
-    err = capsys.readouterr().err
-    assert "3600/14400 s audio" in err and "<" in err.split("3600/14400 s audio")[-1]
-    assert "{remaining}" in bar.format
+    assert "10800/14400 s audio [01:40<01:40]" in capsys.readouterr().err
+    percent = _Progress("stream", enabled=True)  # no length known: percent
+    percent("vad", 0.5)
+    percent.close()
+    assert "stream vad:  50%|" in capsys.readouterr().err
 
 
 def test_checkpoint_of_another_run_is_not_reused(tmp_path):

@@ -39,7 +39,7 @@ class _Progress:
         self.bar = None
         self.stage = None
         self.total = round(seconds) if seconds else 100
-        self.unit = " s audio" if seconds else "%"
+        self.done = "{n}/{total} s audio " if seconds else ""
 
     def __call__(self, stage: str, fraction: float) -> None:
         if not self.enabled:
@@ -60,7 +60,7 @@ class _Progress:
 
     @property
     def format(self) -> str:
-        return "{desc}: {percentage:3.0f}%|{bar}| {n}/{total}" + self.unit + " [{elapsed}<{remaining}]"
+        return "{desc}: {percentage:3.0f}%|{bar}| " + self.done + "[{elapsed}<{remaining}]"
 
     def close(self) -> None:
         if self.bar is not None:
