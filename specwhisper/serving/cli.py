@@ -236,6 +236,7 @@ def _transcribe_one(pipeline, path: str, stem: str, out_dir: Path, formats: list
         _error(exc)
         return False
     except KeyboardInterrupt:
+        progress.close()  # the bar first: the line below starts a line of its own
         if checkpoint.is_file():
             print(f"{PROG}: {path}: finished chunks kept in {checkpoint}; run the same command again to resume", file=sys.stderr)
         raise
