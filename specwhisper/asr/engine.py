@@ -234,8 +234,8 @@ class AsrEngine:
         Per-file stats: exact token counts and VAD time; a shared batch's encoder/decoder/alignment
         time and pass counts are split by each file's rows (encoder) or generated tokens (decoder,
         alignment). ``journal`` (specwhisper.pipeline.checkpoint) replays the batches an interrupted
-        run finished and records the ones decoded; progress is the share of the files' audio whose
-        planned chunks are done (monotone: re-decoded stretches add none)."""
+        run finished and records the ones decoded; progress is the share of the audio to decode that is
+        decoded (stretches queued again add to both), never reported lower than before."""
         decoder = decoder or self.decoder
         opts = options or DecodeOptions()
         opts.validate(self.special)
@@ -266,7 +266,7 @@ class AsrEngine:
         redecoded: set[int] = set()  # ids of the segments of re-decoded stretches
         replaces: dict[Item, Segment] = {}  # a stretch queued again -> the thin segment it may replace
         decoded: list[list[Chunk]] = [[] for _ in audios]
-        total, done = sum(len(a) for a in audios) or 1, 0
+        total, done, shown = sum(len(a) for a in audios) or 1, 0, 0.0  # samples of audio to decode, decoded
         report("transcribe", 0.0)
         for queue in queues.values():
             while queue:
@@ -302,12 +302,14 @@ class AsrEngine:
                     # skipped stretches go first when conditioning, so a file keeps its order
                     queue.extendleft(reversed(items)) if opts.condition_on_previous_text else queue.extend(items)
                     stats[i].redecoded_chunks += len(skipped)
+                    total += sum(c.end - c.start for c, _ in skipped)
                     if opts.condition_on_previous_text:
                         reset = a.temperature > PROMPT_RESET_TEMPERATURE
                         contexts[i] = [] if reset else (contexts[i] + [t for s in segs for t in s.tokens])[-SpecialTokens.MAX_CONTEXT :]
                 _share_stats(batch_stats, [i for i, _ in batch], [len(a.seq.tokens) for a in attempts], stats)
-                done += sum(c.end - c.start for _, c in batch if not c.depth)
-                report("resume" if replayed else "transcribe", done / total)
+                done += sum(c.end - c.start for _, c in batch)
+                shown = max(shown, done / total)  # a stretch queued again adds work: the bar waits, never goes back
+                report("resume" if replayed else "transcribe", shown)
         return [
             AsrResult(
                 stitch(done_segments[i], redecoded, self.bundle.tokenizer),
