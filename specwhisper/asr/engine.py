@@ -211,9 +211,10 @@ class AsrEngine:
         options: DecodeOptions | None = None,
         progress: Progress | None = None,
         decoder: Decoder | None = None,
+        journal=None,
     ) -> AsrResult:
         """Transcribe a 16 kHz waveform; ``decoder`` overrides the engine's own (tests, benchmarks)."""
-        return self.transcribe_many([audio], options, progress, decoder)[0]
+        return self.transcribe_many([audio], options, progress, decoder, journal)[0]
 
     def transcribe_many(
         self,
@@ -221,6 +222,7 @@ class AsrEngine:
         options: DecodeOptions | None = None,
         progress: Progress | None = None,
         decoder: Decoder | None = None,
+        journal=None,
     ) -> list[AsrResult]:
         """Transcribe several 16 kHz waveforms with their chunks batched together.
 
@@ -231,7 +233,9 @@ class AsrEngine:
         one at a time in order, each after the text of the one before (openai/whisper's way).
         Per-file stats: exact token counts and VAD time; a shared batch's encoder/decoder/alignment
         time and pass counts are split by each file's rows (encoder) or generated tokens (decoder,
-        alignment)."""
+        alignment). ``journal`` (specwhisper.pipeline.checkpoint) replays the batches an interrupted
+        run finished and records the ones decoded; progress is the share of the audio to decode that is
+        decoded (stretches queued again add to both), never reported lower than before."""
         decoder = decoder or self.decoder
         opts = options or DecodeOptions()
         opts.validate(self.special)
@@ -262,18 +266,26 @@ class AsrEngine:
         redecoded: set[int] = set()  # ids of the segments of re-decoded stretches
         replaces: dict[Item, Segment] = {}  # a stretch queued again -> the thin segment it may replace
         decoded: list[list[Chunk]] = [[] for _ in audios]
-        total, done = sum(len(p) for p in plans), 0
+        total, done, shown = sum(len(a) for a in audios) or 1, 0, 0.0  # samples of audio to decode, decoded
         report("transcribe", 0.0)
         for queue in queues.values():
             while queue:
                 batch = [queue.popleft() for _ in range(min(batch_size, len(queue)))]
                 i0 = batch[0][0]
                 prompt = list(base_prompt(i0, contexts[i0]))
-                feats, enc = self._gather(audios, batch, encoded, stats)
-                batch_stats = DecodeStats()
-                per_chunk, again, attempts = self._decode_batch(
-                    enc, feats, prompt, [c for _, c in batch], languages[i0][0], opts, decoder, batch_stats
-                )
+                replayed = journal.replay(batch, prompt) if journal else None
+                if replayed:
+                    per_chunk, again, attempts, batch_stats = replayed
+                    for item in batch:
+                        encoded.pop(item, None)
+                else:
+                    feats, enc = self._gather(audios, batch, encoded, stats)
+                    batch_stats = DecodeStats()
+                    per_chunk, again, attempts = self._decode_batch(
+                        enc, feats, prompt, [c for _, c in batch], languages[i0][0], opts, decoder, batch_stats
+                    )
+                    if journal:
+                        journal.record(batch, prompt, per_chunk, again, attempts, batch_stats)
                 for (i, chunk), segs, skipped, a in zip(batch, per_chunk, again, attempts):
                     thin = replaces.pop((i, chunk), None)
                     if thin is not None:  # the new text replaces a thin segment when it has more words
@@ -290,13 +302,14 @@ class AsrEngine:
                     # skipped stretches go first when conditioning, so a file keeps its order
                     queue.extendleft(reversed(items)) if opts.condition_on_previous_text else queue.extend(items)
                     stats[i].redecoded_chunks += len(skipped)
-                    total += len(skipped)
+                    total += sum(c.end - c.start for c, _ in skipped)
                     if opts.condition_on_previous_text:
                         reset = a.temperature > PROMPT_RESET_TEMPERATURE
                         contexts[i] = [] if reset else (contexts[i] + [t for s in segs for t in s.tokens])[-SpecialTokens.MAX_CONTEXT :]
                 _share_stats(batch_stats, [i for i, _ in batch], [len(a.seq.tokens) for a in attempts], stats)
-                done += len(batch)
-                report("transcribe", done / total)
+                done += sum(c.end - c.start for _, c in batch)
+                shown = max(shown, done / total)  # a stretch queued again adds work: the bar waits, never goes back
+                report("resume" if replayed else "transcribe", shown)
         return [
             AsrResult(
                 stitch(done_segments[i], redecoded, self.bundle.tokenizer),

@@ -58,6 +58,7 @@ class DecodeStats(SpeculativeCounts):
     fallback_passes: int = 0  # target passes of temperature-fallback decodes (plain sampling, no drafter)
     fallback_seconds: float = 0.0  # their time, also counted in decoder_seconds
     redecoded_chunks: int = 0  # chunk tails decoded again because a decode stopped before the speech did
+    resumed_chunks: int = 0  # chunks an interrupted run finished, read from its checkpoint (specwhisper.pipeline.checkpoint)
 
     def merge(self, other: DecodeStats) -> None:
         for f in fields(self):

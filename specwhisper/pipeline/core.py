@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass, field, replace
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Callable
 
@@ -95,23 +95,44 @@ class Pipeline:
             )
         return self._post_editor
 
-    def run_file(self, path: str | Path, options: RunOptions | None = None, progress: Progress | None = None) -> Transcript:
+    def run_file(
+        self, path: str | Path, options: RunOptions | None = None, progress: Progress | None = None, checkpoint: Path | None = None
+    ) -> Transcript:
         t = time.perf_counter()
         audio = load_audio(path, max_seconds=(options or RunOptions()).max_audio_s)
         load_s = time.perf_counter() - t
-        result = self.run(audio, options, progress, source=str(path))
+        result = self.run(audio, options, progress, source=str(path), checkpoint=checkpoint)
         result.timings["load_audio"] = round(load_s, 3)
         return result
 
     def run(
-        self, audio: np.ndarray, options: RunOptions | None = None, progress: Progress | None = None, source: str | None = None
+        self,
+        audio: np.ndarray,
+        options: RunOptions | None = None,
+        progress: Progress | None = None,
+        source: str | None = None,
+        checkpoint: Path | None = None,
     ) -> Transcript:
+        """``checkpoint``: a file that keeps the ASR's finished chunks, so that an interrupted run of
+        the same audio and settings resumes there (specwhisper.pipeline.checkpoint); the caller
+        removes it once the transcript is safe."""
         opts = options or RunOptions()
         opts.validate()
         report = progress or (lambda stage, frac: None)
         t = time.perf_counter()
-        asr = self.asr.transcribe(audio, opts.decode, report)
+        journal = self._journal(checkpoint, audio, opts) if checkpoint is not None else None
+        asr = self.asr.transcribe(audio, opts.decode, report, journal=journal)
+        if journal is not None:
+            asr.stats.resumed_chunks = journal.resumed_chunks
         return self._finish(audio, asr, time.perf_counter() - t, opts, report, source)
+
+    def _journal(self, path: Path, audio: np.ndarray, opts: RunOptions):
+        from specwhisper.pipeline.checkpoint import ChunkCheckpoint, audio_identity, checkpoint_key
+
+        opts.decode.validate(self.asr.special)  # the language as the engine will see it
+        settings = {"model": self.asr.model_name, "draft": self.config.draft, "device": self.config.device,
+                    "dtype": self.config.dtype, "decode": asdict(opts.decode)}
+        return ChunkCheckpoint.open(path, checkpoint_key(audio_identity(audio), settings))
 
     def run_many(
         self,

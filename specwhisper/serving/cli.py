@@ -27,29 +27,40 @@ BATCH_DEFAULTS = {"engine": "local", "group_files": 16}
 
 
 class _Progress:
-    """One tqdm bar per stage, on stderr."""
+    """One tqdm bar per stage, on stderr: seconds of audio done out of the file's ``seconds`` (percent
+    when its length is unknown) and the time left. The time left is the average rate since the stage's
+    bar appeared (tqdm's, with no smoothing: the engine reports after each batch, and batches of a long
+    file take about equal time per second of audio). Chunks taken from a checkpoint report the stage
+    ``resume``, so the ``transcribe`` bar starts where they ended and its rate counts decoding only."""
 
-    def __init__(self, label: str, enabled: bool):
+    def __init__(self, label: str, enabled: bool, seconds: float | None = None):
         self.label = label
         self.enabled = enabled
         self.bar = None
         self.stage = None
+        self.total = round(seconds) if seconds else 100
+        self.done = "{n}/{total} s audio " if seconds else ""
 
     def __call__(self, stage: str, fraction: float) -> None:
         if not self.enabled:
             return
         from tqdm import tqdm
 
+        n = int(round(min(max(fraction, 0.0), 1.0) * self.total))
         if stage != self.stage:
             self.close()
             self.stage = stage
             # A terminal that reports a 0 x 0 size (e.g. a pty without a window size) makes tqdm
             # draw nothing at all; fall back to 80 x 24.
             size = shutil.get_terminal_size((80, 24))
-            self.bar = tqdm(total=100, desc=f"{self.label} {stage}", unit="%", file=sys.stderr, leave=False, ncols=size.columns, nrows=size.lines,
-                            bar_format="{desc}: {percentage:3.0f}%|{bar}| {elapsed}<{remaining}")
-        self.bar.n = int(round(min(max(fraction, 0.0), 1.0) * 100))
+            self.bar = tqdm(total=self.total, initial=n, desc=f"{self.label} {stage}", file=sys.stderr, leave=False,
+                            ncols=size.columns, nrows=size.lines, bar_format=self.format)
+        self.bar.n = n
         self.bar.refresh()
+
+    @property
+    def format(self) -> str:
+        return "{desc}: {percentage:3.0f}%|{bar}| " + self.done + "[{elapsed}<{remaining}]"
 
     def close(self) -> None:
         if self.bar is not None:
@@ -209,13 +220,26 @@ def _error(exc: Exception) -> None:
 
 
 def _transcribe_one(pipeline, path: str, stem: str, out_dir: Path, formats: list[str], opts, quiet: bool) -> bool:
-    """Transcribe one input and write its outputs; a failure is one line on stderr and False."""
-    progress = _Progress(Path(path).name, enabled=not quiet and sys.stderr.isatty())
+    """Transcribe one input and write its outputs; a failure is one line on stderr and False.
+
+    The ASR's finished chunks are kept in ``<out_dir>/.<stem>.partial.jsonl`` until the outputs are
+    written, so an interrupted run of a long file resumes there (specwhisper.pipeline.checkpoint)."""
+    from specwhisper.audio.probe import probe_duration
+    from specwhisper.pipeline.checkpoint import checkpoint_path
+
+    enabled = not quiet and sys.stderr.isatty()
+    progress = _Progress(Path(path).name, enabled, probe_duration(path) if enabled else None)
+    checkpoint = checkpoint_path(out_dir, stem)
     try:
-        transcript = pipeline.run_file(path, opts, progress)
+        transcript = pipeline.run_file(path, opts, progress, checkpoint=checkpoint)
     except (AudioError, ValueError) as exc:
         _error(exc)
         return False
+    except KeyboardInterrupt:
+        progress.close()  # the bar first: the line below starts a line of its own
+        if checkpoint.is_file():
+            print(f"{PROG}: {path}: finished chunks kept in {checkpoint}; run the same command again to resume", file=sys.stderr)
+        raise
     finally:
         progress.close()
     try:
@@ -223,12 +247,14 @@ def _transcribe_one(pipeline, path: str, stem: str, out_dir: Path, formats: list
     except OSError as exc:
         _error(OSError(f"{path}: cannot write outputs to {out_dir} ({exc.strerror or exc})"))
         return False
+    checkpoint.unlink(missing_ok=True)
     if not quiet:
         print(render(transcript, "txt"), end="" if transcript.segments else "(no speech found)\n")
         s = transcript.stats
         speculative = (f"acceptance {s.acceptance_rate:.0%}, {s.tokens_per_target_pass:.2f} tokens/target pass"
                        if s.drafted else "no drafter")
-        print(f"{PROG}: {path}: {transcript.duration:.1f} s audio, RTF {transcript.timings.get('rtf', 0):.3f}, "
+        resumed = f", {s.resumed_chunks} chunk{'s' * (s.resumed_chunks > 1)} resumed" if s.resumed_chunks else ""
+        print(f"{PROG}: {path}: {transcript.duration:.1f} s audio{resumed}, RTF {transcript.timings.get('rtf', 0):.3f}, "
               f"language {transcript.language}, {speculative}; wrote {', '.join(p.name for p in written)}", file=sys.stderr)
     return True
 

@@ -1,0 +1,171 @@
+"""An interrupted long file resumes from its last finished batch of chunks (specwhisper.pipeline.checkpoint),
+with a transcript identical to an uninterrupted run; the progress it reports is monotone and the CLI's
+bar shows audio seconds and the time left."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from dataclasses import replace
+
+import pytest
+
+from specwhisper.asr.engine import DecodeOptions
+from specwhisper.audio.loading import load_audio
+from specwhisper.evaluation.transcripts import build_long_file
+from specwhisper.pipeline.checkpoint import ChunkCheckpoint
+from specwhisper.pipeline.core import RunOptions
+from specwhisper.pipeline.writers import render
+
+
+class Stop(KeyboardInterrupt):
+    pass
+
+
+def _options(**decode) -> RunOptions:
+    return RunOptions(decode=DecodeOptions(language="en", batch_size=2, word_timestamps=True, **decode))
+
+
+def _count_decoded(monkeypatch, engine) -> list[int]:
+    """Chunks the engine decodes from now on (rows of its batches)."""
+    rows: list[int] = []
+    original = engine._decode_batch
+
+    def counting(enc, feats, prompt, chunks, *rest):
+        rows.append(len(chunks))
+        return original(enc, feats, prompt, chunks, *rest)
+
+    monkeypatch.setattr(engine, "_decode_batch", counting)
+    return rows
+
+
+def _records(path) -> int:
+    return len(path.read_bytes().split(b"\n")) - 2  # the header, and the empty piece after the last newline
+
+
+@pytest.fixture(scope="module")
+def long_file(tmp_path_factory):
+    """About 2.5 minutes of the public clips, back to back."""
+    return build_long_file("dense", tmp_path_factory.mktemp("long"), min_seconds=150)
+
+
+@pytest.fixture(scope="module")
+def tiny_pipeline(tiny_engine):
+    """tiny.en: the test decodes its 2.5 minutes twice (about 3x faster than base, words included)."""
+    from specwhisper.pipeline.core import Pipeline, PipelineConfig
+
+    return Pipeline(PipelineConfig(model="tiny.en", draft="none"), asr=tiny_engine)
+
+
+def test_interrupted_file_resumes_identically(tiny_pipeline, long_file, tmp_path, monkeypatch):
+    pipeline = tiny_pipeline
+    opts = _options()
+    fractions: list[tuple[str, float]] = []
+    decoded_whole = _count_decoded(monkeypatch, pipeline.asr)
+    whole = pipeline.run_file(long_file.path, opts, lambda stage, f: fractions.append((stage, f)))
+    decoded_whole = sum(decoded_whole)
+    asr = [f for stage, f in fractions if stage == "transcribe"]
+    assert asr == sorted(asr) and asr[0] == 0.0 and asr[-1] == pytest.approx(1.0)
+    assert len(asr) >= 4, "too few batches to interrupt in the middle"
+
+    ckpt = tmp_path / ".long.partial.jsonl"
+    reports = []
+
+    def interrupt_after_two_batches(stage, f):
+        reports.append(stage)
+        if reports.count("transcribe") == 3:  # 0.0, then two finished batches
+            raise Stop
+
+    with pytest.raises(Stop):
+        pipeline.run_file(long_file.path, opts, interrupt_after_two_batches, checkpoint=ckpt)
+    assert _records(ckpt) == 2
+
+    # The same audio and settings find both records; another file or setting finds none.
+    audio = load_audio(long_file.path)
+    probe = tmp_path / "probe.jsonl"
+    changed = audio.copy()
+    changed[len(changed) // 2] += 1e-3
+    for other_audio, other_opts, expected in [(audio, opts, 2), (changed, opts, 0), (audio, _options(vad_threshold=0.45), 0),
+                                              (audio, replace(opts, decode=replace(opts.decode, word_timestamps=False)), 0)]:
+        shutil.copy(ckpt, probe)
+        assert len(pipeline._journal(probe, other_audio, other_opts).records) == expected
+    # A line torn by a kill mid-write is ignored and cut off; so is everything after a garbled line.
+    size = ckpt.stat().st_size
+    for tail, kept in [(b'{"batch": [[0, 1', 2), (b"\x00garbage\n" + b"{}\n", 2)]:
+        probe.write_bytes(ckpt.read_bytes() + tail)
+        assert len(pipeline._journal(probe, audio, opts).records) == kept and probe.stat().st_size == size
+    lines = ckpt.read_bytes().split(b"\n")
+    probe.write_bytes(b"\n".join(lines[:2] + [b"not json"] + lines[2:]))
+    assert len(pipeline._journal(probe, audio, opts).records) == 1
+
+    monkeypatch.undo()
+    decoded = _count_decoded(monkeypatch, pipeline.asr)
+    resumed_fractions: list[tuple[str, float]] = []
+    again = pipeline.run_file(long_file.path, opts, lambda stage, f: resumed_fractions.append((stage, f)), checkpoint=ckpt)
+    assert again.stats.resumed_chunks == 4 and sum(decoded) == decoded_whole - 4
+    assert again.segments == whole.segments  # text, tokens, times, words, window facts
+    for fmt in ("srt", "tsv", "vtt"):
+        assert render(again, fmt) == render(whole, fmt)
+    assert json.loads(render(again, "json"))["segments"] == json.loads(render(whole, "json"))["segments"]
+    assert again.stats.generated_tokens == whole.stats.generated_tokens
+    asr = [(stage, f) for stage, f in resumed_fractions if stage != "vad"]
+    assert [f for _, f in asr] == sorted(f for _, f in asr) and asr[-1][1] == pytest.approx(1.0)
+    assert [stage for stage, _ in asr][:4] == ["transcribe", "resume", "resume", "transcribe"]  # replayed, then decoded
+    assert _records(ckpt) == len(decoded) + 2  # every batch, kept until the caller removes the file
+
+
+def test_cli_removes_the_checkpoint_and_says_how_to_resume(run_cli, base_pipeline, long_file, tmp_path, monkeypatch):
+    short = tmp_path / "short.wav"
+    import soundfile as sf
+
+    audio, rate = sf.read(long_file.path, dtype="float32")
+    sf.write(short, audio[: 45 * rate], rate)
+    out = tmp_path / "out"
+    args = [short, "-o", out, "-f", "json", "--batch-size", "1", "--language", "en"]
+    original = base_pipeline.asr._decode_batch
+    calls = []
+
+    def second_batch_interrupted(*a, **k):
+        calls.append(1)
+        if len(calls) == 2:
+            raise KeyboardInterrupt
+        return original(*a, **k)
+
+    monkeypatch.setattr(base_pipeline.asr, "_decode_batch", second_batch_interrupted)
+    code, _, err = run_cli(*args)
+    assert code == 130 and "run the same command again to resume" in err and (out / ".short.partial.jsonl").is_file()
+    monkeypatch.setattr(base_pipeline.asr, "_decode_batch", original)
+    code, _, err = run_cli(*args)
+    assert code == 0 and "1 chunk resumed" in err, err
+    assert json.loads((out / "short.json").read_text())["segments"]
+    assert not list(out.glob(".*partial*")), "the checkpoint outlives the outputs"
+
+
+def test_progress_bar_shows_audio_seconds_and_time_left(capsys):
+    """The time left is the rate of this run's decoding: 3600 s of audio in 100 s leaves 300 s for the
+    other 10800; after a resume to 50 %, the replayed half does not count as speed."""
+    from specwhisper.serving.cli import _Progress
+
+    bar = _Progress("talk.mp3", enabled=True, seconds=14400)
+    bar("transcribe", 0.0)
+    bar.bar.start_t -= 100  # as if 100 s went by
+    bar("transcribe", 0.25)
+    assert "3600/14400 s audio [01:40<05:00]" in capsys.readouterr().err
+    bar("resume", 0.5)
+    bar("transcribe", 0.5)
+    bar.bar.start_t -= 100
+    bar("transcribe", 0.75)
+    bar.close()
+    assert "10800/14400 s audio [01:40<01:40]" in capsys.readouterr().err
+    percent = _Progress("stream", enabled=True)  # no length known: percent
+    percent("vad", 0.5)
+    percent.close()
+    assert "stream vad:  50%|" in capsys.readouterr().err
+
+
+def test_checkpoint_of_another_run_is_not_reused(tmp_path):
+    path = tmp_path / ".x.partial.jsonl"
+    ChunkCheckpoint.open(path, "a")._write('{"batch": [], "prompt": [], "chunks": [], "stats": {}}\n')
+    assert len(ChunkCheckpoint.open(path, "a").records) == 1
+    assert len(ChunkCheckpoint.open(path, "b").records) == 0
+    assert len(ChunkCheckpoint.open(path, "a").records) == 0  # "b" started the file anew
