@@ -65,6 +65,19 @@ def test_long_file_borders_lose_and_repeat_nothing(base_engine, tmp_path):
     assert wer([long.reference], [hyp]) <= 0.25  # measured 0.198 (the pipeline before issue 19: 0.35 on 3 min)
 
 
+def test_a_thin_segment_is_replaced_not_repeated(base_engine, tmp_path):
+    """The start of a conversation where Whisper's first segment holds one sentence over 16 s of three
+    (a thin segment): the stretch is decoded again and its text replaces the thin segment, which is
+    not kept beside it (it was, before/after the re-decode, while the engine looked the thin segment
+    up by identity in copies of the segments)."""
+    long = build_long_file("speakers", tmp_path, 180)
+    result = base_engine.transcribe(load_audio(long.path)[: 32 * SAMPLE_RATE], DecodeOptions(language="en"))
+    text = normalize(_text(result))
+    assert result.stats.redecoded_chunks >= 1
+    assert "romantic and fascinating town" in text  # what the thin segment had skipped
+    assert text.count("thoughts about that thing") == 1 and text.count("high pitched") == 1
+
+
 def test_vad_threshold_changes_the_cuts(base_engine, eval_root):
     audio = _clip(eval_root, "mfa/acoustic_corpus.wav")
     low = base_engine.vad.speech_spans(audio, threshold=0.2)

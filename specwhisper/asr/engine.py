@@ -197,7 +197,7 @@ class AsrEngine:
             facts = dict(seek=chunk.start // 160, temperature=a.temperature, avg_logprob=a.seq.avg_logprob,
                          compression_ratio=a.compression_ratio, no_speech_prob=a.seq.no_speech_prob)
             per_chunk.append([replace(seg, **facts) for seg in segs])
-            again.append(_skipped(chunk, segs))
+            again.append(_skipped(chunk, per_chunk[-1]))  # the very segments kept: a thin one is replaced by identity
         if opts.word_timestamps:
             t = time.perf_counter()
             offsets = [c.start_s for c in chunks]
