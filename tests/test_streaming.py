@@ -128,10 +128,12 @@ def test_a_looping_redecode_is_cut_and_confirms_nothing(base_engine, run, monkey
     assert tr.state.previous == []  # nothing drafted from a cut re-decode
 
 
-def test_more_than_a_window_at_once_loses_nothing(base_engine, run):
-    """A client that sent faster than the updates ran: 50 s arrive before the first update. Each
-    update decodes a window and ``finish`` goes on until all of it is decoded."""
-    audio = np.concatenate([run.audio, run.audio])
+def test_more_than_a_window_at_once_loses_nothing(base_engine, tmp_path):
+    """A client that sent faster than the updates ran: 50 s of clips arrive before the first update.
+    Each update decodes a window (nothing cut unconfirmed while audio waits) and ``finish`` goes on
+    until all of it is decoded."""
+    long = build_long_file("dense", tmp_path, min_seconds=50.0)
+    audio = load_audio(long.path)
     tr = StreamingTranscriber(base_engine, StreamOptions(language="en"))
     assert tr.room_s == 30.0
     tr.push(audio)
@@ -142,8 +144,10 @@ def test_more_than_a_window_at_once_loses_nothing(base_engine, run):
     words = tr.confirmed
     assert words == first + last.confirmed.words
     assert [w.start for w in words] == sorted(w.start for w in words)
-    assert words[-1].end > len(audio) / 16000 - 5.0
-    assert len(words) >= 0.85 * 2 * len(normalize(run.offline).split())
+    assert tr.state.decoded_to == pytest.approx(len(audio) / 16000)  # every sample was decoded
+    # measured 0.35 (offline 0.20): a burst gives each window two looks, not one a second, and base
+    # skips a sentence at the second window's start and the closing "uh um ... aligner"
+    assert wer([long.reference], ["".join(w.text for w in words)]) <= 0.4
 
 
 def test_bad_audio_is_a_one_line_error(base_engine):

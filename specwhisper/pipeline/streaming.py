@@ -197,7 +197,8 @@ class StreamingTranscriber:
             committed = self.agreement.flush()
             st.confirmed.extend(committed)
         st.decoded_to = st.offset + decode.buffer_seconds
-        self._trim(decode.segments if not decode.looped else [], waiting=st.received > st.decoded_to + 1e-6)
+        self._trim(decode.segments if not decode.looped else [], waiting=st.received > st.decoded_to + 1e-6,
+                   committed=bool(committed))
         update = StreamUpdate(Confirmed(committed), self._partial(), time.perf_counter() - t0, decode)
         if self.observer is not None:
             self.observer(decode)
@@ -274,7 +275,7 @@ class StreamingTranscriber:
         st.previous = list(seq.tokens)
         return LiveDecode(st.offset, seconds, prompt, list(seq.tokens), enc, out.stats, segments, max_len)
 
-    def _trim(self, segments: list[Segment], waiting: bool = False) -> None:
+    def _trim(self, segments: list[Segment], waiting: bool = False, committed: bool = False) -> None:
         """Cut the buffer at the end of the last segment inside the confirmed words once it passes
         ``trim_s`` (whisper_streaming's segment trimming); past Whisper's window, at the last
         confirmed word's end, or keep the window's last seconds when nothing is confirmed. Not that
@@ -287,10 +288,13 @@ class StreamingTranscriber:
         done = self.agreement.last_time
         ends = [s.end for s in segments[:-1] if st.offset < s.end <= done + 1e-6]
         cut = max(ends) if ends else None
-        if cut is None and seconds > WINDOW_S - 1.0 and not (waiting and segments):  # the next pieces would not fit the window:
-            # at the last confirmed word if that frees enough room, else unconfirmed audio goes
+        if cut is None and seconds > WINDOW_S - 1.0:  # the next pieces would not fit the window:
+            if waiting and segments and not committed:
+                return  # a first look at this window: the next update decodes it again
+            # at the last confirmed word if that frees enough room (or audio waits: what this update
+            # confirmed is all the window gives), else unconfirmed audio goes
             end = st.offset + seconds
-            cut = done if end - done <= WINDOW_S - 5.0 else end - self.opts.trim_s
+            cut = done if end - done <= WINDOW_S - 5.0 or (waiting and committed) else end - self.opts.trim_s
         if cut is not None:
             self._cut(cut)
 
