@@ -30,7 +30,7 @@ from specwhisper.asr.fallback import compression_ratio
 from specwhisper.asr.languages import normalize_language
 from specwhisper.asr.segments import TIME_PRECISION, tokens_to_segments
 from specwhisper.asr.speculative import Drafter, Lookahead, SpeculativeDecoder
-from specwhisper.asr.types import DecodeStats, Segment, Word
+from specwhisper.asr.types import DecodeStats, Segment, Transcript, Word
 from specwhisper.audio.chunking import Chunk
 from specwhisper.audio.loading import SAMPLE_RATE
 from specwhisper.pipeline.agreement import LocalAgreement
@@ -197,7 +197,7 @@ class StreamingTranscriber:
             committed = self.agreement.flush()
             st.confirmed.extend(committed)
         st.decoded_to = st.offset + decode.buffer_seconds
-        self._trim(decode.segments if not decode.looped else [], waiting=st.received > st.decoded_to + 1e-6,
+        self._trim(decode.segments, waiting=st.received > st.decoded_to + 1e-6,
                    committed=bool(committed))
         update = StreamUpdate(Confirmed(committed), self._partial(), time.perf_counter() - t0, decode)
         if self.observer is not None:
@@ -222,6 +222,17 @@ class StreamingTranscriber:
         st.confirmed.extend(rest)
         words += rest
         return StreamUpdate(Confirmed(words), Partial(""), time.perf_counter() - t0, update.decode if update else None)
+
+    def transcript(self, compute_s: float, source: str | None = None) -> Transcript:
+        """The confirmed stream as a transcript, for the usual output formats (every way in: the
+        CLI's ``--live``, the web UI's Live tab, the WebSocket's final message); ``compute_s``: the
+        updates' compute seconds."""
+        duration = self.state.received
+        return Transcript(words_to_segments(self.state.confirmed), self.language, duration,
+                          model={"asr": self.engine.model_name, "live": True,
+                                 "drafter": self.drafter.name if self.opts.speculative else None},
+                          timings={"compute": round(compute_s, 3), "rtf": round(compute_s / max(duration, 1e-9), 4)},
+                          stats=self.stats, source=source)
 
     # ------------------------------------------------------------------ internals
 

@@ -6,10 +6,9 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
-from specwhisper.asr.types import Transcript
 from specwhisper.audio.loading import check_length, load_audio
 from specwhisper.pipeline.replay import replay
-from specwhisper.pipeline.streaming import StreamingTranscriber, StreamOptions, StreamUpdate, words_to_segments
+from specwhisper.pipeline.streaming import StreamingTranscriber, StreamOptions, StreamUpdate
 from specwhisper.pipeline.writers import check_output_dir, write_outputs
 
 
@@ -42,10 +41,7 @@ def run_live(args, formats: list[str], pipeline_factory) -> int:
     if not args.quiet:
         print()
     duration = len(audio) / 16000
-    transcript = Transcript(words_to_segments(played.words), live.language, duration,
-                            model={"asr": engine.model_name, "live": True, "drafter": live.drafter.name if options.speculative else None},
-                            timings={"compute": round(played.compute, 3), "rtf": round(played.compute / max(duration, 1e-9), 4)},
-                            stats=live.stats, source=str(path))
+    transcript = live.transcript(played.compute, source=str(path))
     stem = Path(path).stem
     written = write_outputs(transcript, out_dir, stem, formats)
     if not args.quiet:

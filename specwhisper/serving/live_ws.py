@@ -66,9 +66,9 @@ from starlette.websockets import WebSocketDisconnect, WebSocketState
 
 from specwhisper.asr.engine import DecodeOptions
 from specwhisper.asr.models import ModelError
-from specwhisper.asr.types import Transcript, word_to_dict
+from specwhisper.asr.types import word_to_dict
 from specwhisper.audio.loading import SAMPLE_RATE
-from specwhisper.pipeline.streaming import StreamingTranscriber, StreamOptions, StreamUpdate, words_to_segments
+from specwhisper.pipeline.streaming import StreamingTranscriber, StreamOptions, StreamUpdate
 from specwhisper.serving.endpoint import response
 from specwhisper.serving.model_worker import ModelWorker, QueueFull
 from specwhisper.serving.params import RequestError, TranscribeParams, clip, one_line, parse_params, short_repr
@@ -180,7 +180,7 @@ class LiveStream:
             await send_error(self.ws, box.error)
         elif last is not None:
             await self._send_update(last)
-            await send_json(self.ws, {"type": "final", **response(self._transcript(live), params, time.perf_counter() - started)})
+            await send_json(self.ws, {"type": "final", **response(live.transcript(self.compute_s), params, time.perf_counter() - started)})
             if box.over_limit:
                 await send_error(self.ws, LiveError(413, f"the stream passed the limit of {self.max_audio_s:g} s of audio"))
             else:
@@ -263,12 +263,6 @@ class LiveStream:
         p = update.partial
         await send_json(self.ws, {"type": "partial", "text": p.text, "start": p.start, "end": p.end})
 
-    def _transcript(self, live: StreamingTranscriber) -> Transcript:
-        duration = self.inbox.received_s
-        return Transcript(words_to_segments(live.confirmed), live.language, duration,
-                          model={"asr": live.engine.model_name, "live": True, "drafter": live.drafter.name},
-                          timings={"compute": round(self.compute_s, 3), "rtf": round(self.compute_s / max(duration, 1e-9), 4)},
-                          stats=live.stats)
 
 
 def step(live: StreamingTranscriber, audio: np.ndarray) -> StreamUpdate:

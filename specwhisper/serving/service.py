@@ -95,7 +95,11 @@ class Transcriber:
         """The loaded ASR engine of a request's model (a live stream's); the caller keeps the model
         to itself while using it (the HTTP server: on its model worker)."""
         with self._lock:
-            return self._pipeline(params.pipeline_config(self.settings.base)).asr
+            return self._engine(params)
+
+    def _engine(self, params: TranscribeParams) -> AsrEngine:
+        """Called with the lock held."""
+        return self._pipeline(params.pipeline_config(self.settings.base)).asr
 
     @contextmanager
     def held_engine(self, params: TranscribeParams) -> Iterator[AsrEngine]:
@@ -103,7 +107,7 @@ class Transcriber:
         threads (the web UI's Live tab on Gradio's): a live update takes turns with the file
         requests, and shares their weights."""
         with self._lock:
-            yield self._pipeline(params.pipeline_config(self.settings.base)).asr
+            yield self._engine(params)
 
     def loaded(self) -> list[tuple[str, str]]:
         """(model, drafter) of the pipelines in memory, oldest first."""

@@ -31,7 +31,7 @@ import soxr
 
 from specwhisper.asr.types import Transcript, Word
 from specwhisper.audio.loading import MIN_SOURCE_RATE, SAMPLE_RATE
-from specwhisper.pipeline.streaming import StreamingTranscriber, StreamOptions, StreamUpdate, words_to_segments
+from specwhisper.pipeline.streaming import StreamingTranscriber, StreamOptions, StreamUpdate
 from specwhisper.pipeline.writers import write_outputs
 from specwhisper.serving.params import RequestError, TranscribeParams, one_line, parse_params
 from specwhisper.serving.service import Transcriber
@@ -211,11 +211,7 @@ class LiveSession:
             self.view.status = self._status("Done")
         if self.live is None:
             return None
-        duration = self.live.state.received
-        return Transcript(words_to_segments(self.words), self.live.language, duration,
-                          model={"asr": self.params.model, "live": True, "drafter": self.live.drafter.name},
-                          timings={"compute": round(self.compute_s, 3), "rtf": round(self.compute_s / max(duration, 1e-9), 4)},
-                          stats=self.live.stats, source="microphone")
+        return self.live.transcript(self.compute_s, source="microphone")
 
 
 def decode_payload(payload: str | None) -> tuple[int, np.ndarray]:
