@@ -36,7 +36,7 @@ if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
 import torch  # noqa: E402
-from transformers import GenerationConfig, WhisperProcessor  # noqa: E402
+from transformers import GenerationConfig, WhisperFeatureExtractor, WhisperTokenizer  # noqa: E402
 
 from specwhisper.audio.loading import load_audio  # noqa: E402
 from specwhisper.asr.decoding import GreedyDecoder  # noqa: E402
@@ -62,7 +62,8 @@ def bundle_of(name: str, model, folder: Path) -> WhisperBundle:
     processor_files(folder, vocab == 51866, mels)
     gc = GenerationConfig(decoder_start_token_id=50258, eos_token_id=50257, pad_token_id=50257, bos_token_id=50257,
                           no_timestamps_token_id=50364 if vocab == 51866 else 50363)
-    return WhisperBundle(name=name, path=str(folder), model=model, processor=WhisperProcessor.from_pretrained(folder),
+    return WhisperBundle(name=name, path=str(folder), model=model, tokenizer=WhisperTokenizer.from_pretrained(folder),
+                         feature_extractor=WhisperFeatureExtractor.from_pretrained(folder),
                          generation_config=gc)
 
 

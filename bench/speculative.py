@@ -42,11 +42,17 @@ def _transformers(assistant: str | None, files: list[str], threads: int, q) -> N
     from specwhisper.audio.loading import load_audio
     from specwhisper.asr.models import load_whisper
 
+    from transformers import WhisperForConditionalGeneration
+
+    def hf_model(bundle):  # transformers' own model over the same folder: its generate() is the reference here
+        return WhisperForConditionalGeneration.from_pretrained(bundle.path, attn_implementation="sdpa").eval()
+
     target = load_whisper("base")
+    target_model = hf_model(target)
     kwargs = dict(language="en", task="transcribe", num_beams=1, do_sample=False, max_new_tokens=440)
     if assistant:
         helper = load_whisper(assistant)
-        kwargs.update(assistant_model=helper.model, tokenizer=target.tokenizer, assistant_tokenizer=helper.tokenizer)
+        kwargs.update(assistant_model=hf_model(helper), tokenizer=target.tokenizer, assistant_tokenizer=helper.tokenizer)
     fe = target.feature_extractor
     out, total, audio_s = [], 0.0, 0.0
     for i, f in enumerate(files):
@@ -54,7 +60,7 @@ def _transformers(assistant: str | None, files: list[str], threads: int, q) -> N
         feats = fe(audio, sampling_rate=16000, return_tensors="pt").input_features
         t = time.perf_counter()
         with torch.inference_mode():
-            ids = target.model.generate(feats, **kwargs)
+            ids = target_model.generate(feats, **kwargs)
         if i:  # the first file warms up
             total += time.perf_counter() - t
             audio_s += len(audio) / 16000

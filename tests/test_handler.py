@@ -9,6 +9,7 @@ import io
 import json
 import os
 import re
+import shutil
 import socket
 import subprocess
 import sys
@@ -25,7 +26,7 @@ import soundfile as sf
 from handler import EndpointHandler
 from specwhisper.asr.engine import DecodeOptions
 from specwhisper.asr.languages import normalize_language
-from specwhisper.asr.models import load_whisper, write_ct2_folder
+from specwhisper.asr.models import load_whisper, resolve_model_path, write_ct2_folder
 from specwhisper.evaluation.transcripts import load_manifest, wer
 from specwhisper.serving.params import Choices, RequestError
 from specwhisper.serving.http_app import RequestLimits
@@ -371,10 +372,9 @@ def test_language_names_everywhere():
 
 
 def _save_whisper(name: str, folder: Path) -> Path:
-    """An embedded model written the way ``save_pretrained`` / ``push_to_hub`` lay out a repository."""
-    bundle = load_whisper(name)
-    bundle.model.save_pretrained(folder)
-    bundle.processor.save_pretrained(folder)
+    """An embedded model as ``save_pretrained`` / ``push_to_hub`` lay out a repository (its converted
+    folder is one: written by transformers' ``save_pretrained``)."""
+    shutil.copytree(resolve_model_path(name), folder, dirs_exist_ok=True)
     return folder
 
 

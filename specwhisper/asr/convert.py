@@ -17,14 +17,7 @@ from pathlib import Path
 
 import numpy as np
 import torch
-from transformers import (
-    GenerationConfig,
-    WhisperConfig,
-    WhisperFeatureExtractor,
-    WhisperForConditionalGeneration,
-    WhisperProcessor,
-    WhisperTokenizerFast,
-)
+from transformers import GenerationConfig, WhisperConfig, WhisperFeatureExtractor, WhisperTokenizerFast
 
 from specwhisper.asr.ct2 import CT2Model, read_ct2_model
 
@@ -173,6 +166,9 @@ def convert_ct2_whisper(model_parts: list[Path], ct2_dir: Path, out_dir: Path) -
     suppress = sorted(int(t) for t in ct2_config.get("suppress_ids", []))
     begin_suppress = [int(t) for t in ct2_config.get("suppress_ids_begin", [])]
     config = _whisper_config(ct2, special, suppress, begin_suppress)
+
+    # transformers' model code only here, once per model and machine (specwhisper.asr.net says why)
+    from transformers import WhisperForConditionalGeneration, WhisperProcessor
 
     model = WhisperForConditionalGeneration(config)
     state = {k: torch.from_numpy(np.ascontiguousarray(v).astype(np.float32)) for k, v in ct2_state_dict(ct2).items()}

@@ -5,7 +5,7 @@ Endpoint all take what a person or a transformers client sends (``generate_kwarg
 "english"}`` is the ASR pipeline's usual form), so every entry point normalises through here. The
 tables are transformers' own (``tokenization_whisper.LANGUAGES`` / ``TO_LANGUAGE_CODE``: 100 codes,
 112 names with aliases such as "castilian" and "mandarin"); that module is imported by the Whisper
-processor anyway, so this costs no start-up time.
+tokenizer anyway, so this costs no start-up time.
 """
 
 from __future__ import annotations

@@ -18,10 +18,10 @@ from dataclasses import dataclass
 
 import torch
 import torch.nn.functional as F
-from transformers import WhisperForConditionalGeneration
 
 from specwhisper.asr.attention import attend_per_query, attend_per_row
 from specwhisper.asr.kv_cache import KVCache
+from specwhisper.asr.net import WhisperNet
 from specwhisper.runtime.kernels import Int8Linear, Int8Module, Linear
 from specwhisper.runtime.memory import release_file_pages
 from specwhisper.runtime.threads import blas_one_thread
@@ -100,7 +100,7 @@ class LayerProducts:
 class WhisperDecoderRuntime:
     """Incremental decoder forward with a static, per-row positioned KV cache."""
 
-    def __init__(self, model: WhisperForConditionalGeneration, num_layers: int | None = None, row_exact: bool = True):
+    def __init__(self, model: WhisperNet, num_layers: int | None = None, row_exact: bool = True):
         """``row_exact``: attention gives every query the very numbers a plain decoding step would give it,
         however many queries a pass holds and wherever their rows stand (see ``layer_range``); a
         drafter's own runtime, whose numbers only shape guesses, can do without. It applies where the

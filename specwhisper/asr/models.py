@@ -9,9 +9,12 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import torch
-from transformers import GenerationConfig, WhisperForConditionalGeneration, WhisperProcessor
+from transformers import GenerationConfig, WhisperConfig
+from transformers.models.whisper.feature_extraction_whisper import WhisperFeatureExtractor
+from transformers.models.whisper.tokenization_whisper import WhisperTokenizer
 
 from specwhisper.asr.convert import convert_ct2_whisper
+from specwhisper.asr.net import WhisperNet, load_net
 from specwhisper.runtime.kernels import int8_available, quantize_linears
 
 CONVERTER_VERSION = "1"
@@ -160,21 +163,39 @@ def _check_hub_model(name: str, timeout: float = 10.0) -> None:
 
 @dataclass
 class WhisperBundle:
-    """A loaded Whisper model with what decoding needs next to it."""
+    """A loaded Whisper model with what decoding needs next to it. ``model``: a ``WhisperNet``, or
+    anything with transformers' Whisper module names (a ``WhisperForConditionalGeneration`` built in
+    a test or a bench)."""
 
     name: str
     path: str
-    model: WhisperForConditionalGeneration
-    processor: WhisperProcessor
+    model: WhisperNet
+    tokenizer: WhisperTokenizer
+    feature_extractor: WhisperFeatureExtractor
     generation_config: GenerationConfig
 
-    @property
-    def tokenizer(self):
-        return self.processor.tokenizer
 
-    @property
-    def feature_extractor(self):
-        return self.processor.feature_extractor
+HUB_FILES = ("*.json", "*.txt", "*.tiktoken", "*.safetensors")
+
+
+def local_folder(path: str) -> Path:
+    """``path`` itself when it is a folder, else the hub's files of that id (config, tokenizer, weights:
+    safetensors, or the .bin files of a checkpoint that has none), fetched once into the hub cache."""
+    if Path(path).is_dir():
+        return Path(path)
+    from huggingface_hub import snapshot_download
+
+    folder = Path(snapshot_download(path, allow_patterns=list(HUB_FILES)))
+    if not any((folder / f).exists() for f in WEIGHT_FILES):
+        folder = Path(snapshot_download(path, allow_patterns=[*HUB_FILES, "pytorch_model*.bin"]))
+    return folder
+
+
+def generation_config_of(folder: Path, config: WhisperConfig) -> GenerationConfig:
+    """The folder's ``generation_config.json``, else the one its model config implies (as transformers does)."""
+    if (folder / "generation_config.json").exists():
+        return GenerationConfig.from_pretrained(folder)
+    return GenerationConfig.from_model_config(config)
 
 
 def load_whisper(
@@ -189,19 +210,23 @@ def load_whisper(
     check_int8(name, device, dtype)
     path = resolve_model_path(source, cache_dir)
     try:
-        processor = WhisperProcessor.from_pretrained(path)
-        model = WhisperForConditionalGeneration.from_pretrained(path, dtype=dtype, attn_implementation="sdpa")
-    except OSError as exc:
+        folder = local_folder(path)
+        config = WhisperConfig.from_pretrained(folder)
+        tokenizer = WhisperTokenizer.from_pretrained(folder)
+        feature_extractor = WhisperFeatureExtractor.from_pretrained(folder)
+        model = load_net(folder, config, generation_config_of(folder, config), dtype=dtype)
+    except (OSError, ValueError, KeyError) as exc:  # WeightsError is an OSError
         first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
         raise ModelError(f"cannot load Whisper model '{name}': {first}") from exc
-    model.to(device).eval()
+    model.to(device)
     if int8:
         # The decoder only: int8 encoder products made no window faster here (fbgemm's products are
         # 1.3-1.9x faster than MKL's at 1500 rows, but the encoder's time is not in them: 4.81 s vs
         # 4.89 s on a 3-minute file), and the head stays a float32 weight (it is the token embedding
         # too; the decoder runtime makes its own int8 copy, specwhisper.asr.model.OutputHead).
         quantize_linears(model.model.decoder)
-    return WhisperBundle(name=name, path=path, model=model, processor=processor, generation_config=model.generation_config)
+    return WhisperBundle(name=name, path=path, model=model, tokenizer=tokenizer, feature_extractor=feature_extractor,
+                         generation_config=model.generation_config)
 
 
 def main(argv: list[str] | None = None) -> int:
