@@ -28,6 +28,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--max-duration", type=float, default=4 * 3600, help="refuse audio longer than this many seconds (default: 14400)")
     p.add_argument("--max-file-mb", type=float, default=200, help="largest upload in MB (default: 200)")
     p.add_argument("--output-dir", type=Path, help="where download files are written (default: a temporary folder)")
+    p.add_argument("--live-streams", type=int, default=2, help="live recordings (the Live tab) at once (default: 2)")
     p.add_argument("--no-preload", action="store_true", help="load the default model on the first request, not at start")
     return p
 
@@ -41,6 +42,9 @@ def main(argv: list[str] | None = None) -> int:
     if not split(args.models) or not split(args.drafters):
         print("app: error: --models and --drafters need at least one name each", file=sys.stderr)
         return 2
+    if args.live_streams < 1:
+        print(f"app: error: --live-streams must be >= 1, got {args.live_streams}", file=sys.stderr)
+        return 2
     if args.threads is not None and args.threads < 1:
         print(f"app: error: --threads must be >= 1, got {args.threads}", file=sys.stderr)
         return 2
@@ -52,7 +56,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"app: error: {exc}", file=sys.stderr)
         return 2
     from specwhisper.serving.params import parse_params
-    from specwhisper.serving.service import ServiceSettings, Transcriber
+    from specwhisper.serving.service import LiveLimits, ServiceSettings, Transcriber
     from specwhisper.serving.ui import UiConfig, build_demo, theme
 
     settings = ServiceSettings(
@@ -60,6 +64,7 @@ def main(argv: list[str] | None = None) -> int:
         choices=Choices(models=split(args.models), drafters=split(args.drafters)),
         max_audio_s=args.max_duration,
         max_upload_bytes=int(args.max_file_mb * 2**20),
+        live=LiveLimits(max_streams=args.live_streams),
     )
     service = Transcriber(settings)
     if not args.no_preload:

@@ -17,7 +17,7 @@ from specwhisper.audio.loading import load_audio
 from specwhisper.evaluation.transcripts import english_set, wer
 from specwhisper.pipeline.core import PipelineConfig
 from specwhisper.serving.params import Choices
-from specwhisper.serving.service import ServiceSettings, Transcriber
+from specwhisper.serving.service import LiveLimits, ServiceSettings, Transcriber
 from specwhisper.serving.ui_live import LiveError, LiveHandlers, LiveSlot, LiveView, PieceResampler, encode_payload
 from tests.browser import chromium, fake_microphone_flags, running_app, screenshot
 
@@ -56,8 +56,8 @@ def test_callbacks_confirm_text_as_pieces_arrive(handlers, speech):
     all it recorded since the last one); each runs an update; the stop gives the final text and files."""
     audio, reference = speech
     slot = LiveSlot()
-    page, timer, files = handlers.start(slot, "tiny.en", "en", "transcribe")
-    assert timer.active and files is None and "Waiting for audio" in page
+    page, timer, files, record = handlers.start(slot, "tiny.en", "en", "transcribe")
+    assert timer.active and files is None and "Waiting for audio" in page and not record.interactive
     pieces = mic_pieces(audio, piece_s=2.0)
     confirmed = []
     for piece in pieces[:-1]:
@@ -69,9 +69,9 @@ def test_callbacks_confirm_text_as_pieces_arrive(handlers, speech):
     assert len(set(confirmed)) >= 3, confirmed  # and grows update by update
     assert slot.session.updates == len(pieces) - 1
 
-    page, timer, files = handlers.stop(encode_payload(MIC_RATE, pieces[-1]), slot)
+    page, timer, files, record = handlers.stop(encode_payload(MIC_RATE, pieces[-1]), slot)
     text = slot.session.view.confirmed
-    assert not timer.active and text.startswith(confirmed[-1]) and html.escape(text) in page and slot.session.view.partial == ""
+    assert record.interactive and not timer.active and text.startswith(confirmed[-1]) and html.escape(text) in page and slot.session.view.partial == ""
     assert slot.session.received_s == pytest.approx(len(audio) / 16000, abs=0.01)  # every sample arrived
     assert wer([reference], [text]) < 0.2, text
     assert sorted(p.rsplit(".", 1)[1] for p in files) == ["json", "srt", "tsv", "txt", "vtt"]
@@ -81,6 +81,7 @@ def test_callbacks_confirm_text_as_pieces_arrive(handlers, speech):
     assert slot.session.view.confirmed == text
     handlers.start(slot, "tiny.en", "en", "transcribe")  # a new recording: a new stream
     assert slot.session.view.confirmed == "" and slot.session.updates == 0
+    handlers.stop("", slot)
 
 
 def test_bad_pieces(handlers):
@@ -89,6 +90,7 @@ def test_bad_pieces(handlers):
     handlers.tick("", slot)  # nothing recorded yet
     handlers.tick(encode_payload(MIC_RATE, np.zeros(4800, np.int16)), slot)  # 0.1 s: too little to detect the language
     assert slot.session.updates == 0 and slot.session.received_s == pytest.approx(0.1, abs=0.02)  # less the filter delay
+    handlers.stop("", slot)
     for payload, message in [(encode_payload(44100, np.zeros(4410, np.int16)), "changed its sample rate from 48000 to 44100 Hz"),
                              ("48000:@@not base64@@", "the page sent audio the server cannot read"),
                              ("48000:AA==", "an odd count"),
@@ -99,7 +101,7 @@ def test_bad_pieces(handlers):
             handlers.tick(payload, slot)
         assert message in str(err.value.message) and "\n" not in str(err.value.message)
         assert handlers.tick(payload, slot) is not None  # the ticks still queued end quietly
-        page, timer, files = handlers.stop("", slot)
+        page, timer, files, _ = handlers.stop("", slot)
         assert message in page and not timer.active and files is None
     with pytest.raises(gr.Error, match="passed the limit of 60 s"):
         handlers.tick(encode_payload(16000, np.zeros(61 * 16000, np.int16)), fresh(handlers))
@@ -110,6 +112,27 @@ def test_bad_pieces(handlers):
     with pytest.raises(gr.Error, match="'large' is not offered here"):
         handlers.start(LiveSlot(), "large", "en", "transcribe")
     assert "Nothing is recording" in handlers.stop("", LiveSlot())[0]
+
+
+def test_live_recordings_are_capped(tmp_path):
+    """At most ``live.max_streams`` recordings at once (the WebSocket's limit); a stopped one frees its
+    place, and so does one whose page stopped handing audio over (a closed tab) after the idle timeout."""
+    limits = LiveLimits(max_streams=2, idle_timeout_s=0.5)
+    service = Transcriber(ServiceSettings(base=PipelineConfig(), choices=Choices(models=("tiny.en",), drafters=("none",)),
+                                          max_audio_s=60, live=limits))
+    capped = LiveHandlers(service, lambda: tmp_path)
+    first, second = fresh(capped), fresh(capped)
+    with pytest.raises(gr.Error, match=r"2 live recordings are running, the most this server takes \(2\)"):
+        fresh(capped)
+    capped.stop("", first)
+    third = fresh(capped)
+    capped.start(third, "tiny.en", "en", "transcribe")  # a new recording on the same page replaces its last
+    time.sleep(0.6)  # ``second``'s tab closed: no tick for longer than the idle timeout
+    fourth = fresh(capped)
+    capped.tick(encode_payload(MIC_RATE, np.zeros(4800, np.int16)), fourth)
+    with pytest.raises(gr.Error, match="no audio arrived for 0.5 s"):
+        capped.tick(encode_payload(MIC_RATE, np.zeros(4800, np.int16)), second)
+    assert capped.tick("", second) is not None and "Stopped" in second.session.view.status
 
 
 def fresh(handlers: LiveHandlers) -> LiveSlot:
@@ -151,6 +174,7 @@ def test_live_tab_with_a_fake_microphone(speech, tmp_path_factory):
             pg.wait_for_function("() => document.querySelector('#live-text .live-confirmed')?.innerText.trim()",
                                  timeout=LIVE_TIMEOUT_MS)
             confirmed_after = time.monotonic() - started
+            assert pg.locator("#live-record").is_disabled() and "Recording" in pg.inner_text("#live-record")
             screenshot(pg, "app-live")
             colours = pg.evaluate("() => ['confirmed', 'partial'].map(c => getComputedStyle(document.querySelector(`#live-text .live-${c}`)).color)")
             assert colours[0] != colours[1], colours
@@ -164,6 +188,7 @@ def test_live_tab_with_a_fake_microphone(speech, tmp_path_factory):
             assert pg.evaluate("() => window.sawPartial"), "no partial text was shown"
             assert pg.inner_text("#live-text .live-partial").strip() == ""
             assert pg.locator("#live-downloads a[download]").count() == 5
+            assert pg.locator("#live-record").is_enabled() and pg.inner_text("#live-record").strip() == "Record"
         finally:
             b.close()
     heard = float(re.search(r"([\d.]+) s heard", status).group(1))

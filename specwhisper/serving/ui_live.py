@@ -21,7 +21,8 @@ import binascii
 import html
 import logging
 import threading
-from dataclasses import dataclass
+import time
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
 
@@ -252,15 +253,47 @@ class LiveHandlers:
 
     service: Transcriber
     new_output_dir: Callable[[], Path]  # a fresh folder for one recording's download files
+    # Recordings running, by session, with when each last handed audio over: at most
+    # ``settings.live.max_streams`` (the WebSocket's limit: each re-decodes every second or two on the
+    # one model); one whose page stopped ticking (a closed tab) counts until ``idle_timeout_s`` passes.
+    _running: dict[int, float] = field(default_factory=dict)
+    _lock: threading.Lock = field(default_factory=threading.Lock)
+
+    def _admit(self, session: LiveSession) -> None:
+        limits, now = self.service.settings.live, time.monotonic()
+        with self._lock:
+            for key, seen in list(self._running.items()):
+                if now - seen > limits.idle_timeout_s:
+                    del self._running[key]
+            if len(self._running) >= limits.max_streams:
+                raise gr.Error(f"{len(self._running)} live recordings are running, the most this server takes "
+                               f"({limits.max_streams}); try again when one stops", duration=None, print_exception=False)
+            self._running[id(session)] = now
+
+    def _seen(self, session: LiveSession) -> bool:
+        """Note a tick of ``session``; False when it was dropped for being idle."""
+        with self._lock:
+            if id(session) not in self._running:
+                return False
+            self._running[id(session)] = time.monotonic()
+            return True
+
+    def _release(self, session: LiveSession | None) -> None:
+        with self._lock:
+            self._running.pop(id(session), None)
 
     def start(self, slot: LiveSlot, model: str, language: str, task: str):
-        """A new recording starts a new stream; the timer starts taking its audio."""
+        """A new recording starts a new stream (and ends this page's last one); the timer starts
+        taking its audio; Record waits until Stop."""
         try:
             params = parse_params({"model": model, "language": language, "task": task}, self.service.settings.choices)
         except RequestError as exc:
             raise live_error(exc) from None
-        slot.session = LiveSession(self.service, params, self.service.settings.max_audio_s)
-        return slot.session.view.html(), gr.Timer(active=True), None
+        self._release(slot.session)
+        session = LiveSession(self.service, params, self.service.settings.max_audio_s)
+        self._admit(session)
+        slot.session = session
+        return session.view.html(), gr.Timer(active=True), None, gr.Button("Recording…", interactive=False)
 
     def tick(self, payload: str | None, slot: LiveSlot):
         """The audio recorded since the last tick: push it, run an update, show the text."""
@@ -268,22 +301,27 @@ class LiveHandlers:
         if session is None or session.stopped:
             return gr.skip()
         try:
+            if not self._seen(session):
+                raise LiveError(f"no audio arrived for {self.service.settings.live.idle_timeout_s:g} s")
             session.take(payload)
         except LiveError as exc:
             session.stopped = True  # one message; the ticks still queued end quietly
             session.view.status = f"Stopped: {one_line(exc)}"
+            self._release(session)
             raise live_error(exc) from None
         except Exception as exc:
             raise internal_error(exc) from None
         return session.view.html()
 
     def stop(self, payload: str | None, slot: LiveSlot):
-        """End of the recording: the final text and its files."""
+        """End of the recording: the final text and its files; Record again."""
         session = slot.session
+        record = gr.Button("Record", interactive=True)
         if session is None:
-            return LiveView(status="Nothing is recording").html(), gr.Timer(active=False), None
+            return LiveView(status="Nothing is recording").html(), gr.Timer(active=False), None, record
+        self._release(session)
         if session.stopped:  # stopped already, or by an error
-            return session.view.html(), gr.Timer(active=False), None
+            return session.view.html(), gr.Timer(active=False), None, record
         try:
             transcript = session.stop(payload)
         except LiveError as exc:
@@ -291,9 +329,9 @@ class LiveHandlers:
         except Exception as exc:
             raise internal_error(exc) from None
         if transcript is None:
-            return session.view.html(), gr.Timer(active=False), None
+            return session.view.html(), gr.Timer(active=False), None, record
         files = write_outputs(transcript, self.new_output_dir(), "recording", LIVE_FORMATS)
-        return session.view.html(), gr.Timer(active=False), [str(p) for p in files]
+        return session.view.html(), gr.Timer(active=False), [str(p) for p in files], record
 
 
 def internal_error(exc: BaseException) -> gr.Error:
@@ -319,9 +357,9 @@ def build_live_tab(service: Transcriber, languages: list[tuple[str, str]], new_o
         with gr.Column(scale=2):
             text = gr.HTML(LiveView(status="Press Record to start").html(), label="Live transcript", elem_id="live-text")
             files = gr.File(label="Downloads", file_count="multiple", interactive=False, elem_id="live-downloads")
-    record.click(handlers.start, [slot, model, language, task], [text, timer, files], js=START_JS,
+    record.click(handlers.start, [slot, model, language, task], [text, timer, files, record], js=START_JS,
                  concurrency_limit=None, show_progress="hidden")
     timer.tick(handlers.tick, [payload, slot], [text], js=TAKE_JS, trigger_mode="once", concurrency_limit=None,
                show_progress="hidden")
-    stop.click(handlers.stop, [payload, slot], [text, timer, files], js=STOP_JS, concurrency_limit=None,
+    stop.click(handlers.stop, [payload, slot], [text, timer, files, record], js=STOP_JS, concurrency_limit=None,
                show_progress="minimal")
