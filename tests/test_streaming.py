@@ -167,6 +167,10 @@ def test_cli_live_prints_confirmed_text_and_writes_formats(run_cli, eval_root, t
     data = json.loads((tmp_path / "jfk.json").read_text())
     words = [w for s in data["segments"] for w in s["words"]]
     assert len(words) >= 20 and all(a["start"] <= b["start"] for a, b in zip(words, words[1:]))
+    from specwhisper.asr.models import load_whisper
+
+    tokenizer = load_whisper("base").tokenizer  # the segments' tokens spell their text, as offline ones do
+    assert all(s["tokens"] and tokenizer.decode(s["tokens"]).strip() == s["text"].strip() for s in data["segments"]), data["segments"]
     assert "played live" in err
     code, _, err = run_cli("--live", eval_root / "whisper.cpp/jfk.wav", "--diarize", "-o", tmp_path)
     assert code == 2 and err.count("\n") == 1 and "--diarize does not apply to --live" in err

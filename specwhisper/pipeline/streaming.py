@@ -228,7 +228,10 @@ class StreamingTranscriber:
         CLI's ``--live``, the web UI's Live tab, the WebSocket's final message); ``compute_s``: the
         updates' compute seconds."""
         duration = self.state.received
-        return Transcript(words_to_segments(self.state.confirmed), self.language, duration,
+        segments = words_to_segments(self.state.confirmed)
+        for seg in segments:  # its text's tokens (offline segments carry the decoded ones)
+            seg.tokens = self.engine.bundle.tokenizer.encode(seg.text, add_special_tokens=False)
+        return Transcript(segments, self.language, duration,
                           model={"asr": self.engine.model_name, "live": True,
                                  "drafter": self.drafter.name if self.opts.speculative else None},
                           timings={"compute": round(compute_s, 3), "rtf": round(compute_s / max(duration, 1e-9), 4)},
