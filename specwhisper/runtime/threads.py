@@ -7,6 +7,13 @@ Three settings, each measured on this project's 2-core CPU, quiet and next to a 
   decode then waits for a spinning thread that has lost its core. GNU OpenMP reads the policy once,
   when torch is first imported, so ``set_wait_policy`` runs when the ``specwhisper`` package is imported,
   before any module of ours imports torch (a user's own setting wins).
+  Tried instead (2026-11-25, a 3-minute file, 2 threads, interleaved): GNU OpenMP's own 3 ms spin
+  was 10% faster quiet (24.7-26.6 s wall against 28.2-28.7) and 2.5x slower next to 4 busy
+  processes (183 s against 68-74); shorter spins (GOMP_SPINCOUNT 2000-10000) 5-8% faster quiet and
+  15-20% slower loaded. Spinning with the thread count dropped to the free cores before each batch
+  (a governor reading ``/proc/stat``) kept the loaded run from collapsing but took 97 s against
+  passive's 72: one thread gets a smaller share of a contended CPU than two passive ones. A 10% gain
+  on a quiet machine did not pay for that.
 - The VAD runs on one thread (``one_thread``): its operations are too small to share.
 - numpy's OpenBLAS runs on one thread (feature extraction, alignment): its workers spin as well.
 
