@@ -14,7 +14,7 @@ from transformers.models.whisper.feature_extraction_whisper import WhisperFeatur
 from transformers.models.whisper.tokenization_whisper import WhisperTokenizer
 
 from specwhisper.asr.convert import convert_ct2_whisper
-from specwhisper.asr.net import WhisperNet, load_net
+from specwhisper.asr.net import WEIGHT_FILES, WhisperNet, load_net
 from specwhisper.runtime.kernels import int8_available, quantize_linears
 
 CONVERTER_VERSION = "1"
@@ -124,9 +124,6 @@ def resolve_model_path(name: str, cache_dir: Path | None = None) -> str:
             return cached
         _check_hub_model(name)
     return name
-
-
-WEIGHT_FILES = ("model.safetensors", "model.safetensors.index.json", "pytorch_model.bin", "pytorch_model.bin.index.json")
 
 
 def cached_hub_snapshot(name: str) -> str | None:

@@ -175,6 +175,10 @@ def read_safetensors(path: Path) -> dict[str, torch.Tensor]:
     return out
 
 
+# a transformers checkpoint's weights: one file, or an index of shards
+WEIGHT_FILES = ("model.safetensors", "model.safetensors.index.json", "pytorch_model.bin", "pytorch_model.bin.index.json")
+
+
 def read_weights(folder: Path) -> dict[str, torch.Tensor]:
     """Every tensor of a transformers checkpoint folder: ``model.safetensors`` (or its shards), else
     ``pytorch_model.bin`` (or its shards, loaded memory-mapped)."""
@@ -200,19 +204,19 @@ def load_net(folder: Path, config, generation_config, dtype: torch.dtype = torch
     state.setdefault("proj_out.weight", state.get("model.decoder.embed_tokens.weight"))
     with torch.device("meta"):
         net = WhisperNet(config, generation_config)
-    expected = net.state_dict().keys()
-    missing = [k for k in expected if state.get(k) is None]
+    want = net.state_dict()
+    missing = [k for k in want if state.get(k) is None]
     if missing:
         raise WeightsError(f"{folder}: not a Whisper checkpoint ({len(missing)} weights missing, e.g. {missing[0]})")
-    shapes = [k for k, v in net.state_dict().items() if tuple(state[k].shape) != tuple(v.shape)]
-    if shapes:
-        raise WeightsError(f"{folder}: weight {shapes[0]} has shape {tuple(state[shapes[0]].shape)}, its config says "
-                           f"{tuple(net.state_dict()[shapes[0]].shape)}")
+    wrong = next((k for k, v in want.items() if tuple(state[k].shape) != tuple(v.shape)), None)
+    if wrong is not None:
+        raise WeightsError(f"{folder}: weight {wrong} has shape {tuple(state[wrong].shape)}, its config says {tuple(want[wrong].shape)}")
     tied = state["proj_out.weight"] is state["model.decoder.embed_tokens.weight"]
-    cast: dict[int, torch.Tensor] = {}
-    for k in expected:
-        cast.setdefault(id(state[k]), state[k].to(dtype))
-    net.load_state_dict({k: cast[id(state[k])] for k in expected}, assign=True)
+    cast: dict[int, torch.Tensor] = {}  # each stored tensor cast once: a tied head is one tensor
+    for k in want:
+        if id(state[k]) not in cast:
+            cast[id(state[k])] = state[k].to(dtype)
+    net.load_state_dict({k: cast[id(state[k])] for k in want}, assign=True)
     if tied:  # one parameter, as transformers ties it: moved to a device once, not twice
         net.proj_out.weight = net.model.decoder.embed_tokens.weight
     return net.requires_grad_(False).eval()
