@@ -244,13 +244,21 @@ class GreedyDecoder(Decoder):
         return self.rules.select(logits, prefixes)
 
     @torch.inference_mode()
-    def decode(self, encoder_out: torch.Tensor, prompt: list[int], features: torch.Tensor | None = None) -> DecodeOutput:
+    def decode(self, encoder_out: torch.Tensor, prompt: list[int], features: torch.Tensor | None = None,
+               limits: list[int] | None = None, copies: int = 1) -> DecodeOutput:
+        """``copies`` sequences per row of ``encoder_out`` (sampling's best-of draws: rows
+        ``i * copies ...``), which share its cross-attention projection and prompt pass; ``limits``:
+        the most tokens sequence i may write (it then stops with ``hit_max_length``), below Whisper's
+        own limit (the temperature fallback caps its samples by their audio's length)."""
         t0 = time.perf_counter()
-        b = encoder_out.shape[0]
         stats = DecodeStats()
         cache = self.rt.new_cache(encoder_out)
         last, no_speech = self.prefill(cache, prompt)
-        stats.target_passes += b
+        stats.target_passes += encoder_out.shape[0]
+        if copies > 1:  # the cache rows are gathered: each copy's numbers are its row's (row-exact runtime)
+            cache = cache.select([r for r in range(encoder_out.shape[0]) for _ in range(copies)])
+            last, no_speech = last.repeat_interleave(copies, 0), no_speech.repeat_interleave(copies, 0)
+        b = cache.batch_size
         results = [SequenceResult([], 0.0, p) for p in no_speech.tolist()]
         active = list(range(b))  # original row index of each cache row
         length = len(prompt)
@@ -267,7 +275,7 @@ class GreedyDecoder(Decoder):
                     continue
                 res.tokens.append(tok)
                 stats.generated_tokens += 1
-                if length + 1 >= self.max_len:
+                if length + 1 >= self.max_len or (limits is not None and len(res.tokens) >= limits[r]):
                     res.hit_max_length = True
                     continue
                 keep.append(j)
@@ -300,9 +308,10 @@ class SamplingDecoder(GreedyDecoder):
         self.seed = seed
         self._generator: torch.Generator | None = None
 
-    def decode(self, encoder_out: torch.Tensor, prompt: list[int], features: torch.Tensor | None = None) -> DecodeOutput:
+    def decode(self, encoder_out: torch.Tensor, prompt: list[int], features: torch.Tensor | None = None,
+               limits: list[int] | None = None, copies: int = 1) -> DecodeOutput:
         self._generator = torch.Generator(device=encoder_out.device).manual_seed(self.seed)
-        return super().decode(encoder_out, prompt, features)
+        return super().decode(encoder_out, prompt, features, limits, copies)
 
     def choose(self, logits: torch.Tensor, prefixes: list[list[int]]) -> tuple[torch.Tensor, torch.Tensor]:
         self.rules.select(logits, prefixes, pick=False)

@@ -183,7 +183,8 @@ class AsrEngine:
         Returns each chunk's segments (absolute times; none when Whisper finds no speech), the
         stretches of each chunk to decode again (``_skipped``) and the attempt kept per chunk; the decode's counters and the alignment time are added to ``stats``."""
         first = self._first_decoder(opts, decoder)
-        attempts = decode_with_fallback(first, self._sampler, enc, prompt, feats, opts.quality, self._text, stats)
+        attempts = decode_with_fallback(first, self._sampler, enc, prompt, feats, opts.quality, self._text, stats,
+                                        seconds=[c.duration_s for c in chunks])
         trim_heap()  # the batch's cache is freed: keep the heap from holding it (specwhisper.runtime.memory)
         per_chunk: list[list[Segment]] = []
         again: list[list[tuple[Chunk, Segment | None]]] = []

@@ -8,6 +8,15 @@ passes are plain (no drafter), and each segment says at which temperature it was
 temperature fails the check, the attempt kept is faster-whisper's choice (the most likely among those
 that are not repetitive, else the most likely): openai keeps the last one, at temperature 1.0, which
 is the most random.
+
+A sample may write at most ``SAMPLE_TOKENS_BASE`` + ``sample_tokens_per_s`` tokens per second of
+its chunk's audio (openai lets each run to 224 tokens, faster-whisper to 448). A sample at that cap
+is unfinished: it is a best-of candidate only when all five are, and it fails the checks. Why: one
+looping draw keeps its whole batch of draws decoding. On the 10-minute conversation of
+``bench/longform.py`` 2 of 46 chunks fell back; in 2 of their 5 sampled passes one draw of ten looped
+to 445 tokens while the others ended by token 25, and those two passes took 35 of the 47 seconds of
+sampling. Speech writes 2-8 tokens per second (the eval clips at most 7.5, timestamps included);
+12 leaves room for fast speech and scripts that take more tokens per second.
 """
 
 from __future__ import annotations
@@ -22,6 +31,7 @@ from specwhisper.asr.decoding import Decoder, SequenceResult
 from specwhisper.asr.types import DecodeStats
 
 DEFAULT_TEMPERATURES = (0.0, 0.2, 0.4, 0.6, 0.8, 1.0)
+SAMPLE_TOKENS_BASE = 16
 
 
 def temperature_schedule(first: float = 0.0, increment: float | None = 0.2) -> tuple[float, ...]:
@@ -52,6 +62,13 @@ class QualityRules:
     logprob_threshold: float | None = -1.0
     no_speech_threshold: float | None = 0.6
     best_of: int = 5
+    sample_tokens_per_s: float | None = 12.0  # a sample's cap per second of audio; None: Whisper's 448
+
+    def sample_limit(self, seconds: float) -> int | None:
+        """The most tokens a sample of ``seconds`` of audio may write."""
+        if self.sample_tokens_per_s is None:
+            return None
+        return SAMPLE_TOKENS_BASE + int(self.sample_tokens_per_s * seconds)
 
     def validate(self) -> None:
         if not self.temperatures or any(not 0.0 <= t <= 1.0 for t in self.temperatures):
@@ -66,6 +83,8 @@ class QualityRules:
             raise ValueError(f"no-speech threshold must be between 0 and 1, got {self.no_speech_threshold}")
         if self.best_of < 1:
             raise ValueError(f"best-of must be >= 1, got {self.best_of}")
+        if self.sample_tokens_per_s is not None and self.sample_tokens_per_s <= 0:
+            raise ValueError(f"sample tokens per second must be > 0, got {self.sample_tokens_per_s}")
 
     @classmethod
     def from_options(cls, src) -> "QualityRules":
@@ -93,7 +112,7 @@ class QualityRules:
         too_unlikely = self.logprob_threshold is not None and attempt.seq.avg_logprob < self.logprob_threshold
         if self.is_silence(attempt.seq):  # silence: no fallback, the chunk is dropped
             return False
-        return too_repetitive or too_unlikely
+        return too_repetitive or too_unlikely or _cut(attempt)
 
 
 @dataclass
@@ -105,18 +124,26 @@ class Attempt:
     compression_ratio: float
 
 
-def _likelihood(seq: SequenceResult) -> float:
-    """openai's ranking of best-of candidates (length_penalty None): log-probability per token."""
-    return seq.sum_logprob / max(1, len(seq.tokens))
+def _cut(attempt: Attempt) -> bool:
+    """A sample stopped at its cap (``QualityRules.sample_limit``): unfinished."""
+    return attempt.temperature > 0 and attempt.seq.hit_max_length
+
+
+def _likelihood(seq: SequenceResult) -> tuple[bool, float]:
+    """openai's ranking of best-of candidates (length_penalty None): log-probability per token; a
+    draw stopped at its cap only wins when every draw was."""
+    return not seq.hit_max_length, seq.sum_logprob / max(1, len(seq.tokens))
 
 
 def _final(attempts: list[Attempt], rules: QualityRules) -> Attempt:
-    """The last attempt when it passed; else faster-whisper's pick among all of them."""
+    """The last attempt when it passed; else faster-whisper's pick: the most likely of those that are
+    not repetitive, else of all; samples cut at their cap only when nothing else is left."""
     if not rules.needs_fallback(attempts[-1]):
         return attempts[-1]
     limit = rules.compression_ratio_threshold
-    fine = [a for a in attempts if limit is None or a.compression_ratio <= limit]
-    return max(fine or attempts, key=lambda a: a.seq.avg_logprob)
+    whole = [a for a in attempts if not _cut(a)]
+    fine = [a for a in whole if limit is None or a.compression_ratio <= limit]
+    return max(fine or whole or attempts, key=lambda a: a.seq.avg_logprob)
 
 
 def decode_with_fallback(
@@ -128,14 +155,18 @@ def decode_with_fallback(
     rules: QualityRules,
     text_of: Callable[[list[int]], str],
     stats: DecodeStats,
+    seconds: list[float] | None = None,
 ) -> list[Attempt]:
     """Decode every row of ``encoder_out``; rows that fail the checks are decoded again by
-    ``sampler(temperature)`` with ``best_of`` draws each. Returns the attempt kept per row; the
-    counters of every pass are added to ``stats`` (``fallback_*`` for the sampled ones)."""
+    ``sampler(temperature)`` with ``best_of`` draws each, capped by ``seconds`` (each row's audio).
+    Returns the attempt kept per row; the counters of every pass are added to ``stats``
+    (``fallback_*`` for the sampled ones)."""
     def sampled(rows: list[int], temperature: float) -> list[Attempt]:
         k = rules.best_of
-        enc = encoder_out[torch.tensor(rows, device=encoder_out.device)].repeat_interleave(k, 0)
-        drawn = sampler(temperature).decode(enc, prompt)
+        enc = encoder_out[torch.tensor(rows, device=encoder_out.device)]
+        capped = seconds is not None and rules.sample_tokens_per_s is not None
+        limits = [rules.sample_limit(seconds[r]) for r in rows for _ in range(k)] if capped else None
+        drawn = sampler(temperature).decode(enc, prompt, limits=limits, copies=k)
         stats.fallback_passes += drawn.stats.target_passes
         stats.fallback_seconds += drawn.stats.decoder_seconds
         stats.decoder_seconds += drawn.stats.decoder_seconds

@@ -1,0 +1,64 @@
+"""The temperature fallback's samples: best-of draws share their row's pass over the audio, and a
+draw stops at a cap set by its audio's length (a looping draw kept its whole batch decoding)."""
+
+from __future__ import annotations
+
+from specwhisper.asr.decoding import SamplingDecoder
+from specwhisper.asr.fallback import SAMPLE_TOKENS_BASE, QualityRules, decode_with_fallback
+from specwhisper.asr.types import DecodeStats
+from specwhisper.audio.chunking import Chunk
+from specwhisper.audio.loading import load_audio
+
+
+def _jfk(base_engine, eval_root):
+    audio = load_audio(eval_root / "openai-whisper/jfk.flac")
+    feats = base_engine.features(audio, [Chunk(0, len(audio))])
+    return feats, base_engine.runtime.encode(feats), base_engine.special.prompt("en", "transcribe", True)
+
+
+def test_draws_sharing_a_row_equal_draws_of_repeated_rows_and_stop_at_their_cap(base_engine, eval_root):
+    _, enc, prompt = _jfk(base_engine, eval_root)
+    limits = [6, 400, 400]
+    sampler = SamplingDecoder(base_engine.runtime, base_engine.special, base_engine.rules, temperature=1.0)
+    shared = sampler.decode(enc, prompt, limits=limits, copies=3)
+    repeated = sampler.decode(enc.repeat_interleave(3, 0), prompt, limits=limits)
+    assert [s.tokens for s in shared.sequences] == [s.tokens for s in repeated.sequences]
+    assert [s.sum_logprob for s in shared.sequences] == [s.sum_logprob for s in repeated.sequences]
+    assert len({tuple(s.tokens) for s in shared.sequences}) > 1  # three different draws
+    first, *others = shared.sequences
+    assert len(first.tokens) == 6 and first.hit_max_length
+    assert all(not s.hit_max_length and len(s.tokens) > 6 for s in others)
+    assert shared.stats.target_passes < repeated.stats.target_passes  # one prompt pass for the three
+
+
+def test_samples_cut_at_their_cap_fail_and_lose_to_the_greedy_text(base_engine, eval_root):
+    feats, enc, prompt = _jfk(base_engine, eval_root)
+    text_of = base_engine._text
+    # every text fails this ratio, so every temperature runs; 0.5 s of audio allows 22 tokens, fewer
+    # than any full transcript of the 11 s clip
+    rules = QualityRules(compression_ratio_threshold=0.5)
+    stats = DecodeStats()
+    kept = decode_with_fallback(base_engine.decoder, base_engine._sampler, enc, prompt, feats, rules, text_of,
+                                stats, seconds=[0.5])[0]
+    cap = rules.sample_limit(0.5)
+    assert cap == SAMPLE_TOKENS_BASE + 6
+    steps = len(rules.temperatures) - 1
+    assert 0 < stats.fallback_passes <= steps * (1 + rules.best_of * cap)  # no draw ran past its cap
+    assert kept.temperature == 0.0  # the one attempt not cut short
+    assert "ask not what your country can do for you" in text_of(kept.seq.tokens)
+    whole = DecodeStats()
+    decode_with_fallback(base_engine.decoder, base_engine._sampler, enc, prompt, feats,
+                         QualityRules(compression_ratio_threshold=0.5, sample_tokens_per_s=None), text_of, whole,
+                         seconds=[0.5])
+    assert whole.fallback_passes > stats.fallback_passes  # uncapped, the draws write the whole clip
+
+
+def test_sample_cap_is_validated():
+    try:
+        QualityRules(sample_tokens_per_s=0).validate()
+    except ValueError as e:
+        assert "sample tokens per second must be > 0" in str(e)
+    else:
+        raise AssertionError("a zero cap was accepted")
+    assert QualityRules(sample_tokens_per_s=None).sample_limit(30.0) is None
+    assert QualityRules().sample_limit(30.0) == SAMPLE_TOKENS_BASE + 360
