@@ -153,15 +153,30 @@ WATCH_PARTIAL_JS = """() => { window.sawPartial = false; new MutationObserver(()
   .observe(document.querySelector('#live-text'), {subtree: true, childList: true, characterData: true}); }"""
 
 
+def _refused_record_closes_the_microphone(browser, url: str) -> None:
+    """A second page's Record while the server's one live place is taken: the page says why, and the
+    microphone it opened on the click is closed again."""
+    other = browser.new_context(permissions=["microphone"]).new_page()
+    other.goto(url)
+    other.get_by_role("tab", name="Live").click()
+    other.wait_for_selector("#live-text .live-status")
+    other.click("#live-record")
+    other.get_by_text("1 live recordings are running").first.wait_for(timeout=30_000)
+    other.wait_for_function("() => window.specwhisperLive && window.specwhisperLive.parts === null", timeout=10_000)
+    assert other.locator("#live-record").is_enabled()
+    other.context.close()
+
+
 def test_live_tab_with_a_fake_microphone(speech, tmp_path_factory):
     """Chromium's fake microphone plays the eval speech once; confirmed text appears while it plays,
-    the partial text is grey, every sample reaches the server, and the final text matches the reference."""
+    the partial text is grey, every sample reaches the server, and the final text matches the reference.
+    A second page is refused while it records (``--live-streams 1``) and closes its microphone."""
     audio, reference = speech
     wav = tmp_path_factory.mktemp("mic") / "speech.wav"
     sf.write(wav, audio, 16000, subtype="PCM_16")  # Chromium's fake capture reads 16-bit WAV
     duration = len(audio) / 16000
     with running_app(tmp_path_factory.mktemp("app"), "--models", "base", "--drafters", "none", "--max-duration", "120",
-                     "--output-dir", str(tmp_path_factory.mktemp("downloads"))) as url, chromium() as launch:
+                     "--live-streams", "1", "--output-dir", str(tmp_path_factory.mktemp("downloads"))) as url, chromium() as launch:
         b = launch(*fake_microphone_flags(wav, loop=False))
         try:
             pg = b.new_context(viewport={"width": 1400, "height": 1000}, permissions=["microphone"]).new_page()
@@ -178,6 +193,7 @@ def test_live_tab_with_a_fake_microphone(speech, tmp_path_factory):
             screenshot(pg, "app-live")
             colours = pg.evaluate("() => ['confirmed', 'partial'].map(c => getComputedStyle(document.querySelector(`#live-text .live-${c}`)).color)")
             assert colours[0] != colours[1], colours
+            _refused_record_closes_the_microphone(b, url)
             pg.wait_for_timeout(max(0.0, duration + 1.0 - (time.monotonic() - started)) * 1000)  # the file has played
             recorded = time.monotonic() - started
             pg.click("#live-stop")

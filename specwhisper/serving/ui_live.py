@@ -85,6 +85,9 @@ const live = (window.specwhisperLive ??= {
 START_JS = "async (...inputs) => {" + RECORDER_JS + "await live.start(); return inputs; }"
 TAKE_JS = "(payload, ...inputs) => {" + RECORDER_JS + "return [live.take(), ...inputs]; }"
 STOP_JS = "(payload, ...inputs) => {" + RECORDER_JS + "live.stop(); return [live.take(), ...inputs]; }"
+# Record opens the microphone before the server admits the recording (the browser asks for it on the
+# click): a refused Record (the server's limit, a bad option) closes it again.
+REFUSED_JS = "() => {" + RECORDER_JS + "live.stop(); live.chunks = []; }"
 
 
 class LiveError(ValueError):
@@ -358,7 +361,7 @@ def build_live_tab(service: Transcriber, languages: list[tuple[str, str]], new_o
             text = gr.HTML(LiveView(status="Press Record to start").html(), label="Live transcript", elem_id="live-text")
             files = gr.File(label="Downloads", file_count="multiple", interactive=False, elem_id="live-downloads")
     record.click(handlers.start, [slot, model, language, task], [text, timer, files, record], js=START_JS,
-                 concurrency_limit=None, show_progress="hidden")
+                 concurrency_limit=None, show_progress="hidden").failure(None, None, None, js=REFUSED_JS)
     timer.tick(handlers.tick, [payload, slot], [text], js=TAKE_JS, trigger_mode="once", concurrency_limit=None,
                show_progress="hidden")
     stop.click(handlers.stop, [payload, slot], [text, timer, files, record], js=STOP_JS, concurrency_limit=None,
