@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from specwhisper.audio.loading import load_audio
-from specwhisper.asr.auto_draft import Costs, choose, expected_speedup
+from specwhisper.asr.auto_draft import MARGIN, Costs, best_possible, choose, expected_speedup
 from specwhisper.asr.drafting import decoder_factory
 from specwhisper.asr.engine import AsrEngine, DecodeOptions
 
@@ -32,6 +32,21 @@ def test_it_keeps_plain_decoding_where_nothing_pays_and_speculates_where_it_does
     assert choose(large, {"ngram": 0.1, "distil": 0.2}, {"ngram": True, "distil": True})[0] is None
 
 
+def test_the_bound_before_the_wide_passes_are_timed():
+    # base at batch 8 on this CPU (measured): at their running acceptance neither drafter can pay even if
+    # wide passes cost what the pass of 2 costs, so those passes are not timed
+    base = Costs(step=0.0748, verify={2: 0.1035}, draft={"ngram": 0.0, "early-exit:3": 0.0376})
+    assert best_possible(base, 0.0, 0.1, bonus=True) < MARGIN
+    assert best_possible(base, 0.0376, 0.55, bonus=False) < MARGIN
+    assert choose(base, {"ngram": 0.1, "early-exit:3": 0.55}, {"ngram": True, "early-exit:3": False})[0] is None
+    # the bound is never below the expected speed-up it bounds
+    full = Costs(step=0.0748, verify={2: 0.1035, 4: 0.1657, 8: 0.2738})
+    for k in range(1, 9):
+        assert expected_speedup(full, 0.0376, 0.55, k, bonus=False) <= best_possible(base, 0.0376, 0.55, bonus=False)
+    # large-v3 at batch 1 with a distil-shaped drafter may pay: the wide passes are timed
+    assert best_possible(Costs(step=0.240, verify={2: 0.223}), 0.026, 0.8, bonus=True) > MARGIN
+
+
 def test_auto_is_exact_and_measures_once_per_batch_size(base_engine, manifest):
     auto = AsrEngine("base", bundle=base_engine.bundle, decoder_factory=decoder_factory("auto"))
     dec = auto.decoder
@@ -41,5 +56,10 @@ def test_auto_is_exact_and_measures_once_per_batch_size(base_engine, manifest):
         audio = load_audio(item.path)
         want, got = base_engine.transcribe(audio, opts), auto.transcribe(audio, opts)
         assert [s.tokens for s in got.segments] == [s.tokens for s in want.segments]
-    assert list(dec.costs) == [1] and dec.costs[1].step > 0 and set(dec.costs[1].draft) == set(dec.candidates)
+    costs = dec.costs[1]
+    assert list(dec.costs) == [1] and costs.step > 0 and set(costs.draft) == set(dec.candidates)
+    may_pay = any(best_possible(costs, costs.draft[n], dec.acceptance[n], dec.bonus[n]) >= MARGIN for n in dec.candidates)
+    assert set(costs.verify) == ({2, 4, 8} if may_pay else {2})  # base on this CPU: {2}
     assert dec.last_choice is not None
+    if dec.last_choice[0] is None:  # plain decoding pays for one head product, not the drafter's split
+        assert dec.rt.head.compact_split is None

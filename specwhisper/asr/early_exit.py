@@ -222,7 +222,7 @@ class CompactVocab:
         self.n_text = n_text = min(n_text, special.eot)
         self.eot = special.eot
         self.ids = torch.cat([torch.arange(n_text), torch.arange(special.eot, v)]).to(runtime.device)
-        self.head = runtime.compact_head(n_text, special.eot)
+        self._runtime = runtime  # the head is split when the drafter first scores (``logits``)
         self.size = n_text + v - special.eot
 
         def c(t: int | None) -> int | None:
@@ -245,7 +245,7 @@ class CompactVocab:
 
     def logits(self, x: torch.Tensor) -> torch.Tensor:
         """[N, d] -> [N, compact vocab] float32 logits."""
-        return self.head.compact(x).float()
+        return self._runtime.compact_head(self.n_text, self.eot).compact(x).float()
 
     def select(self, logits: torch.Tensor, prefixes: list[list[int]]) -> tuple[list[int], list[float]]:
         """Greedy target token ids and their (compact) log-probabilities under the rules, read to the host

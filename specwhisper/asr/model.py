@@ -392,6 +392,16 @@ class WhisperDecoderRuntime:
             release_file_pages([self.proj])
         return self.head
 
+    def whole_head(self) -> OutputHead:
+        """The output head packed whole again after ``compact_head``: one product per step. Split, plain
+        decoding paid two products and a concat (the same 8 windows of base: 6.33-6.84 s whole,
+        6.75-7.10 s split, same tokens), so ``--draft auto`` puts it back while it decodes plainly."""
+        if self.head.compact_split is not None:
+            self.head = None
+            self.head = OutputHead(self.proj, int8=self.int8)
+            release_file_pages([self.proj])
+        return self.head
+
     def step(self, tokens: torch.Tensor, positions: torch.Tensor, cache: KVCache, only: list[int] | None = None,
              whole_rows: bool = False) -> torch.Tensor:
         """Logits [B, n, V] of a pass over ``tokens``; with ``only``, of those columns alone (the head's

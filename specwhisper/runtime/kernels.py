@@ -120,7 +120,7 @@ class Linear:
         sums differ in the last bit from every 2-16-row call, so a plain step (1 row) and a verify pass (k
         rows) could break a near-tie differently; products with 512 inputs agree bitwise for 1-16 rows.
         Where a lone row differs it is computed as 2 (itself twice): the same time, the same numbers."""
-        x = torch.randn(4, self.in_features, generator=torch.Generator().manual_seed(0))
+        x = torch.randn(4, self.in_features, generator=torch.Generator().manual_seed(0), device=self.weight.device)
         many = self._product(x)
         return any(not torch.equal(self._product(x[i : i + 1]), many[i : i + 1]) for i in range(len(x)))
 
