@@ -145,10 +145,22 @@ def main(argv: list[str] | None = None) -> int:
                     results[(condition, kind, system)] = r
                     print(f"{condition:6s} {kind:8s} {system:16s} wall {r['wall_s']:6.1f} s  cpu {r['cpu_s']:6.1f} s  "
                           f"RTF {r['rtf']:.3f}  WER {r['wer']:.3f}  words {r['words']}  peak {r['peak_rss_mb']:.0f} MB", flush=True)
+                    save(results, files, args)  # after every run: a stopped bench keeps what it measured
         finally:
             if load:
                 load.__exit__()
 
+    runs = save(results, files, args, complete=True)
+    print("\nwall-time speedup of ours over faster-whisper (>1: ours faster); slowdown under load (loaded / quiet wall):")
+    for row in runs:
+        extra = ", ".join(f"{k} {v}" for k, v in row.items() if k.startswith(("speedup_vs", "slowdown")))
+        print(f"  {row['name']:40s} {extra}")
+    print(f"wrote {args.out}")
+    return 0
+
+
+def save(results: dict[tuple[str, str, str], dict], files: dict, args, complete: bool = False) -> list[dict]:
+    """The rows measured so far, with their ratios, written to ``args.out`` (``complete``: every run ended)."""
     runs = []
     for (condition, kind, system), r in results.items():
         quiet = results.get(("quiet", kind, system))
@@ -164,20 +176,16 @@ def main(argv: list[str] | None = None) -> int:
         if condition != "quiet" and quiet:
             row["slowdown_under_load"] = round(r["wall_s"] / quiet["wall_s"], 3)
         runs.append(row)
-    print("\nwall-time speedup of ours over faster-whisper (>1: ours faster); slowdown under load (loaded / quiet wall):")
-    for row in runs:
-        extra = ", ".join(f"{k} {v}" for k, v in row.items() if k.startswith(("speedup_vs", "slowdown")))
-        print(f"  {row['name']:40s} {extra}")
     args.out.write_text(json.dumps({
         "machine": machine(args.threads) + f"; loaded condition: {args.load} busy processes beside the measured one",
         "files": {k: dict(name=f.path.name, audio_s=round(f.duration, 1), clips=f.clips) for k, f in files.items()},
         "note": "each run a fresh process (imports and model loading included), measured with os.wait4; wall_s, cpu_s "
                 "(user+system, all threads), peak_rss_mb; systems interleaved file by file; same base weights, greedy, "
                 "language en; WER after Whisper's English normaliser",
+        "complete": complete,
         "runs": runs,
     }, indent=2) + "\n")
-    print(f"wrote {args.out}")
-    return 0
+    return runs
 
 
 if __name__ == "__main__":
