@@ -90,26 +90,27 @@ class Linear:
     """``y = x W^T + b`` for inference, over the weights of one or more ``nn.Linear`` stacked by rows
     (e.g. the query, key and value projections in one product). The weights are copied (packed)."""
 
-    def __init__(self, weight: torch.Tensor, bias: torch.Tensor | None = None):
+    def __init__(self, weight: torch.Tensor, bias: torch.Tensor | None = None, rows: int = PACK_ROWS):
+        """``rows``: the row count the packed layout is tuned for (the encoder's products take 1500)."""
         weight = weight.detach()
         self.out_features = weight.shape[0]
         self.in_features = weight.shape[1]
         self.bias = None if bias is None else bias.detach().to(weight.dtype).contiguous()
         self.packed = _packable(weight)
         if self.packed:
-            self.weight = torch.ops.mkldnn._reorder_linear_weight(weight.contiguous(), PACK_ROWS)
+            self.weight = torch.ops.mkldnn._reorder_linear_weight(weight.contiguous(), rows)
         else:
             self.weight = weight
         self.pad_single = self.packed and self._single_row_differs()
 
     @classmethod
-    def of(cls, *modules: torch.nn.Linear) -> Linear:
+    def of(cls, *modules: torch.nn.Linear, rows: int = PACK_ROWS) -> Linear:
         """The modules' products side by side (a missing bias counts as zeros)."""
         weight = torch.cat([m.weight.detach() for m in modules]) if len(modules) > 1 else modules[0].weight
         if all(m.bias is None for m in modules):
-            return cls(weight)
+            return cls(weight, rows=rows)
         bias = torch.cat([m.bias.detach() if m.bias is not None else m.weight.new_zeros(m.weight.shape[0]) for m in modules])
-        return cls(weight, bias)
+        return cls(weight, bias, rows=rows)
 
     def _product(self, x: torch.Tensor) -> torch.Tensor:
         return torch.ops.mkldnn._linear_pointwise(x, self.weight, self.bias, "none", [], "")

@@ -1,0 +1,78 @@
+"""``specwhisper.asr.encoder``: the encoder's forward over packed products agrees with the module
+(transformers' numbers) to within float32 rounding on real speech, equals it bitwise where nothing
+is packed, and the GPU libraries a CUDA build of torch maps are handed back on the CPU."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import pytest
+import torch
+
+from specwhisper.asr.encoder import EncoderRuntime
+from specwhisper.runtime import kernels
+
+
+@pytest.fixture(scope="module")
+def speech_features(base_engine, windows):
+    return torch.cat([feats for _, feats, _, _ in windows[:2]]).to(base_engine.bundle.model.dtype)
+
+
+def test_packed_encoder_agrees_with_the_module(base_engine, speech_features):
+    module = base_engine.bundle.model.model.encoder
+    with torch.inference_mode():
+        ref = module(speech_features).last_hidden_state
+    out = base_engine.runtime.encode(speech_features)
+    assert base_engine.runtime.encoder_runtime.layers[0].fc1.packed  # this CPU runs the packed path
+    assert out.shape == ref.shape
+    # another summation order, nothing more: measured 2e-3 at most on outputs up to 22 in magnitude
+    assert (out - ref).abs().max().item() < 1e-2
+    assert torch.allclose(out, ref, rtol=1e-3, atol=5e-3)
+    # the audio-only encoder (drafters, live) runs the same forward over the frames that hold audio
+    part = base_engine.runtime.encode_audio_part(speech_features[:1])
+    assert part.shape[1] <= ref.shape[1] and part.shape[2] == ref.shape[2]
+
+
+def test_unpacked_encoder_is_the_module_bitwise(base_engine, speech_features, monkeypatch):
+    """Where weights cannot be packed (a GPU, float16) the products are ``F.linear``: the query, key and
+    value in one product and the query scaled after it change no number."""
+    monkeypatch.setattr(kernels, "_packable", lambda weight: False)
+    module = base_engine.bundle.model.model.encoder
+    runtime = EncoderRuntime(module)
+    assert not runtime.layers[0].qkv.packed
+    with torch.inference_mode():
+        assert torch.equal(runtime(speech_features), module(speech_features).last_hidden_state)
+
+
+GPU_PAGES = """
+import re, sys, torch
+from specwhisper.runtime.memory import GPU_LIBRARY, release_gpu_library_pages
+
+def resident_kb():
+    total, name = 0, ""
+    for line in open("/proc/self/smaps"):
+        if re.match(r"^[0-9a-f]+-[0-9a-f]+ ", line):
+            fields = line.split()
+            name = fields[5] if len(fields) > 5 else ""
+        elif line.startswith("Rss:") and GPU_LIBRARY.search(name):
+            total += int(line.split()[1])
+    return total
+
+before = resident_kb()
+advised = release_gpu_library_pages()
+after = resident_kb()
+x = torch.randn(64, 64)
+print(before, after, advised, bool(torch.allclose(x @ torch.eye(64), x)))
+"""
+
+
+def test_gpu_libraries_are_handed_back_on_the_cpu():
+    """In a fresh process, as every entry point starts (``AsrEngine`` on the CPU calls it)."""
+    run = subprocess.run([sys.executable, "-c", GPU_PAGES], capture_output=True, text=True, timeout=120)
+    assert run.returncode == 0, run.stderr[-2000:]
+    before, after, advised, computes = run.stdout.split()
+    if int(before) < 10_000:
+        pytest.skip("this torch maps no GPU libraries worth handing back (a CPU build)")
+    assert int(advised) > 0 and int(after) < int(before) / 4
+    assert computes == "True"  # the CPU still computes
