@@ -62,3 +62,16 @@ def test_sample_cap_is_validated():
         raise AssertionError("a zero cap was accepted")
     assert QualityRules(sample_tokens_per_s=None).sample_limit(30.0) is None
     assert QualityRules().sample_limit(30.0) == SAMPLE_TOKENS_BASE + 360
+
+
+def test_copies_of_one_row_share_its_cross_attention_memory(base_engine, eval_root):
+    """Five draws of a chunk hold one row of cross-attention K/V (37 MB for base), not five: gathered,
+    two chunks' draws were the peak of a 10-minute file (370 MB)."""
+    _, enc, _ = _jfk(base_engine, eval_root)
+    cache = base_engine.runtime.new_cache(enc)
+    storage = cache.cross_k.untyped_storage().data_ptr()
+    copies = cache.select([0] * 5)
+    assert copies.batch_size == 5 and copies.cross_k.shape[1] == 5
+    assert copies.cross_k.untyped_storage().data_ptr() == storage and copies.cross_k.stride(1) == 0
+    fewer = copies.select([0, 2, 4])  # draws that ended dropped: the shared rows need no moving
+    assert fewer.cross_k.shape[1] == 3 and fewer.cross_k.untyped_storage().data_ptr() == storage

@@ -166,11 +166,15 @@ def decode_with_fallback(
         enc = encoder_out[torch.tensor(rows, device=encoder_out.device)]
         capped = seconds is not None and rules.sample_tokens_per_s is not None
         limits = [rules.sample_limit(seconds[r]) for r in rows for _ in range(k)] if capped else None
-        drawn = sampler(temperature).decode(enc, prompt, limits=limits, copies=k)
-        stats.fallback_passes += drawn.stats.target_passes
-        stats.fallback_seconds += drawn.stats.decoder_seconds
-        stats.decoder_seconds += drawn.stats.decoder_seconds
-        best = [max(drawn.sequences[j * k : (j + 1) * k], key=_likelihood) for j in range(len(rows))]
+        # one chunk at a time, so its draws share one row of cross-attention K/V (``KVCache.select``)
+        sequences = []
+        for j in range(len(rows)):
+            drawn = sampler(temperature).decode(enc[j : j + 1], prompt, limits=limits and limits[j * k : (j + 1) * k], copies=k)
+            stats.fallback_passes += drawn.stats.target_passes
+            stats.fallback_seconds += drawn.stats.decoder_seconds
+            stats.decoder_seconds += drawn.stats.decoder_seconds
+            sequences.extend(drawn.sequences)
+        best = [max(sequences[j * k : (j + 1) * k], key=_likelihood) for j in range(len(rows))]
         return [Attempt(s, temperature, compression_ratio(text_of(s.tokens))) for s in best]
 
     t0 = rules.temperatures[0]
