@@ -34,6 +34,16 @@ from specwhisper.runtime.memory import release_file_pages
 ENCODER_ROWS = 1500  # the rows a 30 s window gives every product: the packed layout is tuned for them
 
 
+def audio_frames(features: torch.Tensor, margin_frames: int = 100) -> int:
+    """The mel frames of ``features`` [B, mels, frames] that hold audio, plus a margin, in steps of 1 s
+    (100 frames). Padding frames are those at the spectrogram's floor in every mel bin (the feature
+    extractor pads with zeros; log-mel clamps them to the floor); rows of a batch keep the longest row."""
+    floor = features.amin(dim=(1, 2), keepdim=True)
+    audio = (features > floor).any(1)  # [B, frames]
+    last = int(audio.nonzero()[:, 1].max()) + 1 if audio.any() else 1
+    return min(features.shape[-1], -(-(last + margin_frames) // 100) * 100)
+
+
 @dataclass
 class EncoderLayerProducts:
     """One encoder layer's products: the query, key and value in one, the attention output, the MLP."""

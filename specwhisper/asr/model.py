@@ -20,7 +20,7 @@ import torch
 import torch.nn.functional as F
 
 from specwhisper.asr.attention import attend_per_query, attend_per_row
-from specwhisper.asr.encoder import ENCODER_ROWS, EncoderRuntime
+from specwhisper.asr.encoder import ENCODER_ROWS, EncoderRuntime, audio_frames
 from specwhisper.asr.kv_cache import KVCache
 from specwhisper.asr.net import WhisperNet
 from specwhisper.runtime.kernels import Int8Linear, Int8Module, Linear
@@ -169,21 +169,12 @@ class WhisperDecoderRuntime:
 
     @torch.inference_mode()
     def encode_audio_part(self, features: torch.Tensor, margin_frames: int = 100) -> torch.Tensor:
-        """The encoder over the mel frames that hold audio (plus a margin, in steps of 1 s), not the
-        whole 30 s window: an approximation (Whisper was trained on full windows), for drafters only,
-        whose output the verify pass never trusts. Why: a drafter with its own encoder (tiny.en for
-        base) spent 0.37 s per file encoding mostly padding (public files average 8 s of audio).
-
-        Padding frames are those at the spectrogram's floor in every mel bin (the feature extractor
-        pads with zeros; log-mel clamps them to the floor); rows of a batch keep the longest row."""
-        floor = features.amin(dim=(1, 2), keepdim=True)
-        audio = (features > floor).any(1)  # [B, frames]
-        last = int(audio.nonzero()[:, 1].max()) + 1 if audio.any() else 1
-        total = features.shape[-1]
-        frames = min(total, -(-(last + margin_frames) // 100) * 100)
-        if frames >= total:
-            return self.encode(features)
-        return self.encoder_runtime(features[..., :frames])
+        """The encoder over the mel frames that hold audio (``specwhisper.asr.encoder.audio_frames``), not
+        the whole 30 s window: an approximation (Whisper was trained on full windows), for drafters, whose
+        output the verify pass never trusts, and the live engine's cheaper mode. Why: a drafter with its
+        own encoder (tiny.en for base) spent 0.37 s per file encoding mostly padding."""
+        frames = audio_frames(features, margin_frames)
+        return self.encode(features) if frames >= features.shape[-1] else self.encoder_runtime(features[..., :frames])
 
     @property
     def encoder_runtime(self) -> EncoderRuntime:
