@@ -28,7 +28,7 @@ import torch
 import torch.nn.functional as F
 
 from specwhisper.asr.net import Encoder
-from specwhisper.runtime.kernels import Linear
+from specwhisper.runtime.kernels import Int8Linear, Linear, float_sources, product_of
 from specwhisper.runtime.memory import release_file_pages
 
 ENCODER_ROWS = 1500  # the rows a 30 s window gives every product: the packed layout is tuned for them
@@ -46,12 +46,13 @@ def audio_frames(features: torch.Tensor, margin_frames: int = 100) -> int:
 
 @dataclass
 class EncoderLayerProducts:
-    """One encoder layer's products: the query, key and value in one, the attention output, the MLP."""
+    """One encoder layer's products: the query, key and value in one, the attention output, the MLP
+    (int8 for a ``MODEL:int8`` model, whose every product is int8)."""
 
-    qkv: Linear
-    out: Linear
-    fc1: Linear
-    fc2: Linear
+    qkv: Linear | Int8Linear
+    out: Linear | Int8Linear
+    fc1: Linear | Int8Linear
+    fc2: Linear | Int8Linear
 
     @staticmethod
     def modules(layer: torch.nn.Module) -> list[torch.nn.Module]:
@@ -61,7 +62,7 @@ class EncoderLayerProducts:
     @classmethod
     def of(cls, layer: torch.nn.Module) -> EncoderLayerProducts:
         lin = cls.modules(layer)
-        return cls(Linear.of(*lin[:3], rows=ENCODER_ROWS), *(Linear.of(m, rows=ENCODER_ROWS) for m in lin[3:]))
+        return cls(product_of(*lin[:3], rows=ENCODER_ROWS), *(product_of(m, rows=ENCODER_ROWS) for m in lin[3:]))
 
 
 class EncoderRuntime:
@@ -73,7 +74,7 @@ class EncoderRuntime:
         att = encoder.layers[0].self_attn
         self.n_head, self.head_dim, self.scaling = att.num_heads, att.head_dim, att.scaling
         if self.layers[0].fc1.packed:  # the packed copies serve from now on: the file pages go back
-            release_file_pages([m.weight for layer in encoder.layers for m in EncoderLayerProducts.modules(layer)])
+            release_file_pages(float_sources([m for layer in encoder.layers for m in EncoderLayerProducts.modules(layer)]))
 
     @torch.inference_mode()
     def __call__(self, features: torch.Tensor) -> torch.Tensor:

@@ -23,7 +23,7 @@ from specwhisper.asr.attention import attend_per_query, attend_per_row
 from specwhisper.asr.encoder import ENCODER_ROWS, EncoderRuntime, audio_frames
 from specwhisper.asr.kv_cache import KVCache
 from specwhisper.asr.net import WhisperNet
-from specwhisper.runtime.kernels import Int8Linear, Int8Module, Linear
+from specwhisper.runtime.kernels import Int8Linear, Int8Module, Linear, float_sources, product_of
 from specwhisper.runtime.memory import release_file_pages
 from specwhisper.runtime.threads import blas_one_thread
 
@@ -92,10 +92,8 @@ class LayerProducts:
 
     @classmethod
     def of(cls, layer: torch.nn.Module) -> LayerProducts:
-        lin = cls.modules(layer)
-        if all(isinstance(m, Int8Module) for m in lin):  # a MODEL:int8 target (specwhisper.asr.models)
-            return cls(Int8Linear.of(*lin[:3]), *(m.product for m in lin[3:]))
-        return cls(Linear.of(*lin[:3]), *(Linear.of(m) for m in lin[3:]))
+        lin = cls.modules(layer)  # int8 for a MODEL:int8 target (specwhisper.asr.models)
+        return cls(product_of(*lin[:3]), *(product_of(m) for m in lin[3:]))
 
 
 class WhisperDecoderRuntime:
@@ -115,7 +113,7 @@ class WhisperDecoderRuntime:
         self.layers = list(dec.layers)[: num_layers or len(dec.layers)]
         blas_one_thread()
         self.products = [LayerProducts.of(layer) for layer in self.layers]
-        self.cross_products = [Linear.of(layer.encoder_attn.k_proj, layer.encoder_attn.v_proj, rows=ENCODER_ROWS)
+        self.cross_products = [product_of(layer.encoder_attn.k_proj, layer.encoder_attn.v_proj, rows=ENCODER_ROWS)
                                for layer in self.layers]
         self.n_head = cfg.decoder_attention_heads
         self.d_model = cfg.d_model
@@ -146,8 +144,8 @@ class WhisperDecoderRuntime:
         (``specwhisper.runtime.memory``: 181 MB for base; the head's rows are read again, a few at a time, as
         embeddings)."""
         sources = [m.weight for layer, lin in zip(self.layers, self.products) if lin.packed for m in LayerProducts.modules(layer)]
-        cross = [m.weight for layer, kv in zip(self.layers, self.cross_products) if kv.packed
-                 for m in (layer.encoder_attn.k_proj, layer.encoder_attn.v_proj)]
+        cross = float_sources([m for layer, kv in zip(self.layers, self.cross_products) if kv.packed
+                               for m in (layer.encoder_attn.k_proj, layer.encoder_attn.v_proj)])
         release_file_pages(sources + cross + ([self.proj] if self.head.main.packed else []))
 
     @torch.inference_mode()

@@ -228,6 +228,19 @@ class Int8Module(torch.nn.Module):
         return f"in_features={self.in_features}, out_features={self.out_features}, int8"
 
 
+def product_of(*modules: torch.nn.Module, rows: int = PACK_ROWS) -> Linear | Int8Linear:
+    """The products of ``modules`` side by side: int8 where a ``MODEL:int8`` model's modules are
+    ``Int8Module`` (``quantize_linears``), else float (packed on a CPU)."""
+    if all(isinstance(m, Int8Module) for m in modules):
+        return Int8Linear.of(*modules)
+    return Linear.of(*modules, rows=rows)
+
+
+def float_sources(modules: list[torch.nn.Module]) -> list[torch.Tensor]:
+    """The float weights of ``modules`` that packed copies replace (an ``Int8Module`` has none left)."""
+    return [m.weight for m in modules if isinstance(m, torch.nn.Linear)]
+
+
 def quantize_linears(model: torch.nn.Module, skip: tuple[torch.nn.Module, ...] = ()) -> int:
     """Replace, in place, every CPU ``nn.Linear`` of ``model`` but ``skip`` by an ``Int8Module``. The
     float32 weights' file pages go back to the kernel (``specwhisper.runtime.memory``; base: 110 MB more peak RSS
