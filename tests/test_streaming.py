@@ -59,8 +59,9 @@ def test_every_redecode_is_plain_greedy(run):
 
 def test_previous_hypothesis_drafts(run):
     s = run.transcriber.stats
-    # measured on this file: 62% of drafted tokens accepted, 3.3 tokens per target pass
-    assert s.drafted and s.acceptance_rate > 0.4 and s.tokens_per_target_pass > 2.0, s.to_dict()
+    # measured on this file: 58% of drafted tokens accepted, 2.5 tokens per target pass; 42% and 1.9
+    # since a stalled buffer is cut at its last confirmed word (the next decode has no draft to start)
+    assert s.drafted and s.acceptance_rate > 0.3 and s.tokens_per_target_pass > 1.5, s.to_dict()
 
 
 def test_confirmed_stream_is_the_transcript_once_in_order(run):
@@ -174,3 +175,40 @@ def test_cli_live_prints_confirmed_text_and_writes_formats(run_cli, eval_root, t
     assert "played live" in err
     code, _, err = run_cli("--live", eval_root / "whisper.cpp/jfk.wav", "--diarize", "-o", tmp_path)
     assert code == 2 and err.count("\n") == 1 and "--diarize does not apply to --live" in err
+
+
+def _stream_over(base_engine, audio: np.ndarray, confirmed: list[Word]) -> StreamingTranscriber:
+    """A stream whose buffer holds ``audio`` (from 0 s) after ``confirmed`` words."""
+    tr = StreamingTranscriber(base_engine, StreamOptions(language="en"))
+    tr.push(audio)
+    tr.agreement.in_buffer = list(confirmed)
+    tr.agreement.last_time = confirmed[-1].end if confirmed else 0.0
+    return tr
+
+
+def test_a_hypothesis_stops_before_speech_whisper_skipped(base_engine, eval_root):
+    """A clip Whisper left out between two words stays in the buffer: the hypothesis is taken up to
+    the gap when the VAD hears speech in it, whole when the gap is silence."""
+    clip = load_audio(eval_root / "openai-whisper/jfk.flac")[: 4 * 16000]  # 4 s of speech
+    pause = np.zeros(16000, np.float32)
+    audio = np.concatenate([pause, clip, pause])  # 0-1 s pause, 1-5 s speech, 5-6 s pause
+    done = Word(0.2, 0.9, " And")
+    after = Word(5.2, 5.6, " so")
+    tr = _stream_over(base_engine, audio, [done])
+    assert tr._up_to_skipped_speech([done, after]) == [done]  # 0.9 -> 5.2 s holds the clip
+    silent = _stream_over(base_engine, np.concatenate([pause, np.zeros(4 * 16000, np.float32), pause]), [done])
+    assert silent._up_to_skipped_speech([done, after]) == [done, after]
+
+
+def test_a_stalled_buffer_is_cut_at_the_last_confirmed_word(base_engine, eval_root):
+    """A hypothesis that writes nothing past the confirmed words while seconds of speech follow them
+    cuts the buffer there; one with unconfirmed words past them, or a pause after them, does not."""
+    audio = load_audio(eval_root / "openai-whisper/jfk.flac")[: 10 * 16000]
+    tr = _stream_over(base_engine, audio, [Word(1.0, 2.0, " And")])
+    assert tr._stalled()
+    tr.agreement.tail = [Word(2.2, 2.6, " so")]
+    assert not tr._stalled()
+    short = _stream_over(base_engine, audio[: int(4.5 * 16000)], [Word(1.0, 2.0, " And")])
+    assert not short._stalled()  # 2.5 s after the last confirmed word: not yet
+    pause = _stream_over(base_engine, np.concatenate([audio[:32000], np.zeros(8 * 16000, np.float32)]), [Word(1.0, 2.0, " And")])
+    assert not pause._stalled()  # a pause after the confirmed words is no stall
