@@ -47,7 +47,8 @@ def audio_frames(features: torch.Tensor, margin_frames: int = 100) -> int:
 @dataclass
 class EncoderLayerProducts:
     """One encoder layer's products: the query, key and value in one, the attention output, the MLP
-    (int8 for a ``MODEL:int8`` model, whose every product is int8)."""
+    (``kernels.product_of``: int8 where a module is an ``Int8Module``; a ``MODEL:int8`` target
+    quantizes its decoder only, so its encoder runs these packed float32 products too)."""
 
     qkv: Linear | Int8Linear
     out: Linear | Int8Linear
