@@ -14,16 +14,24 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from specwhisper.asr.types import Word
+from specwhisper.postedit.guard import word_key
 
 TIME_SLACK_S = 0.1  # a new word starting this much before the last confirmed end is still new
 REPEAT_WINDOW_S = 1.0  # ... and if it starts this close to it, it may repeat the confirmed tail
 MAX_REPEAT = 5  # n-gram length checked for such repeats (whisper_streaming's value)
 
 
-def word_key(text: str) -> str:
-    """Words are compared as written (case and punctuation included, as whisper_streaming does):
-    a word is only confirmed once its punctuation has settled."""
-    return text.strip()
+# Two hypotheses agree on a word when they agree on it but for case and punctuation (``word_key``,
+# the post-edit guard's comparison form). whisper_streaming compares words as written, which held
+# back a word while Whisper still hesitated over the comma or full stop after it (the next hypothesis
+# writes "there," where the last wrote "there."): measured on bench/streaming.py's file (CPU clock),
+# p50 / p90 latency 5.09 / 10.74 -> 3.86 / 6.91 s. The confirmed word is the newer hypothesis's.
+
+
+def same_words(a: list[Word], b: list[Word]) -> bool:
+    """The same words as written: a repeat of confirmed words at a new hypothesis's start (``insert``)
+    must match exactly, or a second "ask" after a confirmed "ask," would be taken for a repeat."""
+    return [w.text.strip() for w in a] == [w.text.strip() for w in b]
 
 
 @dataclass
@@ -41,8 +49,7 @@ class LocalAgreement:
         if self.new and self.in_buffer and abs(self.new[0].start - self.last_time) < REPEAT_WINDOW_S:
             # the hypothesis may still start with the last confirmed words: drop the longest repeat
             for n in range(min(len(self.in_buffer), len(self.new), MAX_REPEAT), 0, -1):
-                done = [word_key(w.text) for w in self.in_buffer[-n:]]
-                if done == [word_key(w.text) for w in self.new[:n]]:
+                if same_words(self.in_buffer[-n:], self.new[:n]):
                     self.new = self.new[n:]
                     break
 
