@@ -163,18 +163,15 @@ def decode_with_fallback(
     (``fallback_*`` for the sampled ones)."""
     def sampled(rows: list[int], temperature: float) -> list[Attempt]:
         k = rules.best_of
-        enc = encoder_out[torch.tensor(rows, device=encoder_out.device)]
         capped = seconds is not None and rules.sample_tokens_per_s is not None
-        limits = [rules.sample_limit(seconds[r]) for r in rows for _ in range(k)] if capped else None
-        # one chunk at a time, so its draws share one row of cross-attention K/V (``KVCache.select``)
-        sequences = []
-        for j in range(len(rows)):
-            drawn = sampler(temperature).decode(enc[j : j + 1], prompt, limits=limits and limits[j * k : (j + 1) * k], copies=k)
+        best = []
+        for r in rows:  # one chunk at a time, so its draws share one row of cross-attention K/V (``KVCache.select``)
+            limits = [rules.sample_limit(seconds[r])] * k if capped else None
+            drawn = sampler(temperature).decode(encoder_out[r : r + 1], prompt, limits=limits, copies=k)
             stats.fallback_passes += drawn.stats.target_passes
             stats.fallback_seconds += drawn.stats.decoder_seconds
             stats.decoder_seconds += drawn.stats.decoder_seconds
-            sequences.extend(drawn.sequences)
-        best = [max(sequences[j * k : (j + 1) * k], key=_likelihood) for j in range(len(rows))]
+            best.append(max(drawn.sequences, key=_likelihood))
         return [Attempt(s, temperature, compression_ratio(text_of(s.tokens))) for s in best]
 
     t0 = rules.temperatures[0]

@@ -159,9 +159,11 @@ class WhisperDecoderRuntime:
         built at the first call: a drafter's runtime that reads the target's encoder output makes none."""
         encoder = self.model.model.encoder
         out = self.encoder_runtime(features)
-        # The encoder's weights are not read again until the next batch, while the decode's cache
-        # is at its largest: their file pages go back meanwhile (specwhisper.runtime.memory; 82 MB for base, read
-        # again from the page cache or disk by the next batch's first window, measured below 1%).
+        # What the forward still reads from the file (the convolutions, positions and norms: a few MB;
+        # every weight where nothing is packed) is not read again until the next batch, while the
+        # decode's cache is at its largest: those pages go back meanwhile (specwhisper.runtime.memory;
+        # read again from the page cache by the next batch's first window). The packed products'
+        # sources went back once, when they were packed.
         release_file_pages(list(encoder.parameters()))
         return out
 

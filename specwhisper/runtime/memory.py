@@ -32,15 +32,15 @@ def _libc() -> ctypes.CDLL:
     return libc
 
 
-def _file_mappings() -> list[tuple[int, int]]:
-    """Address ranges of this process's file-backed mappings (``/proc/self/maps``)."""
+def _file_mappings() -> list[tuple[int, int, str]]:
+    """Address ranges and paths of this process's file-backed mappings (``/proc/self/maps``)."""
     ranges = []
     with open("/proc/self/maps") as maps:
         for line in maps:
             fields = line.split(maxsplit=5)
             if len(fields) == 6 and fields[5].startswith("/"):
                 start, end = (int(a, 16) for a in fields[0].split("-"))
-                ranges.append((start, end))
+                ranges.append((start, end, fields[5].rstrip("\n")))
     return ranges
 
 
@@ -57,7 +57,7 @@ def release_file_pages(tensors: list[torch.Tensor]) -> int:
             continue
         start = -(-t.data_ptr() // page) * page
         end = (t.data_ptr() + t.numel() * t.element_size()) // page * page
-        if end > start and any(a <= start and end <= b for a, b in mappings):
+        if end > start and any(a <= start and end <= b for a, b, _ in mappings):
             if madvise(start, end - start, MADV_PAGEOUT) == 0:
                 advised += end - start
     return advised
@@ -80,13 +80,9 @@ def release_gpu_library_pages() -> int:
         return 0
     madvise = _libc().madvise
     advised = 0
-    with open("/proc/self/maps") as maps:
-        for line in maps:
-            fields = line.split(maxsplit=5)
-            if len(fields) == 6 and GPU_LIBRARY.search(fields[5]):
-                start, end = (int(a, 16) for a in fields[0].split("-"))
-                if madvise(start, end - start, MADV_PAGEOUT) == 0:
-                    advised += end - start
+    for start, end, path in _file_mappings():
+        if GPU_LIBRARY.search(path) and madvise(start, end - start, MADV_PAGEOUT) == 0:
+            advised += end - start
     return advised
 
 
