@@ -7,6 +7,7 @@ Screenshots are kept as test artifacts in $SPECWHISPER_ARTIFACTS (default: tests
 from __future__ import annotations
 
 import os
+import re
 import shutil
 import socket
 import subprocess
@@ -30,8 +31,13 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
+class AppUrl(str):
+    """The running app's URL; ``log`` is the file its output goes to (quoted when a wait times out)."""
+    log: Path
+
+
 @contextmanager
-def running_app(workdir: Path, *args: str) -> Iterator[str]:
+def running_app(workdir: Path, *args: str) -> Iterator[AppUrl]:
     """The app's URL once it answers; its log (in ``workdir``) is shown if it dies or never answers."""
     port = free_port()
     log_path = workdir / "app.log"
@@ -39,7 +45,8 @@ def running_app(workdir: Path, *args: str) -> Iterator[str]:
     with log_path.open("w") as log:
         proc = subprocess.Popen([sys.executable, "app.py", "--port", str(port), *args], cwd=ROOT, env=env,
                                 stdout=log, stderr=subprocess.STDOUT)
-    url = f"http://127.0.0.1:{port}/"
+    url = AppUrl(f"http://127.0.0.1:{port}/")
+    url.log = log_path
     try:
         deadline = time.monotonic() + START_TIMEOUT_S
         while True:
@@ -84,6 +91,18 @@ def screenshot(pg, name: str) -> Path:
     return path
 
 
-def wait_for_text(pg, selector: str, text: str, timeout_ms: float) -> None:
-    pg.wait_for_function("([sel, text]) => (document.querySelector(sel)?.innerText || '').includes(text)",
-                         arg=[selector, text], timeout=timeout_ms)
+def wait_for_text(pg, selector: str, text: str, timeout_ms: float, log: Path | None = None) -> None:
+    """Wait for ``text`` in ``selector``; a timeout fails with what the page showed instead (its toasts,
+    the element's text), a screenshot, and the tail of the app's ``log``."""
+    from playwright.sync_api import TimeoutError as PlaywrightTimeout
+
+    try:
+        pg.wait_for_function("([sel, text]) => (document.querySelector(sel)?.innerText || '').includes(text)",
+                             arg=[selector, text], timeout=timeout_ms)
+    except PlaywrightTimeout:
+        toasts = pg.locator(".toast-body").all_inner_texts()
+        shown = pg.evaluate("sel => document.querySelector(sel)?.innerText ?? null", selector)
+        shot = screenshot(pg, "timeout-" + re.sub(r"\W+", "-", selector).strip("-"))
+        tail = "\n".join(log.read_text(errors="replace").splitlines()[-40:]) if log and log.exists() else "(no log)"
+        pytest.fail(f"{text!r} not in {selector} after {timeout_ms / 1000:.0f} s; it showed {shown!r}; "
+                    f"toasts {toasts}; screenshot {shot}; app log tail:\n{tail}")

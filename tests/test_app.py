@@ -53,8 +53,8 @@ def _transcribe(pg, audio: Path) -> None:
     pg.click("#run")
 
 
-def _wait_for_text(pg, selector: str, text: str) -> None:
-    wait_for_text(pg, selector, text, RUN_TIMEOUT_MS)
+def _wait_for_text(pg, selector: str, text: str, log=None) -> None:
+    wait_for_text(pg, selector, text, RUN_TIMEOUT_MS, log)
 
 
 def _table(pg) -> list[list[str]]:
@@ -146,7 +146,7 @@ def test_record_from_microphone(launch, app_url):
         pg.locator("#audio-input button:visible", has_text="Stop").first.click()
         pg.wait_for_selector("#audio-input button[aria-label='Clear']")
         pg.click("#run")
-        _wait_for_text(pg, "#facts", "RTF")
+        _wait_for_text(pg, "#facts", "RTF", app_url.log)
         screenshot(pg, "app-microphone")
         assert _table(pg)
         text = pg.inner_text("#transcript").lower()
