@@ -135,6 +135,7 @@ def make_transcribe(service: Transcriber, ui: UiConfig):
             bar("loading audio", 0.0)
             transcript = service.transcribe_input(audio_path, name, params, bar)
         except (RequestError, ValueError) as exc:  # AudioError is a ValueError: bad upload, bad option
+            log.warning("refused %s: %s", name, one_line(exc))  # the toast's message, in the server's log too
             raise user_error(exc) from None
         except Exception as exc:
             log.exception("transcription failed")
