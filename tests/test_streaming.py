@@ -92,6 +92,24 @@ def test_local_agreement_confirms_what_two_hypotheses_share():
     assert [w.text for w in la.flush()] == [" why", " your"]
 
 
+def test_a_word_starting_before_the_last_confirmed_end_is_not_lost():
+    """jfk in 0.5 s pieces: "Americans." was confirmed ending in the pause after it (2.26 s); the
+    next hypotheses end it at 2.08 s and start "ask" there. Found after the repeated confirmed word,
+    "ask" is kept (by time alone it was dropped and "not" confirmed after a lost word)."""
+    la = LocalAgreement()
+    for _ in range(2):
+        la.insert([Word(1.2, 1.54, " fellow"), Word(1.54, 2.26, " Americans.")])
+        la.flush()
+    assert [w.text for w in la.in_buffer] == [" fellow", " Americans."] and la.last_time == 2.26
+    for end in (2.96, 3.72):
+        la.insert([Word(1.2, 1.56, " fellow"), Word(1.56, 2.08, " Americans"), Word(2.08, end, " ask"), Word(end, 4.2, " not")])
+        confirmed = la.flush()
+    assert [w.text for w in confirmed] == [" ask", " not"]
+    # a word that repeats the confirmed one further on is new: only the run nearest the last end is skipped
+    la.insert([Word(2.08, 3.72, " ask"), Word(3.72, 4.2, " not"), Word(4.2, 4.6, " not")])
+    assert [w.text for w in la.new] == [" not"]
+
+
 def test_hypothesis_drafter_follows_the_previous_decode():
     ts = 1000
     prev = [ts, 5, 6, 7, ts + 50, ts + 50, 8, 9, ts + 90]

@@ -44,7 +44,16 @@ class LocalAgreement:
     new: list[Word] = field(default_factory=list)
 
     def insert(self, words: list[Word]) -> None:
-        """A new hypothesis (absolute times): keep the words after the confirmed ones."""
+        """A new hypothesis (absolute times): keep the words after the confirmed ones. They are found
+        by the confirmed tail's words where the hypothesis has them, near the last confirmed end (but
+        for case and punctuation); by time only where it does not. Times alone lost words: Whisper
+        gave "Americans." the pause after it (ending at 2.26 s), the next hypotheses ended it at 2.08 s
+        and started "ask" there, before the last confirmed end, so "ask" was dropped and "not" confirmed
+        after it (jfk in 0.5 s pieces)."""
+        after = self._after_confirmed_words(words)
+        if after is not None:
+            self.new = after
+            return
         self.new = [w for w in words if w.start > self.last_time - TIME_SLACK_S]
         if self.new and self.in_buffer and abs(self.new[0].start - self.last_time) < REPEAT_WINDOW_S:
             # the hypothesis may still start with the last confirmed words: drop the longest repeat
@@ -52,6 +61,19 @@ class LocalAgreement:
                 if same_words(self.in_buffer[-n:], self.new[:n]):
                     self.new = self.new[n:]
                     break
+
+    def _after_confirmed_words(self, words: list[Word]) -> list[Word] | None:
+        """The words after the longest run (up to ``MAX_REPEAT``) of the last confirmed words that
+        ``words`` repeat ending within ``REPEAT_WINDOW_S`` of the last confirmed end, the closest such
+        run; None when there is none."""
+        keys = [word_key(w.text) for w in words]
+        for n in range(min(len(self.in_buffer), MAX_REPEAT), 0, -1):
+            tail = [word_key(w.text) for w in self.in_buffer[-n:]]
+            ends = [i + n for i in range(len(words) - n + 1)
+                    if keys[i : i + n] == tail and abs(words[i + n - 1].end - self.last_time) < REPEAT_WINDOW_S]
+            if ends:
+                return words[min(ends, key=lambda e: abs(words[e - 1].end - self.last_time)) :]
+        return None
 
     def flush(self) -> list[Word]:
         """Confirm the longest common prefix of the last two hypotheses (the new one's words and times)."""
