@@ -85,11 +85,10 @@ class StreamOptions:
     prompt_chars: int = 200  # confirmed text before the buffer given as the decoder's context
     min_update_s: float = 0.3  # no decode of a buffer shorter than this
     speculative: bool = True  # False: plain greedy re-decodes (the reference of the speed-up)
-    # "audio": the encoder over the buffer's frames only (``WhisperDecoderRuntime.encode_audio_part``),
-    # an approximation (Whisper was trained on whole windows); "window": over Whisper's whole 30 s
-    # window, as offline. Measured in 0.5 s pieces (the web page's) on bench/streaming.py's 70 s file,
-    # one thread, CPU clock: "window" fell behind real time (compute 1.02 s per audio second, p50
-    # latency 2.75 s, WER 0.260), "audio" kept up (0.77, p50 1.41 s, WER 0.103; offline 0.185).
+    # "audio": the encoder over the buffer's frames only (``encode_audio_part``, an approximation);
+    # "window": over the whole 30 s window, as offline. In 0.5 s pieces (the web page's), bench file,
+    # one thread, CPU clock: "window" fell behind real time (1.02 s per audio s, p50 2.75 s, WER
+    # 0.260), "audio" kept up (0.77, p50 1.41 s, WER 0.103; offline 0.185).
     encoder: str = "audio"
 
     def validate(self) -> None:
