@@ -95,7 +95,8 @@ def live_rows(engine, audio, chunk, encoder, side_by_side, pairs, reference, off
     from specwhisper.pipeline.replay import Replay, SimulatedClock, replay
     from specwhisper.pipeline.streaming import StreamingTranscriber, StreamOptions
 
-    suffix = "" if encoder == "window" else ", encoder over the buffer's frames only (--encoder audio)"
+    suffix = {"audio": ", encoder over the buffer's frames only (--encoder audio, the live default)",
+              "window": ", encoder over the whole 30 s window (--encoder window)"}[encoder]
     spec = StreamingTranscriber(engine, StreamOptions(language="en", encoder=encoder), observer=side_by_side)
     live = replay(spec, audio, chunk, SimulatedClock())
     slow = StreamingTranscriber(engine, StreamOptions(language="en", speculative=False, encoder=encoder))
