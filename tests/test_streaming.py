@@ -124,6 +124,18 @@ def test_hypothesis_drafter_follows_the_previous_decode():
     assert rebase_tokens(prev, ts, 50) == [ts, ts, 8, 9, ts + 40]
 
 
+def test_hypothesis_drafter_drafts_a_loop_from_the_output_itself():
+    """Past the source (a re-decode that loops on words the previous one never had), the output's own
+    last tokens are looked up in the output: the loop's next period is drafted."""
+    ts = 1000
+    d = HypothesisDrafter(ts)
+    d.set_source([ts, 5, 6, 7, ts + 50])
+    loop = [ts, 5, 6, 7, 20, 21, 22, 23, 20, 21]
+    assert d.propose([loop], [5]) == [[22, 23, 20, 21]]
+    # one token of the output matching earlier is not enough (a new word after an earlier " the")
+    assert d.propose([[ts, 5, 6, 7, 20, 21, 22, 23, 20, 30]], [5]) == [[]]
+
+
 def test_a_looping_redecode_is_cut_and_confirms_nothing(base_engine, run, monkeypatch):
     """A re-decode that passes its token cap stops there in both decoders (still token-identical)
     and is not a hypothesis: nothing it wrote is confirmed or drafted from."""
