@@ -160,3 +160,35 @@ def test_bad_quality_options_are_one_line_before_any_model_loads(eval_root, flag
     assert code != 0
     lines = err.strip().splitlines()
     assert len(lines) == 1 and message in lines[0] and "Traceback" not in err
+
+
+def test_speech_after_a_pause_in_a_thin_segment_is_not_lost(base_engine, tmp_path):
+    """The conversation's end: "... even in the middle of a sentence." then, 12 dB quieter after a
+    0.9 s pause, a 20-word sentence. Whisper wrote "middle of a sentence." alone over both, and again
+    when that stretch was decoded alone; the speech after the pause is then decoded on its own (it
+    was lost: 24 reference words), and the thin segment ends at the pause."""
+    long = build_long_file("speakers", tmp_path, 180)
+    result = base_engine.transcribe(load_audio(long.path)[120 * SAMPLE_RATE :], DecodeOptions(language="en"))
+    text = normalize(_text(result))
+    assert "say nothing of my antecedents" in text and "leave my native country" in text
+    assert text.count("middle of a sentence") == 1
+    thin = next(s for s in result.segments if "middle of a sentence" in s.text)
+    after = next(s for s in result.segments if "antecedents" in s.text)
+    assert thin.end <= after.start
+
+
+def test_after_first_pause_needs_a_pause_with_speech_after_it():
+    from specwhisper.asr.redecode import after_first_pause
+    from specwhisper.asr.types import Segment
+    from specwhisper.audio.chunking import Chunk
+
+    sr = SAMPLE_RATE
+    chunk = Chunk(10 * sr, 20 * sr, ((10 * sr, 12 * sr), (13 * sr, 19 * sr)), depth=2)
+    thin = Segment(10.0, 20.0, " middle of a sentence.")
+    [(part, replaced)] = after_first_pause(chunk, thin)
+    assert (part.start, part.end, replaced, part.depth) == (13 * sr, 20 * sr, None, 3)
+    assert thin.end == 12.0
+    # no pause inside, or too little speech after it: nothing more to decode
+    assert after_first_pause(Chunk(10 * sr, 20 * sr, ((10 * sr, 19 * sr),)), Segment(10.0, 20.0, " x")) == []
+    short = Chunk(10 * sr, 20 * sr, ((10 * sr, 12 * sr), (13 * sr, 13 * sr + sr // 2)))
+    assert after_first_pause(short, Segment(10.0, 20.0, " x")) == []

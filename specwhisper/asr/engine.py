@@ -21,19 +21,13 @@ from specwhisper.asr.languages import normalize_language
 from specwhisper.runtime.memory import release_gpu_library_pages, trim_heap
 from specwhisper.asr.model import WhisperDecoderRuntime
 from specwhisper.asr.models import WhisperBundle, load_whisper
+from specwhisper.asr import redecode
 from specwhisper.asr.segments import stitch, tokens_to_segments
 from specwhisper.asr.types import DecodeStats, Segment
 from specwhisper.audio.vad import VoiceActivityDetector
 
 Progress = Callable[[str, float], None]
 TASKS = ("transcribe", "translate")
-# A stretch of a chunk that its decode skipped is decoded again alone when the VAD hears this much
-# speech in it, or when it is this long; re-decodes of re-decodes stop at the depth limit.
-MIN_SKIP_SPEECH_S = 1.0
-MIN_SKIP_SILENCE_S = 3.0
-MAX_REDECODE_DEPTH = 2
-THIN_S_PER_WORD = 0.6  # read speech is 2-3 words/s: 0.6 s a word is slow speech
-THIN_SLACK_S = 3.0
 PROMPT_RESET_TEMPERATURE = 0.5  # openai/whisper: previous text is not carried past a decode this random
 
 
@@ -183,7 +177,7 @@ class AsrEngine:
         """Decode one batch of chunks (row i of ``enc`` is ``chunks[i]``, all after the same ``prompt``).
 
         Returns each chunk's segments (absolute times; none when Whisper finds no speech), the
-        stretches of each chunk to decode again (``_skipped``) and the attempt kept per chunk; the decode's counters and the alignment time are added to ``stats``."""
+        stretches of each chunk to decode again (``redecode.skipped``) and the attempt kept per chunk; the decode's counters and the alignment time are added to ``stats``."""
         first = self._first_decoder(opts, decoder)
         attempts = decode_with_fallback(first, self._sampler, enc, prompt, feats, opts.quality, self._text, stats,
                                         seconds=[c.duration_s for c in chunks])
@@ -200,7 +194,7 @@ class AsrEngine:
             facts = dict(seek=chunk.start // 160, temperature=a.temperature, avg_logprob=a.seq.avg_logprob,
                          compression_ratio=a.compression_ratio, no_speech_prob=a.seq.no_speech_prob)
             per_chunk.append([replace(seg, **facts) for seg in segs])
-            again.append(_skipped(chunk, per_chunk[-1]))  # the very segments kept: a thin one is replaced by identity
+            again.append(redecode.skipped(chunk, per_chunk[-1]))  # the very segments kept: a thin one is replaced by identity
         if opts.word_timestamps:
             t = time.perf_counter()
             offsets = [c.start_s for c in chunks]
@@ -232,7 +226,7 @@ class AsrEngine:
         Each file is cut into chunks covering all of it (specwhisper.audio.chunking) and gets its language from its
         first chunk with VAD speech; then chunks of all files that share a prompt (language, task,
         initial prompt) are decoded in batches of ``batch_size``; the stretches a decode skipped are
-        queued again (``_skipped``). With ``condition_on_previous_text`` each file's chunks decode
+        queued again (``specwhisper.asr.redecode``). With ``condition_on_previous_text`` each file's chunks decode
         one at a time in order, each after the text of the one before (openai/whisper's way).
         Per-file stats: exact token counts and VAD time; a shared batch's encoder/decoder/alignment
         time and pass counts are split by each file's rows (encoder) or generated tokens (decoder,
@@ -294,8 +288,8 @@ class AsrEngine:
                     if thin is not None:  # the new text replaces a thin segment when it has more words
                         if sum(len(x.text.split()) for x in segs) > len(thin.text.split()):
                             done_segments[i] = [x for x in done_segments[i] if x is not thin]
-                        else:  # discarded, and so are the stretches it skipped
-                            segs, skipped = [], []
+                        else:  # discarded, and so are the stretches it skipped, but the speech after a pause
+                            segs, skipped = [], redecode.after_first_pause(chunk, thin)
                     done_segments[i].extend(segs)
                     if chunk.depth:
                         redecoded.update(id(s) for s in segs)
@@ -364,35 +358,6 @@ class AsrEngine:
                 stats[i].encoder_seconds += seconds / len(todo)
         rows = [encoded.pop(item) for item in batch]
         return torch.cat([f for f, _ in rows]), torch.cat([e for _, e in rows])
-
-
-def _skipped(chunk: Chunk, segments: list[Segment]) -> list[tuple[Chunk, Segment | None]]:
-    """Stretches of ``chunk`` that its decode skipped, to decode again on their own, each with the
-    segment its text replaces (None: the stretch has no text yet).
-
-    - no segment covers it and the VAD hears at least ``MIN_SKIP_SPEECH_S`` of speech there (openai/
-      whisper seeks to the last timestamp when a window's text stops early), or it is
-      ``MIN_SKIP_SILENCE_S`` long (a quiet voice after a loud one is below Whisper's 80 dB window
-      range, but not alone);
-    - a segment too thin for its speech: more VAD speech under it than ``THIN_S_PER_WORD`` per word
-      plus ``THIN_SLACK_S`` (a 3-minute conversation: one 20 s segment held "This is all very high
-      pitched!" over two other sentences).
-    Not for a chunk without any text (Whisper was asked), nor deeper than ``MAX_REDECODE_DEPTH``."""
-    if not segments or chunk.depth >= MAX_REDECODE_DEPTH:
-        return []
-    sr = SAMPLE_RATE
-    out: list[tuple[Chunk, Segment | None]] = []
-    cursor = chunk.start
-    for seg in sorted(segments, key=lambda s: s.start) + [None]:
-        a, b = (round(seg.start * sr), round(seg.end * sr)) if seg else (chunk.end, chunk.end)
-        if a - cursor >= MIN_SKIP_SPEECH_S * sr and (
-            chunk.voiced_in(cursor, a) >= MIN_SKIP_SPEECH_S * sr or (chunk.speech and a - cursor >= MIN_SKIP_SILENCE_S * sr)
-        ):
-            out.append((chunk.part(cursor, a), None))
-        if seg is not None and chunk.voiced_in(a, b) > (len(seg.text.split()) * THIN_S_PER_WORD + THIN_SLACK_S) * sr:
-            out.append((chunk.part(max(a, chunk.start), min(b, chunk.end)), seg))
-        cursor = max(cursor, b)
-    return out
 
 
 def _share_stats(batch: DecodeStats, files: list[int], generated: list[int], into: list[DecodeStats]) -> None:

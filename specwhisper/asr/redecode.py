@@ -1,0 +1,73 @@
+"""Which stretches of a decoded chunk to decode again on their own (issue 19: never lose a word).
+
+Whisper sometimes stops writing before the speech does: openai/whisper seeks on from the last
+timestamp, and a window that holds a loud voice and then a quiet one often ends its text after the
+loud one, or writes one segment with a few words over several sentences (a thin segment). The
+engine (``specwhisper.asr.engine``) queues what these rules return and decodes it again alone."""
+
+from __future__ import annotations
+
+from specwhisper.asr.types import Segment
+from specwhisper.audio.chunking import Chunk
+from specwhisper.audio.loading import SAMPLE_RATE
+
+# A stretch of a chunk that its decode skipped is decoded again alone when the VAD hears this much
+# speech in it, or when it is this long; re-decodes of re-decodes stop at the depth limit.
+MIN_SKIP_SPEECH_S = 1.0
+MIN_SKIP_SILENCE_S = 3.0
+MAX_REDECODE_DEPTH = 2
+THIN_S_PER_WORD = 0.6  # read speech is 2-3 words/s: 0.6 s a word is slow speech
+THIN_SLACK_S = 3.0
+MIN_PAUSE_S = 0.3  # a pause of the VAD's inside a thin segment that may part its text from other speech
+
+
+def skipped(chunk: Chunk, segments: list[Segment]) -> list[tuple[Chunk, Segment | None]]:
+    """Stretches of ``chunk`` that its decode skipped, to decode again on their own, each with the
+    segment its text replaces (None: the stretch has no text yet).
+
+    - no segment covers it and the VAD hears at least ``MIN_SKIP_SPEECH_S`` of speech there (openai/
+      whisper seeks to the last timestamp when a window's text stops early), or it is
+      ``MIN_SKIP_SILENCE_S`` long (a quiet voice after a loud one is below Whisper's 80 dB window
+      range, but not alone);
+    - a segment too thin for its speech: more VAD speech under it than ``THIN_S_PER_WORD`` per word
+      plus ``THIN_SLACK_S`` (a 3-minute conversation: one 20 s segment held "This is all very high
+      pitched!" over two other sentences).
+    Not for a chunk without any text (Whisper was asked), nor deeper than ``MAX_REDECODE_DEPTH``."""
+    if not segments or chunk.depth >= MAX_REDECODE_DEPTH:
+        return []
+    sr = SAMPLE_RATE
+    out: list[tuple[Chunk, Segment | None]] = []
+    cursor = chunk.start
+    for seg in sorted(segments, key=lambda s: s.start) + [None]:
+        a, b = (round(seg.start * sr), round(seg.end * sr)) if seg else (chunk.end, chunk.end)
+        if a - cursor >= MIN_SKIP_SPEECH_S * sr and (
+            chunk.voiced_in(cursor, a) >= MIN_SKIP_SPEECH_S * sr or (chunk.speech and a - cursor >= MIN_SKIP_SILENCE_S * sr)
+        ):
+            out.append((chunk.part(cursor, a), None))
+        if seg is not None and chunk.voiced_in(a, b) > (len(seg.text.split()) * THIN_S_PER_WORD + THIN_SLACK_S) * sr:
+            out.append((chunk.part(max(a, chunk.start), min(b, chunk.end)), seg))
+        cursor = max(cursor, b)
+    return out
+
+
+def after_first_pause(chunk: Chunk, thin: Segment) -> list[tuple[Chunk, Segment | None]]:
+    """The thin segment's stretch ``chunk`` was decoded again and gave no more words: Whisper wrote the
+    same few words over the whole stretch twice. When the VAD hears a pause of ``MIN_PAUSE_S`` or more
+    in it, with ``MIN_SKIP_SPEECH_S`` of speech after, that speech is decoded alone as new text: the
+    thin text stays for the speech before the pause, its segment (and its words) ending there.
+
+    Measured on the 3-minute conversation of ``bench/accuracy.py``: "even in the middle of a
+    sentence." (loud) then, 12 dB lower after a 0.9 s pause, "If the reader will excuse me, I will
+    say nothing of my antecedents, nor of the circumstances which led me to leave my native
+    country." Both decodes of the 9.9 s stretch wrote "middle of a sentence." alone over all of it
+    (24 words lost); the stretch from 40 ms later, or from the pause, is decoded whole."""
+    sr = SAMPLE_RATE
+    spans = sorted(chunk.voiced)
+    for (_, end), (start, _) in zip(spans, spans[1:]):
+        if start - end >= MIN_PAUSE_S * sr and chunk.voiced_in(start, chunk.end) >= MIN_SKIP_SPEECH_S * sr:
+            at = end / sr
+            thin.end = max(thin.start, min(thin.end, at))
+            for w in thin.words:
+                w.end, w.start = min(w.end, at), min(w.start, at)
+            return [(chunk.part(start, chunk.end), None)]
+    return []
