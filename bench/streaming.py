@@ -15,9 +15,8 @@ Rows: the speculative engine; the same engine re-decoding plainly (its own clock
 confirmed stream); and, on every buffer the speculative engine decoded, a plain greedy decode of the
 same encoder output and prompt right after it (interleaved, the same machine state): the decoder
 speed-up and the token-identity check come from these pairs. Two bounds, the same re-decodes drafted
-by ideal drafters (``SideBySide``): a perfect one (the re-decode's own tokens), and the best a copy of
-the previous hypothesis could do (its tokens the new output keeps, drafted perfectly, and nothing
-else). WER of each confirmed stream against
+by ideal drafters (``SideBySide``): a perfect one (the re-decode's own tokens), and a perfect copy of
+the previous hypothesis (its tokens the new output keeps, drafted perfectly, and nothing else). WER of each confirmed stream against
 the clips' references and against the offline transcript of the whole file. Writes
 bench/results/streaming.json.
 """
@@ -85,9 +84,10 @@ def main() -> int:
 class SideBySide:
     """On every buffer the live engine decoded (its observer), right after it: a plain greedy decode
     (the speed-up's reference and the token-identity check), and the same re-decode drafted by two
-    ideal drafters (the bounds): ``perfect`` knows the whole output; ``copy bound`` knows the tokens the
-    output shares with the previous hypothesis, in order (difflib's matching blocks, exact ids), and
-    drafts nothing else: the most any drafter that copies the previous hypothesis could give."""
+    ideal drafters: ``perfect`` knows the whole output (the bound of any drafter); ``copy bound`` knows
+    the tokens the output shares with the previous hypothesis, in order (difflib's matching blocks,
+    exact ids), and drafts nothing else: a perfect copy of the previous hypothesis. The live drafter
+    may pass the copy bound: it also drafts a changed word's neighbours and a loop from the output."""
 
     def __init__(self, engine):
         from specwhisper.asr.decoding import GreedyDecoder
