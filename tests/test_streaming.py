@@ -242,3 +242,15 @@ def test_a_stalled_buffer_is_cut_at_the_last_confirmed_word(base_engine, eval_ro
     assert not short._stalled()  # 2.5 s after the last confirmed word: not yet
     pause = _stream_over(base_engine, np.concatenate([audio[:32000], np.zeros(8 * 16000, np.float32)]), [Word(1.0, 2.0, " And")])
     assert not pause._stalled()  # a pause after the confirmed words is no stall
+
+
+def test_a_repeat_squeezed_into_no_audio_is_not_taken():
+    """Whisper repeated a sentence at the buffer's end, every word of the repeat at one instant (the
+    alignment found no audio for it): the hypothesis stops before it; a single short word does not."""
+    from specwhisper.pipeline.agreement import before_squeezed_run
+
+    said = [Word(35.76, 36.02, " feathers"), Word(36.02, 36.30, " and"), Word(36.30, 36.38, " can"), Word(36.46, 36.64, " fly.")]
+    repeat = [Word(36.64, 36.64, t) for t in (" Many", " people", " don't", " think")]
+    assert before_squeezed_run(said + repeat) == said
+    blip = said[:2] + [Word(36.30, 36.30, " can")] + said[3:]
+    assert before_squeezed_run(blip) == blip

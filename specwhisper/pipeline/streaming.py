@@ -34,7 +34,7 @@ from specwhisper.asr.types import DecodeStats, Segment, Transcript, Word
 from specwhisper.audio.chunking import Chunk
 from specwhisper.audio.loading import SAMPLE_RATE
 from specwhisper.audio.vad import WINDOW as VAD_WINDOW
-from specwhisper.pipeline.agreement import LocalAgreement
+from specwhisper.pipeline.agreement import LocalAgreement, before_squeezed_run
 from specwhisper.runtime.memory import trim_heap
 from specwhisper.speculative.hypothesis import HypothesisDrafter, rebase_tokens
 
@@ -211,7 +211,7 @@ class StreamingTranscriber:
         decode = self._decode()
         committed: list[Word] = []
         if not decode.looped:
-            self.agreement.insert(self._up_to_skipped_speech([w for s in decode.segments for w in s.words]))
+            self.agreement.insert(before_squeezed_run(self._up_to_skipped_speech([w for s in decode.segments for w in s.words])))
             committed = self.agreement.flush()
             st.confirmed.extend(committed)
         st.decoded_to = st.offset + decode.buffer_seconds
