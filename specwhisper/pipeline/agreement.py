@@ -27,13 +27,6 @@ SQUEEZED_RUN = 3
 SQUEEZED_S = 0.02
 
 
-# Two hypotheses agree on a word when they agree on it but for case and punctuation (``word_key``,
-# the post-edit guard's comparison form). whisper_streaming compares words as written, which held
-# back a word while Whisper still hesitated over the comma or full stop after it (the next hypothesis
-# writes "there," where the last wrote "there."): measured on bench/streaming.py's file (CPU clock),
-# p50 / p90 latency 5.09 / 10.74 -> 3.86 / 6.91 s. The confirmed word is the newer hypothesis's.
-
-
 def before_squeezed_run(words: list[Word]) -> list[Word]:
     """``words`` up to the first run of ``SQUEEZED_RUN`` words shorter than ``SQUEEZED_S`` each."""
     run = 0
@@ -42,6 +35,13 @@ def before_squeezed_run(words: list[Word]) -> list[Word]:
         if run == SQUEEZED_RUN:
             return words[: i + 1 - run]
     return words
+
+
+# Two hypotheses agree on a word when they agree on it but for case and punctuation (``word_key``,
+# the post-edit guard's comparison form). whisper_streaming compares words as written, which held
+# back a word while Whisper still hesitated over the comma or full stop after it (the next hypothesis
+# writes "there," where the last wrote "there."): measured on bench/streaming.py's file (CPU clock),
+# p50 / p90 latency 5.09 / 10.74 -> 3.86 / 6.91 s. The confirmed word is the newer hypothesis's.
 
 
 def same_words(a: list[Word], b: list[Word]) -> bool:
