@@ -386,20 +386,19 @@ class WhisperDecoderRuntime:
 
     def compact_head(self, text_tokens: int, first_special: int) -> OutputHead:
         """The output head re-packed with a compact drafting vocabulary (``OutputHead``)."""
-        split = (text_tokens, first_special)
-        if self.head.compact_split != split:
-            self.head = None  # release the old packing (106 MB for base) before making the new one
-            self.head = OutputHead(self.proj, compact=split, int8=self.int8)
-            release_file_pages([self.proj])
-        return self.head
+        return self._packed_head((text_tokens, first_special))
 
     def whole_head(self) -> OutputHead:
         """The output head packed whole again after ``compact_head``: one product per step. Split, plain
         decoding paid two products and a concat (the same 8 windows of base: 6.33-6.84 s whole,
         6.75-7.10 s split, same tokens), so ``--draft auto`` puts it back while it decodes plainly."""
-        if self.head.compact_split is not None:
-            self.head = None
-            self.head = OutputHead(self.proj, int8=self.int8)
+        return self._packed_head(None)
+
+    def _packed_head(self, split: tuple[int, int] | None) -> OutputHead:
+        """The head packed with ``split`` (``OutputHead``'s ``compact``), re-packed only when it changes."""
+        if self.head.compact_split != split:
+            self.head = None  # release the old packing (106 MB for base) before making the new one
+            self.head = OutputHead(self.proj, compact=split, int8=self.int8)
             release_file_pages([self.proj])
         return self.head
 

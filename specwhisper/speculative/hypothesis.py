@@ -66,9 +66,10 @@ class HypothesisDrafter(SourceCopyDrafter):
     def _own_draft(self, generated: Sequence[int], k: int) -> list[int]:
         """What followed the latest earlier occurrence of the output's last tokens in the output."""
         keys = [self._key(t) for t in generated]
-        for gram in self.own.grams(keys):
-            for end in self.own.ends(gram, keys, len(keys) - 1):  # the suffix itself does not count
-                return list(generated[end : end + k])
+        for gram in self.own.grams(keys):  # the suffix itself does not count
+            cont = self.own.follow(gram, keys, generated, k, len(keys) - 1)
+            if cont:
+                return cont
         return []
 
 

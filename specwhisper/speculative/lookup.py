@@ -40,6 +40,15 @@ class PromptLookup:
             if pool[s] == gram[0] and pool[s : s + n] == gram:
                 yield s + n
 
+    def follow(self, gram: list[Hashable], keys: list[Hashable], tokens: Sequence[int], k: int,
+               last_end: int | None = None) -> list[int]:
+        """Up to ``k`` of ``tokens`` after the latest occurrence of ``gram`` in ``keys`` (the key of
+        each of ``tokens``) that ends by ``last_end`` and has tokens after it; [] when there is none."""
+        for end in self.ends(gram, keys, last_end):
+            if end < len(tokens):
+                return list(tokens[end : end + k])
+        return []
+
 
 class NgramDrafter(Drafter):
     """Prompt lookup over the batch: the latest earlier occurrence of the row's last n tokens in its
@@ -57,12 +66,10 @@ class NgramDrafter(Drafter):
         ctx = contexts[row]
         pools = [ctx] + [c for j, c in enumerate(contexts) if j != row]
         for gram in self.lookup.grams(ctx):
-            for pool in pools:
-                # in its own tokens the suffix itself does not count
-                for end in self.lookup.ends(gram, pool, len(pool) - (1 if pool is ctx else 0)):
-                    cont = pool[end : end + k]
-                    if cont:
-                        return cont
+            for pool in pools:  # in its own tokens the suffix itself does not count
+                cont = self.lookup.follow(gram, pool, pool, k, len(pool) - (1 if pool is ctx else 0))
+                if cont:
+                    return cont
         return []
 
 
