@@ -36,9 +36,10 @@ ENCODER_ROWS = 1500  # the rows a 30 s window gives every product: the packed la
 
 def audio_frames(features: torch.Tensor, margin_frames: int = 100) -> int:
     """The mel frames of ``features`` [B, mels, frames] that hold audio, plus a margin, in steps of 1 s
-    (100 frames). Padding frames hold one value in every mel bin: zeros (``specwhisper.asr.features``)
-    or, for audio padded with silence, the spectrogram's floor; rows of a batch keep the longest row."""
-    audio = (features != features[:, :1, :]).any(1)  # [B, frames]
+    (100 frames). Padding frames are those at the spectrogram's floor in every mel bin (the feature
+    extractor pads with zeros; log-mel clamps them to the floor); rows of a batch keep the longest row."""
+    floor = features.amin(dim=(1, 2), keepdim=True)
+    audio = (features > floor).any(1)  # [B, frames]
     last = int(audio.nonzero()[:, 1].max()) + 1 if audio.any() else 1
     return min(features.shape[-1], -(-(last + margin_frames) // 100) * 100)
 

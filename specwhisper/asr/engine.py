@@ -12,10 +12,10 @@ import numpy as np
 import torch
 
 from specwhisper.asr.alignment import WordAligner
+from specwhisper.audio.loading import SAMPLE_RATE
 from specwhisper.audio.chunking import Chunk, plan_chunks
 from specwhisper.asr.decoding import Decoder, GreedyDecoder, SamplingDecoder, SpecialTokens, WhisperLogitRules, detect_language
 from specwhisper.runtime.device import resolve_device, resolve_dtype
-from specwhisper.asr.features import log_mel_windows
 from specwhisper.asr.fallback import Attempt, QualityRules, decode_with_fallback
 from specwhisper.asr.languages import normalize_language
 from specwhisper.runtime.memory import release_gpu_library_pages, trim_heap
@@ -124,13 +124,12 @@ class AsrEngine:
     def model_name(self) -> str:
         return self.bundle.name
 
-    def features(self, audio: np.ndarray, chunks: list[Chunk], pad_audio: bool = False) -> torch.Tensor:
-        """Whisper's input for ``chunks`` of ``audio`` (``specwhisper.asr.features``: zero-padded
-        log-mel, or openai's padding of the audio with ``pad_audio``)."""
-        return self._features([audio[c.start : c.end] for c in chunks], pad_audio)
+    def features(self, audio: np.ndarray, chunks: list[Chunk]) -> torch.Tensor:
+        return self._features([audio[c.start : c.end] for c in chunks])
 
-    def _features(self, pieces: list[np.ndarray], pad_audio: bool = False) -> torch.Tensor:
-        feats = torch.from_numpy(log_mel_windows(self.bundle.feature_extractor, pieces, pad_audio))
+    def _features(self, pieces: list[np.ndarray]) -> torch.Tensor:
+        fe = self.bundle.feature_extractor
+        feats = fe(pieces, sampling_rate=SAMPLE_RATE, return_tensors="pt").input_features
         return feats.to(self.device, dtype=self.bundle.model.dtype)
 
     def _encode(self, pieces: list[np.ndarray]) -> tuple[torch.Tensor, torch.Tensor, float]:

@@ -276,7 +276,7 @@ class StreamingTranscriber:
         audio = st.buffer[: int(WINDOW_S * SAMPLE_RATE)]
         seconds = len(audio) / SAMPLE_RATE
         t = time.perf_counter()
-        feats = eng.features(audio, [Chunk(0, len(audio))], pad_audio=True)  # openai's input (asr.features)
+        feats = eng.features(audio, [Chunk(0, len(audio))])
         enc = eng.runtime.encode(feats) if self.opts.encoder == "window" else eng.runtime.encode_audio_part(feats)
         trim_heap()
         self.stats.encoder_seconds += time.perf_counter() - t
