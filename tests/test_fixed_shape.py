@@ -64,6 +64,21 @@ def test_a_verify_pass_gives_each_token_the_bits_of_a_plain_step_in_fixed_shapes
         rt.fixed_width, rt.host_positions = 16, False
 
 
+def test_an_unpacked_head_stays_whole_under_a_compact_vocabulary(bf16_engine):
+    """Split in two products, an unpacked head (bfloat16; any GPU) gave the verify pass other logits than
+    the target's whole head (on an H200 it changed jfk's transcript under the early-exit drafter)."""
+    rt = bf16_engine.runtime
+    h = torch.randn(3, rt.d_model, generator=torch.Generator().manual_seed(0)).to(torch.bfloat16)
+    whole = rt.head(h)
+    try:
+        head = rt.compact_head(1000, 50257)
+        assert head.rest is None
+        assert torch.equal(head(h), whole)
+        assert torch.equal(head.compact(h), torch.cat([whole[:, :1000], whole[:, 50257:]], -1))
+    finally:
+        rt.whole_head()
+
+
 @pytest.mark.parametrize("draft", ["ngram", "early-exit", "tiny.en"])
 def test_speculation_in_fixed_shapes_is_token_identical(bf16_engine, manifest, draft):
     spec = AsrEngine("base", bundle=bf16_engine.bundle, decoder_factory=decoder_factory(draft))

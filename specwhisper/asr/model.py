@@ -23,7 +23,7 @@ from specwhisper.asr.attention import attend_per_query, attend_per_row
 from specwhisper.asr.encoder import ENCODER_ROWS, EncoderRuntime, audio_frames
 from specwhisper.asr.kv_cache import KVCache
 from specwhisper.asr.net import WhisperNet
-from specwhisper.runtime.kernels import Int8Linear, Int8Module, Linear, float_sources, product_of
+from specwhisper.runtime.kernels import Int8Linear, Int8Module, Linear, float_sources, packable, product_of
 from specwhisper.runtime.memory import release_file_pages
 from specwhisper.runtime.threads import blas_one_thread
 
@@ -41,13 +41,17 @@ class OutputHead:
     ``compact=(n, s)`` packs it in two parts: the drafters' compact vocabulary (text tokens below
     ``n`` and every token from ``s``, the special ones) and the text tokens between, so a drafter
     scores its vocabulary with ``compact`` while the verify pass scores the whole, without a second
-    copy of the rows they share."""
+    copy of the rows they share. That holds only where a product's columns are exact (the packed
+    float32 CPU kernels, int8): an unpacked product (a GPU; bfloat16) picks its kernel, and so its sums'
+    order, by the output width, so the split head gave the verify pass other logits than the target's
+    whole head (an H200, bfloat16, 2026-11-26: jfk's "ask" became a timestamp pair under the early-exit
+    drafter). There the head stays whole and ``compact`` slices its product."""
 
     def __init__(self, weight: torch.Tensor, compact: tuple[int, int] | None = None, int8: bool = False):
         w = weight.detach()
         self.compact_split = compact
         product = Int8Linear.quantize if int8 else Linear
-        if compact is None:
+        if compact is None or not (int8 or packable(w)):
             self.main, self.rest = product(w), None
         else:
             n, s = compact
@@ -63,8 +67,12 @@ class OutputHead:
 
     def compact(self, hidden: torch.Tensor) -> torch.Tensor:
         """Logits of the compact vocabulary only: ids [0, n) then [s, vocabulary)."""
-        if self.rest is None:
+        if self.compact_split is None:
             raise ValueError("this head was packed without a compact vocabulary")
+        if self.rest is None:  # the whole head (unpacked products): its columns of the compact vocabulary
+            n, s = self.compact_split
+            a = self.main(hidden.detach())
+            return torch.cat([a[..., :n], a[..., s:]], -1)
         return self.main(hidden.detach())
 
 

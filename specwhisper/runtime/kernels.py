@@ -76,7 +76,9 @@ def kernel_problem(ops: tuple[str, ...]) -> str | None:
     return None
 
 
-def _packable(weight: torch.Tensor) -> bool:
+def packable(weight: torch.Tensor) -> bool:
+    """Whether ``Linear`` packs ``weight`` (float32 on a CPU with oneDNN's kernels): the products whose
+    rows and columns are exact whatever the call's shape."""
     if weight.device.type != "cpu" or weight.dtype != torch.float32:
         return False
     problem = kernel_problem(PACKED_OPS) if torch.backends.mkldnn.is_available() else "this torch build has no oneDNN"
@@ -96,7 +98,7 @@ class Linear:
         self.out_features = weight.shape[0]
         self.in_features = weight.shape[1]
         self.bias = None if bias is None else bias.detach().to(weight.dtype).contiguous()
-        self.packed = _packable(weight)
+        self.packed = packable(weight)
         if self.packed:
             self.weight = torch.ops.mkldnn._reorder_linear_weight(weight.contiguous(), rows)
         else:
@@ -277,7 +279,7 @@ def pack_linears(model: torch.nn.Module) -> int:
     copy and keeps its weight (for a tied head that is the input embedding's). Returns how many."""
     head = model.get_output_embeddings() if hasattr(model, "get_output_embeddings") else None
     swaps = [(parent, name, child) for parent in model.modules() for name, child in parent.named_children()
-             if type(child) is torch.nn.Linear and _packable(child.weight)]
+             if type(child) is torch.nn.Linear and packable(child.weight)]
     for parent, name, child in swaps:
         setattr(parent, name, PackedLinear(child, keep_weight=child is head))
     return len(swaps)
