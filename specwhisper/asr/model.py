@@ -21,6 +21,7 @@ import torch.nn.functional as F
 
 from specwhisper.asr.attention import attend_per_query, attend_per_row
 from specwhisper.asr.encoder import ENCODER_ROWS, EncoderRuntime, audio_frames
+from specwhisper.asr.graphs import PassGraphs
 from specwhisper.asr.kv_cache import KVCache
 from specwhisper.asr.net import WhisperNet
 from specwhisper.runtime.kernels import Int8Linear, Int8Module, Linear, float_sources, packable, product_of
@@ -107,14 +108,15 @@ class LayerProducts:
 class WhisperDecoderRuntime:
     """Incremental decoder forward with a static, per-row positioned KV cache."""
 
-    def __init__(self, model: WhisperNet, num_layers: int | None = None, row_exact: bool = True):
+    def __init__(self, model: WhisperNet, num_layers: int | None = None, row_exact: bool = True, cuda_graphs: bool = True):
         """``row_exact``: attention gives every query the very numbers a plain decoding step would give it,
         however many queries a pass holds and wherever their rows stand (see ``layer_range``); a
         drafter's own runtime, whose numbers only shape guesses, can do without. It applies where the
         matrix products are row-independent too (packed on CPU, ``specwhisper.runtime.kernels``): on a GPU neither
         cuBLAS nor the attention kernels promise that, and a query-by-query loop would cost a kernel
         launch per query and layer. There (unpacked products: a GPU, or a dtype other than float32)
-        ``row_exact`` takes the fixed-shape mode instead (``layer_range``)."""
+        ``row_exact`` takes the fixed-shape mode instead (``layer_range``). ``cuda_graphs``: there, on a
+        GPU, replay each pass from a CUDA graph (``specwhisper.asr.graphs``)."""
         dec = model.model.decoder
         cfg = model.config
         self.model = model
@@ -138,6 +140,10 @@ class WhisperDecoderRuntime:
         self.fixed_width = FIXED_WIDTH if row_exact and not self.row_exact else None
         # read a pass's positions on the host (``layer_range``): free on the CPU, a wait on a GPU
         self.host_positions = self.device.type == "cpu" and self.fixed_width is None
+        # on a GPU passes of up to FIXED_WIDTH tokens replay CUDA graphs (``specwhisper.asr.graphs``: a
+        # large-v3 step 3x faster); positions are never read on the host there, so their shapes are fixed
+        use_graphs = cuda_graphs and self.device.type == "cuda" and not self.host_positions
+        self.graphs = PassGraphs(lambda x, p, c, a, b: self._layers(x, p, c, a, b, None)) if use_graphs else None
         self._shared_cross: tuple[torch.Tensor, torch.Tensor, torch.Tensor] | None = None  # ``sharing_cross_kv``
         self._encoder: EncoderRuntime | None = None  # ``encoder_runtime``
         self._release_packed_sources()
@@ -282,6 +288,8 @@ class WhisperDecoderRuntime:
             return self._fixed_shape_pass(x, positions, cache, start, stop, cross_qk)
         if cache.rows is not None and cache.rows != list(range(cache.k.shape[1])):
             raise ValueError("a pass wider than the fixed-shape mode's width needs every row of its cache")
+        if self.graphs is not None and cross_qk is None and positions.shape[1] <= FIXED_WIDTH and self.fixed_width is None:
+            return self.graphs(x, positions, cache, start, stop)  # a drafter's steps (its bits only shape guesses)
         return self._layers(x, positions, cache, start, stop, cross_qk, whole_rows)
 
     def _slots(self, rows: torch.Tensor, positions: torch.Tensor, cache: KVCache) -> tuple[torch.Tensor, torch.Tensor]:
@@ -312,7 +320,10 @@ class WhisperDecoderRuntime:
         full_x = x.new_zeros(rows, width, x.shape[-1])
         full_x[phys, col] = x
         qk = {i: None for i in cross_qk} if cross_qk is not None else None
-        y = self._layers(full_x, full_pos, cache, start, stop, qk)
+        if self.graphs is not None and qk is None:
+            y = self.graphs(full_x, full_pos, cache, start, stop)
+        else:
+            y = self._layers(full_x, full_pos, cache, start, stop, qk)
         for i in qk or {}:
             cross_qk[i] = qk[i].transpose(1, 2)[phys, col].transpose(1, 2)  # [b, heads, n, frames]
         return y[phys, col]
