@@ -44,8 +44,12 @@ def set_clock(clock: str) -> None:
 def machine(threads: int) -> str:
     """The machine in words, with the load average: other jobs on a small CPU skew absolute times
     (ratios measured side by side suffer less, but are noisy too)."""
+    import torch
+
     load = ", ".join(f"{x:.1f}" for x in os.getloadavg())
-    return (f"{platform.processor() or platform.machine()}, {os.cpu_count()} cores, {threads} thread(s), CPU only; "
+    # our engines take a GPU where one is usable (``--device auto``, float16)
+    gpu = f"GPU {torch.cuda.get_device_name()} (ours in float16)" if torch.cuda.is_available() else "CPU only"
+    return (f"{platform.processor() or platform.machine()}, {os.cpu_count()} cores, {threads} thread(s), {gpu}; "
             f"load average at the end {load}; times: {os.environ.get('BENCH_CLOCK', 'wall')} clock")
 
 

@@ -97,12 +97,28 @@ def replaying(drafter, replay: Replay):
     return drafter
 
 
+def sync() -> None:
+    """A GPU runs the work queued by a call after the call returns: wait for it before reading a clock."""
+    if torch.cuda.is_available():
+        torch.cuda.synchronize()
+
+
+def copy_bandwidth() -> float:
+    """Bytes per second of a 2 GB device-to-device copy (read plus written): the device's practical bound."""
+    src = torch.randn(2**29, device="cuda")
+    dst = torch.empty_like(src)
+    ms = timed(lambda: dst.copy_(src), 10)
+    return 2 * src.numel() * 4 / (ms / 1000)
+
+
 def timed(fn, reps: int) -> float:
     fn()
     out = []
     for _ in range(reps):
+        sync()
         t = time.perf_counter()
         fn()
+        sync()
         out.append((time.perf_counter() - t) * 1000)
     return statistics.median(out)
 
@@ -119,6 +135,15 @@ def costs(engine: AsrEngine, drafts: dict, enc: torch.Tensor, prompt: list[int],
         return lambda: rt.step(torch.tensor([[220] * w], device=dev), torch.arange(context, context + w, device=dev)[None], cache)
 
     out = dict(step_ms=round(timed(verify(1), reps), 2), verify_ms={w: round(timed(verify(w), reps), 2) for w in range(2, 9)})
+    if dev.type == "cuda":  # what a step must read (decoder weights, output head, cross-attention K/V) at copy speed
+        weights = {p.data_ptr(): p.numel() * p.element_size() for layer in rt.layers for p in layer.parameters()}
+        read = sum(weights.values()) + rt.proj.numel() * rt.proj.element_size() + \
+            sum(t.numel() * t.element_size() for t in (cache.cross_k, cache.cross_v))
+        bound = read / copy_bandwidth() * 1000
+        graphs, rt.graphs = rt.graphs, None  # the same step run eagerly, kernel by kernel
+        out["step_ms_without_cuda_graphs"] = round(timed(verify(1), reps), 2)
+        rt.graphs = graphs
+        out.update(step_bytes_gb=round(read / 1e9, 3), step_bound_ms=round(bound, 3), step_over_bound=round(out["step_ms"] / bound, 2))
     tok, pos = torch.tensor([[220]], device=dev), torch.tensor([[context]], device=dev)
     for name, drafter in drafts.items():
         if isinstance(drafter, EarlyExitDrafter):
@@ -155,8 +180,11 @@ def run_target(name: str, device: str, dtype: torch.dtype, tokens: int, reps: in
     item = english_set()[0]
     audio = load_audio(item.path)[: 30 * 16000]
     feats = engine.features(audio, [Chunk(0, len(audio))])
+    rt.encode(feats)  # warm-up: the first pass on a GPU loads its kernels
+    sync()
     t = time.perf_counter()
     enc = rt.encode(feats)
+    sync()
     enc_s = time.perf_counter() - t
 
     def make(kind: str, replay: Replay | None):
