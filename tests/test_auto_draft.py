@@ -30,6 +30,12 @@ def test_it_keeps_plain_decoding_where_nothing_pays_and_speculates_where_it_does
     assert name == "distil" and k >= 3 and speedup > 1.5
     # the same drafter measured at acceptance 0.2 no longer pays
     assert choose(large, {"ngram": 0.1, "distil": 0.2}, {"ngram": True, "distil": True})[0] is None
+    # large-v3 at batch 1 on an H200 with CUDA graphs (bench/results/large_target_cuda.json): a verify pass
+    # of 2-8 costs one step, early exit's step a fifth of one
+    gpu = Costs(step=0.0042, verify={2: 0.0042, 4: 0.0042, 8: 0.0042}, draft={"ngram": 0.0002, "early-exit:4": 0.00077})
+    name, k, speedup = choose(gpu, {"ngram": 0.1, "early-exit:4": 0.8}, {"ngram": True, "early-exit:4": False})
+    assert name == "early-exit:4" and k >= 3 and speedup > 1.5  # 1.76 expected; the bench measured 1.97x
+    assert choose(gpu, {"ngram": 0.05, "early-exit:4": 0.1}, {"ngram": True, "early-exit:4": False})[0] is None
 
 
 def test_the_bound_before_the_wide_passes_are_timed():
