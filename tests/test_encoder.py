@@ -37,7 +37,7 @@ def test_packed_encoder_agrees_with_the_module(base_engine, speech_features):
 def test_unpacked_encoder_is_the_module_bitwise(base_engine, speech_features, monkeypatch):
     """Where weights cannot be packed (a GPU, float16) the products are ``F.linear``: the query, key and
     value in one product and the query scaled after it change no number."""
-    monkeypatch.setattr(kernels, "_packable", lambda weight: False)
+    monkeypatch.setattr(kernels, "packable", lambda weight: False)
     module = base_engine.bundle.model.model.encoder
     runtime = EncoderRuntime(module)
     assert not runtime.layers[0].qkv.packed
