@@ -89,3 +89,22 @@ def test_no_host_tensor_meets_the_gpu_weights(gpu_engine, audio):
     finally:
         gpu_engine.runtime.graphs = graphs
     assert result.segments and sum(mode.transfers.values()) <= result.stats.target_passes + 10
+
+
+def test_a_plain_step_makes_the_host_wait_for_the_gpu_once(gpu_engine, audio):
+    """torch's sync debug mode warns at each operation that makes the host wait for the GPU: a plain step
+    owes one (its token read), not one more per tensor made from host values (a blocking copy:
+    ``specwhisper.runtime.device.on_device`` queues them; before it, 133 waits in 29 steps of jfk)."""
+    import warnings
+
+    opts = DecodeOptions(language="en")
+    gpu_engine.transcribe(audio, opts)  # graphs captured, kernels loaded
+    torch.cuda.set_sync_debug_mode("warn")
+    try:
+        with warnings.catch_warnings(record=True) as seen:
+            warnings.simplefilter("always")
+            result = gpu_engine.transcribe(audio, opts)
+    finally:
+        torch.cuda.set_sync_debug_mode("default")
+    waits = [w for w in seen if "synchroniz" in str(w.message).lower()]
+    assert result.stats.target_passes > 20 and len(waits) <= result.stats.target_passes + 20

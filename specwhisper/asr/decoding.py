@@ -17,6 +17,7 @@ from transformers.models.whisper.tokenization_whisper import LANGUAGES
 
 from specwhisper.asr.model import KVCache, WhisperDecoderRuntime
 from specwhisper.asr.types import DecodeStats
+from specwhisper.runtime.device import on_device
 
 NEG_INF = float("-inf")
 
@@ -167,7 +168,7 @@ class WhisperLogitRules:
             if no_text:
                 logits[no_text, : self.sp.eot] = NEG_INF
             if any(ts_floor):
-                floor = torch.tensor(ts_floor, device=logits.device)[:, None]
+                floor = on_device(ts_floor, logits.device)[:, None]
                 ts.masked_fill_(torch.arange(ts.shape[1], device=logits.device)[None, :] < floor, NEG_INF)
             if empty:
                 logits[empty, :tb] = NEG_INF
@@ -219,7 +220,7 @@ class Decoder:
     def prefill(self, cache: KVCache, prompt: list[int]) -> tuple[torch.Tensor, torch.Tensor]:
         """Run the prompt; return last-position logits [B, V] and no-speech probabilities [B]."""
         b, device = cache.batch_size, self.rt.device
-        tokens = torch.tensor(prompt, device=device).expand(b, -1)
+        tokens = on_device(prompt, device).expand(b, -1)
         positions = torch.arange(len(prompt), device=device).expand(b, -1)
         # logits where <|startoftranscript|> is (after any context: the no-speech probability) and last
         only = [prompt.index(self.sp.sot), len(prompt) - 1] if self.sp.no_speech is not None else [len(prompt) - 1]
@@ -283,7 +284,7 @@ class GreedyDecoder(Decoder):
                 break
             if len(keep) < len(active):
                 cache = cache.select(keep)
-                nxt = nxt[torch.tensor(keep, device=device)]
+                nxt = nxt[on_device(keep, device)]
                 active = [active[j] for j in keep]
             positions = torch.full((len(active), 1), length, device=device)
             last = self.rt.step(nxt[:, None], positions, cache)[:, -1]
@@ -326,9 +327,9 @@ def detect_language(runtime: WhisperDecoderRuntime, special: SpecialTokens, enco
         return "en", 1.0
     cache = runtime.new_cache(encoder_out[:1])
     device = runtime.device
-    logits = runtime.step(torch.tensor([[special.sot]], device=device), torch.tensor([[0]], device=device), cache)[0, -1]
+    logits = runtime.step(on_device([[special.sot]], device), on_device([[0]], device), cache)[0, -1]
     codes = list(special.languages)
-    ids = torch.tensor([special.languages[c] for c in codes], device=device)
+    ids = on_device([special.languages[c] for c in codes], device)
     probs = logits[ids].float().softmax(-1).tolist()
     best = max(range(len(codes)), key=probs.__getitem__)
     return codes[best], probs[best]

@@ -17,6 +17,7 @@ from specwhisper.asr.model import KVCache, OutputHead, WhisperDecoderRuntime
 from specwhisper.asr.speculative import Drafter
 from specwhisper.speculative import lookup, model_drafter
 from specwhisper.speculative.token_map import SameVocab, TextRetokenizer
+from specwhisper.runtime.device import on_device
 
 __all__ = ["NgramDrafter", "SameVocab", "Retokenize", "DraftModel", "ModelDrafter"]
 
@@ -128,14 +129,14 @@ class WhisperDraftRuntime:
     def feed(self, feeds: list[list[int]], starts: list[int]) -> None:
         rt, device = self.m.runtime, self.m.runtime.device
         width = max(len(f) for f in feeds)
-        tokens = torch.tensor([(f + [f[-1]] * width)[:width] for f in feeds], device=device)
-        positions = torch.tensor([[min(c + j, self.limit) for j in range(width)] for c in starts], device=device)
+        tokens = on_device([(f + [f[-1]] * width)[:width] for f in feeds], device)
+        positions = on_device([[min(c + j, self.limit) for j in range(width)] for c in starts], device)
         hidden = rt.hidden(tokens, positions, self.cache)
-        self.last = hidden[torch.arange(len(feeds), device=device), torch.tensor([len(f) - 1 for f in feeds], device=device)]
+        self.last = hidden[torch.arange(len(feeds), device=device), on_device([len(f) - 1 for f in feeds], device)]
 
     def pick(self, rows: list[int], prefixes: list[list[int]]) -> tuple[list[int], list[float]]:
         # the draft step's one host read
-        return read_choices(*self.m.rules.select(self._logits(self.last[torch.tensor(rows, device=self.last.device)]), prefixes))
+        return read_choices(*self.m.rules.select(self._logits(self.last[on_device(rows, self.last.device)]), prefixes))
 
     def step(self, rows: list[int], tokens: list[int], positions: list[int]) -> None:
         # every row steps (no cache copies); rows done drafting write a dummy into the slack slot
@@ -143,7 +144,7 @@ class WhisperDraftRuntime:
         tok, pos = [[0]] * b, [[rt.max_len]] * b
         for r, t, p in zip(rows, tokens, positions):
             tok[r], pos[r] = [t], [p]
-        self.last = rt.hidden(torch.tensor(tok, device=rt.device), torch.tensor(pos, device=rt.device), self.cache)[:, -1]
+        self.last = rt.hidden(on_device(tok, rt.device), on_device(pos, rt.device), self.cache)[:, -1]
 
     def stops(self, token: int, logprob: float, length: int) -> bool:
         return token == self.m.special.eot or logprob < self.log_min_conf

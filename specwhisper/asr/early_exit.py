@@ -43,6 +43,7 @@ from specwhisper.asr.model import KVCache, WhisperDecoderRuntime
 from specwhisper.asr.models import default_cache_dir
 from specwhisper.asr.speculative import Drafter
 from specwhisper.speculative.drafter import common_prefix, early_exit_name
+from specwhisper.runtime.device import on_device
 
 ADAPTER_DIR = Path(__file__).resolve().parent / "adapters"
 DEFAULT_EXIT_LAYER = 3
@@ -309,7 +310,7 @@ class EarlyExitDrafter(Drafter):
             ck = cv = None
             if j is not None:
                 full = self.cache.rows is None and len(rows) == self.cache.batch_size
-                idx = slice(None) if full else torch.tensor(self.cache.physical(rows), device=h.device)
+                idx = slice(None) if full else on_device(self.cache.physical(rows), h.device)
                 ck, cv = self.cache.cross_k[j][idx], self.cache.cross_v[j][idx]
             x = self.adapter(h[:, None], ck, cv)[:, 0]
         return self.vocab.logits(x)
@@ -326,13 +327,13 @@ class EarlyExitDrafter(Drafter):
             on = set(going)
             # rows done drafting write a dummy at their next free position: the verify pass overwrites it
             feed = [(drafts[i][-1] if drafts[i] else contexts[i][-1]) if i in on else 0 for i in range(b)]
-            tok = torch.tensor([[t] for t in feed], device=device)
-            pos = torch.tensor([[starts[i] + len(fed[i])] for i in range(b)], device=device)
+            tok = on_device([[t] for t in feed], device)
+            pos = on_device([[starts[i] + len(fed[i])] for i in range(b)], device)
             h = self.rt.layer_range(self.rt.embed_at(tok, pos), pos, self.cache, 0, self.k)[:, 0]
             states.append(h)
             for i in going:
                 fed[i].append(feed[i])
-            logits = self._draft_logits(h[torch.tensor(going, device=device)], going)
+            logits = self._draft_logits(h[on_device(going, device)], going)
             picks, lps = self.vocab.select(logits, [contexts[i] + drafts[i] for i in going])
             nxt = []
             for n, i in enumerate(going):
@@ -344,14 +345,16 @@ class EarlyExitDrafter(Drafter):
         return drafts
 
     @torch.inference_mode()
-    def verify(self, runtime: WhisperDecoderRuntime, tokens: torch.Tensor, positions: torch.Tensor, cache: KVCache) -> torch.Tensor:
+    def verify(self, runtime: WhisperDecoderRuntime, tokens: torch.Tensor, positions: torch.Tensor, cache: KVCache,
+               token_rows: list[list[int]] | None = None, starts: list[int] | None = None) -> torch.Tensor:
         """The target's final hidden states for ``tokens`` at ``positions``: layers 0..k-1 only for the
         tokens the drafter did not feed, layers k.. for all."""
         rnd, self._round = self._round, None
         b, w = tokens.shape
         fed = [0] * b
         if rnd is not None and cache is self.cache and len(rnd["fed"]) == b:
-            first, rows = positions[:, 0].tolist(), tokens.tolist()
+            rows = token_rows if token_rows is not None else tokens.tolist()  # host lists: no wait for a GPU
+            first = starts if starts is not None else positions[:, 0].tolist()
             for i in range(b):
                 # the drafter's states serve the leading tokens it fed, at these very positions
                 if first[i] == rnd["starts"][i]:
@@ -364,7 +367,7 @@ class EarlyExitDrafter(Drafter):
         n = min(states.shape[1], w)
         x[:, :n] = states[:, :n]
         if m > 0:
-            cols = torch.tensor([[min(f, w - m) + j for j in range(m)] for f in fed], device=tokens.device)
+            cols = on_device([[min(f, w - m) + j for j in range(m)] for f in fed], tokens.device)
             tt, pp = tokens.gather(1, cols), positions.gather(1, cols)
             low = runtime.layer_range(runtime.embed_at(tt, pp), pp, cache, 0, self.k)
             x.scatter_(1, cols[:, :, None].expand(-1, -1, x.shape[-1]), low)

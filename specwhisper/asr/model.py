@@ -28,6 +28,7 @@ from specwhisper.asr.output_head import OutputHead
 from specwhisper.runtime.kernels import Int8Module, Linear, float_sources, product_of
 from specwhisper.runtime.memory import release_file_pages
 from specwhisper.runtime.threads import blas_one_thread
+from specwhisper.runtime.device import on_device
 
 INITIAL_POSITIONS = 128  # self-attention K/V slots a new cache starts with (``KVCache.reserve`` grows it)
 FIXED_WIDTH = 16  # columns of every pass in the fixed-shape mode (``WhisperDecoderRuntime``): > a verify pass's width
@@ -251,7 +252,7 @@ class WhisperDecoderRuntime:
     def _slots(self, rows: torch.Tensor, positions: torch.Tensor, cache: KVCache) -> tuple[torch.Tensor, torch.Tensor]:
         """Fixed-shape mode: the physical row and the column of the tokens of live rows ``rows`` at
         ``positions`` (broadcast together)."""
-        phys = torch.tensor(cache.physical(), device=positions.device)[rows]
+        phys = on_device(cache.physical(), positions.device)[rows]
         return phys, positions % self.fixed_width
 
     def _fixed_shape_pass(

@@ -28,6 +28,7 @@ from specwhisper.speculative.acceptance import accept
 from specwhisper.speculative.drafter import Drafter as CoreDrafter
 from specwhisper.speculative.lookahead import Lookahead
 from specwhisper.speculative.stats import count_round
+from specwhisper.runtime.device import on_device
 
 __all__ = ["Drafter", "Lookahead", "SpeculativeDecoder"]
 
@@ -43,10 +44,12 @@ class Drafter(CoreDrafter):
         """The target's KV cache for the current rows (after ``begin`` and after every ``select``), for
         drafters that run the target's own first layers (``specwhisper.asr.early_exit``)."""
 
-    def verify(self, runtime: WhisperDecoderRuntime, tokens: torch.Tensor, positions: torch.Tensor, cache: KVCache) -> torch.Tensor:
+    def verify(self, runtime: WhisperDecoderRuntime, tokens: torch.Tensor, positions: torch.Tensor, cache: KVCache,
+               token_rows: list[list[int]] | None = None, starts: list[int] | None = None) -> torch.Tensor:
         """The verify pass: the target's final hidden states of ``tokens`` (``[pending, drafts..]`` per
         row) at ``positions``. A drafter that already ran some of the target's layers for them may
-        reuse that work; it must return what ``runtime.hidden`` would."""
+        reuse that work; it must return what ``runtime.hidden`` would. ``token_rows``, ``starts``: the
+        tokens and each row's first position as host lists (reading them back from a GPU would wait for it)."""
         return runtime.hidden(tokens, positions, cache)
 
 
@@ -105,13 +108,13 @@ class SpeculativeDecoder(Decoder):
             device = self.rt.device
             # padding past a row's tokens repeats its pending token: its cache slots lie past the row's length
             fed_rows = [([c[-1], *d][:n] + [c[-1]] * width)[:width] for c, d, n in zip(contexts, drafts, fed)]
-            tokens = torch.tensor(fed_rows, device=device)
-            positions = torch.tensor([[n + j for j in range(width)] for n in lengths], device=device)
-            hidden = self.drafter.verify(self.rt, tokens, positions, cache)
+            tokens = on_device(fed_rows, device)
+            positions = on_device([[n + j for j in range(width)] for n in lengths], device)
+            hidden = self.drafter.verify(self.rt, tokens, positions, cache, token_rows=fed_rows, starts=lengths)
             # only real positions go through the (large) output head
             rows = [i for i, n in enumerate(fed) for _ in range(n)]
             cols = [j for n in fed for j in range(n)]
-            at = torch.tensor(rows, device=device), torch.tensor(cols, device=device)
+            at = on_device(rows, device), on_device(cols, device)
             logits = self.rt.logits_at(hidden[at], at[0], positions[at], cache).float()
             prefixes = [contexts[i] + drafts[i][:j] for i, j in zip(rows, cols)]
             greedy, logprobs = read_choices(*self.rules.select(logits, prefixes))  # the round's one host read
