@@ -40,14 +40,12 @@ def test_decoding_replays_graphs_and_an_eager_runtime_gives_its_own_bits(gpu_eng
     """Graphs do not change what is exact (every compared pass replays one), only what it costs; the
     same decode without graphs still gives a transcript (its bits may differ, so only the words are
     compared)."""
-    from specwhisper.asr.engine import DecodeOptions as Opts
-
     gpu_engine.runtime.graphs.graphs.clear()
-    graphed = gpu_engine.transcribe(audio, Opts(language="en"))
+    graphed = gpu_engine.transcribe(audio, DecodeOptions(language="en"))
     assert gpu_engine.runtime.graphs.graphs
     eager = AsrEngine("base", device="cuda", bundle=gpu_engine.bundle)
     eager.runtime.graphs = None
-    for result in (graphed, eager.transcribe(audio, Opts(language="en"))):
+    for result in (graphed, eager.transcribe(audio, DecodeOptions(language="en"))):
         assert "ask not what your country" in " ".join(s.text for s in result.segments).lower()
 
 

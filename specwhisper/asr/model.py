@@ -99,7 +99,7 @@ class WhisperDecoderRuntime:
         self.host_positions = self.device.type == "cpu" and self.fixed_width is None
         # on a GPU passes of up to FIXED_WIDTH tokens replay CUDA graphs (``specwhisper.asr.graphs``: a
         # large-v3 step 3x faster); positions are never read on the host there, so their shapes are fixed
-        use_graphs = cuda_graphs and self.device.type == "cuda" and not self.host_positions
+        use_graphs = cuda_graphs and self.device.type == "cuda"
         self.graphs = PassGraphs(lambda x, p, c, a, b: self._layers(x, p, c, a, b, None)) if use_graphs else None
         self._shared_cross: tuple[torch.Tensor, torch.Tensor, torch.Tensor] | None = None  # ``sharing_cross_kv``
         self._encoder: EncoderRuntime | None = None  # ``encoder_runtime``
@@ -245,7 +245,7 @@ class WhisperDecoderRuntime:
             return self._fixed_shape_pass(x, positions, cache, start, stop, cross_qk)
         if cache.rows is not None and cache.rows != list(range(cache.k.shape[1])):
             raise ValueError("a pass wider than the fixed-shape mode's width needs every row of its cache")
-        if self.graphs is not None and cross_qk is None and positions.shape[1] <= FIXED_WIDTH and self.fixed_width is None:
+        if self.graphs is not None and cross_qk is None and positions.shape[1] <= FIXED_WIDTH:
             return self.graphs(x, positions, cache, start, stop)  # a drafter's steps (its bits only shape guesses)
         return self._layers(x, positions, cache, start, stop, cross_qk, whole_rows)
 
