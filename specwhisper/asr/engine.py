@@ -18,7 +18,7 @@ from specwhisper.asr.decoding import Decoder, GreedyDecoder, SamplingDecoder, Sp
 from specwhisper.runtime.device import resolve_device, resolve_dtype
 from specwhisper.asr.fallback import Attempt, QualityRules, decode_with_fallback
 from specwhisper.asr.languages import normalize_language
-from specwhisper.runtime.memory import release_gpu_library_pages, trim_heap
+from specwhisper.runtime.memory import release_gpu_library_pages, release_torch_import_pages, trim_heap
 from specwhisper.asr.model import WhisperDecoderRuntime
 from specwhisper.asr.models import WhisperBundle, load_whisper
 from specwhisper.asr import redecode
@@ -119,6 +119,8 @@ class AsrEngine:
         self.vad = VoiceActivityDetector()
         self.aligner = WordAligner(self.runtime, self.special, self.bundle.tokenizer, getattr(gc, "alignment_heads", None))
         self.decoder: Decoder = (decoder_factory or plain_decoder)(self)
+        if device == "cpu":
+            release_torch_import_pages()  # pages only the import and the loading ran (specwhisper.runtime.memory)
 
     @property
     def model_name(self) -> str:

@@ -76,12 +76,32 @@ def release_gpu_library_pages() -> int:
     this; nvJitLink, nvrtc and cublasLt 71 MB each, libtorch_cuda 36 MB), which a CPU run never
     executes: a third of the 1.5 GB budget for base on a 10-minute file. The pages are clean
     file-backed ones, so a later GPU call faults them in again and nothing can break."""
+    return _release_libraries(GPU_LIBRARY)
+
+
+# torch's own CPU libraries: loading them runs the static registration of every operator, which
+# touches far more of their pages than a decode executes again.
+TORCH_CPU_LIBRARY = re.compile(r"/libtorch_(cpu|python)\.so")
+
+
+def release_torch_import_pages() -> int:
+    """Reclaim the resident pages of torch's CPU libraries once the models are loaded; the pages a
+    decode runs fault in again from the page cache. Returns the bytes advised.
+
+    Measured on base (this CPU, 10-minute talk): 175 MB of ``libtorch_cpu.so`` resident after
+    loading, 78 MB less RSS right after the call, the decode's peak 1264 MB against 1301 MB without
+    it, and no slower (40.2 s against 46.1 s, the machine's drift)."""
+    return _release_libraries(TORCH_CPU_LIBRARY)
+
+
+def _release_libraries(pattern: re.Pattern) -> int:
+    """``madvise(MADV_PAGEOUT)`` on every file mapping whose path matches ``pattern``; the bytes advised."""
     if not sys.platform.startswith("linux"):
         return 0
     madvise = _libc().madvise
     advised = 0
     for start, end, path in _file_mappings():
-        if GPU_LIBRARY.search(path) and madvise(start, end - start, MADV_PAGEOUT) == 0:
+        if pattern.search(path) and madvise(start, end - start, MADV_PAGEOUT) == 0:
             advised += end - start
     return advised
 
