@@ -44,7 +44,7 @@ test-all: system-packages models
 	$(PY) -m pytest -m ""
 
 # Benchmarks want a quiet machine: each prints side-by-side ratios and writes bench/results/<bench>.json.
-BENCHES ?= asr_baseline speculative diarization postedit batch longform abuse
+BENCHES ?= asr_baseline speculative diarization postedit batch longform window_budget abuse
 bench: models
 	@for b in $(BENCHES); do echo "== bench/$$b.py"; $(PY) bench/$$b.py || exit 1; done
 
