@@ -90,7 +90,7 @@ def release_torch_import_pages() -> int:
 
     Measured on base (this CPU, 10-minute talk): 175 MB of ``libtorch_cpu.so`` resident after
     loading, 78 MB less RSS right after the call, the decode's peak 1264 MB against 1301 MB without
-    it, and no slower (40.2 s against 46.1 s, the machine's drift)."""
+    it, and no slower (in process, alternated: 45.0 / 44.0 s against 45.1 / 43.9 s)."""
     return _release_libraries(TORCH_CPU_LIBRARY)
 
 
