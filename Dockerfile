@@ -1,4 +1,4 @@
-# specwhisper endpoint image: the handler's HTTP server (python -m specwhisper.serving.serve) on port 8080,
+# specwhisper endpoint image: the handler's HTTP server (python -m specwhisper.serving.http.serve) on port 8080,
 # with the embedded Whisper models converted at build time.
 #
 #   docker build -t specwhisper .                      # CPU (default)
@@ -47,9 +47,9 @@ COPY specwhisper ./specwhisper
 RUN pip install --no-cache-dir --no-deps .
 
 USER 10001:10001
-RUN python -m specwhisper.asr.models --prepare base tiny.en
+RUN python -m specwhisper.asr.weights.loader --prepare base tiny.en
 
 EXPOSE 8080
 HEALTHCHECK --interval=30s --timeout=5s --start-period=120s \
     CMD ["python", "-c", "import urllib.request; urllib.request.urlopen('http://127.0.0.1:8080/health', timeout=4)"]
-CMD ["python", "-m", "specwhisper.serving.serve", "--host", "0.0.0.0", "--port", "8080"]
+CMD ["python", "-m", "specwhisper.serving.http.serve", "--host", "0.0.0.0", "--port", "8080"]

@@ -31,7 +31,7 @@ $(STAMP): pyproject.toml requirements.lock | system-packages
 	touch $(STAMP)
 
 models: $(STAMP)
-	$(PY) -m specwhisper.asr.models --prepare base tiny.en
+	$(PY) -m specwhisper.asr.weights.loader --prepare base tiny.en
 
 demo: system-packages models
 	$(VENV)/bin/transcribe samples/meeting-dev00.wav --diarize -o $(DEMO_OUT) -f all

@@ -1,6 +1,6 @@
 """Web UI: ``python app.py [--host 127.0.0.1] [--port 7860]`` serves the Gradio app over the pipeline core.
 
-Models load once per process (kept by the shared Transcriber); requests queue for the model one
+Models load once per process (kept by the shared PipelinePool); requests queue for the model one
 at a time.
 """
 
@@ -48,7 +48,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.threads is not None and args.threads < 1:
         print(f"app: error: --threads must be >= 1, got {args.threads}", file=sys.stderr)
         return 2
-    from specwhisper.runtime.device import resolve_device, resolve_dtype
+    from specwhisper.hardware.device import resolve_device, resolve_dtype
 
     try:
         resolve_dtype(args.dtype, resolve_device(args.device))
@@ -56,8 +56,8 @@ def main(argv: list[str] | None = None) -> int:
         print(f"app: error: {exc}", file=sys.stderr)
         return 2
     from specwhisper.serving.params import parse_params
-    from specwhisper.serving.service import LiveLimits, ServiceSettings, Transcriber
-    from specwhisper.serving.ui import UiConfig, build_demo, theme
+    from specwhisper.serving.service import LiveLimits, ServiceSettings, PipelinePool
+    from specwhisper.serving.ui.app import UiConfig, build_demo, theme
 
     settings = ServiceSettings(
         base=PipelineConfig(device=args.device, dtype=args.dtype, threads=args.threads, cache_dir=args.cache_dir),
@@ -66,7 +66,7 @@ def main(argv: list[str] | None = None) -> int:
         max_upload_bytes=int(args.max_file_mb * 2**20),
         live=LiveLimits(max_streams=args.live_streams),
     )
-    service = Transcriber(settings)
+    service = PipelinePool(settings)
     if not args.no_preload:
         service.preload(parse_params({}, settings.choices))
     output_dir = args.output_dir or Path(tempfile.mkdtemp(prefix="specwhisper-ui-"))

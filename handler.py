@@ -14,8 +14,8 @@ from __future__ import annotations
 import os
 from typing import Any
 
-from specwhisper.serving.endpoint import Endpoint, settings_from_env
-from specwhisper.serving.repository import find_models, with_repository
+from specwhisper.serving.endpoint.contract import Endpoint, settings_from_env
+from specwhisper.serving.endpoint.repository import find_models, with_repository
 from specwhisper.serving.service import ServiceSettings
 
 

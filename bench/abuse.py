@@ -1,6 +1,6 @@
 """Peak memory under abuse, and latency under load (issue 20), over loopback only.
 
-The server runs as a user runs it (``python -m specwhisper.serving.serve``, default limits: 4 h of audio, 200 MB
+The server runs as a user runs it (``python -m specwhisper.serving.http.serve``, default limits: 4 h of audio, 200 MB
 uploads, base preloaded; --body-timeout/--head-timeout 5 s to keep the slow cases short). Before each
 case its peak RSS (VmHWM) is reset (``/proc/PID/clear_refs``), after it the peak is read. The CLI runs
 once per case in a fresh process, its peak RSS from ``os.wait4``. Then 50 requests (a 3.5 s clip),
@@ -81,14 +81,14 @@ def status_kb(pid: int, field: str) -> int:
 
 
 class Server:
-    """``python -m specwhisper.serving.serve`` in its own process, its log in a file."""
+    """``python -m specwhisper.serving.http.serve`` in its own process, its log in a file."""
 
     def __init__(self, work: Path, port: int, extra: list[str]):
         self.port = port
         self.log_path = work / "serve.log"
         self.log = self.log_path.open("w")
         env = {**os.environ, "PYTHONPATH": str(ROOT)}
-        self.proc = subprocess.Popen([sys.executable, "-m", "specwhisper.serving.serve", "--port", str(port), "--quiet",
+        self.proc = subprocess.Popen([sys.executable, "-m", "specwhisper.serving.http.serve", "--port", str(port), "--quiet",
                                       "--spool-dir", str(work / "spool"), *extra], cwd=ROOT, env=env,
                                      stdout=self.log, stderr=subprocess.STDOUT)
         deadline = time.monotonic() + 600
@@ -161,7 +161,7 @@ def raw_status(answer: bytes) -> int:
 def run_cli_peak(argv: list[str], work: Path) -> tuple[int, float, str]:
     """A CLI run in a fresh process: exit code, its own peak RSS (MB), last stderr line."""
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
-    proc = subprocess.Popen([sys.executable, "-m", "specwhisper.serving.cli", *map(str, argv), "-o", str(work / "cli-out"), "-q"],
+    proc = subprocess.Popen([sys.executable, "-m", "specwhisper.serving.cli.main", *map(str, argv), "-o", str(work / "cli-out"), "-q"],
                             cwd=ROOT, env=env, stderr=subprocess.PIPE, stdout=subprocess.DEVNULL)
     err = proc.stderr.read().decode(errors="replace")
     _, status, usage = os.wait4(proc.pid, 0)
@@ -299,9 +299,9 @@ def main(argv: list[str] | None = None) -> int:
     result = {
         "machine": f"{platform.processor() or platform.machine()}, {os.cpu_count()} cores, CPU only, shared with other jobs "
                    f"(load average at the end {load_avg}); python {platform.python_version()}",
-        "setup": {"server": "python -m specwhisper.serving.serve, default limits (4 h audio, 200 MB upload, queue 16, 64 connections), "
+        "setup": {"server": "python -m specwhisper.serving.http.serve, default limits (4 h audio, 200 MB upload, queue 16, 64 connections), "
                             "--body-timeout 5 --head-timeout 5, model base preloaded",
-                  "cli": "python -m specwhisper.serving.cli, model base, default --max-duration 12 h unless given",
+                  "cli": "python -m specwhisper.serving.cli.main, model base, default --max-duration 12 h unless given",
                   "load": "a 3.5 s clip of samples/jfk.wav as the raw body, model base"},
         "server_log_tracebacks": log.count("Traceback"),
         "spool_leftovers": leftovers,

@@ -97,7 +97,7 @@ def ours(beam: int | None):
 def faster_whisper(beam: int, vad: bool):
     from faster_whisper import WhisperModel
 
-    from specwhisper.asr.models import write_ct2_folder
+    from specwhisper.asr.weights.loader import write_ct2_folder
 
     model = WhisperModel(str(write_ct2_folder("base", CACHE / "ct2")), device="cpu", compute_type="float32")
 

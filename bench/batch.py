@@ -44,7 +44,7 @@ def _cpu_name() -> str:
 
 
 def _transcribe(*args: str) -> None:
-    cmd = [sys.executable, "-m", "specwhisper.serving.cli", *args]
+    cmd = [sys.executable, "-m", "specwhisper.serving.cli.main", *args]
     proc = subprocess.run(cmd, cwd=REPO, capture_output=True, text=True)
     if proc.returncode != 0:
         raise SystemExit(f"bench: {' '.join(cmd)} failed ({proc.returncode}): {proc.stderr.strip()[-500:]}")

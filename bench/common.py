@@ -16,7 +16,7 @@ ROOT = Path(__file__).resolve().parents[1]
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
-import specwhisper  # noqa: E402,F401  the thread policy (specwhisper.runtime.threads) before any benchmark process imports torch
+import specwhisper  # noqa: E402,F401  the thread policy (specwhisper.hardware.threads) before any benchmark process imports torch
 
 # On a shared 2-core machine wall times swing with other jobs. With BENCH_CLOCK=cpu every timer of a
 # benchmark process (ours, and the engine's own phase timers, which read time.perf_counter) counts
@@ -105,7 +105,7 @@ def ours(model: str, draft: str, files: list[str], threads: int, batch_size: int
 
     torch.set_num_threads(threads)
     from specwhisper.audio.loading import load_audio
-    from specwhisper.asr.drafting import decoder_factory
+    from specwhisper.asr.drafters.choice import decoder_factory
     from specwhisper.asr.engine import AsrEngine, DecodeOptions
 
     engine = AsrEngine(model, decoder_factory=decoder_factory(draft))
@@ -126,7 +126,7 @@ def ours_interleaved(model: str, drafts: list[str], files: list[str], threads: i
 
     torch.set_num_threads(threads)
     from specwhisper.audio.loading import load_audio
-    from specwhisper.asr.drafting import decoder_factory
+    from specwhisper.asr.drafters.choice import decoder_factory
     from specwhisper.asr.engine import AsrEngine, DecodeOptions
 
     # one engine per configuration over one set of weights: each has its own runtime (an early-exit
@@ -151,7 +151,7 @@ def faster_whisper(model: str, files: list[str], threads: int, q) -> None:
     from faster_whisper import WhisperModel
 
     from specwhisper.audio.loading import load_audio
-    from specwhisper.asr.models import write_ct2_folder
+    from specwhisper.asr.weights.loader import write_ct2_folder
 
     fw = WhisperModel(str(write_ct2_folder(model, Path(tempfile.mkdtemp()))), device="cpu", compute_type="float32",
                       cpu_threads=threads)

@@ -5,8 +5,8 @@
 RANDOM WEIGHTS with the full-width layer structure of whisper-large-v3 and medium (no download;
 bench/large_target_probe.py's shapes), a distil-large-v3-shaped drafter (2 decoder layers over the
 target's own encoder output) and early-exit drafters (the target's first k layers, no adapter), all
-run by the product's runtime (specwhisper.asr.model: packed kernels and per-query attention on a float32 CPU, the
-fixed-shape mode elsewhere) and decoders (specwhisper.asr.decoding, specwhisper.asr.speculative). It measures:
+run by the product's runtime (specwhisper.asr.runtime.decoder: packed kernels and per-query attention on a float32 CPU, the
+fixed-shape mode elsewhere) and decoders (specwhisper.asr.decoding.greedy, specwhisper.asr.decoding.speculative). It measures:
 
 1. costs at a 100-token context: a target step, verify passes of 2-8 tokens, a draft step of each
    drafter;
@@ -39,13 +39,13 @@ import torch  # noqa: E402
 from transformers import GenerationConfig, WhisperFeatureExtractor, WhisperTokenizer  # noqa: E402
 
 from specwhisper.audio.loading import load_audio  # noqa: E402
-from specwhisper.asr.decoding import GreedyDecoder  # noqa: E402
-from specwhisper.runtime.device import resolve_device, resolve_dtype  # noqa: E402
-from specwhisper.asr.drafting import model_drafter  # noqa: E402
-from specwhisper.asr.early_exit import EarlyExitDrafter  # noqa: E402
+from specwhisper.asr.decoding.greedy import GreedyDecoder  # noqa: E402
+from specwhisper.hardware.device import resolve_device, resolve_dtype  # noqa: E402
+from specwhisper.asr.drafters.choice import model_drafter  # noqa: E402
+from specwhisper.asr.drafters.early_exit import EarlyExitDrafter  # noqa: E402
 from specwhisper.asr.engine import AsrEngine  # noqa: E402
-from specwhisper.asr.models import WhisperBundle  # noqa: E402
-from specwhisper.asr.speculative import Lookahead, SpeculativeDecoder  # noqa: E402
+from specwhisper.asr.weights.loader import WhisperBundle  # noqa: E402
+from specwhisper.asr.decoding.speculative import Lookahead, SpeculativeDecoder  # noqa: E402
 from specwhisper.audio.chunking import Chunk  # noqa: E402
 from bench.common import machine  # noqa: E402
 from bench.large_target_probe import DRAFTERS, SHAPES, build  # noqa: E402

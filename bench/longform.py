@@ -47,7 +47,7 @@ def _fw_child(audio_path: str, compute_type: str, batched: bool, threads: int, o
     """faster-whisper in this (child) process: transcribe, write the text."""
     from faster_whisper import BatchedInferencePipeline, WhisperModel
 
-    from specwhisper.asr.models import write_ct2_folder
+    from specwhisper.asr.weights.loader import write_ct2_folder
 
     folder = write_ct2_folder("base", CACHE / "ct2")  # the embedded base weights as a CTranslate2 folder
     model = WhisperModel(str(folder), device="cpu", compute_type=compute_type, cpu_threads=threads)
@@ -64,7 +64,7 @@ def _command(system: str, audio: Path, threads: int, out_dir: Path) -> list[str]
         words = system.split()[1:]
         model = "base:int8" if words[0] == "int8" else "base"
         draft = words[-1] if words[-1] != "int8" else "none"
-        return [py, "-m", "specwhisper.serving.cli", str(audio), "-m", model, "--draft", draft, "-l", "en", "--threads", str(threads),
+        return [py, "-m", "specwhisper.serving.cli.main", str(audio), "-m", model, "--draft", draft, "-l", "en", "--threads", str(threads),
                 "-f", "txt", "-o", str(out_dir), "-q"]
     compute = {"fp32": "float32", "int8": "int8"}[system.split()[-1]]
     batched = "batched" in system

@@ -32,10 +32,10 @@ if str(REPO) not in sys.path:
     sys.path.insert(0, str(REPO))
 
 from specwhisper.audio.loading import SAMPLE_RATE, load_audio  # noqa: E402
-from specwhisper.asr.types import SpeakerTurn  # noqa: E402
+from specwhisper.results.transcript import SpeakerTurn  # noqa: E402
 from specwhisper.diarize.attribution import overlap_seconds  # noqa: E402
 from specwhisper.evaluation.diarization import EVAL_DIR, EvalFile  # noqa: E402
-from specwhisper.diarize.rttm import read_rttm, write_rttm  # noqa: E402
+from specwhisper.diarize.rttm import read_rttm, save_rttm  # noqa: E402
 
 CACHE = REPO / "bench" / ".cache" / "meetings"
 VERSION = 1  # bump when the recipe changes: cached files carry it in their name
@@ -180,7 +180,7 @@ def meeting(spec: MeetingSpec, cache: Path = CACHE) -> tuple[EvalFile, np.ndarra
         tmp = wav.with_suffix(".tmp.wav")
         sf.write(tmp, audio, SAMPLE_RATE, subtype="FLOAT")
         tmp.replace(wav)
-        write_rttm(turns, spec.name, rttm)
+        save_rttm(turns, spec.name, rttm)
     reference = read_rttm(rttm)[spec.name]
     notes = {"reference": "built: silero-vad speech of each speaker's own pieces (bench/meetings.py)",
              "speakers": len({t.speaker for t in reference}), "split": "tune" if spec in TUNE else "held_out"}

@@ -77,7 +77,7 @@ class Run:
 def transcripts(limit: int | None):
     from specwhisper.audio.loading import load_audio
     from specwhisper.asr.engine import AsrEngine, DecodeOptions
-    from specwhisper.asr.types import Transcript
+    from specwhisper.results.transcript import Transcript
     from specwhisper.evaluation.transcripts import english_set
 
     engine = AsrEngine("base")

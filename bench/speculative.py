@@ -40,7 +40,7 @@ def _transformers(assistant: str | None, files: list[str], threads: int, q) -> N
 
     transformers.utils.logging.set_verbosity_error()
     from specwhisper.audio.loading import load_audio
-    from specwhisper.asr.models import load_whisper
+    from specwhisper.asr.weights.loader import load_whisper
 
     from transformers import WhisperForConditionalGeneration
 

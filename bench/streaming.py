@@ -4,7 +4,7 @@ re-decodes.
 
     python bench/streaming.py [--seconds 120] [--chunk 0.5] [--threads 2] [--clock wall|cpu]
 
-The clock (``specwhisper.pipeline.replay.SimulatedClock``): audio piece k (``--chunk`` s) arrives at
+The clock (``specwhisper.live.replay.SimulatedClock``): audio piece k (``--chunk`` s) arrives at
 (k+1)·chunk; an update starts when the engine is free and a piece has arrived, takes every piece
 arrived by then (whisper_streaming's online mode), and ends its measured compute time later. A
 word's latency is the end of the update that confirmed it less the word's end in the audio; an
@@ -48,7 +48,7 @@ def main() -> int:
     set_clock(args.clock)
     if args.clock == "cpu":  # this process's timers too (common.py patches at import, before the flag is read)
         time.perf_counter = time.process_time
-    from specwhisper.runtime.threads import configure
+    from specwhisper.hardware.threads import configure
 
     configure(args.threads)  # the CLI's thread policy (without it a decode step took 10x longer next to other jobs)
     from specwhisper.asr.engine import AsrEngine, DecodeOptions
@@ -90,9 +90,9 @@ class SideBySide:
     may pass the copy bound: it also drafts a changed word's neighbours and a loop from the output."""
 
     def __init__(self, engine):
-        from specwhisper.asr.decoding import GreedyDecoder
-        from specwhisper.asr.speculative import SpeculativeDecoder
-        from specwhisper.pipeline.streaming import LIVE_LOOKAHEAD
+        from specwhisper.asr.decoding.greedy import GreedyDecoder
+        from specwhisper.asr.decoding.speculative import SpeculativeDecoder
+        from specwhisper.live.stream import LIVE_LOOKAHEAD
 
         self.live = None  # the live engine's drafter: its source is the previous hypothesis
         self.plain = GreedyDecoder(engine.runtime, engine.special, engine.rules)
@@ -133,7 +133,7 @@ class SideBySide:
 
 def _known_tokens_drafter() -> type:
     """The bounds' drafter class (defined late: specwhisper is imported after the thread policy is set)."""
-    from specwhisper.pipeline.streaming import WhisperHypothesisDrafter
+    from specwhisper.live.stream import WhisperHypothesisDrafter
 
     class KnownTokens(WhisperHypothesisDrafter):
         """Drafts the output's own next tokens while they are marked known (a bound, not a drafter)."""
@@ -156,8 +156,8 @@ def _known_tokens_drafter() -> type:
 def live_rows(engine, audio, chunk, encoder, pairs: SideBySide, reference, offline_text, duration) -> list[dict]:
     """The speculative and the plain live engine with one encoder choice, each on its own simulated clock."""
     from specwhisper.evaluation.transcripts import wer
-    from specwhisper.pipeline.replay import Replay, SimulatedClock, replay
-    from specwhisper.pipeline.streaming import StreamingTranscriber, StreamOptions
+    from specwhisper.live.replay import Replay, SimulatedClock, replay
+    from specwhisper.live.stream import StreamingTranscriber, StreamOptions
 
     suffix = {"audio": ", encoder over the buffer's frames only (--encoder audio, the live default)",
               "window": ", encoder over the whole 30 s window (--encoder window)"}[encoder]

@@ -59,7 +59,7 @@ def _ours(path: str, speech_only: bool, threads: int, q) -> None:
 def _fw(path: str, threads: int, q) -> None:
     from faster_whisper import BatchedInferencePipeline, WhisperModel
 
-    from specwhisper.asr.models import write_ct2_folder
+    from specwhisper.asr.weights.loader import write_ct2_folder
 
     model = WhisperModel(str(write_ct2_folder("base", ROOT / "bench" / ".cache" / "ct2")), device="cpu",
                          compute_type="float32", cpu_threads=threads)

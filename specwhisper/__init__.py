@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from importlib import import_module, metadata
 
-from specwhisper.runtime.threads import set_wait_policy
+from specwhisper.hardware.threads import set_wait_policy
 
 # Before any module of the package imports torch: its OpenMP runtime reads the wait policy once, at load.
 set_wait_policy()
@@ -31,11 +31,11 @@ _LAZY = {
     "Transcription": "specwhisper.pipeline.api",
     "FORMATS": "specwhisper.pipeline.api",
     "AudioError": "specwhisper.audio.loading",
-    "Transcript": "specwhisper.asr.types",
-    "Segment": "specwhisper.asr.types",
-    "Word": "specwhisper.asr.types",
-    "SpeakerTurn": "specwhisper.asr.types",
-    "DecodeStats": "specwhisper.asr.types",
+    "Transcript": "specwhisper.results.transcript",
+    "Segment": "specwhisper.results.transcript",
+    "Word": "specwhisper.results.transcript",
+    "SpeakerTurn": "specwhisper.results.transcript",
+    "DecodeStats": "specwhisper.results.transcript",
 }
 __all__ = ["__version__", *_LAZY]
 

@@ -9,7 +9,7 @@ import warnings
 
 import pytest
 
-from specwhisper.runtime.threads import configure  # the process's thread policy, before torch is imported
+from specwhisper.hardware.threads import configure  # the process's thread policy, before torch is imported
 
 from specwhisper.evaluation.transcripts import eval_dir, load_manifest  # noqa: E402
 
@@ -85,7 +85,7 @@ def diarizer():
 def run_cli(base_pipeline, monkeypatch, capsys):
     """Run the CLI in-process with the session's already loaded pipeline (files, and folders on the
     local engine); returns (exit code, stdout, stderr)."""
-    import specwhisper.serving.cli as cli
+    import specwhisper.serving.cli.main as cli
     import specwhisper.pipeline.core
 
     monkeypatch.setattr(specwhisper.pipeline.core, "Pipeline", lambda config: base_pipeline)

@@ -5,12 +5,12 @@ from __future__ import annotations
 
 import pytest
 
-from specwhisper.asr.drafting import decoder_factory, model_drafter
-from specwhisper.asr.speculative import Lookahead, SpeculativeDecoder
+from specwhisper.asr.drafters.choice import decoder_factory, model_drafter
+from specwhisper.asr.decoding.speculative import Lookahead, SpeculativeDecoder
 
 
 def drafting_factory(draft: str):
-    """``specwhisper.asr.drafting.decoder_factory``, plus ``base:4``: base's first 4 decoder layers drafting for base
+    """``specwhisper.asr.drafters.choice.decoder_factory``, plus ``base:4``: base's first 4 decoder layers drafting for base
     (same vocabulary, the target's encoder output shared)."""
     if draft != "base:4":
         return decoder_factory(draft)

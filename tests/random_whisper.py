@@ -24,7 +24,7 @@ V3_NEW_TOKEN = ("<|yue|>", 50358)  # inserted after <|su|>; every special token 
 
 def processor_files(folder: Path, v3: bool, mels: int) -> None:
     """base's tokenizer (with <|yue|> for a v3 vocabulary) and feature extractor (with ``mels`` bins)."""
-    from specwhisper.asr.models import resolve_model_path
+    from specwhisper.asr.weights.loader import resolve_model_path
 
     base = Path(resolve_model_path("base"))
     shutil.copy(base / "tokenizer_config.json", folder / "tokenizer_config.json")

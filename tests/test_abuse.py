@@ -24,11 +24,11 @@ import numpy as np
 import pytest
 import soundfile as sf
 
-from specwhisper.serving.endpoint import Endpoint
-from specwhisper.serving.http_app import RequestLimits
-from specwhisper.serving.http_protocol import ConnectionLimits
+from specwhisper.serving.endpoint.contract import Endpoint
+from specwhisper.serving.http.app import RequestLimits
+from specwhisper.serving.http.protocol import ConnectionLimits
 from specwhisper.serving.params import Choices
-from specwhisper.serving.serve import EndpointServer, ServerConfig, serving
+from specwhisper.serving.http.serve import EndpointServer, ServerConfig, serving
 from specwhisper.serving.service import ServiceSettings
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -286,8 +286,8 @@ def test_errors_are_one_line_json(server):
 _KILLED_SERVER = """
 import sys
 from pathlib import Path
-from specwhisper.serving.endpoint import Endpoint
-from specwhisper.serving.serve import EndpointServer, ServerConfig
+from specwhisper.serving.endpoint.contract import Endpoint
+from specwhisper.serving.http.serve import EndpointServer, ServerConfig
 server = EndpointServer(Endpoint(preload=False), ServerConfig(port=0, spool_dir=Path(sys.argv[1]), access_log=False))
 print(server.url, flush=True)
 server.run()
@@ -369,7 +369,7 @@ def test_cli_long_and_lying_files_are_refused_within_the_limit(run_cli, media, t
 
 
 def _transcript():
-    from specwhisper.asr.types import Segment, Transcript
+    from specwhisper.results.transcript import Segment, Transcript
 
     return Transcript(segments=[Segment(start=0.0, end=1.0, text=" hello")], language="en", duration=1.0)
 
@@ -423,14 +423,14 @@ def test_in_memory_uploads_go_through_a_swept_spool(tmp_path):
     spool named after its process, so what a killed handler left is removed when the next one starts,
     and a decode (good or bad) leaves nothing behind."""
     from specwhisper.audio.loading import AudioError
-    from specwhisper.serving.service import ServiceSettings, Transcriber
+    from specwhisper.serving.service import ServiceSettings, PipelinePool
     from specwhisper.serving.spool import SUFFIX
 
     spool = tmp_path / "spool"
     spool.mkdir()
     dead = spool / f"999999999.1-0123456789abcdef{SUFFIX}"  # no such process runs
     dead.write_bytes(b"left by a killed handler")
-    service = Transcriber(ServiceSettings(spool_dir=spool))
+    service = PipelinePool(ServiceSettings(spool_dir=spool))
     wav = io.BytesIO()
     sf.write(wav, np.zeros(16000, dtype=np.float32), 16000, format="WAV")
     audio = service.load(wav.getvalue(), "one-second.wav")

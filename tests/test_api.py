@@ -150,7 +150,7 @@ def test_two_transcribes_on_one_transcriber_load_no_model(readme, monkeypatch, j
     """After ``load`` (and the diarizer's first use) every call reuses the loaded models: any model
     loader called again fails the test."""
     import specwhisper.asr.engine as engine
-    import specwhisper.asr.models as models
+    import specwhisper.asr.weights.loader as models
     import specwhisper.diarize.pipeline as diarize
     import specwhisper.pipeline.core as core
     import specwhisper.postedit.editor as editor

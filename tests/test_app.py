@@ -161,8 +161,8 @@ def test_record_from_microphone(launch, app_url):
 
 
 def test_table_colours_rows_by_speaker():
-    from specwhisper.asr.types import Segment, Transcript
-    from specwhisper.serving.ui import SPEAKER_COLOURS, clock, transcript_table
+    from specwhisper.results.transcript import Segment, Transcript
+    from specwhisper.serving.ui.app import SPEAKER_COLOURS, clock, transcript_table
 
     segs = [Segment(0.0, 1.5, " hi", speaker="SPEAKER_00"), Segment(1.5, 3.0, " hello", speaker="SPEAKER_01", overlap=True),
             Segment(3.0, 3661.25, " bye", speaker="SPEAKER_00")]

@@ -17,8 +17,8 @@ from specwhisper.audio.loading import load_audio
 from specwhisper.evaluation.transcripts import english_set, wer
 from specwhisper.pipeline.core import PipelineConfig
 from specwhisper.serving.params import Choices
-from specwhisper.serving.service import LiveLimits, ServiceSettings, Transcriber
-from specwhisper.serving.ui_live import LiveError, LiveHandlers, LiveSlot, LiveView, PieceResampler, encode_payload
+from specwhisper.serving.service import LiveLimits, ServiceSettings, PipelinePool
+from specwhisper.serving.ui.live import LiveError, LiveHandlers, LiveSlot, LiveView, PieceResampler, encode_payload
 from tests.browser import chromium, fake_microphone_flags, running_app, screenshot
 
 MIC_RATE = 48000
@@ -46,7 +46,7 @@ def mic_pieces(audio: np.ndarray, piece_s: float = 0.5) -> list[np.ndarray]:
 @pytest.fixture(scope="module")
 def handlers(tmp_path_factory):
     out = tmp_path_factory.mktemp("live-out")
-    service = Transcriber(ServiceSettings(base=PipelineConfig(), choices=Choices(models=("tiny.en",), drafters=("none",)), max_audio_s=60))
+    service = PipelinePool(ServiceSettings(base=PipelineConfig(), choices=Choices(models=("tiny.en",), drafters=("none",)), max_audio_s=60))
     folders = iter(range(1000))
     return LiveHandlers(service, lambda: out / str(next(folders)))
 
@@ -118,7 +118,7 @@ def test_live_recordings_are_capped(tmp_path):
     """At most ``live.max_streams`` recordings at once (the WebSocket's limit); a stopped one frees its
     place, and so does one whose page stopped handing audio over (a closed tab) after the idle timeout."""
     limits = LiveLimits(max_streams=2, idle_timeout_s=0.5)
-    service = Transcriber(ServiceSettings(base=PipelineConfig(), choices=Choices(models=("tiny.en",), drafters=("none",)),
+    service = PipelinePool(ServiceSettings(base=PipelineConfig(), choices=Choices(models=("tiny.en",), drafters=("none",)),
                                           max_audio_s=60, live=limits))
     capped = LiveHandlers(service, lambda: tmp_path)
     first, second = fresh(capped), fresh(capped)

@@ -1,12 +1,12 @@
-"""``--draft auto`` (specwhisper.asr.auto_draft): chooses by measured costs and running acceptance; exact either way."""
+"""``--draft auto`` (specwhisper.asr.drafters.auto): chooses by measured costs and running acceptance; exact either way."""
 
 from __future__ import annotations
 
 import pytest
 
 from specwhisper.audio.loading import load_audio
-from specwhisper.asr.auto_draft import MARGIN, Costs, best_possible, choose, expected_speedup
-from specwhisper.asr.drafting import decoder_factory
+from specwhisper.asr.drafters.auto import MARGIN, Costs, best_possible, choose, expected_speedup
+from specwhisper.asr.drafters.choice import decoder_factory
 from specwhisper.asr.engine import AsrEngine, DecodeOptions
 
 

@@ -223,7 +223,7 @@ def test_progress_bar_with_eta_on_a_terminal(eval_root, tmp_path):
 
     src = _copy(eval_root, tmp_path / "in", {"a.wav": "coqui-tts-ljspeech/LJ001-0002.wav", "b.mp3": "mfa/common_voice_en_22058264.mp3"})
     master, tty = pty.openpty()
-    cmd = [sys.executable, "-m", "specwhisper.serving.cli", str(src), "-o", str(tmp_path / "out"), "-m", "tiny.en", "--group-files", "1"]
+    cmd = [sys.executable, "-m", "specwhisper.serving.cli.main", str(src), "-o", str(tmp_path / "out"), "-m", "tiny.en", "--group-files", "1"]
     proc = subprocess.Popen(cmd, cwd=REPO, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=tty)
     os.close(tty)
     screen = b""
@@ -245,7 +245,7 @@ def test_progress_bar_with_eta_on_a_terminal(eval_root, tmp_path):
 
 
 def _start(src: Path, out: Path, *extra: str) -> subprocess.Popen:
-    cmd = [sys.executable, "-m", "specwhisper.serving.cli", str(src), "-o", str(out), "-f", "txt,json", "-q", *extra]
+    cmd = [sys.executable, "-m", "specwhisper.serving.cli.main", str(src), "-o", str(out), "-f", "txt,json", "-q", *extra]
     return subprocess.Popen(cmd, cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
 
 

@@ -1,4 +1,4 @@
-"""Beam search (specwhisper.asr.beam, issue 19) on real audio with base: beam 1 is greedy, beam 5 finds the
+"""Beam search (specwhisper.asr.decoding.beam, issue 19) on real audio with base: beam 1 is greedy, beam 5 finds the
 reference on jfk and scores at least greedy's length-normalised log-probability, a row decodes the
 same in a batch as alone; and the cache operations beams need (repeated rows, in-place reorder)."""
 
@@ -8,10 +8,10 @@ import pytest
 import torch
 
 from specwhisper.audio.loading import load_audio
-from specwhisper.asr.beam import BeamSearchDecoder
-from specwhisper.asr.decoding import GreedyDecoder
+from specwhisper.asr.decoding.beam import BeamSearchDecoder
+from specwhisper.asr.decoding.greedy import GreedyDecoder
 from specwhisper.asr.engine import AsrEngine
-from specwhisper.asr.model import KVCache
+from specwhisper.asr.runtime.decoder import KVCache
 from specwhisper.evaluation.transcripts import normalize
 
 # different lengths (1.9 s to 11 s), so rows of a batch finish at different steps
@@ -124,7 +124,7 @@ def test_cache_repeats_and_reorders_rows(fixed):
 
 
 def test_beam_5_in_the_fixed_shape_mode(base_engine, manifest, prompt):
-    """The fixed-shape mode (specwhisper.asr.model; GPUs, bfloat16) maps live rows to physical ones in select and
+    """The fixed-shape mode (specwhisper.asr.runtime.decoder; GPUs, bfloat16) maps live rows to physical ones in select and
     reorder. Forced here on float32 base (products packed, attention masked over the whole room; a
     bfloat16 load takes minutes on this CPU): the short clip finishes first, its rows idle, and each row
     decodes as alone and as in the per-query mode."""

@@ -18,7 +18,7 @@ TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "processor_config.
 def write_checkpoint(folder: Path, vocab_size: int = 51865, seed: int = 0) -> Path:
     """A small random-weight Whisper with base's tokenizer, saved the way a bare ``save_pretrained``
     of a fine-tune is: its generation config knows the special tokens and nothing Whisper-specific."""
-    from specwhisper.asr.models import resolve_model_path
+    from specwhisper.asr.weights.loader import resolve_model_path
 
     base = Path(resolve_model_path("base"))
     cfg = WhisperConfig(d_model=64, encoder_layers=2, decoder_layers=2, encoder_attention_heads=2, decoder_attention_heads=2,
@@ -50,8 +50,8 @@ def bare_engine(bare_checkpoint):
 def test_languages_from_the_tokenizer():
     """No ``lang_to_id`` in the generation config: languages come from the tokenizer's <|xx|> tokens,
     multilingual when the vocabulary is (51865 tokens and up), English-only at 51864."""
-    from specwhisper.asr.decoding import SpecialTokens
-    from specwhisper.asr.models import load_whisper
+    from specwhisper.asr.decoding.tokens import SpecialTokens
+    from specwhisper.asr.weights.loader import load_whisper
 
     tok = load_whisper("base").tokenizer
     multi = SpecialTokens.from_tokenizer(tok, GenerationConfig(), vocab_size=51865)
@@ -67,7 +67,7 @@ def test_bare_checkpoint_transcribes_with_words(bare_engine):
     openai's fallback heads (every head of the upper half of the decoder)."""
     from specwhisper.audio.loading import load_audio
     from specwhisper.asr.engine import DecodeOptions
-    from specwhisper.asr.fallback import QualityRules
+    from specwhisper.asr.decoding.fallback import QualityRules
 
     assert bare_engine.special.multilingual and "de" in bare_engine.special.languages
     assert bare_engine.aligner.heads == [(1, 0), (1, 1)]
@@ -87,10 +87,10 @@ def test_early_exit_on_a_folder_model(bare_engine, bare_checkpoint, tmp_path):
     crashed on a path glob before); the raw early exit decodes like plain decoding; an adapter saved
     for it is found by the model's identity, from a copy of the folder under another name too."""
     from specwhisper.audio.loading import load_audio
-    from specwhisper.asr.early_exit import (AdapterConfig, ExitAdapter, early_exit_drafter, find_adapters, model_fingerprint,
-                                save_adapter)
+    from specwhisper.asr.drafters.exit_adapters import AdapterConfig, ExitAdapter, find_adapters, model_fingerprint, save_adapter
+    from specwhisper.asr.drafters.early_exit import early_exit_drafter
     from specwhisper.asr.engine import AsrEngine
-    from specwhisper.asr.speculative import SpeculativeDecoder
+    from specwhisper.asr.decoding.speculative import SpeculativeDecoder
 
     with pytest.raises(ValueError, match="no early-exit adapter for model .*bare-whisper.* at layer 1"):
         early_exit_drafter(bare_engine, exit_layer=1)
@@ -119,9 +119,9 @@ def test_hub_id_in_the_local_cache_loads_offline(bare_checkpoint, tmp_path, monk
     hub (no network here: asking took minutes of retries before)."""
     import huggingface_hub.constants as hub
 
-    import specwhisper.asr.models
+    import specwhisper.asr.weights.loader
     from specwhisper.asr.engine import AsrEngine
-    from specwhisper.asr.models import resolve_model_path
+    from specwhisper.asr.weights.loader import resolve_model_path
 
     def no_hub(name, timeout=10.0):
         raise AssertionError(f"asked the hub for {name}")
@@ -131,6 +131,6 @@ def test_hub_id_in_the_local_cache_loads_offline(bare_checkpoint, tmp_path, monk
     (repo / "refs").mkdir()
     (repo / "refs" / "main").write_text("0123abcd")
     monkeypatch.setattr(hub, "HF_HUB_CACHE", str(tmp_path / "hub"))
-    monkeypatch.setattr(specwhisper.asr.models, "_check_hub_model", no_hub)
+    monkeypatch.setattr(specwhisper.asr.weights.loader, "_check_hub_model", no_hub)
     assert resolve_model_path("someone/bare-whisper") == str(repo / "snapshots" / "0123abcd")
     assert AsrEngine("someone/bare-whisper").model_name == "someone/bare-whisper"

@@ -189,7 +189,7 @@ def test_console_script_errors_without_traceback(tmp_path):
     """The installed entry point, in a fresh process: a bad model and a missing file."""
     (tmp_path / "a.wav").write_bytes(b"")
     for argv, expected in (([str(tmp_path / "missing.wav")], "file not found"), ([str(tmp_path / "a.wav"), "--model", "./no/such/model"], "model")):
-        proc = subprocess.run([sys.executable, "-m", "specwhisper.serving.cli", *argv], capture_output=True, text=True, timeout=300)
+        proc = subprocess.run([sys.executable, "-m", "specwhisper.serving.cli.main", *argv], capture_output=True, text=True, timeout=300)
         assert proc.returncode != 0
         assert expected in _one_line_error(proc.stderr).lower()
 
@@ -216,7 +216,7 @@ def test_progress_bars_draw_on_a_terminal_without_a_size(eval_root, tmp_path):
     reader = threading.Thread(target=drain, daemon=True)
     reader.start()
     proc = subprocess.run(
-        [sys.executable, "-m", "specwhisper.serving.cli", str(eval_root / "whisper.cpp/jfk.wav"), "-o", str(tmp_path), "-f", "txt"],
+        [sys.executable, "-m", "specwhisper.serving.cli.main", str(eval_root / "whisper.cpp/jfk.wav"), "-o", str(tmp_path), "-f", "txt"],
         stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=slave, timeout=600,
     )
     os.close(slave)
@@ -233,7 +233,7 @@ def test_progress_bars_draw_on_a_terminal_without_a_size(eval_root, tmp_path):
 def _visible_actions():
     import argparse
 
-    from specwhisper.serving.cli_args import build_parser
+    from specwhisper.serving.cli.args import build_parser
 
     return [a for a in build_parser()._actions if a.help is not argparse.SUPPRESS]
 
@@ -244,7 +244,7 @@ def test_every_option_has_help():
 
 
 def test_draft_help_lists_every_drafter_form():
-    from specwhisper.serving.cli_args import build_parser
+    from specwhisper.serving.cli.args import build_parser
 
     text = " ".join(build_parser().format_help().split())
     for form in ("auto", "none", "ngram", "early-exit[:k]", "early-exit:k:raw", "MODEL", "MODEL:int8"):
@@ -274,7 +274,7 @@ def test_readme_cli_tables_match_help():
 def test_peer_spellings_are_documented_and_parsed():
     from pathlib import Path
 
-    from specwhisper.serving.cli_args import PEER_ALIASES, PEER_UNSUPPORTED, parse_args
+    from specwhisper.serving.cli.args import PEER_ALIASES, PEER_UNSUPPORTED, parse_args
 
     readme = (Path(__file__).resolve().parents[1] / "README.md").read_text()
     cli = readme[readme.index("## CLI"):readme.index("### Output formats")]
@@ -295,7 +295,7 @@ def test_peer_spellings_are_documented_and_parsed():
 
 
 def test_version(capsys):
-    from specwhisper.serving.cli_args import build_parser
+    from specwhisper.serving.cli.args import build_parser
 
     with pytest.raises(SystemExit) as exc:
         build_parser().parse_args(["--version"])
@@ -304,7 +304,7 @@ def test_version(capsys):
 
 def test_rttm_without_diarize_is_refused_before_models_load(monkeypatch, capsys, tmp_path):
     import specwhisper.pipeline.core
-    import specwhisper.serving.cli as cli
+    import specwhisper.serving.cli.main as cli
 
     monkeypatch.setattr(specwhisper.pipeline.core, "Pipeline", lambda config: pytest.fail("a model was loaded"))
     sf.write(tmp_path / "a.wav", np.zeros(16000, dtype=np.float32), 16000)

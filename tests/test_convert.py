@@ -7,8 +7,8 @@ import numpy as np
 import pytest
 
 from specwhisper.audio.loading import load_audio
-from specwhisper.asr.ct2 import CT2FormatError, read_ct2_model
-from specwhisper.asr.models import EMBEDDED_MODELS, _package_dir, write_ct2_folder
+from specwhisper.asr.weights.ct2 import CT2FormatError, read_ct2_model
+from specwhisper.asr.weights.loader import EMBEDDED_MODELS, _package_dir, write_ct2_folder
 
 FILES = ["whisper.cpp/jfk.wav", "mfa/acoustic_corpus.wav", "cuttledoc-fleurs/fleurs-en-002.ogg"]
 
@@ -61,7 +61,7 @@ def test_converted_model_matches_ctranslate2(model, eval_root, tmp_path, request
 
 def test_unknown_model_fails_fast_with_one_line():
     """Neither embedded, nor a folder, nor in the hub cache: a one-line ModelError (hub or no hub)."""
-    from specwhisper.asr.models import ModelError, resolve_model_path
+    from specwhisper.asr.weights.loader import ModelError, resolve_model_path
 
     with pytest.raises(ModelError, match="is not an embedded model") as info:
         resolve_model_path("no-such-org/no-such-whisper-model")

@@ -14,7 +14,7 @@ import pytest
 import soundfile as sf
 import soxr
 
-import specwhisper.serving.cli as cli
+import specwhisper.serving.cli.main as cli
 from specwhisper.audio.loading import load_audio
 from specwhisper.diarize.attribution import assign_speakers
 from specwhisper.evaluation.diarization import (COLLAR, der, der_pair, mapped_word_accuracy, pyannote_dev_files,

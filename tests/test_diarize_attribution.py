@@ -6,10 +6,10 @@ import io
 
 import pytest
 
-from specwhisper.asr.types import Segment, Transcript, Word
+from specwhisper.results.transcript import Segment, Transcript, Word
 from specwhisper.diarize.attribution import assign_speakers, mark_word_overlaps, speaker_turns_text
 from specwhisper.diarize.pipeline import SpeakerTurn, annotation_to_turns, check_speaker_counts
-from specwhisper.diarize.rttm import format_rttm, parse_rttm, read_rttm, turns_to_annotation, write_rttm
+from specwhisper.diarize.rttm import format_rttm, parse_rttm, read_rttm, turns_to_annotation, save_rttm
 
 
 def words(*spec):
@@ -89,11 +89,11 @@ def test_plain_text_has_a_speaker_line_at_each_change():
 def test_rttm_round_trip(tmp_path):
     turns = [SpeakerTurn(0.5, 1.25, "SPEAKER_00"), SpeakerTurn(1.0, 2.0, "SPEAKER_01")]
     path = tmp_path / "x.rttm"
-    write_rttm(turns, "my file", path)
+    save_rttm(turns, "my file", path)
     assert path.read_text().splitlines()[0] == "SPEAKER my_file 1 0.500 0.750 <NA> <NA> SPEAKER_00 <NA> <NA>"
     assert read_rttm(path) == {"my_file": turns}
     buf = io.StringIO()
-    write_rttm([Segment(0.0, 1.0, " a", speaker="S1"), Segment(1.0, 2.0, " b")], "u", buf)
+    save_rttm([Segment(0.0, 1.0, " a", speaker="S1"), Segment(1.0, 2.0, " b")], "u", buf)
     assert parse_rttm(buf.getvalue()) == {"u": [SpeakerTurn(0.0, 1.0, "S1")]}  # segments without speaker skipped
     assert format_rttm([], "u") == ""
     with pytest.raises(ValueError, match=":1: onset"):

@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 from specwhisper.asr.engine import AsrResult, DecodeOptions
-from specwhisper.asr.types import DecodeStats
+from specwhisper.results.stats import DecodeStats
 from bench.meetings import ALL, meeting
 from specwhisper.diarize.attribution import overlap_seconds
 from specwhisper.evaluation.diarization import der_pair

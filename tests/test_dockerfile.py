@@ -99,10 +99,10 @@ def test_copied_paths_exist_and_are_not_ignored():
 def test_models_baked_in_by_the_serving_user():
     instr = _instructions()
     runs = [a for i, a in instr if i == "RUN"]
-    prepare = next(r for r in runs if "specwhisper.asr.models" in r)
+    prepare = next(r for r in runs if "specwhisper.asr.weights.loader" in r)
     argv = shlex.split(prepare)
-    assert argv[:3] == ["python", "-m", "specwhisper.asr.models"]
-    from specwhisper.asr.models import EMBEDDED_MODELS
+    assert argv[:3] == ["python", "-m", "specwhisper.asr.weights.loader"]
+    from specwhisper.asr.weights.loader import EMBEDDED_MODELS
 
     names = argv[argv.index("--prepare") + 1 :]
     assert names == ["base", "tiny.en"] and set(names) <= set(EMBEDDED_MODELS)
@@ -114,9 +114,9 @@ def test_models_baked_in_by_the_serving_user():
 def test_serves_the_handler_on_the_exposed_port():
     instr = _instructions()
     cmd = json.loads(_one(instr, "CMD"))  # exec form
-    assert cmd[:3] == ["python", "-m", "specwhisper.serving.serve"]
-    assert importlib.util.find_spec("specwhisper.serving.serve") is not None
-    from specwhisper.serving.serve import build_parser
+    assert cmd[:3] == ["python", "-m", "specwhisper.serving.http.serve"]
+    assert importlib.util.find_spec("specwhisper.serving.http.serve") is not None
+    from specwhisper.serving.http.serve import build_parser
 
     args = build_parser().parse_args(cmd[3:])
     assert args.host == "0.0.0.0"

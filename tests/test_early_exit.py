@@ -1,4 +1,4 @@
-"""The early-exit drafter (specwhisper/asr/early_exit.py): exact output (the same tokens, timestamps included, as
+"""The early-exit drafter (specwhisper/asr/drafters/early_exit.py): exact output (the same tokens, timestamps included, as
 plain greedy decoding) for batch sizes 1 and 4, the KV cache shared with the verify pass, and the
 committed exit adapters: small, loadable, and better drafters than the bare first layers."""
 
@@ -7,10 +7,10 @@ from __future__ import annotations
 import pytest
 import torch
 
-from specwhisper.asr.drafting import decoder_factory
-from specwhisper.asr.early_exit import (ADAPTER_DIR, EarlyExitDrafter, adapter_path, available_exit_layers, early_exit_drafter,
-                            load_adapter, model_fingerprint)
-from specwhisper.asr.speculative import Lookahead, SpeculativeDecoder
+from specwhisper.asr.drafters.choice import decoder_factory
+from specwhisper.asr.drafters.exit_adapters import ADAPTER_DIR, adapter_path, available_exit_layers, load_adapter, model_fingerprint
+from specwhisper.asr.drafters.early_exit import EarlyExitDrafter, early_exit_drafter
+from specwhisper.asr.decoding.speculative import Lookahead, SpeculativeDecoder
 from tests.exactness import assert_decodes_like_plain
 
 # English clips of different lengths and kinds (read speech, meeting, spontaneous, edge voices) and

@@ -1,4 +1,4 @@
-"""``specwhisper.asr.encoder``: the encoder's forward over packed products agrees with the module
+"""``specwhisper.asr.runtime.encoder``: the encoder's forward over packed products agrees with the module
 (transformers' numbers) to within float32 rounding on real speech, equals it bitwise where nothing
 is packed, and the GPU libraries a CUDA build of torch maps are handed back on the CPU."""
 
@@ -10,8 +10,8 @@ import sys
 import pytest
 import torch
 
-from specwhisper.asr.encoder import EncoderRuntime
-from specwhisper.runtime import kernels
+from specwhisper.asr.runtime.encoder import EncoderRuntime
+from specwhisper.hardware import kernels
 
 
 @pytest.fixture(scope="module")
@@ -47,7 +47,7 @@ def test_unpacked_encoder_is_the_module_bitwise(base_engine, speech_features, mo
 
 LIBRARY_PAGES = """
 import re, sys, torch
-from specwhisper.runtime import memory
+from specwhisper.hardware import memory
 
 pattern, release = getattr(memory, sys.argv[1]), getattr(memory, sys.argv[2])
 
@@ -77,7 +77,7 @@ def test_library_pages_are_handed_back_on_the_cpu(pattern, release):
     """In a fresh process, as every entry point starts (``AsrEngine`` on the CPU calls both): the GPU
     libraries a CUDA build maps at import, and the pages of torch's CPU library that its import ran.
     A page another process maps too stays resident: this (pytest's) process hands its own back first."""
-    from specwhisper.runtime import memory
+    from specwhisper.hardware import memory
 
     getattr(memory, release)()
     run = subprocess.run([sys.executable, "-c", LIBRARY_PAGES, pattern, release], capture_output=True, text=True, timeout=120)

@@ -3,9 +3,9 @@ draw stops at a cap set by its audio's length (a looping draw kept its whole bat
 
 from __future__ import annotations
 
-from specwhisper.asr.decoding import SamplingDecoder
-from specwhisper.asr.fallback import SAMPLE_TOKENS_BASE, QualityRules, decode_with_fallback
-from specwhisper.asr.types import DecodeStats
+from specwhisper.asr.decoding.greedy import SamplingDecoder
+from specwhisper.asr.decoding.fallback import SAMPLE_TOKENS_BASE, QualityRules, decode_with_fallback
+from specwhisper.results.stats import DecodeStats
 from specwhisper.audio.chunking import Chunk
 from specwhisper.audio.loading import load_audio
 

@@ -1,4 +1,4 @@
-"""The fixed-shape mode (specwhisper.asr.model.WhisperDecoderRuntime._fixed_shape_pass): the exactness mechanism
+"""The fixed-shape mode (specwhisper.asr.runtime.decoder.WhisperDecoderRuntime._fixed_shape_pass): the exactness mechanism
 where matrix products are not row-independent (GPUs, dtypes other than float32). Checked on this CPU
 with base in bfloat16, whose products are plain ``F.linear`` calls like a GPU's."""
 
@@ -8,7 +8,7 @@ import pytest
 import torch
 
 from specwhisper.audio.loading import load_audio
-from specwhisper.asr.drafting import decoder_factory
+from specwhisper.asr.drafters.choice import decoder_factory
 from specwhisper.asr.engine import AsrEngine, DecodeOptions
 
 

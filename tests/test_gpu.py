@@ -2,7 +2,7 @@
 
     .venv/bin/python -m pytest -m gpu tests/test_gpu.py
 
-On the GPU the exact path is the fixed-shape mode (specwhisper.asr.model): a verify pass must give each token the
+On the GPU the exact path is the fixed-shape mode (specwhisper.asr.runtime.decoder): a verify pass must give each token the
 bits of a one-token step, and speculation the target's tokens, for every drafter kind and dtype."""
 
 from __future__ import annotations
@@ -92,7 +92,7 @@ def test_no_host_tensor_meets_the_gpu_weights(gpu_engine, audio):
 def test_a_plain_step_makes_the_host_wait_for_the_gpu_once(gpu_engine, audio):
     """torch's sync debug mode warns at each operation that makes the host wait for the GPU: a plain step
     owes one (its token read), not one more per tensor made from host values (a blocking copy:
-    ``specwhisper.runtime.device.on_device`` queues them; before it, 133 waits in 29 steps of jfk)."""
+    ``specwhisper.hardware.device.on_device`` queues them; before it, 133 waits in 29 steps of jfk)."""
     import warnings
 
     opts = DecodeOptions(language="en")

@@ -1,5 +1,5 @@
 """handler.EndpointHandler (the Inference Endpoints contract), called directly and over loopback HTTP,
-with a bounded load test; and `python -m specwhisper.serving.serve`, the Docker image's command."""
+with a bounded load test; and `python -m specwhisper.serving.http.serve`, the Docker image's command."""
 
 from __future__ import annotations
 
@@ -25,13 +25,13 @@ import soundfile as sf
 
 from handler import EndpointHandler
 from specwhisper.asr.engine import DecodeOptions
-from specwhisper.asr.languages import normalize_language
-from specwhisper.asr.models import load_whisper, resolve_model_path, write_ct2_folder
+from specwhisper.asr.decoding.language import normalize_language
+from specwhisper.asr.weights.loader import load_whisper, resolve_model_path, write_ct2_folder
 from specwhisper.evaluation.transcripts import load_manifest, wer
 from specwhisper.serving.params import Choices, RequestError
-from specwhisper.serving.http_app import RequestLimits
-from specwhisper.serving.serve import ServerConfig, serving
-from specwhisper.serving.repository import RepositoryModels, find_models, whisper_folder, with_repository
+from specwhisper.serving.http.app import RequestLimits
+from specwhisper.serving.http.serve import ServerConfig, serving
+from specwhisper.serving.endpoint.repository import RepositoryModels, find_models, whisper_folder, with_repository
 from specwhisper.serving.service import ServiceSettings
 from tests.hf_toolkit import toolkit_app
 
@@ -242,11 +242,11 @@ def _free_port() -> int:
 
 
 def test_serve_command(jfk_head, tmp_path):
-    """`python -m specwhisper.serving.serve`, as the Docker image runs it, configured by SPECWHISPER_* variables."""
+    """`python -m specwhisper.serving.http.serve`, as the Docker image runs it, configured by SPECWHISPER_* variables."""
     port = _free_port()
     env = {**os.environ, "SPECWHISPER_MODELS": "tiny.en", "SPECWHISPER_DRAFTERS": "none", "SPECWHISPER_MAX_AUDIO_S": "30"}
     log = (tmp_path / "serve.log").open("w")
-    proc = subprocess.Popen([sys.executable, "-m", "specwhisper.serving.serve", "--port", str(port), "--quiet"], cwd=ROOT, env=env,
+    proc = subprocess.Popen([sys.executable, "-m", "specwhisper.serving.http.serve", "--port", str(port), "--quiet"], cwd=ROOT, env=env,
                             stdout=log, stderr=subprocess.STDOUT)
     url = f"http://127.0.0.1:{port}"
     try:

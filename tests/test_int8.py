@@ -1,4 +1,4 @@
-"""``MODEL:int8`` targets (specwhisper.runtime.kernels.Int8Linear): exact with respect to themselves, speculation
+"""``MODEL:int8`` targets (specwhisper.hardware.kernels.Int8Linear): exact with respect to themselves, speculation
 included, and close to the float32 model on real speech."""
 
 from __future__ import annotations
@@ -7,9 +7,9 @@ import pytest
 import torch
 
 from specwhisper.audio.loading import load_audio
-from specwhisper.asr.drafting import decoder_factory
+from specwhisper.asr.drafters.choice import decoder_factory
 from specwhisper.asr.engine import AsrEngine, DecodeOptions
-from specwhisper.runtime.kernels import Int8Linear
+from specwhisper.hardware.kernels import Int8Linear
 from specwhisper.evaluation.transcripts import wer
 
 pytestmark = pytest.mark.filterwarnings("ignore")
@@ -72,7 +72,7 @@ def test_int8_transcribes_about_as_well_as_float32(int8_engine, base_engine, man
 
 
 def test_int8_needs_the_cpu():
-    from specwhisper.asr.models import ModelError, load_whisper
+    from specwhisper.asr.weights.loader import ModelError, load_whisper
 
     with pytest.raises(ModelError, match="CPU only"):
         load_whisper("base:int8", device="cuda")

@@ -54,7 +54,7 @@ def _without_words(result: dict) -> dict:
 def jfk_run(base_pipeline, eval_root, tmp_path_factory):
     """jfk.flac through the CLI: every format, without word timestamps, then json with them."""
     import specwhisper.pipeline.core
-    import specwhisper.serving.cli as cli
+    import specwhisper.serving.cli.main as cli
 
     out = tmp_path_factory.mktemp("jfk")
     mp = pytest.MonkeyPatch()
@@ -73,7 +73,7 @@ def jfk_run(base_pipeline, eval_root, tmp_path_factory):
 def meeting_run(base_pipeline, diarizer, tmp_path_factory):
     """samples/meeting-dev00.wav (two speakers) through the CLI with WhisperX's spellings."""
     import specwhisper.pipeline.core
-    import specwhisper.serving.cli as cli
+    import specwhisper.serving.cli.main as cli
 
     out = tmp_path_factory.mktemp("meeting")
     mp = pytest.MonkeyPatch()

@@ -1,4 +1,4 @@
-"""The decoder's packed matrix products (specwhisper.runtime.kernels) on base's real weights, and the
+"""The decoder's packed matrix products (specwhisper.hardware.kernels) on base's real weights, and the
 private torch operators behind them: a torch upgrade that removes or changes one fails here, loudly."""
 
 from __future__ import annotations
@@ -10,8 +10,8 @@ from pathlib import Path
 import pytest
 import torch
 
-from specwhisper.asr.model import OutputHead
-from specwhisper.runtime import kernels
+from specwhisper.asr.runtime.decoder import OutputHead
+from specwhisper.hardware import kernels
 
 PACKAGE = Path(__file__).resolve().parents[1] / "specwhisper"
 

@@ -7,9 +7,9 @@ from __future__ import annotations
 import pytest
 
 from specwhisper.audio.loading import load_audio
-from specwhisper.asr.drafting import decoder_factory
+from specwhisper.asr.drafters.choice import decoder_factory
 from specwhisper.asr.engine import AsrEngine, DecodeOptions
-from specwhisper.asr.fallback import QualityRules
+from specwhisper.asr.decoding.fallback import QualityRules
 from tests.random_whisper import write_random_whisper
 
 pytestmark = pytest.mark.filterwarnings("ignore")

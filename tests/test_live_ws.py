@@ -17,10 +17,10 @@ from websockets.exceptions import ConnectionClosed
 
 from specwhisper.audio.loading import load_audio
 from specwhisper.evaluation.transcripts import english_set, wer
-from specwhisper.serving.endpoint import Endpoint
+from specwhisper.serving.endpoint.contract import Endpoint
 from specwhisper.serving.params import Choices
-from specwhisper.serving.serve import EndpointServer, ServerConfig, serving
-from specwhisper.serving.live_ws import LiveStream
+from specwhisper.serving.http.serve import EndpointServer, ServerConfig, serving
+from specwhisper.serving.http.live_ws import LiveStream
 from specwhisper.serving.service import LiveLimits, ServiceSettings
 from tests.test_abuse import _request, server_log  # noqa: F401 - server_log is a fixture: no traceback in the log
 
@@ -241,7 +241,7 @@ def test_reading_is_paced_by_the_wall_clock():
 
 
 def test_live_limits_from_the_environment():
-    from specwhisper.serving.endpoint import settings_from_env
+    from specwhisper.serving.endpoint.contract import settings_from_env
 
     live = settings_from_env({"SPECWHISPER_LIVE_STREAMS": "4", "SPECWHISPER_LIVE_IDLE_S": "15", "SPECWHISPER_LIVE_AHEAD_S": "2.5"}).live
     assert (live.max_streams, live.idle_timeout_s, live.max_ahead_s) == (4, 15.0, 2.5)

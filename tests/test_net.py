@@ -1,4 +1,4 @@
-"""``specwhisper.asr.net``: Whisper's network without transformers' model code gives transformers'
+"""``specwhisper.asr.weights.net``: Whisper's network without transformers' model code gives transformers'
 numbers bitwise, from every checkpoint layout a user brings, and keeps that code out of the process."""
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ import pytest
 import torch
 from transformers import WhisperForConditionalGeneration
 
-from specwhisper.asr.models import ModelError, load_whisper, resolve_model_path
+from specwhisper.asr.weights.loader import ModelError, load_whisper, resolve_model_path
 from tests.random_whisper import write_random_whisper
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -97,7 +97,7 @@ def test_transcribing_imports_no_transformers_model_code(tmp_path):
     start-up; the CLI's whole run on a file must not import it."""
     code = ("import runpy, sys\n"
             "sys.argv = ['transcribe', 'samples/jfk.wav', '-f', 'txt', '-o', sys.argv[1], '--draft', 'none']\n"
-            "try:\n    runpy.run_module('specwhisper.serving.cli', run_name='__main__')\n"
+            "try:\n    runpy.run_module('specwhisper.serving.cli.main', run_name='__main__')\n"
             "except SystemExit as e:\n    assert not e.code, e.code\n"
             "bad = [m for m in ('transformers.modeling_utils', 'torch._dynamo', 'transformers.models.whisper.modeling_whisper') if m in sys.modules]\n"
             "print(','.join(bad) or 'clean')\n")

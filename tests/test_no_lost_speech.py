@@ -7,9 +7,9 @@ import numpy as np
 import pytest
 
 from specwhisper.audio.loading import SAMPLE_RATE, load_audio
-from specwhisper.asr.decoding import GreedyDecoder
+from specwhisper.asr.decoding.greedy import GreedyDecoder
 from specwhisper.asr.engine import DecodeOptions
-from specwhisper.asr.fallback import QualityRules, temperature_schedule
+from specwhisper.asr.decoding.fallback import QualityRules, temperature_schedule
 from specwhisper.evaluation.transcripts import build_long_file, normalize, wer
 from tests.exactness import drafting_factory
 
@@ -148,7 +148,7 @@ def test_temperature_schedule():
     ],
 )
 def test_bad_quality_options_are_one_line_before_any_model_loads(eval_root, flags, message, monkeypatch, capsys):
-    import specwhisper.serving.cli as cli
+    import specwhisper.serving.cli.main as cli
     import specwhisper.pipeline.core
 
     def no_model(*args, **kwargs):
@@ -179,7 +179,7 @@ def test_speech_after_a_pause_in_a_thin_segment_is_not_lost(base_engine, tmp_pat
 
 def test_after_first_pause_needs_a_pause_with_speech_after_it():
     from specwhisper.asr.redecode import after_first_pause
-    from specwhisper.asr.types import Segment
+    from specwhisper.results.transcript import Segment
     from specwhisper.audio.chunking import Chunk
 
     sr = SAMPLE_RATE

@@ -31,7 +31,7 @@ def test_wheel_holds_one_package_and_builds_without_warnings(tmp_path):
     names = zipfile.ZipFile(wheel).namelist()
     tops = {n.split("/")[0] for n in names if not n.split("/")[0].endswith(".dist-info")}
     assert tops == {"specwhisper"}
-    for data in ("specwhisper/diarize/params.json", "specwhisper/asr/adapters/base.json", "specwhisper/asr/adapters/base-k3.safetensors"):
+    for data in ("specwhisper/diarize/params.json", "specwhisper/asr/drafters/adapters/base.json", "specwhisper/asr/drafters/adapters/base-k3.safetensors"):
         assert data in names
     entry = next(n for n in names if n.endswith("entry_points.txt"))
-    assert "transcribe = specwhisper.serving.cli:main" in zipfile.ZipFile(wheel).read(entry).decode()
+    assert "transcribe = specwhisper.serving.cli.main:main" in zipfile.ZipFile(wheel).read(entry).decode()

@@ -52,7 +52,7 @@ def editor(llm):
 def transcripts(base_engine, eval_root):
     """{file: (reference, Transcript)} of WER_FILES, Whisper base with word timings."""
     from specwhisper.audio.loading import load_audio
-    from specwhisper.asr.types import Transcript
+    from specwhisper.results.transcript import Transcript
 
     items = {i.file: i for i in english_set(eval_root)}
     out = {}
@@ -140,7 +140,7 @@ def test_universal_drafter_runs_on_a_fresh_machine(llm, texts, greedy_reference)
     the Gemma test above checks acceptance when that package is installed."""
     from transformers import WhisperForCausalLM
 
-    from specwhisper.asr.models import load_whisper
+    from specwhisper.asr.weights.loader import load_whisper
     from specwhisper.postedit.drafters import same_tokenizer
     from specwhisper.postedit.editor import PostEditor
 
@@ -281,7 +281,7 @@ def test_wer_not_worse_after_postedit(editor, transcripts):
 
 
 def test_transcribe_cli_postedit(base_pipeline, editor, eval_root, tmp_path, monkeypatch, capsys):
-    import specwhisper.serving.cli as cli
+    import specwhisper.serving.cli.main as cli
     import specwhisper.pipeline.core
 
     pipe = copy.copy(base_pipeline)
@@ -359,8 +359,8 @@ def test_stop_rule_never_stops_an_edit_the_guard_accepts(editor):
 
 
 def test_the_loaded_llm_runs_packed_products_that_score_like_its_own_layers(llm):
-    """load_llm packs the LLM's linear layers (specwhisper.runtime.kernels): the scores match the unpacked model's."""
-    from specwhisper.runtime.kernels import PackedLinear
+    """load_llm packs the LLM's linear layers (specwhisper.hardware.kernels): the scores match the unpacked model's."""
+    from specwhisper.hardware.kernels import PackedLinear
     from specwhisper.postedit.models import load_llm
 
     packed, tok = llm

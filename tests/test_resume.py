@@ -144,7 +144,7 @@ def test_cli_removes_the_checkpoint_and_says_how_to_resume(run_cli, base_pipelin
 def test_progress_bar_shows_audio_seconds_and_time_left(capsys):
     """The time left is the rate of this run's decoding: 3600 s of audio in 100 s leaves 300 s for the
     other 10800; after a resume to 50 %, the replayed half does not count as speed."""
-    from specwhisper.serving.cli import _Progress
+    from specwhisper.serving.cli.main import _Progress
 
     bar = _Progress("talk.mp3", enabled=True, seconds=14400)
     bar("transcribe", 0.0)

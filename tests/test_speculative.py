@@ -10,14 +10,14 @@ import pytest
 import torch
 
 from specwhisper.audio.loading import load_audio
-from specwhisper.asr.drafters import NgramDrafter
-from specwhisper.asr.drafting import decoder_factory, model_drafter
+from specwhisper.asr.drafters.ngram import WhisperNgramDrafter
+from specwhisper.asr.drafters.choice import decoder_factory, model_drafter
 from specwhisper.asr.engine import DecodeOptions
-from specwhisper.asr.speculative import Drafter, Lookahead, SpeculativeDecoder
+from specwhisper.asr.decoding.speculative import WhisperDrafter, Lookahead, SpeculativeDecoder
 from tests.exactness import assert_decodes_like_plain
 
 
-class WrongDrafter(Drafter):
+class WrongDrafter(WhisperDrafter):
     """Proposes random tokens (text, timestamps, end-of-text): nothing it says should survive."""
 
     name = "wrong"
@@ -35,7 +35,7 @@ DRAFTERS = ["ngram", "tiny.en", "base:4", "wrong"]
 
 def make_drafter(engine, name):
     if name == "ngram":
-        return NgramDrafter()
+        return WhisperNgramDrafter()
     if name == "wrong":
         return WrongDrafter(engine.runtime.vocab_size)
     if name == "base:4":  # same tokenizer, shares the target's encoder output

@@ -9,13 +9,13 @@ from dataclasses import dataclass
 import numpy as np
 import pytest
 
-from specwhisper.asr.decoding import GreedyDecoder
+from specwhisper.asr.decoding.greedy import GreedyDecoder
 from specwhisper.asr.engine import DecodeOptions
-from specwhisper.asr.types import Word
+from specwhisper.results.transcript import Word
 from specwhisper.audio.loading import load_audio
 from specwhisper.evaluation.transcripts import build_long_file, normalize, wer
-from specwhisper.pipeline.agreement import LocalAgreement
-from specwhisper.pipeline.streaming import LiveDecode, StreamingTranscriber, StreamOptions, play
+from specwhisper.live.agreement import LocalAgreement
+from specwhisper.live.stream import LiveDecode, StreamingTranscriber, StreamOptions, play
 from specwhisper.speculative.hypothesis import HypothesisDrafter, rebase_tokens
 
 
@@ -139,7 +139,7 @@ def test_hypothesis_drafter_drafts_a_loop_from_the_output_itself():
 def test_a_looping_redecode_is_cut_and_confirms_nothing(base_engine, run, monkeypatch):
     """A re-decode that passes its token cap stops there in both decoders (still token-identical)
     and is not a hypothesis: nothing it wrote is confirmed or drafted from."""
-    import specwhisper.pipeline.streaming as streaming
+    import specwhisper.live.stream as streaming
 
     monkeypatch.setattr(streaming, "LOOP_TOKENS_BASE", 4)
     monkeypatch.setattr(streaming, "LOOP_TOKENS_PER_S", 0.0)  # 4 tokens: every re-decode of speech hits it
@@ -198,7 +198,7 @@ def test_cli_live_prints_confirmed_text_and_writes_formats(run_cli, eval_root, t
     data = json.loads((tmp_path / "jfk.json").read_text())
     words = [w for s in data["segments"] for w in s["words"]]
     assert len(words) >= 20 and all(a["start"] <= b["start"] for a, b in zip(words, words[1:]))
-    from specwhisper.asr.models import load_whisper
+    from specwhisper.asr.weights.loader import load_whisper
 
     tokenizer = load_whisper("base").tokenizer  # the segments' tokens spell their text, as offline ones do
     assert all(s["tokens"] and tokenizer.decode(s["tokens"]).strip() == s["text"].strip() for s in data["segments"]), data["segments"]
@@ -247,7 +247,7 @@ def test_a_stalled_buffer_is_cut_at_the_last_confirmed_word(base_engine, eval_ro
 def test_a_repeat_squeezed_into_no_audio_is_not_taken():
     """Whisper repeated a sentence at the buffer's end, every word of the repeat at one instant (the
     alignment found no audio for it): the hypothesis stops before it; a single short word does not."""
-    from specwhisper.pipeline.agreement import before_squeezed_run
+    from specwhisper.live.agreement import before_squeezed_run
 
     said = [Word(35.76, 36.02, " feathers"), Word(36.02, 36.30, " and"), Word(36.30, 36.38, " can"), Word(36.46, 36.64, " fly.")]
     repeat = [Word(36.64, 36.64, t) for t in (" Many", " people", " don't", " think")]

@@ -1,4 +1,4 @@
-"""The thread policy (specwhisper.runtime.threads): passive OpenMP waiting from the first import, --threads honoured."""
+"""The thread policy (specwhisper.hardware.threads): passive OpenMP waiting from the first import, --threads honoured."""
 
 from __future__ import annotations
 
@@ -35,7 +35,7 @@ def test_pipeline_applies_threads(base_pipeline):
 
 
 def test_endpoint_threads_setting():
-    from specwhisper.serving.endpoint import settings_from_env
+    from specwhisper.serving.endpoint.contract import settings_from_env
 
     assert settings_from_env({"SPECWHISPER_THREADS": "3"}).base.threads == 3
     assert settings_from_env({}).base.threads is None

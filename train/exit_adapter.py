@@ -1,4 +1,4 @@
-"""Train the early-exit adapters (specwhisper/asr/early_exit.py) by self-distillation from the target itself.
+"""Train the early-exit adapters (specwhisper/asr/drafters/early_exit.py) by self-distillation from the target itself.
 
     python -m train.exit_adapter [--model base] [--windows 160] [--ks 1,2,3,4,5] [--work build/exit-adapter]
 
@@ -13,10 +13,10 @@
    vocabulary; the target's own head and final norm stay frozen (tied embedding). Seconds per k.
 3. Reports top-1 agreement with the target (after Whisper's logit rules, as the drafter applies them)
    on held-out windows, with and without the adapter, and writes ``<out>/<model>-k<k>.safetensors``
-   plus ``<out>/<model>.json`` (how they were made, losses, agreement). ``<out>``: ``specwhisper/asr/adapters/``
+   plus ``<out>/<model>.json`` (how they were made, losses, agreement). ``<out>``: ``specwhisper/asr/drafters/adapters/``
    for the embedded models, ``~/.cache/specwhisper/adapters/`` for any other target (a hub id or a
    folder). The drafter finds an adapter by the target's fingerprint in the file's metadata
-   (``specwhisper.asr.early_exit.model_fingerprint``), whatever the target's name or path.
+   (``specwhisper.asr.drafters.exit_adapters.model_fingerprint``), whatever the target's name or path.
 
 Everything runs on one thread (``torch.set_num_threads(1)``): other work shares this CPU.
 """
@@ -85,8 +85,8 @@ def teacher_forced_states(rt, enc: torch.Tensor, seqs: list[list[int]]) -> list[
 
 def collect(model: str, n_synth: int, seed: int, work: Path, batch_size: int = 8) -> Path:
     """Decode every window with the target and cache the per-layer states of its greedy tokens."""
-    from specwhisper.asr.decoding import GreedyDecoder
-    from specwhisper.asr.early_exit import adapter_label
+    from specwhisper.asr.decoding.greedy import GreedyDecoder
+    from specwhisper.asr.drafters.exit_adapters import adapter_label
     from specwhisper.asr.engine import AsrEngine
 
     out = work / f"{adapter_label(model)}-states.pt"
@@ -154,7 +154,7 @@ class Data:
     """The cached states, split into training and held-out positions, with the compact vocabulary."""
 
     def __init__(self, path: Path, engine, heldout_synth: float = 0.1, head_text_tokens: int | None = None):
-        from specwhisper.asr.early_exit import CompactVocab, HEAD_TEXT_TOKENS
+        from specwhisper.asr.drafters.early_exit import CompactVocab, HEAD_TEXT_TOKENS
         from specwhisper.evaluation.transcripts import english_set
 
         d = torch.load(path, weights_only=False)
@@ -236,7 +236,7 @@ def fit_adapter(data: Data, exit_layer: int, cross_layer: int | None, rank: int,
     """Self-distillation of one exit adapter; returns it and the loss curve."""
     import torch.nn.functional as F
 
-    from specwhisper.asr.early_exit import AdapterConfig, ExitAdapter, model_fingerprint
+    from specwhisper.asr.drafters.exit_adapters import AdapterConfig, ExitAdapter, model_fingerprint
 
     rt = data.rt
     cfg = AdapterConfig(model=data.model, exit_layer=exit_layer, cross_layer=cross_layer, rank=rank,
@@ -283,7 +283,7 @@ def fit_adapter(data: Data, exit_layer: int, cross_layer: int | None, rank: int,
 def draft_outcomes(data: Data, adapter, exit_layer: int, windows: list[int]) -> list[tuple[torch.Tensor, torch.Tensor]]:
     """Per window, along the target's greedy tokens: does the drafter (compact vocabulary, Whisper's
     rules as the drafter applies them) guess the target's next token, and its probability for the guess."""
-    from specwhisper.asr.early_exit import AdapterConfig, ExitAdapter
+    from specwhisper.asr.drafters.exit_adapters import AdapterConfig, ExitAdapter
 
     if adapter is None:  # no adapter: the final norm on the layer-k state
         adapter = ExitAdapter.from_target(AdapterConfig(data.model, exit_layer, None, 0, data.rt.d_model,
@@ -363,7 +363,7 @@ def simulate(outcomes, exit_layer: int, min_confidence: float, cost: CostModel, 
 
 def fit_all(model: str, states: Path, ks: list[int], cross_layer: int, rank: int, steps: int, out_dir: Path) -> dict:
     """Fit, evaluate and save one adapter per exit layer; returns the report written next to them."""
-    from specwhisper.asr.early_exit import adapter_label, adapter_path, save_adapter
+    from specwhisper.asr.drafters.exit_adapters import adapter_label, adapter_path, save_adapter
     from specwhisper.asr.engine import AsrEngine
 
     engine = AsrEngine(model)
@@ -418,7 +418,7 @@ def main() -> int:
     ap.add_argument("--steps", type=int, default=400)
     ap.add_argument("--work", type=Path, default=ROOT / "build" / "exit-adapter", help="cache of the collected states")
     ap.add_argument("--out", type=Path, default=None,
-                    help="adapter folder (default: specwhisper/asr/adapters for embedded models, ~/.cache/specwhisper/adapters otherwise)")
+                    help="adapter folder (default: specwhisper/asr/drafters/adapters for embedded models, ~/.cache/specwhisper/adapters otherwise)")
     ap.add_argument("--stage", choices=("collect", "fit", "all"), default="all")
     args = ap.parse_args()
     torch.set_num_threads(1)
@@ -427,8 +427,8 @@ def main() -> int:
     np.random.seed(SEED)
     states = collect(args.model, args.windows, SEED, args.work)
     if args.stage in ("fit", "all"):
-        from specwhisper.asr.early_exit import ADAPTER_DIR, user_adapter_dir
-        from specwhisper.asr.models import EMBEDDED_MODELS
+        from specwhisper.asr.drafters.exit_adapters import ADAPTER_DIR, user_adapter_dir
+        from specwhisper.asr.weights.loader import EMBEDDED_MODELS
 
         out = args.out or (ADAPTER_DIR if args.model in EMBEDDED_MODELS else user_adapter_dir())
         fit_all(args.model, states, [int(k) for k in args.ks.split(",")], args.cross_layer, args.rank, args.steps, out)

@@ -13,7 +13,7 @@ import statistics, time
 import torch
 import torch.nn.functional as F
 from bench.large_target_probe import build
-from specwhisper.asr.model import WhisperDecoderRuntime
+from specwhisper.asr.runtime.decoder import WhisperDecoderRuntime
 
 def tm(fn, reps=50):
     for _ in range(5): fn()

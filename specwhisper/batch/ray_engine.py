@@ -130,7 +130,7 @@ class RayEngine:
                     include_dashboard=False,
                     logging_level="ERROR",
                     log_to_driver=False,
-                    # the workers' OpenMP waits passively, as ours does (specwhisper.runtime.threads), whoever imports torch first
+                    # the workers' OpenMP waits passively, as ours does (specwhisper.hardware.threads), whoever imports torch first
                     runtime_env={"env_vars": {"OMP_WAIT_POLICY": os.environ.get("OMP_WAIT_POLICY", "PASSIVE")}},
                 )
             except (ConnectionError, RuntimeError, ValueError) as exc:

@@ -23,8 +23,8 @@ import bisect
 from collections.abc import Sequence
 from dataclasses import replace
 
-from specwhisper.asr.types import Segment, Word
-from specwhisper.asr.types import SpeakerTurn
+from specwhisper.results.transcript import Segment, Word
+from specwhisper.results.transcript import SpeakerTurn
 
 OVERLAP_MIN_SECONDS = 0.5
 OVERLAP_MIN_SHARE = 0.2

@@ -33,7 +33,7 @@ from pyannote.audio.pipelines import SpeakerDiarization  # noqa: E402
 from pyannote.pipeline.parameter import ParamDict, Uniform  # noqa: E402
 from pyannote.core import Annotation, SlidingWindow, SlidingWindowFeature  # noqa: E402
 
-from specwhisper.asr.types import SpeakerTurn  # noqa: E402,F401 - the turn type lives in the lowest layer; re-exported here
+from specwhisper.results.transcript import SpeakerTurn  # noqa: E402,F401 - the turn type lives in the lowest layer; re-exported here
 from specwhisper.diarize.clustering import SpectralClustering  # noqa: E402
 from specwhisper.diarize.embedding import FRAME_SAMPLES, SAMPLE_RATE, CAMPPlusEmbedding, num_output_frames  # noqa: E402
 from specwhisper.diarize.models import campplus_checkpoint, segmentation_checkpoint  # noqa: E402

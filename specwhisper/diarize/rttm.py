@@ -12,7 +12,7 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import TextIO
 
-from specwhisper.asr.types import SpeakerTurn
+from specwhisper.results.transcript import SpeakerTurn
 
 
 def _safe_field(text: str, what: str) -> str:
@@ -44,7 +44,7 @@ def format_rttm(turns_or_segments: Iterable, uri: str) -> str:
     return "".join(line + "\n" for line in lines)
 
 
-def write_rttm(turns_or_segments: Iterable, uri: str, path_or_file: str | os.PathLike | TextIO) -> None:
+def save_rttm(turns_or_segments: Iterable, uri: str, path_or_file: str | os.PathLike | TextIO) -> None:
     """Write speaker turns (or speaker-attributed segments) as RTTM to a path or an open text file."""
     text = format_rttm(turns_or_segments, uri)
     if isinstance(path_or_file, (str, os.PathLike)):

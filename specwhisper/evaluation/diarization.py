@@ -13,7 +13,7 @@ from pathlib import Path
 
 import numpy as np
 
-from specwhisper.asr.types import SpeakerTurn
+from specwhisper.results.transcript import SpeakerTurn
 from specwhisper.diarize.rttm import read_rttm, turns_to_annotation
 from specwhisper.evaluation.transcripts import eval_dir
 

@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING, Union
 
 import numpy as np
 
-from specwhisper.asr.types import Transcript
+from specwhisper.results.transcript import Transcript
 from specwhisper.audio.loading import (DEFAULT_MAX_SECONDS, AudioError, from_array, load_audio,
                                        load_audio_bytes, over_limit)
 from specwhisper.pipeline.writers import ALL_FORMATS, check_output_dir, parse_formats, render, write_outputs

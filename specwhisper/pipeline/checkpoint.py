@@ -41,9 +41,10 @@ from pathlib import Path
 
 import numpy as np
 
-from specwhisper.asr.decoding import SequenceResult
-from specwhisper.asr.fallback import Attempt
-from specwhisper.asr.types import DecodeStats, Segment, Word
+from specwhisper.asr.decoding.greedy import SequenceResult
+from specwhisper.asr.decoding.fallback import Attempt
+from specwhisper.results.stats import DecodeStats
+from specwhisper.results.transcript import Segment, Word
 from specwhisper.audio.chunking import Chunk
 
 VERSION = 1

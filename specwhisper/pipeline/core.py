@@ -11,7 +11,7 @@ import numpy as np
 
 from specwhisper.audio.loading import DEFAULT_MAX_SECONDS, SAMPLE_RATE, load_audio
 from specwhisper.asr.engine import AsrEngine, AsrResult, DecodeOptions
-from specwhisper.asr.types import Transcript
+from specwhisper.results.transcript import Transcript
 
 Progress = Callable[[str, float], None]
 
@@ -24,7 +24,7 @@ class PipelineConfig:
     draft: str = "auto"  # auto | none | ngram | a model name/id/path
     device: str = "auto"  # auto (cuda when a GPU is usable) | cpu | cuda | cuda:N
     dtype: str = "auto"  # auto (float16 on a GPU, float32 on the CPU) | float32 | float16 | bfloat16
-    threads: int | None = None  # torch CPU threads for the process (None: one per core); specwhisper.runtime.threads
+    threads: int | None = None  # torch CPU threads for the process (None: one per core); specwhisper.hardware.threads
     cache_dir: Path | None = None
     diarization_model: str | None = None  # None: the embedded offline pipeline
     hf_token: str | None = None
@@ -57,9 +57,9 @@ class RunOptions:
 
 class Pipeline:
     def __init__(self, config: PipelineConfig | None = None, asr: AsrEngine | None = None):
-        from specwhisper.runtime.device import dtype_name, resolve_device, resolve_dtype
-        from specwhisper.asr.drafting import decoder_factory  # the speculative engine picks the decoder
-        from specwhisper.runtime.threads import configure
+        from specwhisper.hardware.device import dtype_name, resolve_device, resolve_dtype
+        from specwhisper.asr.drafters.choice import decoder_factory  # the speculative engine picks the decoder
+        from specwhisper.hardware.threads import configure
 
         config = config or PipelineConfig()
         device = resolve_device(config.device)

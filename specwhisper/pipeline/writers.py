@@ -9,7 +9,7 @@ import tempfile
 from pathlib import Path
 from typing import Callable, TextIO
 
-from specwhisper.asr.types import Segment, Transcript
+from specwhisper.results.transcript import Segment, Transcript
 from specwhisper.diarize.rttm import format_rttm
 
 

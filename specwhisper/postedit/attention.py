@@ -6,7 +6,7 @@ it shares a call with other queries (transformers even folds grouped-query heads
 lone query). Those bits can break a near-tie between two tokens differently, so a speculative decode
 would sometimes differ from the target's greedy output. Here each query attends alone, to the keys
 up to its own position, in exactly the call a one-token step at that position makes; the matrix
-products are row-independent already (``specwhisper.runtime.kernels``). Batch 1, causal, no padding (how the
+products are row-independent already (``specwhisper.hardware.kernels``). Batch 1, causal, no padding (how the
 post-editor runs the model); anything else is refused with a clear error rather than computed wrong.
 """
 

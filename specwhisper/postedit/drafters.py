@@ -3,7 +3,7 @@
 ``specwhisper.speculative.model_drafter`` does what every model drafter does (cache sync by longest
 common prefix, k greedy steps, map back); this module adds the causal-LM calls (a ``DynamicCache``
 cropped to the common prefix, an optional pruned output head) and the three drafters built on them:
-- :class:`ModelDrafter`: a smaller causal LM with the target's tokenizer;
+- :class:`CausalLMDrafter`: a smaller causal LM with the target's tokenizer;
 - :class:`UniversalDrafter`: a causal LM with a DIFFERENT tokenizer, text re-encoded both ways
   (universal assisted generation);
 - :func:`early_exit_drafter`: the target's own first N layers (``layers:N``), named like Whisper's
@@ -22,7 +22,7 @@ from specwhisper.speculative import model_drafter
 from specwhisper.speculative.drafter import early_exit_name
 from specwhisper.speculative.token_map import SameVocab, TextRetokenizer
 
-__all__ = ["ModelDrafter", "UniversalDrafter", "early_exit_model", "early_exit_drafter", "same_tokenizer"]
+__all__ = ["CausalLMDrafter", "UniversalDrafter", "early_exit_model", "early_exit_drafter", "same_tokenizer"]
 
 
 class PrunedHead:
@@ -85,7 +85,7 @@ class CausalLMDraftRuntime:
         return True
 
 
-class ModelDrafter(model_drafter.ModelDrafter):
+class CausalLMDrafter(model_drafter.ModelDrafter):
     """A smaller causal LM with the target's tokenizer, seeing the target's prompt; its KV cache keeps
     the longest valid prefix. ``vocab``: token ids the drafter may propose (None: all)."""
 
@@ -165,7 +165,7 @@ def early_exit_model(target, num_layers: int):
 
 
 
-def early_exit_drafter(early_model, prompt_ids: Sequence[int], vocab: Sequence[int] | None = None) -> ModelDrafter:
+def early_exit_drafter(early_model, prompt_ids: Sequence[int], vocab: Sequence[int] | None = None) -> CausalLMDrafter:
     """A drafter over :func:`early_exit_model`'s layers, named like Whisper's early-exit drafter."""
     layers = early_model.config.num_hidden_layers
-    return ModelDrafter(early_model, prompt_ids, vocab, name=early_exit_name(layers))
+    return CausalLMDrafter(early_model, prompt_ids, vocab, name=early_exit_name(layers))

@@ -1,4 +1,4 @@
-"""Choosing the post-edit's drafter per ``--postedit-drafter`` (the parallel of ``specwhisper.asr.drafting``).
+"""Choosing the post-edit's drafter per ``--postedit-drafter`` (the parallel of ``specwhisper.asr.drafters.choice``).
 
 ``none``               plain greedy decoding
 ``copy``               prompt lookup in the text being edited (``specwhisper.speculative.lookup.CopyDrafter``)
@@ -12,7 +12,7 @@ import re
 from dataclasses import dataclass, field
 from typing import Sequence
 
-from specwhisper.postedit.drafters import ModelDrafter, UniversalDrafter, early_exit_drafter
+from specwhisper.postedit.drafters import CausalLMDrafter, UniversalDrafter, early_exit_drafter
 from specwhisper.speculative.drafter import Drafter
 from specwhisper.speculative.lookahead import Lookahead
 from specwhisper.speculative.lookup import CopyDrafter
@@ -94,4 +94,4 @@ class DrafterFactory:
         vocab = draft_vocabulary(self.tokenizer, source, self.eos_ids) if self.prune_vocab else None
         if kind == "layers":
             return early_exit_drafter(self.drafter_model, prompt, vocab)
-        return ModelDrafter(self.drafter_model, prompt, vocab=vocab)
+        return CausalLMDrafter(self.drafter_model, prompt, vocab=vocab)

@@ -19,7 +19,7 @@ import time
 from pathlib import Path
 from typing import Callable, Sequence
 
-from specwhisper.asr.types import Segment, Transcript
+from specwhisper.results.transcript import Segment, Transcript
 from specwhisper.postedit.drafting import DrafterFactory, parse_drafter
 from specwhisper.postedit.drafters import early_exit_model, same_tokenizer
 from specwhisper.postedit.guard import GuardResult, check_edit, lcs_length, word_key

@@ -20,9 +20,9 @@ from pathlib import Path
 
 import torch
 
-from specwhisper.runtime.kernels import pack_linears
-from specwhisper.asr.models import ModelError, default_cache_dir
-from specwhisper.asr.models import _package_dir as asr_package_dir
+from specwhisper.hardware.kernels import pack_linears
+from specwhisper.asr.weights.loader import ModelError, default_cache_dir
+from specwhisper.asr.weights.loader import _package_dir as asr_package_dir
 from specwhisper.postedit.attention import use_per_query_attention
 
 CACHE_VERSION = 1
@@ -126,7 +126,7 @@ def resolve_llm_path(name: str | None, cache_dir: Path | None = None) -> str:
 def load_llm(name: str | None = None, device: str = "cpu", cache_dir: Path | None = None, dtype=torch.float32,
              pack: bool = True):
     """(model, tokenizer) in eval mode. ``name``: embedded alias, HF id, local folder or .gguf file.
-    ``pack``: its float32 CPU linear layers become packed inference-only products (``specwhisper.runtime.kernels``)."""
+    ``pack``: its float32 CPU linear layers become packed inference-only products (``specwhisper.hardware.kernels``)."""
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     path = resolve_llm_path(name, cache_dir)

@@ -7,7 +7,7 @@ import difflib
 from dataclasses import dataclass
 from typing import Sequence
 
-from specwhisper.asr.types import Segment, Word
+from specwhisper.results.transcript import Segment, Word
 from specwhisper.postedit.guard import word_key
 
 

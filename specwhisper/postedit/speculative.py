@@ -22,7 +22,8 @@ from specwhisper.postedit.lm_cache import crop, forward, new_cache
 from specwhisper.speculative.acceptance import accept
 from specwhisper.speculative.drafter import Drafter
 from specwhisper.speculative.lookahead import Lookahead
-from specwhisper.speculative.stats import SpeculativeCounts, count_round
+from specwhisper.results.stats import SpeculativeCounts
+from specwhisper.speculative.stats import count_round
 
 __all__ = ["SpecStats", "Lookahead", "DEFAULT_LOOKAHEAD", "speculative_generate"]
 

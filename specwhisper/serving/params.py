@@ -17,8 +17,8 @@ from typing import Literal
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, ValidationInfo, field_validator
 
 from specwhisper.asr.engine import DecodeOptions
-from specwhisper.asr.fallback import QualityRules, temperature_schedule
-from specwhisper.asr.languages import normalize_language
+from specwhisper.asr.decoding.fallback import QualityRules, temperature_schedule
+from specwhisper.asr.decoding.language import normalize_language
 from specwhisper.pipeline.core import PipelineConfig, RunOptions
 from specwhisper.pipeline.writers import ALL_FORMATS
 

@@ -19,11 +19,11 @@ from typing import Iterator
 import numpy as np
 
 from specwhisper.audio.loading import DEFAULT_MAX_SECONDS, AudioError, load_audio
-from specwhisper.runtime.device import resolve_device, resolve_dtype
-from specwhisper.asr.drafting import decoder_factory
+from specwhisper.hardware.device import resolve_device, resolve_dtype
+from specwhisper.asr.drafters.choice import decoder_factory
 from specwhisper.asr.engine import AsrEngine
-from specwhisper.asr.models import WhisperBundle, load_whisper
-from specwhisper.asr.types import Transcript
+from specwhisper.asr.weights.loader import WhisperBundle, load_whisper
+from specwhisper.results.transcript import Transcript
 from specwhisper.pipeline.core import Pipeline, PipelineConfig, Progress
 from specwhisper.serving.params import Choices, TranscribeParams
 from specwhisper.serving.spool import Spool, default_spool_dir
@@ -31,7 +31,7 @@ from specwhisper.serving.spool import Spool, default_spool_dir
 
 @dataclass(frozen=True)
 class LiveLimits:
-    """What one live WebSocket stream (``/v1/live``, :mod:`specwhisper.serving.live_ws`) may cost."""
+    """What one live WebSocket stream (``/v1/live``, :mod:`specwhisper.serving.http.live_ws`) may cost."""
 
     max_streams: int = 2  # open live sockets; each re-decodes every second or two on the one model worker
     idle_timeout_s: float = 20.0  # a stream that sends nothing for this long is closed
@@ -58,7 +58,7 @@ class ServiceSettings:
     live: LiveLimits = field(default_factory=LiveLimits)
 
 
-class Transcriber:
+class PipelinePool:
     def __init__(self, settings: ServiceSettings | None = None):
         self.settings = settings or ServiceSettings()
         self._pipelines: OrderedDict[tuple, Pipeline] = OrderedDict()

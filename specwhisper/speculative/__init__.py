@@ -2,7 +2,7 @@
 
 The split follows vLLM's spec_decode proposer/scorer: a *drafter* proposes tokens (this package: the
 interface, prompt lookup, token maps, the model-drafter skeleton), each model's own loop *scores*
-them in one target pass with its own logit rules and KV cache (``specwhisper.asr.speculative``,
+them in one target pass with its own logit rules and KV cache (``specwhisper.asr.decoding.speculative``,
 ``specwhisper.postedit.speculative``), and both loops keep tokens by the same acceptance rule,
 adapt the draft length by the same lookahead policy and count with the same counters.
 

@@ -5,7 +5,7 @@ after the drafter's own prefix; the drafter's KV cache keeps the longest common 
 it was fed before (rejected drafts and re-tokenised text roll back) and is fed the rest in one pass;
 it then drafts up to ``k`` tokens greedily, one step per token, and the draft is mapped back.
 The model calls are a :class:`DraftRuntime`, one adapter per kind of model: a Whisper decoder with
-its static per-row cache (``specwhisper.asr.drafters``), a causal LM with a ``DynamicCache``
+its static per-row cache (``specwhisper.asr.drafters.model``), a causal LM with a ``DynamicCache``
 (``specwhisper.postedit.drafters``).
 """
 

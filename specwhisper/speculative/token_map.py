@@ -4,7 +4,7 @@ A drafter with the target's tokenizer passes ids through (:class:`SameVocab`). O
 tokenizer sees the target's tokens as text re-encoded with its own tokenizer, and its draft comes
 back as text re-encoded with the target's (:class:`TextRetokenizer`); a draft that continues an
 open run of text is re-encoded together with that run, so word pieces split as the target would
-split them. Whisper's map adds timestamps on top (``specwhisper.asr.drafters.Retokenize``); the
+split them. Whisper's map adds timestamps on top (``specwhisper.asr.drafters.model.Retokenize``); the
 post-edit's universal drafter uses the text map as is.
 """
 

@@ -1,0 +1,236 @@
+"""Word timestamps from cross-attention: openai/whisper's ``timing.py`` method on our runtime.
+
+After a chunk is decoded, its text tokens are run once more, teacher-forced, with the
+``<|notimestamps|>`` prompt; the cross-attention logits of the model's alignment heads
+(from the generation config) are normalised, median-filtered and averaged into a
+token x frame matrix, and dynamic time warping finds the monotonic token->time path.
+Word boundaries come from the tokenizer's word split. One batched forward pass per
+batch of chunks: cheap next to autoregressive decoding.
+"""
+
+from __future__ import annotations
+
+import functools
+import string
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+
+from specwhisper.asr.decoding.tokens import SpecialTokens
+from specwhisper.asr.runtime.decoder import WhisperDecoderRuntime
+from specwhisper.results.transcript import Segment, Word
+
+FRAME_S = 0.02  # seconds per encoder frame
+MEDFILT_WIDTH = 7
+PREPEND_PUNCT = "\"'“¿([{-"
+APPEND_PUNCT = "\"'.。,，!！?？:：”)]}、"
+NO_SPACE_LANGUAGES = {"zh", "ja", "th", "lo", "my", "yue"}
+SENTENCE_END = ".。!！?？"
+
+
+@functools.cache
+def _compiled_dtw():
+    """``_dtw`` compiled by numba, on first use: importing numba (and llvmlite) costs about 50 MB of
+    resident memory and 0.3 s, which a transcript without word timestamps should not pay."""
+    import numba
+
+    return numba.njit(cache=True)(_dtw)
+
+
+def _dtw(x: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Minimum-cost monotonic path through cost matrix ``x`` [tokens, frames] (openai's dtw_cpu)."""
+    n, m = x.shape
+    cost = np.full((n + 1, m + 1), np.inf, dtype=np.float32)
+    trace = -np.ones((n + 1, m + 1), dtype=np.float32)
+    cost[0, 0] = 0.0
+    for j in range(1, m + 1):
+        for i in range(1, n + 1):
+            c0 = cost[i - 1, j - 1]
+            c1 = cost[i - 1, j]
+            c2 = cost[i, j - 1]
+            if c0 < c1 and c0 < c2:
+                c, t = c0, 0
+            elif c1 < c0 and c1 < c2:
+                c, t = c1, 1
+            else:
+                c, t = c2, 2
+            cost[i, j] = x[i - 1, j - 1] + c
+            trace[i, j] = t
+    trace[0, :] = 2
+    trace[:, 0] = 1
+    i, j = n, m
+    text_idx = np.empty(n + m, dtype=np.int64)
+    time_idx = np.empty(n + m, dtype=np.int64)
+    k = 0
+    while i > 0 or j > 0:
+        text_idx[k] = i - 1
+        time_idx[k] = j - 1
+        k += 1
+        t = trace[i, j]
+        if t == 0:
+            i -= 1
+            j -= 1
+        elif t == 1:
+            i -= 1
+        else:
+            j -= 1
+    return text_idx[:k][::-1].copy(), time_idx[:k][::-1].copy()
+
+
+@dataclass
+class WordTokens:
+    text: str
+    tokens: list[int]
+
+
+def split_words(tokens: list[int], tokenizer, language: str | None) -> list[WordTokens]:
+    """Group tokens into words (openai's split_to_word_tokens + merge_punctuations)."""
+    # whole unicode characters first: a character may span several byte-level tokens
+    pieces: list[WordTokens] = []
+    pending: list[int] = []
+    for tok in tokens:
+        pending.append(tok)
+        text = tokenizer.decode(pending)
+        if "\ufffd" not in text:
+            pieces.append(WordTokens(text, pending))
+            pending = []
+    if pending:
+        pieces.append(WordTokens(tokenizer.decode(pending), pending))
+    if language in NO_SPACE_LANGUAGES:
+        words = pieces
+    else:
+        words = []
+        for p in pieces:
+            if not words or p.text.startswith(" ") or p.text.strip() in string.punctuation:
+                words.append(WordTokens(p.text, list(p.tokens)))
+            else:
+                words[-1].text += p.text
+                words[-1].tokens += p.tokens
+    # attach opening punctuation to the next word and closing punctuation to the previous one
+    merged: list[WordTokens] = []
+    carry: WordTokens | None = None
+    for w in words:
+        if carry is not None:
+            w = WordTokens(carry.text + w.text, carry.tokens + w.tokens)
+            carry = None
+        if w.text.startswith(" ") and w.text.strip() in PREPEND_PUNCT and w.text.strip():
+            carry = w
+            continue
+        if merged and not merged[-1].text.endswith(" ") and w.text in APPEND_PUNCT:
+            merged[-1] = WordTokens(merged[-1].text + w.text, merged[-1].tokens + w.tokens)
+            continue
+        merged.append(w)
+    if carry is not None:
+        merged.append(carry)
+    return merged
+
+
+class WordAligner:
+    """Adds ``Segment.words`` (absolute times, probabilities) to a batch of decoded chunks."""
+
+    def __init__(self, runtime: WhisperDecoderRuntime, special: SpecialTokens, tokenizer, alignment_heads):
+        self.rt = runtime
+        self.sp = special
+        self.tokenizer = tokenizer
+        heads = [tuple(map(int, h)) for h in (alignment_heads or [])]
+        if not heads:  # openai's fallback: every head of the upper half of the decoder
+            n = len(runtime.layers)
+            heads = [(layer, h) for layer in range(n // 2, n) for h in range(runtime.n_head)]
+        self.heads = heads
+
+    def sot_sequence(self, language: str | None, task: str) -> list[int]:
+        return self.sp.prompt(language, task, timestamps=True) + [self.sp.no_timestamps]
+
+    @torch.inference_mode()
+    def align(
+        self,
+        encoder_out: torch.Tensor,
+        chunk_segments: list[list[Segment]],
+        chunk_offsets: list[float],
+        chunk_durations: list[float],
+        language: str | None,
+        task: str,
+    ) -> None:
+        """Fill the words of every segment; row i of ``encoder_out`` is chunk i."""
+        from scipy.ndimage import median_filter  # imported on first use, like numba (``_compiled_dtw``)
+
+        prompt = self.sot_sequence(language, task)
+        rows = [i for i, segs in enumerate(chunk_segments) if any(s.tokens for s in segs)]
+        if not rows:
+            return
+        texts = [[t for s in chunk_segments[i] for t in s.tokens] for i in rows]
+        n = len(prompt) + max(len(t) for t in texts) + 1
+        n = min(n, self.rt.max_len)
+        device = self.rt.device
+        seqs = torch.tensor([((prompt + text + [self.sp.eot])[:n] + [self.sp.eot] * n)[:n] for text in texts], device=device)
+        positions = torch.arange(n, device=device).expand(len(rows), -1)
+        # all rows: the very tensor, so a projection shared for it is found (``sharing_cross_kv``)
+        cache = self.rt.new_cache(encoder_out if len(rows) == encoder_out.shape[0] else encoder_out[torch.tensor(rows, device=device)])
+        qk: dict[int, torch.Tensor] = {layer: None for layer, _ in self.heads}
+        hidden = self.rt.hidden(seqs, positions, cache, cross_qk=qk, whole_rows=True)
+        logprobs = self.rt.logits(hidden).float().log_softmax(-1)
+        for r, i in enumerate(rows):
+            weights = torch.stack([qk[layer][r, head] for layer, head in self.heads])  # [H, n, frames]
+            frames = max(1, min(weights.shape[-1], int(round(chunk_durations[i] / FRAME_S))))
+            text = texts[r][: n - len(prompt) - 1]
+            m = len(text)
+            w = weights[:, : len(prompt) + m + 1, :frames].softmax(-1)
+            std, mean = torch.std_mean(w, dim=-2, keepdim=True, unbiased=False)
+            w = ((w - mean) / (std + 1e-8)).float().cpu().numpy()  # the filter and DTW run on the host
+            w = median_filter(w, (1, 1, MEDFILT_WIDTH), mode="mirror")
+            # row p is the query that predicts token p+1: from <|notimestamps|> (predicting the first
+            # text token) to the last text token (predicting end-of-text), as in openai's timing.py
+            matrix = w.mean(axis=0)[len(prompt) - 1 : len(prompt) + m]
+            text_idx, time_idx = _compiled_dtw()(np.ascontiguousarray(-matrix, dtype=np.float32))
+            jumps = np.pad(np.diff(text_idx), (1, 0), constant_values=1).astype(bool)
+            jump_times = time_idx[jumps] * FRAME_S  # first frame of each token (+ final eot)
+            pos = np.arange(len(prompt) - 1, len(prompt) - 1 + m)
+            if m:
+                at = torch.from_numpy(pos).to(device), torch.tensor(text, device=device)
+                token_p = logprobs[r, at[0], at[1]].exp().cpu().numpy()
+            else:
+                token_p = np.zeros(0)
+            self._assign(chunk_segments[i], text, jump_times, token_p, chunk_offsets[i], language)
+
+    def _assign(self, segments, text, jump_times, token_p, offset, language) -> None:
+        k = 0
+        for seg in segments:
+            words = split_words(seg.tokens, self.tokenizer, language)
+            out: list[Word] = []
+            for w in words:
+                a, b = k, k + len(w.tokens)
+                k = b
+                if a >= len(text):
+                    break
+                start = offset + float(jump_times[a])
+                end = offset + float(jump_times[min(b, len(jump_times) - 1)])
+                prob = float(np.mean(token_p[a:b])) if b > a else None
+                out.append(Word(start=start, end=end, text=w.text, probability=prob))
+            seg.words = fit_words(out, seg.start, seg.end)
+
+
+def fit_words(words: list[Word], start: float, end: float) -> list[Word]:
+    """Keep words inside their segment, ordered, and trim implausibly long ones (openai's heuristics)."""
+    if not words:
+        return words
+    durations = np.array([w.end - w.start for w in words])
+    nonzero = durations[durations > 0]
+    median = float(np.median(nonzero)) if len(nonzero) else 0.0
+    max_d = min(0.7, median) * 2 if median > 0 else 1.0
+    prev_end = start
+    for i, w in enumerate(words):
+        w.start = min(max(w.start, prev_end), end)
+        w.end = min(max(w.end, w.start), end)
+        if w.end - w.start > max_d:
+            if i == 0 or _ends_sentence(words[i - 1].text):
+                w.start = max(w.start, w.end - max_d)
+            elif _ends_sentence(w.text) or i == len(words) - 1:
+                w.end = w.start + max_d
+        prev_end = w.end
+    return words
+
+
+def _ends_sentence(text: str) -> bool:
+    t = text.strip()
+    return bool(t) and t[-1] in SENTENCE_END

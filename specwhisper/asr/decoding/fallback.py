@@ -1,0 +1,191 @@
+"""openai-whisper's quality safeguards around one decode: temperature fallback and the silence rule.
+
+A chunk is decoded greedily (speculatively when a drafter runs: token-identical to plain greedy) or
+by beam search. When the text is too repetitive (gzip compression ratio above 2.4) or too unlikely
+(average log-probability below -1.0), it is decoded again by sampling at the next temperature
+(0.2, 0.4, ... 1.0, best of 5), as openai/whisper ``transcribe.decode_with_fallback`` does; those
+passes are plain (no drafter), and each segment says at which temperature it was decoded. When every
+temperature fails the check, the attempt kept is faster-whisper's choice (the most likely among those
+that are not repetitive, else the most likely): openai keeps the last one, at temperature 1.0, which
+is the most random.
+
+A sample may write at most ``SAMPLE_TOKENS_BASE`` + ``sample_tokens_per_s`` tokens per second of
+its chunk's audio (openai lets each run to 224 tokens, faster-whisper to 448). A sample at that cap
+is unfinished: it is a best-of candidate only when all five are, and it fails the checks. Why: one
+looping draw keeps its whole batch of draws decoding. On the 10-minute conversation of
+``bench/longform.py`` 2 of 46 chunks fell back; in 2 of their 5 sampled passes one draw of ten looped
+to 445 tokens while the others ended by token 25, and those two passes took 35 of the 47 seconds of
+sampling. Speech writes 2-8 tokens per second (the eval clips at most 7.5, timestamps included);
+12 leaves room for fast speech and scripts that take more tokens per second.
+"""
+
+from __future__ import annotations
+
+import zlib
+from dataclasses import dataclass
+from typing import Callable
+
+import torch
+
+from specwhisper.asr.decoding.greedy import Decoder, SequenceResult
+from specwhisper.results.stats import DecodeStats
+
+DEFAULT_TEMPERATURES = (0.0, 0.2, 0.4, 0.6, 0.8, 1.0)
+SAMPLE_TOKENS_BASE = 16
+
+
+def temperature_schedule(first: float = 0.0, increment: float | None = 0.2) -> tuple[float, ...]:
+    """openai-whisper's ``--temperature`` and ``--temperature_increment_on_fallback``: ``first``, then
+    up to 1.0 in steps of ``increment`` (none when it is 0 or None)."""
+    if not 0.0 <= first <= 1.0:
+        raise ValueError(f"temperature must be between 0 and 1, got {first}")
+    if increment is None or increment == 0:
+        return (first,)
+    if not 0.0 < increment <= 1.0:
+        raise ValueError(f"temperature increment must be between 0 and 1, got {increment}")
+    steps = int((1.0 - first) / increment + 1e-6)
+    return tuple(round(first + k * increment, 6) for k in range(steps + 1))
+
+
+def compression_ratio(text: str) -> float:
+    """openai/whisper's repetition measure: bytes of the text over bytes of its zlib compression."""
+    data = text.encode("utf-8")
+    return len(data) / len(zlib.compress(data)) if data else 0.0
+
+
+@dataclass(frozen=True)
+class QualityRules:
+    """openai-whisper's thresholds (its defaults); ``None`` switches a check off."""
+
+    temperatures: tuple[float, ...] = DEFAULT_TEMPERATURES
+    compression_ratio_threshold: float | None = 2.4
+    logprob_threshold: float | None = -1.0
+    no_speech_threshold: float | None = 0.6
+    best_of: int = 5
+    sample_tokens_per_s: float | None = 12.0  # a sample's cap per second of audio; None: Whisper's 448
+
+    def sample_limit(self, seconds: float) -> int | None:
+        """The most tokens a sample of ``seconds`` of audio may write."""
+        if self.sample_tokens_per_s is None:
+            return None
+        return SAMPLE_TOKENS_BASE + int(self.sample_tokens_per_s * seconds)
+
+    def validate(self) -> None:
+        if not self.temperatures or any(not 0.0 <= t <= 1.0 for t in self.temperatures):
+            raise ValueError(f"temperatures must be between 0 and 1, got {list(self.temperatures)}")
+        if list(self.temperatures) != sorted(self.temperatures):
+            raise ValueError(f"temperatures must be increasing, got {list(self.temperatures)}")
+        if self.compression_ratio_threshold is not None and self.compression_ratio_threshold <= 0:
+            raise ValueError(f"compression ratio threshold must be > 0, got {self.compression_ratio_threshold}")
+        if self.logprob_threshold is not None and self.logprob_threshold > 0:
+            raise ValueError(f"log-probability threshold must be <= 0, got {self.logprob_threshold}")
+        if self.no_speech_threshold is not None and not 0.0 <= self.no_speech_threshold <= 1.0:
+            raise ValueError(f"no-speech threshold must be between 0 and 1, got {self.no_speech_threshold}")
+        if self.best_of < 1:
+            raise ValueError(f"best-of must be >= 1, got {self.best_of}")
+        if self.sample_tokens_per_s is not None and self.sample_tokens_per_s <= 0:
+            raise ValueError(f"sample tokens per second must be > 0, got {self.sample_tokens_per_s}")
+
+    @classmethod
+    def from_options(cls, src) -> "QualityRules":
+        """From anything carrying openai-whisper's option names (the CLI's argparse namespace, the
+        HTTP/endpoint parameters): ``temperature``, ``temperature_increment_on_fallback``,
+        ``compression_ratio_threshold``, ``logprob_threshold``, ``no_speech_threshold``, ``best_of``.
+        Raises ValueError on a bad temperature schedule."""
+        return cls(temperatures=temperature_schedule(src.temperature, src.temperature_increment_on_fallback),
+                   compression_ratio_threshold=src.compression_ratio_threshold,
+                   logprob_threshold=src.logprob_threshold, no_speech_threshold=src.no_speech_threshold,
+                   best_of=src.best_of)
+
+    def is_silence(self, seq: SequenceResult, vad_speech: bool = True) -> bool:
+        """openai's rule: Whisper's no-speech probability is high and the text unlikely. For audio the
+        VAD already rejected, Whisper's no-speech probability alone is enough: both say no speech."""
+        if self.no_speech_threshold is None or seq.no_speech_prob <= self.no_speech_threshold:
+            return False
+        if not vad_speech:
+            return True
+        return self.logprob_threshold is not None and seq.avg_logprob < self.logprob_threshold
+
+    def needs_fallback(self, attempt: Attempt) -> bool:
+        too_repetitive = (self.compression_ratio_threshold is not None
+                          and attempt.compression_ratio > self.compression_ratio_threshold)
+        too_unlikely = self.logprob_threshold is not None and attempt.seq.avg_logprob < self.logprob_threshold
+        if self.is_silence(attempt.seq):  # silence: no fallback, the chunk is dropped
+            return False
+        return too_repetitive or too_unlikely or _cut(attempt)
+
+
+@dataclass
+class Attempt:
+    """One decode of one chunk."""
+
+    seq: SequenceResult
+    temperature: float
+    compression_ratio: float
+
+
+def _cut(attempt: Attempt) -> bool:
+    """A sample stopped at its cap (``QualityRules.sample_limit``): unfinished."""
+    return attempt.temperature > 0 and attempt.seq.hit_max_length
+
+
+def _likelihood(seq: SequenceResult) -> tuple[bool, float]:
+    """openai's ranking of best-of candidates (length_penalty None): log-probability per token; a
+    draw stopped at its cap only wins when every draw was."""
+    return not seq.hit_max_length, seq.sum_logprob / max(1, len(seq.tokens))
+
+
+def _final(attempts: list[Attempt], rules: QualityRules) -> Attempt:
+    """The last attempt when it passed; else faster-whisper's pick: the most likely of those that are
+    not repetitive, else of all; samples cut at their cap only when nothing else is left."""
+    if not rules.needs_fallback(attempts[-1]):
+        return attempts[-1]
+    limit = rules.compression_ratio_threshold
+    whole = [a for a in attempts if not _cut(a)]
+    fine = [a for a in whole if limit is None or a.compression_ratio <= limit]
+    return max(fine or whole or attempts, key=lambda a: a.seq.avg_logprob)
+
+
+def decode_with_fallback(
+    first: Decoder,
+    sampler: Callable[[float], Decoder],
+    encoder_out: torch.Tensor,
+    prompt: list[int],
+    features: torch.Tensor | None,
+    rules: QualityRules,
+    text_of: Callable[[list[int]], str],
+    stats: DecodeStats,
+    seconds: list[float] | None = None,
+) -> list[Attempt]:
+    """Decode every row of ``encoder_out``; rows that fail the checks are decoded again by
+    ``sampler(temperature)`` with ``best_of`` draws each, capped by ``seconds`` (each row's audio).
+    Returns the attempt kept per row; the counters of every pass are added to ``stats``
+    (``fallback_*`` for the sampled ones)."""
+    def sampled(rows: list[int], temperature: float) -> list[Attempt]:
+        k = rules.best_of
+        capped = seconds is not None and rules.sample_tokens_per_s is not None
+        best = []
+        for r in rows:  # one chunk at a time, so its draws share one row of cross-attention K/V (``KVCache.select``)
+            limits = [rules.sample_limit(seconds[r])] * k if capped else None
+            drawn = sampler(temperature).decode(encoder_out[r : r + 1], prompt, limits=limits, copies=k)
+            stats.fallback_passes += drawn.stats.target_passes
+            stats.fallback_seconds += drawn.stats.decoder_seconds
+            stats.decoder_seconds += drawn.stats.decoder_seconds
+            best.append(max(drawn.sequences, key=_likelihood))
+        return [Attempt(s, temperature, compression_ratio(text_of(s.tokens))) for s in best]
+
+    t0 = rules.temperatures[0]
+    if t0 == 0.0:
+        out = first.decode(encoder_out, prompt, features=features)
+        stats.merge(out.stats)
+        firsts = [Attempt(s, t0, compression_ratio(text_of(s.tokens))) for s in out.sequences]
+    else:
+        firsts = sampled(list(range(encoder_out.shape[0])), t0)
+    history = [[a] for a in firsts]
+    for temperature in rules.temperatures[1:]:
+        rows = [r for r, h in enumerate(history) if rules.needs_fallback(h[-1])]
+        if not rows:
+            break
+        for r, attempt in zip(rows, sampled(rows, temperature)):
+            history[r].append(attempt)
+    return [_final(h, rules) for h in history]

@@ -1,0 +1,95 @@
+"""Turning decoded Whisper tokens (with timestamp tokens) into timed segments."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+from specwhisper.asr.decoding.tokens import SpecialTokens
+from specwhisper.results.transcript import Segment
+
+TIME_PRECISION = 0.02  # seconds per timestamp token
+
+
+def tokens_to_segments(
+    tokens: list[int], special: SpecialTokens, tokenizer, offset: float, duration: float, drop_unfinished: bool = False
+) -> list[Segment]:
+    """Split ``tokens`` at timestamp pairs (openai/whisper's rule); times become absolute via ``offset``.
+
+    A final run of text without a closing timestamp ends at the chunk's end, unless
+    ``drop_unfinished`` (a decode cut by the length limit: that text is decoded again).
+    """
+    tb = special.timestamp_begin
+    segments: list[Segment] = []
+    start_ts: float | None = None
+    text_tokens: list[int] = []
+
+    def flush(end: float) -> None:
+        nonlocal text_tokens, start_ts
+        text = tokenizer.decode(text_tokens)
+        if text.strip():
+            s = min(start_ts if start_ts is not None else 0.0, duration)
+            e = min(max(end, s), duration)
+            segments.append(Segment(start=offset + s, end=offset + e, text=text, tokens=list(text_tokens)))
+        text_tokens = []
+        start_ts = None
+
+    for tok in tokens:
+        if tok >= tb:
+            t = (tok - tb) * TIME_PRECISION
+            if start_ts is None:
+                start_ts = t
+            elif text_tokens:
+                flush(t)
+            else:
+                start_ts = t
+        elif tok < special.eot:
+            text_tokens.append(tok)
+    if text_tokens and not drop_unfinished:
+        flush(duration)
+    return segments
+
+
+def _words(text: str) -> list[str]:
+    return ["".join(ch for ch in w.lower() if ch.isalnum()) for w in text.split()]
+
+
+def _overlap(tail: list[str], head: list[str], most: int = 5) -> int:
+    """The longest n <= ``most`` with ``tail[-n:] == head[:n]`` (whisper_streaming's n-gram rule)."""
+    for n in range(min(most, len(tail), len(head)), 0, -1):
+        if tail[-n:] == head[:n] and any(tail[-n:]):
+            return n
+    return 0
+
+
+def _trimmed(seg: Segment, first: int, last: int, tokenizer) -> Segment | None:
+    """``seg`` without its first ``first`` and last ``last`` words (None when nothing is left)."""
+    words = seg.text.split()
+    keep = words[first : len(words) - last]
+    if not keep:
+        return None
+    text = " " + " ".join(keep)
+    timed = seg.words[first : len(seg.words) - last] if len(seg.words) == len(words) else seg.words
+    start = timed[0].start if timed and timed is not seg.words else seg.start
+    end = timed[-1].end if timed and timed is not seg.words else seg.end
+    return replace(seg, text=text, tokens=tokenizer.encode(text, add_special_tokens=False), words=list(timed),
+                   start=start, end=end)
+
+
+def stitch(segments: list[Segment], redecoded: set[int], tokenizer) -> list[Segment]:
+    """Segments in time order, where a segment from a re-decoded stretch (``id`` in ``redecoded``)
+    loses the words it repeats from the segment before it or after it: Whisper's segment times are
+    coarse, so a stretch that looked skipped can start with words its neighbour already has (a
+    minute of clips: "You can call me Abby." then "Call me Abby.")."""
+    out: list[Segment] = []
+    ordered = sorted(segments, key=lambda s: s.start)
+    for k, seg in enumerate(ordered):
+        if id(seg) in redecoded:
+            words = _words(seg.text)
+            first = _overlap(_words(out[-1].text), words) if out else 0
+            nxt = next((s for s in ordered[k + 1 :] if id(s) not in redecoded), None)
+            last = _overlap(words[first:][::-1], _words(nxt.text)[::-1]) if nxt else 0
+            seg = _trimmed(seg, first, last, tokenizer) if first or last else seg
+            if seg is None:
+                continue
+        out.append(seg)
+    return out

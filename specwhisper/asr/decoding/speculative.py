@@ -1,0 +1,164 @@
+"""Exact speculative greedy decoding for Whisper, batched, with per-row acceptance.
+
+Each round, for every active row: a drafter proposes up to k tokens; the target runs ONE
+forward pass over ``[pending, d1..dk]`` at the row's own positions; Whisper's logit rules
+are applied to every verify position with the prefix it would have had in plain decoding
+(``WhisperLogitRules.select``, the same function the plain decoder uses), so the target's
+greedy token ``g_j`` is known at each position; the row keeps ``d1..da`` while they equal
+``g_0..g_{a-1}`` plus ``g_a`` (the shared rule, ``specwhisper.speculative.acceptance``; the draft
+length per row follows ``specwhisper.speculative.lookahead``). The KV cache is static with per-row positions (see
+``specwhisper.asr.runtime.decoder``): rejected entries are simply left behind the row's length and overwritten.
+
+Why our own loop instead of transformers' assisted generation: it refuses batches, its
+timestamp processor is reset by the assistant (output differs from the target), it crashes
+at 448 tokens in long-form and its per-step Python overhead makes it slower than plain
+decoding on CPU (../shared/notes/offline-models.md).
+"""
+
+from __future__ import annotations
+
+import time
+
+import torch
+
+from specwhisper.asr.decoding.greedy import Decoder, DecodeOutput, SequenceResult, read_choices
+from specwhisper.asr.decoding.tokens import SpecialTokens
+from specwhisper.asr.decoding.rules import WhisperLogitRules
+from specwhisper.asr.runtime.decoder import KVCache, WhisperDecoderRuntime
+from specwhisper.results.stats import DecodeStats
+from specwhisper.speculative.acceptance import accept
+from specwhisper.speculative.drafter import Drafter as CoreDrafter
+from specwhisper.speculative.lookahead import Lookahead
+from specwhisper.speculative.stats import count_round
+from specwhisper.hardware.device import on_device
+
+__all__ = ["WhisperDrafter", "Lookahead", "SpeculativeDecoder"]
+
+
+class WhisperDrafter(CoreDrafter):
+    """A drafter of the Whisper loop: the shared proposer interface (``specwhisper.speculative.drafter``)
+    plus the hooks of a batched decode over an encoder output and a static KV cache."""
+
+    def begin(self, encoder_out: torch.Tensor, prompt: list[int], features: torch.Tensor | None) -> None:
+        """A new batch; row i of ``encoder_out`` is the target's encoding of chunk i."""
+
+    def attach(self, cache: KVCache) -> None:
+        """The target's KV cache for the current rows (after ``begin`` and after every ``select``), for
+        drafters that run the target's own first layers (``specwhisper.asr.drafters.early_exit``)."""
+
+    def verify(self, runtime: WhisperDecoderRuntime, tokens: torch.Tensor, positions: torch.Tensor, cache: KVCache,
+               token_rows: list[list[int]] | None = None, starts: list[int] | None = None) -> torch.Tensor:
+        """The verify pass: the target's final hidden states of ``tokens`` (``[pending, drafts..]`` per
+        row) at ``positions``. A drafter that already ran some of the target's layers for them may
+        reuse that work; it must return what ``runtime.hidden`` would. ``token_rows``, ``starts``: the
+        tokens and each row's first position as host lists (reading them back from a GPU would wait for it)."""
+        return runtime.hidden(tokens, positions, cache)
+
+
+class SpeculativeDecoder(Decoder):
+    def __init__(
+        self,
+        runtime: WhisperDecoderRuntime,
+        special: SpecialTokens,
+        rules: WhisperLogitRules,
+        drafter: WhisperDrafter,
+        lookahead: Lookahead | None = None,
+    ):
+        super().__init__(runtime, special, rules)
+        self.drafter = drafter
+        self.lookahead = lookahead or Lookahead()
+
+    @torch.inference_mode()
+    def decode(self, encoder_out: torch.Tensor, prompt: list[int], features: torch.Tensor | None = None) -> DecodeOutput:
+        try:
+            return self._decode(encoder_out, prompt, features)
+        finally:
+            self.drafter.end()
+
+    def _decode(self, encoder_out: torch.Tensor, prompt: list[int], features: torch.Tensor | None) -> DecodeOutput:
+        t0 = time.perf_counter()
+        b = encoder_out.shape[0]
+        stats = DecodeStats()
+        slack = self.lookahead.maximum + 1
+        cache = self.rt.new_cache(encoder_out, slack=slack)
+        self.drafter.begin(encoder_out, prompt, features)
+        self.drafter.attach(cache)
+        last, no_speech = self.prefill(cache, prompt)
+        stats.target_passes += b
+        results = [SequenceResult([], 0.0, p) for p in no_speech.tolist()]
+        first, first_lp = read_choices(*self.rules.select(last.float(), [[] for _ in range(b)]))
+        active: list[int] = []
+        for r in range(b):
+            if self._emit(results[r], first[r], first_lp[r], len(prompt), stats):
+                active.append(r)
+        if len(active) < b:
+            cache = cache.select(active)
+            self.drafter.select(active)
+            self.drafter.attach(cache)
+        lengths = [len(prompt)] * len(active)  # positions filled in the cache per active row
+        ks = [self.lookahead.initial] * len(active)
+
+        while active:
+            contexts = [results[r].tokens for r in active]
+            room = [self.max_len - len(prompt) - len(c) for c in contexts]  # tokens still allowed
+            drafts = self.drafter.propose(contexts, [max(0, min(k, n - 1)) for k, n in zip(ks, room)])
+            drafts = [d[: max(0, min(k, n - 1))] for d, k, n in zip(drafts, ks, room)]
+            # tokens fed to the verify pass per row: the pending token and the drafts (without the last
+            # one when the drafter takes no bonus token)
+            fed = [len(d) + 1 if self.drafter.bonus or not d else len(d) for d in drafts]
+            width = max(fed)
+            device = self.rt.device
+            # padding past a row's tokens repeats its pending token: its cache slots lie past the row's length
+            fed_rows = [([c[-1], *d][:n] + [c[-1]] * width)[:width] for c, d, n in zip(contexts, drafts, fed)]
+            tokens = on_device(fed_rows, device)
+            positions = on_device([[n + j for j in range(width)] for n in lengths], device)
+            hidden = self.drafter.verify(self.rt, tokens, positions, cache, token_rows=fed_rows, starts=lengths)
+            # only real positions go through the (large) output head
+            rows = [i for i, n in enumerate(fed) for _ in range(n)]
+            cols = [j for n in fed for j in range(n)]
+            at = on_device(rows, device), on_device(cols, device)
+            logits = self.rt.logits_at(hidden[at], at[0], positions[at], cache).float()
+            prefixes = [contexts[i] + drafts[i][:j] for i, j in zip(rows, cols)]
+            greedy, logprobs = read_choices(*self.rules.select(logits, prefixes))  # the round's one host read
+            stats.target_passes += len(active)
+
+            keep, at = [], 0
+            for i, r in enumerate(active):
+                d = drafts[i]
+                accepted, tokens = accept(d, greedy[at : at + fed[i]])
+                emitted, alive = 0, True
+                for g, lp in zip(tokens, logprobs[at : at + fed[i]]):
+                    alive = self._emit(results[r], g, lp, len(prompt), stats)
+                    emitted += 1
+                    if not alive:  # the row ended at this token: the drafts after it do not count
+                        accepted = min(accepted, emitted - 1)
+                        break
+                at += fed[i]
+                count_round(stats, len(d), accepted)
+                if alive:
+                    keep.append(i)
+                    lengths[i] += emitted
+                    ks[i] = self.lookahead.update(ks[i], len(d), accepted)
+            if len(keep) < len(active):
+                if not keep:
+                    break
+                cache = cache.select(keep)
+                self.drafter.select(keep)
+                self.drafter.attach(cache)
+                active = [active[i] for i in keep]
+                lengths = [lengths[i] for i in keep]
+                ks = [ks[i] for i in keep]
+        stats.decoder_seconds = time.perf_counter() - t0
+        return DecodeOutput(results, stats)
+
+    def _emit(self, res: SequenceResult, token: int, logprob: float, prompt_len: int, stats: DecodeStats) -> bool:
+        """Append the target's greedy token as plain decoding would; False when the row ends."""
+        res.sum_logprob += logprob
+        if token == self.sp.eot:
+            return False
+        res.tokens.append(token)
+        stats.generated_tokens += 1
+        if prompt_len + len(res.tokens) >= self.max_len:
+            res.hit_max_length = True
+            return False
+        return True

@@ -1,0 +1,153 @@
+"""``--draft auto``: speculate only where it pays, decided by measurement on this device.
+
+Per batch size, the first batch times on its own encoder output a target step, verify passes of 2, 4
+and 8 tokens and one draft step of each candidate drafter (the n-gram lookup; early exit where an
+adapter for this target exists). With a drafter's per-token acceptance a and k drafts a round yields
+(1 - a^(k+1)) / (1 - a) tokens (Leviathan et al.; k tokens at most for a drafter whose last draft is
+checked rather than fed) for k draft steps and one verify pass; the candidate and k of the highest
+expected tokens per second decode the batch, plain decoding unless a drafter beats it by ``MARGIN``.
+After each speculative batch the drafter's acceptance estimate moves toward what it measured. Every
+choice is exact, so the choice changes speed only.
+"""
+
+from __future__ import annotations
+
+import statistics
+import time
+from dataclasses import dataclass, field
+
+import torch
+
+from specwhisper.asr.decoding.greedy import Decoder, DecodeOutput, GreedyDecoder
+from specwhisper.asr.decoding.speculative import Lookahead, SpeculativeDecoder
+
+MARGIN = 1.10  # a drafter must be expected this much faster than plain decoding (timing noise)
+PRIOR_ACCEPTANCE = {"ngram": 0.10, "early-exit": 0.55}  # per-token, measured on the public set for base
+SMOOTHING = 0.3  # weight of a new batch's acceptance in the running estimate
+
+
+@dataclass
+class Costs:
+    """Seconds of a target step, of verify passes by width, and of one draft step per candidate."""
+
+    step: float
+    verify: dict[int, float]
+    draft: dict[str, float] = field(default_factory=dict)
+
+    def verify_at(self, width: int) -> float:
+        """A pass of ``width`` tokens (1: a step), interpolated over the measured widths (beyond them, the
+        slope of the last two)."""
+        # a pass of more tokens is never cheaper than a step; a measurement saying so is noise
+        table = {1: self.step, **{w: max(t, self.step) for w, t in self.verify.items()}}
+        ws = sorted(table)
+        if width in table:
+            return table[width]
+        lo = max(w for w in ws if w < width)
+        hi = min((w for w in ws if w > width), default=None)
+        if hi is None:
+            lo, hi = ws[-2], ws[-1]
+        return table[lo] + (table[hi] - table[lo]) * (width - lo) / (hi - lo)
+
+
+def expected_speedup(costs: Costs, draft_step: float, acceptance: float, k: int, bonus: bool) -> float:
+    """Tokens per second of speculation over plain decoding's, at per-token ``acceptance`` and ``k`` drafts."""
+    a = min(max(acceptance, 0.0), 0.999)
+    tokens = (1 - a ** (k + 1)) / (1 - a) if bonus else (1 - a**k) / (1 - a)
+    seconds = k * draft_step + costs.verify_at(k + 1 if bonus else k)
+    return tokens * costs.step / seconds
+
+
+def best_possible(costs: Costs, draft_step: float, acceptance: float, bonus: bool, max_k: int = 8) -> float:
+    """An upper bound of ``expected_speedup`` over k = 1..``max_k`` known before the passes wider than
+    2 are timed: any pass of 2 or more tokens is taken to cost no more than the pass of 2."""
+    a = min(max(acceptance, 0.0), 0.999)
+    best = 0.0
+    for k in range(1, max_k + 1):
+        tokens = (1 - a ** (k + 1)) / (1 - a) if bonus else (1 - a**k) / (1 - a)
+        width = k + 1 if bonus else k
+        floor = costs.step if width <= 1 else max(costs.verify[2], costs.step)
+        best = max(best, tokens * costs.step / (k * draft_step + floor))
+    return best
+
+
+def choose(costs: Costs, acceptance: dict[str, float], bonus: dict[str, bool], max_k: int = 8) -> tuple[str | None, int, float]:
+    """(candidate or None for plain decoding, k, expected speedup)."""
+    best: tuple[str | None, int, float] = (None, 0, 1.0)
+    for name, step in costs.draft.items():
+        for k in range(1, max_k + 1):
+            s = expected_speedup(costs, step, acceptance[name], k, bonus[name])
+            if s > best[2]:
+                best = (name, k, s)
+    return best if best[2] >= MARGIN else (None, 0, best[2])
+
+
+def _seconds(fn, reps: int = 2) -> float:
+    """Median seconds of ``reps`` calls after one (about 10 passes per batch size in all: ~0.5 s for
+    base at batch 8 on this CPU, once per process)."""
+    fn()
+    out = []
+    for _ in range(reps):
+        t = time.perf_counter()
+        fn()
+        out.append(time.perf_counter() - t)
+    return statistics.median(out)
+
+
+class AutoDecoder(Decoder):
+    def __init__(self, runtime, special, rules, candidates: dict[str, SpeculativeDecoder]):
+        super().__init__(runtime, special, rules)
+        self.plain = GreedyDecoder(runtime, special, rules)
+        self.candidates = candidates
+        self.acceptance = {n: PRIOR_ACCEPTANCE.get(n.split(":")[0], 0.3) for n in candidates}
+        self.bonus = {n: d.drafter.bonus for n, d in candidates.items()}
+        self.costs: dict[int, Costs] = {}
+        self.last_choice: tuple[str | None, int, float] | None = None
+
+    @torch.inference_mode()
+    def measure(self, encoder_out: torch.Tensor, prompt: list[int], context: int = 24) -> Costs:
+        """Costs at this batch size on a scratch cache of ``encoder_out`` (some 20 tokens in)."""
+        rt, b, dev = self.rt, encoder_out.shape[0], self.rt.device
+        cache = rt.new_cache(encoder_out, slack=13)
+        seq = prompt + [220] * (context - len(prompt))
+        rt.step(torch.tensor([seq] * b, device=dev), torch.arange(len(seq), device=dev).expand(b, -1), cache)
+
+        def verify(w):
+            toks = torch.full((b, w), 220, device=dev)
+            pos = torch.arange(context, context + w, device=dev).expand(b, -1)
+            return lambda: rt.step(toks, pos, cache)
+
+        costs = Costs(step=_seconds(verify(1)), verify={2: _seconds(verify(2))})
+        texts = [[220] * (context - len(prompt))] * b
+        for name, dec in self.candidates.items():
+            d = dec.drafter
+            d.begin(encoder_out, prompt, None)
+            d.attach(cache)
+            try:
+                d.propose(texts, [1] * b)  # syncs a model drafter's own cache
+                costs.draft[name] = _seconds(lambda d=d: d.propose(texts, [1] * b))
+            finally:
+                d.end()
+        # The wider passes are the dearest to time (base at batch 8 on this CPU: 1.6 of the 3.8 s that
+        # measuring took; 6.1 s of a 10-minute file's 74 went to measuring). Where no drafter would pay
+        # at its running acceptance even if they cost no more than the pass of 2, they are not timed:
+        # ``verify_at`` then follows the slope from 1 to 2 tokens (base at batch 8: 0.27 s for 9
+        # tokens against 0.27 s measured for 8), should an estimate rise later.
+        if any(best_possible(costs, costs.draft[n], self.acceptance[n], self.bonus[n]) >= MARGIN for n in self.candidates):
+            costs.verify.update({w: _seconds(verify(w)) for w in (4, 8)})
+        return costs
+
+    def decode(self, encoder_out: torch.Tensor, prompt: list[int], features: torch.Tensor | None = None) -> DecodeOutput:
+        b = encoder_out.shape[0]
+        if self.candidates and b not in self.costs:
+            self.costs[b] = self.measure(encoder_out, prompt)
+        name, k, speedup = choose(self.costs[b], self.acceptance, self.bonus) if self.candidates else (None, 0, 1.0)
+        self.last_choice = (name, k, speedup)
+        if name is None:
+            self.rt.whole_head()  # the early-exit candidate split it (measuring, or an earlier batch)
+            return self.plain.decode(encoder_out, prompt, features)
+        dec = self.candidates[name]
+        dec.lookahead = Lookahead(initial=k, maximum=max(k, dec.lookahead.maximum))
+        out = dec.decode(encoder_out, prompt, features)
+        if out.stats.drafted_tokens:
+            self.acceptance[name] += SMOOTHING * (out.stats.acceptance_rate - self.acceptance[name])
+        return out

@@ -1,0 +1,122 @@
+"""Choosing the decoder per ``--draft``: plain greedy, or speculative with a drafter.
+
+``none``      plain greedy decoding (one target pass per token)
+``ngram``     prompt-lookup drafting from the decoded text of the batch (no model)
+``auto``      decided by measurement on this device (specwhisper/asr/drafters/auto.py): the n-gram or early-exit
+              drafter where one is expected to beat plain decoding, else plain decoding
+early-exit[:k] the target's own first k decoder layers with a trained exit adapter (specwhisper/asr/drafters/early_exit.py):
+              no second model, the KV cache shared with the verify pass; ``early-exit:k:raw`` without
+              the adapter (a weak drafter, for comparison)
+MODEL         any Whisper model (embedded name, HF id, folder) drafting for the target;
+              same tokenizer: ids pass through and the encoder output is reused when the
+              encoders are identical (e.g. distil-large-v3 for large-v3); different tokenizer
+              (tiny.en for base): text is re-tokenized between the vocabularies.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import torch
+
+from specwhisper.asr.decoding.greedy import Decoder, GreedyDecoder
+from specwhisper.asr.decoding.tokens import SpecialTokens
+from specwhisper.asr.decoding.rules import WhisperLogitRules
+from specwhisper.asr.drafters.auto import AutoDecoder
+from specwhisper.asr.drafters.early_exit import DEFAULT_EXIT_LAYER, early_exit_drafter
+from specwhisper.asr.drafters.exit_adapters import find_adapters, model_fingerprint
+from specwhisper.asr.drafters.model import DraftModel, WhisperModelDrafter, Retokenize
+from specwhisper.asr.drafters.ngram import WhisperNgramDrafter
+from specwhisper.speculative.token_map import SameVocab
+from specwhisper.asr.runtime.decoder import WhisperDecoderRuntime
+from specwhisper.asr.weights.loader import WhisperBundle, load_whisper, split_int8
+from specwhisper.asr.decoding.speculative import Lookahead, SpeculativeDecoder
+
+DRAFT_CHOICES = ("auto", "none", "ngram", "early-exit")
+# A drafter's output head scores only the first text tokens (BPE ids are ordered by merge, so
+# frequent pieces come first) plus every special/timestamp token: most of the drafter's cost is
+# its head, and a miss only costs acceptance, never exactness.
+DRAFT_HEAD_TEXT_TOKENS = 16000
+
+
+def decoder_factory(draft: str, cache_dir: Path | None = None, lookahead: Lookahead | None = None):
+    """Return a function building the decoder for an engine, per ``--draft``."""
+    if not draft or not isinstance(draft, str):
+        raise ValueError("--draft must be auto, none, ngram, early-exit[:k] or a Whisper model")
+    if draft.split(":")[0] == "early-exit":
+        early_exit_spec(draft)  # bad forms fail here, before any model loads
+
+    def build(engine) -> Decoder:
+        if draft == "auto":
+            return auto_decoder(engine, lookahead)
+        choice = draft
+        if choice == "none":
+            return GreedyDecoder(engine.runtime, engine.special, engine.rules)
+        if choice == "ngram":
+            drafter = WhisperNgramDrafter()
+        elif choice.split(":")[0] == "early-exit":
+            layer, raw = early_exit_spec(choice)
+            drafter = early_exit_drafter(engine, layer, adapter=None if raw else "auto")
+        else:
+            drafter = model_drafter(engine, choice, cache_dir)
+        return SpeculativeDecoder(engine.runtime, engine.special, engine.rules, drafter, lookahead)
+
+    return build
+
+
+def auto_decoder(engine, lookahead: Lookahead | None = None) -> AutoDecoder:
+    """``--draft auto``: candidates are the n-gram drafter and, where an adapter for this target
+    exists, the early-exit drafter (at the default exit layer if trained, else the deepest)."""
+    candidates = {"ngram": SpeculativeDecoder(engine.runtime, engine.special, engine.rules, WhisperNgramDrafter(), lookahead)}
+    adapters = find_adapters(model_fingerprint(engine.bundle.model))
+    if adapters:
+        k = DEFAULT_EXIT_LAYER if DEFAULT_EXIT_LAYER in adapters else max(adapters)
+        candidates[f"early-exit:{k}"] = SpeculativeDecoder(engine.runtime, engine.special, engine.rules,
+                                                           early_exit_drafter(engine, k, adapter=adapters[k]), lookahead)
+    return AutoDecoder(engine.runtime, engine.special, engine.rules, candidates)
+
+
+def early_exit_spec(draft: str) -> tuple[int | None, bool]:
+    """``early-exit[:k][:raw]`` -> (exit layer or None for the default, without adapter)."""
+    parts = draft.split(":")[1:]
+    raw = bool(parts) and parts[-1] == "raw"
+    parts = parts[:-1] if raw else parts
+    if len(parts) > 1 or (parts and not parts[0].isdigit()):
+        raise ValueError(f"--draft early-exit takes an exit layer: early-exit:3 (got '{draft}')")
+    return (int(parts[0]) if parts else None), raw
+
+
+def same_encoder(a, b) -> bool:
+    ea, eb = a.model.encoder.state_dict(), b.model.encoder.state_dict()
+    return ea.keys() == eb.keys() and all(ea[k].shape == eb[k].shape and torch.equal(ea[k], eb[k]) for k in ea)
+
+
+def model_drafter(engine, name: str, cache_dir: Path | None = None, head_text_tokens: int | None = DRAFT_HEAD_TEXT_TOKENS,
+                  min_confidence: float = 0.0, num_layers: int | None = None, bundle: WhisperBundle | None = None) -> WhisperModelDrafter:
+    """A Whisper model drafting for ``engine``'s target. ``name`` may be the target itself: all its
+    layers make a perfect (and slow) drafter, its first ``num_layers`` a cheap, weaker one; ``NAME:int8``
+    drafts with int8 weights (``specwhisper.asr.weights.loader.load_whisper``: a quarter of the memory traffic per step).
+    ``bundle``: the drafter already loaded (e.g. a model built in memory)."""
+    if bundle is None and name == engine.model_name:
+        bundle = engine.bundle
+    elif bundle is None:  # in the target's dtype (an int8 drafter computes in float32)
+        dtype = torch.float32 if split_int8(name)[1] else engine.bundle.model.dtype
+        bundle = load_whisper(name, cache_dir=cache_dir, device=engine.device, dtype=dtype)
+    if bundle.model.config.num_mel_bins != engine.bundle.model.config.num_mel_bins:
+        raise ValueError(f"drafter '{name}' uses {bundle.model.config.num_mel_bins} mel bins, the target "
+                         f"{engine.bundle.model.config.num_mel_bins}: they cannot share input features")
+    special = SpecialTokens.from_tokenizer(bundle.tokenizer, bundle.generation_config, bundle.model.config.vocab_size)
+    # a drafter's numbers only shape its guesses: no need for the verify pass's per-query attention
+    runtime = WhisperDecoderRuntime(bundle.model, num_layers=num_layers, row_exact=False)
+    gc = bundle.generation_config
+    rules = WhisperLogitRules(special, runtime.vocab_size, list(gc.suppress_tokens or []),
+                              list(gc.begin_suppress_tokens or []), timestamps=True)
+    same_vocab = bundle.tokenizer.get_vocab() == engine.bundle.tokenizer.get_vocab()
+    token_map = SameVocab() if same_vocab else Retokenize(engine.bundle.tokenizer, engine.special, bundle.tokenizer, special)
+    shares = bundle is engine.bundle or same_encoder(bundle.model, engine.bundle.model)
+    if head_text_tokens is not None and head_text_tokens >= special.eot:
+        head_text_tokens = None  # the whole vocabulary
+    draft = DraftModel(runtime, special, rules, bundle.tokenizer, shares_encoder=shares)
+    label = f"{name}:{num_layers}" if num_layers else name
+    return WhisperModelDrafter(draft, token_map, engine.special, name=label, min_confidence=min_confidence,
+                        head_text_tokens=head_text_tokens)

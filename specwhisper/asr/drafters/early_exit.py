@@ -1,0 +1,245 @@
+"""Early-exit self-speculative drafting (LayerSkip-style): the target's own first k decoder layers
+draft, a small trained exit adapter turns their output into next-token guesses, and no second
+model is loaded.
+
+Sharing the target's KV cache. The drafter runs layers 0..k-1 of the target on each token it feeds
+(the row's pending token, then its own drafts), writing their keys/values into the TARGET's cache at
+the tokens' positions, and keeps each token's layer-k residual state. The verify pass then enters the
+stack at layer k with those states and computes only layers k..L-1 for them (plus all layers for the
+draft tokens the drafter never fed: the last one of a row), so accepted tokens never run their
+lower layers twice. The adapter only shapes the drafter's guesses; the residual states handed to
+the verify pass are the target's own, so the output is exactly the target's greedy output.
+
+The exit adapter (trained by self-distillation, ``train/exit_adapter.py``; weights in
+``specwhisper/asr/drafters/adapters/``) reads the layer-k state h and returns the input of the frozen, tied output head:
+
+    x = h + CrossAttn_j(norm(h))    # the target's layer-j cross-attention: its projections, its cached keys/values
+    x = x + Up(gelu(Down(norm(x))))                     # low-rank MLP, rank r
+    logits = head(norm_out(x))
+
+The cross-attention is the target's own layer-j cross-attention (j >= k, a layer holding alignment
+heads; weights and cached encoder keys/values shared, only its input norm trained), so the drafter
+reads the audio where the first k layers alone cannot tell where in it the text is: they hold no
+alignment head, and without it the first 3 of base's 6 layers agree with the target 3% of the time,
+with it about 60%. Drafts are scored over a pruned vocabulary (the first text
+tokens plus every special token), read straight from the target's pre-transposed head (no copy),
+with Whisper's rules applied in that compact vocabulary.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from specwhisper.asr.decoding.tokens import SpecialTokens
+from specwhisper.asr.decoding.rules import WhisperLogitRules
+from specwhisper.asr.decoding.greedy import read_choices
+from specwhisper.asr.runtime.decoder import KVCache, WhisperDecoderRuntime
+from specwhisper.asr.drafters.exit_adapters import ExitAdapter, find_adapters, load_adapter, model_fingerprint
+from specwhisper.asr.decoding.speculative import WhisperDrafter
+from specwhisper.speculative.drafter import common_prefix, early_exit_name
+from specwhisper.hardware.device import on_device
+
+DEFAULT_EXIT_LAYER = 3
+HEAD_TEXT_TOKENS = 16000
+
+
+# ------------------------------------------------------------------------------ compact vocabulary
+
+
+class CompactVocab:
+    """The drafter's vocabulary: text tokens [0, n_text) and every special token [eot, V), scored by the
+    compact part of the target's own head (``OutputHead``, no second copy of its rows), with Whisper's
+    rules in compact ids."""
+
+    def __init__(self, runtime: WhisperDecoderRuntime, special: SpecialTokens, rules: WhisperLogitRules, n_text: int):
+        v = runtime.vocab_size
+        self.n_text = n_text = min(n_text, special.eot)
+        self.eot = special.eot
+        self.ids = torch.cat([torch.arange(n_text), torch.arange(special.eot, v)]).to(runtime.device)
+        self._runtime = runtime  # the head is split when the drafter first scores (``logits``)
+        self.size = n_text + v - special.eot
+
+        def c(t: int | None) -> int | None:
+            return None if t is None else self.compact(t)
+
+        self.special = SpecialTokens(
+            eot=c(special.eot), sot=c(special.sot), sot_prev=c(special.sot_prev), sot_lm=c(special.sot_lm),
+            no_speech=c(special.no_speech), no_timestamps=c(special.no_timestamps), transcribe=c(special.transcribe),
+            translate=c(special.translate), timestamp_begin=c(special.timestamp_begin),
+            languages={k: c(t) for k, t in special.languages.items()}, multilingual=special.multilingual)
+        sup = [self.compact(t) for t in rules.suppress.nonzero()[:, 0].tolist() if t < n_text or t >= special.eot]
+        beg = [self.compact(t) for t in rules.begin.nonzero()[:, 0].tolist() if t < n_text or t >= special.eot]
+        self.rules = WhisperLogitRules(self.special, self.size, sup, beg, timestamps=rules.timestamps,
+                                       max_initial_timestamp_index=rules.max_initial)
+
+    def compact(self, token: int) -> int:
+        """Compact id of a target token; text tokens outside the head map to the last kept text id (the
+        rules only ask whether a prefix token is a timestamp and which one)."""
+        return token - self.eot + self.n_text if token >= self.eot else min(token, self.n_text - 1)
+
+    def logits(self, x: torch.Tensor) -> torch.Tensor:
+        """[N, d] -> [N, compact vocab] float32 logits."""
+        return self._runtime.compact_head(self.n_text, self.eot).compact(x).float()
+
+    def select(self, logits: torch.Tensor, prefixes: list[list[int]]) -> tuple[list[int], list[float]]:
+        """Greedy target token ids and their (compact) log-probabilities under the rules, read to the host
+        at once (ids exact in float32, below 2^24)."""
+        toks, lps = self.rules.select(logits, [self._short(p) for p in prefixes])
+        return read_choices(self.ids[toks], lps)
+
+    def _short(self, prefix: list[int]) -> list[int]:
+        """The part of a prefix the rules read, in compact ids: its last two tokens, after the latest
+        timestamp before them (whether the prefix is empty, ends in timestamps, and the last one)."""
+        tb = self.eot + (self.special.timestamp_begin - self.n_text)
+        stamp = next((t for t in reversed(prefix[:-2]) if t >= tb), None)
+        return [self.compact(t) for t in ([] if stamp is None else [stamp]) + prefix[-2:]]
+
+
+# ------------------------------------------------------------------------------ drafter
+
+
+class EarlyExitDrafter(WhisperDrafter):
+    """Drafts with the target's first ``exit_layer`` layers over the target's own KV cache."""
+
+    bonus = False  # the last draft token is checked, not fed: its lower layers run only if it is accepted
+
+    def __init__(self, runtime: WhisperDecoderRuntime, special: SpecialTokens, rules: WhisperLogitRules, exit_layer: int,
+                 adapter: ExitAdapter | None = None, head_text_tokens: int = HEAD_TEXT_TOKENS, min_confidence: float = 0.0,
+                 name: str | None = None):
+        if not 1 <= exit_layer < len(runtime.layers):
+            raise ValueError(f"exit layer must be between 1 and {len(runtime.layers) - 1}, got {exit_layer}")
+        if adapter is not None and adapter.config.exit_layer != exit_layer:
+            raise ValueError(f"adapter was trained for exit layer {adapter.config.exit_layer}, not {exit_layer}")
+        self.rt = runtime
+        self.k = exit_layer
+        self.adapter = adapter.bind(runtime) if adapter is not None else None
+        self.vocab = CompactVocab(runtime, special, rules, head_text_tokens)
+        self.log_min_conf = float(np.log(min_confidence)) if min_confidence > 0 else float("-inf")
+        self.name = name or early_exit_name(exit_layer)
+        self.cache: KVCache | None = None
+        self.prompt_len = 0
+        self._round: dict | None = None
+
+    # the speculative decoder's hooks
+    def begin(self, encoder_out, prompt, features) -> None:
+        self.prompt_len = len(prompt)
+        self._round = None
+
+    def attach(self, cache: KVCache) -> None:
+        self.cache = cache
+        self._round = None
+
+    def end(self) -> None:
+        # the target's cache of the finished batch (48 MB per 30 s row of base) must not outlive it
+        self.cache = None
+        self._round = None
+
+    def _draft_logits(self, h: torch.Tensor, rows: list[int]) -> torch.Tensor:
+        """Compact logits for the layer-k states ``h`` [n, d] of cache rows ``rows``."""
+        if self.adapter is None:
+            x = self.rt.final_norm(h)
+        else:
+            j = self.adapter.config.cross_layer
+            ck = cv = None
+            if j is not None:
+                full = self.cache.rows is None and len(rows) == self.cache.batch_size
+                idx = slice(None) if full else on_device(self.cache.physical(rows), h.device)
+                ck, cv = self.cache.cross_k[j][idx], self.cache.cross_v[j][idx]
+            x = self.adapter(h[:, None], ck, cv)[:, 0]
+        return self.vocab.logits(x)
+
+    @torch.inference_mode()
+    def propose(self, contexts: list[list[int]], ks: list[int]) -> list[list[int]]:
+        b, device = len(contexts), self.rt.device
+        starts = [self.prompt_len + len(c) - 1 for c in contexts]  # position of each row's pending token
+        drafts: list[list[int]] = [[] for _ in range(b)]
+        fed: list[list[int]] = [[] for _ in range(b)]
+        states: list[torch.Tensor] = []
+        going = [i for i in range(b) if ks[i] > 0]
+        while going:
+            on = set(going)
+            # rows done drafting write a dummy at their next free position: the verify pass overwrites it
+            feed = [(drafts[i][-1] if drafts[i] else contexts[i][-1]) if i in on else 0 for i in range(b)]
+            tok = on_device([[t] for t in feed], device)
+            pos = on_device([[starts[i] + len(fed[i])] for i in range(b)], device)
+            h = self.rt.layer_range(self.rt.embed_at(tok, pos), pos, self.cache, 0, self.k)[:, 0]
+            states.append(h)
+            for i in going:
+                fed[i].append(feed[i])
+            logits = self._draft_logits(h[on_device(going, device)], going)
+            picks, lps = self.vocab.select(logits, [contexts[i] + drafts[i] for i in going])
+            nxt = []
+            for n, i in enumerate(going):
+                drafts[i].append(picks[n])
+                if picks[n] != self.vocab.eot and len(drafts[i]) < ks[i] and lps[n] >= self.log_min_conf:
+                    nxt.append(i)
+            going = nxt
+        self._round = dict(starts=starts, fed=fed, states=torch.stack(states, 1) if states else None)
+        return drafts
+
+    @torch.inference_mode()
+    def verify(self, runtime: WhisperDecoderRuntime, tokens: torch.Tensor, positions: torch.Tensor, cache: KVCache,
+               token_rows: list[list[int]] | None = None, starts: list[int] | None = None) -> torch.Tensor:
+        """The target's final hidden states for ``tokens`` at ``positions``: layers 0..k-1 only for the
+        tokens the drafter did not feed, layers k.. for all."""
+        rnd, self._round = self._round, None
+        b, w = tokens.shape
+        fed = [0] * b
+        if rnd is not None and cache is self.cache and len(rnd["fed"]) == b:
+            rows = token_rows if token_rows is not None else tokens.tolist()  # host lists: no wait for a GPU
+            first = starts if starts is not None else positions[:, 0].tolist()
+            for i in range(b):
+                # the drafter's states serve the leading tokens it fed, at these very positions
+                if first[i] == rnd["starts"][i]:
+                    fed[i] = common_prefix(rnd["fed"][i][:w], rows[i])
+        m = max(w - f for f in fed)
+        if m == w or rnd is None or rnd["states"] is None:
+            return runtime.hidden(tokens, positions, cache)
+        states = rnd["states"]
+        x = states.new_zeros((b, w, states.shape[-1]))
+        n = min(states.shape[1], w)
+        x[:, :n] = states[:, :n]
+        if m > 0:
+            cols = on_device([[min(f, w - m) + j for j in range(m)] for f in fed], tokens.device)
+            tt, pp = tokens.gather(1, cols), positions.gather(1, cols)
+            low = runtime.layer_range(runtime.embed_at(tt, pp), pp, cache, 0, self.k)
+            x.scatter_(1, cols[:, :, None].expand(-1, -1, x.shape[-1]), low)
+        return runtime.final_norm(runtime.layer_range(x, positions, cache, self.k))
+
+
+def early_exit_drafter(engine, exit_layer: int | None = None, adapter: str | Path | None = "auto",
+                       min_confidence: float | None = None, head_text_tokens: int = HEAD_TEXT_TOKENS) -> EarlyExitDrafter:
+    """The early-exit drafter for ``engine``'s target. ``adapter``: "auto" (the committed adapter for this
+    model and exit layer, an error when there is none), a path, or None (no adapter: the plain
+    first-k layers with the final norm and head, a weak drafter). ``min_confidence``: the draft
+    probability below which a row stops drafting (default: the one chosen with the adapter)."""
+    model = engine.model_name
+    adapters = find_adapters(model_fingerprint(engine.bundle.model)) if adapter == "auto" else {}
+    if exit_layer is None:
+        have = sorted(adapters)
+        exit_layer = DEFAULT_EXIT_LAYER if not have or DEFAULT_EXIT_LAYER in have else have[0]
+    n_layers = len(engine.runtime.layers)
+    if not 1 <= exit_layer < n_layers:
+        raise ValueError(f"early-exit: the exit layer must be between 1 and {n_layers - 1} for model '{model}', got {exit_layer}")
+    a = None
+    if adapter == "auto":
+        if exit_layer not in adapters:
+            raise ValueError(f"no early-exit adapter for model '{model}' at layer {exit_layer} "
+                             f"(trained: {', '.join(map(str, sorted(adapters))) or 'none'}; "
+                             f"python -m train.exit_adapter --model {model})")
+        a = load_adapter(adapters[exit_layer])
+    elif adapter is not None:
+        a = load_adapter(Path(adapter))
+    if a is not None:
+        cfg = a.config
+        if cfg.d_model != engine.runtime.d_model or cfg.n_head != engine.runtime.n_head or \
+                (cfg.cross_layer is not None and cfg.cross_layer >= len(engine.runtime.layers)):
+            raise ValueError(f"early-exit adapter for '{cfg.model}' does not fit model '{model}'")
+    if min_confidence is None:
+        min_confidence = a.min_confidence if a is not None else 0.0
+    label = f"early-exit:{exit_layer}" + ("" if a is not None else ":raw")
+    return EarlyExitDrafter(engine.runtime, engine.special, engine.rules, exit_layer, a, head_text_tokens,
+                            min_confidence, name=label)

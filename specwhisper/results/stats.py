@@ -1,0 +1,55 @@
+"""Speed facts of a decode: the speculative core's counters and Whisper's timings."""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, fields
+
+
+@dataclass
+class SpeculativeCounts:
+    """Tokens generated, target passes, drafted and accepted tokens, and the ratios that matter."""
+
+    generated_tokens: int = 0
+    target_passes: int = 0  # forward passes of the target (a batched pass counts once per row)
+    drafted_tokens: int = 0
+    accepted_tokens: int = 0
+
+    @property
+    def acceptance_rate(self) -> float:
+        return self.accepted_tokens / self.drafted_tokens if self.drafted_tokens else 0.0
+
+    @property
+    def tokens_per_target_pass(self) -> float:
+        return self.generated_tokens / self.target_passes if self.target_passes else 0.0
+
+
+@dataclass
+class DecodeStats(SpeculativeCounts):
+    """Counters of one decode (the speculative core's counts first: tokens emitted after the prompt,
+    target passes, drafted and accepted tokens; these stay zero for plain decoding), then Whisper's."""
+
+    encoder_seconds: float = 0.0
+    decoder_seconds: float = 0.0
+    alignment_seconds: float = 0.0
+    fallback_passes: int = 0  # target passes of temperature-fallback decodes (plain sampling, no drafter)
+    fallback_seconds: float = 0.0  # their time, also counted in decoder_seconds
+    redecoded_chunks: int = 0  # chunk tails decoded again because a decode stopped before the speech did
+    resumed_chunks: int = 0  # chunks an interrupted run finished, read from its checkpoint (specwhisper.pipeline.checkpoint)
+
+    def merge(self, other: DecodeStats) -> None:
+        for f in fields(self):
+            setattr(self, f.name, getattr(self, f.name) + getattr(other, f.name))
+
+    @property
+    def drafted(self) -> bool:
+        """Whether any drafter proposed a token (``--draft none``, or ``auto`` deciding on plain decoding: not)."""
+        return self.drafted_tokens > 0
+
+    def to_dict(self) -> dict:
+        """The counters; the two speculative ratios are null when no drafter ran, since an acceptance of 0
+        and 0.99 tokens per pass would read as a drafter that failed."""
+        d = asdict(self)
+        d["drafter_ran"] = self.drafted
+        d["acceptance_rate"] = round(self.acceptance_rate, 4) if self.drafted else None
+        d["tokens_per_target_pass"] = round(self.tokens_per_target_pass, 4) if self.drafted else None
+        return d

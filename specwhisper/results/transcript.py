@@ -1,0 +1,120 @@
+"""Typed results shared by every stage: words, segments, speaker turns, transcripts."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from specwhisper.results.stats import DecodeStats
+
+
+@dataclass
+class Word:
+    start: float
+    end: float
+    text: str
+    probability: float | None = None
+    speaker: str | None = None
+    overlap: bool = False  # another speaker's diarization turn covers this word too
+
+
+@dataclass
+class SpeakerTurn:
+    """One diarization turn: ``speaker`` talks from ``start`` to ``end`` (turns of different speakers may overlap)."""
+
+    start: float
+    end: float
+    speaker: str
+
+    @property
+    def duration(self) -> float:
+        return self.end - self.start
+
+
+@dataclass
+class Segment:
+    start: float
+    end: float
+    text: str
+    words: list[Word] = field(default_factory=list)
+    tokens: list[int] = field(default_factory=list)
+    speaker: str | None = None
+    overlap: bool = False  # more than one speaker talks during this segment
+    # openai-whisper's per-window facts of the decode this segment came from
+    seek: int = 0  # the window's start in 10 ms mel frames
+    temperature: float = 0.0
+    avg_logprob: float = 0.0
+    compression_ratio: float = 0.0
+    no_speech_prob: float = 0.0
+
+
+@dataclass
+class Transcript:
+    segments: list[Segment]
+    language: str | None
+    duration: float  # seconds of audio
+    model: dict = field(default_factory=dict)  # model name, drafter, settings
+    timings: dict = field(default_factory=dict)  # seconds per stage, rtf
+    stats: DecodeStats = field(default_factory=DecodeStats)
+    source: str | None = None
+    # the diarizer's turns, overlaps included: the source of speakers (RTTM, speaker list);
+    # None when diarization did not run, [] when it ran and found nobody
+    turns: list[SpeakerTurn] | None = None
+
+    @property
+    def text(self) -> str:
+        return " ".join(s.text.strip() for s in self.segments if s.text.strip())
+
+    @property
+    def speakers(self) -> list[str]:
+        if self.turns is not None:
+            return sorted({t.speaker for t in self.turns} | {s.speaker for s in self.segments if s.speaker})
+        return sorted({s.speaker for s in self.segments if s.speaker})
+
+    def to_dict(self) -> dict:
+        return {
+            "source": self.source,
+            "text": self.text,
+            "language": self.language,
+            "duration": round(self.duration, 3),
+            "speakers": self.speakers,
+            "segments": segments_to_dicts(self.segments),
+            "speaker_turns": None if self.turns is None else [
+                {"start": round(t.start, 3), "end": round(t.end, 3), "speaker": t.speaker} for t in self.turns],
+            "model": self.model,
+            "timings": self.timings,
+            "speculative": self.stats.to_dict(),
+        }
+
+
+def word_to_dict(w: Word) -> dict:
+    """openai-whisper's word (``word`` with its leading space, ``start``, ``end``, ``probability``), plus
+    WhisperX's ``speaker`` where one was assigned and our ``overlap``."""
+    d = {"word": w.text, "start": round(w.start, 3), "end": round(w.end, 3),
+         "probability": None if w.probability is None else round(w.probability, 3)}
+    if w.speaker is not None:
+        d["speaker"] = w.speaker
+    d["overlap"] = w.overlap
+    return d
+
+
+def segments_to_dicts(segments: list[Segment]) -> list[dict]:
+    """openai-whisper's verbose segments (``id, seek, start, end, text, tokens, temperature, avg_logprob,
+    compression_ratio, no_speech_prob``, ``words`` when word timestamps ran) with WhisperX's ``speaker``.
+
+    Keys follow the peers' readers: ``words`` is absent, not empty, without word timestamps (openai's
+    subtitle writers switch to word cues on its presence, and an empty list writes an empty file), and
+    ``speaker`` is absent where none was assigned (WhisperX's writers test ``"speaker" in segment``, and a
+    null would print ``[None]:``)."""
+    with_words = any(s.words for s in segments)
+    out = []
+    for i, s in enumerate(segments):
+        d = {"id": i, "seek": s.seek, "start": round(s.start, 3), "end": round(s.end, 3), "text": s.text.strip(),
+             "tokens": s.tokens, "temperature": s.temperature, "avg_logprob": round(s.avg_logprob, 4),
+             "compression_ratio": round(s.compression_ratio, 4), "no_speech_prob": round(s.no_speech_prob, 4)}
+        if s.speaker is not None:
+            d["speaker"] = s.speaker
+        d["overlap"] = s.overlap
+        if with_words:
+            d["words"] = [word_to_dict(w) for w in s.words]
+        out.append(d)
+    return out

@@ -1,0 +1,275 @@
+"""`transcribe` command line: a thin layer over specwhisper.pipeline.core.Pipeline."""
+
+from __future__ import annotations
+
+import shutil
+import sys
+from pathlib import Path
+
+from specwhisper.audio.loading import AudioError, check_length
+from specwhisper.asr.engine import DecodeOptions
+from specwhisper.asr.weights.loader import ModelError
+from specwhisper.batch.runner import BatchError
+from specwhisper.batch.inputs import output_stems
+from specwhisper.serving.params import one_line
+from specwhisper.batch.ray_engine import RayEngineError
+from specwhisper.pipeline.writers import check_output_dir, parse_formats, render, write_outputs
+from specwhisper.serving.cli.args import PROG, parse_args
+
+
+
+class CliError(Exception):
+    """A problem with what the user asked for; printed as one line."""
+
+
+BATCH_FLAGS = ("recursive", "glob", "retry_failed", "summary", "ray_address", "workers")
+BATCH_DEFAULTS = {"engine": "local", "group_files": 16}
+
+
+class _Progress:
+    """One tqdm bar per stage, on stderr: seconds of audio done out of the file's ``seconds`` (percent
+    when its length is unknown) and the time left. The time left is the average rate since the stage's
+    bar appeared (tqdm's, with no smoothing: the engine reports after each batch, and batches of a long
+    file take about equal time per second of audio). Chunks taken from a checkpoint report the stage
+    ``resume``, so the ``transcribe`` bar starts where they ended and its rate counts decoding only."""
+
+    def __init__(self, label: str, enabled: bool, seconds: float | None = None):
+        self.label = label
+        self.enabled = enabled
+        self.bar = None
+        self.stage = None
+        self.total = round(seconds) if seconds else 100
+        self.done = "{n}/{total} s audio " if seconds else ""
+
+    def __call__(self, stage: str, fraction: float) -> None:
+        if not self.enabled:
+            return
+        from tqdm import tqdm
+
+        n = int(round(min(max(fraction, 0.0), 1.0) * self.total))
+        if stage != self.stage:
+            self.close()
+            self.stage = stage
+            # A terminal that reports a 0 x 0 size (e.g. a pty without a window size) makes tqdm
+            # draw nothing at all; fall back to 80 x 24.
+            size = shutil.get_terminal_size((80, 24))
+            self.bar = tqdm(total=self.total, initial=n, desc=f"{self.label} {stage}", file=sys.stderr, leave=False,
+                            ncols=size.columns, nrows=size.lines, bar_format=self.format)
+        self.bar.n = n
+        self.bar.refresh()
+
+    @property
+    def format(self) -> str:
+        return "{desc}: {percentage:3.0f}%|{bar}| " + self.done + "[{elapsed}<{remaining}]"
+
+    def close(self) -> None:
+        if self.bar is not None:
+            self.bar.close()
+            self.bar = None
+
+
+def _quiet_libraries() -> None:
+    import warnings
+
+    import transformers
+
+    transformers.utils.logging.set_verbosity_error()
+    transformers.utils.logging.disable_progress_bar()
+    warnings.filterwarnings("ignore")
+
+
+def _options(args):
+    from specwhisper.asr.decoding.fallback import QualityRules
+    from specwhisper.pipeline.core import RunOptions
+
+    opts = RunOptions(
+        decode=DecodeOptions(language=args.language, task=args.task, batch_size=args.batch_size, vad_threshold=args.vad_threshold,
+                            word_timestamps=args.diarize if args.word_timestamps is None else args.word_timestamps,
+                            beam_size=args.beam_size, patience=args.patience, quality=QualityRules.from_options(args),
+                            initial_prompt=args.initial_prompt, hotwords=args.hotwords,
+                            condition_on_previous_text=args.condition_on_previous_text),
+        diarize=args.diarize,
+        num_speakers=args.num_speakers,
+        min_speakers=args.min_speakers,
+        max_speakers=args.max_speakers,
+        postedit=args.postedit,
+        max_audio_s=args.max_duration,
+    )
+    opts.validate()
+    if args.max_duration <= 0:
+        raise CliError(f"--max-duration must be positive, got {args.max_duration}")
+    return opts
+
+
+def _pipeline_config(args):
+    from specwhisper.pipeline.core import PipelineConfig
+
+    return PipelineConfig(
+        model=args.model,
+        draft=args.draft,
+        device=args.device,
+        dtype=args.dtype,
+        threads=args.threads,
+        cache_dir=args.cache_dir,
+        diarization_model=args.diarization_model,
+        hf_token=args.hf_token,
+        postedit_model=args.postedit_model,
+        postedit_drafter=args.postedit_drafter,
+        postedit_max_change=args.postedit_max_change,
+    )
+
+
+def run_folder(args, formats: list[str], opts) -> int:
+    """`transcribe DIR -o OUT`: a resumable batch (specwhisper/batch/runner.py)."""
+    from specwhisper.batch.runner import BatchConfig, print_summary, run_batch
+
+    from specwhisper.batch.engine import GroupLimits
+
+    for flag in ("workers", "ray_address"):
+        if getattr(args, flag) is not None and args.engine != "ray":
+            raise CliError(f"--{flag.replace('_', '-')} goes with --engine ray")
+    if args.group_files < 1:
+        raise CliError(f"--group-files must be >= 1, got {args.group_files}")
+    cfg = BatchConfig(
+        input_dir=Path(args.inputs[0]),
+        output_dir=args.output_dir or Path("."),
+        formats=formats,
+        recursive=args.recursive,
+        globs=args.glob or [],
+        retry_failed=args.retry_failed,
+        engine=args.engine,
+        ray_address=args.ray_address,
+        workers=args.workers,
+        limits=GroupLimits(max_files=args.group_files),
+    )
+    _quiet_libraries()
+    report = run_batch(cfg, _pipeline_config(args), opts, show_progress=not args.quiet and sys.stderr.isatty())
+    if args.summary:
+        print_summary(report.records)
+    if not args.quiet or report.interrupted:
+        print(f"{PROG}: {report.line(cfg.input_dir)}", file=sys.stderr)
+    if report.interrupted:
+        print(f"{PROG}: interrupted; run the same command again to resume", file=sys.stderr)
+        return 130
+    return 1 if report.failed else 0
+
+
+def output_formats(spec: str | None, diarize: bool) -> list[str]:
+    """The formats to write: ``all`` (the default) means every format that applies, so rttm only with
+    diarization; rttm asked for by name without diarization is refused, before any model loads, rather
+    than written empty."""
+    formats = parse_formats(spec or "all")
+    if diarize:
+        return formats
+    if "rttm" in [n.strip().lower() for n in (spec or "").split(",")]:
+        raise CliError("-f rttm needs --diarize: rttm holds the diarizer's speaker turns")
+    return [f for f in formats if f != "rttm"]
+
+
+def run(args) -> int:
+    from specwhisper.hardware.device import resolve_device, resolve_dtype
+    from specwhisper.asr.weights.loader import check_int8
+    from specwhisper.hardware.threads import check_threads
+    from specwhisper.pipeline.core import Pipeline
+
+    check_threads(args.threads)
+    device = resolve_device(args.device)  # a GPU that is not there: one line, before any model loads
+    check_int8(args.model, device, resolve_dtype(args.dtype, device))
+    formats = output_formats(args.formats, args.diarize)
+    opts = _options(args)
+    if args.live:
+        from specwhisper.serving.cli.live import run_live
+
+        _quiet_libraries()
+        return run_live(args, formats, lambda: Pipeline(_pipeline_config(args)))
+    folders = [p for p in args.inputs if Path(p).is_dir()]
+    if folders:
+        if len(args.inputs) > 1:
+            raise CliError(f"{folders[0]}: a folder must be the only input")
+        return run_folder(args, formats, opts)
+    used = [f for f in BATCH_FLAGS if getattr(args, f)] + [f for f, v in BATCH_DEFAULTS.items() if getattr(args, f) != v]
+    used = [f"--{f.replace('_', '-')}" for f in used]
+    if used:
+        raise CliError(f"{used[0]} applies to a folder input")
+    out_dir = args.output_dir or Path(".")
+    check_output_dir(out_dir)  # before any model loads or any file is decoded
+    inputs = list(dict.fromkeys(args.inputs))  # a file named twice is transcribed once
+    failures = 0
+    todo = []
+    for path, stem in zip(inputs, output_stems([Path(p) for p in inputs])):
+        try:
+            check_length(path, opts.max_audio_s)  # missing, or longer than its header says: before any model loads
+        except AudioError as exc:
+            _error(exc)
+            failures += 1
+        else:
+            todo.append((path, stem))
+    if not todo:
+        return 1
+    _quiet_libraries()
+    pipeline = Pipeline(_pipeline_config(args))
+    for i, (path, stem) in enumerate(todo):
+        if not args.quiet and len(inputs) > 1:  # which transcript is which on stdout, as `tail` labels files
+            print(f"{'' if i == 0 else chr(10)}==> {path} <==")
+        failures += not _transcribe_one(pipeline, path, stem, out_dir, formats, opts, args.quiet)
+    return 1 if failures else 0
+
+
+def _error(exc: Exception) -> None:
+    print(f"{PROG}: error: {one_line(exc)}", file=sys.stderr)
+
+
+def _transcribe_one(pipeline, path: str, stem: str, out_dir: Path, formats: list[str], opts, quiet: bool) -> bool:
+    """Transcribe one input and write its outputs; a failure is one line on stderr and False.
+
+    The ASR's finished chunks are kept in ``<out_dir>/.<stem>.partial.jsonl`` until the outputs are
+    written, so an interrupted run of a long file resumes there (specwhisper.pipeline.checkpoint)."""
+    from specwhisper.audio.probe import probe_duration
+    from specwhisper.pipeline.checkpoint import checkpoint_path
+
+    enabled = not quiet and sys.stderr.isatty()
+    progress = _Progress(Path(path).name, enabled, probe_duration(path) if enabled else None)
+    checkpoint = checkpoint_path(out_dir, stem)
+    try:
+        transcript = pipeline.run_file(path, opts, progress, checkpoint=checkpoint)
+    except (AudioError, ValueError) as exc:
+        _error(exc)
+        return False
+    except KeyboardInterrupt:
+        progress.close()  # the bar first: the line below starts a line of its own
+        if checkpoint.is_file():
+            print(f"{PROG}: {path}: finished chunks kept in {checkpoint}; run the same command again to resume", file=sys.stderr)
+        raise
+    finally:
+        progress.close()
+    try:
+        written = write_outputs(transcript, out_dir, stem, formats)
+    except OSError as exc:
+        _error(OSError(f"{path}: cannot write outputs to {out_dir} ({exc.strerror or exc})"))
+        return False
+    checkpoint.unlink(missing_ok=True)
+    if not quiet:
+        print(render(transcript, "txt"), end="" if transcript.segments else "(no speech found)\n")
+        s = transcript.stats
+        speculative = (f"acceptance {s.acceptance_rate:.0%}, {s.tokens_per_target_pass:.2f} tokens/target pass"
+                       if s.drafted else "no drafter")
+        resumed = f", {s.resumed_chunks} chunk{'s' * (s.resumed_chunks > 1)} resumed" if s.resumed_chunks else ""
+        print(f"{PROG}: {path}: {transcript.duration:.1f} s audio{resumed}, RTF {transcript.timings.get('rtf', 0):.3f}, "
+              f"language {transcript.language}, {speculative}; wrote {', '.join(p.name for p in written)}", file=sys.stderr)
+    return True
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
+    try:
+        return run(args)
+    except (AudioError, ModelError, ValueError, CliError, OSError, BatchError, RayEngineError) as exc:
+        _error(exc)
+        return 2
+    except KeyboardInterrupt:
+        print(f"{PROG}: interrupted", file=sys.stderr)
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,200 @@
+"""The Inference Endpoint contract over the pipeline core: ``{"inputs", "parameters"}`` in, a dict out.
+
+``inputs`` is the audio file as raw bytes or as a base64 string (a ``data:`` URL prefix is
+allowed); ``parameters`` is validated by :mod:`specwhisper.serving.params`. ``Endpoint(data)`` returns
+every failure as ``{"error": "<one line>", "status": 4xx/5xx}`` (our HTTP server sends that status);
+``Endpoint.predict(data)`` raises it as a :class:`RequestError` instead, which is what the Hugging Face
+inference toolkit needs: it answers a handler's return value with 200 whatever it holds, and any
+exception with 400 and ``{"error": str(exc)}`` (huggingface-inference-toolkit 0.5.6,
+``webservice_starlette.predict``).
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import io
+import logging
+import time
+from collections.abc import Mapping
+from pathlib import Path
+from typing import BinaryIO
+
+from specwhisper.audio.loading import AudioError
+from specwhisper.hardware.device import resolve_device, resolve_dtype
+from specwhisper.asr.weights.loader import ModelError
+from specwhisper.results.transcript import Transcript
+from specwhisper.pipeline.core import PipelineConfig, Progress
+from specwhisper.serving.params import Choices, RequestError, TranscribeParams, clip, one_line, parse_params
+from specwhisper.serving.service import LiveLimits, ServiceSettings, PipelinePool
+from specwhisper.pipeline.writers import render
+
+log = logging.getLogger(__name__)
+REQUEST_FIELDS = ("inputs", "parameters")
+BASE64_SLICE = 1 << 22  # characters of base64 decoded at a time
+
+
+def settings_from_env(env: Mapping[str, str]) -> ServiceSettings:
+    """Deployment settings from ``SPECWHISPER_*`` variables (how Inference Endpoints pass configuration)."""
+
+    def items(name: str, default: tuple[str, ...]) -> tuple[str, ...]:
+        value = env.get(name, "")
+        return tuple(v.strip() for v in value.split(",") if v.strip()) or default
+
+    def number(name: str, default: float) -> float:
+        try:
+            return float(env.get(name, default))
+        except ValueError:
+            raise ValueError(f"{name} must be a number, got {env.get(name)!r}") from None
+
+    cache = env.get("SPECWHISPER_CACHE_DIR")
+    threads = env.get("SPECWHISPER_THREADS")
+    if threads is not None and not (threads.isdigit() and int(threads) >= 1):
+        raise ValueError(f"SPECWHISPER_THREADS must be a whole number >= 1, got {threads!r}")
+    device = env.get("SPECWHISPER_DEVICE", "auto")
+    dtype = env.get("SPECWHISPER_DTYPE", "auto")
+    try:
+        resolved = resolve_device(device)
+    except ValueError as exc:
+        raise ValueError(f"SPECWHISPER_DEVICE: {exc}") from None
+    try:
+        resolve_dtype(dtype, resolved)
+    except ValueError as exc:
+        raise ValueError(f"SPECWHISPER_DTYPE: {exc}") from None
+    return ServiceSettings(
+        base=PipelineConfig(device=device, dtype=dtype, threads=int(threads) if threads else None,
+                            cache_dir=Path(cache) if cache else None),
+        choices=Choices(models=items("SPECWHISPER_MODELS", Choices.models), drafters=items("SPECWHISPER_DRAFTERS", Choices.drafters)),
+        max_audio_s=number("SPECWHISPER_MAX_AUDIO_S", 4 * 3600),
+        max_upload_bytes=int(number("SPECWHISPER_MAX_UPLOAD_MB", 200) * 2**20),
+        live=LiveLimits(max_streams=int(number("SPECWHISPER_LIVE_STREAMS", LiveLimits.max_streams)),
+                        idle_timeout_s=number("SPECWHISPER_LIVE_IDLE_S", LiveLimits.idle_timeout_s),
+                        max_ahead_s=number("SPECWHISPER_LIVE_AHEAD_S", LiveLimits.max_ahead_s)),
+    )
+
+
+def base64_to_file(text: str, out: BinaryIO, max_bytes: int) -> int:
+    """Decode a base64 string (optionally a ``data:...;base64,`` URL; whitespace ignored) into
+    ``out`` a slice at a time, so no second copy of the upload is ever held; returns the bytes written."""
+    start = text.index(",") + 1 if text.startswith("data:") and "," in text else 0
+    if (len(text) - start) * 3 // 4 > max_bytes + 2:
+        raise RequestError(f"inputs: the upload is larger than {max_bytes} bytes", status=413)
+    written, carry = 0, ""
+    for i in range(start, len(text), BASE64_SLICE):
+        piece = carry + "".join(text[i : i + BASE64_SLICE].split())
+        whole = len(piece) - len(piece) % 4
+        carry = piece[whole:]
+        try:
+            data = base64.b64decode(piece[:whole], validate=True)
+        except (binascii.Error, ValueError):
+            raise RequestError("inputs: not valid base64 (send the audio file as raw bytes or base64)") from None
+        written += len(data)
+        if written > max_bytes:
+            raise RequestError(f"inputs: the upload is larger than {max_bytes} bytes", status=413)
+        out.write(data)
+    if carry:
+        raise RequestError("inputs: not valid base64 (send the audio file as raw bytes or base64)")
+    return written
+
+
+def decode_inputs(inputs: object, max_bytes: int) -> bytes:
+    """Raw bytes, or a base64 string (optionally a ``data:...;base64,`` URL), to bytes."""
+    if isinstance(inputs, (bytes, bytearray, memoryview)):
+        data = bytes(inputs)
+    elif isinstance(inputs, str):
+        buf = io.BytesIO()
+        base64_to_file(inputs, buf, max_bytes)
+        data = buf.getvalue()
+    elif inputs is None:
+        raise RequestError("inputs: missing (send the audio file as raw bytes or a base64 string)")
+    else:
+        raise RequestError(f"inputs: expected audio bytes or a base64 string, got {type(inputs).__name__}")
+    if not data:
+        raise RequestError("inputs: the upload is empty (0 bytes)")
+    if len(data) > max_bytes:
+        raise RequestError(f"inputs: the upload is larger than {max_bytes} bytes", status=413)
+    return data
+
+
+def error(message: str, status: int) -> dict:
+    return {"error": message, "status": status}
+
+
+def timestamp_chunks(segments: list[dict], kind: bool | str) -> list[dict]:
+    """transformers' ASR pipeline's ``chunks``: ``{"text", "timestamp": (start, end)}`` per segment
+    (``return_timestamps=True``) or per word (``"word"``), so a Hugging Face ASR client reads them."""
+    if kind == "word":
+        words = [w for seg in segments for w in seg.get("words") or []]
+        return [{"text": w.get("word", w.get("text")), "timestamp": (w["start"], w["end"])} for w in words]
+    return [{"text": seg["text"], "timestamp": (seg["start"], seg["end"])} for seg in segments]
+
+
+def response(transcript: Transcript, params: TranscribeParams, request_s: float) -> dict:
+    """Text, segments (times, speaker, words), language, timing and speculative facts; ``chunks``
+    when ``return_timestamps`` asks for them."""
+    out = transcript.to_dict()
+    out.pop("source", None)
+    for seg in out["segments"]:
+        seg.pop("tokens", None)
+    out["timings"]["request"] = round(request_s, 3)
+    if params.return_timestamps:
+        out["chunks"] = timestamp_chunks(out["segments"], params.return_timestamps)
+    if params.formats:
+        out["outputs"] = {fmt: render(transcript, fmt) for fmt in params.formats}
+    return out
+
+
+def is_error(result: dict) -> bool:
+    return set(result) == {"error", "status"}
+
+
+class Endpoint:
+    """Callable request handler; the models load once, when it is built."""
+
+    def __init__(self, settings: ServiceSettings | None = None, preload: bool = True):
+        self.transcriber = PipelinePool(settings)
+        if preload:
+            self.transcriber.preload(parse_params({}, self.transcriber.settings.choices))
+
+    def parse(self, data: object) -> TranscribeParams:
+        """Check a request's shape and parameters (not its audio); RequestError when they are bad."""
+        if not isinstance(data, Mapping):
+            raise RequestError(f"the request must be an object with 'inputs' (and 'parameters'), got {type(data).__name__}")
+        unknown = [k for k in data if k not in REQUEST_FIELDS]
+        if unknown:
+            raise RequestError(f"unknown field '{clip(str(unknown[0]))}' (a request has {' and '.join(REQUEST_FIELDS)})")
+        return parse_params(data.get("parameters"), self.transcriber.settings.choices)
+
+    def __call__(self, data: object) -> dict:
+        t0 = time.perf_counter()
+        try:
+            params = self.parse(data)
+            audio = decode_inputs(data.get("inputs"), self.transcriber.settings.max_upload_bytes)
+        except RequestError as exc:
+            return error(str(exc), exc.status)
+        return self.transcribe(audio, params, t0=t0)
+
+    def predict(self, data: object) -> dict:
+        """The answer, or a :class:`RequestError` (one-line message, ``status``) raised for a failure."""
+        result = self(data)
+        if is_error(result):
+            raise RequestError(result["error"], status=result["status"])
+        return result
+
+    def transcribe(self, source: str | Path | bytes, params: TranscribeParams, progress: Progress | None = None,
+                   t0: float | None = None) -> dict:
+        """Transcribe an upload (bytes or a file) with checked parameters; the answer, or an error dict."""
+        t0 = time.perf_counter() if t0 is None else t0
+        try:
+            transcript = self.transcriber.transcribe_input(source, "inputs", params, progress)
+        except RequestError as exc:
+            return error(str(exc), exc.status)
+        except (AudioError, ValueError) as exc:  # bad audio; options the model refuses (language, task)
+            return error(one_line(exc), 400)
+        except (ModelError, OSError) as exc:
+            log.exception("model unavailable")
+            return error(f"model unavailable: {one_line(exc)}", 503)
+        except Exception as exc:  # noqa: BLE001 - the contract is a dict, never a traceback
+            log.exception("request failed")
+            return error(f"internal error: {one_line(exc)}", 500)
+        return response(transcript, params, time.perf_counter() - t0)

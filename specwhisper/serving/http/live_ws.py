@@ -1,0 +1,333 @@
+"""``/v1/live``: live transcription over a WebSocket (the streaming engine of
+:mod:`specwhisper.live.stream` behind the HTTP server).
+
+Protocol. The client connects to ``ws://HOST:PORT/v1/live`` with optional query parameters ``model``
+(one the deployment offers), ``language`` (code or name; default: detected on the first update),
+``task`` (``transcribe``/``translate``), ``format`` (``s16le``, the default, or ``f32le``) and
+``sample_rate`` (only ``16000``: resample on the client). It then sends binary frames of 16 kHz mono
+PCM in that format, of any length that is whole samples, and the text frame ``{"type": "end"}`` when
+the audio is over. The server answers with JSON text frames:
+
+* ``{"type": "confirmed", "words": [{"word", "start", "end", "probability", "overlap"}...], "text"}``:
+  words two consecutive hypotheses agreed on, times in seconds from the stream's start, never revised;
+* ``{"type": "partial", "text", "start", "end"}``: the rest of the current hypothesis (may change);
+* ``{"type": "final", "text", "segments", "language", "duration", ...}``: after ``end``, the whole
+  confirmed stream in the HTTP route's answer form (its segments and words, the same keys), then the
+  server closes with 1000;
+* ``{"type": "error", "error": "<one line>", "status": N}``, then the server closes.
+
+Closing the socket without ``end`` abandons the stream (nothing more is sent). An update re-decodes
+the whole buffer (1-2 s of compute for Whisper base on a 2-core CPU), so each takes all the audio that
+arrived since the last one, never a queue of pieces (as :mod:`specwhisper.live.replay`), at most
+what still fits Whisper's 30 s window.
+
+Limits (:class:`specwhisper.serving.service.LiveLimits` in ``ServiceSettings.live``; the HTTP route's
+``max_audio_s``):
+
+=====================================  =====================================================  =====
+past it                                answer                                                 close
+=====================================  =====================================================  =====
+``max_streams`` open live sockets      error 503 at connect                                   1013
+bad query parameter, frame that is     error 400                                              1008
+not whole samples, NaN/inf floats,
+a text frame other than ``end``
+no frame for ``idle_timeout_s``        error 408                                              1008
+audio past ``max_audio_s``             the final (of the audio up to the limit), error 413    1009
+a frame over ``max_frame_bytes``       closed by the WebSocket protocol (no JSON)             1009
+model worker queue full at connect     error 503                                              1013
+=====================================  =====================================================  =====
+
+A client faster than real time is throttled, not refused: once its audio runs ``max_ahead_s`` ahead of
+the wall clock since its first frame, the server stops reading until the clock catches up (the
+protocol reads no further frame before the application took the last one, so TCP holds the sender).
+
+The model. Every update, like every HTTP request, runs on the server's one model worker thread
+(:mod:`specwhisper.serving.http.worker`), so a live stream never runs the model at the same time as a
+batch request or another stream and nothing runs on the event loop. A lock would serialise them too,
+but it would let a stream and a batch job each hold a thread and race for the lock outside the bounded
+queue; through the worker, updates wait in the same FIFO as requests (an update waits for the request
+in front of it; its audio keeps arriving meanwhile and the next update takes it all). A full queue
+refuses a new stream (503); a running stream's update retries until there is room.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import TypeVar
+
+import numpy as np
+from fastapi import FastAPI, WebSocket
+from starlette.websockets import WebSocketDisconnect, WebSocketState
+
+from specwhisper.asr.engine import DecodeOptions
+from specwhisper.asr.weights.loader import ModelError
+from specwhisper.results.transcript import word_to_dict
+from specwhisper.audio.loading import SAMPLE_RATE
+from specwhisper.live.stream import LiveError, StreamingTranscriber, StreamOptions, StreamUpdate
+from specwhisper.serving.endpoint.contract import response
+from specwhisper.serving.http.worker import ModelWorker, QueueFull
+from specwhisper.serving.params import RequestError, TranscribeParams, clip, one_line, parse_params, short_repr
+from specwhisper.serving.service import LiveLimits, PipelinePool
+
+log = logging.getLogger(__name__)
+T = TypeVar("T")
+LIVE_PATH = "/v1/live"
+FORMATS = {"s16le": np.dtype("<i2"), "f32le": np.dtype("<f4")}
+QUERY_KEYS = ("model", "language", "task", "format", "sample_rate")
+CLOSE_CODES = {400: 1008, 408: 1008, 413: 1009, 503: 1013}  # anything else: 1011 (internal error)
+QUEUE_RETRY_S = 0.25  # a running stream's update waits this long when the model's queue is full
+
+
+@dataclass(frozen=True)
+class LiveQuery:
+    params: TranscribeParams
+    dtype: np.dtype
+
+
+def parse_query(query: dict[str, str], transcriber: PipelinePool) -> LiveQuery:
+    """The connection's query parameters, checked (LiveError 400 names the first bad one)."""
+    unknown = [k for k in query if k not in QUERY_KEYS]
+    if unknown:
+        raise LiveError(status=400, message=f"unknown parameter '{clip(unknown[0], 60)}' (known: {', '.join(QUERY_KEYS)})")
+    fmt = query.get("format", "s16le")
+    if fmt not in FORMATS:
+        raise LiveError(status=400, message=f"format must be {' or '.join(FORMATS)} (16 kHz mono PCM), got {short_repr(fmt)}")
+    rate = query.get("sample_rate", str(SAMPLE_RATE))
+    if rate != str(SAMPLE_RATE):
+        raise LiveError(status=400, message=f"sample_rate must be {SAMPLE_RATE} (resample on the client), got {short_repr(rate)}")
+    try:
+        params = parse_params({k: query[k] for k in ("model", "language", "task") if k in query},
+                              transcriber.settings.choices)
+    except RequestError as exc:
+        raise LiveError(status=exc.status, message=str(exc)) from None
+    return LiveQuery(params, FORMATS[fmt])
+
+
+def to_samples(frame: bytes, dtype: np.dtype) -> np.ndarray:
+    """A binary frame as float32 samples in [-1, 1] (s16le) or as sent (f32le, finite numbers only)."""
+    if len(frame) % dtype.itemsize:
+        name = next(k for k, v in FORMATS.items() if v == dtype)
+        raise LiveError(status=400, message=f"a binary frame of {len(frame)} bytes is not whole {name} samples ({dtype.itemsize} bytes each)")
+    samples = np.frombuffer(frame, dtype)
+    if dtype.kind == "i":
+        return samples.astype(np.float32) / 32768.0
+    if not np.isfinite(samples).all():
+        raise LiveError(status=400, message="f32le samples must be finite numbers (the frame holds NaN or infinity)")
+    return samples.astype(np.float32)
+
+
+def is_end(text: str) -> bool:
+    """True for the end message; LiveError for any other text frame."""
+    try:
+        message = json.loads(text)
+    except (json.JSONDecodeError, RecursionError):
+        message = None
+    if message != {"type": "end"}:
+        raise LiveError(status=400, message=f'the only text frame is {{"type": "end"}}, got {short_repr(text)}')
+    return True
+
+
+@dataclass
+class Inbox:
+    """What the receiver hands the decoder: audio not decoded yet, and how the input ended."""
+
+    pending: list[np.ndarray] = field(default_factory=list)
+    received_s: float = 0.0
+    ended: bool = False  # "end" arrived, or the length limit was reached
+    over_limit: bool = False
+    gone: bool = False  # the client closed without "end"
+    error: LiveError | None = None
+    changed: asyncio.Event = field(default_factory=asyncio.Event)
+
+    def take(self, max_s: float) -> np.ndarray:
+        """Up to ``max_s`` seconds of the pending audio, oldest first."""
+        audio = np.concatenate(self.pending) if self.pending else np.zeros(0, np.float32)
+        cut = max(0, int(max_s * SAMPLE_RATE))
+        self.pending = [audio[cut:]] if len(audio) > cut else []
+        return audio[:cut]
+
+
+class LiveStream:
+    """One socket: a receiver task fills the inbox; this coroutine decodes and answers."""
+
+    def __init__(self, ws: WebSocket, worker: ModelWorker, limits: LiveLimits, max_audio_s: float, dtype: np.dtype):
+        self.ws, self.worker, self.limits, self.max_audio_s, self.dtype = ws, worker, limits, max_audio_s, dtype
+        self.inbox = Inbox()
+        self.compute_s = 0.0
+
+    async def run(self, live: StreamingTranscriber, params: TranscribeParams) -> None:
+        started = time.perf_counter()
+        receiver = asyncio.create_task(self.receive())
+        try:
+            last = await self._decode(live)
+        finally:
+            receiver.cancel()
+        box = self.inbox
+        if box.error is not None:
+            await send_error(self.ws, box.error)
+        elif last is not None:
+            await self._send_update(last)
+            await send_json(self.ws, {"type": "final", **response(live.transcript(self.compute_s), params, time.perf_counter() - started)})
+            if box.over_limit:
+                await send_error(self.ws, LiveError(status=413, message=f"the stream passed the limit of {self.max_audio_s:g} s of audio"))
+            else:
+                await close(self.ws, 1000)
+
+    async def receive(self) -> None:
+        """Read frames into the inbox until the end, the length limit, an error or the client's close."""
+        box, loop = self.inbox, asyncio.get_running_loop()
+        first: float | None = None
+        try:
+            while not box.ended:
+                try:
+                    async with asyncio.timeout(self.limits.idle_timeout_s):
+                        message = await self.ws.receive()
+                except TimeoutError:
+                    raise LiveError(status=408, message=f"no audio for {self.limits.idle_timeout_s:g} s") from None
+                if message["type"] == "websocket.disconnect":
+                    box.gone = True
+                    return
+                if message.get("text") is not None:
+                    box.ended = is_end(message["text"])
+                elif message.get("bytes") is not None:
+                    self._add(to_samples(message["bytes"], self.dtype))
+                    first = loop.time() if first is None else first
+                    ahead = box.received_s - (loop.time() - first)
+                    if ahead > self.limits.max_ahead_s:  # throttle: read nothing until the clock catches up
+                        await asyncio.sleep(ahead - self.limits.max_ahead_s)
+                box.changed.set()
+        except LiveError as exc:
+            box.error = exc
+        except Exception as exc:  # noqa: BLE001 - the stream ends with an error message, the server goes on
+            log.exception("live stream: receiving failed")
+            box.error = LiveError(status=500, message=f"internal error: {one_line(exc)}")
+        finally:
+            box.changed.set()
+
+    def _add(self, samples: np.ndarray) -> None:
+        box = self.inbox
+        room = int(round((self.max_audio_s - box.received_s) * SAMPLE_RATE))
+        if len(samples) > room:
+            samples = samples[: max(0, room)]
+            box.over_limit = box.ended = True
+        if len(samples):
+            box.pending.append(samples)
+            box.received_s += len(samples) / SAMPLE_RATE
+
+    async def _decode(self, live: StreamingTranscriber) -> StreamUpdate | None:
+        """Updates while audio comes, then ``finish`` once it ended; None when the stream stopped early."""
+        box = self.inbox
+        while True:
+            await box.changed.wait()
+            box.changed.clear()
+            if box.error is not None or box.gone:
+                return None
+            if box.pending:
+                audio = box.take(live.room_s)  # the buffer never outgrows the window
+                update = await self._on_worker(lambda: step(live, audio))
+                if box.error is not None or box.gone:
+                    return None
+                await self._send_update(update)
+                box.changed.set()  # what arrived meanwhile, or the end
+            elif box.ended:
+                return await self._on_worker(live.finish)
+
+    async def _on_worker(self, job: Callable[[], StreamUpdate]) -> StreamUpdate:
+        while True:
+            try:
+                future, _ = self.worker.submit(lambda token: job())
+                break
+            except QueueFull:
+                await asyncio.sleep(QUEUE_RETRY_S)
+        update = await asyncio.wrap_future(future)
+        self.compute_s += update.seconds
+        return update
+
+    async def _send_update(self, update: StreamUpdate) -> None:
+        words = update.confirmed.words
+        if words:
+            await send_json(self.ws, {"type": "confirmed", "words": [word_to_dict(w) for w in words], "text": update.confirmed.text})
+        p = update.partial
+        await send_json(self.ws, {"type": "partial", "text": p.text, "start": p.start, "end": p.end})
+
+
+
+def step(live: StreamingTranscriber, audio: np.ndarray) -> StreamUpdate:
+    """Push what arrived and re-decode (on the model worker)."""
+    live.push(audio)
+    return live.update()
+
+
+async def send_json(ws: WebSocket, message: dict) -> None:
+    if ws.application_state == WebSocketState.CONNECTED:
+        try:
+            await ws.send_text(json.dumps(message, ensure_ascii=False))
+        except (WebSocketDisconnect, RuntimeError):  # the client went away meanwhile
+            pass
+
+
+async def close(ws: WebSocket, code: int) -> None:
+    if ws.application_state == WebSocketState.CONNECTED:
+        try:
+            await ws.close(code)
+        except (WebSocketDisconnect, RuntimeError):
+            pass
+
+
+async def send_error(ws: WebSocket, error: LiveError) -> None:
+    await send_json(ws, {"type": "error", "error": clip(str(error)), "status": error.status})
+    await close(ws, CLOSE_CODES.get(error.status, 1011))
+
+
+def open_stream(transcriber: PipelinePool, params: TranscribeParams) -> StreamingTranscriber:
+    """The request's model (loaded if it is not) and a live transcriber on it (on the model worker)."""
+    engine = transcriber.engine(params)
+    try:
+        DecodeOptions(language=params.language, task=params.task).validate(engine.special)
+    except ValueError as exc:
+        raise LiveError(status=400, message=one_line(exc)) from None
+    return StreamingTranscriber(engine, StreamOptions(language=params.language, task=params.task))
+
+
+class LiveRoute:
+    """The ``/v1/live`` handler; counts its open sockets against ``limits.max_streams``."""
+
+    def __init__(self, transcriber: PipelinePool, worker: ModelWorker):
+        self.transcriber, self.worker = transcriber, worker
+        self.limits = transcriber.settings.live
+        self.open = 0
+
+    async def __call__(self, ws: WebSocket) -> None:
+        await ws.accept()
+        if self.open >= self.limits.max_streams:
+            await send_error(ws, LiveError(status=503, message=f"too many live streams (at most {self.limits.max_streams}); try again later"))
+            return
+        self.open += 1
+        try:
+            query = parse_query(dict(ws.query_params), self.transcriber)
+            try:
+                future, _ = self.worker.submit(lambda token: open_stream(self.transcriber, query.params))
+            except QueueFull as exc:
+                raise LiveError(status=503, message=f"the server is busy ({exc}); try again later") from None
+            live = await asyncio.wrap_future(future)
+            stream = LiveStream(ws, self.worker, self.limits, self.transcriber.settings.max_audio_s, query.dtype)
+            await stream.run(live, query.params)
+        except LiveError as exc:
+            await send_error(ws, exc)
+        except (ModelError, OSError) as exc:
+            log.exception("live stream: model unavailable")
+            await send_error(ws, LiveError(status=503, message=f"model unavailable: {one_line(exc)}"))
+        except Exception as exc:  # noqa: BLE001 - an error message, never a traceback to the client
+            log.exception("live stream failed")
+            await send_error(ws, LiveError(status=500, message=f"internal error: {one_line(exc)}"))
+        finally:
+            self.open -= 1
+
+
+def add_live_route(app: FastAPI, transcriber: PipelinePool, worker: ModelWorker) -> None:
+    app.add_api_websocket_route(LIVE_PATH, LiveRoute(transcriber, worker))

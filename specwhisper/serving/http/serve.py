@@ -1,0 +1,164 @@
+"""``python -m specwhisper.serving.http.serve``: the endpoint over HTTP on uvicorn (what the Docker image runs).
+
+Routes and answers: :mod:`specwhisper.serving.http.app` (the live WebSocket: :mod:`specwhisper.serving.http.live_ws`). Below the application, connections are capped and
+request heads must arrive in time (:mod:`specwhisper.serving.http.protocol`); one worker thread runs the model
+with a bounded queue in front (:mod:`specwhisper.serving.http.worker`); uploads live in a spool folder
+(:mod:`specwhisper.serving.spool`) that a starting server clears of what a killed one left.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import logging
+import os
+import socket
+import sys
+import threading
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import uvicorn
+
+from specwhisper.serving.arguments import OneLineParser, positive
+from specwhisper.serving.endpoint.contract import Endpoint
+from specwhisper.serving.http.app import RequestLimits, create_app
+from specwhisper.serving.http.protocol import ConnectionLimits, protocol_factory
+from specwhisper.serving.http.worker import ModelWorker
+from specwhisper.serving.spool import Spool, default_spool_dir
+
+
+SHUTDOWN_GRACE_S = 10  # on SIGTERM, requests in flight get this long before they are cancelled
+
+
+@dataclass(frozen=True)
+class ServerConfig:
+    host: str = "127.0.0.1"
+    port: int = 8080
+    connections: ConnectionLimits = field(default_factory=ConnectionLimits)
+    requests: RequestLimits = field(default_factory=RequestLimits)
+    max_waiting: int = 16  # requests waiting for the model beyond the one it runs
+    spool_dir: Path = field(default_factory=default_spool_dir)
+    access_log: bool = True
+
+
+class EndpointServer:
+    """An endpoint served by uvicorn: ``run()`` in the foreground, or ``start()``/``stop()`` on a
+    background thread (tests, benchmarks). The socket is bound at construction (``port`` 0 picks one)."""
+
+    def __init__(self, endpoint: Endpoint, config: ServerConfig):
+        self.config = config
+        self.spool = Spool.open(config.spool_dir)
+        self.worker = ModelWorker(config.max_waiting)
+        app = create_app(endpoint, self.worker, self.spool, config.requests)
+        self.socket = socket.create_server((config.host, config.port), backlog=max(128, config.connections.max_connections))
+        # WebSockets (/v1/live) on the websockets package's sans-I/O protocol, which stops reading the socket
+        # until the application took the last message; no compression (PCM hardly compresses)
+        self.server = uvicorn.Server(uvicorn.Config(
+            app, http=protocol_factory(config.connections), ws="websockets-sansio", ws_per_message_deflate=False,
+            ws_max_size=endpoint.transcriber.settings.live.max_frame_bytes, lifespan="off", log_config=None,
+            access_log=config.access_log, timeout_keep_alive=config.connections.keep_alive_s,
+            h11_max_incomplete_event_size=config.connections.max_head_bytes, server_header=False,
+            timeout_graceful_shutdown=SHUTDOWN_GRACE_S,
+        ))
+        self._thread: threading.Thread | None = None
+
+    @property
+    def url(self) -> str:
+        host, port = self.socket.getsockname()[:2]
+        return f"http://{host}:{port}"
+
+    def run(self) -> None:
+        try:
+            self.server.run(sockets=[self.socket])
+        finally:
+            self.close()
+
+    def start(self) -> EndpointServer:
+        self._thread = threading.Thread(target=self.server.run, kwargs={"sockets": [self.socket]}, daemon=True)
+        self._thread.start()
+        while not self.server.started and self._thread.is_alive():
+            self._thread.join(0.05)
+        return self
+
+    def stop(self) -> None:
+        self.server.should_exit = True
+        if self._thread is not None:
+            self._thread.join(30)
+        self.close()
+
+    def close(self) -> None:
+        self.socket.close()
+        self.worker.close(timeout=0)
+
+
+@contextlib.contextmanager
+def serving(endpoint: Endpoint, config: ServerConfig) -> Iterator[EndpointServer]:
+    server = EndpointServer(endpoint, config).start()
+    try:
+        yield server
+    finally:
+        server.stop()
+
+
+def build_parser() -> argparse.ArgumentParser:
+    d, c, r = ServerConfig(), ConnectionLimits(), RequestLimits()
+    p = OneLineParser(prog="python -m specwhisper.serving.http.serve", description="Serve the transcription endpoint over HTTP.")
+    p.add_argument("--host", default=d.host, help="address to bind (default: 127.0.0.1; 0.0.0.0 in a container)")
+    p.add_argument("--port", type=int, default=d.port, help=f"port (default: {d.port})")
+    p.add_argument("-q", "--quiet", action="store_true", help="no access log")
+    p.add_argument("--threads", type=int, help="CPU threads for torch (default: SPECWHISPER_THREADS, else one per core)")
+    limits = [  # flag, type, default, what it bounds
+        ("--queue", int, d.max_waiting, "requests that may wait for the model; more get 503 with Retry-After"),
+        ("--max-connections", int, c.max_connections, "open connections; more get 503"),
+        ("--request-timeout", float, r.request_timeout_s, "seconds from a request's arrival to its answer; later: 504"),
+        ("--body-timeout", float, r.body_timeout_s, "seconds to send a request body; later: 408"),
+        ("--head-timeout", float, c.head_timeout_s, "seconds to send a request's line and headers; later: 408"),
+        ("--keep-alive", int, c.keep_alive_s, "seconds an idle connection stays open"),
+        ("--retry-after", int, r.retry_after_s, "seconds a client turned away by a full queue is told to wait"),
+    ]
+    for flag, kind, default, text in limits:
+        p.add_argument(flag, type=positive(kind), default=default, help=f"{text} (default: {default:g})")
+    p.add_argument("--spool-dir", type=Path, default=d.spool_dir, help=f"folder for uploads in flight (default: {d.spool_dir})")
+    return p
+
+
+def config_from_args(args: argparse.Namespace, max_upload_bytes: int) -> ServerConfig:
+    return ServerConfig(
+        host=args.host,
+        port=args.port,
+        connections=ConnectionLimits(max_connections=args.max_connections, head_timeout_s=args.head_timeout,
+                                     keep_alive_s=args.keep_alive),
+        requests=RequestLimits(max_upload_bytes=max_upload_bytes, body_timeout_s=args.body_timeout,
+                               request_timeout_s=args.request_timeout, retry_after_s=args.retry_after),
+        max_waiting=args.queue,
+        spool_dir=args.spool_dir,
+        access_log=not args.quiet,
+    )
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Settings come from SPECWHISPER_* variables, as for handler.EndpointHandler."""
+    args = build_parser().parse_args(argv)
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    from specwhisper.hardware.threads import check_threads
+    from specwhisper.serving.endpoint.contract import settings_from_env
+
+    try:
+        settings = settings_from_env(os.environ)
+        if args.threads is not None:
+            check_threads(args.threads)
+            settings.base.threads = args.threads
+        config = config_from_args(args, settings.max_upload_bytes)
+        server = EndpointServer(Endpoint(settings), config)
+    except (ValueError, OSError) as exc:
+        print(f"serve: error: {exc}", file=sys.stderr)
+        return 2
+    print(f"serving on {server.url}", file=sys.stderr, flush=True)
+    server.run()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

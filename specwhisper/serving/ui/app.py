@@ -1,0 +1,191 @@
+"""The Gradio web UI over the shared transcription service (``app.py`` launches it).
+
+Upload or record audio, pick the options, watch each stage's progress, then read a
+speaker-coloured transcript table, play the audio with subtitles, download every format and see
+the speed facts (RTF, speculative acceptance, tokens per target pass). The "Live" tab
+(``ui_live.py``) transcribes the microphone as it records.
+"""
+
+from __future__ import annotations
+
+import logging
+import shutil
+import time
+import uuid
+from dataclasses import dataclass
+from pathlib import Path
+
+import gradio as gr
+import pandas as pd
+
+from specwhisper.results.transcript import Transcript
+from specwhisper.serving.params import RequestError, one_line, parse_params
+from specwhisper.serving.service import PipelinePool
+from specwhisper.serving.ui.live import build_live_tab
+from specwhisper.pipeline.writers import ALL_FORMATS, write_outputs
+
+log = logging.getLogger(__name__)
+COLUMNS = ["Start", "End", "Speaker", "Text"]
+SPEAKER_COLOURS = ["#dbeafe", "#fde68a", "#bbf7d0", "#fbcfe8", "#ddd6fe", "#fed7aa", "#a5f3fc", "#e5e7eb"]
+STAGE_LABELS = {"loading models": "Loading models", "vad": "Finding speech (VAD)", "transcribe": "Transcribing",
+                "postedit": "Post-editing"}
+# System fonts only: the default theme pulls web fonts, and a deployment may be offline.
+FONTS = ["ui-sans-serif", "system-ui", "sans-serif"]
+MONO_FONTS = ["ui-monospace", "monospace"]
+
+
+def clock(seconds: float) -> str:
+    """1:02.3 (m:ss.s), or 1:02:03.4 past an hour."""
+    tenths = int(round(max(0.0, seconds) * 10))
+    h, rest = divmod(tenths, 36000)
+    m, rest = divmod(rest, 600)
+    s = f"{rest // 10:02d}.{rest % 10}"
+    return f"{h}:{m:02d}:{s}" if h else f"{m}:{s}"
+
+
+def transcript_table(t: Transcript) -> pd.io.formats.style.Styler:
+    """One row per segment; rows tinted by speaker."""
+    rows = [[clock(s.start), clock(s.end), (s.speaker or "") + (" (overlap)" if s.overlap else ""), s.text.strip()]
+            for s in t.segments]
+    frame = pd.DataFrame(rows, columns=COLUMNS)
+    colour = {spk: SPEAKER_COLOURS[i % len(SPEAKER_COLOURS)] for i, spk in enumerate(t.speakers)}
+    speakers = [s.speaker for s in t.segments]
+
+    def tint(row: pd.Series) -> list[str]:
+        c = colour.get(speakers[row.name])
+        return [f"background-color: {c}" if c else ""] * len(row)
+
+    return frame.style.apply(tint, axis=1)
+
+
+def speed_facts(t: Transcript) -> str:
+    """Markdown table of what the run cost and how the speculative decoder did."""
+    s, tm, m = t.stats, t.timings, t.model
+    stages = ", ".join(f"{k} {tm[k]:.2f} s" for k in ("load_audio", "vad", "encoder", "decoder", "diarization", "postedit") if k in tm)
+    acceptance = f"{s.acceptance_rate:.0%} ({s.accepted_tokens}/{s.drafted_tokens} drafted tokens)" if s.drafted_tokens else "no drafts (plain decoding)"
+    rows = [
+        ("Audio", f"{t.duration:.1f} s, language {t.language or '?'}"),
+        ("Processing", f"{tm.get('total', 0):.2f} s, **RTF {tm.get('rtf', 0):.3f}**"),
+        ("Model", f"{m.get('asr')} with drafter {m.get('draft')} ({m.get('decoder')})"),
+        ("Speculative acceptance", acceptance),
+        ("Tokens per target pass", f"{s.tokens_per_target_pass:.2f}"),
+        ("Stages", stages),
+    ]
+    pe = m.get("postedit")
+    if isinstance(pe, dict):
+        rows.append(("Post-edit", f"{pe.get('accepted', 0)} of {pe.get('accepted', 0) + pe.get('rejected', 0)} turns changed; "
+                                  f"drafter {pe.get('drafter')}: acceptance {pe.get('acceptance_rate', 0):.0%}, "
+                                  f"{pe.get('tokens_per_target_pass', 0):.2f} tokens per pass"))
+    return "| Speed | |\n|---|---|\n" + "\n".join(f"| {k} | {v} |" for k, v in rows)
+
+
+class StageProgress:
+    """Feeds the pipeline's ``progress(stage, fraction)`` to a ``gr.Progress`` bar, at most ~10 updates/s."""
+
+    def __init__(self, bar: gr.Progress, min_interval_s: float = 0.1):
+        self.bar = bar
+        self.min_interval_s = min_interval_s
+        self.stage: str | None = None
+        self.last = 0.0
+
+    def __call__(self, stage: str, fraction: float) -> None:
+        now = time.monotonic()
+        if stage == self.stage and fraction < 1.0 and now - self.last < self.min_interval_s:
+            return
+        self.stage, self.last = stage, now
+        label = STAGE_LABELS.get(stage) or stage.replace("diarization: ", "Speakers: ").replace("_", " ")
+        self.bar(min(max(fraction, 0.0), 1.0), desc=label)
+
+
+@dataclass
+class UiConfig:
+    output_dir: Path  # download files go to a fresh folder under it per request
+    keep_outputs_s: float = 3600.0  # request folders older than this are removed
+
+
+def prune(root: Path, max_age_s: float) -> None:
+    cutoff = time.time() - max_age_s
+    for d in root.glob("*"):
+        if d.is_dir() and d.stat().st_mtime < cutoff:
+            shutil.rmtree(d, ignore_errors=True)
+
+
+def fresh_output_dir(ui: UiConfig) -> Path:
+    """A new folder for one request's download files (old ones pruned first)."""
+    prune(ui.output_dir, ui.keep_outputs_s)
+    return ui.output_dir / uuid.uuid4().hex
+
+
+def user_error(exc: BaseException) -> gr.Error:
+    return gr.Error(one_line(exc), duration=None, print_exception=False)
+
+
+def make_transcribe(service: PipelinePool, ui: UiConfig):
+    """The click handler: widgets in; table, player, downloads and speed facts out."""
+
+    def transcribe(audio_path, model, draft, language, task, diarize, num_speakers, postedit, progress=gr.Progress()):
+        if not audio_path:
+            raise gr.Error("Upload an audio file or record from the microphone first.", print_exception=False)
+        name = Path(audio_path).name
+        bar = StageProgress(progress)
+        try:
+            params = parse_params({"model": model, "draft": draft, "language": language, "task": task, "diarize": diarize,
+                                   "num_speakers": int(num_speakers) if diarize and num_speakers else None,
+                                   "postedit": postedit}, service.settings.choices)
+            bar("loading audio", 0.0)
+            transcript = service.transcribe_input(audio_path, name, params, bar)
+        except (RequestError, ValueError) as exc:  # AudioError is a ValueError: bad upload, bad option
+            log.warning("refused %s: %s", name, one_line(exc))  # the toast's message, in the server's log too
+            raise user_error(exc) from None
+        except Exception as exc:
+            log.exception("transcription failed")
+            raise gr.Error(f"internal error: {one_line(exc)}", duration=None, print_exception=False) from None
+        formats = [f for f in ALL_FORMATS if f != "rttm" or diarize]
+        files = write_outputs(transcript, fresh_output_dir(ui), Path(name).stem, formats)
+        vtt = next(p for p in files if p.suffix == ".vtt")
+        player = gr.Audio(value=audio_path, subtitles=str(vtt) if transcript.segments else None)
+        return transcript_table(transcript), player, [str(p) for p in files], speed_facts(transcript)
+
+    return transcribe
+
+
+def language_choices() -> list[tuple[str, str]]:
+    from transformers.models.whisper.tokenization_whisper import LANGUAGES
+
+    return [("Detect", "auto")] + sorted((f"{name.title()} ({code})", code) for code, name in LANGUAGES.items())
+
+
+def build_demo(service: PipelinePool, ui: UiConfig) -> gr.Blocks:
+    choices = service.settings.choices
+    ui.output_dir.mkdir(parents=True, exist_ok=True)
+    with gr.Blocks(title="specwhisper", analytics_enabled=False, delete_cache=(3600, 3600)) as demo:
+        gr.Markdown("## specwhisper\nWhisper with exact speculative decoding, speaker diarization and an optional LLM post-edit.")
+        with gr.Tab("File", id="file"):
+            with gr.Row():
+                with gr.Column(scale=1):
+                    audio = gr.Audio(sources=["upload", "microphone"], type="filepath", label="Audio: upload a file or record",
+                                     elem_id="audio-input")
+                    model = gr.Dropdown(list(choices.models), value=choices.models[0], label="Model")
+                    draft = gr.Dropdown(list(choices.drafters), value=choices.drafters[0], label="Speculative drafter",
+                                        info="none = off; auto = the fastest exact option measured; output is identical either way")
+                    language = gr.Dropdown(language_choices(), value="auto", label="Language")
+                    task = gr.Radio(["transcribe", "translate"], value="transcribe", label="Task")
+                    diarize = gr.Checkbox(False, label="Speakers (diarization)")
+                    speakers = gr.Slider(0, 10, value=0, step=1, label="Number of speakers (0 = detect)")
+                    postedit = gr.Checkbox(False, label="Post-edit casing and punctuation with an LLM")
+                    run = gr.Button("Transcribe", variant="primary", elem_id="run")
+                with gr.Column(scale=2):
+                    table = gr.Dataframe(headers=COLUMNS, label="Transcript", interactive=False, wrap=True, elem_id="transcript",
+                                         column_widths=["9%", "9%", "14%", "68%"])
+                    player = gr.Audio(label="Player", interactive=False, type="filepath", elem_id="player")
+                    files = gr.File(label="Downloads", file_count="multiple", interactive=False, elem_id="downloads")
+                    facts = gr.Markdown(elem_id="facts")
+            run.click(make_transcribe(service, ui), [audio, model, draft, language, task, diarize, speakers, postedit],
+                      [table, player, files, facts], concurrency_limit=1, concurrency_id="model", show_progress_on=[table])
+        with gr.Tab("Live", id="live", elem_id="live-tab", render_children=True):
+            build_live_tab(service, language_choices(), lambda: fresh_output_dir(ui))
+    return demo
+
+
+def theme() -> gr.themes.Base:
+    return gr.themes.Default(font=FONTS, font_mono=MONO_FONTS)
