@@ -1,6 +1,6 @@
 """The Whisper encoder's forward over packed matrix products.
 
-``specwhisper.asr.weights.net.Encoder`` repeats transformers' encoder operation for operation (bitwise the
+``specwhisper.asr.weights.net.AudioEncoder`` repeats transformers' encoder operation for operation (bitwise the
 same output, ``tests/test_net.py``); its products go through ``F.linear``, which on a CPU is torch's
 bundled MKL. On this project's AMD EPYC machine (AVX-512) MKL runs its AVX2 code: base's encoder
 products took 565 ms of a 30 s window on one thread, 100 GFLOP/s, and the whole window 0.89 CPU
@@ -27,7 +27,7 @@ from dataclasses import dataclass
 import torch
 import torch.nn.functional as F
 
-from specwhisper.asr.weights.net import Encoder
+from specwhisper.asr.weights.net import AudioEncoder
 from specwhisper.hardware.kernels import Int8Linear, Linear, float_sources, product_of
 from specwhisper.hardware.memory import release_file_pages
 
@@ -69,7 +69,7 @@ class EncoderLayerProducts:
 class EncoderRuntime:
     """``features`` [B, mels, frames] -> encoder output [B, frames / 2, d], one window at a time."""
 
-    def __init__(self, encoder: Encoder):
+    def __init__(self, encoder: AudioEncoder):
         self.encoder = encoder
         self.layers = [EncoderLayerProducts.of(layer) for layer in encoder.layers]
         att = encoder.layers[0].self_attn
