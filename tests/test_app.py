@@ -172,3 +172,18 @@ def test_table_colours_rows_by_speaker():
     assert list(frame["Start"]) == ["0:00.0", "0:01.5", "0:03.0"] and clock(3661.25) == "1:01:01.2"
     assert list(frame["Speaker"]) == ["SPEAKER_00", "SPEAKER_01 (overlap)", "SPEAKER_00"]
     assert SPEAKER_COLOURS[0] in html and SPEAKER_COLOURS[1] in html
+
+
+def test_speed_facts_say_no_drafter_when_none_ran():
+    from specwhisper.results.stats import DecodeStats
+    from specwhisper.results.transcript import Transcript
+    from specwhisper.serving.ui.app import speed_facts
+
+    plain = Transcript([], "en", 11.0, stats=DecodeStats(generated_tokens=29, target_passes=30))
+    facts = speed_facts(plain)
+    assert "| Speculative acceptance | no drafter |" in facts
+    assert "| Tokens per target pass | no drafter" in facts and "0.97" not in facts
+    drafted = Transcript([], "en", 11.0, stats=DecodeStats(generated_tokens=30, target_passes=12, drafted_tokens=40,
+                                                           accepted_tokens=24))
+    assert "| Speculative acceptance | 60% (24/40 drafted tokens) |" in speed_facts(drafted)
+    assert "| Tokens per target pass | 2.50 |" in speed_facts(drafted)

@@ -15,6 +15,7 @@ format) raises ``ValueError`` with a one-line message; audio problems raise its 
 
 from __future__ import annotations
 
+import inspect
 import os
 import time
 from collections.abc import Callable, Iterable
@@ -25,8 +26,9 @@ from typing import TYPE_CHECKING, Union
 import numpy as np
 
 from specwhisper.results.transcript import Transcript
-from specwhisper.audio.loading import (DEFAULT_MAX_SECONDS, AudioError, from_array, load_audio,
+from specwhisper.audio.loading import (AudioError, from_array, load_audio,
                                        load_audio_bytes, over_limit)
+from specwhisper.pipeline.options import BY_NAME, check_values, options_for
 from specwhisper.pipeline.writers import ALL_FORMATS, check_output_dir, parse_formats, render, write_outputs
 
 if TYPE_CHECKING:
@@ -73,50 +75,20 @@ class Transcriber:
         self.diarize = diarize
         self.postedit = postedit
 
-    def options(
-        self,
-        *,
-        language: str | None = None,
-        task: str = "transcribe",
-        beam_size: int | None = None,
-        word_timestamps: bool | None = None,
-        batch_size: int = 8,
-        vad_threshold: float = 0.5,
-        initial_prompt: str | None = None,
-        hotwords: str | None = None,
-        condition_on_previous_text: bool = False,
-        diarize: bool | None = None,
-        num_speakers: int | None = None,
-        min_speakers: int | None = None,
-        max_speakers: int | None = None,
-        postedit: bool | None = None,
-        max_duration: float = DEFAULT_MAX_SECONDS,
-    ) -> RunOptions:
-        """The keyword options of ``transcribe`` as the pipeline's ``RunOptions``, checked against the
-        loaded model (language, task). ``diarize``/``postedit`` default to what ``load`` was given;
-        ``word_timestamps`` defaults to on when diarizing (speakers are given word by word)."""
-        from specwhisper.asr.engine import DecodeOptions
-        from specwhisper.pipeline.core import RunOptions
+    def options(self, **options) -> RunOptions:
+        """The keyword options of ``transcribe`` (``specwhisper.pipeline.options``, listed in its
+        docstring) as the pipeline's ``RunOptions``, checked against the loaded model (language, task).
+        ``diarize``/``postedit`` default to what ``load`` was given."""
+        from specwhisper.pipeline.options import run_options
 
-        diarize = self.diarize if diarize is None else diarize
-        decode = DecodeOptions(
-            language=language, task=task, beam_size=beam_size, batch_size=batch_size, vad_threshold=vad_threshold,
-            word_timestamps=diarize if word_timestamps is None else word_timestamps, initial_prompt=initial_prompt,
-            hotwords=hotwords, condition_on_previous_text=condition_on_previous_text)
-        opts = RunOptions(decode=decode, diarize=diarize, num_speakers=num_speakers, min_speakers=min_speakers,
-                          max_speakers=max_speakers, postedit=self.postedit if postedit is None else postedit,
-                          max_audio_s=max_duration)
-        if not max_duration > 0:
-            raise ValueError(f"max_duration must be > 0 seconds, got {max_duration}")
-        opts.validate()
-        decode.validate(self.pipeline.asr.special)
+        load_time = [n for n in options if n in LOAD_NAMES]
+        if load_time:
+            raise ValueError(f"{load_time[0]} is chosen when the models load: specwhisper.load({load_time[0]}=...)")
+        options = {"diarize": self.diarize, "postedit": self.postedit, **options}
+        values = check_values(options, "api")
+        opts = run_options({k: v for k, v in values.items() if k not in LOAD_NAMES})
+        opts.decode.validate(self.pipeline.asr.special)
         return opts
-
-    def _options(self, options: dict) -> RunOptions:
-        try:
-            return self.options(**options)
-        except TypeError as exc:  # an unknown keyword: one line, the same type as every bad argument
-            raise ValueError(f"unknown option ({str(exc).split('() ')[-1]})") from None
 
     def transcribe(self, audio: Audio, *, sample_rate: int | None = None, progress: Progress | None = None,
                    **options) -> Transcription:
@@ -168,41 +140,53 @@ def _waveform(audio: Audio, sample_rate: int | None, max_seconds: float) -> tupl
     raise AudioError(f"audio must be a path, the bytes of an audio file or a numpy array, not {type(audio).__name__}")
 
 
-def load(
-    model: str = "base",
-    *,
-    draft: str = "auto",
-    diarize: bool = False,
-    postedit: bool = False,
-    device: str = "auto",
-    dtype: str = "auto",
-    threads: int | None = None,
-    cache_dir: str | os.PathLike | None = None,
-    diarization_model: str | None = None,
-    hf_token: str | None = None,
-    postedit_model: str | None = None,
-    postedit_drafter: str | None = "copy",
-) -> Transcriber:
+def load(model: str = "base", *, diarize: bool = False, postedit: bool = False, **options) -> Transcriber:
     """Load the models once and return a ``Transcriber`` for any number of inputs.
 
-    ``model``, ``draft``, ``device``, ``dtype``, ``threads``: as the CLI's ``-m``, ``--draft``,
-    ``--device``, ``--dtype``, ``--threads``. ``diarize``/``postedit``: load the diarization /
-    post-edit models now and use them by default (a call can still ask for them: they then load on
-    first use and stay loaded)."""
-    from specwhisper.pipeline.core import Pipeline, PipelineConfig
+    ``model`` and the keyword options below are the CLI's ``-m``, ``--draft``, ``--device``, ... (the
+    load-time options of ``specwhisper.pipeline.options``). ``diarize``/``postedit``: load the
+    diarization / post-edit models now and use them by default (a call can still ask for them: they
+    then load on first use and stay loaded)."""
+    from specwhisper.pipeline.core import Pipeline
+    from specwhisper.pipeline.options import pipeline_config
 
-    if threads is not None and threads < 1:
-        raise ValueError(f"threads must be >= 1, got {threads}")
-    config = PipelineConfig(model=model, draft=draft, device=device, dtype=dtype, threads=threads,
-                            cache_dir=Path(cache_dir) if cache_dir is not None else None,
-                            diarization_model=diarization_model, hf_token=hf_token, postedit_model=postedit_model,
-                            postedit_drafter=postedit_drafter)
-    pipeline = Pipeline(config)
+    run_time = [n for n in options if n in BY_NAME and n not in LOAD_NAMES]
+    if run_time:
+        raise ValueError(f"{run_time[0]} is an option of each transcription: transcriber.transcribe(audio, {run_time[0]}=...)")
+    values = check_values({"model": model, **options}, "api")
+    pipeline = Pipeline(pipeline_config({k: v for k, v in values.items() if k in LOAD_NAMES}))
     if diarize:
         pipeline.diarizer()
     if postedit:
         pipeline.post_editor()
     return Transcriber(pipeline, diarize=diarize, postedit=postedit)
+
+
+def _describe(options) -> str:
+    lines = []
+    for o in options:
+        kind = o.kind.__name__ + (" | None" if o.nullable or o.default is None else "")
+        lines.append(f"    {o.name} ({kind}, default {o.default!r}): {o.describe()}")
+    return "\n".join(lines)
+
+
+def _with_options(fn, options, keep: int) -> None:
+    """Give ``fn`` the options as keyword-only parameters in its signature and docstring (its first
+    ``keep`` parameters stay as written)."""
+    sig = inspect.signature(fn)
+    params = list(sig.parameters.values())[:keep]
+    taken = {p.name for p in params}
+    params += [inspect.Parameter(o.name, inspect.Parameter.KEYWORD_ONLY, default=o.default,
+                                  annotation=(o.kind | None) if o.nullable or o.default is None else o.kind) for o in options
+               if o.name not in taken]
+    fn.__signature__ = sig.replace(parameters=params)
+    fn.__doc__ = (fn.__doc__ or "") + "\n\n    Options:\n" + _describe(options)
+
+
+LOAD_NAMES = {o.name for o in options_for("api", "load")}
+_with_options(Transcriber.transcribe, options_for("api", "run"), keep=4)
+_with_options(Transcriber.transcribe_many, options_for("api", "run"), keep=4)
+_with_options(load, options_for("api", "load"), keep=3)
 
 
 FORMATS = ALL_FORMATS

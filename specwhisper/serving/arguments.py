@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import argparse
 
+from specwhisper.pipeline.options import Option, OptionError
+
 
 class OneLineParser(argparse.ArgumentParser):
     """argparse, but a bad argument is one line ('transcribe: error: ...'), not usage + error."""
@@ -26,3 +28,43 @@ def positive(kind):
         return value
 
     return parse
+
+
+def _typed(option: Option):
+    """argparse type: the option's own conversion and check (its one-line message)."""
+
+    def parse(text: str):
+        try:
+            return option.check(text)
+        except OptionError as exc:
+            raise argparse.ArgumentTypeError(exc.problem) from None
+
+    parse.__name__ = option.kind.__name__  # argparse names the type in some messages
+    return parse
+
+
+def add_options(parser: argparse.ArgumentParser, options: list[Option]) -> None:
+    """One argument per option, under a heading per group; the underscore spelling (openai-whisper's and
+    WhisperX's: ``--beam_size 5``, ``--word_timestamps True``) and the peers' own names are accepted
+    too, hidden from --help."""
+    groups: dict[str, argparse._ArgumentGroup] = {}
+    for option in options:
+        group = groups.get(option.group) or groups.setdefault(option.group, parser.add_argument_group(option.group))
+        if option.kind is bool:
+            group.add_argument(*option.cli_flags, dest=option.name, default=option.default, help=option.describe(),
+                               action=argparse.BooleanOptionalAction)
+        else:
+            group.add_argument(*option.cli_flags, dest=option.name, default=option.default, type=_typed(option),
+                               help=option.describe(), metavar=option.name.upper() if not option.choices else None,
+                               choices=None)
+        taken = set(parser._option_string_actions)
+        hidden = ["--" + option.name] if "_" in option.name else []
+        for flag in [*hidden, *option.peer_flags]:
+            if flag not in taken:
+                parser.add_argument(flag, dest=option.name, type=_typed(option), help=argparse.SUPPRESS,
+                                    default=argparse.SUPPRESS)
+
+
+def option_values(args: argparse.Namespace, options: list[Option]) -> dict:
+    """The parsed values of ``options``, by name."""
+    return {o.name: getattr(args, o.name) for o in options}

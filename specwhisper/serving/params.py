@@ -14,12 +14,12 @@ import reprlib
 from dataclasses import dataclass, replace
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, ValidationInfo, field_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, ValidationInfo, create_model, field_validator
 
-from specwhisper.asr.engine import DecodeOptions
-from specwhisper.asr.decoding.fallback import QualityRules, temperature_schedule
+from specwhisper.asr.decoding.fallback import temperature_schedule
 from specwhisper.asr.decoding.language import normalize_language
 from specwhisper.pipeline.core import PipelineConfig, RunOptions
+from specwhisper.pipeline.options import BY_NAME, Option, OptionError, options_for, pipeline_config, run_options
 from specwhisper.pipeline.writers import ALL_FORMATS
 
 Format = Literal["txt", "srt", "vtt", "json", "tsv", "rttm"]
@@ -65,38 +65,27 @@ class Choices:
     drafters: tuple[str, ...] = ("auto", "none", "ngram", "tiny.en")
 
 
-class TranscribeParams(BaseModel):
-    """The ``parameters`` of a request. Unknown names are refused."""
+class _ParamsBase(BaseModel):
+    """What every request's parameters share: the checks of ``specwhisper.pipeline.options`` on each
+    field, and the fields that shape the answer. Unknown names are refused."""
 
     model_config = ConfigDict(extra="forbid", coerce_numbers_to_str=True)  # ?initial_prompt=1961 arrives as int 1961
 
-    model: str = "base"
-    draft: str = "auto"
-    language: str | None = Field(None, description="language code or name ('en', 'english'); None detects it")
-    task: Literal["transcribe", "translate"] = "transcribe"
-    word_timestamps: bool | None = None  # default: on with diarize (and with return_timestamps="word")
     return_timestamps: bool | Literal["word"] = Field(False, description="transformers' ASR pipeline: add `chunks`")
-    batch_size: int = Field(8, ge=1, le=64)
-    chunk_length_s: float | None = Field(None, ge=1.0, le=30.0, description="longest chunk the VAD cutter makes (30)")
-    vad_threshold: float = Field(0.5, gt=0.0, lt=1.0)
-    beam_size: int | None = Field(None, ge=1, le=10, description="None: greedy (speculative)")
-    temperature: float = Field(0.0, ge=0.0, le=1.0)
-    temperature_increment_on_fallback: float = Field(0.2, ge=0.0, le=1.0, description="0: no fallback")
-    compression_ratio_threshold: float | None = Field(2.4, gt=0.0)
-    logprob_threshold: float | None = Field(-1.0, le=0.0)
-    no_speech_threshold: float | None = Field(0.6, ge=0.0, le=1.0)
-    best_of: int = Field(5, ge=1, le=10)
-    condition_on_previous_text: bool = False
-    initial_prompt: str | None = Field(None, max_length=2000)
-    hotwords: str | None = Field(None, max_length=2000)
-    diarize: bool = False
-    num_speakers: int | None = Field(None, ge=1, le=32)
-    min_speakers: int | None = Field(None, ge=1, le=32)
-    max_speakers: int | None = Field(None, ge=1, le=32)
-    postedit: bool = False
     formats: list[Format] = Field(default_factory=list, description="rendered outputs to return")
 
-    @field_validator("model", "draft")
+    @field_validator("*", mode="before")
+    @classmethod
+    def _option_check(cls, value, info: ValidationInfo):
+        option = BY_NAME.get(info.field_name)
+        if option is None or option.scope == "output":
+            return value
+        try:
+            return option.check(value)
+        except OptionError as exc:
+            raise ValueError(exc.problem) from None
+
+    @field_validator("model", "draft", check_fields=False)
     @classmethod
     def _allowed(cls, value: str, info: ValidationInfo) -> str:
         choices: Choices = (info.context or {}).get("choices") or Choices()
@@ -105,7 +94,7 @@ class TranscribeParams(BaseModel):
             raise ValueError(f"'{clip(value, 60)}' is not offered here (choose from {', '.join(allowed)})")
         return value
 
-    @field_validator("language", mode="before")
+    @field_validator("language", check_fields=False)
     @classmethod
     def _language_code(cls, value):
         return normalize_language(value)
@@ -129,37 +118,32 @@ class TranscribeParams(BaseModel):
 
     def pipeline_config(self, base: PipelineConfig) -> PipelineConfig:
         """The deployment's config with this request's model and drafter."""
-        return replace(base, model=self.model, draft=self.draft)
-
-    def _quality(self) -> QualityRules:
-        try:
-            return QualityRules.from_options(self)
-        except ValueError as exc:
-            raise RequestError(f"parameters: {exc}") from exc
+        return pipeline_config({o.name: getattr(self, o.name) for o in options_for("http", "load")}, base)
 
     def run_options(self, max_audio_s: float) -> RunOptions:
-        word_ts = self.diarize or self.return_timestamps == "word" if self.word_timestamps is None else self.word_timestamps
-        if self.return_timestamps == "word" and not word_ts:
-            raise RequestError("parameters: return_timestamps='word' needs word_timestamps (it is false)")
-        opts = RunOptions(
-            decode=DecodeOptions(language=self.language, task=self.task, batch_size=self.batch_size,
-                                 max_chunk_s=self.chunk_length_s or DecodeOptions.max_chunk_s,
-                                 vad_threshold=self.vad_threshold, word_timestamps=word_ts,
-                                 beam_size=self.beam_size, quality=self._quality(),
-                                 initial_prompt=self.initial_prompt, hotwords=self.hotwords,
-                                 condition_on_previous_text=self.condition_on_previous_text),
-            diarize=self.diarize,
-            num_speakers=self.num_speakers,
-            min_speakers=self.min_speakers,
-            max_speakers=self.max_speakers,
-            postedit=self.postedit,
-            max_audio_s=max_audio_s,
-        )
+        values = {o.name: getattr(self, o.name) for o in options_for("http", "run")}
+        if self.return_timestamps == "word":
+            if values["word_timestamps"] is False:
+                raise RequestError("parameters: return_timestamps='word' needs word_timestamps (it is false)")
+            values["word_timestamps"] = True
         try:
-            opts.validate()
+            return run_options({**values, "max_duration": max_audio_s})
         except ValueError as exc:
             raise RequestError(f"parameters: {exc}") from exc
-        return opts
+
+
+def _annotation(option: Option):
+    kind = option.kind
+    if option.choices:
+        kind = Literal[option.choices]  # type: ignore[valid-type]
+    return (kind | None) if option.nullable or option.default is None else kind
+
+
+# The request model: one field per option the HTTP routes take (``specwhisper.pipeline.options``).
+TranscribeParams = create_model(
+    "TranscribeParams", __base__=_ParamsBase, __doc__="The ``parameters`` of a request. Unknown names are refused.",
+    **{o.name: (_annotation(o), Field(o.default, description=o.help)) for o in options_for("http") if o.scope != "output"},
+)
 
 
 def describe(exc: ValidationError) -> str:
@@ -179,7 +163,7 @@ def parse_params(raw: object, choices: Choices) -> TranscribeParams:
         raw = {}
     if not isinstance(raw, dict):
         raise RequestError(f"parameters must be an object, got {type(raw).__name__}")
-    raw = {"model": choices.models[0], "draft": choices.drafters[0], **fold_generate_kwargs(raw)}
+    raw = {"model": choices.models[0], "draft": choices.drafters[0], **fold_generate_kwargs(peer_names(raw))}
     try:
         return TranscribeParams.model_validate(raw, context={"choices": choices})
     except ValidationError as exc:
@@ -190,10 +174,9 @@ def parse_params(raw: object, choices: Choices) -> TranscribeParams:
 # (transformers' fallback schedule, e.g. [0.0, 0.2, ..., 1.0]): it must then be openai-whisper's
 # evenly spaced one, which is what our fallback runs.
 GENERATE_KWARGS = {
-    "language": "language", "task": "task", "num_beams": "beam_size", "temperature": "temperature",
-    "compression_ratio_threshold": "compression_ratio_threshold", "logprob_threshold": "logprob_threshold",
-    "no_speech_threshold": "no_speech_threshold", "condition_on_prev_tokens": "condition_on_previous_text",
-    "return_timestamps": "return_timestamps",
+    **{name: name for name in ("language", "task", "temperature", "compression_ratio_threshold", "logprob_threshold",
+                               "no_speech_threshold", "return_timestamps")},
+    **{peer: o.name for o in options_for("http") for peer in o.peer_names},  # num_beams, condition_on_prev_tokens, ...
 }
 
 
@@ -224,6 +207,21 @@ def _same(name: str, a: object, b: object) -> bool:
         except ValueError:  # a bad name: the field's own check reports it
             return False
     return a == b
+
+
+def peer_names(raw: dict) -> dict:
+    """The peers' names of our options (transformers' pipeline: ``chunk_length_s``) as ours; the same
+    setting given both ways with different values is refused."""
+    raw = dict(raw)
+    for option in options_for("http"):
+        for peer in option.peer_names:
+            if peer in raw:
+                value = raw.pop(peer)
+                if option.name in raw and not _same(option.name, raw[option.name], value):
+                    raise RequestError(f"parameters: {option.name} is {short_repr(raw[option.name])} but {peer} is "
+                                       f"{short_repr(value)}")
+                raw[option.name] = value
+    return raw
 
 
 def fold_generate_kwargs(raw: dict) -> dict:

@@ -7,13 +7,14 @@ import sys
 from pathlib import Path
 
 from specwhisper.audio.loading import AudioError, check_length
-from specwhisper.asr.engine import DecodeOptions
 from specwhisper.asr.weights.loader import ModelError
 from specwhisper.batch.runner import BatchError
 from specwhisper.batch.inputs import output_stems
 from specwhisper.serving.params import one_line
 from specwhisper.batch.ray_engine import RayEngineError
 from specwhisper.pipeline.writers import check_output_dir, parse_formats, render, write_outputs
+from specwhisper.pipeline.options import options_for, pipeline_config, run_options
+from specwhisper.serving.arguments import option_values
 from specwhisper.serving.cli.args import PROG, parse_args
 
 
@@ -79,44 +80,12 @@ def _quiet_libraries() -> None:
 
 
 def _options(args):
-    from specwhisper.asr.decoding.fallback import QualityRules
-    from specwhisper.pipeline.core import RunOptions
-
-    opts = RunOptions(
-        decode=DecodeOptions(language=args.language, task=args.task, batch_size=args.batch_size, vad_threshold=args.vad_threshold,
-                            word_timestamps=args.diarize if args.word_timestamps is None else args.word_timestamps,
-                            beam_size=args.beam_size, patience=args.patience, quality=QualityRules.from_options(args),
-                            initial_prompt=args.initial_prompt, hotwords=args.hotwords,
-                            condition_on_previous_text=args.condition_on_previous_text),
-        diarize=args.diarize,
-        num_speakers=args.num_speakers,
-        min_speakers=args.min_speakers,
-        max_speakers=args.max_speakers,
-        postedit=args.postedit,
-        max_audio_s=args.max_duration,
-    )
-    opts.validate()
-    if args.max_duration <= 0:
-        raise CliError(f"--max-duration must be positive, got {args.max_duration}")
-    return opts
+    """The run options of the parsed arguments (``specwhisper.pipeline.options``)."""
+    return run_options(option_values(args, options_for("cli", "run")))
 
 
 def _pipeline_config(args):
-    from specwhisper.pipeline.core import PipelineConfig
-
-    return PipelineConfig(
-        model=args.model,
-        draft=args.draft,
-        device=args.device,
-        dtype=args.dtype,
-        threads=args.threads,
-        cache_dir=args.cache_dir,
-        diarization_model=args.diarization_model,
-        hf_token=args.hf_token,
-        postedit_model=args.postedit_model,
-        postedit_drafter=args.postedit_drafter,
-        postedit_max_change=args.postedit_max_change,
-    )
+    return pipeline_config(option_values(args, options_for("cli", "load")))
 
 
 def run_folder(args, formats: list[str], opts) -> int:

@@ -19,7 +19,8 @@ import gradio as gr
 import pandas as pd
 
 from specwhisper.results.transcript import Transcript
-from specwhisper.serving.params import RequestError, one_line, parse_params
+from specwhisper.pipeline.options import Option, options_for
+from specwhisper.serving.params import Choices, RequestError, one_line, parse_params
 from specwhisper.serving.service import PipelinePool
 from specwhisper.serving.ui.live import build_live_tab
 from specwhisper.pipeline.writers import ALL_FORMATS, write_outputs
@@ -62,13 +63,14 @@ def speed_facts(t: Transcript) -> str:
     """Markdown table of what the run cost and how the speculative decoder did."""
     s, tm, m = t.stats, t.timings, t.model
     stages = ", ".join(f"{k} {tm[k]:.2f} s" for k in ("load_audio", "vad", "encoder", "decoder", "diarization", "postedit") if k in tm)
-    acceptance = f"{s.acceptance_rate:.0%} ({s.accepted_tokens}/{s.drafted_tokens} drafted tokens)" if s.drafted_tokens else "no drafts (plain decoding)"
+    acceptance = f"{s.acceptance_rate:.0%} ({s.accepted_tokens}/{s.drafted_tokens} drafted tokens)" if s.drafted else "no drafter"
+    per_pass = f"{s.tokens_per_target_pass:.2f}" if s.drafted else "no drafter (plain decoding: one token per pass)"
     rows = [
         ("Audio", f"{t.duration:.1f} s, language {t.language or '?'}"),
         ("Processing", f"{tm.get('total', 0):.2f} s, **RTF {tm.get('rtf', 0):.3f}**"),
         ("Model", f"{m.get('asr')} with drafter {m.get('draft')} ({m.get('decoder')})"),
         ("Speculative acceptance", acceptance),
-        ("Tokens per target pass", f"{s.tokens_per_target_pass:.2f}"),
+        ("Tokens per target pass", per_pass),
         ("Stages", stages),
     ]
     pe = m.get("postedit")
@@ -120,18 +122,30 @@ def user_error(exc: BaseException) -> gr.Error:
     return gr.Error(one_line(exc), duration=None, print_exception=False)
 
 
-def make_transcribe(service: PipelinePool, ui: UiConfig):
-    """The click handler: widgets in; table, player, downloads and speed facts out."""
+def request_values(names: list[str], values: tuple) -> dict:
+    """The form's values as request parameters: empty text and numbers, 'auto' language and 0
+    speakers mean the option's default."""
+    out = {}
+    for name, value in zip(names, values):
+        if value is None or (isinstance(value, str) and not value.strip()):
+            continue
+        if (name == "language" and value == "auto") or (name == "num_speakers" and not value):
+            continue
+        out[name] = value
+    return out
 
-    def transcribe(audio_path, model, draft, language, task, diarize, num_speakers, postedit, progress=gr.Progress()):
+
+def make_transcribe(service: PipelinePool, ui: UiConfig, names: list[str]):
+    """The click handler: the audio and the option controls (``names``, in order) in; table, player,
+    downloads and speed facts out."""
+
+    def transcribe(audio_path, *values, progress=gr.Progress()):
         if not audio_path:
             raise gr.Error("Upload an audio file or record from the microphone first.", print_exception=False)
         name = Path(audio_path).name
         bar = StageProgress(progress)
         try:
-            params = parse_params({"model": model, "draft": draft, "language": language, "task": task, "diarize": diarize,
-                                   "num_speakers": int(num_speakers) if diarize and num_speakers else None,
-                                   "postedit": postedit}, service.settings.choices)
+            params = parse_params(request_values(names, values), service.settings.choices)
             bar("loading audio", 0.0)
             transcript = service.transcribe_input(audio_path, name, params, bar)
         except (RequestError, ValueError) as exc:  # AudioError is a ValueError: bad upload, bad option
@@ -140,7 +154,7 @@ def make_transcribe(service: PipelinePool, ui: UiConfig):
         except Exception as exc:
             log.exception("transcription failed")
             raise gr.Error(f"internal error: {one_line(exc)}", duration=None, print_exception=False) from None
-        formats = [f for f in ALL_FORMATS if f != "rttm" or diarize]
+        formats = [f for f in ALL_FORMATS if f != "rttm" or params.diarize]
         files = write_outputs(transcript, fresh_output_dir(ui), Path(name).stem, formats)
         vtt = next(p for p in files if p.suffix == ".vtt")
         player = gr.Audio(value=audio_path, subtitles=str(vtt) if transcript.segments else None)
@@ -155,9 +169,41 @@ def language_choices() -> list[tuple[str, str]]:
     return [("Detect", "auto")] + sorted((f"{name.title()} ({code})", code) for code, name in LANGUAGES.items())
 
 
+# The controls shown first; every other option the UI takes goes under "More options".
+MAIN_CONTROLS = ("model", "draft", "language", "task", "diarize", "num_speakers", "postedit")
+LABELS = {"draft": "Speculative drafter", "diarize": "Speakers (diarization)", "num_speakers": "Number of speakers (0 = detect)",
+          "postedit": "Post-edit casing and punctuation with an LLM"}
+
+
+def control(option: Option, choices: Choices) -> gr.components.Component:
+    """The option's control, from its declaration (``specwhisper.pipeline.options``)."""
+    label = LABELS.get(option.name) or option.name.replace("_", " ").capitalize()
+    elem_id = f"opt-{option.name.replace('_', '-')}"
+    if option.name in ("model", "draft"):
+        offered = list(choices.models if option.name == "model" else choices.drafters)
+        info = "none = off; auto = the fastest exact option measured; output is identical either way" if option.name == "draft" else None
+        return gr.Dropdown(offered, value=offered[0], label=label, info=info, elem_id=elem_id)
+    if option.name == "language":
+        return gr.Dropdown(language_choices(), value="auto", label="Language", elem_id=elem_id)
+    if option.name == "num_speakers":
+        return gr.Slider(0, 10, value=0, step=1, label=label, elem_id=elem_id)
+    if option.kind is bool:
+        return gr.Checkbox(bool(option.default), label=label, info=None if option.name in LABELS else option.help,
+                           elem_id=elem_id)
+    if option.choices:
+        return gr.Radio(list(option.choices), value=option.default, label=label, elem_id=elem_id)
+    if option.kind in (int, float):
+        return gr.Number(option.default, label=label, info=option.describe(), precision=0 if option.kind is int else None,
+                         minimum=option.low, maximum=option.high, elem_id=elem_id)
+    return gr.Textbox(option.default or "", label=label, info=option.help, elem_id=elem_id)
+
+
 def build_demo(service: PipelinePool, ui: UiConfig) -> gr.Blocks:
     choices = service.settings.choices
     ui.output_dir.mkdir(parents=True, exist_ok=True)
+    offered = [o for o in options_for("ui") if o.scope != "output"]
+    main = [o for o in offered if o.name in MAIN_CONTROLS]
+    more = [o for o in offered if o.name not in MAIN_CONTROLS]
     with gr.Blocks(title="specwhisper", analytics_enabled=False, delete_cache=(3600, 3600)) as demo:
         gr.Markdown("## specwhisper\nWhisper with exact speculative decoding, speaker diarization and an optional LLM post-edit.")
         with gr.Tab("File", id="file"):
@@ -165,14 +211,9 @@ def build_demo(service: PipelinePool, ui: UiConfig) -> gr.Blocks:
                 with gr.Column(scale=1):
                     audio = gr.Audio(sources=["upload", "microphone"], type="filepath", label="Audio: upload a file or record",
                                      elem_id="audio-input")
-                    model = gr.Dropdown(list(choices.models), value=choices.models[0], label="Model")
-                    draft = gr.Dropdown(list(choices.drafters), value=choices.drafters[0], label="Speculative drafter",
-                                        info="none = off; auto = the fastest exact option measured; output is identical either way")
-                    language = gr.Dropdown(language_choices(), value="auto", label="Language")
-                    task = gr.Radio(["transcribe", "translate"], value="transcribe", label="Task")
-                    diarize = gr.Checkbox(False, label="Speakers (diarization)")
-                    speakers = gr.Slider(0, 10, value=0, step=1, label="Number of speakers (0 = detect)")
-                    postedit = gr.Checkbox(False, label="Post-edit casing and punctuation with an LLM")
+                    controls = [control(o, choices) for o in main]
+                    with gr.Accordion("More options", open=False, elem_id="more-options"):
+                        controls += [control(o, choices) for o in more]
                     run = gr.Button("Transcribe", variant="primary", elem_id="run")
                 with gr.Column(scale=2):
                     table = gr.Dataframe(headers=COLUMNS, label="Transcript", interactive=False, wrap=True, elem_id="transcript",
@@ -180,10 +221,12 @@ def build_demo(service: PipelinePool, ui: UiConfig) -> gr.Blocks:
                     player = gr.Audio(label="Player", interactive=False, type="filepath", elem_id="player")
                     files = gr.File(label="Downloads", file_count="multiple", interactive=False, elem_id="downloads")
                     facts = gr.Markdown(elem_id="facts")
-            run.click(make_transcribe(service, ui), [audio, model, draft, language, task, diarize, speakers, postedit],
-                      [table, player, files, facts], concurrency_limit=1, concurrency_id="model", show_progress_on=[table])
+            names = [o.name for o in main + more]
+            run.click(make_transcribe(service, ui, names), [audio, *controls], [table, player, files, facts],
+                      concurrency_limit=1, concurrency_id="model", show_progress_on=[table])
         with gr.Tab("Live", id="live", elem_id="live-tab", render_children=True):
             build_live_tab(service, language_choices(), lambda: fresh_output_dir(ui))
+    demo.option_names = names  # what the form sends (tests/test_options.py checks it against the schema)
     return demo
 
 

@@ -1,0 +1,346 @@
+"""Every transcription option, declared once.
+
+Each :class:`Option` says its name, type, default, valid range, help text, the peers' spellings of it
+and which entry points take it. From this one table are built: the ``transcribe`` argument parser
+(``specwhisper.serving.arguments``), the HTTP / Inference Endpoint request model
+(``specwhisper.serving.params``), the Python API's keyword arguments and their docstring
+(``specwhisper.pipeline.api``), the web UI's controls (``specwhisper.serving.ui``) and the CLI
+reference (``docs/cli.md``). An option missing from an entry point says why (``not_in``); the checks of
+a value (:meth:`Option.check`) are the same everywhere, and so are their one-line messages.
+
+Scopes: ``load`` options choose what loads (``PipelineConfig``), ``run`` options shape one
+transcription (``RunOptions``), ``output`` options shape the files written from it.
+
+This module imports neither torch nor transformers (``import specwhisper`` stays cheap).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+ENTRY_POINTS = ("cli", "http", "api", "ui")
+SCOPES = ("load", "run", "output")
+DEFAULT_MAX_SECONDS = 12 * 3600.0  # specwhisper.audio.loading.DEFAULT_MAX_SECONDS (test_options checks they agree)
+
+DEPLOYMENT = "a deployment setting (the server's SPECWHISPER_* variables, app.py's flags), not a request's"
+LOADED_ONCE = "chosen when the models load: the server's SPECWHISPER_* variables, app.py's flags"
+
+
+class OptionError(ValueError):
+    """A value an option does not take; ``problem`` is the part every entry point words the same."""
+
+    def __init__(self, option: Option, problem: str):
+        super().__init__(f"{option.name} {problem}")
+        self.option = option
+        self.problem = problem
+
+
+@dataclass(frozen=True)
+class Option:
+    name: str  # the Python / JSON name (keyword argument, HTTP field); the CLI flag is --name-with-dashes
+    kind: type  # bool, int, float, str or Path
+    default: Any
+    help: str
+    scope: str = "run"
+    group: str = "transcription"
+    nullable: bool = False  # None is a value (detect, switched off, ...)
+    low: float | None = None
+    high: float | None = None
+    low_open: bool = False  # the bound itself is not allowed
+    high_open: bool = False
+    choices: tuple[str, ...] | None = None
+    max_chars: int | None = None
+    flags: tuple[str, ...] = ()  # CLI flags when not just --name-with-dashes (e.g. ("-l", "--language"))
+    peer_flags: tuple[str, ...] = ()  # openai-whisper's / WhisperX's / faster-whisper's spellings (hidden)
+    peer_names: tuple[str, ...] = ()  # request names of the peers' APIs (transformers' pipeline, generate_kwargs)
+    not_in: dict[str, str] = field(default_factory=dict)  # entry point -> why it does not take this option
+
+    def __post_init__(self):
+        assert self.scope in SCOPES and set(self.not_in) <= set(ENTRY_POINTS), self.name  # noqa: S101
+
+    @property
+    def entry_points(self) -> tuple[str, ...]:
+        return tuple(e for e in ENTRY_POINTS if e not in self.not_in)
+
+    @property
+    def cli_flags(self) -> tuple[str, ...]:
+        return self.flags or ("--" + self.name.replace("_", "-"),)
+
+    def range_text(self) -> str:
+        """The valid values in words ('' when any value of the type goes)."""
+        if self.choices:
+            return "one of " + ", ".join(self.choices)
+        lo, hi = self.low, self.high
+        if lo is not None and hi is not None:
+            left, right = ("(" if self.low_open else "["), (")" if self.high_open else "]")
+            return f"{left}{_num(lo)}, {_num(hi)}{right}"
+        if lo is not None:
+            return (">" if self.low_open else ">=") + f" {_num(lo)}"
+        if hi is not None:
+            return ("<" if self.high_open else "<=") + f" {_num(hi)}"
+        return ""
+
+    def describe(self) -> str:
+        """The help with the valid values and the default, as --help, the API docstring and docs/cli.md show it."""
+        extra = []
+        if self.choices:
+            extra.append(", ".join(self.choices))
+        elif self.range_text():
+            extra.append(self.range_text())
+        if self.kind is bool and self.default is not None:
+            extra.append(f"default: {'on' if self.default else 'off'}")
+        elif self.default is not None and "(default" not in self.help:
+            extra.append(f"default: {_num(self.default)}")
+        return self.help + (f" ({'; '.join(extra)})" if extra else "")
+
+    def check(self, value: Any) -> Any:
+        """``value`` converted to this option's type and checked; OptionError (one line) otherwise.
+        Text is taken too ("5", "0.2", "true", "None"), as command lines and query strings send it."""
+        if value is None or (isinstance(value, str) and value.strip().lower() in ("none", "null") and self.kind is not str):
+            if self.nullable or self.default is None:
+                return None
+            raise OptionError(self, "needs a value")
+        value = self._convert(value)
+        if self.choices and value not in self.choices:
+            raise OptionError(self, f"must be one of {', '.join(self.choices)}, got '{_short(value)}'")
+        if self.kind in (int, float):
+            if (self.low is not None and (value < self.low or (self.low_open and value == self.low))) or (
+                    self.high is not None and (value > self.high or (self.high_open and value == self.high))):
+                raise OptionError(self, f"must be {self._bounds()}, got {_num(value)}")
+        if self.max_chars is not None and isinstance(value, str) and len(value) > self.max_chars:
+            raise OptionError(self, f"must be at most {self.max_chars} characters, got {len(value)}")
+        return value
+
+    def _bounds(self) -> str:
+        lo, hi = self.low, self.high
+        if lo is not None and hi is not None:
+            if not (self.low_open or self.high_open):
+                return f"between {_num(lo)} and {_num(hi)}"
+            if self.low_open and self.high_open:
+                return f"between {_num(lo)} and {_num(hi)}, exclusive"
+            return f"{'>' if self.low_open else '>='} {_num(lo)} and {'<' if self.high_open else '<='} {_num(hi)}"
+        return self.range_text()
+
+    def _convert(self, value: Any) -> Any:
+        kind = self.kind
+        if kind is bool:
+            if isinstance(value, bool):
+                return value
+            if isinstance(value, str) and value.strip().lower() in ("true", "1", "yes", "on", "false", "0", "no", "off"):
+                return value.strip().lower() in ("true", "1", "yes", "on")
+            if isinstance(value, int) and value in (0, 1):
+                return bool(value)
+            raise OptionError(self, f"must be true or false, got '{_short(value)}'")
+        if kind in (int, float):
+            if isinstance(value, bool):
+                raise OptionError(self, f"must be a number, got {value}")
+            try:
+                number = float(value) if kind is float else _whole(value)
+            except (TypeError, ValueError):
+                raise OptionError(self, f"must be {'a whole number' if kind is int else 'a number'}, got '{_short(value)}'") from None
+            if kind is float and not math.isfinite(number):
+                raise OptionError(self, f"must be a finite number, got {value}")
+            return number
+        if kind is Path:
+            return Path(value)
+        if isinstance(value, (int, float)) and not isinstance(value, bool):
+            return str(value)  # ?initial_prompt=1961 arrives as a number
+        if not isinstance(value, str):
+            raise OptionError(self, f"must be text, got {type(value).__name__}")
+        return value
+
+
+def _whole(value: Any) -> int:
+    if isinstance(value, float):
+        if not value.is_integer():
+            raise ValueError(value)
+        return int(value)
+    return int(str(value).strip())
+
+
+def _num(x: float) -> str:
+    return f"{x:g}" if isinstance(x, float) else str(x)
+
+
+def _short(value: Any, limit: int = 60) -> str:
+    text = " ".join(str(value).split())
+    return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
+NOT_HTTP_LOAD = {"http": LOADED_ONCE, "ui": LOADED_ONCE}
+
+OPTIONS: tuple[Option, ...] = (
+    # ---------------------------------------------------------------- models (what loads)
+    Option("model", str, "base", "Whisper model: the embedded 'base' or 'tiny.en', a short name (large-v3, medium, "
+           "small.en, ...), a Hugging Face id or a local folder; MODEL:int8 runs its decoder products in int8 on the "
+           "CPU. Servers offer the models their deployment lists", scope="load", group="models", flags=("-m", "--model")),
+    Option("draft", str, "auto", "speculative drafter: auto (measured per batch size: a drafter runs only where it "
+           "beats plain decoding), none (the target alone), ngram (prompt lookup), early-exit[:k] (the target's first k "
+           "decoder layers with a trained exit adapter; early-exit:k:raw without it), or a Whisper model drafting "
+           "(tiny.en, distil-whisper/distil-large-v3, a folder; MODEL:int8). Every choice gives the same tokens",
+           scope="load", group="models"),
+    Option("device", str, "auto", "torch device: auto (cuda when a GPU is usable), cpu, cuda or cuda:N", scope="load",
+           group="models", not_in=NOT_HTTP_LOAD),
+    Option("dtype", str, "auto", "weights and activations: auto (float16 on a GPU, float32 on the CPU), float32, "
+           "float16 (GPU only) or bfloat16", scope="load", group="models",
+           choices=("auto", "float32", "float16", "bfloat16"), not_in=NOT_HTTP_LOAD),
+    Option("threads", int, None, "CPU threads for torch (default: one per core)", scope="load", group="models",
+           nullable=True, low=1, not_in=NOT_HTTP_LOAD),
+    Option("cache_dir", Path, None, "where converted models are kept (default: ~/.cache/specwhisper)", scope="load",
+           group="models", nullable=True, peer_flags=("--model_dir",), not_in=NOT_HTTP_LOAD),
+    Option("diarization_model", str, None, "pyannote pipeline id or folder (default: the embedded offline pipeline)",
+           scope="load", group="speakers", nullable=True, peer_flags=("--diarize_model",), not_in=NOT_HTTP_LOAD),
+    Option("hf_token", str, None, "Hugging Face token for gated hub models (default: $HF_TOKEN; the embedded models "
+           "need none)", scope="load", group="models", nullable=True, not_in=NOT_HTTP_LOAD),
+    Option("postedit_model", str, None, "causal LM id or folder for --postedit (default: the embedded "
+           "SmolLM2-135M-Instruct)", scope="load", group="post-edit", nullable=True, not_in=NOT_HTTP_LOAD),
+    Option("postedit_drafter", str, "copy", "post-edit drafter: copy, none, layers:N, or a causal LM", scope="load",
+           group="post-edit", not_in=NOT_HTTP_LOAD),
+    Option("postedit_max_change", float, 0.3, "reject an edit that changes more than this share of words", scope="load",
+           group="post-edit", low=0.0, high=1.0, not_in=NOT_HTTP_LOAD),
+    # ---------------------------------------------------------------- transcription
+    Option("language", str, None, "language code or name: en, English (default: detect)", nullable=True,
+           flags=("-l", "--language")),
+    Option("task", str, "transcribe", "transcribe, or translate to English", choices=("transcribe", "translate")),
+    Option("batch_size", int, 8, "chunks decoded together", low=1, high=64),
+    Option("vad_threshold", float, 0.5, "silero-vad speech threshold: where chunks are cut; audio below it is still "
+           "decoded and dropped only when Whisper finds no speech in it", low=0.0, high=1.0, low_open=True,
+           high_open=True, peer_flags=("--vad_onset",)),
+    Option("chunk_length", float, 30.0, "longest chunk in seconds (chunks are cut in the VAD's pauses)", low=1.0,
+           high=30.0, peer_flags=("--chunk_size",), peer_names=("chunk_length_s",)),
+    Option("word_timestamps", bool, None, "per-word times and probabilities in the json, as a 'words' list in each "
+           "segment (default: on with --diarize)", nullable=True),
+    Option("initial_prompt", str, None, "text to put before every chunk (before the first with "
+           "--condition-on-previous-text): spellings, names, style", nullable=True, max_chars=2000),
+    Option("hotwords", str, None, "words or phrases to favour, put in every chunk's prompt", nullable=True,
+           max_chars=2000),
+    Option("condition_on_previous_text", bool, False, "decode each chunk after the text of the one before, one chunk "
+           "at a time (off: chunks decode in batches, as faster-whisper's and WhisperX's batched pipelines)",
+           peer_names=("condition_on_prev_tokens",)),
+    # ---------------------------------------------------------------- decoding quality (openai-whisper's safeguards)
+    Option("beam_size", int, None, "beam search with this many beams (default: greedy, speculative when a drafter "
+           "runs; openai-whisper's CLI and faster-whisper use 5)", group="quality", nullable=True, low=1, high=16,
+           peer_names=("num_beams",)),
+    Option("patience", float, 1.0, "beam search patience", group="quality", low=0.0, high=10.0, low_open=True),
+    Option("best_of", int, 5, "samples per fallback temperature", group="quality", low=1, high=10),
+    Option("temperature", float, 0.0, "first decoding temperature", group="quality", low=0.0, high=1.0),
+    Option("temperature_increment_on_fallback", float, 0.2, "temperature step when a decode fails the checks below; "
+           "0 or None: no fallback", group="quality", nullable=True, low=0.0, high=1.0),
+    Option("compression_ratio_threshold", float, 2.4, "decode again when the text's gzip ratio is above this "
+           "(repetition loops); None: no check", group="quality", nullable=True, low=0.0, low_open=True),
+    Option("logprob_threshold", float, -1.0, "decode again when the average log-probability is below this; None: no "
+           "check", group="quality", nullable=True, high=0.0),
+    Option("no_speech_threshold", float, 0.6, "a chunk is silence when Whisper's no-speech probability is above this "
+           "and the log-probability is below --logprob-threshold; None: no check", group="quality", nullable=True,
+           low=0.0, high=1.0),
+    # ---------------------------------------------------------------- speakers and post-edit
+    Option("diarize", bool, False, "attribute speech to speakers", group="speakers"),
+    Option("num_speakers", int, None, "the number of speakers, when known", group="speakers", nullable=True, low=1,
+           high=32),
+    Option("min_speakers", int, None, "at least this many speakers", group="speakers", nullable=True, low=1, high=32),
+    Option("max_speakers", int, None, "at most this many speakers", group="speakers", nullable=True, low=1, high=32),
+    Option("postedit", bool, False, "fix casing and punctuation with a text LLM (speculatively decoded)",
+           group="post-edit"),
+    # ---------------------------------------------------------------- limits and outputs
+    Option("max_duration", float, DEFAULT_MAX_SECONDS, "refuse audio longer than this many seconds", group="limits",
+           low=0.0, low_open=True, not_in={"http": DEPLOYMENT, "ui": DEPLOYMENT}),
+    Option("formats", str, "all", "comma-separated output formats: txt, srt, vtt, json, tsv, rttm, or all (rttm only "
+           "with diarization)", scope="output", group="outputs", flags=("-f", "--formats"),
+           peer_flags=("--output_format",),
+           not_in={"api": "a Transcription renders any format: .to('srt'), .write(folder, 'srt,json')",
+                   "ui": "the page offers every format as a download"}),
+    Option("return_timestamps", str, "false", "transformers' ASR pipeline field: add its 'chunks' (true: segments, "
+           "word: words) to the answer", scope="output", group="outputs", choices=("false", "true", "word"),
+           not_in={"cli": "the transformers pipeline's answer shape; the CLI writes segments and words to json",
+                   "api": "the transformers pipeline's answer shape; a Transcription has segments and words",
+                   "ui": "the transformers pipeline's answer shape; the page shows segments"}),
+)
+
+BY_NAME: dict[str, Option] = {o.name: o for o in OPTIONS}
+
+
+def options_for(entry: str, scope: str | None = None) -> list[Option]:
+    """The options ``entry`` takes (of ``scope``, when given), in table order."""
+    return [o for o in OPTIONS if entry in o.entry_points and (scope is None or o.scope == scope)]
+
+
+def defaults(entry: str | None = None) -> dict[str, Any]:
+    return {o.name: o.default for o in OPTIONS if entry is None or entry in o.entry_points}
+
+
+def check_values(values: dict[str, Any], entry: str) -> dict[str, Any]:
+    """Every option ``entry`` takes: its checked value in ``values``, else its default. A name that is
+    no option, or one this entry point does not take, is an OptionError-like ValueError."""
+    out = defaults(entry)
+    for name, value in values.items():
+        option = BY_NAME.get(name)
+        if option is None:
+            raise ValueError(f"unknown option '{_short(name)}'")
+        if entry not in option.entry_points:
+            raise ValueError(f"{name} is not taken here: {option.not_in[entry]}")
+        out[name] = option.check(value)
+    return out
+
+
+def run_options(values: dict[str, Any]):
+    """The pipeline's ``RunOptions`` of checked run-scope values (``check_values``). ``word_timestamps``
+    None means on with diarization; the fallback schedule is openai-whisper's from ``temperature`` and
+    its increment. Cross-option rules (min above max speakers, a bad language for the model) are the
+    pipeline's: ``RunOptions.validate``."""
+    from specwhisper.asr.decoding.fallback import QualityRules, temperature_schedule
+    from specwhisper.asr.engine import DecodeOptions
+    from specwhisper.pipeline.core import RunOptions
+
+    v = {**defaults(), **values}
+    quality = QualityRules(temperatures=temperature_schedule(v["temperature"], v["temperature_increment_on_fallback"]),
+                           compression_ratio_threshold=v["compression_ratio_threshold"],
+                           logprob_threshold=v["logprob_threshold"], no_speech_threshold=v["no_speech_threshold"],
+                           best_of=v["best_of"])
+    word_ts = v["diarize"] if v["word_timestamps"] is None else v["word_timestamps"]
+    decode = DecodeOptions(language=v["language"], task=v["task"], batch_size=v["batch_size"],
+                           vad_threshold=v["vad_threshold"], max_chunk_s=v["chunk_length"], word_timestamps=word_ts,
+                           beam_size=v["beam_size"], patience=v["patience"], quality=quality,
+                           initial_prompt=v["initial_prompt"], hotwords=v["hotwords"],
+                           condition_on_previous_text=v["condition_on_previous_text"])
+    opts = RunOptions(decode=decode, diarize=v["diarize"], num_speakers=v["num_speakers"],
+                      min_speakers=v["min_speakers"], max_speakers=v["max_speakers"], postedit=v["postedit"],
+                      max_audio_s=v["max_duration"])
+    opts.validate()
+    return opts
+
+
+def pipeline_config(values: dict[str, Any], base=None):
+    """The pipeline's ``PipelineConfig`` of checked load-scope values, over ``base`` (a deployment's)."""
+    from dataclasses import replace
+
+    from specwhisper.pipeline.core import PipelineConfig
+
+    names = {o.name for o in OPTIONS if o.scope == "load"}
+    return replace(base or PipelineConfig(), **{k: v for k, v in values.items() if k in names})
+
+
+# Peer options with no meaning here, and why: the CLI refuses them by name (one line each).
+REFUSED: dict[str, str] = {
+    "--length_penalty": "beam hypotheses are ranked by length-normalised log-probability, openai-whisper's default",
+    "--suppress_tokens": "the model's generation config chooses the suppressed tokens",
+    "--carry_initial_prompt": "--initial-prompt already precedes every chunk unless --condition-on-previous-text is on",
+    "--prepend_punctuations": "word timestamps use openai-whisper's default punctuation merging",
+    "--append_punctuations": "word timestamps use openai-whisper's default punctuation merging",
+    "--clip_timestamps": "the whole file is transcribed; cut it first (ffmpeg -ss/-to)",
+    "--align_model": "word times come from Whisper's own cross-attention, not a wav2vec2 model",
+    "--interpolate_method": "every word gets a time from Whisper's cross-attention",
+    "--return_char_alignments": "there is no character alignment",
+    "--vad_method": "the VAD is silero-vad; --vad-threshold sets it",
+    "--vad_offset": "silero-vad takes one threshold (--vad-threshold)",
+    "--speaker_embeddings": "the json does not carry speaker embeddings",
+    "--suppress_numerals": "numerals are not suppressed",
+    "--segment_resolution": "segments are Whisper's own",
+    "--highlight_words": "subtitles have one cue per segment",
+    "--max_line_width": "subtitles have one cue per segment",
+    "--max_line_count": "subtitles have one cue per segment",
+    "--max_words_per_line": "subtitles have one cue per segment",
+    "--hallucination_silence_threshold": "skipped stretches are decoded again instead",
+}
