@@ -92,7 +92,7 @@ class SideBySide:
     def __init__(self, engine):
         from specwhisper.asr.decoding.greedy import GreedyDecoder
         from specwhisper.asr.decoding.speculative import SpeculativeDecoder
-        from specwhisper.live.stream import LIVE_LOOKAHEAD
+        from specwhisper.live.decoder import LIVE_LOOKAHEAD
 
         self.live = None  # the live engine's drafter: its source is the previous hypothesis
         self.plain = GreedyDecoder(engine.runtime, engine.special, engine.rules)
@@ -133,7 +133,7 @@ class SideBySide:
 
 def _known_tokens_drafter() -> type:
     """The bounds' drafter class (defined late: specwhisper is imported after the thread policy is set)."""
-    from specwhisper.live.stream import WhisperHypothesisDrafter
+    from specwhisper.live.decoder import WhisperHypothesisDrafter
 
     class KnownTokens(WhisperHypothesisDrafter):
         """Drafts the output's own next tokens while they are marked known (a bound, not a drafter)."""

@@ -139,10 +139,10 @@ def test_hypothesis_drafter_drafts_a_loop_from_the_output_itself():
 def test_a_looping_redecode_is_cut_and_confirms_nothing(base_engine, run, monkeypatch):
     """A re-decode that passes its token cap stops there in both decoders (still token-identical)
     and is not a hypothesis: nothing it wrote is confirmed or drafted from."""
-    import specwhisper.live.stream as streaming
+    import specwhisper.live.decoder as live_decoder
 
-    monkeypatch.setattr(streaming, "LOOP_TOKENS_BASE", 4)
-    monkeypatch.setattr(streaming, "LOOP_TOKENS_PER_S", 0.0)  # 4 tokens: every re-decode of speech hits it
+    monkeypatch.setattr(live_decoder, "LOOP_TOKENS_BASE", 4)
+    monkeypatch.setattr(live_decoder, "LOOP_TOKENS_PER_S", 0.0)  # 4 tokens: every re-decode of speech hits it
     plain = GreedyDecoder(base_engine.runtime, base_engine.special, base_engine.rules)
     seen: list[tuple[LiveDecode, list[int]]] = []
 
@@ -225,9 +225,9 @@ def test_a_hypothesis_stops_before_speech_whisper_skipped(base_engine, eval_root
     done = Word(0.2, 0.9, " And")
     after = Word(5.2, 5.6, " so")
     tr = _stream_over(base_engine, audio, [done])
-    assert tr._up_to_skipped_speech([done, after]) == [done]  # 0.9 -> 5.2 s holds the clip
+    assert tr.state.up_to_skipped_speech([done, after], tr.agreement) == [done]  # 0.9 -> 5.2 s holds the clip
     silent = _stream_over(base_engine, np.concatenate([pause, np.zeros(4 * 16000, np.float32), pause]), [done])
-    assert silent._up_to_skipped_speech([done, after]) == [done, after]
+    assert silent.state.up_to_skipped_speech([done, after], silent.agreement) == [done, after]
 
 
 def test_a_stalled_buffer_is_cut_at_the_last_confirmed_word(base_engine, eval_root):
@@ -235,13 +235,13 @@ def test_a_stalled_buffer_is_cut_at_the_last_confirmed_word(base_engine, eval_ro
     cuts the buffer there; one with unconfirmed words past them, or a pause after them, does not."""
     audio = load_audio(eval_root / "openai-whisper/jfk.flac")[: 10 * 16000]
     tr = _stream_over(base_engine, audio, [Word(1.0, 2.0, " And")])
-    assert tr._stalled()
+    assert tr.state.stalled(tr.agreement)
     tr.agreement.tail = [Word(2.2, 2.6, " so")]
-    assert not tr._stalled()
+    assert not tr.state.stalled(tr.agreement)
     short = _stream_over(base_engine, audio[: int(4.5 * 16000)], [Word(1.0, 2.0, " And")])
-    assert not short._stalled()  # 2.5 s after the last confirmed word: not yet
+    assert not short.state.stalled(short.agreement)  # 2.5 s after the last confirmed word: not yet
     pause = _stream_over(base_engine, np.concatenate([audio[:32000], np.zeros(8 * 16000, np.float32)]), [Word(1.0, 2.0, " And")])
-    assert not pause._stalled()  # a pause after the confirmed words is no stall
+    assert not pause.state.stalled(pause.agreement)  # a pause after the confirmed words is no stall
 
 
 def test_a_repeat_squeezed_into_no_audio_is_not_taken():

@@ -11,7 +11,7 @@ as it is; values may arrive as query-string text ("srt,vtt", "true", "5", "0.2")
 from __future__ import annotations
 
 import reprlib
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, ValidationInfo, create_model, field_validator
