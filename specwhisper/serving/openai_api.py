@@ -3,7 +3,7 @@ them) use it as they use OpenAI's: set the client's base URL to ``http://HOST:PO
 
 * ``POST /v1/audio/transcriptions`` and ``POST /v1/audio/translations`` (to English): a
   ``multipart/form-data`` body with ``file`` (any audio or video file ffmpeg reads), ``model``,
-  ``language`` (transcriptions), ``prompt``, ``response_format`` (``json``, the default, ``text``,
+  ``language`` (of the speech; optional, detected without it), ``prompt``, ``response_format`` (``json``, the default, ``text``,
   ``srt``, ``verbose_json``, ``vtt``; transcriptions also ``diarized_json``), ``temperature`` and
   ``timestamp_granularities[]`` (``segment``, ``word``: only with ``verbose_json``, as OpenAI's).
   ``model`` is ``whisper-1`` (this deployment's default model) or one of the models it offers.
