@@ -218,7 +218,7 @@ def test_bad_forms_get_openai_errors(server):
     _openai_error(openai.APIStatusError("", response=wrong_method, body=None), 405, "GET is not allowed")
 
 
-def test_api_key_on_every_route(server, client, jfk):
+def test_api_key_on_every_route(server, client, jfk, server_log):  # noqa: F811
     wrong = openai.OpenAI(base_url=server.url + "/v1", api_key="sk-wrong", max_retries=0)
     with pytest.raises(openai.AuthenticationError) as info:
         wrong.audio.transcriptions.create(file=("jfk.wav", jfk[0]), model="whisper-1")
@@ -248,6 +248,7 @@ def test_api_key_on_every_route(server, client, jfk):
     with pytest.raises(InvalidStatus):
         asyncio.run(live({"Authorization": "Bearer sk-wrong"}))
     assert asyncio.run(live({"Authorization": f"Bearer {KEY}"}))[-1] == "final"
+    assert not [line for line in server_log.lines if "handshake" in line], server_log.lines  # a refusal is no server error
 
 
 def test_serve_takes_the_key_from_the_flag_or_the_environment(capsys):
