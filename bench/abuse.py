@@ -7,7 +7,11 @@ once per case in a fresh process, its peak RSS from ``os.wait4``. Then 50 reques
 4 and 16 at a time: every answer counted (a 503 from the full queue is retried after its Retry-After,
 as a client should), latency percentiles per request including retries.
 
-    .venv/bin/python bench/abuse.py            # writes bench/results/abuse.json
+``--only openai``: the same abuse on OpenAI's route (``POST /v1/audio/transcriptions``, multipart bodies),
+then the load through it and through ``POST /`` in alternated rounds.
+
+    .venv/bin/python bench/abuse.py                # writes bench/results/abuse.json
+    .venv/bin/python bench/abuse.py --only openai  # writes bench/results/abuse_openai.json
 """
 
 from __future__ import annotations
@@ -34,7 +38,11 @@ ROOT = Path(__file__).resolve().parents[1]
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 RESULTS = ROOT / "bench" / "results" / "abuse.json"
+OPENAI_RESULTS = ROOT / "bench" / "results" / "abuse_openai.json"
 HOUR = 3600
+OPENAI_PATH = "/v1/audio/transcriptions"
+BOUNDARY = "specwhisper-bench"
+MULTIPART = f"multipart/form-data; boundary={BOUNDARY}"
 
 
 def ffmpeg(*args) -> None:
@@ -65,6 +73,14 @@ def clip_wav(seconds: float) -> bytes:
     buf = io.BytesIO()
     sf.write(buf, audio[: int(seconds * rate)], rate, format="WAV", subtype="PCM_16")
     return buf.getvalue()
+
+
+def form(audio: bytes, **fields: str) -> bytes:
+    """A multipart/form-data body as OpenAI's clients send it: the text fields, then ``file``."""
+    parts = [f'--{BOUNDARY}\r\nContent-Disposition: form-data; name="{k}"\r\n\r\n{v}\r\n'.encode() for k, v in fields.items()]
+    parts.append(f'--{BOUNDARY}\r\nContent-Disposition: form-data; name="file"; filename="audio"\r\n'
+                 f"Content-Type: application/octet-stream\r\n\r\n".encode() + audio + b"\r\n")
+    return b"".join(parts) + f"--{BOUNDARY}--\r\n".encode()
 
 
 def claimed_min(path: Path) -> int:
@@ -169,15 +185,15 @@ def run_cli_peak(argv: list[str], work: Path) -> tuple[int, float, str]:
     return proc.returncode, usage.ru_maxrss / 1024, (err.strip().splitlines() or [""])[-1]
 
 
-def load(server: Server, body: bytes, requests: int, concurrency: int) -> dict:
-    """``requests`` requests, ``concurrency`` at a time; 503s are retried after their Retry-After."""
+def load(server: Server, body: bytes, requests: int, concurrency: int, path: str = "/", ctype: str = "audio/wav") -> dict:
+    """``requests`` requests to ``path``, ``concurrency`` at a time; 503s are retried after their Retry-After."""
 
     def one(_):
         t = time.perf_counter()
         retries = 0
         while True:
             try:
-                status, out, headers = server.request("POST", "/", body)
+                status, out, headers = server.request("POST", path, body, ctype)
             except OSError as exc:
                 return None, time.perf_counter() - t, retries, repr(exc)
             if status != 503:
@@ -193,7 +209,8 @@ def load(server: Server, body: bytes, requests: int, concurrency: int) -> dict:
     ok = [r for r in results if r[0] == 200]
     lat = np.array([r[1] for r in ok]) if ok else np.zeros(1)
     p50, p90, p99 = (float(x) for x in np.percentile(lat, [50, 90, 99]))
-    row = {"name": f"server: load, {requests} requests, {concurrency} at a time", "requests": requests,
+    row = {"name": f"server: load, {requests} requests, {concurrency} at a time" + (f", POST {path}" if path != "/" else ""),
+           "requests": requests,
            "concurrency": concurrency, "answered_200": len(ok), "lost": sum(r[0] is None for r in results),
            "other_status": sorted({r[0] for r in results if r[0] not in (200, None)}),
            "retried_after_503": sum(r[2] for r in results), "distinct_texts": len({r[3] for r in ok}),
@@ -248,6 +265,27 @@ def server_cases(server: Server, media: dict[str, Path]) -> list[dict]:
     return rows
 
 
+def openai_cases(server: Server, media: dict[str, Path]) -> list[dict]:
+    """The abuse of server_cases, as multipart bodies on OpenAI's route (default limits: 200 MB, 4 h)."""
+    five_h = form(media["silent-5h"].read_bytes(), model="whisper-1")
+    rows = [server.case("OpenAI route: 2.2 MB m4a holding 5 h of silence (refused)",
+                        lambda: [server.request("POST", OPENAI_PATH, five_h, MULTIPART)[0]])]
+    noise = form(os.urandom(190 * 2**20), model="whisper-1")
+    rows.append(server.case("OpenAI route: 190 MB file part, not audio (streamed to the spool, refused)",
+                            lambda: [server.request("POST", OPENAI_PATH, noise, MULTIPART)[0]]))
+    head = f"POST {OPENAI_PATH} HTTP/1.1\r\nHost: x\r\nContent-Type: {MULTIPART}\r\n".encode()
+    big = form(os.urandom(250 * 2**20))
+    chunked = b"".join(b"%x\r\n%s\r\n" % (len(c), c) for c in (big[i : i + 2**20] for i in range(0, len(big), 2**20)))
+    rows.append(server.case("OpenAI route: 250 MB file part, chunked, no length (refused at 200 MB as it streams)",
+                            lambda: [raw_status(server.raw(head + b"Transfer-Encoding: chunked\r\n\r\n" + chunked + b"0\r\n\r\n"))]))
+    del noise, big, chunked
+    rows.append(server.case("OpenAI route: Content-Length of 250 MB announced (refused unread)",
+                            lambda: [raw_status(server.raw(head + f"Content-Length: {250 * 2**20}\r\n\r\n".encode()))]))
+    rows.append(server.case("OpenAI route: multipart body trickled a byte per 0.5 s (body timeout 5 s)",
+                            lambda: [raw_status(server.raw(head + b"Content-Length: 1000\r\n\r\n", form(b"x" * 900)[:1000]))]))
+    return rows
+
+
 def cli_cases(media: dict[str, Path], work: Path) -> list[dict]:
     rows = []
     for name, argv in [
@@ -273,22 +311,32 @@ def main(argv: list[str] | None = None) -> int:
                    help="folder for the generated inputs (kept: they take minutes to encode)")
     p.add_argument("--port", type=int, default=18765)
     p.add_argument("--requests", type=int, default=50)
-    p.add_argument("--out", type=Path, default=RESULTS)
+    p.add_argument("--only", choices=["openai"], help="only the cases of OpenAI's route and the load through both routes")
+    p.add_argument("--out", type=Path, help=f"default: {RESULTS.relative_to(ROOT)} ({OPENAI_RESULTS.relative_to(ROOT)} with --only openai)")
     args = p.parse_args(argv)
+    args.out = args.out or (OPENAI_RESULTS if args.only else RESULTS)
     args.work.mkdir(parents=True, exist_ok=True)
     print("building inputs ...", flush=True)
-    media = {
-        "silent-1h": silent_m4a(args.work / "silent-1h.m4a", HOUR),
-        "silent-5h": silent_m4a(args.work / "silent-5h.m4a", 5 * HOUR),
-        "silent-13h": silent_m4a(args.work / "silent-13h.m4a", 13 * HOUR),
-        "lying-4.2h": lying_adts(args.work / "lying-4.2h.aac", 4.2 * HOUR),
-    }
-    runs = cli_cases(media, args.work)
+    media = {"silent-5h": silent_m4a(args.work / "silent-5h.m4a", 5 * HOUR)}
+    if not args.only:
+        media.update({
+            "silent-1h": silent_m4a(args.work / "silent-1h.m4a", HOUR),
+            "silent-13h": silent_m4a(args.work / "silent-13h.m4a", 13 * HOUR),
+            "lying-4.2h": lying_adts(args.work / "lying-4.2h.aac", 4.2 * HOUR),
+        })
+    runs = [] if args.only else cli_cases(media, args.work)
     server = Server(args.work, args.port, ["--body-timeout", "5", "--head-timeout", "5"])
     try:
-        runs += server_cases(server, media)
         clip = clip_wav(3.5)
-        runs += [load(server, clip, args.requests, c) for c in (4, 16)]
+        if args.only:
+            runs += openai_cases(server, media)
+            rounds = 2  # alternated, so that the load of the other jobs on this machine falls on both routes alike
+            for _ in range(rounds):
+                runs.append(load(server, clip, args.requests // rounds, 4))
+                runs.append(load(server, form(clip, model="whisper-1"), args.requests // rounds, 4, OPENAI_PATH, MULTIPART))
+        else:
+            runs += server_cases(server, media)
+            runs += [load(server, clip, args.requests, c) for c in (4, 16)]
     finally:
         log = server.stop()
     for row in runs:  # latency percentiles belong to the load runs; the abuse cases say null
@@ -301,12 +349,15 @@ def main(argv: list[str] | None = None) -> int:
                    f"(load average at the end {load_avg}); python {platform.python_version()}",
         "setup": {"server": "python -m specwhisper.serving.http.serve, default limits (4 h audio, 200 MB upload, queue 16, 64 connections), "
                             "--body-timeout 5 --head-timeout 5, model base preloaded",
-                  "cli": "python -m specwhisper.serving.cli.main, model base, default --max-duration 12 h unless given",
-                  "load": "a 3.5 s clip of samples/jfk.wav as the raw body, model base"},
+                  "load": "a 3.5 s clip of samples/jfk.wav as the raw body (POST /) or the multipart file "
+                          "(POST /v1/audio/transcriptions, model whisper-1 = base)"},
         "server_log_tracebacks": log.count("Traceback"),
+        "server_log_errors": log.count(" ERROR "),
         "spool_leftovers": leftovers,
         "runs": runs,
     }
+    if not args.only:
+        result["setup"]["cli"] = "python -m specwhisper.serving.cli.main, model base, default --max-duration 12 h unless given"
     args.out.write_text(json.dumps(result, indent=2) + "\n")
     print(f"wrote {args.out}", flush=True)
     return 0

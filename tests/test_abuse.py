@@ -25,6 +25,7 @@ import pytest
 import soundfile as sf
 
 from specwhisper.serving.endpoint.contract import Endpoint
+from specwhisper.serving.http.form_upload import FORM_OVERHEAD, MAX_FIELD_BYTES, MAX_FIELDS
 from specwhisper.serving.http.app import RequestLimits
 from specwhisper.serving.http.protocol import ConnectionLimits
 from specwhisper.serving.params import Choices
@@ -216,6 +217,45 @@ def test_trickled_body_and_head(server):
     _is_error(*_parse_raw(answer)[:2], 408, "request head did not arrive")
 
 
+def _is_openai_error(status: int, body: dict, expected: int, fragment: str) -> None:
+    """OpenAI's error body, on its routes: {"error": {"message", "type", "param", "code"}}."""
+    assert status == expected and set(body) == {"error"} and set(body["error"]) == {"message", "type", "param", "code"}, body
+    message = body["error"]["message"]
+    assert fragment in message and "\n" not in message and "Traceback" not in message and len(message) <= 300, body
+
+
+def _form_part(name: str, value: bytes, filename: str | None = None) -> bytes:
+    disposition = f'form-data; name="{name}"' + (f'; filename="{filename}"' if filename else "")
+    return f"--xyz\r\nContent-Disposition: {disposition}\r\n\r\n".encode() + value + b"\r\n"
+
+
+OPENAI_HEAD = b"POST /v1/audio/transcriptions HTTP/1.1\r\nHost: x\r\nContent-Type: multipart/form-data; boundary=xyz\r\n"
+
+
+def test_openai_route_bodies_over_the_limit_and_slow(server):
+    announced = OPENAI_HEAD + f"Content-Length: {MAX_UPLOAD + FORM_OVERHEAD + 1}\r\n\r\n".encode()
+    _is_openai_error(*_parse_raw(_raw(server, announced))[:2], 413, "the request body is larger than")  # refused unread
+    body = _form_part("model", b"whisper-1") + _form_part("file", b"x" * (MAX_UPLOAD + 1), "a.wav") + b"--xyz--\r\n"
+    chunks = b"".join(b"%x\r\n%s\r\n" % (len(c), c) for c in (body[i : i + 65536] for i in range(0, len(body), 65536)))
+    answer = _raw(server, OPENAI_HEAD + b"Transfer-Encoding: chunked\r\n\r\n" + chunks + b"0\r\n\r\n")  # counted as streamed
+    _is_openai_error(*_parse_raw(answer)[:2], 413, f"file: the upload is larger than {MAX_UPLOAD} bytes")
+    answer = _raw(server, OPENAI_HEAD + b"Content-Length: 300\r\n\r\n", _form_part("file", b"RIFF" * 100, "a.wav")[:300])
+    _is_openai_error(*_parse_raw(answer)[:2], 408, "the request body did not arrive within 1.5 s")
+
+
+@pytest.mark.parametrize("body, fragment", [
+    (b"--xyz\r\nno headers at all", "the multipart/form-data body is malformed"),
+    (_form_part("model", b"whisper-1"), "ended before its closing boundary"),
+    (b"--xyz\r\nContent-Disposition: form-data\r\n\r\nx\r\n--xyz--\r\n", "a multipart part has no name"),
+    (b"".join(_form_part(f"f{i}", b"1") for i in range(MAX_FIELDS + 1)) + b"--xyz--\r\n", f"more than {MAX_FIELDS} fields"),
+    (_form_part("prompt", b"x" * (MAX_FIELD_BYTES + 1)) + b"--xyz--\r\n", f"larger than {MAX_FIELD_BYTES} bytes"),
+    (_form_part("prompt", b"\xff\xfe") + b"--xyz--\r\n", "not UTF-8"),
+])
+def test_openai_route_malformed_forms(server, body, fragment):
+    status, answer, _ = _request(server, "POST", "/v1/audio/transcriptions", body, {"Content-Type": "multipart/form-data; boundary=xyz"})
+    _is_openai_error(status, answer, 400, fragment)
+
+
 def test_half_open_connections_are_capped_and_dropped(server):
     threads = threading.active_count()
     socks = [socket.create_connection(_address(server), timeout=10) for _ in range(LIMITS.max_connections + 8)]
@@ -287,6 +327,7 @@ _KILLED_SERVER = """
 import sys
 from pathlib import Path
 from specwhisper.serving.endpoint.contract import Endpoint
+from specwhisper.serving.http.form_upload import FORM_OVERHEAD, MAX_FIELD_BYTES, MAX_FIELDS
 from specwhisper.serving.http.serve import EndpointServer, ServerConfig
 server = EndpointServer(Endpoint(preload=False), ServerConfig(port=0, spool_dir=Path(sys.argv[1]), access_log=False))
 print(server.url, flush=True)

@@ -4,7 +4,7 @@ Each :class:`Option` says its name, type, default, valid range, help text, the p
 and which entry points take it. From this one table are built: the ``transcribe`` argument parser
 (``specwhisper.serving.arguments``), the HTTP / Inference Endpoint request model
 (``specwhisper.serving.params``), the Python API's keyword arguments and their docstring
-(``specwhisper.pipeline.api``), the web UI's controls (``specwhisper.serving.ui``) and the CLI
+(``specwhisper.pipeline.api``), the web UI's controls (``specwhisper.serving.ui.app``) and the CLI
 reference (``docs/cli.md``). An option missing from an entry point says why (``not_in``); the checks of
 a value (:meth:`Option.check`) are the same everywhere, and so are their one-line messages.
 

@@ -181,20 +181,29 @@ class Endpoint:
             raise RequestError(result["error"], status=result["status"])
         return result
 
+    def run(self, source: str | Path | bytes, params: TranscribeParams, progress: Progress | None = None,
+            name: str = "inputs") -> Transcript:
+        """Transcribe an upload (bytes or a file, called ``name`` in messages) with checked parameters;
+        any failure is raised as a :class:`RequestError` (one line, its status), never a traceback."""
+        try:
+            return self.transcriber.transcribe_input(source, name, params, progress)
+        except RequestError:
+            raise
+        except (AudioError, ValueError) as exc:  # bad audio; options the model refuses (language, task)
+            raise RequestError(one_line(exc), 400) from None
+        except (ModelError, OSError) as exc:
+            log.exception("model unavailable")
+            raise RequestError(f"model unavailable: {one_line(exc)}", 503) from None
+        except Exception as exc:  # noqa: BLE001 - the contract is an error answer, never a traceback
+            log.exception("request failed")
+            raise RequestError(f"internal error: {one_line(exc)}", 500) from None
+
     def transcribe(self, source: str | Path | bytes, params: TranscribeParams, progress: Progress | None = None,
                    t0: float | None = None) -> dict:
         """Transcribe an upload (bytes or a file) with checked parameters; the answer, or an error dict."""
         t0 = time.perf_counter() if t0 is None else t0
         try:
-            transcript = self.transcriber.transcribe_input(source, "inputs", params, progress)
+            transcript = self.run(source, params, progress)
         except RequestError as exc:
             return error(str(exc), exc.status)
-        except (AudioError, ValueError) as exc:  # bad audio; options the model refuses (language, task)
-            return error(one_line(exc), 400)
-        except (ModelError, OSError) as exc:
-            log.exception("model unavailable")
-            return error(f"model unavailable: {one_line(exc)}", 503)
-        except Exception as exc:  # noqa: BLE001 - the contract is a dict, never a traceback
-            log.exception("request failed")
-            return error(f"internal error: {one_line(exc)}", 500)
         return response(transcript, params, time.perf_counter() - t0)

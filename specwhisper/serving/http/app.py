@@ -4,17 +4,16 @@
   ``{"inputs": "<base64 audio>", "parameters": {...}}``, as Inference Endpoints send it;
 * ``POST /`` with any other content type: the body is the audio file, parameters come from the
   query string (``/?language=en&diarize=true&formats=srt,vtt``);
+* ``POST /v1/audio/transcriptions``, ``POST /v1/audio/translations``, ``GET /v1/models``: OpenAI's audio
+  API (:mod:`specwhisper.serving.http.openai_api`), with its own answers and error body;
 * ``GET /health``: ``{"status": "ok"}``;
 * ``/v1/live``: live transcription over a WebSocket (:mod:`specwhisper.serving.http.live_ws`).
 
-Every answer is JSON; every error is ``{"error": "<one line>", "status": N}`` with that HTTP status.
-A request body goes to its own file in the spool folder as it arrives (refused as soon as it passes
-the size limit, or when it has not arrived within ``body_timeout_s``) and is removed when the request
-ends. A JSON body is parsed one at a time, its base64 decoded into the file a slice at a time. A file
-whose container claims more audio than allowed is refused before it is decoded. Then the request
-waits for the model worker (503 with Retry-After when its queue is full) until ``request_timeout_s``
-after it came in (504; the job is dropped, or stopped at its next progress report, as it is when the
-client goes away).
+Every answer of ours is JSON; every error is ``{"error": "<one line>", "status": N}`` with that HTTP
+status. With an API key set, every route but ``/health`` wants ``Authorization: Bearer <key>``
+(:mod:`specwhisper.serving.http.auth`). An upload goes through the steps of :mod:`specwhisper.serving.http.uploads`
+(its own spool file, the size limit and body timeout, the length check, the model worker's queue, the
+deadline). A JSON body is parsed one at a time, its base64 decoded into the file a slice at a time.
 """
 
 from __future__ import annotations
@@ -22,59 +21,42 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
-from dataclasses import dataclass
+from collections.abc import Callable
 from pathlib import Path
 from urllib.parse import parse_qs
 
 from fastapi import FastAPI, Request
-from fastapi.responses import JSONResponse
+from fastapi.responses import JSONResponse, Response
 from starlette.exceptions import HTTPException
-from starlette.requests import ClientDisconnect
 
-from specwhisper.audio.loading import AudioError, check_length
+from specwhisper.serving.http.auth import ApiKeyGuard
 from specwhisper.serving.endpoint.contract import Endpoint, base64_to_file
 from specwhisper.serving.http.live_ws import add_live_route
-from specwhisper.serving.http.worker import Cancelled, ModelWorker, QueueFull
+from specwhisper.serving.http.worker import CancelToken, ModelWorker
+from specwhisper.serving.http.openai_api import add_openai_routes, is_openai_path, openai_refused
 from specwhisper.serving.params import RequestError, TranscribeParams, clip
 from specwhisper.serving.spool import Spool
+from specwhisper.serving.http.uploads import Refusal, RequestLimits, Uploads
 
 log = logging.getLogger(__name__)
 POST_PATHS = ("/", "/predict")
-ROUTES_HINT = "POST / with audio, GET /health, WebSocket /v1/live"
-JSON_OVERHEAD = 1 << 20  # room for the JSON around a base64 upload
-
-
-@dataclass(frozen=True)
-class RequestLimits:
-    max_upload_bytes: int = 200 * 2**20  # the audio file (raw body, or decoded from base64)
-    body_timeout_s: float = 60.0  # to receive the whole body
-    request_timeout_s: float = 3600.0  # from the head's arrival to the answer
-    retry_after_s: int = 10  # told to a client the full queue turns away
-
-    def __post_init__(self) -> None:
-        if self.max_upload_bytes < 1 or self.body_timeout_s <= 0 or self.request_timeout_s <= 0 or self.retry_after_s < 0:
-            raise ValueError(f"bad request limits: {self}")
-
-    @property
-    def max_json_bytes(self) -> int:
-        return self.max_upload_bytes * 4 // 3 + JSON_OVERHEAD
-
-
-class Refusal(Exception):
-    """A request answered with an error; ``close`` drops the connection (its body was not read)."""
-
-    def __init__(self, status: int, message: str, close: bool = False, retry_after_s: int | None = None):
-        super().__init__(message)
-        self.status = status
-        self.close = close
-        self.retry_after_s = retry_after_s
+ROUTES_HINT = "POST / with audio, POST /v1/audio/transcriptions, GET /health, WebSocket /v1/live"
+__all__ = ["RequestLimits", "create_app"]
 
 
 def error_response(status: int, message: str, close: bool = False, retry_after_s: int | None = None) -> JSONResponse:
-    headers = {"connection": "close"} if close else {}
-    if retry_after_s is not None:
-        headers["retry-after"] = str(retry_after_s)
+    headers = Refusal(status, message, close, retry_after_s).headers()
     return JSONResponse({"error": clip(message), "status": status}, status_code=status, headers=headers)
+
+
+def refused(refusal: Refusal) -> JSONResponse:
+    """Our error answer: ``{"error": "<one line>", "status": N}``."""
+    return error_response(refusal.status, str(refusal), refusal.close, refusal.retry_after_s)
+
+
+def refuser(path: str) -> Callable[[Refusal], Response]:
+    """How a failure on ``path`` is answered: OpenAI's error body under its routes, ours elsewhere."""
+    return openai_refused if is_openai_path(path) else refused
 
 
 def query_parameters(query: str) -> dict:
@@ -83,25 +65,6 @@ def query_parameters(query: str) -> dict:
     for key, values in parse_qs(query, keep_blank_values=True).items():
         params[key] = [f for v in values for f in v.split(",") if f] if key == "formats" else values[-1]
     return params
-
-
-async def receive_body(request: Request, path: Path, max_bytes: int, timeout_s: float) -> int:
-    """Write the body to ``path`` as it arrives; refuse it past ``max_bytes`` or ``timeout_s``."""
-    declared = request.headers.get("content-length")
-    if declared is not None and int(declared) > max_bytes:  # h11 has checked it is a number
-        raise Refusal(413, f"the request body is larger than {max_bytes} bytes", close=True)
-    size = 0
-    try:
-        with path.open("wb") as f:
-            async with asyncio.timeout(timeout_s):
-                async for chunk in request.stream():
-                    size += len(chunk)
-                    if size > max_bytes:
-                        raise Refusal(413, f"the request body is larger than {max_bytes} bytes", close=True)
-                    f.write(chunk)
-    except TimeoutError:
-        raise Refusal(408, f"the request body did not arrive within {timeout_s:g} s", close=True) from None
-    return size
 
 
 def _load_json(path: Path) -> object:
@@ -135,22 +98,21 @@ def json_upload(path: Path, endpoint: Endpoint, max_upload_bytes: int) -> Transc
     return params
 
 
-async def _until_disconnected(request: Request) -> None:
-    while (await request.receive())["type"] != "http.disconnect":
-        pass
-
-
-def create_app(endpoint: Endpoint, worker: ModelWorker, spool: Spool, limits: RequestLimits) -> FastAPI:
+def create_app(endpoint: Endpoint, worker: ModelWorker, spool: Spool, limits: RequestLimits,
+               api_key: str | None = None) -> FastAPI:
     app = FastAPI(title="specwhisper", docs_url=None, redoc_url=None, openapi_url=None)
     json_turn = asyncio.Lock()  # one JSON body in memory at a time
-    max_audio_s = endpoint.transcriber.settings.max_audio_s
+    uploads = Uploads(endpoint, worker, spool, limits)
 
-    async def http_error(request: Request, exc: HTTPException) -> JSONResponse:
+    async def http_error(request: Request, exc: HTTPException) -> Response:
+        path = request.url.path
         if exc.status_code == 404:
-            return error_response(404, f"no such path '{request.url.path}' ({ROUTES_HINT})")
-        if exc.status_code == 405:
-            return error_response(405, f"{request.method} is not allowed on {request.url.path} ({ROUTES_HINT})")
-        return error_response(exc.status_code, str(exc.detail))
+            refusal = Refusal(404, f"no such path '{path}' ({ROUTES_HINT})")
+        elif exc.status_code == 405:
+            refusal = Refusal(405, f"{request.method} is not allowed on {path} ({ROUTES_HINT})")
+        else:
+            refusal = Refusal(exc.status_code, str(exc.detail))
+        return refuser(path)(refusal)
 
     app.add_exception_handler(HTTPException, http_error)
 
@@ -162,7 +124,8 @@ def create_app(endpoint: Endpoint, worker: ModelWorker, spool: Spool, limits: Re
         ctype = (request.headers.get("content-type") or "").split(";")[0].strip().lower()
         is_json = ctype == "application/json"
         max_bytes = limits.max_json_bytes if is_json else limits.max_upload_bytes
-        size = await receive_body(request, path, max_bytes, limits.body_timeout_s)
+        with path.open("wb") as f:
+            size = await uploads.receive(request, f, max_bytes)
         if is_json:
             async with json_turn:
                 return await asyncio.to_thread(json_upload, path, endpoint, limits.max_upload_bytes)
@@ -171,60 +134,22 @@ def create_app(endpoint: Endpoint, worker: ModelWorker, spool: Spool, limits: Re
             raise RequestError("inputs: the upload is empty (0 bytes)")
         return params
 
-    async def transcribe(request: Request, path: Path, params: TranscribeParams) -> dict:
-        try:
-            await asyncio.to_thread(check_length, path, max_audio_s, "inputs")
-        except AudioError as exc:
-            raise RequestError(str(exc)) from None
+    async def predict(request: Request) -> Response:
+        async def handle(path: Path) -> Response:
+            params = await upload(request, path)
 
-        def job(token) -> dict:
-            return endpoint.transcribe(path, params, progress=lambda stage, fraction: token.check())
+            def job(token: CancelToken) -> dict:
+                return endpoint.transcribe(path, params, progress=lambda stage, fraction: token.check())
 
-        try:
-            future, token = worker.submit(job)
-        except QueueFull as exc:
-            raise Refusal(503, f"the server is busy ({exc}); try again later", retry_after_s=limits.retry_after_s) from None
-        answer = asyncio.wrap_future(future)
-        gone = asyncio.ensure_future(_until_disconnected(request))
-        try:
-            await asyncio.wait({answer, gone}, return_when=asyncio.FIRST_COMPLETED)
-        finally:
-            gone.cancel()
-            if not answer.done():
-                token.cancel()
-                answer.cancel()
-        if not answer.done():
-            raise Refusal(499, "the client went away")
-        return answer.result()
-
-    async def predict(request: Request) -> JSONResponse:
-        path: Path | None = None
-        try:
-            path = spool.new_path()
-            async with asyncio.timeout(limits.request_timeout_s):
-                result = await transcribe(request, path, await upload(request, path))
+            result = await uploads.run(request, path, "inputs", job)
             return JSONResponse(result, status_code=int(result.get("status", 400)) if "error" in result else 200)
-        except Refusal as exc:
-            return error_response(exc.status, str(exc), close=exc.close, retry_after_s=exc.retry_after_s)
-        except RequestError as exc:
-            return error_response(exc.status, str(exc))
-        except TimeoutError:  # before OSError, its base class
-            return error_response(504, f"the request took longer than its deadline of {limits.request_timeout_s:g} s")
-        except OSError as exc:  # the spool folder is full or gone
-            log.error("cannot store an upload: %s", exc)
-            return error_response(503, f"the server cannot store the upload now ({exc.strerror or exc})", close=True,
-                                  retry_after_s=limits.retry_after_s)
-        except (ClientDisconnect, Cancelled):
-            return error_response(499, "the client went away")
-        except Exception as exc:  # noqa: BLE001 - an answer, never a traceback to the client
-            log.exception("request failed")
-            return error_response(500, f"internal error: {exc}")
-        finally:
-            if path is not None:
-                path.unlink(missing_ok=True)
+
+        return await uploads.answer(handle, refused)
 
     for route in POST_PATHS:
         app.add_api_route(route, predict, methods=["POST"])
+    add_openai_routes(app, uploads)
     add_live_route(app, endpoint.transcriber, worker)
+    if api_key is not None:
+        app.add_middleware(ApiKeyGuard, key=api_key, refuser=refuser)
     return app
-

@@ -8,6 +8,10 @@
 * closing lingers: the answer is followed by a FIN, and what the client still sends is read and dropped
   for up to ``linger_s`` before the socket closes. Closing a socket with unread data makes the kernel
   send a reset, which would destroy an early answer (a 413 to a body still arriving) on its way.
+
+WebSockets (``/v1/live``) run on uvicorn's ``websockets-sansio`` protocol, with one fix: a handshake
+refused with an HTTP answer (the API key's 401) is marked complete, so uvicorn does not log an error
+for it (:class:`RefusingWebSocketProtocol`).
 """
 
 from __future__ import annotations
@@ -23,6 +27,7 @@ from typing import Any
 import h11
 from uvicorn.config import Config
 from uvicorn.protocols.http.h11_impl import H11Protocol
+from uvicorn.protocols.websockets.websockets_sansio_impl import WebSocketsSansIOProtocol
 from uvicorn.server import ServerState
 
 
@@ -159,3 +164,15 @@ class GuardedH11Protocol(H11Protocol):
 def protocol_factory(limits: ConnectionLimits) -> Callable[..., GuardedH11Protocol]:
     """What ``uvicorn.Config(http=...)`` takes: builds a guarded protocol per connection."""
     return functools.partial(GuardedH11Protocol, limits=limits)
+
+
+class RefusingWebSocketProtocol(WebSocketsSansIOProtocol):
+    """uvicorn's sans-I/O WebSocket protocol, whose denial response (an HTTP answer to the handshake, the
+    ASGI ``websocket.http.response`` extension) leaves ``handshake_complete`` unset in uvicorn 0.54: each
+    refused handshake then logs "ASGI callable returned without completing handshake." at ERROR level,
+    though the client got its answer (uvicorn pull request #3138, open; the wsproto protocol sets it)."""
+
+    async def send(self, message: Any) -> None:
+        await super().send(message)
+        if message["type"] == "websocket.http.response.body" and not message.get("more_body", False):
+            self.handshake_complete = True

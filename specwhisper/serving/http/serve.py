@@ -1,9 +1,12 @@
 """``python -m specwhisper.serving.http.serve``: the endpoint over HTTP on uvicorn (what the Docker image runs).
 
-Routes and answers: :mod:`specwhisper.serving.http.app` (the live WebSocket: :mod:`specwhisper.serving.http.live_ws`). Below the application, connections are capped and
+Routes and answers: :mod:`specwhisper.serving.http.app` (OpenAI's audio API: :mod:`specwhisper.serving.http.openai_api`;
+the live WebSocket: :mod:`specwhisper.serving.http.live_ws`). Below the application, connections are capped and
 request heads must arrive in time (:mod:`specwhisper.serving.http.protocol`); one worker thread runs the model
 with a bounded queue in front (:mod:`specwhisper.serving.http.worker`); uploads live in a spool folder
-(:mod:`specwhisper.serving.spool`) that a starting server clears of what a killed one left.
+(:mod:`specwhisper.serving.spool`) that a starting server clears of what a killed one left. With an API key
+(``--api-key``, or the ``SPECWHISPER_API_KEY`` variable) every route but ``/health`` wants
+``Authorization: Bearer <key>`` (:mod:`specwhisper.serving.http.auth`).
 """
 
 from __future__ import annotations
@@ -15,21 +18,25 @@ import os
 import socket
 import sys
 import threading
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import uvicorn
 
 from specwhisper.serving.arguments import OneLineParser, positive
+from specwhisper.serving.http.auth import check_api_key
 from specwhisper.serving.endpoint.contract import Endpoint
 from specwhisper.serving.http.app import RequestLimits, create_app
-from specwhisper.serving.http.protocol import ConnectionLimits, protocol_factory
+from specwhisper.serving.http.protocol import ConnectionLimits, RefusingWebSocketProtocol, protocol_factory
 from specwhisper.serving.http.worker import ModelWorker
 from specwhisper.serving.spool import Spool, default_spool_dir
 
 
 SHUTDOWN_GRACE_S = 10  # on SIGTERM, requests in flight get this long before they are cancelled
+API_KEY_ENV = "SPECWHISPER_API_KEY"
+LOOPBACK = ("127.0.0.1", "::1", "localhost")
+log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
@@ -41,6 +48,7 @@ class ServerConfig:
     max_waiting: int = 16  # requests waiting for the model beyond the one it runs
     spool_dir: Path = field(default_factory=default_spool_dir)
     access_log: bool = True
+    api_key: str | None = field(default=None, repr=False)  # None: every route is open
 
 
 class EndpointServer:
@@ -51,12 +59,12 @@ class EndpointServer:
         self.config = config
         self.spool = Spool.open(config.spool_dir)
         self.worker = ModelWorker(config.max_waiting)
-        app = create_app(endpoint, self.worker, self.spool, config.requests)
+        app = create_app(endpoint, self.worker, self.spool, config.requests, api_key=config.api_key)
         self.socket = socket.create_server((config.host, config.port), backlog=max(128, config.connections.max_connections))
         # WebSockets (/v1/live) on the websockets package's sans-I/O protocol, which stops reading the socket
         # until the application took the last message; no compression (PCM hardly compresses)
         self.server = uvicorn.Server(uvicorn.Config(
-            app, http=protocol_factory(config.connections), ws="websockets-sansio", ws_per_message_deflate=False,
+            app, http=protocol_factory(config.connections), ws=RefusingWebSocketProtocol, ws_per_message_deflate=False,
             ws_max_size=endpoint.transcriber.settings.live.max_frame_bytes, lifespan="off", log_config=None,
             access_log=config.access_log, timeout_keep_alive=config.connections.keep_alive_s,
             h11_max_incomplete_event_size=config.connections.max_head_bytes, server_header=False,
@@ -121,10 +129,24 @@ def build_parser() -> argparse.ArgumentParser:
     for flag, kind, default, text in limits:
         p.add_argument(flag, type=positive(kind), default=default, help=f"{text} (default: {default:g})")
     p.add_argument("--spool-dir", type=Path, default=d.spool_dir, help=f"folder for uploads in flight (default: {d.spool_dir})")
+    p.add_argument("--api-key", help=f"a key every request must send as 'Authorization: Bearer KEY' (all routes but /health; "
+                                     f"default: the {API_KEY_ENV} variable, which keeps it out of the process list; "
+                                     f"neither: no key, anyone who reaches the port may use the server)")
     return p
 
 
-def config_from_args(args: argparse.Namespace, max_upload_bytes: int) -> ServerConfig:
+def api_key_from(args: argparse.Namespace, env: Mapping[str, str]) -> str | None:
+    """The key of --api-key, else of SPECWHISPER_API_KEY; None when neither is set (or both are empty)."""
+    key = args.api_key if args.api_key is not None else env.get(API_KEY_ENV)
+    if not key:
+        return None
+    try:
+        return check_api_key(key)
+    except ValueError as exc:
+        raise ValueError(f"{'--api-key' if args.api_key is not None else API_KEY_ENV}: {exc}") from None
+
+
+def config_from_args(args: argparse.Namespace, max_upload_bytes: int, api_key: str | None = None) -> ServerConfig:
     return ServerConfig(
         host=args.host,
         port=args.port,
@@ -135,6 +157,7 @@ def config_from_args(args: argparse.Namespace, max_upload_bytes: int) -> ServerC
         max_waiting=args.queue,
         spool_dir=args.spool_dir,
         access_log=not args.quiet,
+        api_key=api_key,
     )
 
 
@@ -150,11 +173,13 @@ def main(argv: list[str] | None = None) -> int:
         if args.threads is not None:
             check_threads(args.threads)
             settings.base.threads = args.threads
-        config = config_from_args(args, settings.max_upload_bytes)
+        config = config_from_args(args, settings.max_upload_bytes, api_key_from(args, os.environ))
         server = EndpointServer(Endpoint(settings), config)
     except (ValueError, OSError) as exc:
         print(f"serve: error: {exc}", file=sys.stderr)
         return 2
+    if config.api_key is None and config.host not in LOOPBACK:
+        log.warning("no API key (--api-key or %s): anyone who reaches %s may use the server", API_KEY_ENV, server.url)
     print(f"serving on {server.url}", file=sys.stderr, flush=True)
     server.run()
     return 0

@@ -1,0 +1,258 @@
+"""OpenAI's audio API on the server, so that the official ``openai`` clients (and the apps built on
+them) use it as they use OpenAI's: set the client's base URL to ``http://HOST:PORT/v1``.
+
+* ``POST /v1/audio/transcriptions`` and ``POST /v1/audio/translations`` (to English): a
+  ``multipart/form-data`` body with ``file`` (any audio or video file ffmpeg reads), ``model``,
+  ``language`` (of the speech; optional, detected without it), ``prompt``, ``response_format`` (``json``, the default, ``text``,
+  ``srt``, ``verbose_json``, ``vtt``; transcriptions also ``diarized_json``), ``temperature`` and
+  ``timestamp_granularities[]`` (``segment``, ``word``: only with ``verbose_json``, as OpenAI's).
+  ``model`` is ``whisper-1`` (this deployment's default model) or one of the models it offers.
+  Our own options are further form fields under the names of ``POST /``'s parameters (``diarize``,
+  ``num_speakers``, ``min_speakers``, ``max_speakers``, ``draft``, ``beam_size``, ``hotwords``...);
+  with ``diarize=true`` the ``verbose_json`` segments and words carry ``speaker``.
+* ``GET /v1/models`` and ``GET /v1/models/{model}``: ``whisper-1`` and the models offered.
+
+Answers follow OpenAI's: ``json`` is ``{"text", "usage"}``; ``verbose_json`` is ``{"task", "language"
+(the full name, e.g. "english"), "duration", "text", "segments", "words", "usage"}`` (``segments``
+unless only ``word`` was asked for, ``words`` when it was); ``diarized_json`` is ``{"task", "duration",
+"text", "segments": [{"type", "id", "start", "end", "text", "speaker"}], "usage"}``; ``text``, ``srt`` and
+``vtt`` come as ``text/plain``. Every error is ``{"error": {"message", "type", "param", "code"}}`` with
+its HTTP status. Uploads go through the same steps, limits, queue and deadline as ``POST /``
+(:mod:`specwhisper.serving.http.uploads`).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+
+from fastapi import FastAPI, Request
+from fastapi.responses import JSONResponse, PlainTextResponse, Response
+from pydantic import ValidationError
+
+from specwhisper.asr.decoding.language import LANGUAGES
+from specwhisper.results.transcript import Transcript, segments_to_dicts
+from specwhisper.pipeline.writers import render
+from specwhisper.serving.http.form_upload import FILE_FIELD, FORM_OVERHEAD, FormUpload
+from specwhisper.serving.http.worker import CancelToken
+from specwhisper.serving.params import Choices, RequestError, TranscribeParams, clip, parse_params
+from specwhisper.serving.http.uploads import Refusal, Uploads
+
+ALIAS = "whisper-1"  # what OpenAI's clients and the apps built on them name by default
+OWNER = "specwhisper"
+FORMATS = ("json", "text", "srt", "verbose_json", "vtt", "diarized_json")
+TEXT_FORMATS = ("text", "srt", "vtt")
+GRANULARITIES = ("word", "segment")
+GRANULARITY_FIELDS = ("timestamp_granularities[]", "timestamp_granularities")
+OPENAI_FIELDS = ("model", "language", "prompt", "response_format", "temperature", "stream", *GRANULARITY_FIELDS)
+# TranscribeParams fields an OpenAI field or the route sets; the others are our extra form fields
+SET_HERE = {"model", "language", "temperature", "initial_prompt", "task", "word_timestamps", "return_timestamps", "formats"}
+EXTRA_FIELDS = tuple(name for name in TranscribeParams.model_fields if name not in SET_HERE)
+OPENAI_NAMES = {"initial_prompt": "prompt"}  # our parameter -> the OpenAI field that sets it
+
+
+def is_openai_path(path: str) -> bool:
+    return path.startswith("/v1/") and path != "/v1/live"
+
+
+def error_type(status: int) -> str:
+    return "server_error" if status >= 500 else "invalid_request_error"
+
+
+def openai_refused(refusal: Refusal) -> JSONResponse:
+    """OpenAI's error answer: ``{"error": {"message", "type", "param", "code"}}``."""
+    body = {"message": clip(str(refusal)), "type": error_type(refusal.status), "param": refusal.param, "code": refusal.code}
+    return JSONResponse({"error": body}, status_code=refusal.status, headers=refusal.headers())
+
+
+def invalid_value(field: str, value: str, allowed: tuple[str, ...]) -> Refusal:
+    listed = ", ".join(f"'{a}'" for a in allowed)
+    return Refusal(400, f"Invalid value: '{clip(value, 60)}'. Supported values are: {listed}.", param=field, code="invalid_value")
+
+
+@dataclass(frozen=True)
+class OpenAIRequest:
+    task: str  # transcribe or translate
+    response_format: str
+    granularities: frozenset[str]
+    params: TranscribeParams
+
+
+def _one(fields: Mapping[str, list[str]], name: str) -> str | None:
+    """A field given once, None when absent or empty (an unset field in many clients' forms)."""
+    values = fields.get(name) or []
+    if len(values) > 1:
+        raise Refusal(400, f"'{clip(name, 60)}' is given {len(values)} times (once at most)", param=name)
+    return values[0].strip() or None if values else None
+
+
+def _model(name: str | None, choices: Choices) -> str:
+    if name is None or name == ALIAS:
+        return choices.models[0]
+    if name not in choices.models:
+        offered = ", ".join((ALIAS, *choices.models))
+        raise Refusal(404, f"The model '{clip(name, 60)}' does not exist here (offered: {offered}).", param="model",
+                      code="model_not_found")
+    return name
+
+
+def _parameter_error(exc: RequestError) -> Refusal:
+    """parse_params' error, its parameter named as the client named it (``prompt``, not ``initial_prompt``)."""
+    cause, param = exc.__cause__, None
+    if isinstance(cause, ValidationError) and cause.errors() and cause.errors()[0]["loc"]:
+        param = str(cause.errors()[0]["loc"][0])
+        param = OPENAI_NAMES.get(param, param)
+    message = str(exc).removeprefix("parameters.").removeprefix("parameters: ")
+    for ours, theirs in OPENAI_NAMES.items():
+        message = message.replace(ours, theirs)
+    return Refusal(exc.status, message, param=param)
+
+
+def openai_request(fields: Mapping[str, list[str]], task: str, choices: Choices) -> OpenAIRequest:
+    """The one mapping of OpenAI's form fields (and our extra ones) onto our request parameters."""
+    for name in fields:
+        if name not in OPENAI_FIELDS and name not in EXTRA_FIELDS:
+            raise Refusal(400, f"Unrecognized request argument supplied: {clip(name, 60)}", param=name, code="unknown_parameter")
+    formats = FORMATS if task == "transcribe" else FORMATS[:-1]
+    response_format = _one(fields, "response_format") or "json"
+    if response_format not in formats:
+        raise invalid_value("response_format", response_format, formats)
+    granularities = [g for name in GRANULARITY_FIELDS for g in fields.get(name, [])]
+    for g in granularities:
+        if g not in GRANULARITIES:
+            raise invalid_value("timestamp_granularities[]", g, GRANULARITIES)
+    if granularities and response_format != "verbose_json":
+        raise Refusal(400, "`response_format` must be `verbose_json` if `timestamp_granularities[]` is provided",
+                      param="timestamp_granularities[]", code="invalid_value")
+    if (_one(fields, "stream") or "false").lower() not in ("false", "0"):
+        raise Refusal(400, "stream: streamed answers are not offered here (send stream=false, or use the WebSocket /v1/live)",
+                      param="stream", code="unsupported_value")
+    raw: dict[str, object] = {name: value for name in EXTRA_FIELDS if (value := _one(fields, name)) is not None}
+    raw.update(model=_model(_one(fields, "model"), choices), task=task)
+    for field, name in (("language", "language"), ("prompt", "initial_prompt"), ("temperature", "temperature")):
+        if (value := _one(fields, field)) is not None:
+            raw[name] = value
+    if "word" in granularities:
+        raw["word_timestamps"] = True
+    if response_format == "diarized_json":
+        if str(raw.setdefault("diarize", True)).lower() in ("false", "0"):
+            raise Refusal(400, "diarize: diarized_json needs diarization (drop diarize=false)", param="diarize")
+    try:
+        params = parse_params(raw, choices)
+    except RequestError as exc:
+        raise _parameter_error(exc) from None
+    return OpenAIRequest(task, response_format, frozenset(granularities), params)
+
+
+def language_name(code: str | None) -> str:
+    """OpenAI's ``language``: the full name in lower case ("english"), as Whisper's tables spell it."""
+    return LANGUAGES.get(code, code) if code else ""
+
+
+def usage(t: Transcript) -> dict:
+    return {"type": "duration", "seconds": math.ceil(t.duration)}
+
+
+def _segments(t: Transcript) -> list[dict]:
+    """OpenAI's segment fields (openai-whisper's), the text as decoded (with its leading space), and
+    ``speaker`` where diarization gave one."""
+    out = segments_to_dicts(t.segments)
+    for d, s in zip(out, t.segments):
+        d.pop("words", None)
+        d.pop("overlap", None)
+        d["text"] = s.text
+    return out
+
+
+def _words(t: Transcript) -> list[dict]:
+    words = []
+    for w in (w for s in t.segments for w in s.words):
+        d = {"word": w.text.strip(), "start": round(w.start, 3), "end": round(w.end, 3)}
+        if w.probability is not None:
+            d["probability"] = round(w.probability, 3)
+        if w.speaker is not None:
+            d["speaker"] = w.speaker
+        words.append(d)
+    return words
+
+
+def openai_answer(t: Transcript, req: OpenAIRequest) -> Response:
+    fmt = req.response_format
+    if fmt == "text":
+        return PlainTextResponse(t.text + "\n")
+    if fmt in TEXT_FORMATS:
+        return PlainTextResponse(render(t, fmt))
+    if fmt == "json":
+        return JSONResponse({"text": t.text, "usage": usage(t)})
+    if fmt == "diarized_json":
+        segments = [{"type": "transcript.text.segment", "id": f"seg_{i}", "start": round(s.start, 3), "end": round(s.end, 3),
+                     "text": s.text.strip(), "speaker": s.speaker or "unknown"} for i, s in enumerate(t.segments)]
+        return JSONResponse({"task": "transcribe", "duration": round(t.duration, 3), "text": t.text, "segments": segments,
+                             "usage": usage(t)})
+    translated = req.task == "translate"
+    out = {"task": req.task, "language": "english" if translated else language_name(t.language),
+           "duration": round(t.duration, 3), "text": t.text}
+    if "segment" in req.granularities or "word" not in req.granularities:
+        out["segments"] = _segments(t)
+    if "word" in req.granularities:
+        out["words"] = _words(t)
+    if not translated:
+        out["usage"] = usage(t)
+    return JSONResponse(out)
+
+
+def model_object(name: str) -> dict:
+    return {"id": name, "object": "model", "created": 0, "owned_by": OWNER}
+
+
+def add_openai_routes(app: FastAPI, uploads: Uploads) -> None:
+    choices = uploads.endpoint.transcriber.settings.choices
+    offered = (ALIAS, *choices.models)
+
+    async def audio(request: Request, task: str) -> Response:
+        async def handle(path: Path) -> Response:
+            form = FormUpload(request.headers.get("content-type"), path, uploads.limits.max_upload_bytes)
+            try:
+                await uploads.receive(request, form, uploads.limits.max_upload_bytes + FORM_OVERHEAD)
+                form.finish()
+            finally:
+                form.close()
+            if not form.has_file:
+                raise Refusal(400, "Missing required parameter: 'file'.", param=FILE_FIELD, code="missing_required_parameter")
+            if form.file_size == 0:
+                raise Refusal(400, "file: the upload is empty (0 bytes)", param=FILE_FIELD)
+            req = openai_request(form.fields, task, choices)
+
+            def job(token: CancelToken) -> Transcript:
+                return uploads.endpoint.run(path, req.params, progress=lambda stage, fraction: token.check(), name=FILE_FIELD)
+
+            try:
+                transcript = await uploads.run(request, path, FILE_FIELD, job)
+            except RequestError as exc:
+                about_file = str(exc).startswith(f"{FILE_FIELD}:")
+                raise Refusal(exc.status, str(exc), param=FILE_FIELD if about_file else None) from None
+            return openai_answer(transcript, req)
+
+        return await uploads.answer(handle, openai_refused)
+
+    async def transcriptions(request: Request) -> Response:
+        return await audio(request, "transcribe")
+
+    async def translations(request: Request) -> Response:
+        return await audio(request, "translate")
+
+    async def models() -> JSONResponse:
+        return JSONResponse({"object": "list", "data": [model_object(m) for m in offered]})
+
+    async def model(name: str) -> JSONResponse:
+        if name not in offered:
+            return openai_refused(Refusal(404, f"The model '{clip(name, 60)}' does not exist here (offered: {', '.join(offered)}).",
+                                          param="model", code="model_not_found"))
+        return JSONResponse(model_object(name))
+
+    app.add_api_route("/v1/audio/transcriptions", transcriptions, methods=["POST"])
+    app.add_api_route("/v1/audio/translations", translations, methods=["POST"])
+    app.add_api_route("/v1/models", models, methods=["GET"])
+    app.add_api_route("/v1/models/{name:path}", model, methods=["GET"])

@@ -1,0 +1,160 @@
+"""What every HTTP route that takes an audio upload shares (``POST /``, OpenAI's ``/v1/audio/*``):
+
+* the request's own file in the spool folder, removed when the request ends, whatever its outcome;
+* its body received as it arrives, refused as soon as it passes the size limit (413) or when it has not
+  arrived within ``body_timeout_s`` (408), both closing the connection;
+* the audio's length checked from its container before it is decoded;
+* the job run on the model worker (503 with Retry-After when its queue is full), dropped or stopped at
+  its next progress report when the client goes away;
+* all of it within ``request_timeout_s`` of the request's arrival (504);
+* every failure turned into one :class:`Refusal`, which each contract renders in its own error body.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import BinaryIO, TypeVar
+
+from fastapi import Request
+from fastapi.responses import Response
+from starlette.requests import ClientDisconnect
+
+from specwhisper.audio.loading import AudioError, check_length
+from specwhisper.serving.endpoint.contract import Endpoint
+from specwhisper.serving.http.worker import Cancelled, CancelToken, ModelWorker, QueueFull
+from specwhisper.serving.params import RequestError
+from specwhisper.serving.spool import Spool
+
+log = logging.getLogger(__name__)
+T = TypeVar("T")
+JSON_OVERHEAD = 1 << 20  # room for the JSON around a base64 upload
+
+
+@dataclass(frozen=True)
+class RequestLimits:
+    max_upload_bytes: int = 200 * 2**20  # the audio file (raw body, or decoded from base64)
+    body_timeout_s: float = 60.0  # to receive the whole body
+    request_timeout_s: float = 3600.0  # from the head's arrival to the answer
+    retry_after_s: int = 10  # told to a client the full queue turns away
+
+    def __post_init__(self) -> None:
+        if self.max_upload_bytes < 1 or self.body_timeout_s <= 0 or self.request_timeout_s <= 0 or self.retry_after_s < 0:
+            raise ValueError(f"bad request limits: {self}")
+
+    @property
+    def max_json_bytes(self) -> int:
+        return self.max_upload_bytes * 4 // 3 + JSON_OVERHEAD
+
+
+class Refusal(Exception):
+    """A request answered with an error; ``close`` drops the connection (its body was not read). ``param``
+    and ``code`` name the field at fault and a machine-readable reason where a contract has them (OpenAI's)."""
+
+    def __init__(self, status: int, message: str, close: bool = False, retry_after_s: int | None = None,
+                 param: str | None = None, code: str | None = None):
+        super().__init__(message)
+        self.status = status
+        self.close = close
+        self.retry_after_s = retry_after_s
+        self.param = param
+        self.code = code
+
+    def headers(self) -> dict[str, str]:
+        headers = {"connection": "close"} if self.close else {}
+        if self.retry_after_s is not None:
+            headers["retry-after"] = str(self.retry_after_s)
+        return headers
+
+
+async def receive_body(request: Request, sink: BinaryIO, max_bytes: int, timeout_s: float) -> int:
+    """Hand the body to ``sink.write`` as it arrives; refuse it past ``max_bytes`` or ``timeout_s``."""
+    declared = request.headers.get("content-length")
+    if declared is not None and int(declared) > max_bytes:  # h11 has checked it is a number
+        raise Refusal(413, f"the request body is larger than {max_bytes} bytes", close=True)
+    size = 0
+    try:
+        async with asyncio.timeout(timeout_s):
+            async for chunk in request.stream():
+                size += len(chunk)
+                if size > max_bytes:
+                    raise Refusal(413, f"the request body is larger than {max_bytes} bytes", close=True)
+                sink.write(chunk)
+    except TimeoutError:
+        raise Refusal(408, f"the request body did not arrive within {timeout_s:g} s", close=True) from None
+    return size
+
+
+async def _until_disconnected(request: Request) -> None:
+    while (await request.receive())["type"] != "http.disconnect":
+        pass
+
+
+def as_refusal(exc: BaseException, limits: RequestLimits) -> Refusal:
+    """The answer to a request that failed with ``exc`` (called in its ``except`` block: an unexpected
+    failure is logged with its traceback and answered in one line)."""
+    if isinstance(exc, Refusal):
+        return exc
+    if isinstance(exc, RequestError):
+        return Refusal(exc.status, str(exc))
+    if isinstance(exc, TimeoutError):  # before OSError, its base class
+        return Refusal(504, f"the request took longer than its deadline of {limits.request_timeout_s:g} s")
+    if isinstance(exc, OSError):  # the spool folder is full or gone
+        log.error("cannot store an upload: %s", exc)
+        return Refusal(503, f"the server cannot store the upload now ({exc.strerror or exc})", close=True,
+                       retry_after_s=limits.retry_after_s)
+    if isinstance(exc, (ClientDisconnect, Cancelled)):
+        return Refusal(499, "the client went away")
+    log.exception("request failed")
+    return Refusal(500, f"internal error: {exc}")
+
+
+class Uploads:
+    """The shared steps above, for routes built on them; see the module's docstring."""
+
+    def __init__(self, endpoint: Endpoint, worker: ModelWorker, spool: Spool, limits: RequestLimits):
+        self.endpoint, self.worker, self.spool, self.limits = endpoint, worker, spool, limits
+
+    async def answer(self, handle: Callable[[Path], Awaitable[Response]], refuse: Callable[[Refusal], Response]) -> Response:
+        """``await handle(path)`` with a fresh spool file, within the deadline; a failure is answered by ``refuse``."""
+        path: Path | None = None
+        try:
+            path = self.spool.new_path()
+            async with asyncio.timeout(self.limits.request_timeout_s):
+                return await handle(path)
+        except (Exception, Cancelled) as exc:  # noqa: BLE001 - an answer, never a traceback to the client
+            return refuse(as_refusal(exc, self.limits))
+        finally:
+            if path is not None:
+                path.unlink(missing_ok=True)
+
+    async def receive(self, request: Request, sink: BinaryIO, max_bytes: int) -> int:
+        return await receive_body(request, sink, max_bytes, self.limits.body_timeout_s)
+
+    async def run(self, request: Request, path: Path, name: str, job: Callable[[CancelToken], T]) -> T:
+        """Check the length of the audio in ``path`` (``name`` in messages), then run ``job(token)`` on the
+        model worker; the job is dropped, or stops at its next ``token.check()``, when the client goes away
+        or the deadline passes."""
+        try:
+            await asyncio.to_thread(check_length, path, self.endpoint.transcriber.settings.max_audio_s, name)
+        except AudioError as exc:
+            raise RequestError(str(exc)) from None
+        try:
+            future, token = self.worker.submit(job)
+        except QueueFull as exc:
+            raise Refusal(503, f"the server is busy ({exc}); try again later", retry_after_s=self.limits.retry_after_s) from None
+        answer = asyncio.wrap_future(future)
+        gone = asyncio.ensure_future(_until_disconnected(request))
+        try:
+            await asyncio.wait({answer, gone}, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            gone.cancel()
+            if not answer.done():
+                token.cancel()
+                answer.cancel()
+        if not answer.done():
+            raise Refusal(499, "the client went away")
+        return answer.result()

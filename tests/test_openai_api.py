@@ -1,0 +1,262 @@
+"""OpenAI's audio API on our server (/v1/audio/transcriptions, /v1/audio/translations, /v1/models), over
+loopback with the official `openai` package as the client, and the API key on every route. Real models
+(the embedded Whisper base), real audio from the evaluation set; transcripts are checked against their
+references (WER), answers against the client's own types, every failure against OpenAI's error body,
+and no upload may stay in the spool. One server for the module, short clips."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import re
+import time
+
+import httpx
+import openai
+import pytest
+from openai.types.audio import Transcription, TranscriptionDiarized, TranscriptionVerbose, TranslationVerbose
+from websockets.asyncio.client import connect
+from websockets.exceptions import InvalidStatus
+
+from specwhisper.evaluation.transcripts import load_manifest, wer
+from specwhisper.serving.http import serve
+from specwhisper.serving.endpoint.contract import Endpoint
+from specwhisper.serving.params import Choices
+from specwhisper.serving.http.serve import ServerConfig, serving
+from specwhisper.serving.service import ServiceSettings
+from specwhisper.serving.http.uploads import RequestLimits
+from tests.test_abuse import server_log  # noqa: F401 - a fixture: no traceback in the server's log
+
+KEY = "sk-test-" + "0123456789abcdef"
+MAX_UPLOAD = 2 * 2**20
+MAX_WER = 0.05  # Whisper base on these clips: 0 after normalisation
+
+
+def _item(name: str):
+    return next(i for i in load_manifest() if i.file == name)
+
+
+@pytest.fixture(scope="module")
+def jfk():
+    item = _item("whisper.cpp/jfk.wav")
+    return item.path.read_bytes(), item.reference
+
+
+@pytest.fixture(scope="module")
+def server(server_log, tmp_path_factory):  # noqa: F811
+    settings = ServiceSettings(choices=Choices(models=("base", "tiny.en"), drafters=("auto", "none")), max_audio_s=60,
+                               max_upload_bytes=MAX_UPLOAD)
+    config = ServerConfig(port=0, requests=RequestLimits(max_upload_bytes=MAX_UPLOAD), access_log=False,
+                          spool_dir=tmp_path_factory.mktemp("spool"), api_key=KEY)
+    with serving(Endpoint(settings), config) as srv:
+        yield srv
+    assert srv.spool.files() == []
+
+
+@pytest.fixture(scope="module")
+def client(server):
+    return openai.OpenAI(base_url=server.url + "/v1", api_key=KEY, max_retries=0, timeout=300)
+
+
+@pytest.fixture(autouse=True)
+def nothing_left(request):
+    """After each case: no upload left in the spool (a request's file goes once its answer is out)."""
+    yield
+    if "server" in request.fixturenames:
+        srv = request.getfixturevalue("server")
+        for _ in range(50):
+            if not srv.spool.files():
+                break
+            time.sleep(0.1)
+        assert srv.spool.files() == []
+
+
+def _openai_error(exc: openai.APIStatusError, status: int, fragment: str, param: str | None = None, code: str | None = None) -> None:
+    """OpenAI's error body: {"error": {"message", "type", "param", "code"}}, one line, with the status."""
+    body = exc.response.json()
+    assert exc.status_code == status and set(body) == {"error"}, body
+    error = body["error"]
+    assert set(error) == {"message", "type", "param", "code"}, error
+    assert error["type"] == ("server_error" if status >= 500 else "invalid_request_error"), error
+    assert fragment in error["message"] and "\n" not in error["message"] and "Traceback" not in error["message"], error
+    assert error["param"] == param and error["code"] == code, error
+
+
+def _cue_text(subtitles: str) -> str:
+    """The text lines of an srt or vtt file (no counters, times or header)."""
+    lines = [line for line in subtitles.splitlines() if line and line != "WEBVTT" and "-->" not in line and not line.isdigit()]
+    return " ".join(lines)
+
+
+@pytest.mark.parametrize("fmt", ["json", "text", "srt", "vtt", "verbose_json"])
+def test_transcription_formats(client, jfk, fmt):
+    audio, reference = jfk
+    model = "base" if fmt == "srt" else "whisper-1"  # a model the deployment offers, by name, or OpenAI's
+    raw = client.audio.transcriptions.with_raw_response.create(file=("jfk.wav", audio), model=model, response_format=fmt)
+    answer = raw.parse()
+    if fmt in ("text", "srt", "vtt"):
+        assert raw.headers["content-type"] == "text/plain; charset=utf-8" and isinstance(answer, str)
+        text = answer.strip() if fmt == "text" else _cue_text(answer)
+        if fmt == "srt":
+            assert re.match(r"1\n00:00:00,000 --> 00:00:1\d,\d{3}\n\w", answer), answer
+        if fmt == "vtt":
+            assert re.match(r"WEBVTT\n\n00:00\.000 --> 00:1\d\.\d{3}\n\w", answer), answer
+    else:
+        body = raw.http_response.json()
+        typed = (Transcription if fmt == "json" else TranscriptionVerbose).model_validate(body)  # the client's own schema
+        text = typed.text
+        assert body["usage"] == {"type": "duration", "seconds": 11}
+        if fmt == "json":
+            assert set(body) == {"text", "usage"}
+        else:
+            assert body["task"] == "transcribe" and body["language"] == "english" and body["duration"] == pytest.approx(11.0)
+            assert "words" not in body and len(typed.segments) >= 1
+            for i, seg in enumerate(body["segments"]):
+                assert set(seg) == {"id", "seek", "start", "end", "text", "tokens", "temperature", "avg_logprob",
+                                    "compression_ratio", "no_speech_prob"}, seg
+                assert seg["id"] == i and seg["text"].startswith(" ") and seg["tokens"] and seg["start"] < seg["end"]
+            assert " ".join(s.text.strip() for s in typed.segments) == text
+    assert wer([reference], [text]) <= MAX_WER, text
+
+
+def test_word_timestamps(client, jfk):
+    audio, reference = jfk
+    answer = client.audio.transcriptions.create(file=("jfk.wav", audio), model="whisper-1", response_format="verbose_json",
+                                                timestamp_granularities=["word"], language="en")
+    assert answer.segments is None and len(answer.words) >= 20  # only words were asked for
+    assert wer([reference], [" ".join(w.word for w in answer.words)]) <= MAX_WER
+    assert all(w.word == w.word.strip() and 0 <= w.start <= w.end <= 11.0 for w in answer.words)
+    assert all(a.start <= b.start for a, b in zip(answer.words, answer.words[1:]))
+    americans = next(w for w in answer.words if w.word.startswith("Americans"))
+    assert 1.0 < americans.start < 3.5  # "And so my fellow Americans" is said in the first 3.5 s of the clip
+
+
+def test_speakers_in_verbose_json(client, jfk):
+    audio, reference = jfk
+    answer = client.audio.transcriptions.create(file=("jfk.wav", audio), model="whisper-1", response_format="verbose_json",
+                                                timestamp_granularities=["word", "segment"],
+                                                extra_body={"diarize": True, "max_speakers": 2, "draft": "none"})
+    body = answer.model_dump()
+    assert body["segments"] and body["words"]
+    assert {s["speaker"] for s in body["segments"]} == {"SPEAKER_00"}  # one man speaks
+    assert {w["speaker"] for w in body["words"]} == {"SPEAKER_00"}
+    assert wer([reference], [answer.text]) <= MAX_WER
+    diarized = client.audio.transcriptions.create(file=("jfk.wav", audio), model="whisper-1", response_format="diarized_json")
+    assert isinstance(diarized, TranscriptionDiarized) and diarized.task == "transcribe"
+    assert [s.speaker for s in diarized.segments] == ["SPEAKER_00"] * len(diarized.segments)
+    assert {s.type for s in diarized.segments} == {"transcript.text.segment"} and diarized.text == answer.text
+
+
+@pytest.mark.filterwarnings("ignore:deprecated:DeprecationWarning")  # the client marks OpenAI's translations so
+def test_translation_and_language_names(client):
+    item = _item("cuttledoc-fleurs/fleurs-fr-000.ogg")  # "l'accident a eu lieu en terrain montagneux..."
+    audio = item.path.read_bytes()
+    heard = client.audio.transcriptions.create(file=("fr.ogg", audio), model="whisper-1", response_format="verbose_json")
+    assert heard.language == "french"
+    assert wer([item.reference], [heard.text], language="fr") <= 0.35, heard.text
+    raw = client.audio.translations.with_raw_response.create(file=("fr.ogg", audio), model="whisper-1",
+                                                             response_format="verbose_json")
+    body = raw.http_response.json()
+    translated = TranslationVerbose.model_validate(body)
+    assert body["task"] == "translate" and translated.language == "english"
+    words = set(re.findall(r"[a-z]+", translated.text.lower()))
+    assert {"the", "accident"} <= words and not words & {"le", "la", "montagneux", "incendie", "semblerait"}, translated.text
+    text = client.audio.translations.create(file=("fr.ogg", audio), model="whisper-1", response_format="text")
+    assert text.endswith("\n") and "accident" in text.lower() and "montagneux" not in text, text
+
+
+def test_models(client):
+    assert [m.id for m in client.models.list().data] == ["whisper-1", "base", "tiny.en"]
+    model = client.models.retrieve("tiny.en")
+    assert (model.id, model.object, model.owned_by) == ("tiny.en", "model", "specwhisper")
+    with pytest.raises(openai.NotFoundError) as info:
+        client.models.retrieve("gpt-4o-transcribe")
+    _openai_error(info.value, 404, "does not exist here", param="model", code="model_not_found")
+
+
+def _create(client, **overrides):
+    args = {"file": ("jfk.wav", b"RIFF"), "model": "whisper-1", **overrides}
+    with pytest.raises(openai.APIStatusError) as info:
+        client.audio.transcriptions.create(**args)
+    return info.value
+
+
+@pytest.mark.parametrize("overrides, status, fragment, param, code", [
+    ({"response_format": "xml"}, 400, "Invalid value: 'xml'", "response_format", "invalid_value"),
+    ({"response_format": "verbose_json", "timestamp_granularities": ["char"]}, 400, "Invalid value: 'char'",
+     "timestamp_granularities[]", "invalid_value"),
+    ({"timestamp_granularities": ["word"]}, 400, "must be `verbose_json`", "timestamp_granularities[]", "invalid_value"),
+    ({"model": "gpt-4o-transcribe"}, 404, "The model 'gpt-4o-transcribe' does not exist here", "model", "model_not_found"),
+    ({"language": "klingon"}, 400, "unknown language 'klingon'", "language", None),
+    ({"temperature": 1.5}, 400, "temperature: must be between 0 and 1, got 1.5", "temperature", None),
+    ({"prompt": "x" * 2001}, 400, "prompt: must be at most 2000 characters, got 2001", "prompt", None),
+    ({"extra_body": {"num_speakers": "two"}}, 400, "num_speakers: must be a whole number, got 'two'", "num_speakers", None),
+    ({"extra_body": {"colour": "blue"}}, 400, "Unrecognized request argument supplied: colour", "colour", "unknown_parameter"),
+    ({"stream": True}, 400, "streamed answers are not offered here", "stream", "unsupported_value"),
+    ({"file": ("notes.txt", b"these are not the droids you are looking for")}, 400, "file: not a readable audio file", "file", None),
+    ({"file": ("empty.wav", b"")}, 400, "file: the upload is empty", "file", None),
+    ({"file": ("big.wav", os.urandom(MAX_UPLOAD + 1))}, 413, f"file: the upload is larger than {MAX_UPLOAD} bytes", "file", None),
+    ({"file": ("huge.wav", os.urandom(3 * MAX_UPLOAD))}, 413, "the request body is larger than", None, None),  # refused unread
+])
+def test_bad_requests_get_openai_errors(client, overrides, status, fragment, param, code):
+    _openai_error(_create(client, **overrides), status, fragment, param, code)
+
+
+def test_bad_forms_get_openai_errors(server):
+    url, auth = server.url + "/v1/audio/transcriptions", {"Authorization": f"Bearer {KEY}"}
+    missing = httpx.post(url, files={"model": (None, "whisper-1")}, headers=auth, timeout=30)  # multipart, no file
+    not_a_form = httpx.post(url, json={"model": "whisper-1", "file": "jfk.wav"}, headers=auth, timeout=30)
+    twice = httpx.post(url, files=[("file", ("a.wav", b"RIFF")), ("file", ("b.wav", b"RIFF"))], headers=auth, timeout=30)
+    for resp, status, fragment, param, code in [
+        (missing, 400, "Missing required parameter: 'file'", "file", "missing_required_parameter"),
+        (not_a_form, 400, "the body must be multipart/form-data", None, None),
+        (twice, 400, "'file' is given twice", "file", None),
+    ]:
+        _openai_error(openai.APIStatusError("", response=resp, body=None), status, fragment, param, code)
+    wrong_method = httpx.get(url, headers=auth, timeout=30)
+    _openai_error(openai.APIStatusError("", response=wrong_method, body=None), 405, "GET is not allowed")
+
+
+def test_api_key_on_every_route(server, client, jfk, server_log):  # noqa: F811
+    wrong = openai.OpenAI(base_url=server.url + "/v1", api_key="sk-wrong", max_retries=0)
+    with pytest.raises(openai.AuthenticationError) as info:
+        wrong.audio.transcriptions.create(file=("jfk.wav", jfk[0]), model="whisper-1")
+    _openai_error(info.value, 401, "incorrect API key", code="invalid_api_key")
+    with pytest.raises(openai.AuthenticationError) as info:
+        wrong.models.list()
+    assert info.value.response.headers["www-authenticate"] == "Bearer"
+    for path in ("/v1/audio/translations", "/v1/models"):
+        resp = httpx.request("POST" if "audio" in path else "GET", server.url + path, timeout=30)  # no key at all
+        _openai_error(openai.APIStatusError("", response=resp, body=None), 401, "no API key given")
+    for headers in ({}, {"Authorization": "Bearer sk-wrong"}, {"Authorization": f"Basic {KEY}"}):
+        resp = httpx.post(server.url + "/", content=jfk[0], headers={"Content-Type": "audio/wav", **headers}, timeout=30)
+        assert resp.status_code == 401 and set(resp.json()) == {"error", "status"} and "API key" in resp.json()["error"]
+    resp = httpx.post(server.url + "/", content=b"", headers={"Content-Type": "audio/wav", "Authorization": f"Bearer {KEY}"})
+    assert resp.status_code == 400 and "empty" in resp.json()["error"]  # through the guard, to the route
+    assert httpx.get(server.url + "/health", timeout=30).json() == {"status": "ok"}  # open: a health check needs no key
+    assert [m.id for m in client.models.list().data][0] == "whisper-1"
+
+    async def live(headers: dict) -> list[str]:
+        async with connect(server.url.replace("http://", "ws://") + "/v1/live", additional_headers=headers) as ws:
+            await ws.send(json.dumps({"type": "end"}))
+            return [json.loads(m)["type"] async for m in ws]
+
+    with pytest.raises(InvalidStatus) as refused:
+        asyncio.run(live({}))
+    assert refused.value.response.status_code == 401 and b"no API key given" in refused.value.response.body
+    with pytest.raises(InvalidStatus):
+        asyncio.run(live({"Authorization": "Bearer sk-wrong"}))
+    assert asyncio.run(live({"Authorization": f"Bearer {KEY}"}))[-1] == "final"
+    assert not [line for line in server_log.lines if "handshake" in line], server_log.lines  # a refusal is no server error
+
+
+def test_serve_takes_the_key_from_the_flag_or_the_environment(capsys):
+    parse = serve.build_parser().parse_args
+    assert serve.api_key_from(parse([]), {}) is None
+    assert serve.api_key_from(parse([]), {"SPECWHISPER_API_KEY": "from-env"}) == "from-env"
+    assert serve.api_key_from(parse(["--api-key", "from-flag"]), {"SPECWHISPER_API_KEY": "from-env"}) == "from-flag"
+    assert "from-flag" not in repr(serve.config_from_args(parse(["--api-key", "from-flag"]), MAX_UPLOAD, "from-flag"))
+    assert serve.main(["--api-key", "two words"]) == 2
+    err = capsys.readouterr().err
+    assert err == "serve: error: --api-key: the API key must be non-empty printable ASCII without spaces\n"
