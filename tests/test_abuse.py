@@ -1,4 +1,4 @@
-"""A hostile but fair user, over loopback only (issue 20): the HTTP server and the CLI answer every
+"""A hostile but fair user, over loopback only: the HTTP server and the CLI answer every
 abuse with a correct status and a one-line error, keep serving, log no traceback and leave no upload
 behind. Limits are scaled down (60 s of audio, 2 MB uploads, timeouts of a second or two) so each case
 takes seconds; memory and latency are measured by bench/abuse.py, never asserted here."""

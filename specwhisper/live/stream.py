@@ -58,7 +58,7 @@ LIVE_LOOKAHEAD = Lookahead(initial=8, maximum=24)
 LOOP_TOKENS_BASE = 16
 LOOP_TOKENS_PER_S = 8.0
 LOOP_COMPRESSION_RATIO = 2.4
-# Words lost by trimming (issue 22, traced on bench/streaming.py's 70 s file: two whole clips gone).
+# Words lost by trimming (traced on bench/streaming.py's 70 s file: two whole clips gone without these rules).
 # 1. Whisper skipped a clip between two words that two hypotheses agreed on, and the buffer was then
 #    cut past it. A hypothesis is now taken only up to a gap of ``SKIP_GAP_S`` or more that holds
 #    ``SKIP_SPEECH_S`` of speech by the VAD: the words after it wait, so the buffer is cut at the gap.
