@@ -43,10 +43,12 @@ test: system-packages models
 test-all: system-packages models
 	$(PY) -m pytest -m ""
 
-# Benchmarks want a quiet machine: each prints side-by-side ratios and writes bench/results/<bench>.json.
+# Benchmarks want a quiet machine: each prints side-by-side ratios and writes bench/results/<bench>.json;
+# bench/report.py then stamps the new results with the commit and regenerates bench/RESULTS.md.
 BENCHES ?= asr_baseline speculative diarization postedit batch longform window_budget abuse
 bench: models
 	@for b in $(BENCHES); do echo "== bench/$$b.py"; $(PY) bench/$$b.py || exit 1; done
+	$(PY) bench/report.py
 
 clean:
 	rm -rf $(VENV) $(DEMO_OUT) .pytest_cache

@@ -5,8 +5,8 @@ query string's ``?formats=srt`` into ``parameters`` when the body has none); the
 ``text``, ``segments``, ``language``, ``speakers``, ``timings``, ``speculative``, and ``chunks`` with
 ``return_timestamps``. A bad request raises an exception with a one-line message, which the inference
 toolkit answers with HTTP 400 and ``{"error": "<message>"}`` (a returned error dict would go out as
-200). Models: those ``path`` (the repository folder) holds, else the embedded ones (README,
-"Inference Endpoint"); deployment settings come from ``SPECWHISPER_*`` environment variables.
+200). Models: those ``path`` (the repository folder) holds, else the embedded ones (docs/serving.md,
+"Inference Endpoint handler"); deployment settings come from ``SPECWHISPER_*`` environment variables.
 """
 
 from __future__ import annotations

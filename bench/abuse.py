@@ -1,4 +1,4 @@
-"""Peak memory under abuse, and latency under load (issue 20), over loopback only.
+"""Peak memory under abuse, and latency under load, over loopback only.
 
 The server runs as a user runs it (``python -m specwhisper.serving.http.serve``, default limits: 4 h of audio, 200 MB
 uploads, base preloaded; --body-timeout/--head-timeout 5 s to keep the slow cases short). Before each

@@ -5,8 +5,8 @@ and a draft step cost, and the speculative speedup those costs allow at a given 
 
 RANDOM WEIGHTS with the real layer structure (transformers configs of whisper-large-v3, medium,
 large-v3-turbo, distil-large-v3): timings only, no transcript. Decoding here is transformers' own
-eager decoder with its dynamic cache (not this project's exact runtime, which is CPU-only so far:
-issue 18), so the figures bound what speculation can give on a device, not what the product gives.
+eager decoder with its dynamic cache (not this project's exact runtime: bench/large_target.py measures
+that one), so the figures bound what speculation can give on a device, not what the product gives.
 Projection (Leviathan et al.): with acceptance a and lookahead k a round yields (1 - a^(k+1)) / (1 - a)
 tokens for k draft steps and one verify pass of k+1 tokens; decoder speedup = tokens per round *
 step / (k * draft + verify).

@@ -1,5 +1,5 @@
 """Where long-form wall time goes: 30 s windows encoded and decoder work, ours against faster-whisper's
-batched pipeline on the 10-minute files of ``bench/longform.py`` (issue 17's wall-time target).
+batched pipeline on the 10-minute files of ``bench/longform.py``.
 
     python bench/window_budget.py [--kinds dense,speakers] [--threads 2]
 
@@ -7,7 +7,7 @@ Each system runs in a process of its own, in turn, on the same base weights, gre
 Counted in process: windows encoded, encoder seconds (per window), decoder seconds, WER.
 
 - ``ours``: the engine as shipped: chunks cover the whole file (the VAD only chooses cut points,
-  issue 19), and the stretches a decode skipped are decoded again in windows of their own.
+  so no speech is dropped unheard), and the stretches a decode skipped are decoded again in windows of their own.
 - ``ours speech-only``: a what-if, not an option of the product: the same engine with the chunks the
   VAD rejected dropped unheard and nothing decoded again (``plan_chunks`` and ``redecode.skipped``
   replaced in that process), which is the work faster-whisper's batched pipeline does, but with

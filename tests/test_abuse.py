@@ -1,4 +1,4 @@
-"""A hostile but fair user, over loopback only (issue 20): the HTTP server and the CLI answer every
+"""A hostile but fair user, over loopback only: the HTTP server and the CLI answer every
 abuse with a correct status and a one-line error, keep serving, log no traceback and leave no upload
 behind. Limits are scaled down (60 s of audio, 2 MB uploads, timeouts of a second or two) so each case
 takes seconds; memory and latency are measured by bench/abuse.py, never asserted here."""
@@ -169,21 +169,25 @@ def _is_error(status: int, body: dict, expected: int, fragment: str) -> None:
 # --- the server -------------------------------------------------------------------------------------
 
 
+@pytest.mark.integration
 def test_serves_audio(server, media):
     status, out, _ = _request(server, "POST", "/?formats=srt", media["jfk"].read_bytes(), {"Content-Type": "audio/wav"})
     assert status == 200 and "fellow Americans" in out["text"] and "srt" in out["outputs"], out
 
 
+@pytest.mark.integration
 def test_long_container_refused_before_decoding(server, media):
     status, body, _ = _request(server, "POST", "/", media["long"].read_bytes(), {"Content-Type": "audio/mp4"})
     _is_error(status, body, 400, f"{2 * MAX_AUDIO_S} s of audio is over the limit of {MAX_AUDIO_S} s")
 
 
+@pytest.mark.integration
 def test_lying_container_stops_at_the_limit(server, media):
     status, body, _ = _request(server, "POST", "/", media["lying"].read_bytes(), {"Content-Type": "audio/aac"})
     _is_error(status, body, 400, f"over the limit of {MAX_AUDIO_S} s")
 
 
+@pytest.mark.integration
 def test_deeply_nested_json(server):
     status, body, _ = _request(server, "POST", "/", b"[" * 200_000 + b"]" * 200_000, {"Content-Type": "application/json"})
     _is_error(status, body, 400, "nested too deeply")
@@ -192,12 +196,14 @@ def test_deeply_nested_json(server):
     _is_error(status, body, 400, "parameters.language")
 
 
+@pytest.mark.integration
 @pytest.mark.parametrize("length", ["\u00b2".encode(), b"9" * 5000, b"-1", b"12, 13"])
 def test_malformed_content_length(server, length):
     answer = _raw(server, b"POST / HTTP/1.1\r\nHost: x\r\nContent-Type: audio/wav\r\nContent-Length: " + length + b"\r\n\r\n")
     _is_error(*_parse_raw(answer)[:2], 400, "malformed HTTP request")
 
 
+@pytest.mark.integration
 def test_bodies_over_the_limit(server):
     head = b"POST / HTTP/1.1\r\nHost: x\r\nContent-Type: audio/wav\r\n"
     answer = _raw(server, head + f"Content-Length: {MAX_UPLOAD + 1}\r\n\r\n".encode())  # refused unread
@@ -210,6 +216,7 @@ def test_bodies_over_the_limit(server):
     _is_error(status, body, 413, "larger than")
 
 
+@pytest.mark.integration
 def test_trickled_body_and_head(server):
     answer = _raw(server, b"POST / HTTP/1.1\r\nHost: x\r\nContent-Type: audio/wav\r\nContent-Length: 100\r\n\r\n", b"x" * 100)
     _is_error(*_parse_raw(answer)[:2], 408, "request body did not arrive")
@@ -232,6 +239,7 @@ def _form_part(name: str, value: bytes, filename: str | None = None) -> bytes:
 OPENAI_HEAD = b"POST /v1/audio/transcriptions HTTP/1.1\r\nHost: x\r\nContent-Type: multipart/form-data; boundary=xyz\r\n"
 
 
+@pytest.mark.integration
 def test_openai_route_bodies_over_the_limit_and_slow(server):
     announced = OPENAI_HEAD + f"Content-Length: {MAX_UPLOAD + FORM_OVERHEAD + 1}\r\n\r\n".encode()
     _is_openai_error(*_parse_raw(_raw(server, announced))[:2], 413, "the request body is larger than")  # refused unread
@@ -243,6 +251,7 @@ def test_openai_route_bodies_over_the_limit_and_slow(server):
     _is_openai_error(*_parse_raw(answer)[:2], 408, "the request body did not arrive within 1.5 s")
 
 
+@pytest.mark.integration
 @pytest.mark.parametrize("body, fragment", [
     (b"--xyz\r\nno headers at all", "the multipart/form-data body is malformed"),
     (_form_part("model", b"whisper-1"), "ended before its closing boundary"),
@@ -256,6 +265,7 @@ def test_openai_route_malformed_forms(server, body, fragment):
     _is_openai_error(status, answer, 400, fragment)
 
 
+@pytest.mark.integration
 def test_half_open_connections_are_capped_and_dropped(server):
     threads = threading.active_count()
     socks = [socket.create_connection(_address(server), timeout=10) for _ in range(LIMITS.max_connections + 8)]
@@ -277,6 +287,7 @@ def test_half_open_connections_are_capped_and_dropped(server):
     assert threading.active_count() <= threads + 1  # connections cost no threads
 
 
+@pytest.mark.integration
 def test_idle_connection_is_closed(server):
     with socket.create_connection(_address(server), timeout=10) as s:
         s.sendall(b"GET /health HTTP/1.1\r\nHost: x\r\n\r\n")
@@ -286,6 +297,7 @@ def test_idle_connection_is_closed(server):
     assert out.startswith(b"HTTP/1.1 200") and out.endswith(b'{"status":"ok"}')
 
 
+@pytest.mark.integration
 def test_full_queue_answers_503_with_retry_after(server, media):
     body = media["jfk"].read_bytes()
 
@@ -303,6 +315,7 @@ def test_full_queue_answers_503_with_retry_after(server, media):
         assert headers["retry-after"] == str(REQUESTS.retry_after_s)
 
 
+@pytest.mark.integration
 def test_deadline_answers_504_and_frees_the_model(endpoint, server, media, tmp_path):
     config = ServerConfig(port=0, connections=LIMITS, requests=RequestLimits(max_upload_bytes=MAX_UPLOAD, request_timeout_s=1.0),
                           access_log=False, spool_dir=tmp_path / "spool")
@@ -313,6 +326,7 @@ def test_deadline_answers_504_and_frees_the_model(endpoint, server, media, tmp_p
     assert status == 200 and "fellow Americans" in out["text"]
 
 
+@pytest.mark.integration
 def test_errors_are_one_line_json(server):
     _is_error(*_request(server, "GET", "/nope")[:2], 404, "no such path")
     _is_error(*_request(server, "DELETE", "/")[:2], 405, "not allowed")
@@ -335,6 +349,7 @@ server.run()
 """
 
 
+@pytest.mark.integration
 def test_uploads_of_a_killed_server_are_removed_on_the_next_start(endpoint, tmp_path):
     spool = tmp_path / "spool"
     proc = subprocess.Popen([sys.executable, "-c", _KILLED_SERVER, str(spool)], cwd=ROOT, stdout=subprocess.PIPE, text=True,

@@ -39,7 +39,7 @@ def jfk(manifest):
 
 
 @pytest.fixture(scope="module")
-def dev00():
+def dev00(eval_root):
     return next(f for f in pyannote_dev_files() if f.uri == "dev00")
 
 

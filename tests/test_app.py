@@ -75,6 +75,7 @@ def _parse_srt(text: str) -> list[tuple[int, float, float, str]]:
     return cues
 
 
+@pytest.mark.integration
 def test_transcribe_upload(page):
     _transcribe(page, JFK)
     _wait_for_text(page, "#transcript", "Transcribing")  # the stage progress bar, fed by the pipeline
@@ -105,6 +106,7 @@ def test_transcribe_upload(page):
     assert "ask not what your country" in " ".join(c[3] for c in cues).lower()
 
 
+@pytest.mark.integration
 def test_bad_upload_shows_message(page, tmp_path):
     fake = tmp_path / "notes.wav"
     fake.write_text("this is a text file with a .wav name, not audio\n")
@@ -117,6 +119,7 @@ def test_bad_upload_shows_message(page, tmp_path):
     assert _table(page) == []
 
 
+@pytest.mark.integration
 def test_two_users_queue(browser, app_url):
     """Two sessions press Transcribe together: they queue for the one model and both get their transcript."""
     contexts = [browser.new_context() for _ in range(2)]
@@ -134,6 +137,7 @@ def test_two_users_queue(browser, app_url):
             c.close()
 
 
+@pytest.mark.integration
 def test_record_from_microphone(launch, app_url):
     """Chromium's fake capture device plays jfk.wav into the microphone; the recording is transcribed."""
     b = launch(*fake_microphone_flags(JFK))

@@ -26,9 +26,9 @@ CLIPS = ("coqui-tts-ljspeech/LJ001-0001.wav", "coqui-tts-ljspeech/LJ001-0002.wav
 
 
 @pytest.fixture(scope="module")
-def speech():
+def speech(eval_root):
     """Two eval clips with short pauses and 1.5 s of silence at the end (13.8 s), and their reference."""
-    items = {i.file: i for i in english_set()}
+    items = {i.file: i for i in english_set(eval_root)}
     silence = lambda s: np.zeros(int(s * 16000), np.float32)  # noqa: E731
     a, b = (load_audio(items[f].path) for f in CLIPS)
     audio = np.concatenate([silence(0.3), a, silence(0.4), b, silence(1.5)])
@@ -167,6 +167,7 @@ def _refused_record_closes_the_microphone(browser, url: str) -> None:
     other.context.close()
 
 
+@pytest.mark.integration
 def test_live_tab_with_a_fake_microphone(speech, tmp_path_factory):
     """Chromium's fake microphone plays the eval speech once; confirmed text appears while it plays,
     the partial text is grey, every sample reaches the server, and the final text matches the reference.

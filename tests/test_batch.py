@@ -329,6 +329,7 @@ def _kill_a_ray_worker(proc: subprocess.Popen, out: Path, timeout: float = 300) 
     return False
 
 
+@pytest.mark.integration
 def test_ray_engine_two_workers(run_cli, eval_root, tmp_path):
     """A local Ray with 2 workers gives the local engine's transcripts; the driver alone writes the DB; a
     worker killed mid-run loses no file and does none twice."""

@@ -1,4 +1,4 @@
-"""Beam search (specwhisper.asr.decoding.beam, issue 19) on real audio with base: beam 1 is greedy, beam 5 finds the
+"""Beam search (specwhisper.asr.decoding.beam) on real audio with base: beam 1 is greedy, beam 5 finds the
 reference on jfk and scores at least greedy's length-normalised log-probability, a row decodes the
 same in a batch as alone; and the cache operations beams need (repeated rows, in-place reorder)."""
 

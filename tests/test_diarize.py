@@ -32,7 +32,7 @@ SR = 16000
 
 
 @pytest.fixture(scope="session")
-def dev_files():
+def dev_files(eval_root):
     return [(f, load_audio(f.audio)) for f in pyannote_dev_files()]
 
 
@@ -170,12 +170,12 @@ def test_progress_reports_named_stages_from_zero_to_one(diarizer, dev_files):
 
 # -- CLI -------------------------------------------------------------------------------------------
 
-def test_cli_diarize_writes_speakers_in_every_format(base_pipeline, diarizer, monkeypatch, capsys, tmp_path):
+def test_cli_diarize_writes_speakers_in_every_format(base_pipeline, diarizer, monkeypatch, capsys, tmp_path, dev_files):
     import specwhisper.pipeline.core
 
     monkeypatch.setattr(base_pipeline, "_diarizer", diarizer)
     monkeypatch.setattr(specwhisper.pipeline.core, "Pipeline", lambda config: base_pipeline)
-    wav = pyannote_dev_files()[0].audio
+    wav = dev_files[0][0].audio
     code = cli.main([str(wav), "--diarize", "-o", str(tmp_path), "-f", "txt,srt,vtt,json,rttm", "-q"])
     _, err = capsys.readouterr()
     assert code == 0, err

@@ -22,7 +22,7 @@ SPECS = {spec.name: spec for spec in ALL}
 
 
 @pytest.fixture(scope="module")
-def built():
+def built(eval_root):
     """name -> (EvalFile, audio) for the meetings used here (built once, then cached in bench/.cache)."""
     return {name: meeting(SPECS[name]) for name in ("s3a", "s3c", "s3b")}
 

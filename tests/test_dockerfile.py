@@ -51,11 +51,13 @@ def _one(instr: list[tuple[str, str]], name: str) -> str:
     return found[0]
 
 
+@pytest.mark.integration
 def test_hadolint_is_clean():
     proc = subprocess.run([_hadolint(), "--no-color", str(DOCKERFILE)], capture_output=True, text=True, timeout=60)
     assert proc.returncode == 0 and not proc.stdout.strip(), proc.stdout + proc.stderr
 
 
+@pytest.mark.integration
 def test_hadolint_does_find_problems():
     """The linter is really at work: a careless Dockerfile fails it."""
     bad = "FROM python\nRUN apt-get install ffmpeg\nRUN cd /app && pip install gradio\n"

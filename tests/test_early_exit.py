@@ -55,7 +55,7 @@ def test_identical_tokens_batch_1(acceptance):
 
 def test_adapter_beats_bare_layers(acceptance):
     """The trained adapter is what makes the first layers a drafter: without it they agree with the
-    target a few percent of the time (issue 8)."""
+    target a few percent of the time."""
     assert acceptance["raw"] < 0.2
     assert acceptance["adapter"] > acceptance["raw"] + 0.25
     assert acceptance["adapter"] > 0.4

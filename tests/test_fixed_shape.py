@@ -48,7 +48,7 @@ def test_a_verify_pass_gives_each_token_the_bits_of_a_plain_step_in_fixed_shapes
     for widths in ([2] * 20, [5] * 10, [3, 7, 1, 13, 4]):
         assert torch.equal(_logits_by_width(rt, enc, seq, p0, widths), plain), f"verify widths {widths} change the logits"
     # among other rows: against plain steps of a batch of the same size. The row count is part of the
-    # shapes (the README's "not promised"): on a CPU with AMX (2026-11-26) plain steps of 3, 4 or 8 rows
+    # shapes (docs/exactness.md, "not promised"): on a CPU with AMX plain steps of 3, 4 or 8 rows
     # gave row 0 logits up to 0.25 away from a lone row's (2 rows: the same bits), so a row of 3 owes
     # only the bits of a plain step of 3 rows, which is what speculation is compared with.
     plain3 = _logits_by_width(rt, enc, seq, p0, [1] * len(seq), rows=3)

@@ -78,7 +78,7 @@ def test_speculation_is_token_identical_on_the_gpu(gpu_engine, manifest, draft):
 
 def test_no_host_tensor_meets_the_gpu_weights(gpu_engine, audio):
     """On a real GPU a host tensor meeting the weights raises; the mode also counts the host reads."""
-    # eager passes: a graph's capture under the mode was invalidated (a float32 run, 2026-11-26); the
+    # eager passes: a graph's capture under the mode is invalidated (seen in a float32 run); the
     # ops a graph replays are these very ones
     graphs, gpu_engine.runtime.graphs = gpu_engine.runtime.graphs, None
     try:

@@ -273,9 +273,10 @@ def test_serve_command(jfk_head, tmp_path):
 # a copy of huggingface-inference-toolkit 0.5.6's, checked byte for byte against the real one on 8 request
 # kinds x 2 HF_TASK values), the ASR pipeline's parameters, and models brought by the repository.
 
-def _flac() -> tuple[bytes, str]:
+@pytest.fixture(scope="module")
+def jfk_flac(eval_root) -> tuple[bytes, str]:
     """openai-whisper's tests/jfk.flac (44.1 kHz stereo 24-bit) and its reference transcript."""
-    item = next(i for i in load_manifest() if i.file == "openai-whisper/jfk.flac")
+    item = next(i for i in load_manifest(eval_root) if i.file == "openai-whisper/jfk.flac")
     return item.path.read_bytes(), item.reference
 
 
@@ -293,11 +294,11 @@ def _toolkit_error(resp, fragment: str) -> None:
     assert set(body) == {"error"} and fragment in body["error"] and "\n" not in body["error"], body
 
 
-def test_toolkit_raw_audio_with_query_parameters(toolkit):
+def test_toolkit_raw_audio_with_query_parameters(toolkit, jfk_flac):
     """A raw FLAC body with ``?formats=srt&return_timestamps=true&language=english``: the toolkit puts
     the query into ``parameters`` as text ("true" -> True), and the answer has ``text`` and
     transformers-style segment ``chunks``."""
-    flac, reference = _flac()
+    flac, reference = jfk_flac
     resp = toolkit.post("/?formats=srt&return_timestamps=true&language=english", content=flac,
                         headers={"Content-Type": "audio/flac"})
     assert resp.status_code == 200 and resp.headers["content-type"] == "application/json", resp.text
@@ -311,13 +312,13 @@ def test_toolkit_raw_audio_with_query_parameters(toolkit):
     assert wer([out["text"]], [" ".join(c["text"] for c in chunks)]) == 0.0
 
 
-def test_toolkit_json_with_generate_kwargs(handler):
+def test_toolkit_json_with_generate_kwargs(handler, jfk_flac):
     """JSON ``{"inputs": base64, "parameters": {...}}`` with HF_TASK=automatic-speech-recognition (the
     toolkit base64-decodes ``inputs`` itself then): ``generate_kwargs`` as transformers' ASR pipeline
     takes them, a language name, and word-level ``chunks``."""
     from starlette.testclient import TestClient
 
-    flac, reference = _flac()
+    flac, reference = jfk_flac
     params = {"return_timestamps": "word", "chunk_length_s": 30, "batch_size": 4,
               "generate_kwargs": {"language": "English", "task": "transcribe", "num_beams": 1, "temperature": [0.0, 0.5, 1.0]}}
     with TestClient(toolkit_app(handler, task="automatic-speech-recognition")) as client:

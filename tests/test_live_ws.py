@@ -52,9 +52,9 @@ def strict(server_log, tmp_path_factory):  # noqa: F811
 
 
 @pytest.fixture(scope="module")
-def speech():
+def speech(eval_root):
     """A 10-15 s single-speaker public clip with its reference (LibriSpeech dev-clean, 11.7 s)."""
-    item = next(i for i in english_set() if i.category == "single" and 10 <= i.duration <= 15 and "jfk" not in i.file)
+    item = next(i for i in english_set(eval_root) if i.category == "single" and 10 <= i.duration <= 15 and "jfk" not in i.file)
     return load_audio(item.path), item.reference
 
 

@@ -9,9 +9,12 @@ import sys
 import zipfile
 from pathlib import Path
 
+import pytest
+
 ROOT = Path(__file__).resolve().parents[1]
 
 
+@pytest.mark.integration
 def test_wheel_holds_one_package_and_builds_without_warnings(tmp_path):
     src = tmp_path / "src"
     src.mkdir()

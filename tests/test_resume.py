@@ -44,7 +44,7 @@ def _records(path) -> int:
 
 
 @pytest.fixture(scope="module")
-def long_file(tmp_path_factory):
+def long_file(eval_root, tmp_path_factory):
     """About 2.5 minutes of the public clips, back to back."""
     return build_long_file("dense", tmp_path_factory.mktemp("long"), min_seconds=150)
 

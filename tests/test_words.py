@@ -36,4 +36,4 @@ def test_word_times_match_forced_alignment(base_pipeline, eval_root):
     print(f"\nword start error vs MFA: median {np.median(diffs):.3f} s, mean {diffs.mean():.3f} s, "
           f"within 0.2 s: {np.mean(diffs <= 0.2):.0%} of {len(diffs)} words")
     assert np.median(diffs) < 0.1  # measured 0.062 (faster-whisper on the same weights: 0.060)
-    assert np.mean(diffs <= 0.3) >= 0.8  # measured 0.85 of 53 words (0.86 of 51 before chunks took the file's start, issue 19)
+    assert np.mean(diffs <= 0.3) >= 0.8  # measured 0.85 of 53 words (0.86 of 51 when chunks did not take the file's start)

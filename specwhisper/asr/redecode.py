@@ -1,4 +1,4 @@
-"""Which stretches of a decoded chunk to decode again on their own (issue 19: never lose a word).
+"""Which stretches of a decoded chunk to decode again on their own (never lose a word).
 
 Whisper sometimes stops writing before the speech does: openai/whisper seeks on from the last
 timestamp, and a window that holds a loud voice and then a quiet one often ends its text after the

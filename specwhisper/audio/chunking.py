@@ -6,8 +6,8 @@ up to the middle of each pause (or its 30 s limit), and whatever a long pause st
 uncovered becomes chunks of its own, marked ``speech=False``. So every sample of the file is in
 exactly one chunk and Whisper hears all of it: audio the VAD rejected is dropped only when Whisper
 itself says it holds no speech (the no-speech rule in ``specwhisper.asr.decoding.fallback``), and a file in which the
-VAD found nothing is still decoded (issue 19: a falsetto clip and quiet stretches of a German file
-were lost because silero scored them below its threshold).
+VAD found nothing is still decoded (otherwise a falsetto clip and quiet stretches of a German file
+are lost: silero scores them below its threshold).
 """
 
 from __future__ import annotations

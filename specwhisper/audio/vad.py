@@ -30,7 +30,7 @@ class VoiceActivityDetector:
     The speech probabilities are silero's own network, run batched: silero's loop calls the model
     once per 32 ms window from Python (18,750 calls for 10 minutes), which took 2.4-2.8 s per 2
     minutes of audio on one thread of this 2-core CPU (and 87 s per 2 minutes at 2 threads next to
-    another job, issue 17). Its encoder sees each window with the previous window's last 64 samples
+    another job). Its encoder sees each window with the previous window's last 64 samples
     and keeps no state, so all windows go through it in a few large calls; only the small LSTM runs
     in sequence (one ``nn.LSTM`` call per block, with silero's ``LSTMCell`` weights). Measured: 0.31 s
     per 2 minutes, probabilities within 4e-6 of silero's loop (tests/test_vad.py). The spans come from

@@ -52,7 +52,7 @@ def dtype_name(dtype: torch.dtype) -> str:
 def on_device(data, device: torch.device | str, dtype: torch.dtype | None = None) -> torch.Tensor:
     """``torch.tensor(data, device=device)`` without waiting for the device. torch copies pageable host
     memory to a GPU synchronously, so every such call inside a step waited for all the work queued
-    before it, and the kernels after it were launched only then (an H200, 2026-11-26: 133 waits in 29
+    before it, and the kernels after it were launched only then (on an H200: 133 waits in 29
     plain steps of base, where the one token read per step needs one); from pinned memory the copy is
     queued like a kernel. Elsewhere it is ``torch.tensor``."""
     device = torch.device(device)

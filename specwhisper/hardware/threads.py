@@ -1,4 +1,4 @@
-"""The process's CPU thread policy, chosen by measurement (bench/longform.py, issue 17).
+"""The process's CPU thread policy, chosen by measurement (bench/longform.py).
 
 Three settings, each measured on this project's 2-core CPU, quiet and next to a competing load:
 
@@ -7,7 +7,7 @@ Three settings, each measured on this project's 2-core CPU, quiet and next to a 
   decode then waits for a spinning thread that has lost its core. GNU OpenMP reads the policy once,
   when torch is first imported, so ``set_wait_policy`` runs when the ``specwhisper`` package is imported,
   before any module of ours imports torch (a user's own setting wins).
-  Tried instead (2026-11-25, a 3-minute file, 2 threads, interleaved): GNU OpenMP's own 3 ms spin
+  Measured against the alternatives (a 3-minute file, 2 threads, interleaved): GNU OpenMP's own 3 ms spin
   was 10% faster quiet (24.7-26.6 s wall against 28.2-28.7) and 2.5x slower next to 4 busy
   processes (183 s against 68-74); shorter spins (GOMP_SPINCOUNT 2000-10000) 5-8% faster quiet and
   15-20% slower loaded. Spinning with the thread count dropped to the free cores before each batch

@@ -96,7 +96,7 @@ class Transcriber:
         (``(samples,)`` or ``(samples, channels)``, float in [-1, 1] or integer PCM) with its
         ``sample_rate``. ``options``: see ``Transcriber.options``. ``progress(stage, fraction)`` is
         called as each stage (VAD, transcription, diarization steps, post-edit) advances."""
-        opts = self._options(options)
+        opts = self.options(**options)
         t = time.perf_counter()
         waveform, source = _waveform(audio, sample_rate, opts.max_audio_s)
         load_s = time.perf_counter() - t
@@ -110,7 +110,7 @@ class Transcriber:
         tokens each file gets are those it gets alone); diarization and post-edit run per file.
         ``sample_rate`` applies to the arrays among ``audios``. Every input is read (and checked)
         before any is transcribed."""
-        opts = self._options(options)
+        opts = self.options(**options)
         loaded = [_waveform(a, sample_rate, opts.max_audio_s) for a in audios]
         if not loaded:
             return []

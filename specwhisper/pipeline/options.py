@@ -112,6 +112,8 @@ class Option:
                 raise OptionError(self, f"must be {self._bounds()}, got {_num(value)}")
         if self.max_chars is not None and isinstance(value, str) and len(value) > self.max_chars:
             raise OptionError(self, f"must be at most {self.max_chars} characters, got {len(value)}")
+        if self.name == "language":
+            return _language_code(self, value)
         return value
 
     def _bounds(self) -> str:
@@ -129,8 +131,8 @@ class Option:
         if kind is bool:
             if isinstance(value, bool):
                 return value
-            if isinstance(value, str) and value.strip().lower() in ("true", "1", "yes", "on", "false", "0", "no", "off"):
-                return value.strip().lower() in ("true", "1", "yes", "on")
+            if isinstance(value, str) and value.strip().lower() in ("true", "1", "false", "0"):
+                return value.strip().lower() in ("true", "1")
             if isinstance(value, int) and value in (0, 1):
                 return bool(value)
             raise OptionError(self, f"must be true or false, got '{_short(value)}'")
@@ -151,6 +153,16 @@ class Option:
         if not isinstance(value, str):
             raise OptionError(self, f"must be text, got {type(value).__name__}")
         return value
+
+
+def _language_code(option: Option, value: str) -> str | None:
+    """A language name ("English", "german") as its code; None for "auto" (detect)."""
+    from specwhisper.asr.decoding.language import normalize_language  # transformers' tables: loaded on use
+
+    try:
+        return normalize_language(value)
+    except ValueError as exc:
+        raise OptionError(option, "names an " + str(exc).removeprefix("language ")) from None
 
 
 def _whole(value: Any) -> int:

@@ -94,11 +94,6 @@ class _ParamsBase(BaseModel):
             raise ValueError(f"'{clip(value, 60)}' is not offered here (choose from {', '.join(allowed)})")
         return value
 
-    @field_validator("language", check_fields=False)
-    @classmethod
-    def _language_code(cls, value):
-        return normalize_language(value)
-
     @field_validator("formats", mode="before")
     @classmethod
     def _format_list(cls, value):

@@ -1,4 +1,4 @@
-"""Beam search decoding (``--beam-size``, issue 19) over the exact decoder runtime.
+"""Beam search decoding (``--beam-size``) over the exact decoder runtime.
 
 The semantics are openai/whisper ``decoding.py``'s ``BeamSearchDecoder`` with its
 ``MaximumLikelihoodRanker`` (length_penalty None): per audio row ``beam_size`` live beams; each step

@@ -21,7 +21,7 @@ class OutputHead:
     copy of the rows they share. That holds only where a product's columns are exact (the packed
     float32 CPU kernels, int8): an unpacked product (a GPU; bfloat16) picks its kernel, and so its sums'
     order, by the output width, so the split head gave the verify pass other logits than the target's
-    whole head (an H200, bfloat16, 2026-11-26: jfk's "ask" became a timestamp pair under the early-exit
+    whole head (on an H200 in bfloat16 jfk's "ask" became a timestamp pair under the early-exit
     drafter). There the head stays whole and ``compact`` slices its product."""
 
     def __init__(self, weight: torch.Tensor, compact: tuple[int, int] | None = None, int8: bool = False):

@@ -12,15 +12,18 @@ from specwhisper.serving.cli.args import PEER_MEANINGS, build_parser
 HEADER = """# `transcribe` command line
 
 Generated from the parser (`python -m specwhisper.serving.cli.reference > docs/cli.md`); every
-transcription option is declared once in `specwhisper/pipeline/options.py`, and the same names work in
-the Python API (`transcriber.transcribe(audio, beam_size=5)`), the HTTP server's parameters
-(`?beam_size=5`, docs/serving.md) and the web UI's "More options".
+transcription option is declared once in
+[`specwhisper/pipeline/options.py`](../specwhisper/pipeline/options.py), and the same names work in the
+Python API (`transcriber.transcribe(audio, beam_size=5)`), the HTTP server's parameters (`?beam_size=5`,
+[serving.md](serving.md)) and the web UI's "More options".
 
 ```
 transcribe INPUT... [options]
 ```
 
-INPUT is one or more audio or video files, or one folder (a resumable batch: docs/batch.md).
+INPUT is one or more audio or video files, or one folder (a resumable batch: [batch.md](batch.md)).
+What is written: [outputs.md](outputs.md); `--live`: [live.md](live.md); bad input gives one
+`transcribe: error: ...` line per file and a non-zero exit ([transcription.md](transcription.md#inputs-and-errors)).
 """
 
 

@@ -1,7 +1,7 @@
 """The models an Inference Endpoint's repository brings, found in the folder the platform passes.
 
 Inference Endpoints copies the endpoint's model repository to a folder (``/repository``) and calls
-``EndpointHandler(path)`` with it. Its layout (README, "Inference Endpoint"):
+``EndpointHandler(path)`` with it. Its layout (docs/serving.md, "Inference Endpoint handler"):
 
 - the root: a Whisper model, either transformers' files (``config.json`` with ``model_type`` whisper,
   ``model.safetensors`` or ``pytorch_model.bin``, tokenizer and preprocessor files, as
