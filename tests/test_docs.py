@@ -225,6 +225,8 @@ def _check_docker(args: list[str]) -> None:
 
 
 def check_command(argv: list[str]) -> None:
+    while argv and re.fullmatch(r"[A-Z_][A-Z0-9_]*=.*", argv[0]):  # VAR=value before the command
+        argv = argv[1:]
     if argv[0] == "sudo":
         argv = argv[1:]
     program, args = Path(argv[0]).name, argv[1:]
