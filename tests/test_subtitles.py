@@ -102,6 +102,26 @@ def test_layout_from_the_pipeline_turns_word_timings_on(base_pipeline, eval_root
             assert render(t, fmt, layout) == _openai(fmt, result, layout), (layout, fmt)
 
 
+def test_batch_folder_writes_laid_out_subtitles(base_pipeline, eval_root, tmp_path, monkeypatch):
+    """The batch runner (specwhisper.batch.runner) lays out the subtitles it writes by RunOptions.subtitles."""
+    import shutil
+
+    import specwhisper.pipeline.core
+    from specwhisper.batch.runner import BatchConfig, run_batch
+
+    monkeypatch.setattr(specwhisper.pipeline.core, "Pipeline", lambda config: base_pipeline)
+    (tmp_path / "in").mkdir()
+    shutil.copy(eval_root / "cuttledoc-fleurs/fleurs-en-004.ogg", tmp_path / "in/clip.ogg")
+    layout = SubtitleOptions(max_line_width=16, max_line_count=1)
+    report = run_batch(BatchConfig(tmp_path / "in", tmp_path / "out", ["json", "srt", "vtt"]),
+                       base_pipeline.config, RunOptions(subtitles=layout))
+    assert report.done_now == 1
+    result = json.loads((tmp_path / "out/clip.json").read_text(encoding="utf-8"))
+    for fmt in ("srt", "vtt"):
+        written = (tmp_path / f"out/clip.{fmt}").read_text(encoding="utf-8")
+        assert written == _openai(fmt, result, layout) and written.count(" --> ") >= 4
+
+
 def test_diarized_cues_carry_their_speaker():
     """WhisperX's ``[SPEAKER_00]: `` label on each cue, the speaker of each of its words (a cue never
     holds two speakers); without the speakers the cues are openai-whisper's."""

@@ -71,7 +71,8 @@ class DecodeOptions:
         if self.patience <= 0:
             raise ValueError(f"patience must be > 0, got {self.patience}")
         threshold = self.hallucination_silence_threshold
-        if threshold is not None and not (isinstance(threshold, (int, float)) and 0 < threshold < float("inf")):
+        if threshold is not None and (isinstance(threshold, bool) or not isinstance(threshold, (int, float))
+                                      or not 0 < threshold < float("inf")):
             raise ValueError(f"hallucination silence threshold must be a number of seconds > 0, got {threshold}")
         self.quality.validate()
         if special is None:

@@ -13,7 +13,10 @@ and our json, writes our srt and vtt byte for byte. In short:
   more than 3 s between words starts a new cue; segments no longer bound cues. Without both options,
   each segment is cut into cues of its own.
 - ``max_words_per_line``: each segment is cut into runs of at most this many words, each run starting
-  a new cue (no effect together with both options above, as in openai-whisper).
+  a new cue.
+
+Combinations that openai-whisper accepts and then ignores are refused with a one-line error: a line
+count without a width, and words per line with both a width and a line count.
 - ``highlight_words``: one cue per word with that word underlined (``<u>word</u>``), and the cue's
   text without underline over the gaps between words.
 
