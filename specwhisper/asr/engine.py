@@ -24,7 +24,7 @@ from specwhisper.asr.decoding.language import normalize_language
 from specwhisper.hardware.memory import release_gpu_library_pages, release_torch_import_pages, trim_heap
 from specwhisper.asr.runtime.decoder import WhisperDecoderRuntime
 from specwhisper.asr.weights.loader import WhisperBundle, load_whisper
-from specwhisper.asr import redecode
+from specwhisper.asr import hallucination, redecode
 from specwhisper.asr.decoding.segments import stitch, tokens_to_segments
 from specwhisper.results.stats import DecodeStats
 from specwhisper.results.transcript import Segment
@@ -49,6 +49,14 @@ class DecodeOptions:
     initial_prompt: str | None = None  # text before every chunk (before the first one only when conditioning)
     hotwords: str | None = None  # words to favour: put in the prompt of every chunk
     condition_on_previous_text: bool = False  # True: chunks decode one at a time, each after the text before it
+    # seconds of silence around a likely hallucination for it to be dropped (specwhisper.asr.hallucination);
+    # None: off. Word timings are computed when it is set.
+    hallucination_silence_threshold: float | None = None
+
+    @property
+    def needs_words(self) -> bool:
+        """Whether the decode aligns words: asked for, or needed by the hallucination rules."""
+        return self.word_timestamps or self.hallucination_silence_threshold is not None
 
     def validate(self, special: SpecialTokens | None = None) -> None:
         """Raises ValueError with a one-line message; ``special`` adds the checks that need the model.
@@ -66,6 +74,10 @@ class DecodeOptions:
             raise ValueError(f"beam size must be >= 1, got {self.beam_size}")
         if self.patience <= 0:
             raise ValueError(f"patience must be > 0, got {self.patience}")
+        threshold = self.hallucination_silence_threshold
+        if threshold is not None and (isinstance(threshold, bool) or not isinstance(threshold, (int, float))
+                                      or not 0 < threshold < float("inf")):
+            raise ValueError(f"hallucination silence threshold must be a number of seconds > 0, got {threshold}")
         self.quality.validate()
         if special is None:
             return
@@ -179,33 +191,42 @@ class AsrEngine:
         opts: DecodeOptions,
         decoder: Decoder,
         stats: DecodeStats,
+        file_ends: list[float] | None = None,
     ) -> tuple[list[list[Segment]], list[list[tuple[Chunk, Segment | None]]], list[Attempt]]:
-        """Decode one batch of chunks (row i of ``enc`` is ``chunks[i]``, all after the same ``prompt``).
+        """Decode one batch of chunks (row i of ``enc`` is ``chunks[i]``, all after the same ``prompt``;
+        ``file_ends[i]``: the length in seconds of its file, for the hallucination rules).
 
         Returns each chunk's segments (absolute times; none when Whisper finds no speech), the
-        stretches of each chunk to decode again (``redecode.skipped``) and the attempt kept per chunk; the decode's counters and the alignment time are added to ``stats``."""
+        stretches of each chunk to decode again (``redecode.skipped``, and ``hallucination.screen``'s
+        with its option) and the attempt kept per chunk; the decode's counters and the alignment time
+        are added to ``stats``."""
         first = self._first_decoder(opts, decoder)
         attempts = decode_with_fallback(first, self._sampler, enc, prompt, feats, opts.quality, self._text, stats,
                                         seconds=[c.duration_s for c in chunks])
         trim_heap()  # the batch's cache is freed: keep the heap from holding it (specwhisper.hardware.memory)
         per_chunk: list[list[Segment]] = []
-        again: list[list[tuple[Chunk, Segment | None]]] = []
         for chunk, a in zip(chunks, attempts):
             if opts.quality.is_silence(a.seq, vad_speech=chunk.speech):
                 per_chunk.append([])
-                again.append([])
                 continue
             segs = tokens_to_segments(a.seq.tokens, self.special, self.bundle.tokenizer, chunk.start_s,
                                                chunk.duration_s, drop_unfinished=a.seq.hit_max_length)
             facts = dict(seek=chunk.start // 160, temperature=a.temperature, avg_logprob=a.seq.avg_logprob,
                          compression_ratio=a.compression_ratio, no_speech_prob=a.seq.no_speech_prob)
             per_chunk.append([replace(seg, **facts) for seg in segs])
-            again.append(redecode.skipped(chunk, per_chunk[-1]))  # the very segments kept: a thin one is replaced by identity
-        if opts.word_timestamps:
+        if opts.needs_words:
             t = time.perf_counter()
             offsets = [c.start_s for c in chunks]
             self.aligner.align(enc, per_chunk, offsets, [c.duration_s for c in chunks], language, opts.task)
             stats.alignment_seconds += time.perf_counter() - t
+        again: list[list[tuple[Chunk, Segment | None]]] = []
+        for k, chunk in enumerate(chunks):
+            view, extra = chunk, []
+            if opts.hallucination_silence_threshold is not None and per_chunk[k]:
+                end = file_ends[k] if file_ends else float("inf")
+                per_chunk[k], view, extra = hallucination.screen(chunk, per_chunk[k], opts.hallucination_silence_threshold, end)
+            # the very segments kept: a thin one is replaced by identity
+            again.append(redecode.skipped(view, per_chunk[k]) + [(c, None) for c in extra])
         return per_chunk, again, attempts
 
     def transcribe(
@@ -285,7 +306,8 @@ class AsrEngine:
                     feats, enc = self._gather(audios, batch, encoded, stats)
                     batch_stats = DecodeStats()
                     per_chunk, again, attempts = self._decode_batch(
-                        enc, feats, prompt, [c for _, c in batch], languages[i0][0], opts, decoder, batch_stats
+                        enc, feats, prompt, [c for _, c in batch], languages[i0][0], opts, decoder, batch_stats,
+                        [len(audios[i]) / SAMPLE_RATE for i, _ in batch],
                     )
                     if journal:
                         journal.record(batch, prompt, per_chunk, again, attempts, batch_stats)

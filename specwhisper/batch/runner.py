@@ -24,6 +24,7 @@ from specwhisper.batch.inputs import InputError, Job, find_inputs, make_jobs
 from specwhisper.pipeline.core import PipelineConfig, RunOptions
 from specwhisper.batch.jobs import JobDB, JobRecord, file_sha256
 from specwhisper.pipeline.writers import OutputDirError, check_output_dir, write_outputs
+from specwhisper.pipeline.subtitles import SubtitleOptions
 
 ENGINES = ("local", "ray")
 # Settings that cannot change a transcript (or are secrets), left out of a file's settings key.
@@ -207,12 +208,13 @@ class _Bar:
         self.bar.close()
 
 
-def _record(db: JobDB, event: Finished, formats: list[str]) -> str | None:
-    """Write a finished file's outputs, then its done mark; or its failure. Returns the error, if any."""
+def _record(db: JobDB, event: Finished, formats: list[str], layout: SubtitleOptions) -> str | None:
+    """Write a finished file's outputs (srt and vtt laid out by ``layout``), then its done mark; or its
+    failure. Returns the error, if any."""
     job, error = event.job, event.error
     if event.transcript is not None:
         try:
-            written = write_outputs(event.transcript, job.out_dir, job.stem, formats)
+            written = write_outputs(event.transcript, job.out_dir, job.stem, formats, layout)
         except OSError as exc:
             error = f"{job.path}: cannot write outputs to {job.out_dir} ({exc.strerror or exc})"
         else:
@@ -249,12 +251,13 @@ def run_batch(
         plan = plan_jobs(db, jobs, settings_key(pipeline_config, options, cfg.formats), cfg.retry_failed)
         report.done_before, report.failed_before = len(plan.done_before), len(plan.failed_before)
         if plan.todo:
-            _run_jobs(db, engine, plan.todo, cfg.formats, report, show_progress)
+            _run_jobs(db, engine, plan.todo, cfg.formats, options.subtitles, report, show_progress)
         report.records = db.records([j.key for j in jobs])
     return report
 
 
-def _run_jobs(db: JobDB, engine, todo: list[Job], formats: list[str], report: BatchReport, show_progress: bool) -> None:
+def _run_jobs(db: JobDB, engine, todo: list[Job], formats: list[str], layout: SubtitleOptions, report: BatchReport,
+              show_progress: bool) -> None:
     engine.start()  # before our signal handlers: Ray installs its own while starting
     running: set[str] = set()
     bar = _Bar(len(todo), show_progress)
@@ -267,7 +270,7 @@ def _run_jobs(db: JobDB, engine, todo: list[Job], formats: list[str], report: Ba
                             db.start([j.key for j in event.jobs])
                             running.update(j.key for j in event.jobs)
                             continue
-                        error = _record(db, event, formats)
+                        error = _record(db, event, formats, layout)
                         running.discard(event.job.key)
                     if error:
                         report.failed_now += 1

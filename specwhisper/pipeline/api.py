@@ -29,6 +29,7 @@ from specwhisper.results.transcript import Transcript
 from specwhisper.audio.loading import (AudioError, from_array, load_audio,
                                        load_audio_bytes, over_limit)
 from specwhisper.pipeline.options import BY_NAME, check_values, options_for
+from specwhisper.pipeline.subtitles import SubtitleOptions
 from specwhisper.pipeline.writers import ALL_FORMATS, check_output_dir, parse_formats, render, write_outputs
 
 if TYPE_CHECKING:
@@ -40,18 +41,23 @@ Progress = Callable[[str, float], None]  # progress(stage, fraction done of that
 
 class Transcription(Transcript):
     """A ``Transcript`` (segments, words, speakers, language, timings, ...) that renders and writes
-    itself in every output format: txt, srt, vtt, json, tsv, rttm."""
+    itself in every output format: txt, srt, vtt, json, tsv, rttm; srt and vtt in the subtitle layout
+    the transcription was asked for (``max_line_width=42``, ...)."""
+
+    layout: SubtitleOptions = SubtitleOptions()
 
     @classmethod
-    def of(cls, transcript: Transcript) -> Transcription:
-        return cls(**{f.name: getattr(transcript, f.name) for f in fields(Transcript)})
+    def of(cls, transcript: Transcript, layout: SubtitleOptions = SubtitleOptions()) -> Transcription:
+        made = cls(**{f.name: getattr(transcript, f.name) for f in fields(Transcript)})
+        made.layout = layout
+        return made
 
     def to(self, fmt: str) -> str:
         """The text of one format (``"srt"``, ``"json"``, ...), as the CLI writes it."""
         names = parse_formats(fmt)
         if len(names) != 1:
             raise ValueError(f"to() renders one format, got '{fmt}' (write() writes several)")
-        return render(self, names[0])
+        return render(self, names[0], self.layout)
 
     def write(self, folder: str | os.PathLike, formats: str | Iterable[str] = "all", stem: str | None = None) -> list[Path]:
         """Write ``folder/stem.fmt`` for each format (all or none, as the CLI does) and return the paths.
@@ -64,7 +70,7 @@ class Transcription(Transcript):
             names = [n for n in names if n != "rttm"]
         folder = Path(folder)
         check_output_dir(folder)
-        return write_outputs(self, folder, stem or (Path(self.source).stem if self.source else "audio"), names)
+        return write_outputs(self, folder, stem or (Path(self.source).stem if self.source else "audio"), names, self.layout)
 
 
 class Transcriber:
@@ -102,7 +108,7 @@ class Transcriber:
         load_s = time.perf_counter() - t
         result = self.pipeline.run(waveform, opts, progress, source=source)
         result.timings["load_audio"] = round(load_s, 3)
-        return Transcription.of(result)
+        return Transcription.of(result, opts.subtitles)
 
     def transcribe_many(self, audios: Iterable[Audio], *, sample_rate: int | None = None,
                         progress: Progress | None = None, **options) -> list[Transcription]:
@@ -115,7 +121,7 @@ class Transcriber:
         if not loaded:
             return []
         results = self.pipeline.run_many([w for w, _ in loaded], opts, progress, sources=[s for _, s in loaded])
-        return [Transcription.of(r) for r in results]
+        return [Transcription.of(r, opts.subtitles) for r in results]
 
 
 def _waveform(audio: Audio, sample_rate: int | None, max_seconds: float) -> tuple[np.ndarray, str | None]:

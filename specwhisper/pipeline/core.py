@@ -12,6 +12,7 @@ import numpy as np
 from specwhisper.audio.loading import DEFAULT_MAX_SECONDS, SAMPLE_RATE, load_audio
 from specwhisper.asr.engine import AsrEngine, AsrResult, DecodeOptions
 from specwhisper.results.transcript import Transcript
+from specwhisper.pipeline.subtitles import SubtitleOptions
 
 Progress = Callable[[str, float], None]
 
@@ -44,15 +45,21 @@ class RunOptions:
     max_speakers: int | None = None
     postedit: bool = False
     max_audio_s: float = DEFAULT_MAX_SECONDS
+    subtitles: SubtitleOptions = field(default_factory=SubtitleOptions)  # srt/vtt layout, for the writers
 
     def validate(self) -> None:
         self.decode.validate()
+        self.subtitles.validate()
         for name in ("num_speakers", "min_speakers", "max_speakers"):
             v = getattr(self, name)
             if v is not None and v < 1:
                 raise ValueError(f"{name.replace('_', '-')} must be >= 1, got {v}")
         if self.min_speakers and self.max_speakers and self.min_speakers > self.max_speakers:
             raise ValueError(f"min-speakers ({self.min_speakers}) is larger than max-speakers ({self.max_speakers})")
+
+    def decode_options(self) -> DecodeOptions:
+        """The ASR's options: ``decode``, with word timestamps on when the subtitle layout needs them."""
+        return replace(self.decode, word_timestamps=True) if self.subtitles.active else self.decode
 
 
 class Pipeline:
@@ -121,7 +128,7 @@ class Pipeline:
         report = progress or (lambda stage, frac: None)
         t = time.perf_counter()
         journal = self._journal(checkpoint, audio, opts) if checkpoint is not None else None
-        asr = self.asr.transcribe(audio, opts.decode, report, journal=journal)
+        asr = self.asr.transcribe(audio, opts.decode_options(), report, journal=journal)
         if journal is not None:
             asr.stats.resumed_chunks = journal.resumed_chunks
         return self._finish(audio, asr, time.perf_counter() - t, opts, report, source)
@@ -129,9 +136,10 @@ class Pipeline:
     def _journal(self, path: Path, audio: np.ndarray, opts: RunOptions):
         from specwhisper.pipeline.checkpoint import ChunkCheckpoint, audio_identity, checkpoint_key
 
-        opts.decode.validate(self.asr.special)  # the language as the engine will see it
+        decode = opts.decode_options()
+        decode.validate(self.asr.special)  # the language as the engine will see it
         settings = {"model": self.asr.model_name, "draft": self.config.draft, "device": self.config.device,
-                    "dtype": self.config.dtype, "decode": asdict(opts.decode)}
+                    "dtype": self.config.dtype, "decode": asdict(decode)}
         return ChunkCheckpoint.open(path, checkpoint_key(audio_identity(audio), settings))
 
     def run_many(
@@ -150,7 +158,7 @@ class Pipeline:
         report = progress or (lambda stage, frac: None)
         sources = sources or [None] * len(audios)
         t = time.perf_counter()
-        results = self.asr.transcribe_many(audios, opts.decode, report)
+        results = self.asr.transcribe_many(audios, opts.decode_options(), report)
         wall = time.perf_counter() - t
         work = [r.vad_seconds + r.stats.encoder_seconds + r.stats.decoder_seconds + r.stats.alignment_seconds for r in results]
         total = sum(work) or 1.0

@@ -248,6 +248,20 @@ OPTIONS: tuple[Option, ...] = (
     Option("no_speech_threshold", float, 0.6, "a chunk is silence when Whisper's no-speech probability is above this "
            "and the log-probability is below --logprob-threshold; None: no check", group="quality", nullable=True,
            low=0.0, high=1.0),
+    Option("hallucination_silence_threshold", float, None, "drop text Whisper probably invented over silence or "
+           "music: a segment whose words look unlikely (improbable, too short or too long) with more than this many "
+           "seconds of silence around it is dropped and the audio after it decoded again (openai-whisper's rule; "
+           "turns word timestamps on; 2 is a common value)", group="quality", nullable=True, low=0.0, low_open=True),
+    # ---------------------------------------------------------------- subtitle layout (srt, vtt)
+    Option("max_line_width", int, None, "subtitles: break a line before a word that would make it longer than this "
+           "many characters (42 is the usual broadcast width; turns word timestamps on)", group="subtitles",
+           nullable=True, low=1),
+    Option("max_line_count", int, None, "subtitles: at most this many lines per cue (needs --max-line-width; a pause "
+           "of more than 3 s also starts a new cue)", group="subtitles", nullable=True, low=1),
+    Option("max_words_per_line", int, None, "subtitles: cut each segment into cues of at most this many words",
+           group="subtitles", nullable=True, low=1),
+    Option("highlight_words", bool, False, "subtitles: one cue per word as it is spoken, the word underlined",
+           group="subtitles"),
     # ---------------------------------------------------------------- speakers and post-edit
     Option("diarize", bool, False, "attribute speech to speakers", group="speakers"),
     Option("num_speakers", int, None, "the number of speakers, when known", group="speakers", nullable=True, low=1,
@@ -312,16 +326,27 @@ def run_options(values: dict[str, Any]):
                            logprob_threshold=v["logprob_threshold"], no_speech_threshold=v["no_speech_threshold"],
                            best_of=v["best_of"])
     word_ts = v["diarize"] if v["word_timestamps"] is None else v["word_timestamps"]
+    subtitles = subtitle_options(v)
     decode = DecodeOptions(language=v["language"], task=v["task"], batch_size=v["batch_size"],
                            vad_threshold=v["vad_threshold"], max_chunk_s=v["chunk_length"], word_timestamps=word_ts,
                            beam_size=v["beam_size"], patience=v["patience"], quality=quality,
                            initial_prompt=v["initial_prompt"], hotwords=v["hotwords"],
-                           condition_on_previous_text=v["condition_on_previous_text"])
+                           condition_on_previous_text=v["condition_on_previous_text"],
+                           hallucination_silence_threshold=v["hallucination_silence_threshold"])
     opts = RunOptions(decode=decode, diarize=v["diarize"], num_speakers=v["num_speakers"],
                       min_speakers=v["min_speakers"], max_speakers=v["max_speakers"], postedit=v["postedit"],
-                      max_audio_s=v["max_duration"])
+                      max_audio_s=v["max_duration"], subtitles=subtitles)
     opts.validate()
     return opts
+
+
+def subtitle_options(values: dict[str, Any]):
+    """The writers' ``SubtitleOptions`` (srt and vtt layout) of checked values."""
+    from specwhisper.pipeline.subtitles import SubtitleOptions
+
+    v = {**defaults(), **values}
+    return SubtitleOptions(max_line_width=v["max_line_width"], max_line_count=v["max_line_count"],
+                           max_words_per_line=v["max_words_per_line"], highlight_words=v["highlight_words"])
 
 
 def pipeline_config(values: dict[str, Any], base=None):
@@ -350,9 +375,4 @@ REFUSED: dict[str, str] = {
     "--speaker_embeddings": "the json does not carry speaker embeddings",
     "--suppress_numerals": "numerals are not suppressed",
     "--segment_resolution": "segments are Whisper's own",
-    "--highlight_words": "subtitles have one cue per segment",
-    "--max_line_width": "subtitles have one cue per segment",
-    "--max_line_count": "subtitles have one cue per segment",
-    "--max_words_per_line": "subtitles have one cue per segment",
-    "--hallucination_silence_threshold": "skipped stretches are decoded again instead",
 }

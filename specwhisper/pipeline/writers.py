@@ -1,4 +1,4 @@
-"""Output writers: txt, srt, vtt, json, tsv, rttm."""
+"""Output writers: txt, srt, vtt, json, tsv, rttm; srt and vtt take a layout (specwhisper.pipeline.subtitles)."""
 
 from __future__ import annotations
 
@@ -11,6 +11,9 @@ from typing import Callable, TextIO
 
 from specwhisper.results.transcript import Segment, Transcript
 from specwhisper.diarize.rttm import format_rttm
+from specwhisper.pipeline.subtitles import SubtitleOptions, word_cues
+
+NO_LAYOUT = SubtitleOptions()
 
 
 def _ms(seconds: float) -> int:
@@ -33,35 +36,40 @@ def _labelled(s: Segment) -> str:
     return f"[{s.speaker}]: {s.text.strip()}" if s.speaker is not None else s.text.strip()
 
 
-def write_txt(t: Transcript, f: TextIO) -> None:
+def write_txt(t: Transcript, f: TextIO, layout: SubtitleOptions = NO_LAYOUT) -> None:
     """One line per segment, as openai-whisper and WhisperX write it."""
     for s in t.segments:
         f.write(_labelled(s) + "\n")
 
 
-def _cues(t: Transcript, always_hours: bool, sep: str):
-    """(start, end, text) per segment, as the peers' subtitle writers give them from segments."""
+def _cues(t: Transcript, layout: SubtitleOptions, always_hours: bool, sep: str):
+    """(start, end, text) per cue: one per segment, at its times, as the peers' subtitle writers give
+    them from segments; laid out from the words (openai-whisper's layout) when ``layout`` asks for it
+    and the transcript has words."""
+    if layout.active and any(s.words for s in t.segments):
+        yield from word_cues(t.segments, layout, lambda seconds: _clock(seconds, sep, always_hours))
+        return
     for s in t.segments:
         yield _clock(s.start, sep, always_hours), _clock(s.end, sep, always_hours), _labelled(s).replace("-->", "->")
 
 
-def write_srt(t: Transcript, f: TextIO) -> None:
-    for i, (start, end, text) in enumerate(_cues(t, True, ","), 1):
+def write_srt(t: Transcript, f: TextIO, layout: SubtitleOptions = NO_LAYOUT) -> None:
+    for i, (start, end, text) in enumerate(_cues(t, layout, True, ","), 1):
         f.write(f"{i}\n{start} --> {end}\n{text}\n\n")
 
 
-def write_vtt(t: Transcript, f: TextIO) -> None:
+def write_vtt(t: Transcript, f: TextIO, layout: SubtitleOptions = NO_LAYOUT) -> None:
     f.write("WEBVTT\n\n")
-    for start, end, text in _cues(t, False, "."):
+    for start, end, text in _cues(t, layout, False, "."):
         f.write(f"{start} --> {end}\n{text}\n\n")
 
 
-def write_json(t: Transcript, f: TextIO) -> None:
+def write_json(t: Transcript, f: TextIO, layout: SubtitleOptions = NO_LAYOUT) -> None:
     json.dump(t.to_dict(), f, ensure_ascii=False, indent=2)
     f.write("\n")
 
 
-def write_tsv(t: Transcript, f: TextIO) -> None:
+def write_tsv(t: Transcript, f: TextIO, layout: SubtitleOptions = NO_LAYOUT) -> None:
     """openai-whisper's three columns (start and end in integer ms, text); WhisperX writes no speaker
     here either: speakers are in the json, srt, vtt and txt."""
     f.write("start\tend\ttext\n")
@@ -70,7 +78,7 @@ def write_tsv(t: Transcript, f: TextIO) -> None:
         f.write(f"{_ms(s.start)}\t{_ms(s.end)}\t{text}\n")
 
 
-def write_rttm(t: Transcript, f: TextIO) -> None:
+def write_rttm(t: Transcript, f: TextIO, layout: SubtitleOptions = NO_LAYOUT) -> None:
     """The diarizer's turns (overlapping turns included, whether or not any words fell in them).
 
     A transcript that was never diarized (``turns`` is None) falls back to its speaker-attributed
@@ -79,7 +87,8 @@ def write_rttm(t: Transcript, f: TextIO) -> None:
     f.write(format_rttm(t.turns if t.turns is not None else t.segments, uri))
 
 
-WRITERS: dict[str, Callable[[Transcript, TextIO], None]] = {
+# every writer takes the layout; only srt and vtt use it (as openai-whisper's writers)
+WRITERS: dict[str, Callable[[Transcript, TextIO, SubtitleOptions], None]] = {
     "txt": write_txt,
     "srt": write_srt,
     "vtt": write_vtt,
@@ -103,9 +112,11 @@ def parse_formats(spec: str) -> list[str]:
     return list(dict.fromkeys(names))
 
 
-def render(t: Transcript, fmt: str) -> str:
+def render(t: Transcript, fmt: str, layout: SubtitleOptions = NO_LAYOUT) -> str:
+    """``t`` in format ``fmt``; ``layout`` lays out srt and vtt cues (raises ValueError when invalid)."""
+    layout.validate()
     buf = io.StringIO()
-    WRITERS[fmt](t, buf)
+    WRITERS[fmt](t, buf, layout)
     return buf.getvalue()
 
 
@@ -151,17 +162,21 @@ def check_output_dir(folder: Path) -> None:
         raise OutputDirError(f"{folder}: cannot write to the output folder ({exc.strerror or exc})") from None
 
 
-def write_outputs(t: Transcript, out_dir: Path, stem: str, formats: list[str]) -> list[Path]:
-    """Write each format to ``out_dir/stem.fmt``, all or none: every format goes to its own unique
+def write_outputs(
+    t: Transcript, out_dir: Path, stem: str, formats: list[str], layout: SubtitleOptions = NO_LAYOUT
+) -> list[Path]:
+    """Write each format to ``out_dir/stem.fmt`` (srt and vtt laid out by ``layout``), all or none:
+    an invalid ``layout`` raises ValueError before anything is written; every format goes to its own unique
     temp file (fsynced) first, then they are renamed into place and the folder is fsynced. A failure
     removes the temp files and whatever this call had already renamed into place."""
+    layout.validate()
     out_dir.mkdir(parents=True, exist_ok=True)
     temps: dict[Path, Path] = {}
     placed: list[Path] = []
     try:
         for fmt in formats:
             path = out_dir / f"{stem}.{fmt}"
-            temps[path] = _write_temp(out_dir, path.name, render(t, fmt))
+            temps[path] = _write_temp(out_dir, path.name, render(t, fmt, layout))
         for path, tmp in temps.items():
             tmp.replace(path)
             placed.append(path)

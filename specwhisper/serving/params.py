@@ -19,7 +19,9 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, ValidationIn
 from specwhisper.asr.decoding.fallback import temperature_schedule
 from specwhisper.asr.decoding.language import normalize_language
 from specwhisper.pipeline.core import PipelineConfig, RunOptions
-from specwhisper.pipeline.options import BY_NAME, Option, OptionError, options_for, pipeline_config, run_options
+from specwhisper.pipeline.options import (BY_NAME, Option, OptionError, options_for, pipeline_config, run_options,
+                                          subtitle_options)
+from specwhisper.pipeline.subtitles import SubtitleOptions
 from specwhisper.pipeline.writers import ALL_FORMATS
 
 Format = Literal["txt", "srt", "vtt", "json", "tsv", "rttm"]
@@ -114,6 +116,10 @@ class _ParamsBase(BaseModel):
     def pipeline_config(self, base: PipelineConfig) -> PipelineConfig:
         """The deployment's config with this request's model and drafter."""
         return pipeline_config({o.name: getattr(self, o.name) for o in options_for("http", "load")}, base)
+
+    def layout(self) -> SubtitleOptions:
+        """The srt and vtt layout this request asked for."""
+        return subtitle_options({o.name: getattr(self, o.name) for o in options_for("http") if o.group == "subtitles"})
 
     def run_options(self, max_audio_s: float) -> RunOptions:
         values = {o.name: getattr(self, o.name) for o in options_for("http", "run")}

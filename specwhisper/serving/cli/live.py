@@ -12,13 +12,13 @@ from specwhisper.live.stream import LiveError, StreamingTranscriber, StreamOptio
 from specwhisper.pipeline.writers import check_output_dir, write_outputs
 
 
-def run_live(args, formats: list[str], pipeline_factory) -> int:
+def run_live(args, formats: list[str], opts, pipeline_factory) -> int:
     """``pipeline_factory()`` loads the pipeline (its ASR engine is the live engine's model)."""
     if len(args.inputs) != 1 or Path(args.inputs[0]).is_dir():
         raise LiveError("--live plays one audio file")
-    for flag in ("diarize", "postedit"):
+    for flag in ("diarize", "postedit", "hallucination_silence_threshold"):
         if getattr(args, flag):
-            raise LiveError(f"--{flag} does not apply to --live")
+            raise LiveError(f"--{flag.replace('_', '-')} does not apply to --live")
     path = args.inputs[0]
     out_dir = args.output_dir or Path(".")
     check_output_dir(out_dir)
@@ -39,7 +39,7 @@ def run_live(args, formats: list[str], pipeline_factory) -> int:
     duration = len(audio) / 16000
     transcript = live.transcript(played.compute, source=str(path))
     stem = Path(path).stem
-    written = write_outputs(transcript, out_dir, stem, formats)
+    written = write_outputs(transcript, out_dir, stem, formats, opts.subtitles)
     if not args.quiet:
         lat = sorted(played.latencies)
         p50 = f"{lat[len(lat) // 2]:.2f} s" if lat else "n/a"

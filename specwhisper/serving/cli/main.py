@@ -150,7 +150,7 @@ def run(args) -> int:
         from specwhisper.serving.cli.live import run_live
 
         _quiet_libraries()
-        return run_live(args, formats, lambda: Pipeline(_pipeline_config(args)))
+        return run_live(args, formats, opts, lambda: Pipeline(_pipeline_config(args)))
     folders = [p for p in args.inputs if Path(p).is_dir()]
     if folders:
         if len(args.inputs) > 1:
@@ -212,7 +212,7 @@ def _transcribe_one(pipeline, path: str, stem: str, out_dir: Path, formats: list
     finally:
         progress.close()
     try:
-        written = write_outputs(transcript, out_dir, stem, formats)
+        written = write_outputs(transcript, out_dir, stem, formats, opts.subtitles)
     except OSError as exc:
         _error(OSError(f"{path}: cannot write outputs to {out_dir} ({exc.strerror or exc})"))
         return False

@@ -140,7 +140,7 @@ def response(transcript: Transcript, params: TranscribeParams, request_s: float)
     if params.return_timestamps:
         out["chunks"] = timestamp_chunks(out["segments"], params.return_timestamps)
     if params.formats:
-        out["outputs"] = {fmt: render(transcript, fmt) for fmt in params.formats}
+        out["outputs"] = {fmt: render(transcript, fmt, params.layout()) for fmt in params.formats}
     return out
 
 

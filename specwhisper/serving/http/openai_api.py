@@ -183,7 +183,7 @@ def openai_answer(t: Transcript, req: OpenAIRequest) -> Response:
     if fmt == "text":
         return PlainTextResponse(t.text + "\n")
     if fmt in TEXT_FORMATS:
-        return PlainTextResponse(render(t, fmt))
+        return PlainTextResponse(render(t, fmt, req.params.layout()))
     if fmt == "json":
         return JSONResponse({"text": t.text, "usage": usage(t)})
     if fmt == "diarized_json":

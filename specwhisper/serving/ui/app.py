@@ -155,7 +155,7 @@ def make_transcribe(service: PipelinePool, ui: UiConfig, names: list[str]):
             log.exception("transcription failed")
             raise gr.Error(f"internal error: {one_line(exc)}", duration=None, print_exception=False) from None
         formats = [f for f in ALL_FORMATS if f != "rttm" or params.diarize]
-        files = write_outputs(transcript, fresh_output_dir(ui), Path(name).stem, formats)
+        files = write_outputs(transcript, fresh_output_dir(ui), Path(name).stem, formats, params.layout())
         vtt = next(p for p in files if p.suffix == ".vtt")
         player = gr.Audio(value=audio_path, subtitles=str(vtt) if transcript.segments else None)
         return transcript_table(transcript), player, [str(p) for p in files], speed_facts(transcript)
