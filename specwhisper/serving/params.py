@@ -1,6 +1,7 @@
-"""Per-request transcription parameters for the web UI and the endpoint, validated with pydantic.
+"""Per-request transcription parameters of the servers (HTTP, the OpenAI routes, the endpoint handler,
+the web UI): a pydantic model made from the options schema (``specwhisper.pipeline.options``).
 
-Both entry points build a :class:`TranscribeParams` from what the user sent and turn it into the
+Every server builds a :class:`TranscribeParams` from what the user sent and turns it into the
 pipeline core's ``PipelineConfig`` / ``RunOptions``; a bad value becomes a :class:`RequestError`
 with a one-line message and an HTTP-like status. Besides our own names, the parameters of transformers'
 ASR pipeline are taken (``return_timestamps``, ``chunk_length_s``, ``batch_size``, ``generate_kwargs``
