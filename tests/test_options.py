@@ -85,7 +85,7 @@ def test_a_bad_value_gets_one_message_everywhere(name, value, message, capsys):
     assert str(http.value) == f"parameters.{name}: {message}"
     with pytest.raises(ValueError) as api:
         Transcriber(pipeline=None).options(**{name: value})
-    assert str(api.value) == f"{name} {message}"
+    assert str(api.value) == f"{name}: {message}"
 
 
 def test_the_api_refuses_an_unknown_or_misplaced_option():

@@ -33,7 +33,7 @@ class OptionError(ValueError):
     """A value an option does not take; ``problem`` is the part every entry point words the same."""
 
     def __init__(self, option: Option, problem: str):
-        super().__init__(f"{option.name} {problem}")
+        super().__init__(f"{option.name}: {problem}")
         self.option = option
         self.problem = problem
 
@@ -55,7 +55,8 @@ class Option:
     max_chars: int | None = None
     flags: tuple[str, ...] = ()  # CLI flags when not just --name-with-dashes (e.g. ("-l", "--language"))
     peer_flags: tuple[str, ...] = ()  # openai-whisper's / WhisperX's / faster-whisper's spellings (hidden)
-    peer_names: tuple[str, ...] = ()  # request names of the peers' APIs (transformers' pipeline, generate_kwargs)
+    peer_names: tuple[str, ...] = ()  # request names of transformers' ASR pipeline (chunk_length_s)
+    generate_names: tuple[str, ...] = ()  # names in transformers' generate_kwargs (num_beams)
     not_in: dict[str, str] = field(default_factory=dict)  # entry point -> why it does not take this option
 
     def __post_init__(self):
@@ -162,7 +163,7 @@ def _language_code(option: Option, value: str) -> str | None:
     try:
         return normalize_language(value)
     except ValueError as exc:
-        raise OptionError(option, "names an " + str(exc).removeprefix("language ")) from None
+        raise OptionError(option, str(exc)) from None
 
 
 def _whole(value: Any) -> int:
@@ -231,11 +232,11 @@ OPTIONS: tuple[Option, ...] = (
            max_chars=2000),
     Option("condition_on_previous_text", bool, False, "decode each chunk after the text of the one before, one chunk "
            "at a time (off: chunks decode in batches, as faster-whisper's and WhisperX's batched pipelines)",
-           peer_names=("condition_on_prev_tokens",)),
+           generate_names=("condition_on_prev_tokens",)),
     # ---------------------------------------------------------------- decoding quality (openai-whisper's safeguards)
     Option("beam_size", int, None, "beam search with this many beams (default: greedy, speculative when a drafter "
            "runs; openai-whisper's CLI and faster-whisper use 5)", group="quality", nullable=True, low=1, high=16,
-           peer_names=("num_beams",)),
+           generate_names=("num_beams",)),
     Option("patience", float, 1.0, "beam search patience", group="quality", low=0.0, high=10.0, low_open=True),
     Option("best_of", int, 5, "samples per fallback temperature", group="quality", low=1, high=10),
     Option("temperature", float, 0.0, "first decoding temperature", group="quality", low=0.0, high=1.0),

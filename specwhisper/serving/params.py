@@ -165,11 +165,15 @@ def parse_params(raw: object, choices: Choices) -> TranscribeParams:
         raw = {}
     if not isinstance(raw, dict):
         raise RequestError(f"parameters must be an object, got {type(raw).__name__}")
-    raw = {"model": choices.models[0], "draft": choices.drafters[0], **fold_generate_kwargs(peer_names(raw))}
+    raw, spelled = peer_names(raw)
+    raw = {"model": choices.models[0], "draft": choices.drafters[0], **fold_generate_kwargs(raw)}
     try:
         return TranscribeParams.model_validate(raw, context={"choices": choices})
     except ValidationError as exc:
-        raise RequestError(describe(exc)) from exc
+        message = describe(exc)
+        for ours, theirs in spelled.items():  # the error names the parameter as the request spelled it
+            message = message.replace(f"parameters.{ours}:", f"parameters.{theirs}:")
+        raise RequestError(message) from exc
 
 
 # transformers' ``generate_kwargs`` for Whisper -> our parameter names. ``temperature`` may be a list
@@ -178,7 +182,7 @@ def parse_params(raw: object, choices: Choices) -> TranscribeParams:
 GENERATE_KWARGS = {
     **{name: name for name in ("language", "task", "temperature", "compression_ratio_threshold", "logprob_threshold",
                                "no_speech_threshold", "return_timestamps")},
-    **{peer: o.name for o in options_for("http") for peer in o.peer_names},  # num_beams, condition_on_prev_tokens, ...
+    **{peer: o.name for o in options_for("http") for peer in o.generate_names},  # num_beams, condition_on_prev_tokens
 }
 
 
@@ -211,10 +215,10 @@ def _same(name: str, a: object, b: object) -> bool:
     return a == b
 
 
-def peer_names(raw: dict) -> dict:
-    """The peers' names of our options (transformers' pipeline: ``chunk_length_s``) as ours; the same
-    setting given both ways with different values is refused."""
-    raw = dict(raw)
+def peer_names(raw: dict) -> tuple[dict, dict[str, str]]:
+    """The peers' names of our options (transformers' pipeline: ``chunk_length_s``) as ours, and which
+    were spelled so (ours -> theirs); the same setting given both ways with different values is refused."""
+    raw, spelled = dict(raw), {}
     for option in options_for("http"):
         for peer in option.peer_names:
             if peer in raw:
@@ -223,7 +227,8 @@ def peer_names(raw: dict) -> dict:
                     raise RequestError(f"parameters: {option.name} is {short_repr(raw[option.name])} but {peer} is "
                                        f"{short_repr(value)}")
                 raw[option.name] = value
-    return raw
+                spelled[option.name] = peer
+    return raw, spelled
 
 
 def fold_generate_kwargs(raw: dict) -> dict:
