@@ -58,7 +58,7 @@ def windows(base_engine, manifest):
     for item in manifest:
         audio = load_audio(item.path)[: 30 * 16000]
         feats = e.bundle.feature_extractor(audio, sampling_rate=16000, return_tensors="pt").input_features
-        out.append((item, feats, e.runtime.encode(feats), e.special.prompt(item.language or "en", "transcribe", timestamps=True)))
+        out.append((item, feats, e.encoder.encode(feats), e.special.prompt(item.language or "en", "transcribe", timestamps=True)))
     return out
 
 

@@ -22,7 +22,7 @@ FILES = ["openai-whisper/jfk.flac", "coqui-tts-ljspeech/LJ001-0002.wav", "cuttle
 def _encode(engine: AsrEngine, path) -> torch.Tensor:
     audio = load_audio(path)[: 30 * 16000]
     feats = engine.bundle.feature_extractor(audio, sampling_rate=16000, return_tensors="pt").input_features
-    return engine.runtime.encode(feats.to(engine.bundle.model.dtype))
+    return engine.encoder.encode(feats.to(engine.bundle.model.dtype))
 
 
 @pytest.fixture(scope="module")

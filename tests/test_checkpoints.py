@@ -98,7 +98,7 @@ def test_early_exit_on_a_folder_model(bare_engine, bare_checkpoint, tmp_path):
     e = bare_engine
     audio = load_audio(ROOT / "samples" / "jfk.wav")
     feats = e.bundle.feature_extractor(audio, sampling_rate=16000, return_tensors="pt").input_features
-    enc = e.runtime.encode(feats)
+    enc = e.encoder.encode(feats)
     prompt = e.special.prompt("en", "transcribe", timestamps=True)
     plain = e.decoder.decode(enc, prompt).sequences[0]
     spec = SpeculativeDecoder(e.runtime, e.special, e.rules, early_exit_drafter(e, exit_layer=1, adapter=None))

@@ -44,7 +44,7 @@ def test_converted_model_matches_ctranslate2(model, eval_root, tmp_path, request
     for file in FILES:
         audio = load_audio(eval_root / file)
         feats = engine.bundle.feature_extractor(audio, sampling_rate=16000, return_tensors="pt").input_features
-        ours = engine.decoder.decode(engine.runtime.encode(feats), prompt).sequences[0]
+        ours = engine.decoder.decode(engine.encoder.encode(feats), prompt).sequences[0]
         theirs = ref.generate(
             ctranslate2.StorageView.from_array(np.ascontiguousarray(feats.numpy())),
             [prompt],

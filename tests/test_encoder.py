@@ -23,14 +23,14 @@ def test_packed_encoder_agrees_with_the_module(base_engine, speech_features):
     module = base_engine.bundle.model.model.encoder
     with torch.inference_mode():
         ref = module(speech_features).last_hidden_state
-    out = base_engine.runtime.encode(speech_features)
-    assert base_engine.runtime.encoder_runtime.layers[0].fc1.packed  # this CPU runs the packed path
+    out = base_engine.encoder.encode(speech_features)
+    assert base_engine.encoder.layers[0].fc1.packed  # this CPU runs the packed path
     assert out.shape == ref.shape
     # another summation order, nothing more: measured 2e-3 at most on outputs up to 22 in magnitude
     assert (out - ref).abs().max().item() < 1e-2
     assert torch.allclose(out, ref, rtol=1e-3, atol=5e-3)
     # the audio-only encoder (drafters, live) runs the same forward over the frames that hold audio
-    part = base_engine.runtime.encode_audio_part(speech_features[:1])
+    part = base_engine.encoder.encode_audio_part(speech_features[:1])
     assert part.shape[1] <= ref.shape[1] and part.shape[2] == ref.shape[2]
 
 

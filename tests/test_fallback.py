@@ -13,7 +13,7 @@ from specwhisper.audio.loading import load_audio
 def _jfk(base_engine, eval_root):
     audio = load_audio(eval_root / "openai-whisper/jfk.flac")
     feats = base_engine.features(audio, [Chunk(0, len(audio))])
-    return feats, base_engine.runtime.encode(feats), base_engine.special.prompt("en", "transcribe", True)
+    return feats, base_engine.encoder.encode(feats), base_engine.special.prompt("en", "transcribe", True)
 
 
 def test_draws_sharing_a_row_equal_draws_of_repeated_rows_and_stop_at_their_cap(base_engine, eval_root):

@@ -40,7 +40,7 @@ def test_a_verify_pass_gives_each_token_the_bits_of_a_plain_step_in_fixed_shapes
     item = next(m for m in manifest if m.file.endswith("jfk.flac"))
     audio = load_audio(item.path)
     feats = e.bundle.feature_extractor(audio, sampling_rate=16000, return_tensors="pt").input_features
-    enc = rt.encode(feats.to(torch.bfloat16))
+    enc = e.encoder.encode(feats.to(torch.bfloat16))
     prompt = e.special.prompt("en", "transcribe", timestamps=True)
     seq = prompt + e.decoder.decode(enc, prompt).sequences[0].tokens[:24]
     p0 = len(prompt)

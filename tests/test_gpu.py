@@ -54,7 +54,7 @@ def test_verify_passes_give_the_bits_of_steps_on_the_gpu(gpu_engine, audio):
 
     e, rt = gpu_engine, gpu_engine.runtime
     feats = e.bundle.feature_extractor(audio, sampling_rate=16000, return_tensors="pt").input_features
-    enc = rt.encode(feats.to("cuda", e.bundle.model.dtype))
+    enc = e.encoder.encode(feats.to("cuda", e.bundle.model.dtype))
     prompt = e.special.prompt("en", "transcribe", timestamps=True)
     seq = prompt + e.decoder.decode(enc, prompt).sequences[0].tokens[:24]
     with torch.device("cuda"):

@@ -126,7 +126,7 @@ def test_long_form_pipeline_identical(base_engine, eval_root):
 def test_a_drafters_own_encoder_reads_the_audio_not_the_padding(tiny_engine, eval_root):
     """tiny.en drafting for base encodes the mel frames holding audio plus a 1 s margin (in whole
     seconds), not a 30 s window of padding; a window full of audio is encoded as Whisper does."""
-    rt, fe = tiny_engine.runtime, tiny_engine.bundle.feature_extractor
+    rt, fe = tiny_engine.encoder, tiny_engine.bundle.feature_extractor
     audio = load_audio(eval_root / "whisper.cpp/jfk.wav")  # 11.0 s
     feats = fe(audio, sampling_rate=16000, return_tensors="pt").input_features
     part = rt.encode_audio_part(feats)

@@ -107,7 +107,7 @@ def collect(model: str, n_synth: int, seed: int, work: Path, batch_size: int = 8
         if not group:
             return
         feats = fe([a for _, a in group], sampling_rate=16000, return_tensors="pt").input_features
-        enc = rt.encode(feats)
+        enc = engine.encoder.encode(feats)
         prompt = sp.prompt(lang if sp.multilingual else None, "transcribe", timestamps=True)
         seqs = decoder.decode(enc, prompt).sequences
         full = [prompt + s.tokens for s in seqs]

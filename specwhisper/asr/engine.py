@@ -23,6 +23,7 @@ from specwhisper.asr.decoding.fallback import Attempt, QualityRules, decode_with
 from specwhisper.asr.decoding.language import normalize_language
 from specwhisper.hardware.memory import release_gpu_library_pages, release_torch_import_pages, trim_heap
 from specwhisper.asr.runtime.decoder import WhisperDecoderRuntime
+from specwhisper.asr.runtime.encoder import EncoderRuntime
 from specwhisper.asr.weights.loader import WhisperBundle, load_whisper
 from specwhisper.asr import hallucination, redecode
 from specwhisper.asr.decoding.segments import stitch, tokens_to_segments
@@ -123,6 +124,7 @@ class AsrEngine:
         self.device = device
         self.special = SpecialTokens.from_tokenizer(self.bundle.tokenizer, self.bundle.generation_config,
                                                     self.bundle.model.config.vocab_size)
+        self.encoder = EncoderRuntime(self.bundle.model.model.encoder)
         self.runtime = WhisperDecoderRuntime(self.bundle.model)
         gc = self.bundle.generation_config
         self.rules = WhisperLogitRules(
@@ -154,7 +156,7 @@ class AsrEngine:
         """Log-mel features and encoder output of audio pieces (one row each), and the seconds it took."""
         t = time.perf_counter()
         feats = self._features(pieces)
-        enc = self.runtime.encode(feats)
+        enc = self.encoder.encode(feats)
         trim_heap()  # the encoder's temporaries (specwhisper.hardware.memory): 75-120 MB kept otherwise, measured
         return feats, enc, time.perf_counter() - t
 

@@ -98,7 +98,7 @@ class LiveDecoder:
         seconds = len(audio) / SAMPLE_RATE
         t = time.perf_counter()
         feats = eng.features(audio, [Chunk(0, len(audio))])
-        enc = eng.runtime.encode(feats) if self.encoder == "window" else eng.runtime.encode_audio_part(feats)
+        enc = eng.encoder.encode(feats) if self.encoder == "window" else eng.encoder.encode_audio_part(feats)
         trim_heap()
         self.stats.encoder_seconds += time.perf_counter() - t
         if self.language is None and eng.special.multilingual:

@@ -29,6 +29,7 @@ from specwhisper.asr.drafters.model import DraftModel, WhisperModelDrafter, Reto
 from specwhisper.asr.drafters.ngram import WhisperNgramDrafter
 from specwhisper.speculative.token_map import SameVocab
 from specwhisper.asr.runtime.decoder import WhisperDecoderRuntime
+from specwhisper.asr.runtime.encoder import EncoderRuntime
 from specwhisper.asr.weights.loader import WhisperBundle, load_whisper, split_int8
 from specwhisper.asr.decoding.speculative import Lookahead, SpeculativeDecoder
 
@@ -116,7 +117,8 @@ def model_drafter(engine, name: str, cache_dir: Path | None = None, head_text_to
     shares = bundle is engine.bundle or same_encoder(bundle.model, engine.bundle.model)
     if head_text_tokens is not None and head_text_tokens >= special.eot:
         head_text_tokens = None  # the whole vocabulary
-    draft = DraftModel(runtime, special, rules, bundle.tokenizer, shares_encoder=shares)
+    draft = DraftModel(runtime, special, rules, bundle.tokenizer, shares_encoder=shares,
+                       encoder=None if shares else EncoderRuntime(bundle.model.model.encoder))
     label = f"{name}:{num_layers}" if num_layers else name
     return WhisperModelDrafter(draft, token_map, engine.special, name=label, min_confidence=min_confidence,
                         head_text_tokens=head_text_tokens)

@@ -15,6 +15,7 @@ import torch
 from specwhisper.asr.decoding.tokens import SpecialTokens
 from specwhisper.asr.decoding.rules import WhisperLogitRules
 from specwhisper.asr.decoding.greedy import read_choices
+from specwhisper.asr.runtime.encoder import EncoderRuntime
 from specwhisper.asr.runtime.decoder import KVCache, OutputHead, WhisperDecoderRuntime
 from specwhisper.asr.decoding.speculative import WhisperDrafter
 from specwhisper.speculative import model_drafter
@@ -98,6 +99,7 @@ class DraftModel:
     rules: WhisperLogitRules
     tokenizer: object
     shares_encoder: bool  # True: the target's encoder output is reused as is
+    encoder: EncoderRuntime | None = None  # its own encoder, when it does not share the target's
 
 
 class WhisperDraftRuntime:
@@ -185,7 +187,7 @@ class WhisperModelDrafter(model_drafter.ModelDrafter, WhisperDrafter):
         else:
             if features is None:
                 raise ValueError(f"drafter {self.name} needs the input features (it has its own encoder)")
-            enc = self.m.runtime.encode_audio_part(features.to(self.m.runtime.model.dtype))
+            enc = self.m.encoder.encode_audio_part(features.to(self.m.runtime.model.dtype))
         self.runtime.cache = self.m.runtime.new_cache(enc, slack=1)
         self.reset(enc.shape[0])
 

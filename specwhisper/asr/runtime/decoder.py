@@ -20,7 +20,7 @@ import torch
 import torch.nn.functional as F
 
 from specwhisper.asr.runtime.attention import attend_per_query, attend_per_row
-from specwhisper.asr.runtime.encoder import ENCODER_ROWS, EncoderRuntime, audio_frames
+from specwhisper.asr.runtime.encoder import ENCODER_ROWS
 from specwhisper.asr.runtime.graphs import PassGraphs
 from specwhisper.asr.runtime.kv_cache import KVCache
 from specwhisper.asr.weights.net import WhisperNet
@@ -102,7 +102,6 @@ class WhisperDecoderRuntime:
         use_graphs = cuda_graphs and self.device.type == "cuda"
         self.graphs = PassGraphs(lambda x, p, c, a, b: self._layers(x, p, c, a, b, None)) if use_graphs else None
         self._shared_cross: tuple[torch.Tensor, torch.Tensor, torch.Tensor] | None = None  # ``sharing_cross_kv``
-        self._encoder: EncoderRuntime | None = None  # ``encoder_runtime``
         self._release_packed_sources()
 
     @property
@@ -118,40 +117,6 @@ class WhisperDecoderRuntime:
         cross = float_sources([m for layer, kv in zip(self.layers, self.cross_products) if kv.packed
                                for m in (layer.encoder_attn.k_proj, layer.encoder_attn.v_proj)])
         release_file_pages(sources + cross + ([self.proj] if self.head.main.packed else []))
-
-    @torch.inference_mode()
-    def encode(self, features: torch.Tensor) -> torch.Tensor:
-        """Encoder output of each row of ``features``, one window at a time (the rows stacked).
-
-        Why not one call for the batch: on this 2-core CPU a window costs the same alone (0.69-0.80 s
-        per window for 1, 2, 4 or 8 rows at 2 threads), while 8 rows at once raised peak memory by
-        about 250 MB (activations of 8 windows); and alone, a window's output cannot depend on its
-        batch-mates. The forward is ``specwhisper.asr.runtime.encoder.EncoderRuntime``'s (packed products),
-        built at the first call: a drafter's runtime that reads the target's encoder output makes none."""
-        encoder = self.model.model.encoder
-        out = self.encoder_runtime(features)
-        # What the forward still reads from the file (the convolutions, positions and norms: a few MB;
-        # every weight where nothing is packed) is not read again until the next batch, while the
-        # decode's cache is at its largest: those pages go back meanwhile (specwhisper.hardware.memory;
-        # read again from the page cache by the next batch's first window). The packed products'
-        # sources went back once, when they were packed.
-        release_file_pages(list(encoder.parameters()))
-        return out
-
-    @torch.inference_mode()
-    def encode_audio_part(self, features: torch.Tensor, margin_frames: int = 100) -> torch.Tensor:
-        """The encoder over the mel frames that hold audio (``specwhisper.asr.runtime.encoder.audio_frames``), not
-        the whole 30 s window: an approximation (Whisper was trained on full windows), for drafters, whose
-        output the verify pass never trusts, and the live engine's cheaper mode. Why: a drafter with its
-        own encoder (tiny.en for base) spent 0.37 s per file encoding mostly padding."""
-        frames = audio_frames(features, margin_frames)
-        return self.encode(features) if frames >= features.shape[-1] else self.encoder_runtime(features[..., :frames])
-
-    @property
-    def encoder_runtime(self) -> EncoderRuntime:
-        if self._encoder is None:
-            self._encoder = EncoderRuntime(self.model.model.encoder)
-        return self._encoder
 
     def _split(self, x: torch.Tensor) -> torch.Tensor:
         b, n, _ = x.shape
