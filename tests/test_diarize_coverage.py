@@ -8,7 +8,7 @@ import pytest
 from scipy.signal import lfilter
 
 from specwhisper.asr.engine import DecodeOptions
-from specwhisper.diarize.coverage import cover_words, uncovered
+from specwhisper.diarize.coverage import cover_words, embedding_of, speech_heard_by, uncovered
 from specwhisper.diarize.rttm import format_rttm, parse_rttm
 from specwhisper.evaluation.diarization import real_recordings
 
@@ -41,7 +41,7 @@ def test_words_the_diarizer_missed_get_the_speaker_of_their_voice(diarizer, buil
     for missed in (r for r in f.reference if r.end - r.start >= 0.8):
         words = [(missed.start + 0.1, missed.end - 0.1)]
         kept = [t for t in turns if t.end <= missed.start or t.start >= missed.end]
-        covered = cover_words(audio, kept, words, centroids, diarizer.embed, diarizer.heard)
+        covered = cover_words(audio, kept, words, centroids, embedding_of(diarizer.pipeline), speech_heard_by(diarizer.pipeline))
         new = [t for t in covered if t not in kept]
         assert len(new) == 1 and (new[0].start, new[0].end) == pytest.approx(words[0])
         assert new[0].speaker == label_of(missed.speaker, missed), missed
@@ -52,7 +52,7 @@ def test_words_the_diarizer_missed_get_the_speaker_of_their_voice(diarizer, buil
 def test_with_no_turn_at_all_the_heard_words_are_one_speaker_in_the_rttm(diarizer, built):
     f, audio = built["sample-short-quiet"]
     words = [(r.start, r.end) for r in f.reference]
-    turns = cover_words(audio, [], words, {}, diarizer.embed, diarizer.heard)
+    turns = cover_words(audio, [], words, {}, embedding_of(diarizer.pipeline), speech_heard_by(diarizer.pipeline))
     assert {t.speaker for t in turns} == {"SPEAKER_00"}
     assert not uncovered(turns, words)
     rttm = parse_rttm(format_rttm(turns, "x"))["x"]

@@ -143,3 +143,21 @@ class SpectralClustering(BaseClustering):
                 break
             labels[labels == ids[b]] = ids[a]
         return np.unique(labels, return_inverse=True)[1]
+
+
+def check_speaker_counts(num_speakers: int | None, min_speakers: int | None, max_speakers: int | None) -> None:
+    for name, value in (("num_speakers", num_speakers), ("min_speakers", min_speakers),
+                        ("max_speakers", max_speakers)):
+        if value is None:
+            continue
+        if isinstance(value, bool) or not isinstance(value, (int, np.integer)):
+            raise ValueError(f"{name} must be a whole number, not {value!r}")
+        if value < 1:
+            raise ValueError(f"{name} must be at least 1 (got {value})")
+    if min_speakers is not None and max_speakers is not None and min_speakers > max_speakers:
+        raise ValueError(f"min_speakers ({min_speakers}) is larger than max_speakers ({max_speakers})")
+    if num_speakers is not None:
+        if min_speakers is not None and num_speakers < min_speakers:
+            raise ValueError(f"num_speakers ({num_speakers}) is smaller than min_speakers ({min_speakers})")
+        if max_speakers is not None and num_speakers > max_speakers:
+            raise ValueError(f"num_speakers ({num_speakers}) is larger than max_speakers ({max_speakers})")

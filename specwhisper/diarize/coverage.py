@@ -26,6 +26,7 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 
 import numpy as np
+import torch
 
 from specwhisper.asr.types import SpeakerTurn
 
@@ -95,3 +96,39 @@ def cover_words(audio: np.ndarray, turns: list[SpeakerTurn], words: Sequence[tup
                     speaker = names[int(np.argmax(matrix @ (e / np.linalg.norm(e))))]
         added.append(SpeakerTurn(start, end, speaker or _nearest_turn(turns, start, end)))
     return sorted(turns + added, key=lambda t: (t.start, t.end, t.speaker))
+
+
+def speech_heard_by(pipeline) -> Heard | None:
+    """A pyannote pipeline's segmentation model as a ``Heard``: on its window of the audio centred on
+    [start, end], does it give speech (any speaker) a probability of at least one half in one frame of
+    that stretch. None for a pipeline without one."""
+    inference = getattr(pipeline, "_segmentation", None)
+    if inference is None:
+        return None
+    model = inference.model
+
+    def heard(audio: np.ndarray, start: float, end: float) -> bool:
+        window = int(round(model.specifications.duration * SAMPLE_RATE))
+        a = max(0, min(len(audio) - window, int((start + end) / 2 * SAMPLE_RATE) - window // 2))
+        x = torch.from_numpy(np.ascontiguousarray(audio[a:a + window], dtype=np.float32))
+        x = torch.nn.functional.pad(x, (0, window - len(x)))[None, None].to(model.device)  # a file shorter than it
+        with torch.inference_mode():
+            out = model(x)[0]
+        if model.specifications.powerset:  # log-probabilities of speaker sets; set 0 is "nobody"
+            speech = 1.0 - out.exp()[:, 0]
+        else:
+            speech = out.max(dim=-1).values
+        per_frame = window / SAMPLE_RATE / out.shape[0]
+        i0 = max(0, int((start - a / SAMPLE_RATE) / per_frame))
+        i1 = min(out.shape[0], int(np.ceil((end - a / SAMPLE_RATE) / per_frame)) + 1)
+        return bool((speech[i0:i1] >= 0.5).any())
+
+    return heard
+
+
+def embedding_of(pipeline) -> Embed | None:
+    """A pyannote pipeline's own speaker embedding model as an ``Embed`` (None without one)."""
+    model = getattr(pipeline, "_embedding", None)
+    if model is None:
+        return None
+    return lambda piece: model(torch.from_numpy(np.ascontiguousarray(piece, dtype=np.float32))[None, None])[0]

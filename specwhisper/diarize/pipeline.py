@@ -34,8 +34,8 @@ from pyannote.pipeline.parameter import ParamDict, Uniform  # noqa: E402
 from pyannote.core import Annotation, SlidingWindow, SlidingWindowFeature  # noqa: E402
 
 from specwhisper.asr.types import SpeakerTurn  # noqa: E402,F401 - the turn type lives in the lowest layer; re-exported here
-from specwhisper.diarize.clustering import SpectralClustering  # noqa: E402
-from specwhisper.diarize.coverage import cover_words  # noqa: E402
+from specwhisper.diarize.clustering import SpectralClustering, check_speaker_counts  # noqa: E402,F401 - re-exported
+from specwhisper.diarize.coverage import cover_words, embedding_of, speech_heard_by  # noqa: E402
 from specwhisper.diarize.embedding import FRAME_SAMPLES, SAMPLE_RATE, CAMPPlusEmbedding, num_output_frames  # noqa: E402
 from specwhisper.diarize.models import campplus_checkpoint, segmentation_checkpoint  # noqa: E402
 
@@ -293,24 +293,6 @@ def build_offline_pipeline(params: dict | None = None, device: str = "cpu", **ov
     return pipeline.to(torch.device(device))
 
 
-def check_speaker_counts(num_speakers: int | None, min_speakers: int | None, max_speakers: int | None) -> None:
-    for name, value in (("num_speakers", num_speakers), ("min_speakers", min_speakers),
-                        ("max_speakers", max_speakers)):
-        if value is None:
-            continue
-        if isinstance(value, bool) or not isinstance(value, (int, np.integer)):
-            raise ValueError(f"{name} must be a whole number, not {value!r}")
-        if value < 1:
-            raise ValueError(f"{name} must be at least 1 (got {value})")
-    if min_speakers is not None and max_speakers is not None and min_speakers > max_speakers:
-        raise ValueError(f"min_speakers ({min_speakers}) is larger than max_speakers ({max_speakers})")
-    if num_speakers is not None:
-        if min_speakers is not None and num_speakers < min_speakers:
-            raise ValueError(f"num_speakers ({num_speakers}) is smaller than min_speakers ({min_speakers})")
-        if max_speakers is not None and num_speakers > max_speakers:
-            raise ValueError(f"num_speakers ({num_speakers}) is larger than max_speakers ({max_speakers})")
-
-
 def speaker_names(annotation: Annotation) -> dict[str, str]:
     """pyannote's labels -> SPEAKER_00, SPEAKER_01, ... in order of first appearance."""
     names: dict[str, str] = {}
@@ -349,7 +331,7 @@ class Diarizer:
         if words and np.any(audio):
             duration = audio.size / self.sample_rate
             turns = cover_words(audio, turns, [(s, min(e, duration)) for s, e in words if s < duration],
-                                centroids, self.embed, self.heard)
+                                centroids, embedding_of(self.pipeline), speech_heard_by(self.pipeline))
         if progress is not None:
             progress("diarization", 1.0)
         return turns
@@ -382,36 +364,6 @@ class Diarizer:
         centroids = {names[str(k)]: np.asarray(v) for k, v in zip(annotation.labels(), rows if rows is not None else [])
                      if str(k) in names}
         return turns, centroids
-
-    def heard(self, audio: np.ndarray, start: float, end: float) -> bool:
-        """Whether the segmentation model, on its window of ``audio`` centred on [start, end], gives
-        speech (any speaker) a probability of at least one half in one frame of that stretch."""
-        inference = getattr(self.pipeline, "_segmentation", None)
-        if inference is None:
-            return True
-        model = inference.model
-        rate = self.sample_rate
-        window = int(round(model.specifications.duration * rate))
-        a = max(0, min(len(audio) - window, int((start + end) / 2 * rate) - window // 2))
-        x = torch.from_numpy(np.ascontiguousarray(audio[a:a + window], dtype=np.float32))
-        x = torch.nn.functional.pad(x, (0, window - len(x)))[None, None].to(model.device)  # a file shorter than it
-        with torch.inference_mode():
-            out = model(x)[0]
-        if model.specifications.powerset:  # log-probabilities of speaker sets; set 0 is "nobody"
-            speech = 1.0 - out.exp()[:, 0]
-        else:
-            speech = out.max(dim=-1).values
-        per_frame = window / rate / out.shape[0]
-        i0 = max(0, int((start - a / rate) / per_frame))
-        i1 = min(out.shape[0], int(np.ceil((end - a / rate) / per_frame)) + 1)
-        return bool((speech[i0:i1] >= 0.5).any())
-
-    def embed(self, piece: np.ndarray) -> np.ndarray | None:
-        """The pipeline's own speaker embedding of 16 kHz audio (None when it has no embedding model)."""
-        model = getattr(self.pipeline, "_embedding", None)
-        if model is None:
-            return None
-        return model(torch.from_numpy(np.ascontiguousarray(piece, dtype=np.float32))[None, None])[0]
 
 
 STAGE_PREFIX = "diarization: "
