@@ -48,7 +48,9 @@ def test_a_quiet_voice_between_loud_ones_is_not_skipped(base_engine, eval_root):
     middle = [s for s in result.segments if 11.0 <= s.start < 17.0]
     assert middle and result.stats.redecoded_chunks >= 1
     assert {"produced", "block"} <= set(normalize(" ".join(s.text for s in middle)).split())
-    assert normalize(_text(result)).count("ask not what your country") == 2
+    # both JFK sentences, once each ("ask" is a near-tie with "asked" for base at a window's start:
+    # the input's padding alone flips it; this 27 s file fits one window, so its log-mel is zero-padded)
+    assert normalize(_text(result)).count("not what your country can do for you") == 2
 
 
 def test_long_file_borders_lose_and_repeat_nothing(base_engine, eval_root, tmp_path):

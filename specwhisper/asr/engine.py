@@ -19,6 +19,7 @@ from specwhisper.asr.decoding.tokens import SpecialTokens
 from specwhisper.asr.decoding.rules import WhisperLogitRules
 from specwhisper.asr.decoding.language import detect_language
 from specwhisper.hardware.device import resolve_device, resolve_dtype
+from specwhisper.asr.features import log_mel_windows
 from specwhisper.asr.decoding.fallback import Attempt, QualityRules, decode_with_fallback
 from specwhisper.asr.decoding.language import normalize_language
 from specwhisper.hardware.memory import release_gpu_library_pages, release_torch_import_pages, trim_heap
@@ -144,18 +145,20 @@ class AsrEngine:
     def model_name(self) -> str:
         return self.bundle.name
 
-    def features(self, audio: np.ndarray, chunks: list[Chunk]) -> torch.Tensor:
-        return self._features([audio[c.start : c.end] for c in chunks])
+    def features(self, audio: np.ndarray, chunks: list[Chunk], zero_pad: list[bool] | None = None) -> torch.Tensor:
+        """Whisper's input for ``chunks`` of ``audio``: openai's padding, or zero-padded log-mel where
+        ``zero_pad`` says so (``specwhisper.asr.features``)."""
+        return self._features([audio[c.start : c.end] for c in chunks], zero_pad)
 
-    def _features(self, pieces: list[np.ndarray]) -> torch.Tensor:
-        fe = self.bundle.feature_extractor
-        feats = fe(pieces, sampling_rate=SAMPLE_RATE, return_tensors="pt").input_features
+    def _features(self, pieces: list[np.ndarray], zero_pad: list[bool] | None = None) -> torch.Tensor:
+        zero_pad = zero_pad if zero_pad is not None else [False] * len(pieces)
+        feats = torch.from_numpy(log_mel_windows(self.bundle.feature_extractor, pieces, zero_pad))
         return feats.to(self.device, dtype=self.bundle.model.dtype)
 
-    def _encode(self, pieces: list[np.ndarray]) -> tuple[torch.Tensor, torch.Tensor, float]:
+    def _encode(self, pieces: list[np.ndarray], zero_pad: list[bool] | None = None) -> tuple[torch.Tensor, torch.Tensor, float]:
         """Log-mel features and encoder output of audio pieces (one row each), and the seconds it took."""
         t = time.perf_counter()
-        feats = self._features(pieces)
+        feats = self._features(pieces, zero_pad)
         enc = self.encoder.encode(feats)
         trim_heap()  # the encoder's temporaries (specwhisper.hardware.memory): 75-120 MB kept otherwise, measured
         return feats, enc, time.perf_counter() - t
@@ -365,7 +368,7 @@ class AsrEngine:
         firsts = [(i, next((c for c in plan if c.speech), plan[0])) for i, plan in enumerate(plans) if plan]
         for b in range(0, len(firsts), opts.batch_size):
             rows = firsts[b : b + opts.batch_size]
-            feats, enc, seconds = self._encode([audios[i][c.start : c.end] for i, c in rows])
+            feats, enc, seconds = self._encode(*_pieces(audios, rows))
             for j, (i, c) in enumerate(rows):
                 languages[i] = detect_language(self.runtime, self.special, enc[j : j + 1])
                 encoded[(i, c)] = (feats[j : j + 1], enc[j : j + 1])
@@ -382,12 +385,21 @@ class AsrEngine:
         """Features and encoder output of a batch of (file, chunk) items, encoding the ones not kept yet."""
         todo = [item for item in batch if item not in encoded]
         if todo:
-            feats, enc, seconds = self._encode([audios[i][c.start : c.end] for i, c in todo])
+            feats, enc, seconds = self._encode(*_pieces(audios, todo))
             for j, (i, c) in enumerate(todo):
                 encoded[(i, c)] = (feats[j : j + 1], enc[j : j + 1])
                 stats[i].encoder_seconds += seconds / len(todo)
         rows = [encoded.pop(item) for item in batch]
         return torch.cat([f for f, _ in rows]), torch.cat([e for _, e in rows])
+
+
+def _pieces(audios: list[np.ndarray], items: list[Item]) -> tuple[list[np.ndarray], list[bool]]:
+    """The audio of (file, chunk) items and, for each, whether its log-mel is zero-padded: a planned
+    chunk that is its whole file (a file that fits one window) is, as faster-whisper pads it; a chunk of
+    a longer file and a re-decoded stretch keep openai's padding (``specwhisper.asr.features``)."""
+    pieces = [audios[i][c.start : c.end] for i, c in items]
+    whole = [c.depth == 0 and c.start == 0 and c.end == len(audios[i]) for i, c in items]
+    return pieces, whole
 
 
 def _share_stats(batch: DecodeStats, files: list[int], generated: list[int], into: list[DecodeStats]) -> None:

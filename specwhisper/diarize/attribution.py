@@ -186,6 +186,12 @@ def mark_word_overlaps(segments: list[Segment], turns: list[SpeakerTurn]) -> lis
             for s in segments]
 
 
+def heard_spans(segments: list[Segment]) -> list[tuple[float, float]]:
+    """(start, end) of every word the transcript holds; a segment without word timings counts whole."""
+    return [(w.start, w.end) for s in segments if s.text.strip()
+            for w in (s.words or [s]) if w.end >= w.start]
+
+
 def speaker_turns_text(segments: list[Segment]) -> str:
     """Plain-text transcript with a ``[SPEAKER_xx]`` line whenever the speaker changes."""
     lines: list[str] = []

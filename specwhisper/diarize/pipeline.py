@@ -19,7 +19,7 @@ import functools
 import json
 import math
 import os
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -34,7 +34,8 @@ from pyannote.pipeline.parameter import ParamDict, Uniform  # noqa: E402
 from pyannote.core import Annotation, SlidingWindow, SlidingWindowFeature  # noqa: E402
 
 from specwhisper.results.transcript import SpeakerTurn  # noqa: E402,F401 - the turn type lives in the lowest layer; re-exported here
-from specwhisper.diarize.clustering import SpectralClustering  # noqa: E402
+from specwhisper.diarize.clustering import SpectralClustering, check_speaker_counts  # noqa: E402,F401 - re-exported
+from specwhisper.diarize.coverage import cover_words, embedding_of, speech_heard_by  # noqa: E402
 from specwhisper.diarize.embedding import FRAME_SAMPLES, SAMPLE_RATE, CAMPPlusEmbedding, num_output_frames  # noqa: E402
 from specwhisper.diarize.models import campplus_checkpoint, segmentation_checkpoint  # noqa: E402
 
@@ -44,7 +45,7 @@ FRAME_RATE = SAMPLE_RATE / FRAME_SAMPLES  # CAM++ output frames per second (50)
 Progress = Callable[[str, float], None]
 
 
-class _NoPLDA(PLDA):
+class NoPLDA(PLDA):
     """Placeholder: pyannote 4's constructor always loads a PLDA, which only VBx clustering uses."""
 
     def __init__(self):  # noqa: D107 - deliberately holds nothing
@@ -80,7 +81,7 @@ class OfflineSpeakerDiarization(SpeakerDiarization):
             raise ValueError(f"embedding_mode must be 'file', 'chunk' or 'pyannote', not {embedding_mode!r}")
         spectral = clustering == "SpectralClustering"
         super().__init__(segmentation=segmentation, segmentation_step=segmentation_step, embedding=embedding,
-                         embedding_exclude_overlap=embedding_exclude_overlap, plda=_NoPLDA(),
+                         embedding_exclude_overlap=embedding_exclude_overlap, plda=NoPLDA(),
                          clustering="AgglomerativeClustering" if spectral else clustering,
                          embedding_batch_size=embedding_batch_size, segmentation_batch_size=segmentation_batch_size)
         if spectral:  # not in pyannote's Clustering enum: plug our BaseClustering subclass in directly
@@ -292,31 +293,20 @@ def build_offline_pipeline(params: dict | None = None, device: str = "cpu", **ov
     return pipeline.to(torch.device(device))
 
 
-def check_speaker_counts(num_speakers: int | None, min_speakers: int | None, max_speakers: int | None) -> None:
-    for name, value in (("num_speakers", num_speakers), ("min_speakers", min_speakers),
-                        ("max_speakers", max_speakers)):
-        if value is None:
-            continue
-        if isinstance(value, bool) or not isinstance(value, (int, np.integer)):
-            raise ValueError(f"{name} must be a whole number, not {value!r}")
-        if value < 1:
-            raise ValueError(f"{name} must be at least 1 (got {value})")
-    if min_speakers is not None and max_speakers is not None and min_speakers > max_speakers:
-        raise ValueError(f"min_speakers ({min_speakers}) is larger than max_speakers ({max_speakers})")
-    if num_speakers is not None:
-        if min_speakers is not None and num_speakers < min_speakers:
-            raise ValueError(f"num_speakers ({num_speakers}) is smaller than min_speakers ({min_speakers})")
-        if max_speakers is not None and num_speakers > max_speakers:
-            raise ValueError(f"num_speakers ({num_speakers}) is larger than max_speakers ({max_speakers})")
+def speaker_names(annotation: Annotation) -> dict[str, str]:
+    """pyannote's labels -> SPEAKER_00, SPEAKER_01, ... in order of first appearance."""
+    names: dict[str, str] = {}
+    for seg, _, label in sorted(annotation.itertracks(yield_label=True), key=lambda t: (t[0].start, t[0].end)):
+        if seg.end > seg.start:
+            names.setdefault(str(label), f"SPEAKER_{len(names):02d}")
+    return names
 
 
 def annotation_to_turns(annotation: Annotation) -> list[SpeakerTurn]:
     """pyannote Annotation -> turns sorted by time, speakers renamed SPEAKER_00.. by first appearance."""
+    names = speaker_names(annotation)
     raw = sorted(((seg.start, seg.end, str(label)) for seg, _, label in annotation.itertracks(yield_label=True)),
                  key=lambda t: (t[0], t[1]))
-    names: dict[str, str] = {}
-    for _, _, label in raw:
-        names.setdefault(label, f"SPEAKER_{len(names):02d}")
     return [SpeakerTurn(float(s), float(e), names[label]) for s, e, label in raw if e > s]
 
 
@@ -333,17 +323,32 @@ class Diarizer:
 
     def __call__(self, waveform: np.ndarray, num_speakers: int | None = None, min_speakers: int | None = None,
                  max_speakers: int | None = None, progress: Progress | None = None,
-                 uri: str = "audio") -> list[SpeakerTurn]:
-        check_speaker_counts(num_speakers, min_speakers, max_speakers)
+                 uri: str = "audio", words: Sequence[tuple[float, float]] | None = None) -> list[SpeakerTurn]:
+        """Turns of ``waveform``. ``words``: (start, end) seconds of the words a transcript heard; those
+        that no turn overlaps get turns of their own (``specwhisper.diarize.coverage``)."""
         audio = np.asarray(waveform)
+        turns, centroids = self.diarize(audio, num_speakers, min_speakers, max_speakers, progress, uri)
+        if words and np.any(audio):
+            duration = audio.size / self.sample_rate
+            turns = cover_words(audio, turns, [(s, min(e, duration)) for s, e in words if s < duration],
+                                centroids, embedding_of(self.pipeline), speech_heard_by(self.pipeline))
+        if progress is not None:
+            progress("diarization", 1.0)
+        return turns
+
+    def diarize(self, audio: np.ndarray, num_speakers: int | None = None, min_speakers: int | None = None,
+                max_speakers: int | None = None, progress: Progress | None = None,
+                uri: str = "audio") -> tuple[list[SpeakerTurn], dict[str, np.ndarray]]:
+        """The pipeline's turns and its speaker embeddings (centroids) by speaker name."""
+        check_speaker_counts(num_speakers, min_speakers, max_speakers)
         if audio.ndim != 1:
             raise ValueError(f"waveform must be 1-D mono 16 kHz audio, got shape {audio.shape}")
         if audio.size == 0:
-            return []
+            return [], {}
         if not np.isfinite(audio).all():
             raise ValueError("waveform holds NaN or infinite samples")
         if not np.any(audio):
-            return []  # digital silence: nothing to attribute
+            return [], {}  # digital silence: nothing to attribute
         tensor = torch.from_numpy(np.ascontiguousarray(audio, dtype=np.float32))[None]
         file = {"waveform": tensor, "sample_rate": self.sample_rate, "uri": uri}
         kwargs = {"num_speakers": num_speakers, "min_speakers": min_speakers, "max_speakers": max_speakers}
@@ -354,9 +359,11 @@ class Diarizer:
         duration = audio.size / self.sample_rate
         turns = [SpeakerTurn(t.start, min(t.end, duration), t.speaker)
                  for t in annotation_to_turns(annotation) if t.start < duration]
-        if progress is not None:
-            progress("diarization", 1.0)
-        return turns
+        names = speaker_names(annotation)
+        rows = getattr(output, "speaker_embeddings", None)  # one per label, in annotation.labels() order
+        centroids = {names[str(k)]: np.asarray(v) for k, v in zip(annotation.labels(), rows if rows is not None else [])
+                     if str(k) in names}
+        return turns, centroids
 
 
 STAGE_PREFIX = "diarization: "

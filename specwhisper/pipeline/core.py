@@ -181,7 +181,7 @@ class Pipeline:
         turns = None
 
         if opts.diarize:
-            from specwhisper.diarize.attribution import assign_speakers
+            from specwhisper.diarize.attribution import assign_speakers, heard_spans
 
             t = time.perf_counter()
             turns = self.diarizer()(
@@ -190,6 +190,7 @@ class Pipeline:
                 min_speakers=opts.min_speakers,
                 max_speakers=opts.max_speakers,
                 progress=report,
+                words=heard_spans(segments),  # words no turn covers get turns too (specwhisper.diarize.coverage)
             )
             segments = assign_speakers(segments, turns)
             timings["diarization"] = time.perf_counter() - t
