@@ -33,6 +33,11 @@ class Costs:
     step: float
     verify: dict[int, float]
     draft: dict[str, float] = field(default_factory=dict)
+    width: int | None = None  # the most tokens a verify pass holds (the fixed-shape mode's columns), None: any
+
+    def most_drafts(self, bonus: bool, max_k: int = 8) -> int:
+        """The most drafts a round can verify: ``max_k``, within the pass's width."""
+        return max_k if self.width is None else min(max_k, self.width - (1 if bonus else 0))
 
     def verify_at(self, width: int) -> float:
         """A pass of ``width`` tokens (1: a step), interpolated over the measured widths (beyond them, the
@@ -62,7 +67,7 @@ def best_possible(costs: Costs, draft_step: float, acceptance: float, bonus: boo
     2 are timed: any pass of 2 or more tokens is taken to cost no more than the pass of 2."""
     a = min(max(acceptance, 0.0), 0.999)
     best = 0.0
-    for k in range(1, max_k + 1):
+    for k in range(1, costs.most_drafts(bonus, max_k) + 1):
         tokens = (1 - a ** (k + 1)) / (1 - a) if bonus else (1 - a**k) / (1 - a)
         width = k + 1 if bonus else k
         floor = costs.step if width <= 1 else max(costs.verify[2], costs.step)
@@ -70,15 +75,17 @@ def best_possible(costs: Costs, draft_step: float, acceptance: float, bonus: boo
     return best
 
 
-def choose(costs: Costs, acceptance: dict[str, float], bonus: dict[str, bool], max_k: int = 8) -> tuple[str | None, int, float]:
-    """(candidate or None for plain decoding, k, expected speedup)."""
-    best: tuple[str | None, int, float] = (None, 0, 1.0)
+def choose(costs: Costs, acceptance: dict[str, float], bonus: dict[str, bool], max_k: int = 8,
+           margin: float = MARGIN) -> tuple[str | None, int, float]:
+    """(candidate or None for plain decoding, k, expected speedup); a candidate must beat plain decoding
+    by ``margin``."""
+    best: tuple[str | None, int, float] = (None, 0, 0.0)
     for name, step in costs.draft.items():
-        for k in range(1, max_k + 1):
+        for k in range(1, costs.most_drafts(bonus[name], max_k) + 1):
             s = expected_speedup(costs, step, acceptance[name], k, bonus[name])
             if s > best[2]:
                 best = (name, k, s)
-    return best if best[2] >= MARGIN else (None, 0, best[2])
+    return best if best[2] >= margin else (None, 0, best[2])
 
 
 def _seconds(fn, reps: int = 2) -> float:
@@ -116,7 +123,7 @@ class AutoDecoder(Decoder):
             pos = torch.arange(context, context + w, device=dev).expand(b, -1)
             return lambda: rt.step(toks, pos, cache)
 
-        costs = Costs(step=_seconds(verify(1)), verify={2: _seconds(verify(2))})
+        costs = Costs(step=_seconds(verify(1)), verify={2: _seconds(verify(2))}, width=cache.width)
         texts = [[220] * (context - len(prompt))] * b
         for name, dec in self.candidates.items():
             d = dec.drafter
@@ -133,7 +140,7 @@ class AutoDecoder(Decoder):
         # ``verify_at`` then follows the slope from 1 to 2 tokens (base at batch 8: 0.27 s for 9
         # tokens against 0.27 s measured for 8), should an estimate rise later.
         if any(best_possible(costs, costs.draft[n], self.acceptance[n], self.bonus[n]) >= MARGIN for n in self.candidates):
-            costs.verify.update({w: _seconds(verify(w)) for w in (4, 8)})
+            costs.verify.update({w: _seconds(verify(w)) for w in (4, 8) if cache.width is None or w <= cache.width})
         return costs
 
     def decode(self, encoder_out: torch.Tensor, prompt: list[int], features: torch.Tensor | None = None) -> DecodeOutput:
