@@ -22,7 +22,9 @@ from specwhisper.asr.decoding import Decoder, DecodeOutput, GreedyDecoder
 from specwhisper.asr.speculative import Lookahead, SpeculativeDecoder
 
 MARGIN = 1.10  # a drafter must be expected this much faster than plain decoding (timing noise)
-PRIOR_ACCEPTANCE = {"ngram": 0.10, "early-exit": 0.55}  # per-token, measured on the public set for base
+# per-token: ngram and early-exit measured on the public set for base; distil-whisper drafters not measured
+# here (no such weights on this machine), a starting guess that each speculative batch corrects
+PRIOR_ACCEPTANCE = {"ngram": 0.10, "early-exit": 0.55, "distil": 0.7}
 SMOOTHING = 0.3  # weight of a new batch's acceptance in the running estimate
 
 
@@ -100,15 +102,37 @@ def _seconds(fn, reps: int = 2) -> float:
     return statistics.median(out)
 
 
+def family(name: str) -> str:
+    """A candidate's kind for its prior acceptance: ngram, early-exit, distil (a distil-whisper model) or model."""
+    head = name.split(":")[0]
+    return head if head in ("ngram", "early-exit") else "distil" if "distil-" in name else "model"
+
+
 class AutoDecoder(Decoder):
-    def __init__(self, runtime, special, rules, candidates: dict[str, SpeculativeDecoder]):
+    def __init__(self, runtime, special, rules, candidates: dict[str, SpeculativeDecoder], notes: list[str] | None = None):
+        """``notes``: what the user should know of how the candidates were found (the distil drafter's)."""
         super().__init__(runtime, special, rules)
         self.plain = GreedyDecoder(runtime, special, rules)
         self.candidates = candidates
-        self.acceptance = {n: PRIOR_ACCEPTANCE.get(n.split(":")[0], 0.3) for n in candidates}
+        self.acceptance = {n: PRIOR_ACCEPTANCE.get(family(n), 0.3) for n in candidates}
         self.bonus = {n: d.drafter.bonus for n, d in candidates.items()}
         self.costs: dict[int, Costs] = {}
+        self.notes = list(notes or [])
         self.last_choice: tuple[str | None, int, float] | None = None
+        self.choices: dict[int, tuple[str | None, int, float]] = {}  # the latest choice per batch size
+
+    def summary(self) -> dict:
+        """What auto weighed and chose per batch size, and why (the transcript's json carries it)."""
+        return {"candidates": list(self.candidates), "notes": self.notes,
+                "choices": {str(b): {"drafter": n or "none", "k": k, "expected_speedup": round(s, 3),
+                                     "acceptance_estimate": round(self.acceptance[n], 3) if n else None}
+                            for b, (n, k, s) in sorted(self.choices.items())}}
+
+    def describe(self) -> str:
+        """One line for the CLI's summary: the choice per batch size, with the expected speed-up."""
+        parts = [f"{n or 'plain'} at batch {b} ({'expected ' if n else 'best drafter expected '}{s:.2f}x"
+                 f"{'' if n else f', under {MARGIN:.2f}x'})" for b, (n, k, s) in sorted(self.choices.items())]
+        return "; ".join(parts + self.notes)
 
     @torch.inference_mode()
     def measure(self, encoder_out: torch.Tensor, prompt: list[int], context: int = 24) -> Costs:
@@ -148,7 +172,7 @@ class AutoDecoder(Decoder):
         if self.candidates and b not in self.costs:
             self.costs[b] = self.measure(encoder_out, prompt)
         name, k, speedup = choose(self.costs[b], self.acceptance, self.bonus) if self.candidates else (None, 0, 1.0)
-        self.last_choice = (name, k, speedup)
+        self.last_choice = self.choices[b] = (name, k, speedup)
         if name is None:
             self.rt.whole_head()  # the early-exit candidate split it (measuring, or an earlier batch)
             return self.plain.decode(encoder_out, prompt, features)

@@ -133,13 +133,15 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("-o", "--output-dir", type=Path, help="folder for output files (default: current folder)")
     p.add_argument("-f", "--formats", help=f"comma-separated formats: {', '.join(ALL_FORMATS)}, all (default: all; "
                    "rttm only with --diarize)")
-    p.add_argument("-m", "--model", default="base", help="embedded 'base' or 'tiny.en', a Hugging Face id, or a local "
+    p.add_argument("-m", "--model", default="base", help="embedded 'base' or 'tiny.en', an openai name (large-v3, large-v3-turbo, "
+                   "medium.en, ...: its Hugging Face id), a Hugging Face id, or a local "
                    "folder; MODEL:int8 runs its decoder products in int8 on the CPU (default: base)")
     p.add_argument("--draft", default="auto", help=DRAFT_HELP)
     p.add_argument("-l", "--language", help="language code or name: en, English (default: detect)")
     p.add_argument("--task", default="transcribe", choices=["transcribe", "translate"],
                    help="transcribe, or translate to English (default: transcribe)")
-    p.add_argument("--batch-size", type=int, default=8, help="chunks decoded together (default: 8)")
+    p.add_argument("--batch-size", type=int, default=None,
+                   help="chunks decoded together (default: 8 on the CPU; on a GPU as many as its free memory holds, up to 32)")
     p.add_argument("--vad-threshold", type=float, default=0.5,
                    help="silero-vad speech threshold, 0-1: where chunks are cut; audio below it is still decoded and "
                    "dropped only when Whisper finds no speech in it (default: 0.5)")
