@@ -155,6 +155,35 @@ def unpack_model(pack: Path, out: Path) -> Path:
     return out
 
 
+def check_model(pack: Path, out: Path) -> dict:
+    """WER of the embedded tiny.en and of its int8-row copy (the pack's) through our engine on this CPU, on
+    bench/longform.py's two 10-minute files: what rounding the weights costs."""
+    import tempfile
+
+    from bench.common import machine
+    from specwhisper.asr.engine import AsrEngine, DecodeOptions
+    from specwhisper.audio.loading import load_audio
+    from specwhisper.evaluation.transcripts import LONG_KINDS, build_long_file, wer
+
+    folder = unpack_model(pack, Path(tempfile.mkdtemp()) / "tiny.en-q8")
+    runs = []
+    for kind in LONG_KINDS:
+        f = build_long_file(kind, ROOT / "bench" / ".cache")
+        audio = load_audio(str(f.path))
+        for name, model in ((MODEL, MODEL), (f"{MODEL}, int8 rows", str(folder))):
+            res = AsrEngine(model).transcribe(audio, DecodeOptions(language="en"))
+            text = " ".join(s.text for s in res.segments)
+            runs.append(dict(name=f"{name}, {kind}", file=kind, model=name, wer=round(wer([f.reference], [text]), 4),
+                             words=len(text.split()), reference_words=len(f.reference.split())))
+            print(runs[-1], flush=True)
+    import torch
+
+    result = {"machine": machine(torch.get_num_threads()), "note": "ours, --draft none, greedy, language en, float32 CPU",
+              "runs": runs}
+    out.write_text(json.dumps(result, indent=1) + "\n")
+    return result
+
+
 def pack_eval(out: Path) -> int:
     from specwhisper.evaluation.transcripts import english_set, eval_dir
 
@@ -189,7 +218,12 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--only", help="comma-separated: site, model, eval (default: all)")
     ap.add_argument("--unpack-model", type=Path, metavar="MODEL_TAR", help="on the GPU machine: make the model folder")
     ap.add_argument("--to", type=Path, help="with --unpack-model: the folder to make")
+    ap.add_argument("--check-model", action="store_true", help="the WER the int8 rows cost, on the 10-minute files "
+                    "(bench/results/gpu_pack_model.json)")
     args = ap.parse_args(argv)
+    if args.check_model:
+        check_model(args.out / "model.tar.xz", ROOT / "bench" / "results" / "gpu_pack_model.json")
+        return 0
     if args.unpack_model:
         print(unpack_model(args.unpack_model, args.to))
         return 0
