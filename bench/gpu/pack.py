@@ -216,7 +216,9 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--out", type=Path, default=ROOT / ".gpu")
     ap.add_argument("--only", help="comma-separated: site, model, eval (default: all)")
-    ap.add_argument("--unpack-model", type=Path, metavar="MODEL_TAR", help="on the GPU machine: make the model folder")
+    ap.add_argument("--unpack", type=Path, metavar="DIR", help="on the GPU machine: unpack --out's files into DIR "
+                    "(DIR/site, DIR/eval, DIR/tiny.en-q8), with Python's own tar and xz")
+    ap.add_argument("--unpack-model", type=Path, metavar="MODEL_TAR", help="make the model folder alone")
     ap.add_argument("--to", type=Path, help="with --unpack-model: the folder to make")
     ap.add_argument("--check-model", action="store_true", help="the WER the int8 rows cost, on the 10-minute files "
                     "(bench/results/gpu_pack_model.json)")
@@ -226,6 +228,13 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     if args.unpack_model:
         print(unpack_model(args.unpack_model, args.to))
+        return 0
+    if args.unpack:
+        for name, sub in (("site.tar.xz", "site"), ("eval.tar", "eval")):
+            shutil.rmtree(args.unpack / sub, ignore_errors=True)
+            with tarfile.open(args.out / name) as tar:
+                tar.extractall(args.unpack / sub, filter="tar")
+        print(unpack_model(args.out / "model.tar.xz", args.unpack / f"{MODEL}-q8"))
         return 0
     parts = set((args.only or "site,model,eval").split(","))
     args.out.mkdir(parents=True, exist_ok=True)
