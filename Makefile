@@ -13,7 +13,7 @@ SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 APT_PACKAGES := ffmpeg chromium espeak-ng
 DEMO_OUT ?= demo-output
 
-.PHONY: demo test test-all bench system-packages models clean
+.PHONY: demo test test-all bench gpu-pack system-packages models clean
 
 system-packages:
 	@missing=""; for p in $(APT_PACKAGES); do dpkg -s $$p >/dev/null 2>&1 || missing="$$missing $$p"; done; \
@@ -52,3 +52,7 @@ bench: models
 
 clean:
 	rm -rf $(VENV) $(DEMO_OUT) .pytest_cache
+
+# .gpu/ for the one-command GPU check on a lent GPU machine (bench/gpu/README.md)
+gpu-pack: models
+	$(PY) bench/gpu/pack.py

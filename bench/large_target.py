@@ -24,7 +24,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import random
 import statistics
 import sys
 import tempfile
@@ -51,6 +50,7 @@ from bench.common import machine  # noqa: E402
 from bench.large_target_probe import DRAFTERS, SHAPES, build  # noqa: E402
 from specwhisper.evaluation.transcripts import english_set  # noqa: E402
 from tests.random_whisper import processor_files  # noqa: E402
+from tests.replay_drafter import Replay, replaying  # noqa: E402
 
 ACCEPTANCES = (0.6, 0.7, 0.8, 0.9)
 EXIT_LAYERS = {"large-v3": (4, 8), "medium": (3, 6)}
@@ -65,36 +65,6 @@ def bundle_of(name: str, model, folder: Path) -> WhisperBundle:
     return WhisperBundle(name=name, path=str(folder), model=model, tokenizer=WhisperTokenizer.from_pretrained(folder),
                          feature_extractor=WhisperFeatureExtractor.from_pretrained(folder),
                          generation_config=gc)
-
-
-class Replay:
-    """The next draft token after a prefix: the reference's own with probability ``acceptance`` while the
-    prefix follows the reference, else a wrong one."""
-
-    def __init__(self, reference: list[int], acceptance: float, text_tokens: int, seed: int = 0):
-        self.ref, self.a, self.text = reference, acceptance, text_tokens
-        self.rng = random.Random(seed)
-
-    def next(self, prefix: list[int]) -> int:
-        p = len(prefix)
-        if p < len(self.ref) and prefix == self.ref[:p] and self.rng.random() < self.a:
-            return self.ref[p]
-        right = self.ref[p] if p < len(self.ref) else 0
-        return (right + 1) % self.text
-
-
-def replaying(drafter, replay: Replay):
-    """``drafter`` running its real draft steps but choosing the replay's tokens (its greedy choice is
-    replaced where it is made: the rules' ``select`` of a model drafter, the compact vocabulary's of an
-    early-exit one), so its caches hold what it proposed, as a real drafter's would."""
-    if isinstance(drafter, EarlyExitDrafter):
-        drafter.vocab.select = lambda logits, prefixes: ([replay.next(p) for p in prefixes], [0.0] * len(prefixes))
-    else:
-        rules = drafter.m.rules
-        dev = drafter.m.runtime.device
-        rules.select = lambda logits, prefixes: (torch.tensor([replay.next(p) for p in prefixes], device=dev),
-                                                 torch.zeros(len(prefixes), device=dev))
-    return drafter
 
 
 def sync() -> None:
@@ -161,18 +131,26 @@ def costs(engine: AsrEngine, drafts: dict, enc: torch.Tensor, prompt: list[int],
     return out
 
 
-def run_target(name: str, device: str, dtype: torch.dtype, tokens: int, reps: int, folder: Path) -> list[dict]:
-    t0 = time.perf_counter()
-    target = build(name, device, dtype)
-    # the distilled drafter: 2 decoder layers over its teacher's encoder (built on the meta device, so
-    # its own 32 encoder layers never take memory)
-    drafter_model = build(DRAFTERS[name], "meta", dtype).to_empty(device=device)
+def target_and_drafter(name: str, device: str, dtype: torch.dtype, folder: Path, d_model: int | None = None):
+    """The random-weight target ``name`` as an engine, and the bundle of its distil-shaped drafter: 2
+    decoder layers over the target's own encoder (built on the meta device, so its own encoder layers
+    never take memory). ``d_model``: a narrower model of the same layer structure (rehearsals)."""
+    target = build(name, device, dtype, d_model)
+    drafter_model = build(DRAFTERS[name], "meta", dtype, d_model).to_empty(device=device)
     drafter_model.model.encoder = target.model.encoder
     torch.manual_seed(1)
     for p in list(drafter_model.model.decoder.parameters()) + list(drafter_model.proj_out.parameters()):
         torch.nn.init.normal_(p, std=0.02)
     engine = AsrEngine(bundle=bundle_of(name, target, folder / name), device=device)
-    d_bundle = bundle_of(DRAFTERS[name], drafter_model, folder / DRAFTERS[name])
+    return engine, bundle_of(DRAFTERS[name], drafter_model, folder / DRAFTERS[name])
+
+
+def run_target(name: str, device: str, dtype: torch.dtype, tokens: int, reps: int, folder: Path,
+               acceptances=ACCEPTANCES, exit_layers: tuple[int, ...] | None = None, d_model: int | None = None,
+               on_row=lambda row: None) -> list[dict]:
+    """The target's rows (costs, then each drafter at each acceptance); ``on_row`` sees each as it comes."""
+    t0 = time.perf_counter()
+    engine, d_bundle = target_and_drafter(name, device, dtype, folder, d_model)
     print(f"{name}: built and packed in {time.perf_counter() - t0:.0f} s", flush=True)
 
     sp, rt = engine.special, engine.runtime
@@ -194,21 +172,22 @@ def run_target(name: str, device: str, dtype: torch.dtype, tokens: int, reps: in
             d = EarlyExitDrafter(rt, sp, engine.rules, int(kind.split(":")[1]))
         return replaying(d, replay) if replay else d
 
-    kinds = ["distil"] + [f"early-exit:{k}" for k in EXIT_LAYERS[name]]
+    kinds = ["distil"] + [f"early-exit:{k}" for k in (exit_layers or EXIT_LAYERS[name])]
     row = dict(name=f"{name} costs", encoder_s_per_window=round(enc_s, 2),
                **costs(engine, {k: make(k, None) for k in kinds}, enc, prompt, reps))
     print(json.dumps(row), flush=True)
+    on_row(row)
     runs = [row]
     rt.max_len = len(prompt) + tokens  # a window of `tokens` tokens: random weights rarely end one
     plain_dec = GreedyDecoder(rt, sp, engine.rules)
     reference = plain_dec.decode(enc, prompt).sequences[0].tokens
     text = sp.eot
-    for a in ACCEPTANCES:
+    for a in acceptances:
         plain = plain_dec.decode(enc, prompt)
         assert plain.sequences[0].tokens == reference
         base_s = plain.stats.decoder_seconds
         for kind in kinds:
-            spec = SpeculativeDecoder(rt, sp, engine.rules, make(kind, Replay(reference, a, text, seed=int(a * 10))), Lookahead())
+            spec = SpeculativeDecoder(rt, sp, engine.rules, make(kind, Replay([reference], a, text, seed=int(a * 10))), Lookahead())
             out = spec.decode(enc, prompt)
             st = out.stats
             r = dict(name=f"{name} + {DRAFTERS[name] if kind == 'distil' else kind}, PROJECTION at per-token acceptance {a}",
@@ -218,8 +197,9 @@ def run_target(name: str, device: str, dtype: torch.dtype, tokens: int, reps: in
                      decoder_speedup=round(base_s / st.decoder_seconds, 3),
                      end_to_end_speedup=round((enc_s + base_s) / (enc_s + st.decoder_seconds), 3))
             runs.append(r)
+            on_row(r)
             print(json.dumps(r), flush=True)
-    del engine, target, drafter_model
+    del engine, d_bundle
     return runs
 
 
@@ -230,23 +210,37 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--dtype", default="auto")
     ap.add_argument("--tokens", type=int, default=100, help="tokens per window (default: 100)")
     ap.add_argument("--reps", type=int, default=5)
+    ap.add_argument("--threads", type=int, help="CPU threads (default: the process's; a server CPU: its cores)")
+    ap.add_argument("--acceptances", default=",".join(map(str, ACCEPTANCES)), help="projected per-token acceptances")
+    ap.add_argument("--exit-layers", help="early-exit drafters' exit layers (default: 4,8 for large-v3, 3,6 for medium)")
+    ap.add_argument("--d-model", type=int, help="a narrower model of the same layer structure (a rehearsal)")
     ap.add_argument("--out", type=Path)
     args = ap.parse_args(argv)
+    if args.threads is not None:
+        if args.threads < 1:
+            ap.error(f"--threads must be >= 1, got {args.threads}")
+        torch.set_num_threads(args.threads)
     device = resolve_device(args.device)
     dtype = resolve_dtype(args.dtype, device)
-    runs = []
-    with tempfile.TemporaryDirectory() as tmp:
-        for name in args.models.split(","):
-            runs += run_target(name, device, dtype, args.tokens, args.reps, Path(tmp))
+    acceptances = tuple(float(a) for a in args.acceptances.split(","))
+    exits = tuple(int(k) for k in args.exit_layers.split(",")) if args.exit_layers else None
     dev = torch.cuda.get_device_name() if device.startswith("cuda") else machine(torch.get_num_threads())
     out = args.out or ROOT / "bench" / "results" / f"large_target_{device.split(':')[0]}.json"
-    out.write_text(json.dumps({
-        "machine": f"{dev}; torch {torch.__version__}, {dtype}, batch 1",
-        "note": "RANDOM WEIGHTS with the full-width structure of the named models; rows named PROJECTION decode "
-                "with real drafter steps but a replay of the target's own tokens, right with the given per-token "
-                "probability (acceptance_rate is the measured share of drafted tokens accepted); end_to_end_speedup "
-                "counts the encoder of the window; decoding stops after `tokens` tokens",
-        "runs": runs}, indent=2) + "\n")
+    runs = []
+
+    def save(row: dict) -> None:  # after each row: a run stopped by a time limit keeps what it measured
+        runs.append(row)
+        out.write_text(json.dumps({
+            "machine": f"{dev}; torch {torch.__version__}, {dtype}, batch 1" + (f"; d_model {args.d_model}" if args.d_model else ""),
+            "note": "RANDOM WEIGHTS with the full-width structure of the named models; rows named PROJECTION decode "
+                    "with real drafter steps but a replay of the target's own tokens, right with the given per-token "
+                    "probability (acceptance_rate is the measured share of drafted tokens accepted); end_to_end_speedup "
+                    "counts the encoder of the window; decoding stops after `tokens` tokens",
+            "runs": runs}, indent=2) + "\n")
+
+    with tempfile.TemporaryDirectory() as tmp:
+        for name in args.models.split(","):
+            run_target(name, device, dtype, args.tokens, args.reps, Path(tmp), acceptances, exits, args.d_model, on_row=save)
     print(f"wrote {out}")
     return 0
 

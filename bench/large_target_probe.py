@@ -38,8 +38,11 @@ SHAPES = {  # d_model, encoder layers, decoder layers, heads, ffn, mel bins, voc
 DRAFTERS = {"large-v3": "distil-large-v3", "medium": "distil-medium"}
 
 
-def build(name: str, device: str, dtype: torch.dtype) -> WhisperForConditionalGeneration:
+def build(name: str, device: str, dtype: torch.dtype, d_model: int | None = None) -> WhisperForConditionalGeneration:
+    """Random weights of ``name``'s layer structure; ``d_model``: narrower (heads of 64, MLP 4x), for rehearsals."""
     d, enc, dec, heads, ffn, mels, vocab = SHAPES[name]
+    if d_model is not None:
+        d, heads, ffn = d_model, max(1, d_model // 64), 4 * d_model
     cfg = WhisperConfig(d_model=d, encoder_layers=enc, decoder_layers=dec, encoder_attention_heads=heads,
                         decoder_attention_heads=heads, encoder_ffn_dim=ffn, decoder_ffn_dim=ffn, num_mel_bins=mels,
                         vocab_size=vocab, max_source_positions=1500, max_target_positions=448)

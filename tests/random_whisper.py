@@ -18,6 +18,9 @@ SHAPES = {
     "large-v3-turbo": (32, 4, 128, 51866),
     "distil-large-v3": (32, 2, 128, 51866),  # large-v3's encoder, 2 decoder layers
     "medium": (24, 24, 80, 51865),
+    # no such checkpoint: a drafter of another vocabulary (base's tokenizer, no <|yue|>) with a 128-bin
+    # encoder of its own, so a large-v3-class target has a cross-vocabulary drafter to test with
+    "other-vocab-128": (2, 2, 128, 51865),
 }
 V3_NEW_TOKEN = ("<|yue|>", 50358)  # inserted after <|su|>; every special token after it moves up one
 
@@ -44,9 +47,12 @@ def processor_files(folder: Path, v3: bool, mels: int) -> None:
 
 
 def write_random_whisper(folder: Path, kind: str, d_model: int = 64, max_positions: int = 448, seed: int = 0,
-                         encoder_from: Path | None = None) -> Path:
+                         encoder_from: Path | None = None, eot_scale: float = 0.0) -> Path:
     """``kind``: a key of ``SHAPES``. ``encoder_from``: copy that checkpoint's encoder (a distilled
-    drafter shares its teacher's). ``max_positions`` below 448 keeps decoding short in tests."""
+    drafter shares its teacher's). ``max_positions`` below 448 keeps decoding short in tests.
+    ``eot_scale``: end-of-text's row of the (tied) output head, zero as the padding token's embedding,
+    becomes a random row times this, so some decodes end by themselves (2.5-3: some rows of a batch
+    end after 20-50 tokens, the others run to the length limit)."""
     enc_layers, dec_layers, mels, vocab = SHAPES[kind]
     v3 = vocab == 51866
     eot, sot = 50257, 50258
@@ -60,6 +66,10 @@ def write_random_whisper(folder: Path, kind: str, d_model: int = 64, max_positio
     if encoder_from is not None:
         teacher = WhisperForConditionalGeneration.from_pretrained(encoder_from)
         model.model.encoder.load_state_dict(teacher.model.encoder.state_dict())
+    if eot_scale:
+        with torch.no_grad():
+            emb = model.model.decoder.embed_tokens.weight
+            emb[eot] = emb[1000] * eot_scale
     model.generation_config = GenerationConfig(decoder_start_token_id=sot, eos_token_id=eot, pad_token_id=eot, bos_token_id=eot,
                                                max_length=max_positions, no_timestamps_token_id=no_ts)
     model.save_pretrained(folder)

@@ -462,10 +462,10 @@ def test_a_failed_write_leaves_nothing_behind(tmp_path, monkeypatch):
     (tmp_path / "talk.txt").write_text("earlier run\n")
     real_render = writers.render
 
-    def failing(transcript, fmt):
+    def failing(transcript, fmt, layout=writers.NO_LAYOUT):
         if fmt == "vtt":
             raise OSError(28, "No space left on device")
-        return real_render(transcript, fmt)
+        return real_render(transcript, fmt, layout)
 
     monkeypatch.setattr(writers, "render", failing)
     with pytest.raises(OSError):

@@ -154,7 +154,7 @@ def _bad_inputs(tmp_path):
         "half_on_cpu": ([tmp_path / "good.wav", "--device", "cpu", "--dtype", "float16"], "float16 needs a gpu"),
         "int8_in_bfloat16": ([tmp_path / "good.wav", "-m", "base:int8", "--dtype", "bfloat16"], "int8 weights take float32"),
         "rttm_without_diarize": ([tmp_path / "good.wav", "-f", "srt,rttm"], "-f rttm needs --diarize"),
-        "peer_unsupported": ([tmp_path / "good.wav", "--max_line_width", "40"], "--max_line_width (openai-whisper/whisperx) is not supported"),
+        "peer_unsupported": ([tmp_path / "good.wav", "--return_char_alignments"], "--return_char_alignments (openai-whisper/whisperx) is not supported"),
         "peer_bad_bool": ([tmp_path / "good.wav", "--word_timestamps", "yes"], "must be true or false"),
     }
 

@@ -112,11 +112,16 @@ def _editor_with(llm, drafter: str, **kw):
 @pytest.mark.parametrize("drafter", ["none", "copy", "layers:8"])
 def test_speculative_output_equals_target_greedy(llm, texts, greedy_reference, drafter):
     ed = _editor_with(llm, drafter)
+    accepted = 0
     for text in texts:
         _, ids, stats = ed.generate(text, max_new_tokens=48)
         assert ids == greedy_reference(text, 48), f"{drafter} differs from greedy on {text!r}"
         if drafter != "none":
-            assert stats.drafted_tokens > 0 and stats.accepted_tokens > 0
+            assert stats.drafted_tokens > 0
+            accepted += stats.accepted_tokens
+    # the drafts are verified, not vacuous: some are accepted over the three texts (the 8-layer early exit
+    # drafts 32 tokens of the 26-token edit of the fleurs-en-000 transcript and has none accepted)
+    assert drafter == "none" or accepted > 0
 
 
 def test_universal_drafter_different_tokenizer_is_exact(llm, texts, greedy_reference):

@@ -1,7 +1,7 @@
 """What fusing a decoder layer's kernels gives a large-v3 step on a GPU: the graphed eager pass against a
 torch.compile'd layer function (one compile serves all 32 layers: weights are arguments), both replayed
 from a CUDA graph. Random weights, float16, batch 1, 16 columns. Run on a GPU machine from the repo root
-with PYTHONPATH set (bench/device/env.sh).
+with bench/gpu/run.sh's environment (PYTHONPATH=/tmp/g/site:.).
 
 Measured on an H200, torch 2.11, 2026-11-26: the graphed eager pass 3.74 ms; compiled (default mode)
 3.01 ms; compiled (max-autotune-no-cudagraphs) 3.23 ms; the bound of reading the pass's 2.06 GB is

@@ -12,6 +12,7 @@ import numpy as np
 import torch
 
 from specwhisper.asr.decoding.alignment import WordAligner
+from specwhisper.asr.batch_memory import fit_batch_size
 from specwhisper.audio.loading import SAMPLE_RATE
 from specwhisper.audio.chunking import Chunk, plan_chunks
 from specwhisper.asr.decoding.greedy import Decoder, GreedyDecoder, SamplingDecoder
@@ -41,7 +42,7 @@ PROMPT_RESET_TEMPERATURE = 0.5  # openai/whisper: previous text is not carried p
 class DecodeOptions:
     language: str | None = None  # None: detect
     task: str = "transcribe"
-    batch_size: int = 8
+    batch_size: int | None = 8  # None: the device's (specwhisper.asr.batch_memory: 8 on a CPU, a GPU's free memory)
     vad_threshold: float = 0.5
     max_chunk_s: float = 30.0
     word_timestamps: bool = False
@@ -66,7 +67,7 @@ class DecodeOptions:
         self.language = normalize_language(self.language)
         if self.task not in TASKS:
             raise ValueError(f"task must be one of {', '.join(TASKS)}, got '{self.task}'")
-        if self.batch_size < 1:
+        if self.batch_size is not None and self.batch_size < 1:
             raise ValueError(f"batch size must be >= 1, got {self.batch_size}")
         if not 1.0 <= self.max_chunk_s <= 30.0:
             raise ValueError(f"chunk length must be between 1 and 30 s, got {self.max_chunk_s}")
@@ -268,6 +269,8 @@ class AsrEngine:
         decoder = decoder or self.decoder
         opts = options or DecodeOptions()
         opts.validate(self.special)
+        # what the device's memory holds (one warning line when it is less), before any work
+        rows = fit_batch_size(opts.batch_size, self.runtime)
         report = progress or (lambda stage, frac: None)
         n = len(audios)
         plans: list[list[Chunk]] = []
@@ -278,7 +281,7 @@ class AsrEngine:
             vad_seconds.append(seconds)
         stats = [DecodeStats() for _ in audios]
         encoded: dict[Item, tuple[torch.Tensor, torch.Tensor]] = {}  # rows kept from language detection
-        languages = self._languages(audios, plans, opts, encoded, stats)
+        languages = self._languages(audios, plans, opts, rows, encoded, stats)
         initial = self._context(" ".join(t for t in (opts.hotwords, opts.initial_prompt) if t))
 
         def base_prompt(i: int, context: list[int]) -> tuple[int, ...]:
@@ -290,7 +293,7 @@ class AsrEngine:
             key = i if opts.condition_on_previous_text else base_prompt(i, initial)
             queues.setdefault(key, deque()).extend((i, c) for c in plans[i])
         contexts = [list(initial) for _ in audios]  # conditioning: the text each file's next chunk follows
-        batch_size = 1 if opts.condition_on_previous_text else opts.batch_size
+        batch_size = 1 if opts.condition_on_previous_text else rows
         done_segments: list[list[Segment]] = [[] for _ in audios]
         redecoded: set[int] = set()  # ids of the segments of re-decoded stretches
         replaces: dict[Item, Segment] = {}  # a stretch queued again -> the thin segment it may replace
@@ -357,6 +360,7 @@ class AsrEngine:
         audios: list[np.ndarray],
         plans: list[list[Chunk]],
         opts: DecodeOptions,
+        batch_size: int,
         encoded: dict[Item, tuple[torch.Tensor, torch.Tensor]],
         stats: list[DecodeStats],
     ) -> list[tuple[str | None, float | None]]:
@@ -366,8 +370,8 @@ class AsrEngine:
         if opts.language is not None:
             return languages
         firsts = [(i, next((c for c in plan if c.speech), plan[0])) for i, plan in enumerate(plans) if plan]
-        for b in range(0, len(firsts), opts.batch_size):
-            rows = firsts[b : b + opts.batch_size]
+        for b in range(0, len(firsts), batch_size):
+            rows = firsts[b : b + batch_size]
             feats, enc, seconds = self._encode(*_pieces(audios, rows))
             for j, (i, c) in enumerate(rows):
                 languages[i] = detect_language(self.runtime, self.special, enc[j : j + 1])

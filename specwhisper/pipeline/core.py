@@ -127,6 +127,10 @@ class Pipeline:
         opts.validate()
         report = progress or (lambda stage, frac: None)
         t = time.perf_counter()
+        if checkpoint is not None:  # a batch no memory holds fails before any checkpoint is written
+            from specwhisper.asr.batch_memory import fit_batch_size
+
+            fit_batch_size(opts.decode.batch_size, self.asr.runtime, warn=False)
         journal = self._journal(checkpoint, audio, opts) if checkpoint is not None else None
         asr = self.asr.transcribe(audio, opts.decode_options(), report, journal=journal)
         if journal is not None:
@@ -206,6 +210,8 @@ class Pipeline:
                 "task": opts.decode.task,
                 "language_probability": asr.language_probability,
                 "diarization": (self.config.diarization_model or "embedded") if opts.diarize else None,
+                # --draft auto: the candidates, the choice per batch size and why
+                **({"auto": self.asr.decoder.summary()} if hasattr(self.asr.decoder, "summary") else {}),
             },
             stats=asr.stats,
             source=source,

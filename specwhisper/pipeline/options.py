@@ -187,13 +187,14 @@ NOT_HTTP_LOAD = {"http": LOADED_ONCE, "ui": LOADED_ONCE}
 
 OPTIONS: tuple[Option, ...] = (
     # ---------------------------------------------------------------- models (what loads)
-    Option("model", str, "base", "Whisper model: the embedded 'base' or 'tiny.en', a short name (large-v3, medium, "
-           "small.en, ...), a Hugging Face id or a local folder; MODEL:int8 runs its decoder products in int8 on the "
+    Option("model", str, "base", "Whisper model: the embedded 'base' or 'tiny.en', an openai name (large-v3, "
+           "large-v3-turbo, medium.en, ...: its Hugging Face id), a Hugging Face id or a local folder; MODEL:int8 runs its decoder products in int8 on the "
            "CPU. Servers offer the models their deployment lists", scope="load", group="models", flags=("-m", "--model")),
     Option("draft", str, "auto", "speculative drafter: auto (measured per batch size: a drafter runs only where it "
            "beats plain decoding), none (the target alone), ngram (prompt lookup), early-exit[:k] (the target's first k "
            "decoder layers with a trained exit adapter; early-exit:k:raw without it), or a Whisper model drafting "
-           "(tiny.en, distil-whisper/distil-large-v3, a folder; MODEL:int8). Every choice gives the same tokens",
+           "(tiny.en, distil-whisper/distil-large-v3, a folder; MODEL:int8). auto also weighs the target's "
+           "distil-whisper drafter where this machine has it or the hub answers. Every choice gives the same tokens",
            scope="load", group="models"),
     Option("device", str, "auto", "torch device: auto (cuda when a GPU is usable), cpu, cuda or cuda:N", scope="load",
            group="models", not_in=NOT_HTTP_LOAD),
@@ -218,7 +219,9 @@ OPTIONS: tuple[Option, ...] = (
     Option("language", str, None, "language code or name: en, English (default: detect)", nullable=True,
            flags=("-l", "--language")),
     Option("task", str, "transcribe", "transcribe, or translate to English", choices=("transcribe", "translate")),
-    Option("batch_size", int, 8, "chunks decoded together", low=1, high=64),
+    Option("batch_size", int, None, "chunks decoded together (default: 8 on the CPU; on a GPU as many as its free "
+           "memory holds, up to 32; a larger value shrinks to what the memory holds, with a warning)", nullable=True,
+           low=1, high=64),
     Option("vad_threshold", float, 0.5, "silero-vad speech threshold: where chunks are cut; audio below it is still "
            "decoded and dropped only when Whisper finds no speech in it", low=0.0, high=1.0, low_open=True,
            high_open=True, peer_flags=("--vad_onset",)),

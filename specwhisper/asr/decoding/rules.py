@@ -62,10 +62,14 @@ class WhisperLogitRules:
         """Apply the rules in place and return (greedy tokens [N], their log-probabilities [N])."""
         n = logits.shape[0]
         tb = self.sp.timestamp_begin
-        suppress, begin = self.masks(logits.device)
+        dev = logits.device
+        suppress, begin = self.masks(dev)
         logits.masked_fill_(suppress, NEG_INF)
+        # rows picked by host lists go to the device as queued copies (``on_device``): a list index is
+        # copied synchronously, a wait for the GPU per rule and step
         empty = [i for i, seq in enumerate(prefixes) if not seq]
         if empty:
+            empty = on_device(empty, dev)
             logits[empty] = logits[empty].masked_fill(begin, NEG_INF)
         if self.timestamps:
             no_ts, no_text, ts_floor = [], [], [0] * n
@@ -84,13 +88,13 @@ class WhisperLogitRules:
                         ts_floor[i] = last_stamp - tb + 1
             ts = logits[:, tb:]
             if no_ts:
-                ts[no_ts] = NEG_INF
+                ts[on_device(no_ts, dev)] = NEG_INF
             if no_text:
-                logits[no_text, : self.sp.eot] = NEG_INF
+                logits[on_device(no_text, dev), : self.sp.eot] = NEG_INF
             if any(ts_floor):
-                floor = on_device(ts_floor, logits.device)[:, None]
-                ts.masked_fill_(torch.arange(ts.shape[1], device=logits.device)[None, :] < floor, NEG_INF)
-            if empty:
+                floor = on_device(ts_floor, dev)[:, None]
+                ts.masked_fill_(torch.arange(ts.shape[1], device=dev)[None, :] < floor, NEG_INF)
+            if len(empty):
                 logits[empty, :tb] = NEG_INF
                 if self.max_initial is not None:
                     logits[empty, tb + self.max_initial + 1 :] = NEG_INF

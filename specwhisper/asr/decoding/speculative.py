@@ -18,6 +18,7 @@ decoding on CPU (../shared/notes/offline-models.md).
 from __future__ import annotations
 
 import time
+from dataclasses import replace
 
 import torch
 
@@ -69,18 +70,33 @@ class SpeculativeDecoder(Decoder):
         self.lookahead = lookahead or Lookahead()
 
     @torch.inference_mode()
-    def decode(self, encoder_out: torch.Tensor, prompt: list[int], features: torch.Tensor | None = None) -> DecodeOutput:
+    def decode(self, encoder_out: torch.Tensor, prompt: list[int], features: torch.Tensor | None = None,
+               limits: list[int] | None = None) -> DecodeOutput:
+        """``limits``: the most tokens row i may write (it then stops with ``hit_max_length``), as in
+        ``GreedyDecoder.decode``."""
         try:
-            return self._decode(encoder_out, prompt, features)
+            return self._decode(encoder_out, prompt, features, limits)
         finally:
             self.drafter.end()
 
-    def _decode(self, encoder_out: torch.Tensor, prompt: list[int], features: torch.Tensor | None) -> DecodeOutput:
+    def lookahead_for(self, cache: KVCache) -> Lookahead:
+        """The draft lengths a verify pass over ``cache`` can hold: in the fixed-shape mode a pass has
+        ``cache.width`` columns (``specwhisper.asr.runtime.kv_cache.fixed_width_for``), the pending token's included
+        when the drafter takes the bonus token."""
+        look = self.lookahead
+        if cache.width is None:
+            return look
+        most = min(look.maximum, cache.width - (1 if self.drafter.bonus else 0))
+        return replace(look, maximum=most, initial=min(look.initial, most), minimum=min(look.minimum, most))
+
+    def _decode(self, encoder_out: torch.Tensor, prompt: list[int], features: torch.Tensor | None,
+                limits: list[int] | None) -> DecodeOutput:
         t0 = time.perf_counter()
         b = encoder_out.shape[0]
         stats = DecodeStats()
-        slack = self.lookahead.maximum + 1
-        cache = self.rt.new_cache(encoder_out, slack=slack)
+        cache = self.rt.new_cache(encoder_out, slack=self.lookahead.maximum + 1)
+        look = self.lookahead_for(cache)
+        cap = [self.max_len - len(prompt)] * b if limits is None else [min(n, self.max_len - len(prompt)) for n in limits]
         self.drafter.begin(encoder_out, prompt, features)
         self.drafter.attach(cache)
         last, no_speech = self.prefill(cache, prompt)
@@ -89,18 +105,18 @@ class SpeculativeDecoder(Decoder):
         first, first_lp = read_choices(*self.rules.select(last.float(), [[] for _ in range(b)]))
         active: list[int] = []
         for r in range(b):
-            if self._emit(results[r], first[r], first_lp[r], len(prompt), stats):
+            if self._emit(results[r], first[r], first_lp[r], cap[r], stats):
                 active.append(r)
         if len(active) < b:
             cache = cache.select(active)
             self.drafter.select(active)
             self.drafter.attach(cache)
         lengths = [len(prompt)] * len(active)  # positions filled in the cache per active row
-        ks = [self.lookahead.initial] * len(active)
+        ks = [look.initial] * len(active)
 
         while active:
             contexts = [results[r].tokens for r in active]
-            room = [self.max_len - len(prompt) - len(c) for c in contexts]  # tokens still allowed
+            room = [cap[r] - len(c) for r, c in zip(active, contexts)]  # tokens still allowed
             drafts = self.drafter.propose(contexts, [max(0, min(k, n - 1)) for k, n in zip(ks, room)])
             drafts = [d[: max(0, min(k, n - 1))] for d, k, n in zip(drafts, ks, room)]
             # tokens fed to the verify pass per row: the pending token and the drafts (without the last
@@ -128,7 +144,7 @@ class SpeculativeDecoder(Decoder):
                 accepted, tokens = accept(d, greedy[at : at + fed[i]])
                 emitted, alive = 0, True
                 for g, lp in zip(tokens, logprobs[at : at + fed[i]]):
-                    alive = self._emit(results[r], g, lp, len(prompt), stats)
+                    alive = self._emit(results[r], g, lp, cap[r], stats)
                     emitted += 1
                     if not alive:  # the row ended at this token: the drafts after it do not count
                         accepted = min(accepted, emitted - 1)
@@ -138,7 +154,7 @@ class SpeculativeDecoder(Decoder):
                 if alive:
                     keep.append(i)
                     lengths[i] += emitted
-                    ks[i] = self.lookahead.update(ks[i], len(d), accepted)
+                    ks[i] = look.update(ks[i], len(d), accepted)
             if len(keep) < len(active):
                 if not keep:
                     break
@@ -151,14 +167,15 @@ class SpeculativeDecoder(Decoder):
         stats.decoder_seconds = time.perf_counter() - t0
         return DecodeOutput(results, stats)
 
-    def _emit(self, res: SequenceResult, token: int, logprob: float, prompt_len: int, stats: DecodeStats) -> bool:
-        """Append the target's greedy token as plain decoding would; False when the row ends."""
+    def _emit(self, res: SequenceResult, token: int, logprob: float, cap: int, stats: DecodeStats) -> bool:
+        """Append the target's greedy token as plain decoding would; False when the row ends (at
+        end-of-text, or with ``cap`` tokens: Whisper's length limit or the row's own)."""
         res.sum_logprob += logprob
         if token == self.sp.eot:
             return False
         res.tokens.append(token)
         stats.generated_tokens += 1
-        if prompt_len + len(res.tokens) >= self.max_len:
+        if len(res.tokens) >= cap:
             res.hit_max_length = True
             return False
         return True

@@ -22,7 +22,9 @@ from specwhisper.asr.decoding.greedy import Decoder, DecodeOutput, GreedyDecoder
 from specwhisper.asr.decoding.speculative import Lookahead, SpeculativeDecoder
 
 MARGIN = 1.10  # a drafter must be expected this much faster than plain decoding (timing noise)
-PRIOR_ACCEPTANCE = {"ngram": 0.10, "early-exit": 0.55}  # per-token, measured on the public set for base
+# per-token: ngram and early-exit measured on the public set for base; distil-whisper drafters not measured
+# here (no such weights on this machine), a starting guess that each speculative batch corrects
+PRIOR_ACCEPTANCE = {"ngram": 0.10, "early-exit": 0.55, "distil": 0.7}
 SMOOTHING = 0.3  # weight of a new batch's acceptance in the running estimate
 
 
@@ -33,6 +35,11 @@ class Costs:
     step: float
     verify: dict[int, float]
     draft: dict[str, float] = field(default_factory=dict)
+    width: int | None = None  # the most tokens a verify pass holds (the fixed-shape mode's columns), None: any
+
+    def most_drafts(self, bonus: bool, max_k: int = 8) -> int:
+        """The most drafts a round can verify: ``max_k``, within the pass's width."""
+        return max_k if self.width is None else min(max_k, self.width - (1 if bonus else 0))
 
     def verify_at(self, width: int) -> float:
         """A pass of ``width`` tokens (1: a step), interpolated over the measured widths (beyond them, the
@@ -62,7 +69,7 @@ def best_possible(costs: Costs, draft_step: float, acceptance: float, bonus: boo
     2 are timed: any pass of 2 or more tokens is taken to cost no more than the pass of 2."""
     a = min(max(acceptance, 0.0), 0.999)
     best = 0.0
-    for k in range(1, max_k + 1):
+    for k in range(1, costs.most_drafts(bonus, max_k) + 1):
         tokens = (1 - a ** (k + 1)) / (1 - a) if bonus else (1 - a**k) / (1 - a)
         width = k + 1 if bonus else k
         floor = costs.step if width <= 1 else max(costs.verify[2], costs.step)
@@ -70,15 +77,17 @@ def best_possible(costs: Costs, draft_step: float, acceptance: float, bonus: boo
     return best
 
 
-def choose(costs: Costs, acceptance: dict[str, float], bonus: dict[str, bool], max_k: int = 8) -> tuple[str | None, int, float]:
-    """(candidate or None for plain decoding, k, expected speedup)."""
-    best: tuple[str | None, int, float] = (None, 0, 1.0)
+def choose(costs: Costs, acceptance: dict[str, float], bonus: dict[str, bool], max_k: int = 8,
+           margin: float = MARGIN) -> tuple[str | None, int, float]:
+    """(candidate or None for plain decoding, k, expected speedup); a candidate must beat plain decoding
+    by ``margin``."""
+    best: tuple[str | None, int, float] = (None, 0, 0.0)
     for name, step in costs.draft.items():
-        for k in range(1, max_k + 1):
+        for k in range(1, costs.most_drafts(bonus[name], max_k) + 1):
             s = expected_speedup(costs, step, acceptance[name], k, bonus[name])
             if s > best[2]:
                 best = (name, k, s)
-    return best if best[2] >= MARGIN else (None, 0, best[2])
+    return best if best[2] >= margin else (None, 0, best[2])
 
 
 def _seconds(fn, reps: int = 2) -> float:
@@ -93,15 +102,37 @@ def _seconds(fn, reps: int = 2) -> float:
     return statistics.median(out)
 
 
+def family(name: str) -> str:
+    """A candidate's kind for its prior acceptance: ngram, early-exit, distil (a distil-whisper model) or model."""
+    head = name.split(":")[0]
+    return head if head in ("ngram", "early-exit") else "distil" if "distil-" in name else "model"
+
+
 class AutoDecoder(Decoder):
-    def __init__(self, runtime, special, rules, candidates: dict[str, SpeculativeDecoder]):
+    def __init__(self, runtime, special, rules, candidates: dict[str, SpeculativeDecoder], notes: list[str] | None = None):
+        """``notes``: what the user should know of how the candidates were found (the distil drafter's)."""
         super().__init__(runtime, special, rules)
         self.plain = GreedyDecoder(runtime, special, rules)
         self.candidates = candidates
-        self.acceptance = {n: PRIOR_ACCEPTANCE.get(n.split(":")[0], 0.3) for n in candidates}
+        self.acceptance = {n: PRIOR_ACCEPTANCE.get(family(n), 0.3) for n in candidates}
         self.bonus = {n: d.drafter.bonus for n, d in candidates.items()}
         self.costs: dict[int, Costs] = {}
+        self.notes = list(notes or [])
         self.last_choice: tuple[str | None, int, float] | None = None
+        self.choices: dict[int, tuple[str | None, int, float]] = {}  # the latest choice per batch size
+
+    def summary(self) -> dict:
+        """What auto weighed and chose per batch size, and why (the transcript's json carries it)."""
+        return {"candidates": list(self.candidates), "notes": self.notes,
+                "choices": {str(b): {"drafter": n or "none", "k": k, "expected_speedup": round(s, 3),
+                                     "acceptance_estimate": round(self.acceptance[n], 3) if n else None}
+                            for b, (n, k, s) in sorted(self.choices.items())}}
+
+    def describe(self) -> str:
+        """One line for the CLI's summary: the choice per batch size, with the expected speed-up."""
+        parts = [f"{n or 'plain'} at batch {b} ({'expected ' if n else 'best drafter expected '}{s:.2f}x"
+                 f"{'' if n else f', under {MARGIN:.2f}x'})" for b, (n, k, s) in sorted(self.choices.items())]
+        return "; ".join(parts + self.notes)
 
     @torch.inference_mode()
     def measure(self, encoder_out: torch.Tensor, prompt: list[int], context: int = 24) -> Costs:
@@ -116,7 +147,7 @@ class AutoDecoder(Decoder):
             pos = torch.arange(context, context + w, device=dev).expand(b, -1)
             return lambda: rt.step(toks, pos, cache)
 
-        costs = Costs(step=_seconds(verify(1)), verify={2: _seconds(verify(2))})
+        costs = Costs(step=_seconds(verify(1)), verify={2: _seconds(verify(2))}, width=cache.width)
         texts = [[220] * (context - len(prompt))] * b
         for name, dec in self.candidates.items():
             d = dec.drafter
@@ -133,7 +164,7 @@ class AutoDecoder(Decoder):
         # ``verify_at`` then follows the slope from 1 to 2 tokens (base at batch 8: 0.27 s for 9
         # tokens against 0.27 s measured for 8), should an estimate rise later.
         if any(best_possible(costs, costs.draft[n], self.acceptance[n], self.bonus[n]) >= MARGIN for n in self.candidates):
-            costs.verify.update({w: _seconds(verify(w)) for w in (4, 8)})
+            costs.verify.update({w: _seconds(verify(w)) for w in (4, 8) if cache.width is None or w <= cache.width})
         return costs
 
     def decode(self, encoder_out: torch.Tensor, prompt: list[int], features: torch.Tensor | None = None) -> DecodeOutput:
@@ -141,7 +172,7 @@ class AutoDecoder(Decoder):
         if self.candidates and b not in self.costs:
             self.costs[b] = self.measure(encoder_out, prompt)
         name, k, speedup = choose(self.costs[b], self.acceptance, self.bonus) if self.candidates else (None, 0, 1.0)
-        self.last_choice = (name, k, speedup)
+        self.last_choice = self.choices[b] = (name, k, speedup)
         if name is None:
             self.rt.whole_head()  # the early-exit candidate split it (measuring, or an earlier batch)
             return self.plain.decode(encoder_out, prompt, features)

@@ -2,8 +2,9 @@
 
 ``none``      plain greedy decoding (one target pass per token)
 ``ngram``     prompt-lookup drafting from the decoded text of the batch (no model)
-``auto``      decided by measurement on this device (specwhisper/asr/drafters/auto.py): the n-gram or early-exit
-              drafter where one is expected to beat plain decoding, else plain decoding
+``auto``      decided by measurement on this device and batch size (specwhisper/asr/drafters/auto.py): the
+              n-gram, early-exit or (where the target has one here) distil-whisper drafter expected
+              to beat plain decoding, else plain decoding
 early-exit[:k] the target's own first k decoder layers with a trained exit adapter (specwhisper/asr/drafters/early_exit.py):
               no second model, the KV cache shared with the verify pass; ``early-exit:k:raw`` without
               the adapter (a weak drafter, for comparison)
@@ -15,6 +16,7 @@ MODEL         any Whisper model (embedded name, HF id, folder) drafting for the 
 
 from __future__ import annotations
 
+import logging
 from pathlib import Path
 
 import torch
@@ -30,9 +32,10 @@ from specwhisper.asr.drafters.ngram import WhisperNgramDrafter
 from specwhisper.speculative.token_map import SameVocab
 from specwhisper.asr.runtime.decoder import WhisperDecoderRuntime
 from specwhisper.asr.runtime.encoder import EncoderRuntime
-from specwhisper.asr.weights.loader import WhisperBundle, load_whisper, split_int8
+from specwhisper.asr.weights.loader import DISTIL_DRAFTERS, ModelError, WhisperBundle, find_distil_drafter, hub_id, load_whisper, split_int8
 from specwhisper.asr.decoding.speculative import Lookahead, SpeculativeDecoder
 
+log = logging.getLogger(__name__)
 DRAFT_CHOICES = ("auto", "none", "ngram", "early-exit")
 # A drafter's output head scores only the first text tokens (BPE ids are ordered by merge, so
 # frequent pieces come first) plus every special/timestamp token: most of the drafter's cost is
@@ -49,7 +52,7 @@ def decoder_factory(draft: str, cache_dir: Path | None = None, lookahead: Lookah
 
     def build(engine) -> Decoder:
         if draft == "auto":
-            return auto_decoder(engine, lookahead)
+            return auto_decoder(engine, lookahead, cache_dir)
         choice = draft
         if choice == "none":
             return GreedyDecoder(engine.runtime, engine.special, engine.rules)
@@ -65,16 +68,29 @@ def decoder_factory(draft: str, cache_dir: Path | None = None, lookahead: Lookah
     return build
 
 
-def auto_decoder(engine, lookahead: Lookahead | None = None) -> AutoDecoder:
-    """``--draft auto``: candidates are the n-gram drafter and, where an adapter for this target
-    exists, the early-exit drafter (at the default exit layer if trained, else the deepest)."""
-    candidates = {"ngram": SpeculativeDecoder(engine.runtime, engine.special, engine.rules, WhisperNgramDrafter(), lookahead)}
+def auto_decoder(engine, lookahead: Lookahead | None = None, cache_dir: Path | None = None) -> AutoDecoder:
+    """``--draft auto``: candidates are the n-gram drafter, where an adapter for this target exists the
+    early-exit drafter (at the default exit layer if trained, else the deepest), and the target's
+    distil-whisper drafter where this machine has it or the hub answers (``find_distil_drafter``)."""
+    def spec(drafter) -> SpeculativeDecoder:
+        return SpeculativeDecoder(engine.runtime, engine.special, engine.rules, drafter, lookahead)
+
+    candidates = {"ngram": spec(WhisperNgramDrafter())}
     adapters = find_adapters(model_fingerprint(engine.bundle.model))
     if adapters:
         k = DEFAULT_EXIT_LAYER if DEFAULT_EXIT_LAYER in adapters else max(adapters)
-        candidates[f"early-exit:{k}"] = SpeculativeDecoder(engine.runtime, engine.special, engine.rules,
-                                                           early_exit_drafter(engine, k, adapter=adapters[k]), lookahead)
-    return AutoDecoder(engine.runtime, engine.special, engine.rules, candidates)
+        candidates[f"early-exit:{k}"] = spec(early_exit_drafter(engine, k, adapter=adapters[k]))
+    if hub_id(engine.model_name) not in DISTIL_DRAFTERS:
+        return AutoDecoder(engine.runtime, engine.special, engine.rules, candidates)
+    distil, why = find_distil_drafter(engine.model_name)
+    if distil is not None:
+        try:
+            candidates[distil] = spec(model_drafter(engine, distil, cache_dir))
+        except (ModelError, ValueError) as exc:
+            distil, why = None, f"{distil} could not be loaded ({str(exc).splitlines()[0]})"
+    if distil is None:  # one line, and on with the drafters there are
+        log.warning(f"--draft auto: {why}; weighing {', '.join(candidates)} and plain decoding")
+    return AutoDecoder(engine.runtime, engine.special, engine.rules, candidates, notes=[why])
 
 
 def early_exit_spec(draft: str) -> tuple[int | None, bool]:
@@ -115,6 +131,8 @@ def model_drafter(engine, name: str, cache_dir: Path | None = None, head_text_to
     same_vocab = bundle.tokenizer.get_vocab() == engine.bundle.tokenizer.get_vocab()
     token_map = SameVocab() if same_vocab else Retokenize(engine.bundle.tokenizer, engine.special, bundle.tokenizer, special)
     shares = bundle is engine.bundle or same_encoder(bundle.model, engine.bundle.model)
+    if shares and bundle is not engine.bundle:  # its own copy of the encoder is never run: the target's stands in
+        bundle.model.model.encoder = engine.bundle.model.model.encoder
     if head_text_tokens is not None and head_text_tokens >= special.eot:
         head_text_tokens = None  # the whole vocabulary
     draft = DraftModel(runtime, special, rules, bundle.tokenizer, shares_encoder=shares,

@@ -22,7 +22,7 @@ import torch.nn.functional as F
 from specwhisper.asr.runtime.attention import attend_per_query, attend_per_row
 from specwhisper.asr.runtime.encoder import ENCODER_ROWS
 from specwhisper.asr.runtime.graphs import PassGraphs
-from specwhisper.asr.runtime.kv_cache import KVCache
+from specwhisper.asr.runtime.kv_cache import FIXED_COLUMNS, FIXED_WIDTH, KVCache, fixed_width_for
 from specwhisper.asr.weights.net import WhisperNet
 from specwhisper.asr.runtime.output_head import OutputHead
 from specwhisper.hardware.kernels import Int8Module, Linear, float_sources, product_of
@@ -31,7 +31,6 @@ from specwhisper.hardware.threads import blas_one_thread
 from specwhisper.hardware.device import on_device
 
 INITIAL_POSITIONS = 128  # self-attention K/V slots a new cache starts with (``KVCache.reserve`` grows it)
-FIXED_WIDTH = 16  # columns of every pass in the fixed-shape mode (``WhisperDecoderRuntime``): > a verify pass's width
 
 
 @dataclass
@@ -94,7 +93,9 @@ class WhisperDecoderRuntime:
         self.int8 = isinstance(self.layers[0].fc1, Int8Module)
         self.head = OutputHead(self.proj, int8=self.int8)
         self.row_exact = row_exact and self.head.main.packed
+        # the fixed-shape mode when not None: the most columns of a pass (``width_for``)
         self.fixed_width = FIXED_WIDTH if row_exact and not self.row_exact else None
+        self.fixed_columns = FIXED_COLUMNS  # rows x columns a fixed-shape pass aims to stay within
         # read a pass's positions on the host (``layer_range``): free on the CPU, a wait on a GPU
         self.host_positions = self.device.type == "cpu" and self.fixed_width is None
         # on a GPU passes of up to FIXED_WIDTH tokens replay CUDA graphs (``specwhisper.asr.runtime.graphs``: a
@@ -160,16 +161,20 @@ class WhisperDecoderRuntime:
         b = encoder_out.shape[0]
         shared = self._shared_cross
         cross_k, cross_v = shared[1:] if shared is not None and shared[0] is encoder_out else self.cross_kv(encoder_out)
-        if self.fixed_width is not None:  # every cache the same room, whatever the decoder's slack
-            if slack > self.fixed_width:
-                raise ValueError(f"slack {slack} is past the fixed-shape mode's {self.fixed_width}")
-            slack = self.fixed_width
+        width = self.width_for(b)
+        if width is not None:  # every cache of b rows the same room, whatever the decoder's slack
+            slack = width
         limit = self.max_len + slack
         # room that grows needs the positions on the host (``layer_range``)
         room = min(INITIAL_POSITIONS, limit) if self.host_positions else limit
         z = encoder_out.new_zeros(len(self.layers), b, self.n_head, room, self.head_dim)
-        rows = list(range(b)) if self.fixed_width is not None else None
-        return KVCache(z, torch.zeros_like(z), cross_k, cross_v, limit=limit, rows=rows)
+        rows = list(range(b)) if width is not None else None
+        return KVCache(z, torch.zeros_like(z), cross_k, cross_v, limit=limit, rows=rows, width=width)
+
+    def width_for(self, rows: int) -> int | None:
+        """The columns of every fixed-shape pass over a cache of ``rows`` rows (None: natural shapes).
+        Plain and speculative decoding of a batch share it; a verify pass holds at most that many tokens."""
+        return None if self.fixed_width is None else fixed_width_for(rows, self.fixed_width, self.fixed_columns)
 
     @torch.inference_mode()
     def hidden(
@@ -206,7 +211,7 @@ class WhisperDecoderRuntime:
         batch-mates, and 2.3-2.7x faster than query by query (a 55-token prompt 0.187 -> 0.070 s, 8
         alignment rows of 150 tokens 3.4 -> 1.3 s, one thread). Plain and speculative decoding share
         the prompt's pass, so they stay token-identical."""
-        if self.fixed_width is not None and positions.shape[1] <= self.fixed_width:
+        if cache.width is not None and positions.shape[1] <= cache.width:
             return self._fixed_shape_pass(x, positions, cache, start, stop, cross_qk)
         if cache.rows is not None and cache.rows != list(range(cache.k.shape[1])):
             raise ValueError("a pass wider than the fixed-shape mode's width needs every row of its cache")
@@ -218,7 +223,7 @@ class WhisperDecoderRuntime:
         """Fixed-shape mode: the physical row and the column of the tokens of live rows ``rows`` at
         ``positions`` (broadcast together)."""
         phys = on_device(cache.physical(), positions.device)[rows]
-        return phys, positions % self.fixed_width
+        return phys, positions % cache.width
 
     def _fixed_shape_pass(
         self, x: torch.Tensor, positions: torch.Tensor, cache: KVCache, start: int, stop: int | None,
@@ -228,14 +233,17 @@ class WhisperDecoderRuntime:
         and on where the token sits in it (cuBLAS picks kernels by shape, and split- or stream-K
         kernels reduce each output tile in an order of their own), but not on the values in other
         rows (no operation of a decoder layer mixes rows). Every pass then has the same shapes: all
-        the cache's rows (finished ones idle in place), ``FIXED_WIDTH`` columns, attention over the
-        cache's whole room, and a token at position p of physical row r sits at row r, column
-        p mod ``FIXED_WIDTH``, whichever pass computes it: a plain step, a verify pass or a draft step.
-        So each token gets the numbers plain decoding gives it, on any device, at the price of
-        ``FIXED_WIDTH`` columns per pass (on a GPU, where a step is bound by reading the weights, a
-        few percent). Unused slots hold the last slot of the room, which no real position reaches."""
+        the cache's rows (finished ones idle in place), W = ``cache.width`` columns (the row count's,
+        ``specwhisper.asr.runtime.kv_cache.fixed_width_for``), attention over the cache's whole room, and a token
+        at position p of physical row r sits at row r, column p mod W, whichever pass computes it: a
+        plain step, a verify pass or a draft step. So each token gets the numbers plain decoding of
+        the batch gives it, on any device, at the price of W columns per pass. Unused slots hold the
+        last slot of the room, which no real position reaches.
+        Finished rows are not dropped: a smaller row count is another shape, and a row that keeps
+        decoding would get other numbers for its next tokens than in a plain decode whose rows ended
+        at other passes (speculation ends rows at other passes than plain decoding does)."""
         b, n = positions.shape
-        rows, width = cache.k.shape[1], self.fixed_width
+        rows, width = cache.k.shape[1], cache.width
         phys, col = self._slots(torch.arange(b, device=positions.device)[:, None], positions, cache)
         full_pos = positions.new_full((rows, width), cache.k.shape[3] - 1)
         full_pos[phys, col] = positions
@@ -318,10 +326,10 @@ class WhisperDecoderRuntime:
         """Logits of the states ``hidden`` [..., d] of the tokens of live rows ``rows`` at ``positions``
         (both [...]) of a pass over ``cache``. In the fixed-shape mode the head, too, runs on the whole
         block of slots, each token in its own (``_fixed_shape_pass``)."""
-        if self.fixed_width is None:
+        if cache.width is None:
             return self.head(hidden)
         phys, col = self._slots(rows, positions, cache)
-        block = hidden.new_zeros(cache.k.shape[1], self.fixed_width, hidden.shape[-1])
+        block = hidden.new_zeros(cache.k.shape[1], cache.width, hidden.shape[-1])
         block[phys, col] = hidden
         return self.head(block)[phys, col]
 
@@ -353,6 +361,6 @@ class WhisperDecoderRuntime:
         if only is not None:
             h, positions = h[:, only], positions[:, only]
         with torch.inference_mode():
-            if self.fixed_width is None or positions.shape[1] > self.fixed_width:
+            if cache.width is None or positions.shape[1] > cache.width:
                 return self.logits(h)
             return self.logits_at(h, torch.arange(h.shape[0], device=h.device)[:, None], positions, cache)

@@ -11,6 +11,24 @@ from dataclasses import dataclass
 import torch
 
 GROW_POSITIONS = 64  # the step the self-attention K/V grow by (``KVCache.reserve``)
+# The fixed-shape mode's pass (``specwhisper.asr.runtime.decoder``): every pass over a cache of R rows has R x W
+# token slots, W = ``fixed_width_for(R)``, for plain steps and verify passes alike (so both give a token
+# the same numbers), and a verify pass holds at most W tokens. W halves from ``FIXED_WIDTH`` until
+# R x W is within ``FIXED_COLUMNS`` (not below ``MIN_FIXED_WIDTH``): one row's 16 slots cost a GPU
+# step nothing (it is bound by launches and reading the weights: an H200's large-v3 pass of 2-8
+# tokens took what a step took), 32 rows x 16 would make every plain step compute 512 tokens.
+FIXED_WIDTH = 16
+FIXED_COLUMNS = 256
+MIN_FIXED_WIDTH = 4
+
+
+def fixed_width_for(rows: int, most: int = FIXED_WIDTH, columns: int = FIXED_COLUMNS) -> int:
+    """The columns W of every fixed-shape pass over a cache of ``rows`` rows (see above); ``most``
+    caps it (1: plain one-token passes only)."""
+    w = most
+    while w > MIN_FIXED_WIDTH and rows * w > columns:
+        w //= 2
+    return w
 
 
 @dataclass
@@ -24,6 +42,7 @@ class KVCache:
     cross_v: torch.Tensor
     limit: int = 0  # the most positions the self-attention K/V may grow to (``reserve``)
     rows: list[int] | None = None  # fixed-shape mode: the physical row of each live row (None: all, in order)
+    width: int | None = None  # fixed-shape mode: the columns of every pass over this cache (``WhisperDecoderRuntime.width_for``)
 
     @property
     def batch_size(self) -> int:
@@ -66,7 +85,8 @@ class KVCache:
         keep = list(rows)
         if self.rows is not None:  # fixed-shape mode: rows stay where they are, the dropped ones idle
             if len(set(keep)) == len(keep):
-                return KVCache(self.k, self.v, self.cross_k, self.cross_v, limit=self.limit, rows=self.physical(keep))
+                return KVCache(self.k, self.v, self.cross_k, self.cross_v, limit=self.limit, rows=self.physical(keep),
+                               width=self.width)
             keep = self.physical(keep)  # repeated rows (beams) need physical rows of their own: gathered below
         if self.rows is None and len(keep) > 1 and len(set(keep)) == 1:
             # copies of one row (sampling's best-of draws): the cross-attention K/V, read only, stay that
@@ -79,7 +99,7 @@ class KVCache:
         if any(b <= a for a, b in zip(keep, keep[1:])):  # not ascending: gather into new tensors
             idx = torch.tensor(keep, device=self.k.device)
             rows = None if self.rows is None else list(range(len(keep)))
-            return KVCache(*(t[:, idx].contiguous() for t in tensors), limit=self.limit, rows=rows)
+            return KVCache(*(t[:, idx].contiguous() for t in tensors), limit=self.limit, rows=rows, width=self.width)
         for to, r in enumerate(keep):
             if to != r:
                 for t in tensors:

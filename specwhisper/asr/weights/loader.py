@@ -53,6 +53,46 @@ EMBEDDED_MODELS = {
 }
 
 
+# openai's checkpoint names (openai-whisper's and faster-whisper's ``-m`` names) -> their Hugging Face ids.
+# The embedded names above come first: ``base`` and ``tiny.en`` are those checkpoints, converted.
+SHORT_NAMES = {
+    **{n: f"openai/whisper-{n}" for n in ("tiny", "tiny.en", "base", "base.en", "small", "small.en", "medium", "medium.en",
+                                           "large-v1", "large-v2", "large-v3", "large-v3-turbo")},
+    "large": "openai/whisper-large-v3",
+    "turbo": "openai/whisper-large-v3-turbo",
+}
+# The distil-whisper drafters of a target, best first: the target's tokenizer and, distilled with the
+# encoder frozen, its encoder (so its output is reused), 2 decoder layers (distil-medium.en and
+# distil-small.en: 2 of 24, 2 of 12). English only. large-v3-turbo has none (its decoder is 4 layers).
+DISTIL_DRAFTERS = {
+    "openai/whisper-large-v3": ("distil-whisper/distil-large-v3.5", "distil-whisper/distil-large-v3"),
+    "openai/whisper-large-v2": ("distil-whisper/distil-large-v2",),
+    "openai/whisper-medium.en": ("distil-whisper/distil-medium.en",),
+    "openai/whisper-small.en": ("distil-whisper/distil-small.en",),
+}
+
+
+def hub_id(name: str) -> str:
+    """The Hugging Face id a model name stands for: a short name's, else the name itself."""
+    return SHORT_NAMES.get(split_int8(name)[0], split_int8(name)[0])
+
+
+def find_distil_drafter(target: str) -> tuple[str | None, str]:
+    """The distil-whisper drafter of ``target`` (a name, short name or hub id) that this machine can load,
+    and why: in the local Hugging Face cache, else on the hub (asked once, for seconds at most)."""
+    candidates = DISTIL_DRAFTERS.get(hub_id(target), ())
+    if not candidates:
+        return None, f"no distil-whisper drafter is known for '{target}'"
+    for name in candidates:
+        if cached_hub_snapshot(name) is not None:
+            return name, f"{name} (the distil drafter of {hub_id(target)}) is in the local Hugging Face cache"
+    try:
+        _check_hub_model(candidates[0], timeout=5.0)
+    except ModelError:
+        return None, f"{candidates[0]} is not in the local Hugging Face cache and the hub cannot be reached"
+    return candidates[0], f"{candidates[0]} (the distil drafter of {hub_id(target)}) is on the Hugging Face hub"
+
+
 def default_cache_dir() -> Path:
     base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
     return Path(base) / "specwhisper"
@@ -113,9 +153,12 @@ def check_int8(name: str, device: str, dtype: torch.dtype) -> None:
 
 
 def resolve_model_path(name: str, cache_dir: Path | None = None) -> str:
-    """Embedded name -> converted folder; anything else is an HF id or a local folder."""
+    """Embedded name -> converted folder; a short name (``large-v3``) -> its hub id; anything else is an
+    HF id or a local folder."""
     if name in EMBEDDED_MODELS:
         return str(ensure_embedded(name, cache_dir))
+    if name in SHORT_NAMES and not Path(name).exists():
+        name = SHORT_NAMES[name]
     if os.path.sep in name and not Path(name).exists() and name.startswith((".", "/")):
         raise ModelError(f"model folder not found: {name}")
     if not Path(name).exists():

@@ -222,6 +222,8 @@ def _transcribe_one(pipeline, path: str, stem: str, out_dir: Path, formats: list
         s = transcript.stats
         speculative = (f"acceptance {s.acceptance_rate:.0%}, {s.tokens_per_target_pass:.2f} tokens/target pass"
                        if s.drafted else "no drafter")
+        if hasattr(pipeline.asr.decoder, "describe"):  # --draft auto: what it chose and why
+            speculative += f" (auto: {pipeline.asr.decoder.describe()})"
         resumed = f", {s.resumed_chunks} chunk{'s' * (s.resumed_chunks > 1)} resumed" if s.resumed_chunks else ""
         print(f"{PROG}: {path}: {transcript.duration:.1f} s audio{resumed}, RTF {transcript.timings.get('rtf', 0):.3f}, "
               f"language {transcript.language}, {speculative}; wrote {', '.join(p.name for p in written)}", file=sys.stderr)
