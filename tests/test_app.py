@@ -225,3 +225,21 @@ def test_speed_facts_say_no_drafter_when_none_ran():
                                                            accepted_tokens=24))
     assert "| Speculative acceptance | 60% (24/40 drafted tokens) |" in speed_facts(drafted)
     assert "| Tokens per target pass | 2.50 |" in speed_facts(drafted)
+
+
+def test_timeline_draws_a_lane_per_speaker_and_marks_overlap():
+    import xml.etree.ElementTree as ET
+
+    from specwhisper.results.transcript import SpeakerTurn, Transcript
+    from specwhisper.serving.ui.app import speaker_timeline
+
+    turns = [SpeakerTurn(0.0, 5.0, "A"), SpeakerTurn(4.0, 9.0, "B"), SpeakerTurn(10.0, 20.0, "A"), SpeakerTurn(20.0, 25.0, "B")]
+    svg = ET.fromstring(speaker_timeline(Transcript([], "en", 30.0, turns=turns)))
+    ns = {"s": "http://www.w3.org/2000/svg"}
+    lanes = svg.findall(".//s:g[@class='lane']", ns)
+    assert [g.get("data-speaker") for g in lanes] == ["A", "B"]
+    assert [[(float(r.get("data-start")), float(r.get("data-end"))) for r in g.findall("s:rect[@class='turn']", ns)]
+            for g in lanes] == [[(0.0, 5.0), (10.0, 20.0)], [(4.0, 9.0), (20.0, 25.0)]]
+    overlaps = [r.find("s:title", ns).text for r in svg.findall(".//s:rect[@class='overlap']", ns)]
+    assert overlaps == ["overlap 0:04.0–0:05.0"]  # turns that only touch (20.0) do not overlap
+    assert speaker_timeline(Transcript([], "en", 30.0)) == ""  # no diarization: no timeline

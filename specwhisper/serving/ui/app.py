@@ -77,7 +77,7 @@ def speaker_timeline(t: Transcript) -> str:
     if not t.turns or not t.duration:
         return ""
     speakers = t.speakers
-    left, width, lane, gap, axis = 120, 1000, 22, 6, 22
+    left, width, lane, gap, axis = 90, 640, 18, 5, 20  # drawn about this wide: text at its size
     plot = width - left - 10
     height = len(speakers) * (lane + gap) + axis
 
@@ -85,7 +85,7 @@ def speaker_timeline(t: Transcript) -> str:
         return left + plot * min(max(seconds, 0.0), t.duration) / t.duration
 
     parts = [f'<svg viewBox="0 0 {width} {height}" width="100%" role="img" aria-label="speaker timeline" '
-             f'xmlns="http://www.w3.org/2000/svg" style="font: 12px sans-serif">']
+             f'xmlns="http://www.w3.org/2000/svg" style="font: 11px sans-serif">']
     # overlap: any moment covered by turns of two speakers (a sweep over the turns' ends)
     events = sorted([(u.start, 1) for u in t.turns] + [(u.end, -1) for u in t.turns])
     active, since = 0, 0.0
@@ -113,7 +113,7 @@ def speaker_timeline(t: Transcript) -> str:
     parts += [f'<line x1="{x(s):.1f}" y1="{base}" x2="{x(s):.1f}" y2="{base + 4}" stroke="#6b7280"/>'
               f'<text x="{x(s):.1f}" y="{base + 16}" text-anchor="middle" fill="#6b7280">{clock(s)[:-2]}</text>' for s in ticks]
     parts.append("</svg>")
-    return f'<div class="speaker-timeline">{"".join(parts)}</div>'
+    return f'<div class="speaker-timeline"><div style="font-size: 12px; opacity: 0.7">Who speaks when</div>{"".join(parts)}</div>'
 
 
 def row_start(starts: list[float], event: gr.SelectData) -> float | None:
