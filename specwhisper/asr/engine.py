@@ -306,7 +306,8 @@ class AsrEngine:
         redecoded: set[int] = set()  # ids of the segments of re-decoded stretches
         replaces: dict[Item, Segment] = {}  # a stretch queued again -> the thin segment it may replace
         decoded: list[list[Chunk]] = [[] for _ in audios]
-        total, done, shown = sum(len(a) for a in audios) or 1, 0, 0.0  # samples of audio to decode, decoded
+        # samples of audio to decode (the whole file, but what --vad-filter drops between windows), decoded
+        total, done, shown = sum(c.end - c.start for plan in plans for c in plan) or 1, 0, 0.0
         report("transcribe", 0.0)
         current = None
         while True:

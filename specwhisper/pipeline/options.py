@@ -207,7 +207,7 @@ OPTIONS: tuple[Option, ...] = (
     Option("task", str, "transcribe", "transcribe, or translate to English", choices=("transcribe", "translate")),
     Option("batch_size", int, 8, "chunks decoded together", low=1, high=64),
     Option("vad_threshold", float, 0.5, "silero-vad speech threshold: where chunks are cut; audio below it is still "
-           "decoded and dropped only when Whisper finds no speech in it", low=0.0, high=1.0, low_open=True,
+           "decoded and dropped only when Whisper finds no speech in it (with --vad-filter: dropped unheard)", low=0.0, high=1.0, low_open=True,
            high_open=True, peer_flags=("--vad_onset",)),
     Option("chunk_length", float, 30.0, "longest chunk in seconds (chunks are cut in the VAD's pauses)", low=1.0,
            high=30.0, peer_flags=("--chunk_size",), peer_names=("chunk_length_s",)),
