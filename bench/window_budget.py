@@ -12,7 +12,15 @@ Counted in process: windows encoded, encoder seconds (per window), decoder secon
   faster-whisper's batched pipeline decodes), with timestamps, nothing decoded again;
 - ``ours vad-filter no-timestamps``: ``--vad-filter --without-timestamps``: that pipeline's work;
 - ``fw batched``: ``BatchedInferencePipeline`` (batch 8, its silero VAD, no timestamps), its encoder
-  and generate calls timed by wrapping them.
+  and generate calls timed by wrapping them;
+- ``ours ... fw-spans``: a what-if for equal work: our engine given the speech spans of faster-whisper's
+  own VAD (its ``get_speech_timestamps`` with its batched pipeline's settings), so both decode the very
+  same joined audio (``join_spans`` packs as its ``collect_chunks``); our VAD (silero's PyPI weights)
+  keeps more of the files than its silero v6;
+- ``... int8``: ours with ``-m base:int8`` (int8 decoder products), faster-whisper with ``compute_type="int8"``.
+
+With ``BENCH_CLOCK=cpu`` (bench/common.py) every figure is CPU seconds: steadier than wall time on a
+machine other jobs share.
 
 Writes bench/results/window_budget.json.
 """
@@ -31,7 +39,8 @@ if str(ROOT) not in sys.path:
 
 from bench.common import machine, run_isolated  # noqa: E402
 
-SYSTEMS = ("ours", "ours vad-filter", "ours vad-filter no-timestamps", "fw batched")
+SYSTEMS = ("ours", "ours vad-filter", "ours vad-filter no-timestamps", "ours vad-filter no-timestamps int8",
+           "ours vad-filter no-timestamps fw-spans", "ours vad-filter no-timestamps fw-spans int8", "fw batched", "fw batched int8")
 
 
 def _ours(path: str, system: str, threads: int, q) -> None:
@@ -41,7 +50,15 @@ def _ours(path: str, system: str, threads: int, q) -> None:
     from specwhisper.audio.loading import load_audio
 
     torch.set_num_threads(threads)
-    eng = E.AsrEngine("base")
+    eng = E.AsrEngine("base:int8" if system.endswith(" int8") else "base")
+    if "fw-spans" in system:  # the what-if: faster-whisper's VAD chooses the speech
+        from faster_whisper.vad import VadOptions, get_speech_timestamps
+
+        def fw_spans(audio, max_span_s, progress=None, **settings):
+            found = get_speech_timestamps(audio, VadOptions(max_speech_duration_s=max_span_s, min_silence_duration_ms=160))
+            return [(d["start"], d["end"]) for d in found]
+
+        eng.vad.speech_spans = fw_spans
     audio = load_audio(path)
     t = time.perf_counter()
     opts = E.DecodeOptions(language="en", vad_filter="vad-filter" in system, without_timestamps="no-timestamps" in system)
@@ -53,13 +70,13 @@ def _ours(path: str, system: str, threads: int, q) -> None:
                text=" ".join(x.text for x in res.segments)))
 
 
-def _fw(path: str, threads: int, q) -> None:
+def _fw(path: str, compute_type: str, threads: int, q) -> None:
     from faster_whisper import BatchedInferencePipeline, WhisperModel
 
     from specwhisper.asr.weights.loader import write_ct2_folder
 
     model = WhisperModel(str(write_ct2_folder("base", ROOT / "bench" / ".cache" / "ct2")), device="cpu",
-                         compute_type="float32", cpu_threads=threads)
+                         compute_type=compute_type, cpu_threads=threads)
     spent = {"encoder": 0.0, "generate": 0.0, "windows": 0, "tokens": 0}
     encode = model.encode
 
@@ -105,8 +122,8 @@ def main(argv: list[str] | None = None) -> int:
     for kind in args.kinds.split(","):
         long = build_long_file(kind, ROOT / "bench" / ".cache")
         for system in args.systems.split(","):
-            if system == "fw batched":
-                r = run_isolated(_fw, str(long.path), args.threads)
+            if system.startswith("fw batched"):
+                r = run_isolated(_fw, str(long.path), "int8" if system.endswith(" int8") else "float32", args.threads)
             else:
                 r = run_isolated(_ours, str(long.path), system, args.threads)
             text = r.pop("text")
