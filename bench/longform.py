@@ -204,9 +204,27 @@ def save(results: dict[tuple[str, str, str], dict], files: dict, args, complete:
                 "(user+system, all threads), peak_rss_mb; systems interleaved file by file; same base weights, greedy, "
                 "language en; WER after Whisper's English normaliser",
         "complete": complete,
+        "ratios": ratios(runs),
         "runs": runs,
     }, indent=2) + "\n")
     return runs
+
+
+def ratios(runs: list[dict]) -> dict:
+    """Each system's wall-time and CPU-time ratios against faster-whisper's batched pipeline (>1: ours
+    faster), per condition, over the files: 'min-max' of the rows (a shared machine drifts)."""
+    out: dict[str, str] = {}
+    for row in runs:
+        for ref in ("fw_batched_fp32", "fw_batched_int8"):
+            if f"speedup_vs_{ref}" not in row:
+                continue
+            key = f"{row['system']} vs {ref.replace('_', ' ')}, {row['condition']}"
+            rows = [r for r in runs if r["system"] == row["system"] and r["condition"] == row["condition"]
+                    and f"speedup_vs_{ref}" in r]
+            wall = sorted(r[f"speedup_vs_{ref}"] for r in rows)
+            cpu = sorted(r[f"cpu_ratio_vs_{ref}"] for r in rows)
+            out[key] = f"wall {wall[0]:.2f}-{wall[-1]:.2f}, cpu {cpu[0]:.2f}-{cpu[-1]:.2f} ({len(rows)} files)"
+    return out
 
 
 if __name__ == "__main__":
