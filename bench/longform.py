@@ -12,7 +12,10 @@ load: ``--load N`` busy processes that this script starts and stops itself (boun
 
 Systems (all on the same embedded base weights, greedy, English given):
 - ``ours none`` / ``ours auto``: the ``transcribe`` CLI (``--draft none`` / ``auto``), batch 8; ``ours int8``: ``-m base:int8``
-  (int8 weights and rows, exact with respect to itself), ``--draft none``.
+  (int8 weights and rows, exact with respect to itself), ``--draft none``; ``ours bf16 none`` / ``ours bf16 auto``:
+  ``--dtype bfloat16`` (exact with respect to the bfloat16 model: ``token_identical`` compares their tokens).
+- ``ours vf none`` (``ours vf int8 none``, ``ours vf bf16 none``, ``ours vf auto``): ``--vad-filter --without-timestamps``,
+  the work of faster-whisper's batched pipeline: the VAD's speech alone, joined into 30 s windows, no timestamps.
 - ``fw fp32`` / ``fw int8``: faster-whisper's ``WhisperModel.transcribe`` (sequential, its defaults
   but beam 1: condition on previous text, temperature fallback, no VAD filter).
 - ``fw batched fp32`` / ``fw batched int8``: faster-whisper's ``BatchedInferencePipeline``, batch 8
@@ -38,7 +41,8 @@ if str(ROOT) not in sys.path:
 
 from bench.common import machine  # noqa: E402
 
-SYSTEMS = ("ours none", "ours auto", "ours int8", "ours int8 auto", "fw fp32", "fw int8", "fw batched fp32", "fw batched int8")
+SYSTEMS = ("ours none", "ours auto", "ours int8", "ours int8 auto", "ours bf16 none", "ours bf16 auto", "ours vf none",
+           "ours vf auto", "ours vf int8 none", "ours vf bf16 none", "fw fp32", "fw int8", "fw batched fp32", "fw batched int8")
 DEFAULT_SYSTEMS = ("ours none", "ours auto", "ours int8", "fw fp32", "fw int8", "fw batched fp32", "fw batched int8")
 CACHE = ROOT / "bench" / ".cache"
 
@@ -58,14 +62,22 @@ def _fw_child(audio_path: str, compute_type: str, batched: bool, threads: int, o
     Path(out_txt).write_text(" ".join(s.text.strip() for s in segments))
 
 
+def _ours(system: str) -> tuple[list[str], str]:
+    """``ours [vf] [int8|bf16] [DRAFT]``: its settings and its drafter (none when not named)."""
+    words = system.split()[1:]
+    if words and words[-1] not in ("vf", "int8", "bf16"):
+        return words[:-1], words[-1]
+    return words, "none"
+
+
 def _command(system: str, audio: Path, threads: int, out_dir: Path) -> list[str]:
     py = sys.executable
-    if system.startswith("ours"):  # "ours DRAFT", "ours int8" (--draft none), "ours int8 DRAFT"
-        words = system.split()[1:]
-        model = "base:int8" if words[0] == "int8" else "base"
-        draft = words[-1] if words[-1] != "int8" else "none"
-        return [py, "-m", "specwhisper.serving.cli.main", str(audio), "-m", model, "--draft", draft, "-l", "en", "--threads", str(threads),
-                "-f", "txt", "-o", str(out_dir), "-q"]
+    if system.startswith("ours"):
+        words, draft = _ours(system)
+        cmd = [py, "-m", "specwhisper.serving.cli.main", str(audio), "-m", "base:int8" if "int8" in words else "base",
+               "--draft", draft, "-l", "en", "--threads", str(threads), "-f", "txt,json", "-o", str(out_dir), "-q"]
+        cmd += ["--dtype", "bfloat16"] if "bf16" in words else []
+        return cmd + (["--vad-filter", "--without-timestamps"] if "vf" in words else [])
     compute = {"fp32": "float32", "int8": "int8"}[system.split()[-1]]
     batched = "batched" in system
     code = (f"import sys; sys.path.insert(0, {str(ROOT)!r}); from bench.longform import _fw_child; "
@@ -86,7 +98,10 @@ def run_one(system: str, audio: Path, threads: int) -> dict:
     if os.waitstatus_to_exitcode(status) != 0:
         raise RuntimeError(f"{system} on {audio.name} failed: {err.strip().splitlines()[-1] if err.strip() else status}")
     text = (out_dir / (audio.stem + ".txt")).read_text()
-    return dict(wall_s=wall, cpu_s=usage.ru_utime + usage.ru_stime, peak_rss_mb=usage.ru_maxrss / 1024, text=text)
+    ours = out_dir / (audio.stem + ".json")
+    tokens = [s["tokens"] for s in json.loads(ours.read_text())["segments"]] if ours.is_file() else None
+    return dict(wall_s=wall, cpu_s=usage.ru_utime + usage.ru_stime, peak_rss_mb=usage.ru_maxrss / 1024, text=text,
+                tokens=tokens)
 
 
 class Load:
@@ -168,6 +183,12 @@ def save(results: dict[tuple[str, str, str], dict], files: dict, args, complete:
                    audio_s=round(files[kind].duration, 1), wall_s=round(r["wall_s"], 1), cpu_s=round(r["cpu_s"], 1),
                    rtf=round(r["rtf"], 4), wer=round(r["wer"], 4), words=r["words"], reference_words=len(files[kind].reference.split()),
                    peak_rss_mb=round(r["peak_rss_mb"]))
+        if system.startswith("ours") and _ours(system)[1] != "none":  # a drafter: its tokens against the target alone's
+            settings = _ours(system)[0]
+            alone = next((v for (c, k, x), v in results.items() if (c, k) == (condition, kind) and x.startswith("ours")
+                          and _ours(x) == (settings, "none")), None)
+            if alone and r.get("tokens") is not None and alone.get("tokens") is not None:
+                row["token_identical"] = r["tokens"] == alone["tokens"]
         for ref in ("fw fp32", "fw batched fp32", "fw batched int8"):
             other = results.get((condition, kind, ref))
             if other and system != ref:
@@ -183,9 +204,27 @@ def save(results: dict[tuple[str, str, str], dict], files: dict, args, complete:
                 "(user+system, all threads), peak_rss_mb; systems interleaved file by file; same base weights, greedy, "
                 "language en; WER after Whisper's English normaliser",
         "complete": complete,
+        "ratios": ratios(runs),
         "runs": runs,
     }, indent=2) + "\n")
     return runs
+
+
+def ratios(runs: list[dict]) -> dict:
+    """Each system's wall-time and CPU-time ratios against faster-whisper's batched pipeline (>1: ours
+    faster), per condition, over the files: 'min-max' of the rows (a shared machine drifts)."""
+    out: dict[str, str] = {}
+    for row in runs:
+        for ref in ("fw_batched_fp32", "fw_batched_int8"):
+            if f"speedup_vs_{ref}" not in row:
+                continue
+            key = f"{row['system']} vs {ref.replace('_', ' ')}, {row['condition']}"
+            rows = [r for r in runs if r["system"] == row["system"] and r["condition"] == row["condition"]
+                    and f"speedup_vs_{ref}" in r]
+            wall = sorted(r[f"speedup_vs_{ref}"] for r in rows)
+            cpu = sorted(r[f"cpu_ratio_vs_{ref}"] for r in rows)
+            out[key] = f"wall {wall[0]:.2f}-{wall[-1]:.2f}, cpu {cpu[0]:.2f}-{cpu[-1]:.2f} ({len(rows)} files)"
+    return out
 
 
 if __name__ == "__main__":

@@ -13,6 +13,7 @@ import pytest
 from tests.browser import ROOT, chromium, fake_microphone_flags, running_app, screenshot, wait_for_text
 
 JFK = ROOT / "samples" / "jfk.wav"
+MEETING = ROOT / "samples" / "meeting-dev00.wav"  # 30 s, two speakers
 RUN_TIMEOUT_MS = 180_000
 SRT_CUE = re.compile(r"(\d+)\n(\d\d):(\d\d):(\d\d),(\d{3}) --> (\d\d):(\d\d):(\d\d),(\d{3})\n(.+)")
 
@@ -106,7 +107,43 @@ def test_transcribe_upload(page):
     assert "ask not what your country" in " ".join(c[3] for c in cues).lower()
 
 
-@pytest.mark.integration
+def _clock(text: str) -> float:
+    m, s = text.split(":")[-2:]
+    return int(m) * 60 + float(s) + (3600 * int(text.split(":")[0]) if text.count(":") == 2 else 0)
+
+
+def test_speaker_timeline_and_row_click_plays_from_there(page):
+    """A diarized file: a lane per speaker above the transcript, with the turns in it; a click on a
+    transcript row moves the player to that row's start."""
+    page.locator("#audio-input input[type=file]").set_input_files(str(MEETING))
+    page.wait_for_selector("#audio-input button[aria-label='Clear']")
+    page.locator("#opt-diarize input[type=checkbox]").check()
+    page.click("#run")
+    _wait_for_text(page, "#facts", "RTF")
+    screenshot(page, "app-timeline")
+
+    lanes = page.locator("#timeline g.lane").evaluate_all("gs => gs.map(g => g.dataset.speaker)")
+    cells = _table(page)
+    said = {c[2].removesuffix(" (overlap)") for c in cells if c[2]}
+    assert len(lanes) >= 2 and said and said <= set(lanes), (lanes, said)
+    turns = page.locator("#timeline rect.turn").evaluate_all(
+        "rs => rs.map(r => [r.closest('g.lane').dataset.speaker, +r.dataset.start, +r.dataset.end])")
+    assert {spk for spk, _, _ in turns} == set(lanes) and all(0 <= a < b <= 30.1 for _, a, b in turns), turns
+    overlapping = any(s1 != s2 and a1 < b2 and a2 < b1 for s1, a1, b1 in turns for s2, a2, b2 in turns)
+    assert (page.locator("#timeline rect.overlap").count() > 0) == overlapping  # overlap shown where turns overlap
+
+    row = max(range(len(cells)), key=lambda k: _clock(cells[k][0]))  # the last row: far from 0
+    start = _clock(cells[row][0])
+    assert start > 1.0
+    page.locator("#transcript div[role=row]").nth(row).locator("[role=gridcell]").last.click()
+    page.wait_for_function(
+        """(t) => { const find = (root) => { const a = root.querySelector('audio'); if (a) return a;
+                      for (const el of root.querySelectorAll('*')) if (el.shadowRoot) { const f = find(el.shadowRoot); if (f) return f; }
+                      return null; };
+                    const a = find(document.getElementById('player')); return a && Math.abs(a.currentTime - t) < 1.0; }""",
+        arg=start, timeout=30_000)
+
+
 def test_bad_upload_shows_message(page, tmp_path):
     fake = tmp_path / "notes.wav"
     fake.write_text("this is a text file with a .wav name, not audio\n")
@@ -191,3 +228,21 @@ def test_speed_facts_say_no_drafter_when_none_ran():
                                                            accepted_tokens=24))
     assert "| Speculative acceptance | 60% (24/40 drafted tokens) |" in speed_facts(drafted)
     assert "| Tokens per target pass | 2.50 |" in speed_facts(drafted)
+
+
+def test_timeline_draws_a_lane_per_speaker_and_marks_overlap():
+    import xml.etree.ElementTree as ET
+
+    from specwhisper.results.transcript import SpeakerTurn, Transcript
+    from specwhisper.serving.ui.app import speaker_timeline
+
+    turns = [SpeakerTurn(0.0, 5.0, "A"), SpeakerTurn(4.0, 9.0, "B"), SpeakerTurn(10.0, 20.0, "A"), SpeakerTurn(20.0, 25.0, "B")]
+    svg = ET.fromstring(speaker_timeline(Transcript([], "en", 30.0, turns=turns)))
+    ns = {"s": "http://www.w3.org/2000/svg"}
+    lanes = svg.findall(".//s:g[@class='lane']", ns)
+    assert [g.get("data-speaker") for g in lanes] == ["A", "B"]
+    assert [[(float(r.get("data-start")), float(r.get("data-end"))) for r in g.findall("s:rect[@class='turn']", ns)]
+            for g in lanes] == [[(0.0, 5.0), (10.0, 20.0)], [(4.0, 9.0), (20.0, 25.0)]]
+    overlaps = [r.find("s:title", ns).text for r in svg.findall(".//s:rect[@class='overlap']", ns)]
+    assert overlaps == ["overlap 0:04.0–0:05.0"]  # turns that only touch (20.0) do not overlap
+    assert speaker_timeline(Transcript([], "en", 30.0)) == ""  # no diarization: no timeline

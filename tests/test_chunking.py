@@ -54,3 +54,22 @@ def test_part_keeps_the_speech_inside_it():
     p = c.part(4 * SR, 12 * SR)
     assert p.voiced == ((4 * SR, 5 * SR), (10 * SR, 12 * SR)) and p.depth == 1
     assert c.voiced_in(4 * SR, 12 * SR) == 3 * SR
+
+
+
+def test_joined_chunks_hold_the_speech_alone():
+    """--vad-filter: spans packed back to back, at most 30 s of speech a window; the pauses are in none."""
+    import numpy as np
+
+    from specwhisper.audio.chunking import join_spans
+
+    spans = [(1 * SR, 9 * SR), (70 * SR, 80 * SR), (81 * SR, 95 * SR), (100 * SR, 110 * SR)]  # 8, 10, 14, 10 s
+    chunks = join_spans(spans)
+    assert [c.voiced for c in chunks] == [tuple(spans[:2]), tuple(spans[2:])]  # 8 + 10 s; 14 + 10 s
+    assert [c.duration_s for c in chunks] == [18.0, 24.0] and all(c.joined and c.speech for c in chunks)
+    audio = np.arange(120 * SR, dtype=np.float32)
+    assert np.array_equal(chunks[0].samples(audio), np.concatenate([audio[SR : 9 * SR], audio[70 * SR : 80 * SR]]))
+    # times in the joined audio -> times of the file; where two spans meet: the first one's end, or the next one's start
+    first = chunks[0]
+    assert [first.time_at(t) for t in (0.0, 4.0, 8.0, 12.5, 18.0, 99.0)] == [1.0, 5.0, 70.0, 74.5, 80.0, 80.0]
+    assert first.time_at(8.0, end=True) == 9.0 and first.time_at(-1.0) == 1.0

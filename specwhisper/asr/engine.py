@@ -14,7 +14,7 @@ import torch
 from specwhisper.asr.decoding.alignment import WordAligner
 from specwhisper.asr.batch_memory import fit_batch_size
 from specwhisper.audio.loading import SAMPLE_RATE
-from specwhisper.audio.chunking import Chunk, plan_chunks
+from specwhisper.audio.chunking import Chunk, join_spans, plan_chunks
 from specwhisper.asr.decoding.greedy import Decoder, GreedyDecoder, SamplingDecoder
 from specwhisper.asr.decoding.tokens import SpecialTokens
 from specwhisper.asr.decoding.rules import WhisperLogitRules
@@ -31,7 +31,7 @@ from specwhisper.asr import hallucination, redecode
 from specwhisper.asr.decoding.segments import stitch, tokens_to_segments
 from specwhisper.results.stats import DecodeStats
 from specwhisper.results.transcript import Segment
-from specwhisper.audio.vad import VoiceActivityDetector
+from specwhisper.audio.vad import FILTER_SETTINGS, VoiceActivityDetector
 
 Progress = Callable[[str, float], None]
 TASKS = ("transcribe", "translate")
@@ -52,6 +52,10 @@ class DecodeOptions:
     initial_prompt: str | None = None  # text before every chunk (before the first one only when conditioning)
     hotwords: str | None = None  # words to favour: put in the prompt of every chunk
     condition_on_previous_text: bool = False  # True: chunks decode one at a time, each after the text before it
+    multilingual: bool = False  # detect the language of every chunk, not once per file
+    language_threshold: float = 0.5  # multilingual: a chunk detected below this keeps the language before it
+    vad_filter: bool = False  # drop what the VAD rejects unheard: the speech alone, joined (audio.chunking.join_spans)
+    without_timestamps: bool = False  # decode with <|notimestamps|>: one segment per chunk
     # seconds of silence around a likely hallucination for it to be dropped (specwhisper.asr.hallucination);
     # None: off. Word timings are computed when it is set.
     hallucination_silence_threshold: float | None = None
@@ -60,6 +64,12 @@ class DecodeOptions:
     def needs_words(self) -> bool:
         """Whether the decode aligns words: asked for, or needed by the hallucination rules."""
         return self.word_timestamps or self.hallucination_silence_threshold is not None
+
+    @property
+    def redecodes(self) -> bool:
+        """Whether stretches a decode skipped are decoded again (``specwhisper.asr.redecode``): only in
+        the lossless mode, where the segments' times say what was skipped."""
+        return not (self.vad_filter or self.without_timestamps)
 
     def validate(self, special: SpecialTokens | None = None) -> None:
         """Raises ValueError with a one-line message; ``special`` adds the checks that need the model.
@@ -77,10 +87,14 @@ class DecodeOptions:
             raise ValueError(f"beam size must be >= 1, got {self.beam_size}")
         if self.patience <= 0:
             raise ValueError(f"patience must be > 0, got {self.patience}")
+        if not 0.0 <= self.language_threshold <= 1.0:
+            raise ValueError(f"language threshold must be between 0 and 1, got {self.language_threshold}")
         threshold = self.hallucination_silence_threshold
         if threshold is not None and (isinstance(threshold, bool) or not isinstance(threshold, (int, float))
                                       or not 0 < threshold < float("inf")):
             raise ValueError(f"hallucination silence threshold must be a number of seconds > 0, got {threshold}")
+        if threshold is not None and self.vad_filter:
+            raise ValueError("hallucination silence threshold does not apply with vad filter: the silence it looks for is dropped before decoding")
         self.quality.validate()
         if special is None:
             return
@@ -91,6 +105,8 @@ class DecodeOptions:
                 raise ValueError(f"this model is English-only; cannot use language '{self.language}'")
         if self.task == "translate" and not special.multilingual:
             raise ValueError("this model is English-only and cannot translate")
+        if self.multilingual and not special.multilingual:
+            raise ValueError("this model is English-only: --multilingual needs a multilingual model")
 
 
 @dataclass
@@ -149,7 +165,7 @@ class AsrEngine:
     def features(self, audio: np.ndarray, chunks: list[Chunk], zero_pad: list[bool] | None = None) -> torch.Tensor:
         """Whisper's input for ``chunks`` of ``audio``: openai's padding, or zero-padded log-mel where
         ``zero_pad`` says so (``specwhisper.asr.features``)."""
-        return self._features([audio[c.start : c.end] for c in chunks], zero_pad)
+        return self._features([c.samples(audio) for c in chunks], zero_pad)
 
     def _features(self, pieces: list[np.ndarray], zero_pad: list[bool] | None = None) -> torch.Tensor:
         zero_pad = zero_pad if zero_pad is not None else [False] * len(pieces)
@@ -165,11 +181,14 @@ class AsrEngine:
         return feats, enc, time.perf_counter() - t
 
     def _plan(self, audio: np.ndarray, opts: DecodeOptions, progress: Callable[[float], None]) -> tuple[list[Chunk], float]:
-        """The file's chunks (all of it, cut in the VAD's pauses: specwhisper.audio.chunking) and the VAD's seconds."""
+        """The file's chunks (all of it, cut in the VAD's pauses: specwhisper.audio.chunking; with
+        ``vad_filter`` its speech alone, joined) and the VAD's seconds."""
         t0 = time.perf_counter()
-        spans = self.vad.speech_spans(audio, opts.max_chunk_s, progress=progress, threshold=opts.vad_threshold)
+        settings = FILTER_SETTINGS if opts.vad_filter else {}
+        spans = self.vad.speech_spans(audio, opts.max_chunk_s, progress=progress, threshold=opts.vad_threshold, **settings)
         trim_heap()
-        return plan_chunks(spans, len(audio), opts.max_chunk_s), time.perf_counter() - t0
+        chunks = join_spans(spans, opts.max_chunk_s) if opts.vad_filter else plan_chunks(spans, len(audio), opts.max_chunk_s)
+        return chunks, time.perf_counter() - t0
 
     def _first_decoder(self, opts: DecodeOptions, decoder: Decoder) -> Decoder:
         if opts.beam_size is None:
@@ -204,8 +223,8 @@ class AsrEngine:
 
         Returns each chunk's segments (absolute times; none when Whisper finds no speech), the
         stretches of each chunk to decode again (``redecode.skipped``, and ``hallucination.screen``'s
-        with its option) and the attempt kept per chunk; the decode's counters and the alignment time
-        are added to ``stats``."""
+        with its option; none unless ``opts.redecodes``) and the attempt kept per chunk; the decode's
+        counters and the alignment time are added to ``stats``."""
         first = self._first_decoder(opts, decoder)
         attempts = decode_with_fallback(first, self._sampler, enc, prompt, feats, opts.quality, self._text, stats,
                                         seconds=[c.duration_s for c in chunks])
@@ -215,24 +234,28 @@ class AsrEngine:
             if opts.quality.is_silence(a.seq, vad_speech=chunk.speech):
                 per_chunk.append([])
                 continue
-            segs = tokens_to_segments(a.seq.tokens, self.special, self.bundle.tokenizer, chunk.start_s,
-                                               chunk.duration_s, drop_unfinished=a.seq.hit_max_length)
+            # a joined chunk's times are placed in the file below; a decode without timestamps has no
+            # unfinished segment to leave for a re-decode
+            segs = tokens_to_segments(a.seq.tokens, self.special, self.bundle.tokenizer, _offset(chunk), chunk.duration_s,
+                                      drop_unfinished=a.seq.hit_max_length and not opts.without_timestamps)
             facts = dict(seek=chunk.start // 160, temperature=a.temperature, avg_logprob=a.seq.avg_logprob,
-                         compression_ratio=a.compression_ratio, no_speech_prob=a.seq.no_speech_prob)
+                         compression_ratio=a.compression_ratio, no_speech_prob=a.seq.no_speech_prob, language=language)
             per_chunk.append([replace(seg, **facts) for seg in segs])
         if opts.needs_words:
             t = time.perf_counter()
-            offsets = [c.start_s for c in chunks]
+            offsets = [_offset(c) for c in chunks]
             self.aligner.align(enc, per_chunk, offsets, [c.duration_s for c in chunks], language, opts.task)
             stats.alignment_seconds += time.perf_counter() - t
         again: list[list[tuple[Chunk, Segment | None]]] = []
         for k, chunk in enumerate(chunks):
+            if chunk.joined:  # --vad-filter (no hallucination threshold with it: validate) and no re-decode
+                _place(chunk, per_chunk[k])
             view, extra = chunk, []
             if opts.hallucination_silence_threshold is not None and per_chunk[k]:
                 end = file_ends[k] if file_ends else float("inf")
                 per_chunk[k], view, extra = hallucination.screen(chunk, per_chunk[k], opts.hallucination_silence_threshold, end)
             # the very segments kept: a thin one is replaced by identity
-            again.append(redecode.skipped(view, per_chunk[k]) + [(c, None) for c in extra])
+            again.append(redecode.skipped(view, per_chunk[k]) + [(c, None) for c in extra] if opts.redecodes else [])
         return per_chunk, again, attempts
 
     def transcribe(
@@ -256,8 +279,10 @@ class AsrEngine:
     ) -> list[AsrResult]:
         """Transcribe several 16 kHz waveforms with their chunks batched together.
 
-        Each file is cut into chunks covering all of it (specwhisper.audio.chunking) and gets its language from its
-        first chunk with VAD speech; then chunks of all files that share a prompt (language, task,
+        Each file is cut into chunks covering all of it (specwhisper.audio.chunking; with ``vad_filter``
+        its speech alone, joined) and gets its language from its first chunk with VAD speech (with
+        ``multilingual`` each chunk gets its own: ``_detect``, the chunks of each language in queues of
+        their own); then chunks of all files that share a prompt (language, task,
         initial prompt) are decoded in batches of ``batch_size``; the stretches a decode skipped are
         queued again (``specwhisper.asr.redecode``). With ``condition_on_previous_text`` each file's chunks decode
         one at a time in order, each after the text of the one before (openai/whisper's way).
@@ -281,79 +306,105 @@ class AsrEngine:
             vad_seconds.append(seconds)
         stats = [DecodeStats() for _ in audios]
         encoded: dict[Item, tuple[torch.Tensor, torch.Tensor]] = {}  # rows kept from language detection
-        languages = self._languages(audios, plans, opts, rows, encoded, stats)
+        if opts.multilingual:  # every chunk's own, detected as the work queues need it (below)
+            languages: list[tuple[str | None, float | None]] = [(opts.language, None)] * n
+        else:
+            languages = self._languages(audios, plans, opts, rows, encoded, stats)
         initial = self._context(" ".join(t for t in (opts.hotwords, opts.initial_prompt) if t))
 
-        def base_prompt(i: int, context: list[int]) -> tuple[int, ...]:
-            return tuple(self.special.prompt(languages[i][0], opts.task, timestamps=True, context=context))
+        def prompt_of(language: str | None, context: list[int]) -> tuple[int, ...]:
+            return tuple(self.special.prompt(language, opts.task, timestamps=not opts.without_timestamps, context=context))
 
         # Work queues: one per prompt (files sharing it batch together), or one per file when conditioning.
         queues: dict[object, deque[Item]] = {}
+        language_of: dict[Item, str | None] = {}
+
+        def route(item: Item, language: str | None) -> None:
+            language_of[item] = language
+            key = item[0] if opts.condition_on_previous_text else prompt_of(language, initial)
+            queues.setdefault(key, deque()).append(item)
+
+        waiting: deque[Item] = deque()  # multilingual: chunks whose language is not detected yet, in order
         for i in range(n):
-            key = i if opts.condition_on_previous_text else base_prompt(i, initial)
-            queues.setdefault(key, deque()).extend((i, c) for c in plans[i])
+            for c in plans[i]:
+                waiting.append((i, c)) if opts.multilingual else route((i, c), languages[i][0])
+        latest = [opts.language] * n  # multilingual: each file's language so far
         contexts = [list(initial) for _ in audios]  # conditioning: the text each file's next chunk follows
         batch_size = 1 if opts.condition_on_previous_text else rows
         done_segments: list[list[Segment]] = [[] for _ in audios]
         redecoded: set[int] = set()  # ids of the segments of re-decoded stretches
         replaces: dict[Item, Segment] = {}  # a stretch queued again -> the thin segment it may replace
         decoded: list[list[Chunk]] = [[] for _ in audios]
-        total, done, shown = sum(len(a) for a in audios) or 1, 0, 0.0  # samples of audio to decode, decoded
+        # samples of audio to decode (the whole file, but what --vad-filter drops between windows), decoded
+        total, done, shown = sum(c.end - c.start for plan in plans for c in plan) or 1, 0, 0.0
         report("transcribe", 0.0)
-        for queue in queues.values():
-            while queue:
-                batch = [queue.popleft() for _ in range(min(batch_size, len(queue)))]
-                i0 = batch[0][0]
-                prompt = list(base_prompt(i0, contexts[i0]))
-                replayed = journal.replay(batch, prompt) if journal else None
-                if replayed:
-                    per_chunk, again, attempts, batch_stats = replayed
-                    for item in batch:
-                        encoded.pop(item, None)
-                else:
-                    feats, enc = self._gather(audios, batch, encoded, stats)
-                    batch_stats = DecodeStats()
-                    per_chunk, again, attempts = self._decode_batch(
-                        enc, feats, prompt, [c for _, c in batch], languages[i0][0], opts, decoder, batch_stats,
-                        [len(audios[i]) / SAMPLE_RATE for i, _ in batch],
-                    )
-                    if journal:
-                        journal.record(batch, prompt, per_chunk, again, attempts, batch_stats)
-                for (i, chunk), segs, skipped, a in zip(batch, per_chunk, again, attempts):
-                    thin = replaces.pop((i, chunk), None)
-                    if thin is not None:  # the new text replaces a thin segment when it has more words
-                        if sum(len(x.text.split()) for x in segs) > len(thin.text.split()):
-                            done_segments[i] = [x for x in done_segments[i] if x is not thin]
-                        else:  # discarded, and so are the stretches it skipped, but the speech after a pause
-                            segs, skipped = [], redecode.after_first_pause(chunk, thin)
-                    done_segments[i].extend(segs)
-                    if chunk.depth:
-                        redecoded.update(id(s) for s in segs)
-                    decoded[i].append(chunk)
-                    replaces.update({(i, c): seg for c, seg in skipped if seg is not None})
-                    items = [(i, c) for c, _ in skipped]
-                    # skipped stretches go first when conditioning, so a file keeps its order
-                    queue.extendleft(reversed(items)) if opts.condition_on_previous_text else queue.extend(items)
-                    stats[i].redecoded_chunks += len(skipped)
-                    total += sum(c.end - c.start for c, _ in skipped)
-                    if opts.condition_on_previous_text:
-                        reset = a.temperature > PROMPT_RESET_TEMPERATURE
-                        contexts[i] = [] if reset else (contexts[i] + [t for s in segs for t in s.tokens])[-SpecialTokens.MAX_CONTEXT :]
-                _share_stats(batch_stats, [i for i, _ in batch], [len(a.seq.tokens) for a in attempts], stats)
-                done += sum(c.end - c.start for _, c in batch)
-                shown = max(shown, done / total)  # a stretch queued again adds work: the bar waits, never goes back
-                report("resume" if replayed else "transcribe", shown)
-        return [
-            AsrResult(
-                stitch(done_segments[i], redecoded, self.bundle.tokenizer),
-                languages[i][0],
-                languages[i][1],
-                stats[i],
-                sorted(decoded[i], key=lambda c: c.start),
-                vad_seconds[i],
-            )
-            for i in range(n)
-        ]
+        current = None
+        while True:
+            # multilingual: detect chunks (in order, a batch at a time) until some language has a full batch
+            while waiting and not any(len(q) >= batch_size for q in queues.values()):
+                items = [waiting.popleft() for _ in range(min(batch_size, len(waiting)))]
+                for item, language in zip(items, self._detect(audios, items, opts, encoded, stats, latest)):
+                    route(item, language)
+            if waiting:
+                if current is None or len(queues[current]) < batch_size:
+                    current = next(k for k, q in queues.items() if len(q) >= batch_size)
+            elif current is None or not queues[current]:  # a queue is emptied before the next one starts
+                current = next((k for k, q in queues.items() if q), None)
+                if current is None:
+                    break
+            queue = queues[current]
+            batch = [queue.popleft() for _ in range(min(batch_size, len(queue)))]
+            i0 = batch[0][0]
+            language = language_of[batch[0]]
+            prompt = list(prompt_of(language, contexts[i0]))
+            replayed = journal.replay(batch, prompt) if journal else None
+            if replayed:
+                per_chunk, again, attempts, batch_stats = replayed
+                for item in batch:
+                    encoded.pop(item, None)
+            else:
+                self._encode_items(audios, batch, encoded, stats)
+                kept = [encoded.pop(item) for item in batch]
+                feats, enc = torch.cat([f for f, _ in kept]), torch.cat([e for _, e in kept])
+                batch_stats = DecodeStats()
+                per_chunk, again, attempts = self._decode_batch(
+                    enc, feats, prompt, [c for _, c in batch], language, opts, decoder, batch_stats,
+                    [len(audios[i]) / SAMPLE_RATE for i, _ in batch],
+                )
+                if journal:
+                    journal.record(batch, prompt, per_chunk, again, attempts, batch_stats)
+            for (i, chunk), segs, skipped, a in zip(batch, per_chunk, again, attempts):
+                thin = replaces.pop((i, chunk), None)
+                if thin is not None:  # the new text replaces a thin segment when it has more words
+                    if sum(len(x.text.split()) for x in segs) > len(thin.text.split()):
+                        done_segments[i] = [x for x in done_segments[i] if x is not thin]
+                    else:  # discarded, and so are the stretches it skipped, but the speech after a pause
+                        segs, skipped = [], redecode.after_first_pause(chunk, thin)
+                done_segments[i].extend(segs)
+                if chunk.depth:
+                    redecoded.update(id(s) for s in segs)
+                decoded[i].append(chunk)
+                replaces.update({(i, c): seg for c, seg in skipped if seg is not None})
+                items = [(i, c) for c, _ in skipped]
+                language_of.update((item, language) for item in items)
+                # skipped stretches go first when conditioning, so a file keeps its order
+                queue.extendleft(reversed(items)) if opts.condition_on_previous_text else queue.extend(items)
+                stats[i].redecoded_chunks += len(skipped)
+                total += sum(c.end - c.start for c, _ in skipped)
+                if opts.condition_on_previous_text:
+                    reset = a.temperature > PROMPT_RESET_TEMPERATURE
+                    contexts[i] = [] if reset else (contexts[i] + [t for s in segs for t in s.tokens])[-SpecialTokens.MAX_CONTEXT :]
+            _share_stats(batch_stats, [i for i, _ in batch], [len(a.seq.tokens) for a in attempts], stats)
+            done += sum(c.end - c.start for _, c in batch)
+            shown = max(shown, done / total)  # a stretch queued again adds work: the bar waits, never goes back
+            report("resume" if replayed else "transcribe", shown)
+        results = []
+        for i in range(n):
+            segments = stitch(done_segments[i], redecoded, self.bundle.tokenizer)
+            language, probability = _main_language(segments) if opts.multilingual else languages[i]
+            results.append(AsrResult(segments, language, probability, stats[i], sorted(decoded[i], key=lambda c: c.start),
+                                     vad_seconds[i]))
+        return results
 
     def _languages(
         self,
@@ -372,38 +423,78 @@ class AsrEngine:
         firsts = [(i, next((c for c in plan if c.speech), plan[0])) for i, plan in enumerate(plans) if plan]
         for b in range(0, len(firsts), batch_size):
             rows = firsts[b : b + batch_size]
-            feats, enc, seconds = self._encode(*_pieces(audios, rows))
-            for j, (i, c) in enumerate(rows):
-                languages[i] = detect_language(self.runtime, self.special, enc[j : j + 1])
-                encoded[(i, c)] = (feats[j : j + 1], enc[j : j + 1])
-                stats[i].encoder_seconds += seconds / len(rows)
+            self._encode_items(audios, rows, encoded, stats)
+            for i, c in rows:
+                languages[i] = detect_language(self.runtime, self.special, encoded[(i, c)][1])
         return languages
 
-    def _gather(
+    def _detect(
         self,
         audios: list[np.ndarray],
-        batch: list[Item],
+        items: list[Item],
+        opts: DecodeOptions,
         encoded: dict[Item, tuple[torch.Tensor, torch.Tensor]],
         stats: list[DecodeStats],
-    ) -> tuple[torch.Tensor, torch.Tensor]:
-        """Features and encoder output of a batch of (file, chunk) items, encoding the ones not kept yet."""
-        todo = [item for item in batch if item not in encoded]
+        latest: list[str | None],
+    ) -> list[str | None]:
+        """Each chunk's language (``multilingual``), in order; their encoder rows are kept. A detection
+        holds when its probability reaches ``language_threshold`` on a chunk with VAD speech; else the
+        file keeps its language so far (``latest``, updated here: the option, then the last detection
+        that held), or takes this detection when it has none yet. faster-whisper's ``multilingual``
+        takes every window's detection, however unsure (German called English at p=0.43)."""
+        self._encode_items(audios, items, encoded, stats)
+        out = []
+        for i, c in items:
+            code, p = detect_language(self.runtime, self.special, encoded[(i, c)][1])
+            if latest[i] is None or (c.speech and p >= opts.language_threshold):
+                latest[i] = code
+            out.append(latest[i])
+        return out
+
+    def _encode_items(
+        self,
+        audios: list[np.ndarray],
+        items: list[Item],
+        encoded: dict[Item, tuple[torch.Tensor, torch.Tensor]],
+        stats: list[DecodeStats],
+    ) -> None:
+        """Features and encoder output of the (file, chunk) items not kept yet, kept in ``encoded``."""
+        todo = [item for item in items if item not in encoded]
         if todo:
             feats, enc, seconds = self._encode(*_pieces(audios, todo))
             for j, (i, c) in enumerate(todo):
                 encoded[(i, c)] = (feats[j : j + 1], enc[j : j + 1])
                 stats[i].encoder_seconds += seconds / len(todo)
-        rows = [encoded.pop(item) for item in batch]
-        return torch.cat([f for f, _ in rows]), torch.cat([e for _, e in rows])
 
 
 def _pieces(audios: list[np.ndarray], items: list[Item]) -> tuple[list[np.ndarray], list[bool]]:
     """The audio of (file, chunk) items and, for each, whether its log-mel is zero-padded: a planned
     chunk that is its whole file (a file that fits one window) is, as faster-whisper pads it; a chunk of
-    a longer file and a re-decoded stretch keep openai's padding (``specwhisper.asr.features``)."""
-    pieces = [audios[i][c.start : c.end] for i, c in items]
-    whole = [c.depth == 0 and c.start == 0 and c.end == len(audios[i]) for i, c in items]
+    a longer file, a joined chunk and a re-decoded stretch keep openai's padding (``specwhisper.asr.features``)."""
+    pieces = [c.samples(audios[i]) for i, c in items]
+    whole = [not c.joined and c.depth == 0 and c.start == 0 and c.end == len(audios[i]) for i, c in items]
     return pieces, whole
+
+
+def _offset(chunk: Chunk) -> float:
+    """Where a chunk's decoded times start in the file; a joined chunk's are placed by ``_place``."""
+    return 0.0 if chunk.joined else chunk.start_s
+
+
+def _place(chunk: Chunk, segments: list[Segment]) -> None:
+    """A joined chunk's segment and word times (seconds into its joined audio) as times of the file."""
+    for seg in segments:
+        seg.start, seg.end = chunk.time_at(seg.start), chunk.time_at(seg.end, end=True)
+        for w in seg.words:
+            w.start, w.end = chunk.time_at(w.start), chunk.time_at(w.end, end=True)
+
+
+def _main_language(segments: list[Segment]) -> tuple[str | None, None]:
+    """The language of most of a multilingual transcript's speech time (no one probability holds for it)."""
+    seconds: dict[str | None, float] = {}
+    for s in segments:
+        seconds[s.language] = seconds.get(s.language, 0.0) + max(s.end - s.start, 0.01)
+    return (max(seconds, key=seconds.__getitem__) if seconds else None), None
 
 
 def _share_stats(batch: DecodeStats, files: list[int], generated: list[int], into: list[DecodeStats]) -> None:

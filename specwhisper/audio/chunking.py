@@ -8,11 +8,19 @@ exactly one chunk and Whisper hears all of it: audio the VAD rejected is dropped
 itself says it holds no speech (the no-speech rule in ``specwhisper.asr.decoding.fallback``), and a file in which the
 VAD found nothing is still decoded (otherwise a falsetto clip and quiet stretches of a German file
 are lost: silero scores them below its threshold).
+
+``join_spans`` is the other way, asked for with ``--vad-filter`` (faster-whisper's ``vad_filter`` and
+its batched pipeline, WhisperX): the speech spans alone, back to back, packed into windows of up to
+30 s; the audio between them is dropped unheard. Fewer windows for the same speech, and a word the VAD
+missed is lost.
 """
 
 from __future__ import annotations
 
+import bisect
 from dataclasses import dataclass
+
+import numpy as np
 
 from specwhisper.audio.loading import SAMPLE_RATE
 
@@ -25,12 +33,14 @@ class Chunk:
     """A window of the input, in samples, that Whisper decodes in one go.
 
     ``voiced`` are the VAD's speech spans inside it (absolute samples); ``speech`` is False for a
-    chunk made only of audio the VAD rejected."""
+    chunk made only of audio the VAD rejected. A ``joined`` chunk (``join_spans``) is its voiced
+    spans alone, back to back: its audio, length and times are those of the joined spans."""
 
     start: int
     end: int
     voiced: tuple[Span, ...] = ()
     depth: int = 0  # 0: planned; n: a stretch of a depth n-1 chunk that its decode skipped
+    joined: bool = False
 
     @property
     def speech(self) -> bool:
@@ -42,7 +52,26 @@ class Chunk:
 
     @property
     def duration_s(self) -> float:
+        """Seconds of audio the decoder hears."""
+        if self.joined:
+            return sum(e - s for s, e in self.voiced) / SAMPLE_RATE
         return (self.end - self.start) / SAMPLE_RATE
+
+    def samples(self, audio: np.ndarray) -> np.ndarray:
+        """The chunk's audio out of the file's ``audio``."""
+        if self.joined:
+            return np.concatenate([audio[s:e] for s, e in self.voiced])
+        return audio[self.start : self.end]
+
+    def time_at(self, t: float, end: bool = False) -> float:
+        """The file's time (seconds) of ``t`` seconds into a joined chunk's audio (faster-whisper's
+        ``SpeechTimestampsMap``): a time where two spans meet is the first span's end when ``end``,
+        else the next span's start."""
+        lengths = [e - s for s, e in self.voiced]
+        ends = np.cumsum(lengths).tolist()
+        x = min(max(0, round(t * SAMPLE_RATE)), ends[-1])
+        k = min(bisect.bisect_left(ends, x) if end else bisect.bisect_right(ends, x), len(ends) - 1)
+        return (self.voiced[k][0] + x - (ends[k] - lengths[k])) / SAMPLE_RATE
 
     def voiced_in(self, start: int, end: int) -> int:
         """Samples of VAD speech in this chunk between ``start`` and ``end``."""
@@ -103,3 +132,20 @@ def plan_chunks(spans: list[Span], num_samples: int, max_chunk_s: float = WHISPE
         cursor = end
     out.extend(_pieces(cursor, num_samples, limit))
     return out
+
+
+def join_spans(spans: list[Span], max_chunk_s: float = WHISPER_WINDOW_S) -> list[Chunk]:
+    """The speech spans alone, back to back, in ``joined`` chunks of at most ``max_chunk_s`` of speech
+    (faster-whisper's ``collect_chunks``): the audio between spans is never decoded. A span is never
+    cut (``VoiceActivityDetector.speech_spans`` keeps each under the limit)."""
+    limit = int(max_chunk_s * SAMPLE_RATE)
+    groups: list[list[Span]] = []
+    total = 0
+    for start, end in spans:
+        if groups and total + end - start <= limit:
+            groups[-1].append((start, end))
+            total += end - start
+        else:
+            groups.append([(start, end)])
+            total = end - start
+    return [Chunk(g[0][0], g[-1][1], tuple(g), joined=True) for g in groups]

@@ -22,6 +22,10 @@ from specwhisper.hardware.threads import one_thread
 WINDOW = 512  # samples per silero-vad probability at 16 kHz
 CONTEXT = 64  # samples of the previous window the model sees before each window
 BLOCK = 4096  # windows per batched call (131 s of audio; ~10 MB of input)
+# --vad-filter drops what the VAD rejects: faster-whisper's batched pipeline's settings (its
+# ``BatchedInferencePipeline.transcribe``: 160 ms of silence ends a span, 400 ms of padding on each
+# side, no minimum span), so both systems drop the same audio.
+FILTER_SETTINGS = dict(min_silence_ms=160, speech_pad_ms=400, min_speech_ms=0)
 
 
 class VoiceActivityDetector:
@@ -36,13 +40,14 @@ class VoiceActivityDetector:
     per 2 minutes, probabilities within 4e-6 of silero's loop (tests/test_vad.py). The spans come from
     silero's own ``get_speech_timestamps_from_probs``. Runs on one thread (``specwhisper.hardware.threads``)."""
 
-    def __init__(self, threshold: float = 0.5, min_silence_ms: int = 300, speech_pad_ms: int = 200):
+    def __init__(self, threshold: float = 0.5, min_silence_ms: int = 300, speech_pad_ms: int = 200, min_speech_ms: int = 250):
         if not 0.0 < threshold < 1.0:
             raise ValueError(f"VAD threshold must be between 0 and 1, got {threshold}")
         self.model = load_silero_vad(onnx=False)
         self.threshold = threshold
         self.min_silence_ms = min_silence_ms
         self.speech_pad_ms = speech_pad_ms
+        self.min_speech_ms = min_speech_ms
         net = self.model._model  # the 16 kHz network: feature extractor, encoder, decoder (LSTM cell + head)
         cell = net.decoder.rnn
         self._lstm = torch.nn.LSTM(cell.weight_ih.shape[1], cell.weight_hh.shape[1])
@@ -79,21 +84,25 @@ class VoiceActivityDetector:
         max_span_s: float = WHISPER_WINDOW_S,
         progress: Callable[[float], None] | None = None,
         threshold: float | None = None,
+        min_silence_ms: int | None = None,
+        speech_pad_ms: int | None = None,
+        min_speech_ms: int | None = None,
     ) -> list[tuple[int, int]]:
         """Speech regions as (start, end) sample indices; none longer than ``max_span_s``.
-        ``threshold`` (default: the detector's) is silero's speech-probability threshold.
+        ``threshold`` and the other settings (default: the detector's) are silero's.
 
         silero splits an over-long region at its longest inner pause (or, lacking
         one, at the limit), so every span fits one Whisper window.
         """
-        pad = self.speech_pad_ms / 1000
+        pad_ms = self.speech_pad_ms if speech_pad_ms is None else speech_pad_ms
         spans = get_speech_timestamps_from_probs(
             self.speech_probs(audio, progress),
             sampling_rate=SAMPLE_RATE,
             threshold=self.threshold if threshold is None else threshold,
-            min_silence_duration_ms=self.min_silence_ms,
-            speech_pad_ms=self.speech_pad_ms,
-            max_speech_duration_s=max_span_s - 2 * pad - 0.1,
+            min_speech_duration_ms=self.min_speech_ms if min_speech_ms is None else min_speech_ms,
+            min_silence_duration_ms=self.min_silence_ms if min_silence_ms is None else min_silence_ms,
+            speech_pad_ms=pad_ms,
+            max_speech_duration_s=max_span_s - 2 * pad_ms / 1000 - 0.1,
             audio_length_samples=len(audio),
         )
         return [(int(s["start"]), int(s["end"])) for s in spans]

@@ -174,3 +174,73 @@ def build_long_file(kind: str, out_dir: Path, min_seconds: float = 600.0, seed: 
         tmp.replace(path)
         ref_path.write_text(" ".join(i.reference for i in order) + "\n")
     return LongFile(path, sf.info(str(path)).duration, ref_path.read_text().strip(), len(order))
+
+
+@dataclass(frozen=True)
+class Clip:
+    """One clip inside a built file: where it is (seconds), its language and its reference."""
+
+    start: float
+    end: float
+    language: str
+    reference: str
+
+
+@dataclass(frozen=True)
+class MixedFile:
+    """A file built from public clips in several languages."""
+
+    path: Path
+    duration: float
+    clips: tuple[Clip, ...]
+
+    def clip_at(self, start: float, end: float) -> Clip | None:
+        """The clip a stretch [start, end] overlaps most (None: only silence)."""
+        best = max(self.clips, key=lambda c: min(end, c.end) - max(start, c.start))
+        return best if min(end, best.end) - max(start, best.start) > 0 else None
+
+
+def build_multilingual_file(files: list[str], out_dir: Path, gap_s: float = 1.5, window_s: float | None = None,
+                            name: str | None = None) -> MixedFile:
+    """The public clips ``files`` (MANIFEST paths) one after another, each trimmed to its speech (the
+    VAD's spans, 0.2 s kept on each side), with ``gap_s`` of silence between them: a meeting that
+    changes language from turn to turn. With ``window_s``, the pause after a clip grows until the
+    next clip starts more than a window of that length after the clip's start: the chunker, which
+    packs speech into windows from a clip's start, then puts each clip in a window of its own.
+    Cached in ``out_dir`` (16 kHz WAV)."""
+    import hashlib
+
+    import numpy as np
+    import soundfile as sf
+
+    from specwhisper.audio.loading import SAMPLE_RATE, load_audio
+    from specwhisper.audio.vad import VoiceActivityDetector
+
+    items = {i.file: i for i in load_manifest()}
+    missing = [f for f in files if f not in items or not items[f].reference]
+    if missing:
+        raise ValueError(f"no public clip with a reference: {missing[0]}")
+    key = hashlib.sha256(repr((2, files, gap_s, window_s)).encode()).hexdigest()[:10]  # 2: the layout's version
+    path = Path(out_dir) / f"{name or 'multilingual'}-{key}.wav"
+    vad = VoiceActivityDetector()
+    margin = int(0.2 * SAMPLE_RATE)
+    pieces, clips, cursor = [], [], 0
+    for k, f in enumerate(files):
+        audio = load_audio(items[f].path)
+        spans = vad.speech_spans(audio) or [(0, len(audio))]
+        a, b = max(0, spans[0][0] - margin), min(len(audio), spans[-1][1] + margin)
+        if k:
+            gap = gap_s
+            if window_s is not None:  # the next clip's speech starts a window after this clip's start
+                gap = max(gap, window_s + 1.0 - (clips[-1].end - clips[-1].start))
+            pieces.append(np.zeros(int(gap * SAMPLE_RATE), np.float32))
+            cursor += int(gap * SAMPLE_RATE)
+        clips.append(Clip(cursor / SAMPLE_RATE, (cursor + b - a) / SAMPLE_RATE, items[f].language, items[f].reference))
+        pieces.append(audio[a:b])
+        cursor += b - a
+    if not path.is_file():
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = path.with_suffix(".tmp.wav")
+        sf.write(tmp, np.concatenate(pieces), SAMPLE_RATE, subtype="PCM_16")
+        tmp.replace(path)
+    return MixedFile(path, cursor / SAMPLE_RATE, tuple(clips))

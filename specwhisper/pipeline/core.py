@@ -209,6 +209,10 @@ class Pipeline:
                 "decoder": type(self.asr.decoder).__name__,
                 "task": opts.decode.task,
                 "language_probability": asr.language_probability,
+                "multilingual": opts.decode.multilingual,
+                # lossless: every sample decoded, skipped stretches again; vad-filter: the VAD's speech alone
+                "mode": "vad-filter" if opts.decode.vad_filter else "lossless",
+                "timestamps": not opts.decode.without_timestamps,
                 "diarization": (self.config.diarization_model or "embedded") if opts.diarize else None,
                 # --draft auto: the candidates, the choice per batch size and why
                 **({"auto": self.asr.decoder.summary()} if hasattr(self.asr.decoder, "summary") else {}),

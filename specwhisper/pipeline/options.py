@@ -223,7 +223,7 @@ OPTIONS: tuple[Option, ...] = (
            "memory holds, up to 32; a larger value shrinks to what the memory holds, with a warning)", nullable=True,
            low=1, high=64),
     Option("vad_threshold", float, 0.5, "silero-vad speech threshold: where chunks are cut; audio below it is still "
-           "decoded and dropped only when Whisper finds no speech in it", low=0.0, high=1.0, low_open=True,
+           "decoded and dropped only when Whisper finds no speech in it (with --vad-filter: dropped unheard)", low=0.0, high=1.0, low_open=True,
            high_open=True, peer_flags=("--vad_onset",)),
     Option("chunk_length", float, 30.0, "longest chunk in seconds (chunks are cut in the VAD's pauses)", low=1.0,
            high=30.0, peer_flags=("--chunk_size",), peer_names=("chunk_length_s",)),
@@ -236,6 +236,16 @@ OPTIONS: tuple[Option, ...] = (
     Option("condition_on_previous_text", bool, False, "decode each chunk after the text of the one before, one chunk "
            "at a time (off: chunks decode in batches, as faster-whisper's and WhisperX's batched pipelines)",
            generate_names=("condition_on_prev_tokens",)),
+    Option("multilingual", bool, False, "detect the language of every chunk (a window of up to 30 s, cut in a pause), "
+           "not once per file, for audio that changes language; each segment's language is in the json"),
+    Option("language_threshold", float, 0.5, "with --multilingual: a chunk whose detected language has a lower "
+           "probability than this keeps the language before it", low=0.0, high=1.0,
+           peer_flags=("--language_detection_threshold",)),
+    Option("vad_filter", bool, False, "drop the audio silero-vad rejects, unheard, and decode the speech alone, joined "
+           "into windows of up to --chunk-length (faster-whisper's vad_filter, WhisperX): faster, but a word the VAD "
+           "misses is lost (off: every sample is decoded and skipped stretches are decoded again)"),
+    Option("without_timestamps", bool, False, "decode without timestamp tokens: one segment per chunk (faster-whisper's "
+           "batched pipeline's default); fewer tokens to decode, coarser subtitles, no re-decoding of skipped stretches"),
     # ---------------------------------------------------------------- decoding quality (openai-whisper's safeguards)
     Option("beam_size", int, None, "beam search with this many beams (default: greedy, speculative when a drafter "
            "runs; openai-whisper's CLI and faster-whisper use 5)", group="quality", nullable=True, low=1, high=16,
@@ -336,7 +346,9 @@ def run_options(values: dict[str, Any]):
                            beam_size=v["beam_size"], patience=v["patience"], quality=quality,
                            initial_prompt=v["initial_prompt"], hotwords=v["hotwords"],
                            condition_on_previous_text=v["condition_on_previous_text"],
-                           hallucination_silence_threshold=v["hallucination_silence_threshold"])
+                           hallucination_silence_threshold=v["hallucination_silence_threshold"],
+                           multilingual=v["multilingual"], language_threshold=v["language_threshold"],
+                           vad_filter=v["vad_filter"], without_timestamps=v["without_timestamps"])
     opts = RunOptions(decode=decode, diarize=v["diarize"], num_speakers=v["num_speakers"],
                       min_speakers=v["min_speakers"], max_speakers=v["max_speakers"], postedit=v["postedit"],
                       max_audio_s=v["max_duration"], subtitles=subtitles)

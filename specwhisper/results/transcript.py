@@ -45,6 +45,7 @@ class Segment:
     avg_logprob: float = 0.0
     compression_ratio: float = 0.0
     no_speech_prob: float = 0.0
+    language: str | None = None  # the language the window was decoded in (each window's own with --multilingual)
 
 
 @dataclass
@@ -99,7 +100,8 @@ def word_to_dict(w: Word) -> dict:
 
 def segments_to_dicts(segments: list[Segment]) -> list[dict]:
     """openai-whisper's verbose segments (``id, seek, start, end, text, tokens, temperature, avg_logprob,
-    compression_ratio, no_speech_prob``, ``words`` when word timestamps ran) with WhisperX's ``speaker``.
+    compression_ratio, no_speech_prob``, ``words`` when word timestamps ran) with WhisperX's ``speaker``
+    and the ``language`` the segment was decoded in.
 
     Keys follow the peers' readers: ``words`` is absent, not empty, without word timestamps (openai's
     subtitle writers switch to word cues on its presence, and an empty list writes an empty file), and
@@ -111,6 +113,8 @@ def segments_to_dicts(segments: list[Segment]) -> list[dict]:
         d = {"id": i, "seek": s.seek, "start": round(s.start, 3), "end": round(s.end, 3), "text": s.text.strip(),
              "tokens": s.tokens, "temperature": s.temperature, "avg_logprob": round(s.avg_logprob, 4),
              "compression_ratio": round(s.compression_ratio, 4), "no_speech_prob": round(s.no_speech_prob, 4)}
+        if s.language is not None:
+            d["language"] = s.language
         if s.speaker is not None:
             d["speaker"] = s.speaker
         d["overlap"] = s.overlap

@@ -59,9 +59,10 @@ class BeamSearchDecoder(Decoder):
         active = list(range(b))  # audio row of each group of k cache rows
         length = len(prompt)
         device = self.rt.device
+        rules = self.rules.for_prompt(prompt)
         while True:
             logits = last.float()
-            self.rules.select(logits, [tokens for a in active for tokens, _ in beams[a]], pick=False)
+            rules.select(logits, [tokens for a in active for tokens, _ in beams[a]], pick=False)
             top_lp, top_tok = logits.log_softmax(-1).topk(k + 1, dim=-1)
             tokens, logprobs = read_choices(top_tok.flatten(), top_lp.flatten())  # the step's one host read
             keep, sources = [], []

@@ -78,9 +78,9 @@ class Decoder:
 class GreedyDecoder(Decoder):
     """Plain batched greedy decoding: one target pass per token."""
 
-    def choose(self, logits: torch.Tensor, prefixes: list[list[int]]) -> tuple[torch.Tensor, torch.Tensor]:
-        """The next token of each row after the logit rules, and its log-probability."""
-        return self.rules.select(logits, prefixes)
+    def choose(self, logits: torch.Tensor, prefixes: list[list[int]], rules: WhisperLogitRules) -> tuple[torch.Tensor, torch.Tensor]:
+        """The next token of each row after the logit ``rules``, and its log-probability."""
+        return rules.select(logits, prefixes)
 
     @torch.inference_mode()
     def decode(self, encoder_out: torch.Tensor, prompt: list[int], features: torch.Tensor | None = None,
@@ -102,8 +102,9 @@ class GreedyDecoder(Decoder):
         active = list(range(b))  # original row index of each cache row
         length = len(prompt)
         device = self.rt.device
+        rules = self.rules.for_prompt(prompt)
         while True:
-            nxt, logprobs = self.choose(last.float(), [results[r].tokens for r in active])
+            nxt, logprobs = self.choose(last.float(), [results[r].tokens for r in active], rules)
             picked, picked_logprobs = read_choices(nxt, logprobs)  # the step's one host read
             keep = []
             for j, r in enumerate(active):
@@ -152,8 +153,8 @@ class SamplingDecoder(GreedyDecoder):
         self._generator = torch.Generator(device=encoder_out.device).manual_seed(self.seed)
         return super().decode(encoder_out, prompt, features, limits, copies)
 
-    def choose(self, logits: torch.Tensor, prefixes: list[list[int]]) -> tuple[torch.Tensor, torch.Tensor]:
-        self.rules.select(logits, prefixes, pick=False)
+    def choose(self, logits: torch.Tensor, prefixes: list[list[int]], rules: WhisperLogitRules) -> tuple[torch.Tensor, torch.Tensor]:
+        rules.select(logits, prefixes, pick=False)
         probs = (logits / self.temperature).softmax(-1)
         tokens = torch.multinomial(probs, 1, generator=self._generator)[:, 0]
         return tokens, logits.log_softmax(-1).gather(1, tokens[:, None])[:, 0]

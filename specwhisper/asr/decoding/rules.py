@@ -28,6 +28,8 @@ class WhisperLogitRules:
         self.sp = special
         self.timestamps = timestamps
         self.max_initial = max_initial_timestamp_index
+        self._settings = (vocab_size, suppress_tokens, begin_suppress_tokens, max_initial_timestamp_index)
+        self._untimed: WhisperLogitRules | None = None
         always = set(t for t in suppress_tokens if 0 <= t < vocab_size)
         always |= {special.transcribe, special.translate, special.sot, special.sot_prev, special.sot_lm}
         if special.no_speech is not None:
@@ -39,6 +41,17 @@ class WhisperLogitRules:
         self.begin = torch.zeros(vocab_size, dtype=torch.bool)
         self.begin[[t for t in begin_suppress_tokens if 0 <= t < vocab_size]] = True
         self._masks: dict[torch.device, tuple[torch.Tensor, torch.Tensor]] = {}
+
+    def for_prompt(self, prompt: list[int]) -> WhisperLogitRules:
+        """The rules for a decode after ``prompt``: these, or, for a prompt ending in
+        ``<|notimestamps|>``, the same rules without the timestamp ones (openai/whisper adds its
+        ApplyTimestampRules only when timestamps are asked for)."""
+        if not self.timestamps or not prompt or prompt[-1] != self.sp.no_timestamps:
+            return self
+        if self._untimed is None:
+            vocab_size, suppress, begin, max_initial = self._settings
+            self._untimed = WhisperLogitRules(self.sp, vocab_size, suppress, begin, False, max_initial)
+        return self._untimed
 
     def masks(self, device: torch.device) -> tuple[torch.Tensor, torch.Tensor]:
         """The suppress and begin-suppress masks on ``device`` (moved once per device)."""

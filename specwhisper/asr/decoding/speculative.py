@@ -102,7 +102,8 @@ class SpeculativeDecoder(Decoder):
         last, no_speech = self.prefill(cache, prompt)
         stats.target_passes += b
         results = [SequenceResult([], 0.0, p) for p in no_speech.tolist()]
-        first, first_lp = read_choices(*self.rules.select(last.float(), [[] for _ in range(b)]))
+        rules = self.rules.for_prompt(prompt)
+        first, first_lp = read_choices(*rules.select(last.float(), [[] for _ in range(b)]))
         active: list[int] = []
         for r in range(b):
             if self._emit(results[r], first[r], first_lp[r], cap[r], stats):
@@ -135,7 +136,7 @@ class SpeculativeDecoder(Decoder):
             at = on_device(rows, device), on_device(cols, device)
             logits = self.rt.logits_at(hidden[at], at[0], positions[at], cache).float()
             prefixes = [contexts[i] + drafts[i][:j] for i, j in zip(rows, cols)]
-            greedy, logprobs = read_choices(*self.rules.select(logits, prefixes))  # the round's one host read
+            greedy, logprobs = read_choices(*rules.select(logits, prefixes))  # the round's one host read
             stats.target_passes += len(active)
 
             keep, at = [], 0

@@ -162,6 +162,7 @@ def _segments(t: Transcript) -> list[dict]:
     for d, s in zip(out, t.segments):
         d.pop("words", None)
         d.pop("overlap", None)
+        d.pop("language", None)  # the response's own "language" holds it
         d["text"] = s.text
     return out
 

@@ -1,13 +1,15 @@
 """The Gradio web UI over the shared transcription service (``app.py`` launches it).
 
-Upload or record audio, pick the options, watch each stage's progress, then read a
-speaker-coloured transcript table, play the audio with subtitles, download every format and see
-the speed facts (RTF, speculative acceptance, tokens per target pass). The "Live" tab
+Upload or record audio, pick the options, watch each stage's progress, then see who speaks when
+(a lane per speaker, overlaps visible) above a speaker-coloured transcript table, click a row to
+play the audio from there (with subtitles), download every format and see the speed facts (RTF,
+speculative acceptance, tokens per target pass). The "Live" tab
 (``ui_live.py``) transcribes the microphone as it records.
 """
 
 from __future__ import annotations
 
+import html
 import logging
 import shutil
 import time
@@ -28,6 +30,7 @@ from specwhisper.pipeline.writers import ALL_FORMATS, write_outputs
 log = logging.getLogger(__name__)
 COLUMNS = ["Start", "End", "Speaker", "Text"]
 SPEAKER_COLOURS = ["#dbeafe", "#fde68a", "#bbf7d0", "#fbcfe8", "#ddd6fe", "#fed7aa", "#a5f3fc", "#e5e7eb"]
+LANE_COLOURS = ["#3b82f6", "#f59e0b", "#22c55e", "#ec4899", "#8b5cf6", "#f97316", "#06b6d4", "#6b7280"]  # the same hues, strong
 STAGE_LABELS = {"loading models": "Loading models", "vad": "Finding speech (VAD)", "transcribe": "Transcribing",
                 "postedit": "Post-editing"}
 # System fonts only: the default theme pulls web fonts, and a deployment may be offline.
@@ -57,6 +60,82 @@ def transcript_table(t: Transcript) -> pd.io.formats.style.Styler:
         return [f"background-color: {c}" if c else ""] * len(row)
 
     return frame.style.apply(tint, axis=1)
+
+
+def _tick_step(duration: float) -> float:
+    """A round time step giving 4 to 10 ticks over ``duration`` seconds."""
+    for step in (1, 2, 5, 10, 15, 30, 60, 120, 300, 600, 900, 1800, 3600, 7200):
+        if duration / step <= 10:
+            return step
+    return 3600 * max(1, round(duration / 36000))
+
+
+def speaker_timeline(t: Transcript) -> str:
+    """Who speaks when: an SVG lane per speaker with the diarizer's turns (``transcript.turns``), in the
+    table's colours, and the stretches where two or more speak at once marked across the lanes. ''
+    for a transcript without diarization."""
+    if not t.turns or not t.duration:
+        return ""
+    speakers = t.speakers
+    left, width, lane, gap, axis = 90, 640, 18, 5, 20  # drawn about this wide: text at its size
+    plot = width - left - 10
+    height = len(speakers) * (lane + gap) + axis
+
+    def x(seconds: float) -> float:
+        return left + plot * min(max(seconds, 0.0), t.duration) / t.duration
+
+    parts = [f'<svg viewBox="0 0 {width} {height}" width="100%" role="img" aria-label="speaker timeline" '
+             f'xmlns="http://www.w3.org/2000/svg" style="font: 11px sans-serif">']
+    # overlap: any moment covered by turns of two speakers (a sweep over the turns' ends)
+    events = sorted([(u.start, 1) for u in t.turns] + [(u.end, -1) for u in t.turns])
+    active, since = 0, 0.0
+    for at, step in events:
+        if active >= 2 and at > since:
+            parts.append(f'<rect class="overlap" x="{x(since):.1f}" y="0" width="{max(x(at) - x(since), 1):.1f}" '
+                         f'height="{height - axis}" fill="#ef4444" fill-opacity="0.18"><title>overlap '
+                         f'{clock(since)}–{clock(at)}</title></rect>')
+        active += step
+        since = at
+    for k, spk in enumerate(speakers):
+        y = k * (lane + gap)
+        colour = LANE_COLOURS[k % len(LANE_COLOURS)]
+        name = html.escape(spk)
+        parts.append(f'<g class="lane" data-speaker="{name}"><text x="0" y="{y + lane * 0.7:.1f}">{name}</text>'
+                     f'<rect x="{left}" y="{y}" width="{plot}" height="{lane}" fill="#f3f4f6"/>')
+        for u in (u for u in t.turns if u.speaker == spk):
+            parts.append(f'<rect class="turn" data-start="{u.start:.3f}" data-end="{u.end:.3f}" x="{x(u.start):.1f}" '
+                         f'y="{y}" width="{max(x(u.end) - x(u.start), 1):.1f}" height="{lane}" fill="{colour}">'
+                         f'<title>{name} {clock(u.start)}–{clock(u.end)}</title></rect>')
+        parts.append("</g>")
+    step = _tick_step(t.duration)
+    base = height - axis
+    ticks = [i * step for i in range(int(t.duration // step) + 1)]
+    parts += [f'<line x1="{x(s):.1f}" y1="{base}" x2="{x(s):.1f}" y2="{base + 4}" stroke="#6b7280"/>'
+              f'<text x="{x(s):.1f}" y="{base + 16}" text-anchor="middle" fill="#6b7280">{clock(s)[:-2]}</text>' for s in ticks]
+    parts.append("</svg>")
+    return f'<div class="speaker-timeline"><div style="font-size: 12px; opacity: 0.7">Who speaks when</div>{"".join(parts)}</div>'
+
+
+def row_start(starts: list[float], event: gr.SelectData) -> float | None:
+    """The start (seconds) of the table row a click selected."""
+    row = event.index[0] if isinstance(event.index, (list, tuple)) else event.index
+    return starts[row] if starts and row is not None and 0 <= row < len(starts) else None
+
+
+# The player plays from a time: the <audio> element of the 'player' component (inside the shadow root
+# of its waveform, where gradio 6 keeps it) seeks there; the waveform follows its media element.
+SEEK_JS = """(t) => {
+  const find = (root) => {
+    const a = root.querySelector('audio');
+    if (a) return a;
+    for (const el of root.querySelectorAll('*')) if (el.shadowRoot) { const f = find(el.shadowRoot); if (f) return f; }
+    return null;
+  };
+  const player = document.getElementById('player');
+  const audio = player && find(player);
+  if (audio && t !== null && t !== undefined) { audio.currentTime = t; audio.play().catch(() => {}); }
+  return t;
+}"""
 
 
 def speed_facts(t: Transcript) -> str:
@@ -136,8 +215,8 @@ def request_values(names: list[str], values: tuple) -> dict:
 
 
 def make_transcribe(service: PipelinePool, ui: UiConfig, names: list[str]):
-    """The click handler: the audio and the option controls (``names``, in order) in; table, player,
-    downloads and speed facts out."""
+    """The click handler: the audio and the option controls (``names``, in order) in; speaker timeline,
+    table, its rows' start times, player, downloads and speed facts out."""
 
     def transcribe(audio_path, *values, progress=gr.Progress()):
         if not audio_path:
@@ -158,7 +237,9 @@ def make_transcribe(service: PipelinePool, ui: UiConfig, names: list[str]):
         files = write_outputs(transcript, fresh_output_dir(ui), Path(name).stem, formats, params.layout())
         vtt = next(p for p in files if p.suffix == ".vtt")
         player = gr.Audio(value=audio_path, subtitles=str(vtt) if transcript.segments else None)
-        return transcript_table(transcript), player, [str(p) for p in files], speed_facts(transcript)
+        timeline = speaker_timeline(transcript)
+        return (gr.HTML(timeline, visible=bool(timeline)), transcript_table(transcript), [s.start for s in transcript.segments],
+                player, [str(p) for p in files], speed_facts(transcript))
 
     return transcribe
 
@@ -216,14 +297,20 @@ def build_demo(service: PipelinePool, ui: UiConfig) -> gr.Blocks:
                         controls += [control(o, choices) for o in more]
                     run = gr.Button("Transcribe", variant="primary", elem_id="run")
                 with gr.Column(scale=2):
+                    timeline = gr.HTML("", visible=False, elem_id="timeline")
+                    starts = gr.State([])
+                    seek = gr.Number(visible=False, elem_id="seek")
                     table = gr.Dataframe(headers=COLUMNS, label="Transcript", interactive=False, wrap=True, elem_id="transcript",
                                          column_widths=["9%", "9%", "14%", "68%"])
                     player = gr.Audio(label="Player", interactive=False, type="filepath", elem_id="player")
                     files = gr.File(label="Downloads", file_count="multiple", interactive=False, elem_id="downloads")
                     facts = gr.Markdown(elem_id="facts")
             names = [o.name for o in main + more]
-            run.click(make_transcribe(service, ui, names), [audio, *controls], [table, player, files, facts],
+            run.click(make_transcribe(service, ui, names), [audio, *controls], [timeline, table, starts, player, files, facts],
                       concurrency_limit=1, concurrency_id="model", show_progress_on=[table])
+            # a click on a row plays from its start: the start comes from the server, the seek runs in the page
+            table.select(row_start, [starts], [seek], concurrency_limit=None, show_progress="hidden").then(
+                None, [seek], None, js=SEEK_JS)
         with gr.Tab("Live", id="live", elem_id="live-tab", render_children=True):
             build_live_tab(service, language_choices(), lambda: fresh_output_dir(ui))
     demo.option_names = names  # what the form sends (tests/test_options.py checks it against the schema)

@@ -1,0 +1,70 @@
+"""A language per window (``--multilingual``) on a file built from the public clips: French, then
+Spanish, then English, each in a window of its own (specwhisper.evaluation.transcripts.build_multilingual_file)."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from specwhisper.evaluation.transcripts import build_multilingual_file, normalize, wer
+
+CLIPS = ["cuttledoc-fleurs/fleurs-fr-000.ogg", "cuttledoc-fleurs/fleurs-en-001.ogg"]
+
+
+@pytest.fixture(scope="module")
+def mixed(tmp_path_factory, eval_root):
+    return build_multilingual_file(CLIPS, tmp_path_factory.mktemp("multilingual"), window_s=30.0)
+
+
+@pytest.fixture(scope="module")
+def audio(mixed):
+    from specwhisper.audio.loading import load_audio
+
+    return load_audio(mixed.path)
+
+
+def _run(engine, audio, **values):
+    from specwhisper.pipeline.options import run_options
+
+    # no temperature fallback: a window decoded in the wrong language (the floor's run) would sample 5 times
+    return engine.transcribe(audio, run_options({"temperature_increment_on_fallback": None, **values}).decode)
+
+
+def _labelled(mixed, segments):
+    """(segment language, the language of the clip under it) of every segment over a clip."""
+    out = []
+    for s in segments:
+        clip = mixed.clip_at(s.start, s.end)
+        if clip is not None:
+            out.append((s.language, clip.language))
+    return out
+
+
+def test_each_window_gets_its_language(base_engine, mixed, audio):
+    result = _run(base_engine, audio, multilingual=True)
+    pairs = _labelled(mixed, result.segments)
+    assert {clip for _, clip in pairs} == {"fr", "en"}, pairs  # both clips were transcribed
+    assert sum(got == want for got, want in pairs) / len(pairs) >= 0.9, pairs
+    for clip in mixed.clips:  # each clip's words, in its own language
+        text = " ".join(s.text for s in result.segments if mixed.clip_at(s.start, s.end) is clip)
+        assert wer([clip.reference], [text], clip.language) < 0.35, (clip.language, normalize(text, clip.language))
+
+
+def test_below_the_floor_the_language_before_is_kept(base_engine, mixed, audio):
+    """No detection reaches a floor of 1: every window keeps the first window's language (French)."""
+    result = _run(base_engine, audio, multilingual=True, language_threshold=1.0)
+    assert result.segments and {s.language for s in result.segments} == {"fr"}
+
+
+def test_segments_carry_their_language_in_the_json():
+    from specwhisper.results.transcript import Segment, Transcript
+
+    t = Transcript([Segment(0.0, 1.0, " Bonjour.", language="fr"), Segment(2.0, 3.0, " Hello.", language="en")], "fr", 3.0)
+    segments = json.loads(json.dumps(t.to_dict()))["segments"]
+    assert [s["language"] for s in segments] == ["fr", "en"]
+
+
+def test_multilingual_needs_a_multilingual_model(tiny_engine, audio):
+    with pytest.raises(ValueError, match="English-only: --multilingual needs a multilingual model"):
+        _run(tiny_engine, audio[:16000], multilingual=True)

@@ -1,0 +1,48 @@
+"""--vad-filter (the speech alone, joined; the pauses unheard) and --without-timestamps, on audio built
+from jfk.flac: the speech twice with 20 s of silence between."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from specwhisper.evaluation.transcripts import load_manifest, wer
+
+SR = 16000
+
+
+@pytest.fixture(scope="module")
+def twice(eval_root):
+    from specwhisper.audio.loading import load_audio
+
+    jfk = load_audio(eval_root / "openai-whisper/jfk.flac")
+    ref = next(i.reference for i in load_manifest(eval_root) if i.file == "openai-whisper/jfk.flac")
+    return np.concatenate([jfk, np.zeros(20 * SR, np.float32), jfk]), len(jfk) / SR, ref
+
+
+def _run(pipeline, audio, **values):
+    from specwhisper.pipeline.options import run_options
+
+    return pipeline.run(audio, run_options({"language": "en", **values}))
+
+
+def test_vad_filter_decodes_the_speech_alone_with_the_files_times(base_pipeline, twice):
+    audio, length, ref = twice
+    t = _run(base_pipeline, audio, vad_filter=True, word_timestamps=True)
+    assert t.model["mode"] == "vad-filter" and t.model["timestamps"] is True
+    assert wer([ref + " " + ref], [t.text]) < 0.1
+    # one window held both copies (22 s of speech); the times are the file's: the second copy after the pause
+    second = [w for s in t.segments for w in s.words if w.start >= length + 20.0 - 0.5]
+    assert [w.text.strip(" ,.") for w in second][-2:] == ["your", "country"]
+    assert length + 20.0 + 9.0 < second[-1].end <= 2 * length + 20.0
+    assert not any(length + 0.5 < w.start and w.end < length + 19.5 for s in t.segments for w in s.words)  # none in the pause
+
+
+def test_without_timestamps_gives_one_segment_per_window(base_pipeline, twice):
+    audio, length, ref = twice
+    t = _run(base_pipeline, audio, vad_filter=True, without_timestamps=True)
+    assert t.model["timestamps"] is False and t.stats.generated_tokens > 0
+    assert len(t.segments) == 1 and wer([ref + " " + ref], [t.text]) < 0.1
+    seg = t.segments[0]  # the window's speech: from the first copy's start to the second's end
+    assert seg.start < 1.0 and 2 * length + 20.0 - 1.0 < seg.end <= 2 * length + 20.0
+    assert not any(0 <= tok - base_pipeline.asr.special.timestamp_begin for tok in seg.tokens)
