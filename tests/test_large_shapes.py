@@ -46,8 +46,9 @@ def test_large_v3_tokens(engines):
     assert len(med.languages) == 99 and med.timestamp_begin == 50364
 
 
+# the n-gram drafter reads tokens only, not the model: its exactness at batch 1, 4 and 16 is
+# tests/test_batched_speculation.py's (large-v3 layout at small width)
 CASES = [
-    ("large-v3", "ngram"),
     ("large-v3", "early-exit:4:raw"),
     ("large-v3", "distil-large-v3"),  # same vocabulary, the target's encoder output reused
     ("large-v3", "large-v3-turbo"),  # same vocabulary, an encoder of its own
@@ -70,7 +71,7 @@ def test_every_drafter_is_token_identical_on_large_shapes(engines, models, audio
     assert want.stats.generated_tokens > 10
     assert [s.tokens for s in got.segments] == [s.tokens for s in want.segments]
     assert [(w.start, w.end) for s in got.segments for w in s.words] == [(w.start, w.end) for s in want.segments for w in s.words]
-    assert got.stats.target_passes < want.stats.target_passes or draft == "ngram"
+    assert got.stats.target_passes < want.stats.target_passes
 
 
 def test_a_drafter_with_other_mel_bins_is_refused(engines, models):
