@@ -61,7 +61,7 @@ def test_der_on_public_dev_files_is_under_the_measured_bound(dev_files, dev_turn
     assert all(r["speakers"] == 2 for r in rows.values()), rows  # both files have 2 reference speakers
 
 
-def test_real_recordings_get_their_speaker_count(diarizer):
+def test_real_recordings_get_their_speaker_count(diarizer, eval_root):
     """The recordings of bench/diarization.py's real set beyond dev00/dev01 (the sample, the stereo clip,
     and those cut from them: 60 s of one meeting, 4 and 3 speakers, short excerpts at -50/-55 dBFS).
     Measured: every count right, DER sample 0.039, stereo 0.010, ami-60s 0.159, ami+phone-4spk 0.102,

@@ -16,7 +16,7 @@ SR = 16000
 
 
 @pytest.fixture(scope="module")
-def built():
+def built(eval_root):
     return {f.uri: (f, audio) for f, audio in real_recordings() if f.uri in ("sample", "sample-short-quiet", "ami+headset-3spk")}
 
 

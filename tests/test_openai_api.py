@@ -33,13 +33,13 @@ MAX_UPLOAD = 2 * 2**20
 MAX_WER = 0.05  # Whisper base on these clips: 0 after normalisation
 
 
-def _item(name: str):
-    return next(i for i in load_manifest() if i.file == name)
+def _item(root, name: str):
+    return next(i for i in load_manifest(root) if i.file == name)
 
 
 @pytest.fixture(scope="module")
-def jfk():
-    item = _item("whisper.cpp/jfk.wav")
+def jfk(eval_root):
+    item = _item(eval_root, "whisper.cpp/jfk.wav")
     return item.path.read_bytes(), item.reference
 
 
@@ -152,8 +152,8 @@ def test_speakers_in_verbose_json(client, jfk):
 
 
 @pytest.mark.filterwarnings("ignore:deprecated:DeprecationWarning")  # the client marks OpenAI's translations so
-def test_translation_and_language_names(client):
-    item = _item("cuttledoc-fleurs/fleurs-fr-000.ogg")  # "l'accident a eu lieu en terrain montagneux..."
+def test_translation_and_language_names(client, eval_root):
+    item = _item(eval_root, "cuttledoc-fleurs/fleurs-fr-000.ogg")  # "l'accident a eu lieu en terrain montagneux..."
     audio = item.path.read_bytes()
     heard = client.audio.transcriptions.create(file=("fr.ogg", audio), model="whisper-1", response_format="verbose_json")
     assert heard.language == "french"

@@ -30,7 +30,7 @@ class Run:
 
 
 @pytest.fixture(scope="module")
-def run(base_engine, tmp_path_factory) -> Run:
+def run(base_engine, tmp_path_factory, eval_root) -> Run:
     """~25 s of back-to-back public clips played in 1 s pieces (one buffer trim on the way); each
     re-decode is also decoded plainly from the same encoder output and prompt."""
     long = build_long_file("dense", tmp_path_factory.mktemp("live"), min_seconds=25.0)
@@ -159,7 +159,7 @@ def test_a_looping_redecode_is_cut_and_confirms_nothing(base_engine, run, monkey
     assert tr.state.previous == []  # nothing drafted from a cut re-decode
 
 
-def test_more_than_a_window_at_once_loses_nothing(base_engine, tmp_path):
+def test_more_than_a_window_at_once_loses_nothing(base_engine, tmp_path, eval_root):
     """A client that sent faster than the updates ran: 50 s of clips arrive before the first update.
     Each update decodes a window (nothing cut unconfirmed while audio waits) and ``finish`` goes on
     until all of it is decoded."""
