@@ -68,3 +68,19 @@ def test_unknown_model_fails_fast_with_one_line():
     assert "\n" not in str(info.value)
     with pytest.raises(ModelError, match="model folder not found"):
         resolve_model_path("./no/such/folder")
+
+
+@pytest.mark.parametrize("model", ["tiny.en", "base"])
+def test_transformers_pipeline_reads_the_converted_folder_with_timestamps(model, eval_root):
+    """A peer's reader on our files: transformers' own ASR pipeline on the converted folder, timestamps on.
+    An English-only folder needs a generation config without language and task ids, as openai's *.en."""
+    from transformers import pipeline
+
+    from specwhisper.asr.weights.loader import resolve_model_path
+    from specwhisper.evaluation.transcripts import load_manifest, wer
+
+    item = next(i for i in load_manifest(eval_root) if i.file == "whisper.cpp/jfk.wav")
+    asr = pipeline("automatic-speech-recognition", model=resolve_model_path(model), device="cpu")
+    out = asr(load_audio(item.path), return_timestamps=True, generate_kwargs={"language": "en"} if model == "base" else {})
+    assert wer([item.reference], [out["text"]]) <= 0.1, out
+    assert out["chunks"] and out["chunks"][0]["timestamp"][0] == 0.0 and 10.0 <= out["chunks"][-1]["timestamp"][1] <= 11.0, out

@@ -24,7 +24,7 @@ def test_short_names_are_openai_hub_ids():
     assert hub_id("medium.en:int8") == "openai/whisper-medium.en" and hub_id("turbo") == "openai/whisper-large-v3-turbo"
     assert {"tiny", "base.en", "small", "small.en", "medium", "large-v2", "large"} <= set(SHORT_NAMES)
     assert hub_id("someone/whisper-fine-tune") == "someone/whisper-fine-tune"
-    assert resolve_model_path("base").endswith("base-ct2conv1")  # the embedded copy, no hub
+    assert resolve_model_path("base").endswith("base-ct2conv2")  # the embedded copy, no hub
     assert find_distil_drafter("large-v3-turbo") == (None, "no distil-whisper drafter is known for 'large-v3-turbo'")
 
 

@@ -107,13 +107,6 @@ def pack_model(out: Path) -> dict:
     files = {"weights.safetensors": save({k: v.contiguous() for k, v in packed.items()})}
     for f in sorted(folder.glob("*.json")):
         files[f.name] = f.read_bytes()
-    # transformers' timestamp decoding of an English-only model returns nothing when its generation config
-    # holds an empty lang_to_id, as our converter writes it (specwhisper/asr/weights/convert.py): the pipeline's
-    # rows of bench/gpu_longform.py came back empty; openai's English-only configs have no lang_to_id
-    gen = json.loads(files["generation_config.json"])
-    if gen.get("lang_to_id") == {}:
-        del gen["lang_to_id"]
-        files["generation_config.json"] = json.dumps(gen, indent=2).encode()
     # base's json files (no weights): tests.random_whisper gives random checkpoints base's tokenizer
     for f in sorted(Path(resolve_model_path("base")).glob("*.json")):
         files[f"base-json/{f.name}"] = f.read_bytes()

@@ -136,6 +136,10 @@ def _generation_config(config: WhisperConfig, ct2_config: dict, special: dict[st
     # for the English-only vocabulary: always take language ids from the tokenizer.
     lang_to_id = {f"<|{c}|>": special[f"<|{c}|>"] for c in LANGUAGE_CODES if f"<|{c}|>" in special}
     heads = [list(map(int, h)) for h in ct2_config.get("alignment_heads", [])]
+    # an English-only model has no language or task ids, as openai's own *.en generation configs: given
+    # empty ones, transformers' timestamp decoding of the folder returns no text at all
+    ids = dict(lang_to_id=lang_to_id, task_to_id={"transcribe": special["<|transcribe|>"],
+                                                  "translate": special["<|translate|>"]}) if is_multilingual else {}
     return GenerationConfig(
         decoder_start_token_id=special["<|startoftranscript|>"],
         eos_token_id=special["<|endoftext|>"],
@@ -147,8 +151,7 @@ def _generation_config(config: WhisperConfig, ct2_config: dict, special: dict[st
         begin_suppress_tokens=config.begin_suppress_tokens,
         alignment_heads=heads,
         is_multilingual=is_multilingual,
-        lang_to_id=lang_to_id if is_multilingual else {},
-        task_to_id={"transcribe": special["<|transcribe|>"], "translate": special["<|translate|>"]},
+        **ids,
         max_initial_timestamp_index=50,
         max_length=config.max_target_positions,
         return_timestamps=False,

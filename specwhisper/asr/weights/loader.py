@@ -17,7 +17,7 @@ from specwhisper.asr.weights.convert import convert_ct2_whisper
 from specwhisper.asr.weights.net import WEIGHT_FILES, WhisperNet, load_net
 from specwhisper.hardware.kernels import int8_available, quantize_linears
 
-CONVERTER_VERSION = "1"
+CONVERTER_VERSION = "2"  # part of the cache folder's name: raised whenever what the converter writes changes
 
 
 class ModelError(RuntimeError):
