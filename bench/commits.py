@@ -14,13 +14,10 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
-import resource
 import statistics
 import subprocess
 import sys
 import tempfile
-import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -28,6 +25,7 @@ if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
 from bench.common import machine  # noqa: E402
+from bench.longform import measured  # noqa: E402
 
 CACHE = ROOT / "bench" / ".cache"
 
@@ -40,21 +38,13 @@ def cli_module(tree: Path) -> str:
     raise SystemExit(f"{tree}: no transcribe script in pyproject.toml")
 
 
-def run_once(tree: Path, audio: Path, draft: str, out: Path) -> tuple[float, float, str, int]:
-    """(wall s, CPU s, text written, exit status) of one CLI run from ``tree``."""
+def run_once(tree: Path, audio: Path, draft: str, out: Path) -> tuple[float, float, str]:
+    """(wall s, CPU s, text written) of one CLI run from ``tree`` (``bench.longform.measured``)."""
     out.mkdir(parents=True, exist_ok=True)
     cmd = [sys.executable, "-c", f"import sys; from {cli_module(tree)} import main; sys.exit(main())", str(audio),
            "-l", "en", "--draft", draft, "-o", str(out), "-f", "txt", "-q"]
-    before = resource.getrusage(resource.RUSAGE_CHILDREN)
-    t = time.perf_counter()
-    p = subprocess.run(cmd, env=dict(os.environ, PYTHONPATH=str(tree)), cwd=tree, capture_output=True, text=True)
-    wall = time.perf_counter() - t
-    after = resource.getrusage(resource.RUSAGE_CHILDREN)
-    cpu = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
-    texts = list(out.glob("*.txt"))
-    if p.returncode:
-        print(f"{tree.name}: exit {p.returncode}: {p.stderr.strip().splitlines()[-1:]}", file=sys.stderr)
-    return wall, cpu, texts[0].read_text() if texts and p.returncode == 0 else "", p.returncode
+    run = measured(cmd, tree, tree, f"{tree.name}: --draft {draft} on {audio.name}")
+    return run["wall_s"], run["cpu_s"], (out / (audio.stem + ".txt")).read_text()
 
 
 def main() -> None:
@@ -80,9 +70,7 @@ def main() -> None:
             for kind, lf in files.items():
                 for draft in args.drafts.split(","):
                     for tree in order:
-                        wall, cpu, text, rc = run_once(trees[tree], lf.path, draft, work / f"{tree}-{kind}-{draft}-{rep}")
-                        if rc:
-                            raise SystemExit(1)
+                        wall, cpu, text = run_once(trees[tree], lf.path, draft, work / f"{tree}-{kind}-{draft}-{rep}")
                         seconds.setdefault((tree, kind, draft), []).append((wall, cpu))
                         wers[(tree, kind, draft)] = round(wer([lf.reference], [text]), 4)
                         print(f"{tree:6} {kind:8} {draft:4} rep {rep}: wall {wall:.1f} s, cpu {cpu:.1f} s, "

@@ -85,23 +85,29 @@ def _command(system: str, audio: Path, threads: int, out_dir: Path) -> list[str]
     return [py, "-c", code]
 
 
-def run_one(system: str, audio: Path, threads: int) -> dict:
-    """One system on one file in a fresh process: wall, CPU seconds, peak RSS and the transcript."""
-    out_dir = Path(tempfile.mkdtemp(prefix="longform-"))
-    env = dict(os.environ, PYTHONPATH=str(ROOT), TQDM_DISABLE="1")
+def measured(cmd: list[str], cwd: Path, pythonpath: Path, what: str) -> dict:
+    """``cmd`` in a fresh process (``pythonpath`` first on its path), measured from outside with
+    ``os.wait4``: wall and CPU seconds (user + system, all threads) and peak RSS. A failed run raises
+    with its last line of stderr, named ``what``."""
+    env = dict(os.environ, PYTHONPATH=str(pythonpath), TQDM_DISABLE="1")
     t = time.perf_counter()
-    proc = subprocess.Popen(_command(system, audio, threads, out_dir), cwd=ROOT, env=env,
-                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    proc = subprocess.Popen(cmd, cwd=cwd, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
     err = proc.stderr.read().decode(errors="replace")
     _, status, usage = os.wait4(proc.pid, 0)
     wall = time.perf_counter() - t
     if os.waitstatus_to_exitcode(status) != 0:
-        raise RuntimeError(f"{system} on {audio.name} failed: {err.strip().splitlines()[-1] if err.strip() else status}")
+        raise RuntimeError(f"{what} failed: {err.strip().splitlines()[-1] if err.strip() else status}")
+    return dict(wall_s=wall, cpu_s=usage.ru_utime + usage.ru_stime, peak_rss_mb=usage.ru_maxrss / 1024)
+
+
+def run_one(system: str, audio: Path, threads: int) -> dict:
+    """One system on one file in a fresh process: wall, CPU seconds, peak RSS and the transcript."""
+    out_dir = Path(tempfile.mkdtemp(prefix="longform-"))
+    run = measured(_command(system, audio, threads, out_dir), ROOT, ROOT, f"{system} on {audio.name}")
     text = (out_dir / (audio.stem + ".txt")).read_text()
     ours = out_dir / (audio.stem + ".json")
     tokens = [s["tokens"] for s in json.loads(ours.read_text())["segments"]] if ours.is_file() else None
-    return dict(wall_s=wall, cpu_s=usage.ru_utime + usage.ru_stime, peak_rss_mb=usage.ru_maxrss / 1024, text=text,
-                tokens=tokens)
+    return dict(run, text=text, tokens=tokens)
 
 
 class Load:
