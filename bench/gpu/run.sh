@@ -16,6 +16,7 @@ MODE=gpu
 OUT=${OUT:-/tmp/gpu-check-out}
 WORK=${WORK:-/tmp/g}
 PACK=${PACK:-.gpu}
+[ "$MODE" = cpu ] && [ -x .venv/bin/python ] && PY=${PY:-.venv/bin/python}  # the rehearsal: make's venv
 PY=${PY:-python3}
 mkdir -p "$OUT" "$WORK"
 LOG="$OUT/run.log"
