@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import time
-from collections import deque
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Callable
@@ -28,6 +27,7 @@ from specwhisper.asr.runtime.decoder import WhisperDecoderRuntime
 from specwhisper.asr.runtime.encoder import EncoderRuntime
 from specwhisper.asr.weights.loader import WhisperBundle, load_whisper
 from specwhisper.asr import hallucination, redecode
+from specwhisper.asr.scheduling import FileResults, Item, WorkQueues
 from specwhisper.asr.decoding.segments import stitch, tokens_to_segments
 from specwhisper.results.stats import DecodeStats
 from specwhisper.results.transcript import Segment
@@ -35,7 +35,6 @@ from specwhisper.audio.vad import FILTER_SETTINGS, VoiceActivityDetector
 
 Progress = Callable[[str, float], None]
 TASKS = ("transcribe", "translate")
-PROMPT_RESET_TEMPERATURE = 0.5  # openai/whisper: previous text is not carried past a decode this random
 
 
 @dataclass
@@ -120,7 +119,6 @@ class AsrResult:
 
 
 DecoderFactory = Callable[["AsrEngine"], Decoder]
-Item = tuple[int, Chunk]  # (file, chunk)
 
 
 class AsrEngine:
@@ -283,8 +281,8 @@ class AsrEngine:
         its speech alone, joined) and gets its language from its first chunk with VAD speech (with
         ``multilingual`` each chunk gets its own: ``_detect``, the chunks of each language in queues of
         their own); then chunks of all files that share a prompt (language, task,
-        initial prompt) are decoded in batches of ``batch_size``; the stretches a decode skipped are
-        queued again (``specwhisper.asr.redecode``). With ``condition_on_previous_text`` each file's chunks decode
+        initial prompt) are decoded in batches of ``batch_size`` (``specwhisper.asr.scheduling``); the
+        stretches a decode skipped are queued again (``specwhisper.asr.redecode``). With ``condition_on_previous_text`` each file's chunks decode
         one at a time in order, each after the text of the one before (openai/whisper's way).
         Per-file stats: exact token counts and VAD time; a shared batch's encoder/decoder/alignment
         time and pass counts are split by each file's rows (encoder) or generated tokens (decoder,
@@ -306,7 +304,7 @@ class AsrEngine:
             vad_seconds.append(seconds)
         stats = [DecodeStats() for _ in audios]
         encoded: dict[Item, tuple[torch.Tensor, torch.Tensor]] = {}  # rows kept from language detection
-        if opts.multilingual:  # every chunk's own, detected as the work queues need it (below)
+        if opts.multilingual:  # every chunk's own, detected as the work queues need it
             languages: list[tuple[str | None, float | None]] = [(opts.language, None)] * n
         else:
             languages = self._languages(audios, plans, opts, rows, encoded, stats)
@@ -315,96 +313,69 @@ class AsrEngine:
         def prompt_of(language: str | None, context: list[int]) -> tuple[int, ...]:
             return tuple(self.special.prompt(language, opts.task, timestamps=not opts.without_timestamps, context=context))
 
-        # Work queues: one per prompt (files sharing it batch together), or one per file when conditioning.
-        queues: dict[object, deque[Item]] = {}
-        language_of: dict[Item, str | None] = {}
-
-        def route(item: Item, language: str | None) -> None:
-            language_of[item] = language
-            key = item[0] if opts.condition_on_previous_text else prompt_of(language, initial)
-            queues.setdefault(key, deque()).append(item)
-
-        waiting: deque[Item] = deque()  # multilingual: chunks whose language is not detected yet, in order
+        latest = [opts.language] * n  # multilingual: each file's language so far
+        conditioning = opts.condition_on_previous_text
+        work = WorkQueues(1 if conditioning else rows,
+                          key=lambda item, language: item[0] if conditioning else prompt_of(language, initial),
+                          detect=lambda items: self._detect(audios, items, opts, encoded, stats, latest),
+                          in_order=conditioning)
         for i in range(n):
             for c in plans[i]:
-                waiting.append((i, c)) if opts.multilingual else route((i, c), languages[i][0])
-        latest = [opts.language] * n  # multilingual: each file's language so far
-        contexts = [list(initial) for _ in audios]  # conditioning: the text each file's next chunk follows
-        batch_size = 1 if opts.condition_on_previous_text else rows
-        done_segments: list[list[Segment]] = [[] for _ in audios]
-        redecoded: set[int] = set()  # ids of the segments of re-decoded stretches
-        replaces: dict[Item, Segment] = {}  # a stretch queued again -> the thin segment it may replace
-        decoded: list[list[Chunk]] = [[] for _ in audios]
+                work.wait((i, c)) if opts.multilingual else work.add((i, c), languages[i][0])
+        files = FileResults(n, initial, conditioning)
         # samples of audio to decode (the whole file, but what --vad-filter drops between windows), decoded
         total, done, shown = sum(c.end - c.start for plan in plans for c in plan) or 1, 0, 0.0
         report("transcribe", 0.0)
-        current = None
-        while True:
-            # multilingual: detect chunks (in order, a batch at a time) until some language has a full batch
-            while waiting and not any(len(q) >= batch_size for q in queues.values()):
-                items = [waiting.popleft() for _ in range(min(batch_size, len(waiting)))]
-                for item, language in zip(items, self._detect(audios, items, opts, encoded, stats, latest)):
-                    route(item, language)
-            if waiting:
-                if current is None or len(queues[current]) < batch_size:
-                    current = next(k for k, q in queues.items() if len(q) >= batch_size)
-            elif current is None or not queues[current]:  # a queue is emptied before the next one starts
-                current = next((k for k, q in queues.items() if q), None)
-                if current is None:
-                    break
-            queue = queues[current]
-            batch = [queue.popleft() for _ in range(min(batch_size, len(queue)))]
-            i0 = batch[0][0]
-            language = language_of[batch[0]]
-            prompt = list(prompt_of(language, contexts[i0]))
-            replayed = journal.replay(batch, prompt) if journal else None
-            if replayed:
-                per_chunk, again, attempts, batch_stats = replayed
-                for item in batch:
-                    encoded.pop(item, None)
-            else:
-                self._encode_items(audios, batch, encoded, stats)
-                kept = [encoded.pop(item) for item in batch]
-                feats, enc = torch.cat([f for f, _ in kept]), torch.cat([e for _, e in kept])
-                batch_stats = DecodeStats()
-                per_chunk, again, attempts = self._decode_batch(
-                    enc, feats, prompt, [c for _, c in batch], language, opts, decoder, batch_stats,
-                    [len(audios[i]) / SAMPLE_RATE for i, _ in batch],
-                )
-                if journal:
-                    journal.record(batch, prompt, per_chunk, again, attempts, batch_stats)
-            for (i, chunk), segs, skipped, a in zip(batch, per_chunk, again, attempts):
-                thin = replaces.pop((i, chunk), None)
-                if thin is not None:  # the new text replaces a thin segment when it has more words
-                    if sum(len(x.text.split()) for x in segs) > len(thin.text.split()):
-                        done_segments[i] = [x for x in done_segments[i] if x is not thin]
-                    else:  # discarded, and so are the stretches it skipped, but the speech after a pause
-                        segs, skipped = [], redecode.after_first_pause(chunk, thin)
-                done_segments[i].extend(segs)
-                if chunk.depth:
-                    redecoded.update(id(s) for s in segs)
-                decoded[i].append(chunk)
-                replaces.update({(i, c): seg for c, seg in skipped if seg is not None})
-                items = [(i, c) for c, _ in skipped]
-                language_of.update((item, language) for item in items)
-                # skipped stretches go first when conditioning, so a file keeps its order
-                queue.extendleft(reversed(items)) if opts.condition_on_previous_text else queue.extend(items)
-                stats[i].redecoded_chunks += len(skipped)
-                total += sum(c.end - c.start for c, _ in skipped)
-                if opts.condition_on_previous_text:
-                    reset = a.temperature > PROMPT_RESET_TEMPERATURE
-                    contexts[i] = [] if reset else (contexts[i] + [t for s in segs for t in s.tokens])[-SpecialTokens.MAX_CONTEXT :]
+        while (batch := work.next_batch()) is not None:
+            language = work.language_of[batch[0]]
+            prompt = list(prompt_of(language, files.contexts[batch[0][0]]))
+            per_chunk, again, attempts, batch_stats, replayed = self._run_batch(
+                audios, batch, prompt, language, opts, decoder, encoded, stats, journal)
+            for item, segs, skipped, a in zip(batch, per_chunk, again, attempts):
+                items = files.take(item, segs, skipped, a)
+                work.again(items, language)
+                stats[item[0]].redecoded_chunks += len(items)
+                total += sum(c.end - c.start for _, c in items)
             _share_stats(batch_stats, [i for i, _ in batch], [len(a.seq.tokens) for a in attempts], stats)
             done += sum(c.end - c.start for _, c in batch)
             shown = max(shown, done / total)  # a stretch queued again adds work: the bar waits, never goes back
             report("resume" if replayed else "transcribe", shown)
         results = []
         for i in range(n):
-            segments = stitch(done_segments[i], redecoded, self.bundle.tokenizer)
+            segments = stitch(files.segments[i], files.redecoded, self.bundle.tokenizer)
             language, probability = _main_language(segments) if opts.multilingual else languages[i]
-            results.append(AsrResult(segments, language, probability, stats[i], sorted(decoded[i], key=lambda c: c.start),
+            results.append(AsrResult(segments, language, probability, stats[i], sorted(files.decoded[i], key=lambda c: c.start),
                                      vad_seconds[i]))
         return results
+
+    def _run_batch(
+        self,
+        audios: list[np.ndarray],
+        batch: list[Item],
+        prompt: list[int],
+        language: str | None,
+        opts: DecodeOptions,
+        decoder: Decoder,
+        encoded: dict[Item, tuple[torch.Tensor, torch.Tensor]],
+        stats: list[DecodeStats],
+        journal,
+    ) -> tuple[list[list[Segment]], list[list[tuple[Chunk, Segment | None]]], list[Attempt], DecodeStats, bool]:
+        """``_decode_batch`` on the batch's encoder rows (those kept from language detection, the rest
+        encoded now), or its results replayed from ``journal``; the last value says which."""
+        replayed = journal.replay(batch, prompt) if journal else None
+        if replayed:
+            for item in batch:
+                encoded.pop(item, None)
+            return (*replayed, True)
+        self._encode_items(audios, batch, encoded, stats)
+        kept = [encoded.pop(item) for item in batch]
+        feats, enc = torch.cat([f for f, _ in kept]), torch.cat([e for _, e in kept])
+        batch_stats = DecodeStats()
+        per_chunk, again, attempts = self._decode_batch(enc, feats, prompt, [c for _, c in batch], language, opts, decoder,
+                                                        batch_stats, [len(audios[i]) / SAMPLE_RATE for i, _ in batch])
+        if journal:
+            journal.record(batch, prompt, per_chunk, again, attempts, batch_stats)
+        return per_chunk, again, attempts, batch_stats, False
 
     def _languages(
         self,

@@ -1,0 +1,109 @@
+"""Which chunks decode together, and what their decodes give each file (``AsrEngine.transcribe_many``).
+
+``WorkQueues`` hands out batches: the chunks of all files that share a prompt batch together, a file
+conditioned on its own text decodes alone and in order, and multilingual chunks wait for their language.
+``FileResults`` takes each decoded chunk: its segments, the stretches it skipped (queued again; a thin
+segment is replaced by a re-decode that finds more words) and, when conditioning, the text the file's
+next chunk follows."""
+
+from __future__ import annotations
+
+from collections import deque
+from typing import Callable, Hashable
+
+from specwhisper.asr import redecode
+from specwhisper.asr.decoding.fallback import Attempt
+from specwhisper.asr.decoding.tokens import SpecialTokens
+from specwhisper.audio.chunking import Chunk
+from specwhisper.results.transcript import Segment
+
+Item = tuple[int, Chunk]  # (file, chunk)
+PROMPT_RESET_TEMPERATURE = 0.5  # openai/whisper: previous text is not carried past a decode this random
+
+
+class WorkQueues:
+    """The chunks left to decode: one queue per ``key`` (a prompt, or a file when conditioning), each
+    emptied before the next one starts, handed out ``batch_size`` at a time.
+
+    Chunks given to ``wait`` (multilingual) get their language from ``detect``, in order and a batch at
+    a time, only while no queue holds a full batch; meanwhile only full batches are handed out."""
+
+    def __init__(
+        self,
+        batch_size: int,
+        key: Callable[[Item, str | None], Hashable],
+        detect: Callable[[list[Item]], list[str | None]] | None = None,
+        in_order: bool = False,
+    ):
+        self.batch_size = batch_size
+        self._key, self._detect = key, detect
+        self._in_order = in_order  # a stretch queued again goes first, so a conditioned file keeps its order
+        self._queues: dict[Hashable, deque[Item]] = {}
+        self._waiting: deque[Item] = deque()
+        self._current: Hashable | None = None
+        self.language_of: dict[Item, str | None] = {}
+
+    def add(self, item: Item, language: str | None) -> None:
+        self.language_of[item] = language
+        self._queues.setdefault(self._key(item, language), deque()).append(item)
+
+    def wait(self, item: Item) -> None:
+        """A chunk whose language is not known yet (``detect`` gives it)."""
+        self._waiting.append(item)
+
+    def next_batch(self) -> list[Item] | None:
+        """The next batch (all from one queue), or None when no work is left."""
+        full = lambda: any(len(q) >= self.batch_size for q in self._queues.values())  # noqa: E731
+        while self._waiting and not full():
+            items = [self._waiting.popleft() for _ in range(min(self.batch_size, len(self._waiting)))]
+            for item, language in zip(items, self._detect(items)):
+                self.add(item, language)
+        if self._waiting:
+            if self._current is None or len(self._queues[self._current]) < self.batch_size:
+                self._current = next(k for k, q in self._queues.items() if len(q) >= self.batch_size)
+        elif self._current is None or not self._queues[self._current]:
+            self._current = next((k for k, q in self._queues.items() if q), None)
+            if self._current is None:
+                return None
+        queue = self._queues[self._current]
+        return [queue.popleft() for _ in range(min(self.batch_size, len(queue)))]
+
+    def again(self, items: list[Item], language: str | None) -> None:
+        """Stretches of the last batch to decode again, into its queue, with its language."""
+        self.language_of.update((item, language) for item in items)
+        queue = self._queues[self._current]
+        queue.extendleft(reversed(items)) if self._in_order else queue.extend(items)
+
+
+class FileResults:
+    """What the decoded chunks have given each of ``n`` files so far."""
+
+    def __init__(self, n: int, context: list[int], conditioning: bool):
+        self.segments: list[list[Segment]] = [[] for _ in range(n)]
+        self.decoded: list[list[Chunk]] = [[] for _ in range(n)]
+        self.contexts = [list(context) for _ in range(n)]  # conditioning: the text each file's next chunk follows
+        self.redecoded: set[int] = set()  # ids of the segments of re-decoded stretches
+        self._conditioning = conditioning
+        self._replaces: dict[Item, Segment] = {}  # a stretch queued again -> the thin segment it may replace
+
+    def take(self, item: Item, segments: list[Segment], skipped: list[tuple[Chunk, Segment | None]],
+             attempt: Attempt) -> list[Item]:
+        """One decoded chunk: its segments and the stretches it skipped, as (chunk, the thin segment a
+        re-decode may replace or None); returns the stretches to decode again."""
+        i, chunk = item
+        thin = self._replaces.pop(item, None)
+        if thin is not None:  # the new text replaces a thin segment when it has more words
+            if sum(len(s.text.split()) for s in segments) > len(thin.text.split()):
+                self.segments[i] = [s for s in self.segments[i] if s is not thin]
+            else:  # discarded, and so are the stretches it skipped, but the speech after a pause
+                segments, skipped = [], redecode.after_first_pause(chunk, thin)
+        self.segments[i].extend(segments)
+        if chunk.depth:
+            self.redecoded.update(id(s) for s in segments)
+        self.decoded[i].append(chunk)
+        self._replaces.update({(i, c): seg for c, seg in skipped if seg is not None})
+        if self._conditioning:
+            reset = attempt.temperature > PROMPT_RESET_TEMPERATURE
+            following = self.contexts[i] + [t for s in segments for t in s.tokens]
+            self.contexts[i] = [] if reset else following[-SpecialTokens.MAX_CONTEXT :]
+        return [(i, c) for c, _ in skipped]

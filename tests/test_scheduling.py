@@ -1,0 +1,54 @@
+"""The order in which chunks are handed out for decoding (specwhisper/asr/scheduling.py); the engine's
+results over it are tests/test_no_lost_speech.py's, test_multilingual.py's and test_resume.py's."""
+
+from __future__ import annotations
+
+from specwhisper.asr.scheduling import WorkQueues
+from specwhisper.audio.chunking import Chunk
+
+
+def chunk(k: int, depth: int = 0) -> Chunk:
+    return Chunk(k * 16000, (k + 1) * 16000, depth=depth)
+
+
+def drain(work: WorkQueues) -> list[list[tuple[int, int]]]:
+    out = []
+    while (batch := work.next_batch()) is not None:
+        out.append([(i, c.start // 16000) for i, c in batch])
+    return out
+
+
+def test_files_sharing_a_language_batch_together_and_a_queue_is_emptied_first():
+    work = WorkQueues(2, key=lambda item, language: language)
+    for i, language in enumerate(["en", "de", "en", "de", "en"]):
+        work.add((i, chunk(i)), language)
+    assert drain(work) == [[(0, 0), (2, 2)], [(4, 4)], [(1, 1), (3, 3)]]
+
+
+def test_a_conditioned_file_decodes_in_order_its_skipped_stretch_first():
+    work = WorkQueues(1, key=lambda item, language: item[0], in_order=True)
+    for k in range(3):
+        work.add((0, chunk(k)), "en")
+    assert work.next_batch() == [(0, chunk(0))]
+    work.again([(0, chunk(7, depth=1))], "en")
+    assert [(i, c.start // 16000) for i, c in work.next_batch()] == [(0, 7)]
+    assert drain(work) == [[(0, 1)], [(0, 2)]]
+
+
+def test_chunks_waiting_for_their_language_leave_only_in_full_batches():
+    seen = []
+
+    def detect(items):
+        seen.append([c.start // 16000 for _, c in items])
+        return ["de" if c.start // 16000 in (1, 2, 3) else "en" for _, c in items]
+
+    work = WorkQueues(2, key=lambda item, language: language, detect=detect)
+    for k in range(5):
+        work.wait((0, chunk(k)))
+    first = work.next_batch()
+    # detected two at a time until a language fills a batch (0 en, 1 de, then 2 and 3 de): German's
+    # first two leave while chunk 0 waits for a second English one
+    assert seen == [[0, 1], [2, 3]] and [c.start // 16000 for _, c in first] == [1, 2]
+    assert work.language_of[first[0]] == "de"
+    assert drain(work) == [[(0, 3)], [(0, 0), (0, 4)]]
+    assert seen[-1] == [4]
