@@ -84,3 +84,19 @@ def test_transformers_pipeline_reads_the_converted_folder_with_timestamps(model,
     out = asr(load_audio(item.path), return_timestamps=True, generate_kwargs={"language": "en"} if model == "base" else {})
     assert wer([item.reference], [out["text"]]) <= 0.1, out
     assert out["chunks"] and out["chunks"][0]["timestamp"][0] == 0.0 and 10.0 <= out["chunks"][-1]["timestamp"][1] <= 11.0, out
+
+
+def test_a_new_converter_version_removes_the_folders_of_older_ones(tmp_path):
+    """An upgrade that converts again (a new CONVERTER_VERSION) leaves no stale copy behind; other
+    models' folders and other names are kept."""
+    from specwhisper.asr.weights.loader import CONVERTER_VERSION, ensure_embedded
+
+    models = tmp_path / "models"
+    for stale in ("tiny.en-ct2conv0", "tiny.en-ct2conv1"):
+        (models / stale).mkdir(parents=True)
+        (models / stale / "model.safetensors").write_bytes(b"old")
+    for kept in ("base-ct2conv1", "tiny.en-ct2conv1-mine"):
+        (models / kept).mkdir(parents=True)
+    folder = ensure_embedded("tiny.en", cache_dir=tmp_path)
+    assert folder.name == f"tiny.en-ct2conv{CONVERTER_VERSION}" and (folder / "config.json").is_file()
+    assert sorted(p.name for p in models.iterdir()) == sorted(["base-ct2conv1", "tiny.en-ct2conv1-mine", folder.name])

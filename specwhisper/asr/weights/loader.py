@@ -114,7 +114,17 @@ def ensure_embedded(name: str, cache_dir: Path | None = None) -> Path:
     out.parent.mkdir(parents=True, exist_ok=True)
     parts = [_package_dir(pkg) / rel for pkg, rel in emb.parts]
     ct2_dir = _package_dir(emb.packages[0]) / emb.data_dir
-    return convert_ct2_whisper(parts, ct2_dir, out)
+    folder = convert_ct2_whisper(parts, ct2_dir, out)
+    _remove_older_conversions(name, out.parent)
+    return folder
+
+
+def _remove_older_conversions(name: str, models: Path) -> None:
+    """The folders an earlier converter version wrote for ``name`` (base: 281 MB each): nothing reads them
+    once this version's folder is there."""
+    for old in models.glob(f"{name}-ct2conv*"):
+        if old.name != f"{name}-ct2conv{CONVERTER_VERSION}" and old.name.removeprefix(f"{name}-ct2conv").isdigit():
+            shutil.rmtree(old, ignore_errors=True)
 
 
 def write_ct2_folder(name: str, out_dir: Path) -> Path:
