@@ -140,7 +140,8 @@ def row(system: str, f: dict, seconds: float, text: str, extra: dict) -> dict:
     from specwhisper.evaluation.transcripts import wer
 
     return dict(system=system, file=f["kind"], audio_s=round(f["seconds"], 1), wall_s=round(seconds, 3),
-                audio_s_per_s=round(f["seconds"] / seconds, 1), wer=round(wer([f["reference"]], [text]), 4),
+                audio_s_per_s=round(f["seconds"] / seconds, 1), rtf=round(seconds / f["seconds"], 5),
+                wer=round(wer([f["reference"]], [text]), 4),
                 words=len(text.split()), **extra)
 
 
@@ -436,6 +437,8 @@ def main(argv: list[str] | None = None) -> int:
             out["runs"].append(r)
         args.out.write_text(json.dumps(out, indent=1) + "\n")
         print(f"{system}: {json.dumps(out['systems'][system])}", flush=True)
+    compare(out["runs"])
+    args.out.write_text(json.dumps(out, indent=1) + "\n")
     summary(out)
     print(f"wrote {args.out}")
     return 0
@@ -454,10 +457,29 @@ def _cut(f: dict, seconds: float) -> dict:
     return dict(f, path=str(path), seconds=seconds, reference=" ".join(words[: round(len(words) * seconds / f["seconds"])]))
 
 
+def compare(runs: list[dict]) -> None:
+    """Ratios between rows of this run on the same file, above 1 where the row is faster: each of ours
+    against the fastest faster-whisper batched and transformers pipeline rows (``speedup_vs_fw_batched``,
+    ``speedup_vs_hf_pipeline``), the assisted row against the same call without its assistant (``speedup``)."""
+    def fastest(system: str, file: str) -> float | None:
+        return min((r["wall_s"] for r in runs if r["system"] == system and r["file"] == file), default=None)
+
+    for r in runs:
+        if r["system"].startswith("ours"):
+            for peer, key in (("fw batched", "speedup_vs_fw_batched"), ("hf pipeline", "speedup_vs_hf_pipeline")):
+                theirs = fastest(peer, r["file"])
+                if theirs:
+                    r[key] = round(theirs / r["wall_s"], 3)
+        elif r["system"] == "hf assisted" and not r.get("error") and fastest("hf batch 1", r["file"]):
+            r["speedup"] = round(fastest("hf batch 1", r["file"]) / r["wall_s"], 3)
+
+
 def summary(out: dict) -> None:
     print("\naudio seconds per second (WER, peak GPU MB):")
     for r in out["runs"]:
-        print(f"  {r['name']:42s} {r['audio_s_per_s']:>8} x  WER {r['wer']:.3f}  {r.get('peak_gpu_mb', '')} MB"
+        vs = "".join(f"  {r[k]:.2f}x vs {k.removeprefix('speedup_vs_')}" for k in ("speedup_vs_fw_batched", "speedup_vs_hf_pipeline")
+                     if k in r)
+        print(f"  {r['name']:42s} {r['audio_s_per_s']:>8} x  WER {r['wer']:.3f}  {r.get('peak_gpu_mb', '')} MB{vs}"
               f"{'  NOT IDENTICAL' if r.get('token_identical') is False else ''}{'  ' + r['error'] if r.get('error') else ''}")
     for name, s in out["systems"].items():
         if s.get("error"):
