@@ -1,11 +1,11 @@
 """Exact speculative greedy decoding for Whisper, batched, with per-row acceptance.
 
-Each round, for every active row: a drafter proposes up to k tokens; the target runs ONE
-forward pass over ``[pending, d1..dk]`` at the row's own positions; Whisper's logit rules
+Each round, for every active row: a drafter proposes up to k tokens (``_propose``); the target runs
+ONE forward pass over ``[pending, d1..dk]`` at the row's own positions (``_score``); Whisper's logit rules
 are applied to every verify position with the prefix it would have had in plain decoding
 (``WhisperLogitRules.select``, the same function the plain decoder uses), so the target's
 greedy token ``g_j`` is known at each position; the row keeps ``d1..da`` while they equal
-``g_0..g_{a-1}`` plus ``g_a`` (the shared rule, ``specwhisper.speculative.acceptance``; the draft
+``g_0..g_{a-1}`` plus ``g_a`` (``_accept``: the shared rule, ``specwhisper.speculative.acceptance``; the draft
 length per row follows ``specwhisper.speculative.lookahead``). The KV cache is static with per-row positions (see
 ``specwhisper.asr.runtime.decoder``): rejected entries are simply left behind the row's length and overwritten.
 
@@ -117,45 +117,10 @@ class SpeculativeDecoder(Decoder):
 
         while active:
             contexts = [results[r].tokens for r in active]
-            room = [cap[r] - len(c) for r, c in zip(active, contexts)]  # tokens still allowed
-            drafts = self.drafter.propose(contexts, [max(0, min(k, n - 1)) for k, n in zip(ks, room)])
-            drafts = [d[: max(0, min(k, n - 1))] for d, k, n in zip(drafts, ks, room)]
-            # tokens fed to the verify pass per row: the pending token and the drafts (without the last
-            # one when the drafter takes no bonus token)
-            fed = [len(d) + 1 if self.drafter.bonus or not d else len(d) for d in drafts]
-            width = max(fed)
-            device = self.rt.device
-            # padding past a row's tokens repeats its pending token: its cache slots lie past the row's length
-            fed_rows = [([c[-1], *d][:n] + [c[-1]] * width)[:width] for c, d, n in zip(contexts, drafts, fed)]
-            tokens = on_device(fed_rows, device)
-            positions = on_device([[n + j for j in range(width)] for n in lengths], device)
-            hidden = self.drafter.verify(self.rt, tokens, positions, cache, token_rows=fed_rows, starts=lengths)
-            # only real positions go through the (large) output head
-            rows = [i for i, n in enumerate(fed) for _ in range(n)]
-            cols = [j for n in fed for j in range(n)]
-            at = on_device(rows, device), on_device(cols, device)
-            logits = self.rt.logits_at(hidden[at], at[0], positions[at], cache).float()
-            prefixes = [contexts[i] + drafts[i][:j] for i, j in zip(rows, cols)]
-            greedy, logprobs = read_choices(*rules.select(logits, prefixes))  # the round's one host read
+            drafts, fed = self._propose(contexts, [cap[r] - len(c) for r, c in zip(active, contexts)], ks)
+            greedy, logprobs = self._score(cache, rules, contexts, drafts, fed, lengths)
             stats.target_passes += len(active)
-
-            keep, at = [], 0
-            for i, r in enumerate(active):
-                d = drafts[i]
-                accepted, tokens = accept(d, greedy[at : at + fed[i]])
-                emitted, alive = 0, True
-                for g, lp in zip(tokens, logprobs[at : at + fed[i]]):
-                    alive = self._emit(results[r], g, lp, cap[r], stats)
-                    emitted += 1
-                    if not alive:  # the row ended at this token: the drafts after it do not count
-                        accepted = min(accepted, emitted - 1)
-                        break
-                at += fed[i]
-                count_round(stats, len(d), accepted)
-                if alive:
-                    keep.append(i)
-                    lengths[i] += emitted
-                    ks[i] = look.update(ks[i], len(d), accepted)
+            keep = self._accept(active, drafts, fed, greedy, logprobs, results, cap, lengths, ks, look, stats)
             if len(keep) < len(active):
                 if not keep:
                     break
@@ -167,6 +132,58 @@ class SpeculativeDecoder(Decoder):
                 ks = [ks[i] for i in keep]
         stats.decoder_seconds = time.perf_counter() - t0
         return DecodeOutput(results, stats)
+
+    def _propose(self, contexts: list[list[int]], room: list[int], ks: list[int]) -> tuple[list[list[int]], list[int]]:
+        """Each row's drafts (at most its ``k`` and one fewer than the tokens it may still write) and how
+        many tokens the verify pass feeds it: the pending token and the drafts, without the last draft
+        when the drafter takes no bonus token."""
+        drafts = self.drafter.propose(contexts, [max(0, min(k, n - 1)) for k, n in zip(ks, room)])
+        drafts = [d[: max(0, min(k, n - 1))] for d, k, n in zip(drafts, ks, room)]
+        return drafts, [len(d) + 1 if self.drafter.bonus or not d else len(d) for d in drafts]
+
+    def _score(self, cache: KVCache, rules: WhisperLogitRules, contexts: list[list[int]], drafts: list[list[int]],
+               fed: list[int], lengths: list[int]) -> tuple[list[int], list[float]]:
+        """The verify pass: the target's greedy token and its log-probability at every fed position of
+        every row, in row order, each after the prefix plain decoding would have had there."""
+        width = max(fed)
+        device = self.rt.device
+        # padding past a row's tokens repeats its pending token: its cache slots lie past the row's length
+        fed_rows = [([c[-1], *d][:n] + [c[-1]] * width)[:width] for c, d, n in zip(contexts, drafts, fed)]
+        tokens = on_device(fed_rows, device)
+        positions = on_device([[n + j for j in range(width)] for n in lengths], device)
+        hidden = self.drafter.verify(self.rt, tokens, positions, cache, token_rows=fed_rows, starts=lengths)
+        # only real positions go through the (large) output head
+        rows = [i for i, n in enumerate(fed) for _ in range(n)]
+        cols = [j for n in fed for j in range(n)]
+        at = on_device(rows, device), on_device(cols, device)
+        logits = self.rt.logits_at(hidden[at], at[0], positions[at], cache).float()
+        prefixes = [contexts[i] + drafts[i][:j] for i, j in zip(rows, cols)]
+        return read_choices(*rules.select(logits, prefixes))  # the round's one host read
+
+    def _accept(self, active: list[int], drafts: list[list[int]], fed: list[int], greedy: list[int],
+                logprobs: list[float], results: list[SequenceResult], cap: list[int], lengths: list[int],
+                ks: list[int], look: Lookahead, stats: DecodeStats) -> list[int]:
+        """Each row keeps its drafts while they equal the target's tokens, plus the target's next one
+        (``specwhisper.speculative.acceptance``); its ``lengths`` and next draft length ``ks`` move on.
+        Returns the indices (into ``active``) of the rows that go on."""
+        keep, at = [], 0
+        for i, r in enumerate(active):
+            d = drafts[i]
+            accepted, tokens = accept(d, greedy[at : at + fed[i]])
+            emitted, alive = 0, True
+            for g, lp in zip(tokens, logprobs[at : at + fed[i]]):
+                alive = self._emit(results[r], g, lp, cap[r], stats)
+                emitted += 1
+                if not alive:  # the row ended at this token: the drafts after it do not count
+                    accepted = min(accepted, emitted - 1)
+                    break
+            at += fed[i]
+            count_round(stats, len(d), accepted)
+            if alive:
+                keep.append(i)
+                lengths[i] += emitted
+                ks[i] = look.update(ks[i], len(d), accepted)
+        return keep
 
     def _emit(self, res: SequenceResult, token: int, logprob: float, cap: int, stats: DecodeStats) -> bool:
         """Append the target's greedy token as plain decoding would; False when the row ends (at
