@@ -470,8 +470,10 @@ def compare(runs: list[dict]) -> None:
                 theirs = fastest(peer, r["file"])
                 if theirs:
                     r[key] = round(theirs / r["wall_s"], 3)
-        elif r["system"] == "hf assisted" and not r.get("error") and fastest("hf batch 1", r["file"]):
-            r["speedup"] = round(fastest("hf batch 1", r["file"]) / r["wall_s"], 3)
+        elif r["system"] == "hf assisted" and not r.get("error"):
+            without = fastest("hf batch 1", r["file"])
+            if without:
+                r["speedup"] = round(without / r["wall_s"], 3)
 
 
 def summary(out: dict) -> None:

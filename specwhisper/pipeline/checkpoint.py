@@ -45,10 +45,9 @@ from specwhisper.asr.decoding.greedy import SequenceResult
 from specwhisper.asr.decoding.fallback import Attempt
 from specwhisper.results.stats import DecodeStats
 from specwhisper.results.transcript import Segment, Word
-from specwhisper.audio.chunking import Chunk
+from specwhisper.asr.scheduling import Item
 
 VERSION = 1
-Item = tuple[int, Chunk]
 
 
 def checkpoint_path(out_dir: str | os.PathLike, stem: str) -> Path:
