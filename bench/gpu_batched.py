@@ -21,7 +21,8 @@ no real acceptance. Per model and batch size:
   that plain and speculative decoding share on a GPU: speculation is token-identical to it
   (``token_identical``, every row), ``decoder_speedup`` is against it;
 - ``costs``: ``--draft auto``'s own measurement at this batch size (``AutoDecoder.measure``) and its
-  choice at each acceptance, with the plain step's cost at widths 1-16 (what W costs);
+  choice at each acceptance, with the plain step's cost at widths 1-16 (what W costs) and auto's step
+  over this bench's own timing of it (``auto_step_vs_bench``, about 1 where auto's clock is right);
 - each drafter at each acceptance.
 
 Writes bench/results/gpu_batched.json (``--out``) after every row.
@@ -45,8 +46,8 @@ import numpy as np  # noqa: E402
 import torch  # noqa: E402
 
 from bench.common import machine  # noqa: E402
-from bench.large_target import EXIT_LAYERS, target_and_drafter, timed  # noqa: E402
-from bench.large_target_probe import DRAFTERS  # noqa: E402
+from bench.large_target import EXIT_LAYERS, target_and_drafter  # noqa: E402
+from bench.large_target_probe import DRAFTERS, timed  # noqa: E402
 from specwhisper.asr.drafters.auto import AutoDecoder, Costs, choose  # noqa: E402
 from specwhisper.asr.decoding.greedy import GreedyDecoder  # noqa: E402
 from specwhisper.asr.drafters.ngram import WhisperNgramDrafter  # noqa: E402
@@ -108,7 +109,7 @@ def step_costs(rt, enc: torch.Tensor, prompt: list[int], widths=(1, 4, 8, 16), c
             cache = rt.new_cache(enc)
             rt.step(torch.tensor([seq] * b, device=dev), torch.arange(len(seq), device=dev).expand(b, -1), cache)
             tok, pos = torch.full((b, 1), 220, device=dev), torch.full((b, 1), context, device=dev)
-            out[w] = round(timed(lambda: rt.step(tok, pos, cache), reps), 3)
+            out[w] = round(timed(lambda: rt.step(tok, pos, cache), dev, reps), 3)
             del cache
     return out
 
@@ -208,9 +209,11 @@ class Bench:
             expected = {str(a): {k: choose(Costs(costs.step, costs.verify, {k: costs.draft[k]}, costs.width), {k: a},
                                            auto.bonus, margin=0.0)[1:] for k in kinds} for a in args.acceptances}
             picks = {str(a): choose(costs, {k: a for k in kinds}, auto.bonus) for a in args.acceptances}
-            self.add(dict(name=f"{label}, costs", model=name, batch=b, width=costs.width,
-                          step_ms_by_width=step_costs(rt, enc, prompt) if w is not None else None,
+            by_width = step_costs(rt, enc, prompt) if w is not None else None
+            self.add(dict(name=f"{label}, costs", model=name, batch=b, width=costs.width, step_ms_by_width=by_width,
                           auto_step_ms=round(costs.step * 1000, 3),
+                          # auto's step against this bench's own timing of the same width (about 1: auto's clock is right)
+                          auto_step_vs_bench=round(costs.step * 1000 / by_width[w], 3) if by_width and w in by_width else None,
                           auto_verify_ms={k: round(v * 1000, 3) for k, v in costs.verify.items()},
                           auto_draft_step_ms={k: round(v * 1000, 3) for k, v in costs.draft.items()},
                           auto_choice={a: dict(drafter=p[0] or "none", k=p[1], expected_speedup=round(p[2], 3))

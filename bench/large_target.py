@@ -24,7 +24,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import statistics
 import sys
 import tempfile
 import time
@@ -39,7 +38,7 @@ from transformers import GenerationConfig, WhisperFeatureExtractor, WhisperToken
 
 from specwhisper.audio.loading import load_audio  # noqa: E402
 from specwhisper.asr.decoding.greedy import GreedyDecoder  # noqa: E402
-from specwhisper.hardware.device import resolve_device, resolve_dtype  # noqa: E402
+from specwhisper.hardware.device import resolve_device, resolve_dtype, synchronize  # noqa: E402
 from specwhisper.asr.drafters.choice import model_drafter  # noqa: E402
 from specwhisper.asr.drafters.early_exit import EarlyExitDrafter  # noqa: E402
 from specwhisper.asr.engine import AsrEngine  # noqa: E402
@@ -47,7 +46,7 @@ from specwhisper.asr.weights.loader import WhisperBundle  # noqa: E402
 from specwhisper.asr.decoding.speculative import Lookahead, SpeculativeDecoder  # noqa: E402
 from specwhisper.audio.chunking import Chunk  # noqa: E402
 from bench.common import machine  # noqa: E402
-from bench.large_target_probe import DRAFTERS, SHAPES, build  # noqa: E402
+from bench.large_target_probe import DRAFTERS, SHAPES, build, timed  # noqa: E402
 from specwhisper.evaluation.transcripts import english_set  # noqa: E402
 from tests.random_whisper import processor_files  # noqa: E402
 from tests.replay_drafter import Replay, replaying  # noqa: E402
@@ -67,30 +66,12 @@ def bundle_of(name: str, model, folder: Path) -> WhisperBundle:
                          generation_config=gc)
 
 
-def sync() -> None:
-    """A GPU runs the work queued by a call after the call returns: wait for it before reading a clock."""
-    if torch.cuda.is_available():
-        torch.cuda.synchronize()
-
-
 def copy_bandwidth() -> float:
     """Bytes per second of a 2 GB device-to-device copy (read plus written): the device's practical bound."""
     src = torch.randn(2**29, device="cuda")
     dst = torch.empty_like(src)
-    ms = timed(lambda: dst.copy_(src), 10)
+    ms = timed(lambda: dst.copy_(src), src.device, 10)
     return 2 * src.numel() * 4 / (ms / 1000)
-
-
-def timed(fn, reps: int) -> float:
-    fn()
-    out = []
-    for _ in range(reps):
-        sync()
-        t = time.perf_counter()
-        fn()
-        sync()
-        out.append((time.perf_counter() - t) * 1000)
-    return statistics.median(out)
 
 
 @torch.inference_mode()
@@ -104,14 +85,14 @@ def costs(engine: AsrEngine, drafts: dict, enc: torch.Tensor, prompt: list[int],
     def verify(w):
         return lambda: rt.step(torch.tensor([[220] * w], device=dev), torch.arange(context, context + w, device=dev)[None], cache)
 
-    out = dict(step_ms=round(timed(verify(1), reps), 2), verify_ms={w: round(timed(verify(w), reps), 2) for w in range(2, 9)})
+    out = dict(step_ms=round(timed(verify(1), dev, reps), 2), verify_ms={w: round(timed(verify(w), dev, reps), 2) for w in range(2, 9)})
     if dev.type == "cuda":  # what a step must read (decoder weights, output head, cross-attention K/V) at copy speed
         weights = {p.data_ptr(): p.numel() * p.element_size() for layer in rt.layers for p in layer.parameters()}
         read = sum(weights.values()) + rt.proj.numel() * rt.proj.element_size() + \
             sum(t.numel() * t.element_size() for t in (cache.cross_k, cache.cross_v))
         bound = read / copy_bandwidth() * 1000
         graphs, rt.graphs = rt.graphs, None  # the same step run eagerly, kernel by kernel
-        out["step_ms_without_cuda_graphs"] = round(timed(verify(1), reps), 2)
+        out["step_ms_without_cuda_graphs"] = round(timed(verify(1), dev, reps), 2)
         rt.graphs = graphs
         out.update(step_bytes_gb=round(read / 1e9, 3), step_bound_ms=round(bound, 3), step_over_bound=round(out["step_ms"] / bound, 2))
     tok, pos = torch.tensor([[220]], device=dev), torch.tensor([[context]], device=dev)
@@ -127,7 +108,7 @@ def costs(engine: AsrEngine, drafts: dict, enc: torch.Tensor, prompt: list[int],
 
             def step(drt=drt, dcache=dcache):
                 drt.step(tok, pos, dcache)
-        out[f"draft_step_ms[{name}]"] = round(timed(step, reps), 2)
+        out[f"draft_step_ms[{name}]"] = round(timed(step, dev, reps), 2)
     return out
 
 
@@ -159,10 +140,10 @@ def run_target(name: str, device: str, dtype: torch.dtype, tokens: int, reps: in
     audio = load_audio(item.path)[: 30 * 16000]
     feats = engine.features(audio, [Chunk(0, len(audio))])
     engine.encoder.encode(feats)  # warm-up: the first pass on a GPU loads its kernels
-    sync()
+    synchronize(device)
     t = time.perf_counter()
     enc = engine.encoder.encode(feats)
-    sync()
+    synchronize(device)
     enc_s = time.perf_counter() - t
 
     def make(kind: str, replay: Replay | None):

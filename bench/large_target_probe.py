@@ -24,9 +24,15 @@ import sys
 import time
 from pathlib import Path
 
-import torch
-from transformers import WhisperConfig, WhisperForConditionalGeneration
-from transformers.cache_utils import DynamicCache, EncoderDecoderCache
+ROOT = Path(__file__).resolve().parents[1]
+if str(ROOT) not in sys.path:
+    sys.path.insert(0, str(ROOT))
+
+import torch  # noqa: E402
+from transformers import WhisperConfig, WhisperForConditionalGeneration  # noqa: E402
+from transformers.cache_utils import DynamicCache, EncoderDecoderCache  # noqa: E402
+
+from specwhisper.hardware.device import synchronize  # noqa: E402
 
 SHAPES = {  # d_model, encoder layers, decoder layers, heads, ffn, mel bins, vocabulary
     "large-v3": (1280, 32, 32, 20, 5120, 128, 51866),
@@ -52,16 +58,17 @@ def build(name: str, device: str, dtype: torch.dtype, d_model: int | None = None
     return model.to(dtype).eval()
 
 
-def timed(fn, sync, reps: int) -> float:
-    """Median milliseconds of ``fn`` over ``reps`` runs after 3 warm-ups."""
+def timed(fn, device, reps: int) -> float:
+    """Median milliseconds of ``fn`` over ``reps`` runs after 3 warm-ups, each until ``device`` has done
+    the work it queued."""
     for _ in range(3):
         fn()
-    sync()
     out = []
     for _ in range(reps):
+        synchronize(device)
         t = time.perf_counter()
         fn()
-        sync()
+        synchronize(device)
         out.append((time.perf_counter() - t) * 1000)
     return statistics.median(out)
 
@@ -69,10 +76,9 @@ def timed(fn, sync, reps: int) -> float:
 @torch.inference_mode()
 def probe(name: str, device: str, dtype: torch.dtype, reps: int, context: int = 100) -> dict:
     model = build(name, device, dtype)
-    sync = torch.cuda.synchronize if device.startswith("cuda") else (lambda: None)
     d, _, _, _, _, mels, vocab = SHAPES[name]
     feats = torch.randn(1, mels, 3000, device=device, dtype=dtype)
-    enc_ms = timed(lambda: model.model.encoder(feats), sync, max(3, reps // 5))
+    enc_ms = timed(lambda: model.model.encoder(feats), device, max(3, reps // 5))
     enc_out = model.model.encoder(feats).last_hidden_state
     prefix = torch.randint(0, vocab - 1000, (1, context), device=device)
     cache = EncoderDecoderCache(DynamicCache(), DynamicCache())
@@ -85,8 +91,8 @@ def probe(name: str, device: str, dtype: torch.dtype, reps: int, context: int = 
             cache.self_attention_cache.crop(-k)
         return run
 
-    row = dict(name=name, encoder_ms_per_window=round(enc_ms, 2), step_ms=round(timed(step(1), sync, reps), 3))
-    row["verify_ms"] = {k: round(timed(step(k), sync, reps), 3) for k in range(2, 9)}
+    row = dict(name=name, encoder_ms_per_window=round(enc_ms, 2), step_ms=round(timed(step(1), device, reps), 3))
+    row["verify_ms"] = {k: round(timed(step(k), device, reps), 3) for k in range(2, 9)}
     params = sum(p.numel() for n, p in model.named_parameters() if n.startswith(("model.decoder", "proj_out")))
     row["decoder_weight_bytes"] = params * torch.finfo(dtype).bits // 8
     del model

@@ -115,3 +115,27 @@ def test_auto_is_exact_and_measures_once_per_batch_size(base_engine, manifest):
     assert dec.last_choice is not None
     if dec.last_choice[0] is None:  # plain decoding pays for one head product, not the drafter's split
         assert dec.rt.head.compact_split is None
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not __import__("torch").cuda.is_available(), reason="no CUDA GPU is usable here")
+def test_on_a_gpu_a_measured_pass_includes_the_gpu_work():
+    """A GPU runs a call's kernels after the call returns: auto's clock must wait for them, or every pass
+    costs its launch alone and the widest verify pass looks free. A kernel that keeps the GPU busy for
+    a known time (CUDA events) must be charged at least that time."""
+    import torch
+
+    from specwhisper.asr.drafters.auto import _seconds
+
+    def busy():
+        torch.cuda._sleep(20_000_000)  # some 10-20 ms of GPU cycles, queued at once
+
+    busy()
+    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    start.record()
+    busy()
+    end.record()
+    end.synchronize()
+    device_s = start.elapsed_time(end) / 1000
+    assert device_s > 0.002
+    assert _seconds(busy, "cuda") >= 0.9 * device_s

@@ -60,7 +60,7 @@ step setup 35 bash -c setup
 
 if [ "$MODE" = gpu ]; then
   step env 20 bash -c "nvidia-smi; $PY bench/gpu/env_check.py | tee $OUT/gpu_env.json"
-  step tests 95 $PY -m pytest -q -p no:cacheprovider -m gpu tests/test_batched_speculation.py tests/test_gpu.py \
+  step tests 95 $PY -m pytest -q -p no:cacheprovider -m gpu tests/test_batched_speculation.py tests/test_auto_draft.py tests/test_gpu.py \
       -o addopts="" --junitxml="$OUT/pytest.xml" -rs
   step batched 135 $PY bench/gpu_batched.py "${DEV[@]}" --budget-s 110 --out "$OUT/gpu_batched.json"
   step longform 185 $PY bench/gpu_longform.py "${DEV[@]}" --model "$WORK/tiny.en-q8" --budget-s 170 \
@@ -69,7 +69,7 @@ if [ "$MODE" = gpu ]; then
       --acceptances 0.8 --exit-layers 4 --reps 2 --out "$OUT/gpu_manycore.json"
 else
   step env 20 bash -c "$PY bench/gpu/env_check.py | tee $OUT/gpu_env.json"
-  step tests 95 $PY -m pytest -q -p no:cacheprovider -m gpu tests/test_batched_speculation.py tests/test_gpu.py \
+  step tests 95 $PY -m pytest -q -p no:cacheprovider -m gpu tests/test_batched_speculation.py tests/test_auto_draft.py tests/test_gpu.py \
       -o addopts="" --junitxml="$OUT/pytest.xml" -rs
   step batched 135 $PY bench/gpu_batched.py "${DEV[@]}" --dtype bfloat16 --d-model 64 --batches 1,4 --acceptances 0.6,0.8 \
       --tokens 10 --threads "$THREADS" --budget-s 110 --out "$OUT/gpu_batched.json"

@@ -49,6 +49,15 @@ def dtype_name(dtype: torch.dtype) -> str:
     return next(k for k, v in DTYPES.items() if v == dtype)
 
 
+def synchronize(device: torch.device | str) -> None:
+    """Wait for the work queued on ``device``. A GPU runs a call's kernels after the call returns, so a
+    clock read without this times their launch alone (``--draft auto``'s costs on an H100 would have been
+    a CUDA graph's launch, the same for every pass width). Nothing on the CPU."""
+    device = torch.device(device)
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+
+
 def on_device(data, device: torch.device | str, dtype: torch.dtype | None = None) -> torch.Tensor:
     """``torch.tensor(data, device=device)`` without waiting for the device. torch copies pageable host
     memory to a GPU synchronously, so every such call inside a step waited for all the work queued

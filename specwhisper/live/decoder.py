@@ -23,6 +23,7 @@ from specwhisper.asr.decoding.speculative import Lookahead, SpeculativeDecoder, 
 from specwhisper.asr.engine import AsrEngine
 from specwhisper.audio.chunking import Chunk
 from specwhisper.audio.loading import SAMPLE_RATE
+from specwhisper.hardware.device import synchronize
 from specwhisper.hardware.memory import trim_heap
 from specwhisper.results.stats import DecodeStats
 from specwhisper.results.transcript import Segment
@@ -100,6 +101,7 @@ class LiveDecoder:
         feats = eng.features(audio, [Chunk(0, len(audio))])
         enc = eng.encoder.encode(feats) if self.encoder == "window" else eng.encoder.encode_audio_part(feats)
         trim_heap()
+        synchronize(eng.device)
         self.stats.encoder_seconds += time.perf_counter() - t
         if self.language is None and eng.special.multilingual:
             self.language = detect_language(eng.runtime, eng.special, enc)[0]

@@ -20,6 +20,7 @@ import torch
 
 from specwhisper.asr.decoding.greedy import Decoder, DecodeOutput, GreedyDecoder
 from specwhisper.asr.decoding.speculative import Lookahead, SpeculativeDecoder
+from specwhisper.hardware.device import synchronize
 
 MARGIN = 1.10  # a drafter must be expected this much faster than plain decoding (timing noise)
 # per-token: ngram and early-exit measured on the public set for base; distil-whisper drafters not measured
@@ -90,14 +91,16 @@ def choose(costs: Costs, acceptance: dict[str, float], bonus: dict[str, bool], m
     return best if best[2] >= margin else (None, 0, best[2])
 
 
-def _seconds(fn, reps: int = 2) -> float:
-    """Median seconds of ``reps`` calls after one (about 10 passes per batch size in all: ~0.5 s for
-    base at batch 8 on this CPU, once per process)."""
+def _seconds(fn, device: torch.device | str, reps: int = 2) -> float:
+    """Median seconds of ``reps`` calls after one, each until ``device`` has done its work (about 10
+    passes per batch size in all: ~0.5 s for base at batch 8 on this CPU, once per process)."""
     fn()
     out = []
     for _ in range(reps):
+        synchronize(device)
         t = time.perf_counter()
         fn()
+        synchronize(device)
         out.append(time.perf_counter() - t)
     return statistics.median(out)
 
@@ -147,7 +150,7 @@ class AutoDecoder(Decoder):
             pos = torch.arange(context, context + w, device=dev).expand(b, -1)
             return lambda: rt.step(toks, pos, cache)
 
-        costs = Costs(step=_seconds(verify(1)), verify={2: _seconds(verify(2))}, width=cache.width)
+        costs = Costs(step=_seconds(verify(1), dev), verify={2: _seconds(verify(2), dev)}, width=cache.width)
         texts = [[220] * (context - len(prompt))] * b
         for name, dec in self.candidates.items():
             d = dec.drafter
@@ -155,7 +158,7 @@ class AutoDecoder(Decoder):
             d.attach(cache)
             try:
                 d.propose(texts, [1] * b)  # syncs a model drafter's own cache
-                costs.draft[name] = _seconds(lambda d=d: d.propose(texts, [1] * b))
+                costs.draft[name] = _seconds(lambda d=d: d.propose(texts, [1] * b), dev)
             finally:
                 d.end()
         # The wider passes are the dearest to time (base at batch 8 on this CPU: 1.6 of the 3.8 s that
@@ -164,7 +167,7 @@ class AutoDecoder(Decoder):
         # ``verify_at`` then follows the slope from 1 to 2 tokens (base at batch 8: 0.27 s for 9
         # tokens against 0.27 s measured for 8), should an estimate rise later.
         if any(best_possible(costs, costs.draft[n], self.acceptance[n], self.bonus[n]) >= MARGIN for n in self.candidates):
-            costs.verify.update({w: _seconds(verify(w)) for w in (4, 8) if cache.width is None or w <= cache.width})
+            costs.verify.update({w: _seconds(verify(w), dev) for w in (4, 8) if cache.width is None or w <= cache.width})
         return costs
 
     def decode(self, encoder_out: torch.Tensor, prompt: list[int], features: torch.Tensor | None = None) -> DecodeOutput:
