@@ -77,11 +77,29 @@ def long_files(minutes: float, long_minutes: float, cut_s: float | None) -> list
 
 # ---------------------------------------------------------------------------------------------- measuring
 
+BASELINE_ENV = "GPU_LONGFORM_BASELINE_BYTES"  # the GPU's used memory before a child started (run_child)
+
+
+def device_used_bytes() -> int | None:
+    """The GPU's used memory, all processes (NVML); None without NVML."""
+    try:
+        import pynvml
+
+        pynvml.nvmlInit()
+        return int(pynvml.nvmlDeviceGetMemoryInfo(pynvml.nvmlDeviceGetHandleByIndex(0)).used)
+    except Exception:  # no NVML (a CPU rehearsal)
+        return None
+
+
 class GpuMemory:
-    """The peak GPU memory of this process while the block runs (NVML, sampled), in MB; 0 without NVML."""
+    """The peak GPU memory of this process while the block runs (NVML, sampled), in MB; 0 without NVML.
+    NVML names a process by its pid in the host's namespace: inside a container no entry is this
+    process (or its figure is missing), and the process's memory is then the GPU's used memory less
+    what was in use before the process started (``BASELINE_ENV``; one system runs at a time)."""
 
     def __init__(self, interval: float = 0.02):
         self.interval, self.peak, self._stop = interval, 0, threading.Event()
+        self.baseline = int(os.environ.get(BASELINE_ENV) or 0)
         try:
             import pynvml
 
@@ -93,9 +111,9 @@ class GpuMemory:
 
     def _used(self) -> int:
         for p in self._nvml.nvmlDeviceGetComputeRunningProcesses(self._handle):
-            if p.pid == os.getpid():
-                return p.usedGpuMemory or 0
-        return 0
+            if p.pid == os.getpid() and p.usedGpuMemory:
+                return p.usedGpuMemory
+        return max(0, self._nvml.nvmlDeviceGetMemoryInfo(self._handle).used - self.baseline)
 
     def __enter__(self):
         if self._nvml is not None:
@@ -343,6 +361,7 @@ def cublas12_folder() -> str | None:
 def run_child(system: str, cfg: dict, timeout: float) -> dict:
     """One system in a process of its own; its result, or the error that ended it."""
     env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")]), TQDM_DISABLE="1")
+    env[BASELINE_ENV] = str(device_used_bytes() or 0)  # the previous child has exited: its memory is free
     if system == "fw batched":
         env["PYTHONPATH"] = os.pathsep.join([env["PYTHONPATH"], str(STUBS)])
         if cfg["device"].startswith("cuda"):
