@@ -10,14 +10,17 @@ from specwhisper.asr.decoding.speculative import Lookahead, SpeculativeDecoder
 
 
 def drafting_factory(draft: str):
-    """``specwhisper.asr.drafters.choice.decoder_factory``, plus ``base:4``: base's first 4 decoder layers drafting for base
-    (same vocabulary, the target's encoder output shared)."""
-    if draft != "base:4":
+    """``specwhisper.asr.drafters.choice.decoder_factory``, plus ``layers:N``: the target's own first N
+    decoder layers as a model drafter (same vocabulary, the target's encoder output shared), and its
+    name for base, ``base:4``."""
+    if draft == "base:4":
+        draft = "layers:4"
+    if not draft.startswith("layers:"):
         return decoder_factory(draft)
 
     def build(engine):
         return SpeculativeDecoder(engine.runtime, engine.special, engine.rules,
-                                  model_drafter(engine, "base", num_layers=4), Lookahead())
+                                  model_drafter(engine, engine.model_name, num_layers=int(draft.split(":")[1])), Lookahead())
     return build
 
 

@@ -200,16 +200,11 @@ def real_gpu_engine():
 def test_real_weights_in_batches_on_the_gpu(real_gpu_engine, manifest, draft):
     """The English clips in batches of 8 with word timings: each drafter gives the plain decode's tokens
     and timings (``layers:2``: the target's own first 2 decoder layers as a model drafter)."""
-    from specwhisper.asr.drafters.choice import decoder_factory
     from specwhisper.audio.loading import load_audio
+    from tests.exactness import drafting_factory
 
     plain = real_gpu_engine
-    if draft == "layers:2":
-        def factory(e):
-            return SpeculativeDecoder(e.runtime, e.special, e.rules, model_drafter(e, e.model_name, num_layers=2), Lookahead())
-    else:
-        factory = decoder_factory(draft)
-    spec = AsrEngine(plain.model_name, device="cuda", bundle=plain.bundle, decoder_factory=factory)
+    spec = AsrEngine(plain.model_name, device="cuda", bundle=plain.bundle, decoder_factory=drafting_factory(draft))
     audios = [load_audio(m.path) for m in manifest if m.language == "en" and m.reference][:12]
     opts = DecodeOptions(language="en", batch_size=8, word_timestamps=True)
     want, got = plain.transcribe_many(audios, opts), spec.transcribe_many(audios, opts)
