@@ -5,7 +5,7 @@
 #   bash bench/gpu/run.sh                  on the lent GPU machine (OUT set by the device tool)
 #   bash bench/gpu/run.sh --rehearse       here, on the CPU: the same steps at small shapes and short cuts
 #
-# Steps (limits in seconds, 530 in all, each then SIGINT and 10 s to stop): setup 25, env 15, tests 110, batched 135,
+# Steps (limits in seconds, 530 in all, each then SIGINT and 10 s to stop): setup 25, env 20, tests 105, batched 135,
 # longform 185, manycore 60.
 # ONLY=step,step runs some of them (setup always runs). Files written to $OUT: run.log (everything),
 # steps.json, gpu_env.json, pytest.xml, gpu_batched.json, gpu_longform.json, gpu_manycore.json.
@@ -59,8 +59,8 @@ export WORK PACK PY
 step setup 25 bash -c setup
 
 if [ "$MODE" = gpu ]; then
-  step env 15 bash -c "nvidia-smi; $PY bench/gpu/env_check.py | tee $OUT/gpu_env.json"
-  step tests 110 $PY -m pytest -q -p no:cacheprovider -m gpu tests/test_batched_speculation.py tests/test_auto_draft.py tests/test_gpu.py \
+  step env 20 bash -c "nvidia-smi; $PY bench/gpu/env_check.py | tee $OUT/gpu_env.json"
+  step tests 105 $PY -m pytest -q -p no:cacheprovider -m gpu tests/test_batched_speculation.py tests/test_auto_draft.py tests/test_gpu.py \
       -o addopts="" --junitxml="$OUT/pytest.xml" -rs
   step batched 135 $PY bench/gpu_batched.py "${DEV[@]}" --budget-s 110 --out "$OUT/gpu_batched.json"
   step longform 185 $PY bench/gpu_longform.py "${DEV[@]}" --model "$WORK/tiny.en-q8" --budget-s 170 \
@@ -68,8 +68,8 @@ if [ "$MODE" = gpu ]; then
   step manycore 60 $PY bench/large_target.py --device cpu --threads "$THREADS" --models large-v3 --tokens 30 \
       --acceptances 0.8 --exit-layers 4 --reps 2 --out "$OUT/gpu_manycore.json"
 else
-  step env 15 bash -c "$PY bench/gpu/env_check.py | tee $OUT/gpu_env.json"
-  step tests 110 $PY -m pytest -q -p no:cacheprovider -m gpu tests/test_batched_speculation.py tests/test_auto_draft.py tests/test_gpu.py \
+  step env 20 bash -c "$PY bench/gpu/env_check.py | tee $OUT/gpu_env.json"
+  step tests 105 $PY -m pytest -q -p no:cacheprovider -m gpu tests/test_batched_speculation.py tests/test_auto_draft.py tests/test_gpu.py \
       -o addopts="" --junitxml="$OUT/pytest.xml" -rs
   step batched 135 $PY bench/gpu_batched.py "${DEV[@]}" --dtype bfloat16 --d-model 64 --batches 1,4 --acceptances 0.6,0.8 \
       --tokens 10 --threads "$THREADS" --budget-s 110 --out "$OUT/gpu_batched.json"
