@@ -45,6 +45,21 @@ def test_unpacked_encoder_is_the_module_bitwise(base_engine, speech_features, mo
         assert torch.equal(runtime(speech_features), module(speech_features).last_hidden_state)
 
 
+def test_on_a_gpu_the_batch_is_encoded_in_one_call(base_engine, speech_features, monkeypatch):
+    """A GPU's encoder (weights on CUDA: ``whole_batch``) takes the batch in one call; each window gets the
+    module's numbers for that batch, and what it gets alone to within float rounding."""
+    monkeypatch.setattr(kernels, "packable", lambda weight: False)
+    module = base_engine.bundle.model.model.encoder
+    runtime = EncoderRuntime(module)
+    assert not runtime.whole_batch  # the weights are on the CPU
+    with torch.inference_mode():
+        alone = runtime(speech_features)
+        runtime.whole_batch = True
+        together = runtime(speech_features)
+        assert torch.equal(together, module(speech_features).last_hidden_state)
+    assert torch.allclose(together, alone, rtol=1e-4, atol=1e-4)
+
+
 LIBRARY_PAGES = """
 import re, sys, torch
 from specwhisper.hardware import memory

@@ -67,14 +67,20 @@ class EncoderLayerProducts:
 
 
 class EncoderRuntime:
-    """``features`` [B, mels, frames] -> encoder output [B, frames / 2, d], one window at a time.
+    """``features`` [B, mels, frames] -> encoder output [B, frames / 2, d]: on a CPU one window at a
+    time, on a GPU the batch in one call.
 
-    Why not one call for the batch: on this 2-core CPU a window costs the same alone (0.69-0.80 s per
-    window for 1, 2, 4 or 8 rows at 2 threads), while 8 rows at once raised peak memory by about 250
-    MB (activations of 8 windows); and alone, a window's output cannot depend on its batch-mates."""
+    Why not one call for the batch on a CPU: on this 2-core CPU a window costs the same alone (0.69-0.80
+    s per window for 1, 2, 4 or 8 rows at 2 threads), while 8 rows at once raised peak memory by about
+    250 MB (activations of 8 windows); and alone, a window's output cannot depend on its batch-mates.
+    On a GPU a window of a small model is bound by launching its kernels (a dozen per layer), which one
+    call for the batch launches once (bench/gpu_longform.py times both: ``encoder_ms_per_window``). No
+    operation mixes rows, so a window's output depends on its batch's size (the kernels' shapes), not
+    on its batch-mates, as the decoder's fixed-shape passes do on a GPU."""
 
     def __init__(self, encoder: AudioEncoder):
         self.encoder = encoder
+        self.whole_batch = encoder.conv1.weight.device.type == "cuda"
         self.layers = [EncoderLayerProducts.of(layer) for layer in encoder.layers]
         att = encoder.layers[0].self_attn
         self.n_head, self.head_dim, self.scaling = att.num_heads, att.head_dim, att.scaling
@@ -83,6 +89,8 @@ class EncoderRuntime:
 
     @torch.inference_mode()
     def __call__(self, features: torch.Tensor) -> torch.Tensor:
+        if self.whole_batch:
+            return self._window(features)
         return torch.cat([self._window(features[i : i + 1]) for i in range(features.shape[0])])
 
     def encode(self, features: torch.Tensor) -> torch.Tensor:
