@@ -176,8 +176,11 @@ def child_ours(cfg: dict) -> dict:
     plain = AsrEngine(cfg["model"], device=dev, dtype=cfg["dtype"])
     auto = AsrEngine(cfg["model"], device=dev, bundle=plain.bundle, decoder_factory=decoder_factory("auto"))
     engines = {"none": plain, "auto": auto}
+    features_s = timing(engines.values(), "_features")  # log-mel on the host, a part of stats.encoder_seconds
     warm = load(cfg["files"][0]["path"])[: 30 * 16000]
     startup = time.perf_counter() - t
+    encoder_ms = encoder_ms_per_window(plain, warm)
+    print(f"encoder ms per window: {json.dumps(encoder_ms)}", flush=True)
     rows, tokens = [], {}
     for draft, batch in cfg["configs"]:
         engine = engines[draft]
@@ -188,6 +191,7 @@ def child_ours(cfg: dict) -> dict:
                 continue
             audio = load(f["path"])
             torch_peak(dev, reset=True)
+            features_s[0] = 0.0
             with GpuMemory() as mem:
                 t = time.perf_counter()
                 res = engine.transcribe(audio, opts)
@@ -196,8 +200,8 @@ def child_ours(cfg: dict) -> dict:
             toks = [seg.tokens for seg in res.segments]
             tokens[(draft, batch, f["kind"])] = toks
             extra = dict(draft=draft, batch=batch if batch else f"default ({auto_batch(engine)})", peak_gpu_mb=mem.mb,
-                         torch_peak_mb=torch_peak(dev), vad_s=round(res.vad_seconds, 3),
-                         encoder_s=round(s.encoder_seconds, 3), decoder_s=round(s.decoder_seconds, 3),
+                         torch_peak_mb=torch_peak(dev), vad_s=round(res.vad_seconds, 3), features_s=round(features_s[0], 3),
+                         encoder_s=round(s.encoder_seconds - features_s[0], 3), decoder_s=round(s.decoder_seconds, 3),
                          windows=len(res.chunks), generated_tokens=s.generated_tokens,
                          acceptance_rate=round(s.acceptance_rate, 3) if s.drafted else None,
                          tokens_per_target_pass=round(s.tokens_per_target_pass, 3) if s.drafted else None)
@@ -207,7 +211,50 @@ def child_ours(cfg: dict) -> dict:
             rows.append(row(f"ours {draft}", f, seconds, " ".join(seg.text for seg in res.segments), extra))
             print(json.dumps(rows[-1]), flush=True)
     del torch
-    return dict(startup_s=round(startup, 2), rows=rows)
+    return dict(startup_s=round(startup, 2), encoder_ms_per_window=encoder_ms, rows=rows)
+
+
+def timing(objects, method: str) -> list[float]:
+    """Wrap ``method`` of each object so that its seconds add up in the returned one-element list."""
+    total = [0.0]
+    for obj in objects:
+        def timed(*args, _f=getattr(obj, method), **kwargs):
+            t = time.perf_counter()
+            try:
+                return _f(*args, **kwargs)
+            finally:
+                total[0] += time.perf_counter() - t
+        setattr(obj, method, timed)
+    return total
+
+
+def encoder_ms_per_window(engine, audio, rows: int = 16, reps: int = 3) -> dict:
+    """Milliseconds per 30 s window of our encoder over ``rows`` windows: one call per window (the CPU's
+    way) and one call for all (a GPU's, ``EncoderRuntime.whole_batch``), each waited for."""
+    import statistics
+
+    import torch
+
+    from specwhisper.audio.chunking import Chunk
+    from specwhisper.hardware.device import synchronize
+
+    enc = engine.encoder
+    feats = engine.features(audio, [Chunk(0, len(audio))]).expand(rows, -1, -1).contiguous()
+    ways = {"alone": lambda: torch.cat([enc._window(feats[i : i + 1]) for i in range(rows)]),
+            "batched": lambda: enc._window(feats)}
+    out = {}
+    with torch.inference_mode():
+        for name, fn in ways.items():
+            fn()
+            times = []
+            for _ in range(reps):
+                synchronize(engine.device)
+                t = time.perf_counter()
+                fn()
+                synchronize(engine.device)
+                times.append(time.perf_counter() - t)
+            out[name] = round(statistics.median(times) * 1000 / rows, 3)
+    return dict(out, rows=rows, used=("batched" if enc.whole_batch else "alone"))
 
 
 def auto_batch(engine) -> int:
@@ -358,6 +405,26 @@ def cublas12_folder() -> str | None:
     return ":".join([str(folder)] + sorted({str(Path(t).parent) for t in found.values()}))
 
 
+def rows_in(stdout: str) -> list[dict]:
+    """The rows a child printed (one json object a line) before it ended or was stopped."""
+    rows = []
+    for line in stdout.splitlines():
+        try:
+            row = json.loads(line) if line.startswith("{") else None
+        except ValueError:  # a line cut short by the stop
+            continue
+        if isinstance(row, dict) and "system" in row:
+            rows.append(row)
+    return rows
+
+
+def measured_in(stdout: str) -> dict:
+    """What a child measured before its rows (``encoder ms per window: {...}``), for a child that did not finish."""
+    prefix = "encoder ms per window: "
+    found = [line[len(prefix):] for line in stdout.splitlines() if line.startswith(prefix)]
+    return dict(encoder_ms_per_window=json.loads(found[0])) if found else {}
+
+
 def run_child(system: str, cfg: dict, timeout: float) -> dict:
     """One system in a process of its own; its result, or the error that ended it."""
     env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")]), TQDM_DISABLE="1")
@@ -377,15 +444,14 @@ def run_child(system: str, cfg: dict, timeout: float) -> dict:
                               env=env, capture_output=True, text=True, timeout=timeout)
     except subprocess.TimeoutExpired as exc:
         out = exc.stdout.decode() if isinstance(exc.stdout, bytes) else (exc.stdout or "")
-        rows = [json.loads(line) for line in out.splitlines() if line.startswith("{")]
-        return dict(rows=rows, error=f"stopped after {timeout:.0f} s (the bench's budget)", process_s=round(timeout, 1))
+        return dict(rows=rows_in(out), error=f"stopped after {timeout:.0f} s (the bench's budget)", process_s=round(timeout, 1),
+                    **measured_in(out))
     wall = time.perf_counter() - t
     result = next((json.loads(line[7:]) for line in proc.stdout.splitlines() if line.startswith("RESULT ")), None)
     if proc.returncode != 0 or result is None:
         lines = [x for x in proc.stderr.strip().splitlines() if x.strip()]
         err = next((x for x in reversed(lines) if "Error" in x or "error" in x), lines[-1] if lines else f"exit {proc.returncode}")
-        rows = [json.loads(line) for line in proc.stdout.splitlines() if line.startswith("{")]
-        return dict(rows=rows, error=err.strip()[:400], process_s=round(wall, 1))
+        return dict(rows=rows_in(proc.stdout), error=err.strip()[:400], process_s=round(wall, 1), **measured_in(proc.stdout))
     result["process_s"] = round(wall, 1)
     return result
 
@@ -440,7 +506,7 @@ def main(argv: list[str] | None = None) -> int:
     out = {"machine": machine(torch.get_num_threads()) if not gpu else f"{torch.cuda.get_device_name()}; torch {torch.__version__}",
            "model": args.model, "files": {f["kind"]: dict(audio_s=round(f["seconds"], 1)) for f in files},
            "note": "each system in its own process; startup_s: imports, model loading and a 30 s warm-up; wall_s: one "
-                   "file's transcription (VAD, features, encoder, decoder); peak_gpu_mb: the process's GPU memory at "
+                   "file's transcription (VAD, features, encoder, decoder; ours: vad_s, features_s (log-mel on the host), encoder_s, decoder_s, the rest host work); peak_gpu_mb: the process's GPU memory at "
                    "its highest during the file (NVML, CUDA context included)", "systems": {}, "runs": []}
     for i, system in enumerate(systems):
         left = args.budget_s - (time.perf_counter() - t0)
@@ -505,6 +571,8 @@ def summary(out: dict) -> None:
     for name, s in out["systems"].items():
         if s.get("error"):
             print(f"  {name}: {s['error']}")
+        if s.get("encoder_ms_per_window"):
+            print(f"  {name}: encoder ms per window {s['encoder_ms_per_window']}")
 
 
 if __name__ == "__main__":

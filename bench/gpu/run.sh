@@ -87,4 +87,4 @@ cat "$OUT/steps.json"
 for f in gpu_batched gpu_longform gpu_manycore; do
   [ -f "$OUT/$f.json" ] && $PY -c "import json,sys; d=json.load(open(sys.argv[1])); print(sys.argv[1], len(d.get('runs', [])), 'rows', d.get('skipped', ''))" "$OUT/$f.json"
 done
-grep -E "^(  [a-z].*x  WER|  (large-v3|medium) +batch|tests|[0-9]+ (passed|failed)|FAILED|ERROR)" "$LOG" | tail -60
+grep -E "^(  [a-z].*x  WER|  [a-z ]+: encoder ms|  (large-v3|medium) +batch|tests|[0-9]+ (passed|failed)|FAILED|ERROR)" "$LOG" | tail -60
