@@ -194,7 +194,7 @@ class RayEngine:
                 yield from failed
                 if task.jobs:
                     actor = self._actors[idx]
-                    inflight[ref := actor.run.remote(items, self.options)] = (idx, actor, task)
+                    inflight[actor.run.remote(items, self.options)] = (idx, actor, task)
                     return
 
         for idx in range(len(self._actors)):

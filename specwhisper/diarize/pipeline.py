@@ -139,7 +139,7 @@ class OfflineSpeakerDiarization(SpeakerDiarization):
             return file[self.CACHED_SEGMENTATION]
         waveform, sample_rate = self._audio(file)
         num_samples = waveform.shape[-1]
-        window, step = self._segmentation.duration, self._segmentation.step
+        window = self._segmentation.duration
         left = int(round(self._sub_offset * sample_rate))
         right = int(round(window * sample_rate))
         padded = torch.nn.functional.pad(waveform, (left, right))
