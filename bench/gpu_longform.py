@@ -231,29 +231,17 @@ def timing(objects, method: str) -> list[float]:
 def encoder_ms_per_window(engine, audio, rows: int = 16, reps: int = 3) -> dict:
     """Milliseconds per 30 s window of our encoder over ``rows`` windows: one call per window (the CPU's
     way) and one call for all (a GPU's, ``EncoderRuntime.whole_batch``), each waited for."""
-    import statistics
-
     import torch
 
+    from bench.large_target_probe import timed
     from specwhisper.audio.chunking import Chunk
-    from specwhisper.hardware.device import synchronize
 
     enc = engine.encoder
     feats = engine.features(audio, [Chunk(0, len(audio))]).expand(rows, -1, -1).contiguous()
     ways = {"alone": lambda: torch.cat([enc._window(feats[i : i + 1]) for i in range(rows)]),
             "batched": lambda: enc._window(feats)}
-    out = {}
     with torch.inference_mode():
-        for name, fn in ways.items():
-            fn()
-            times = []
-            for _ in range(reps):
-                synchronize(engine.device)
-                t = time.perf_counter()
-                fn()
-                synchronize(engine.device)
-                times.append(time.perf_counter() - t)
-            out[name] = round(statistics.median(times) * 1000 / rows, 3)
+        out = {name: round(timed(fn, engine.device, reps, warmups=1) / rows, 3) for name, fn in ways.items()}
     return dict(out, rows=rows, used=("batched" if enc.whole_batch else "alone"))
 
 

@@ -58,10 +58,10 @@ def build(name: str, device: str, dtype: torch.dtype, d_model: int | None = None
     return model.to(dtype).eval()
 
 
-def timed(fn, device, reps: int) -> float:
-    """Median milliseconds of ``fn`` over ``reps`` runs after 3 warm-ups, each until ``device`` has done
+def timed(fn, device, reps: int, warmups: int = 3) -> float:
+    """Median milliseconds of ``fn`` over ``reps`` runs after ``warmups``, each until ``device`` has done
     the work it queued."""
-    for _ in range(3):
+    for _ in range(warmups):
         fn()
     out = []
     for _ in range(reps):
