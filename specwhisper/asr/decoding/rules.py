@@ -5,6 +5,8 @@ position. Sharing this one implementation is what makes speculative output ident
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import torch
 
 from specwhisper.asr.decoding.tokens import SpecialTokens
@@ -61,65 +63,99 @@ class WhisperLogitRules:
 
     def __call__(self, logits: torch.Tensor, prefixes: list[list[int]]) -> torch.Tensor:
         """Apply the rules in place to ``logits`` [N, V]; row i was preceded by ``prefixes[i]``
-        (the tokens sampled so far in that sequence, prompt excluded).
-
-        Vectorised over rows: the per-row facts (is the last token a timestamp, where is the
-        last timestamp) are read from the short prefixes in Python, the masking is a handful of
-        tensor ops for all rows, whatever their number (the speculative decoder verifies many
-        positions at once)."""
+        (the tokens sampled so far in that sequence, prompt excluded)."""
         self.select(logits, prefixes, pick=False)
         return logits
 
     @torch.inference_mode()
     def select(self, logits: torch.Tensor, prefixes: list[list[int]], pick: bool = True):
         """Apply the rules in place and return (greedy tokens [N], their log-probabilities [N])."""
-        n = logits.shape[0]
+        return self.select_state(logits, self.state(prefixes, logits.device), pick)
+
+    def state(self, prefixes: list[list[int]], device: torch.device | str) -> RuleState:
+        """What the rules read of each prefix, on ``device``: the per-row facts (is it empty, does it end
+        in one or two timestamps, its last timestamp) are read from the short prefixes in Python and
+        queued to the device as one small copy (``on_device``: a copy from a host list would wait for
+        the GPU)."""
+        tb = self.sp.timestamp_begin
+        rows = []
+        for seq in prefixes:
+            stamp = next((t for t in reversed(seq) if t >= tb), None)
+            last_ts = bool(seq) and seq[-1] >= tb
+            penult_ts = len(seq) < 2 or seq[-2] >= tb
+            rows.append([not seq, last_ts, penult_ts, -1 if stamp is None else stamp - tb])
+        facts = on_device(rows, device).reshape(len(rows), 4)
+        return RuleState(facts[:, 0] > 0, facts[:, 1] > 0, facts[:, 2] > 0, facts[:, 3],
+                         maybe_empty=any(not seq for seq in prefixes))
+
+    def advance(self, state: RuleState, tokens: torch.Tensor) -> RuleState:
+        """The state after each row's prefix grew by ``tokens`` [N] (device tensors: a draft loop keeps
+        its rows' rule facts without reading its tokens on the host)."""
+        is_ts = tokens >= self.sp.timestamp_begin
+        return RuleState(torch.zeros_like(state.empty), is_ts, state.last_ts | state.empty,
+                         torch.where(is_ts, tokens - self.sp.timestamp_begin, state.stamp), maybe_empty=False)
+
+    @torch.inference_mode()
+    def select_state(self, logits: torch.Tensor, state: RuleState, pick: bool = True):
+        """:meth:`select` after prefixes described by ``state``: the masking is a handful of tensor ops
+        for all rows, whatever their number (the speculative decoder verifies many positions at once),
+        none of which waits for the device."""
         tb = self.sp.timestamp_begin
         dev = logits.device
         suppress, begin = self.masks(dev)
         logits.masked_fill_(suppress, NEG_INF)
-        # rows picked by host lists go to the device as queued copies (``on_device``): a list index is
-        # copied synchronously, a wait for the GPU per rule and step
-        empty = [i for i, seq in enumerate(prefixes) if not seq]
-        if empty:
-            empty = on_device(empty, dev)
-            logits[empty] = logits[empty].masked_fill(begin, NEG_INF)
+        if state.maybe_empty:
+            logits.masked_fill_(state.empty[:, None] & begin, NEG_INF)
         if self.timestamps:
-            no_ts, no_text, ts_floor = [], [], [0] * n
-            for i, seq in enumerate(prefixes):
-                if not seq:
-                    continue
-                last_ts = seq[-1] >= tb
-                penult_ts = len(seq) < 2 or seq[-2] >= tb
-                if last_ts:
-                    (no_ts if penult_ts else no_text).append(i)
-                    last_stamp = seq[-1]
-                    ts_floor[i] = last_stamp - tb if not penult_ts else last_stamp - tb + 1
-                else:
-                    last_stamp = next((t for t in reversed(seq) if t >= tb), None)
-                    if last_stamp is not None:
-                        ts_floor[i] = last_stamp - tb + 1
             ts = logits[:, tb:]
-            if no_ts:
-                ts[on_device(no_ts, dev)] = NEG_INF
-            if no_text:
-                logits[on_device(no_text, dev), : self.sp.eot] = NEG_INF
-            if any(ts_floor):
-                floor = on_device(ts_floor, dev)[:, None]
-                ts.masked_fill_(torch.arange(ts.shape[1], device=dev)[None, :] < floor, NEG_INF)
-            if len(empty):
-                logits[empty, :tb] = NEG_INF
+            cols = torch.arange(ts.shape[1], device=dev)[None, :]
+            # after two timestamps: text only (no timestamp at all); after one: another timestamp (no text);
+            # timestamps never go backwards, and a pair's second one may repeat the first
+            pair = state.last_ts & state.penult_ts
+            no_text = state.last_ts & ~state.penult_ts
+            floor = torch.where(state.stamp >= 0, state.stamp + 1 - no_text.long(), 0)
+            floor = torch.where(pair, ts.shape[1], floor)
+            ts.masked_fill_(cols < floor[:, None], NEG_INF)
+            wipe = torch.zeros_like(no_text)  # rows whose text and special tokens all go
+            if state.maybe_empty:
+                wipe = state.empty  # a first token is a timestamp
                 if self.max_initial is not None:
-                    logits[empty, tb + self.max_initial + 1 :] = NEG_INF
-            # timestamps win when their total probability beats every single text token; log_softmax
-            # subtracts one constant from both sides, so the comparison is made on raw logits
-            ts_lse = ts.logsumexp(dim=-1)
-            text_max = logits[:, :tb].max(dim=-1).values
-            ts_wins = ts_lse > text_max  # masked without asking first: no host read per step
-            logits[:, :tb].masked_fill_(ts_wins[:, None], NEG_INF)
+                    ts.masked_fill_(state.empty[:, None] & (cols > self.max_initial), NEG_INF)
+            # timestamps win when their total probability beats every single other token (text masked for
+            # a ``no_text`` row); log_softmax subtracts one constant from both sides, so the comparison is
+            # made on raw logits
+            eot = self.sp.eot
+            special_max = logits[:, eot:tb].max(dim=-1).values
+            other_max = torch.where(no_text, special_max, torch.maximum(logits[:, :eot].max(dim=-1).values, special_max))
+            wipe = wipe | (ts.logsumexp(dim=-1) > other_max)
+            logits[:, :eot].masked_fill_((wipe | no_text)[:, None], NEG_INF)
+            logits[:, eot:tb].masked_fill_(wipe[:, None], NEG_INF)
         if not pick:
             return None
         tokens = logits.argmax(dim=-1)
         lse = logits.logsumexp(dim=-1)
         chosen = logits.gather(1, tokens[:, None])[:, 0]
         return tokens, chosen - lse
+
+
+@dataclass
+class RuleState:
+    """The facts the rules read of each row's prefix, as device tensors [N]: ``empty`` (nothing sampled
+    yet), ``last_ts`` / ``penult_ts`` (its last / second-to-last token is a timestamp; a prefix of one
+    token counts as preceded by one), ``stamp`` (its last timestamp's index, -1 when it has none).
+    ``maybe_empty``: False when no row can be empty (the masks for a first token are then skipped)."""
+
+    empty: torch.Tensor
+    last_ts: torch.Tensor
+    penult_ts: torch.Tensor
+    stamp: torch.Tensor
+    maybe_empty: bool = True
+
+    def narrow(self, rows: list[int], keep: list[int]) -> RuleState:
+        """The state of the rows ``keep``, a subset of ``rows`` (the rows this state describes, in order):
+        a draft loop's rows that ended drop out."""
+        if keep == rows:
+            return self
+        at = {r: j for j, r in enumerate(rows)}
+        idx = on_device([at[r] for r in keep], self.empty.device)
+        return RuleState(self.empty[idx], self.last_ts[idx], self.penult_ts[idx], self.stamp[idx], self.maybe_empty)

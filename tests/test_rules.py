@@ -1,0 +1,110 @@
+"""Whisper's logit rules against openai-whisper's own logit filters (SuppressBlank, SuppressTokens,
+ApplyTimestampRules), and the device-side rule state a draft loop advances without reading its tokens."""
+
+from __future__ import annotations
+
+import random
+
+import numpy as np
+import pytest
+import torch
+
+whisper_decoding = pytest.importorskip("whisper.decoding")
+whisper_tokenizer = pytest.importorskip("whisper.tokenizer")
+
+from specwhisper.asr.decoding.rules import WhisperLogitRules  # noqa: E402
+from specwhisper.asr.decoding.tokens import SpecialTokens  # noqa: E402
+
+VOCAB = 51865
+
+
+@pytest.fixture(scope="module")
+def tok():
+    return whisper_tokenizer.get_tokenizer(multilingual=True, num_languages=99, language="en", task="transcribe")
+
+
+def ours(tok, timestamps: bool = True) -> WhisperLogitRules:
+    sp = SpecialTokens(eot=tok.eot, sot=tok.sot, sot_prev=tok.sot_prev, sot_lm=tok.sot_lm, no_speech=tok.no_speech,
+                       no_timestamps=tok.no_timestamps, transcribe=tok.transcribe, translate=tok.translate,
+                       timestamp_begin=tok.timestamp_begin, languages={"en": tok.sot + 1}, multilingual=True)
+    return WhisperLogitRules(sp, VOCAB, list(tok.non_speech_tokens), tok.encode(" ") + [tok.eot], timestamps, 50)
+
+
+def openai_filters(tok, timestamps: bool, sample_begin: int):
+    suppress = [*tok.non_speech_tokens, tok.transcribe, tok.translate, tok.sot, tok.sot_prev, tok.sot_lm, tok.no_speech]
+    filters = [whisper_decoding.SuppressBlank(tok, sample_begin), whisper_decoding.SuppressTokens(suppress)]
+    if timestamps:
+        filters.append(whisper_decoding.ApplyTimestampRules(tok, sample_begin, 50))
+    return filters
+
+
+def prefixes(tok, n: int, rng: random.Random) -> list[list[int]]:
+    """Sampled-token prefixes that reach every branch of the timestamp rules: empty, one token, ending
+    in text, in one timestamp, in a pair, timestamps going up through the window."""
+    tb = tok.timestamp_begin
+    out: list[list[int]] = [[], [tb], [tb + 3, tb + 3], [400], [tb, 400, tb + 7], [tb, 400, tb + 7, tb + 7]]
+    while len(out) < n:
+        seq, stamp = [], 0
+        for _ in range(rng.randrange(1, 12)):
+            if rng.random() < 0.35:
+                stamp = min(1500, stamp + rng.randrange(0, 40))
+                seq.append(tb + stamp)
+            else:
+                seq.append(rng.randrange(220, 50000))
+        out.append(seq)
+    return out
+
+
+def logits_for(tok, n: int, seed: int) -> torch.Tensor:
+    """Random logits with timestamps sometimes winning, sometimes not, and a strong end-of-text now and then."""
+    g = torch.Generator().manual_seed(seed)
+    x = torch.randn(n, VOCAB, generator=g) * 3
+    x[:, tok.timestamp_begin:] += torch.randn(n, 1, generator=g) * 6 - 2
+    x[::5, tok.eot] += 20
+    return x
+
+
+@pytest.mark.parametrize("timestamps", [True, False])
+def test_select_equals_openai_whisper_filters_row_by_row(tok, timestamps):
+    """Our batched select (every row with its own prefix, one call) picks openai-whisper's greedy token
+    and masks exactly what its filters mask, row by row."""
+    rng = random.Random(7)
+    rules = ours(tok, timestamps)
+    rows = prefixes(tok, 160, rng)
+    x = logits_for(tok, len(rows), seed=3)
+    mine = x.clone()
+    picked, lps = rules.select(mine, rows)
+    sot = list(tok.sot_sequence)
+    for i, seq in enumerate(rows):
+        ref = x[i : i + 1].clone()
+        context = torch.tensor([sot + seq])
+        for f in openai_filters(tok, timestamps, len(sot)):
+            f.apply(ref, context)
+        assert torch.equal(torch.isinf(mine[i]), torch.isinf(ref[0])), f"row {i} prefix {seq[-4:]}"
+        assert picked[i].item() == int(ref[0].argmax()), f"row {i}"
+        assert lps[i].item() == pytest.approx(float(torch.log_softmax(ref[0], -1).max()), abs=1e-5)
+
+
+def test_the_device_state_advances_as_the_host_prefix_grows(tok):
+    """``advance`` (a draft loop's rule facts, kept on the device) gives the state read from the grown
+    prefix, and the same masks, for every kind of next token."""
+    rng = random.Random(11)
+    rules = ours(tok)
+    tb = tok.timestamp_begin
+    rows = prefixes(tok, 60, rng)
+    nxt = [rng.choice([tb + rng.randrange(0, 1500), rng.randrange(220, 50000), tb, tok.eot]) for _ in rows]
+    grown = rules.advance(rules.state(rows, "cpu"), torch.tensor(nxt))
+    for _ in range(2):  # and once more, past the first token
+        more = [rng.choice([tb + rng.randrange(0, 1500), rng.randrange(220, 50000)]) for _ in rows]
+        rows = [r + [a] for r, a in zip(rows, nxt)]
+        grown, nxt = rules.advance(grown, torch.tensor(more)), more
+    rows = [r + [a] for r, a in zip(rows, nxt)]
+    want = rules.state(rows, "cpu")
+    for f in ("empty", "last_ts", "penult_ts", "stamp"):
+        assert torch.equal(getattr(grown, f), getattr(want, f)), f
+    x = logits_for(tok, len(rows), seed=5)
+    a, b = x.clone(), x.clone()
+    rules.select_state(a, grown)
+    rules.select(b, rows)
+    assert torch.equal(a, b)
+    assert np.isinf(a.numpy()).any(axis=1).all()
