@@ -37,14 +37,31 @@ class Replay:
 def replaying(drafter, replay: Replay):
     """``drafter`` (a model drafter or an early-exit one) choosing the replay's tokens. The replay's
     prefixes are in the drafter's vocabulary: for one of another vocabulary, give references mapped
-    with its token map (``drafter.map.to_draft``)."""
+    with its token map (``drafter.map.to_draft``). The drafter's own choice still runs (its head and
+    rules), then gives way to the replay's, which the host knows without reading the device."""
     if isinstance(drafter, EarlyExitDrafter):
-        drafter.vocab.select = lambda logits, prefixes: ([replay.next(p) for p in prefixes], [0.0] * len(prefixes))
+        eot, dev, hooks = drafter.vocab.eot, drafter.rt.device, drafter
     else:
-        rules = drafter.m.rules
-        dev = drafter.m.runtime.device
-        rules.select = lambda logits, prefixes: (torch.tensor([replay.next(p) for p in prefixes], device=dev),
-                                                 torch.zeros(len(prefixes), device=dev))
+        eot, dev, hooks = drafter.m.special.eot, drafter.m.runtime.device, drafter.runtime
+    # the drafter's own hooks, kept at the first replay (a drafter is re-pointed at each new replay)
+    real_start, real_pick = hooks.__dict__.setdefault("_own_hooks", (hooks.start, hooks.pick))
+    seen: dict[int, list[int]] = {}
+
+    def start(rows, prefixes):
+        real_start(rows, prefixes)
+        seen.clear()
+        seen.update((r, list(p)) for r, p in zip(rows, prefixes))
+
+    def pick(*args):
+        real_pick(*args)
+        rows = args[-1]
+        tokens = [replay.next(seen[r]) for r in rows]
+        for r, t in zip(rows, tokens):
+            seen[r].append(t)
+        t = torch.tensor(tokens, device=dev)
+        return t, t == eot
+
+    hooks.start, hooks.pick = start, pick
     return drafter
 
 

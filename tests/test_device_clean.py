@@ -1,6 +1,7 @@
 """Every tensor the decoders make to meet the model lives on the model's device: checked without a GPU
 by simulating a second device on the CPU (tests.devicecheck), with every drafter kind, word timestamps
-and language detection, and the host reads per target pass counted."""
+and language detection, and the host reads per target pass counted (a drafter model's tokens stay on the
+device until its round ends)."""
 
 from __future__ import annotations
 
@@ -36,6 +37,9 @@ def test_decoding_makes_its_tensors_on_the_models_device(base_engine, audio, dra
     runtimes = {engine.runtime, getattr(getattr(getattr(engine.decoder, "drafter", None), "m", None), "runtime", None)} - {None}
     for rt in runtimes:
         rt.row_exact = rt.host_positions = False
+    drafter = getattr(engine.decoder, "drafter", None)
+    if hasattr(drafter, "watch_stops"):
+        drafter.watch_stops = False  # as on a GPU whose end-of-draft flags land after the round
     with HostDeviceMode() as mode:
         result = engine.transcribe(audio, DecodeOptions(language=None, word_timestamps=True))
     text = " ".join(s.text for s in result.segments)
@@ -45,9 +49,10 @@ def test_decoding_makes_its_tensors_on_the_models_device(base_engine, audio, dra
     reads = sum(mode.transfers.values())
     print(f"\n{draft}: {reads} host reads, {stats.target_passes} target passes, {stats.drafted_tokens} drafted: "
           f"{dict(mode.transfers)}")
-    # a plain step reads its tokens once, a speculative round its verdict once (and the early-exit
-    # verify the positions it was given), a model drafter each draft step once; then a few for
-    # prefill, language detection and word alignment
-    assert reads <= 3 * stats.target_passes + stats.drafted_tokens + 10
+    # a plain step reads its tokens once, a speculative round its verdict once and a drafter model its
+    # round's drafts once (not once per draft token: ``DraftSteps``); then a few for prefill, language
+    # detection and word alignment
     if draft in ("none", "ngram"):  # no drafter model: one read per target pass
         assert reads <= stats.target_passes + 5
+    else:
+        assert reads <= 2 * stats.target_passes + 5 < stats.target_passes + stats.drafted_tokens

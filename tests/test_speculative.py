@@ -107,6 +107,26 @@ def test_identical_tokens_batch_4(base_engine, windows, plain_reference, name, g
             assert got.tokens == plain_reference[item.file].tokens, f"{name}: {item.file} differs in a batch of {len(group)}"
 
 
+@pytest.mark.parametrize("name", ["tiny.en", "early-exit"])
+def test_drafts_do_not_depend_on_when_the_host_learns_a_row_ended(base_engine, windows, plain_reference, name):
+    """A GPU's end-of-draft flags (end-of-text, the drafter's confidence falling) may land only after a
+    round's last step (``watch_stops`` off): rows then draft on past their end and are cut on the host.
+    In a batch of 4, whose rows end their drafts at different steps, the drafts are the same either way:
+    the same drafted and accepted counts, target passes, and plain greedy's tokens."""
+    e = base_engine
+    group = [x for x in windows if (x[0].language or "en") == "en"][:4]
+    feats, enc = torch.cat([g[1] for g in group]), torch.cat([g[2] for g in group])
+    runs = {}
+    for watch in (True, False):
+        dec = decoder_factory(name)(e)
+        dec.drafter.watch_stops = watch
+        out = dec.decode(enc, group[0][3], features=feats)
+        for (item, *_), got in zip(group, out.sequences):
+            assert got.tokens == plain_reference[item.file].tokens, f"{name}, watch {watch}: {item.file}"
+        runs[watch] = (out.stats.drafted_tokens, out.stats.accepted_tokens, out.stats.target_passes)
+    assert runs[True] == runs[False] and runs[True][1] > 0, runs
+
+
 def test_long_form_pipeline_identical(base_engine, eval_root):
     """Chunked long-form through the engine: same segments, timestamps and words with speculation."""
     from specwhisper.asr.engine import AsrEngine  # noqa: F401  (engine fixture is reused)

@@ -154,7 +154,7 @@ class Data:
     """The cached states, split into training and held-out positions, with the compact vocabulary."""
 
     def __init__(self, path: Path, engine, heldout_synth: float = 0.1, head_text_tokens: int | None = None):
-        from specwhisper.asr.drafters.early_exit import CompactVocab, HEAD_TEXT_TOKENS
+        from specwhisper.asr.drafters.vocab import CompactVocab, HEAD_TEXT_TOKENS
         from specwhisper.evaluation.transcripts import english_set
 
         d = torch.load(path, weights_only=False)

@@ -68,3 +68,22 @@ def on_device(data, device: torch.device | str, dtype: torch.dtype | None = None
     if device.type != "cuda":
         return torch.tensor(data, device=device, dtype=dtype)
     return torch.tensor(data, dtype=dtype).pin_memory().to(device, non_blocking=True)
+
+
+class HostCopy:
+    """A small device tensor on its way to the host without making the host wait for it: on a GPU a copy
+    into pinned memory, queued behind the work that computes it, and :meth:`ready` once it has landed
+    (an event query, no wait); on the CPU the tensor itself, ready at once."""
+
+    def __init__(self, tensor: torch.Tensor):
+        self._event = None
+        if tensor.device.type != "cuda":
+            self.value = tensor
+            return
+        self.value = torch.empty(tensor.shape, dtype=tensor.dtype, pin_memory=True)
+        self.value.copy_(tensor, non_blocking=True)
+        self._event = torch.cuda.Event()
+        self._event.record()
+
+    def ready(self) -> bool:
+        return self._event is None or self._event.query()

@@ -45,8 +45,8 @@ class PrunedHead:
         x = torch.tensor([list(ids)], dtype=torch.long, device=self.weight.device)
         return self.body(input_ids=x, past_key_values=cache, use_cache=True).last_hidden_state[0, -1:]
 
-    def next_token(self, hidden: torch.Tensor) -> int:
-        return self.rows[(hidden @ self.weight.T).argmax(-1)].tolist()[-1]
+    def next_token(self, hidden: torch.Tensor) -> torch.Tensor:
+        return self.rows[(hidden @ self.weight.T).argmax(-1)][-1]
 
 
 class CausalLMDraftRuntime:
@@ -71,18 +71,18 @@ class CausalLMDraftRuntime:
         crop(self.cache, starts[0])
         self._run(feeds[0])
 
-    def pick(self, rows: list[int], prefixes: list[list[int]]) -> tuple[list[int], list[float]]:
-        token = self.head.next_token(self.state) if self.head is not None else int(self.state.argmax())
-        return [token], [0.0]
+    def start(self, rows: list[int], prefixes: list[list[int]]) -> None:
+        pass  # no logit rules
 
-    def step(self, rows: list[int], tokens: list[int], positions: list[int]) -> None:
-        self._run(tokens)
+    def pick(self, rows: list[int]) -> tuple[torch.Tensor, torch.Tensor]:
+        token = self.head.next_token(self.state) if self.head is not None else self.state.argmax()
+        return token.reshape(1), torch.zeros(1, dtype=torch.bool)
 
-    def stops(self, token: int, logprob: float, length: int) -> bool:
-        return False
+    def step(self, rows: list[int], tokens: torch.Tensor, positions: list[int]) -> None:
+        self._run(tokens.tolist())  # one row: the model's own forward takes its ids as a list
 
-    def room(self, length: int) -> bool:
-        return True
+    def space(self, length: int) -> int:
+        return 1 << 30
 
 
 class CausalLMDrafter(model_drafter.ModelDrafter):

@@ -3,7 +3,8 @@
 Per round and row: the target's tokens are mapped to the drafter's vocabulary (:mod:`.token_map`)
 after the drafter's own prefix; the drafter's KV cache keeps the longest common prefix with what
 it was fed before (rejected drafts and re-tokenised text roll back) and is fed the rest in one pass;
-it then drafts up to ``k`` tokens greedily, one step per token, and the draft is mapped back.
+it then drafts up to ``k`` tokens greedily, one step per token, the tokens kept on the device until
+the round's one read (:mod:`.draft_steps`), and the draft is mapped back.
 The model calls are a :class:`DraftRuntime`, one adapter per kind of model: a Whisper decoder with
 its static per-row cache (``specwhisper.asr.drafters.model``), a causal LM with a ``DynamicCache``
 (``specwhisper.postedit.drafters``).
@@ -13,33 +14,39 @@ from __future__ import annotations
 
 from typing import Protocol
 
+import torch
+
+from specwhisper.hardware.device import on_device
+from specwhisper.speculative.draft_steps import DraftSteps
 from specwhisper.speculative.drafter import Drafter, common_prefix
 from specwhisper.speculative.token_map import TokenMap
 
 
 class DraftRuntime(Protocol):
-    """The model calls of a model drafter, for the rows of the current batch."""
+    """The model calls of a model drafter, for the rows of the current batch. Tokens drafted within a
+    round stay on the device (:mod:`.draft_steps`)."""
 
     def feed(self, feeds: list[list[int]], starts: list[int]) -> None:
         """Roll row i's cache back to ``starts[i]`` tokens and feed it ``feeds[i]`` (one batched pass);
         each row's last token's state is the next draft step's."""
         ...
 
-    def pick(self, rows: list[int], prefixes: list[list[int]]) -> tuple[list[int], list[float]]:
-        """The greedy next token of each of ``rows`` and its log-probability (``prefixes``: each
-        row's drafter tokens after its prefix, for models whose logit rules read them)."""
+    def start(self, rows: list[int], prefixes: list[list[int]]) -> None:
+        """A round's drafting ``rows`` and their drafter tokens after the prefix (for models whose logit
+        rules read them)."""
         ...
 
-    def step(self, rows: list[int], tokens: list[int], positions: list[int]) -> None:
-        """Feed one token to each of ``rows`` at ``positions`` (the other rows stay where they are)."""
+    def pick(self, rows: list[int]) -> tuple[torch.Tensor, torch.Tensor]:
+        """The greedy next token of each of ``rows`` (device [n]; ``rows`` shrink within a round, never
+        grow) and whether that row's draft ends with it (device bool [n])."""
         ...
 
-    def stops(self, token: int, logprob: float, length: int) -> bool:
-        """True when a row's draft ends after ``token`` (its drafter sequence now ``length`` long)."""
+    def step(self, rows: list[int], tokens: torch.Tensor, positions: list[int]) -> None:
+        """Feed ``tokens`` (device [n]) to ``rows`` at ``positions`` (the other rows stay where they are)."""
         ...
 
-    def room(self, length: int) -> bool:
-        """True while a row of ``length`` drafter tokens may grow."""
+    def space(self, length: int) -> int:
+        """How many tokens a row of ``length`` drafter tokens may still draft."""
         ...
 
 
@@ -48,6 +55,7 @@ class ModelDrafter(Drafter):
     generated tokens (its own prompt), ``token_map`` maps between the two vocabularies."""
 
     name = "model"
+    watch_stops = True  # learn of ended rows while drafting (``DraftSteps``)
 
     def __init__(self, runtime: DraftRuntime, token_map: TokenMap, prefix: list[int] | None = None):
         self.runtime = runtime
@@ -75,20 +83,23 @@ class ModelDrafter(Drafter):
         rt.feed([s[c:] for s, c in zip(seqs, starts)], starts)
         self.fed = [list(s) for s in seqs]
 
-        drafts: list[list[int]] = [[] for _ in seqs]
-        live = [i for i, k in enumerate(ks) if k > 0 and rt.room(len(seqs[i]))]
+        steps = DraftSteps([max(0, min(k, rt.space(len(s)))) for k, s in zip(ks, seqs)], self.watch_stops)
+        live = steps.first()
+        if live:
+            rt.start(live, [seqs[i][len(self.prefix) :] for i in live])
+        stepped = [0] * len(seqs)  # per row: draft tokens fed to its cache
         while live:
-            toks, lps = rt.pick(live, [seqs[i][len(self.prefix) :] + drafts[i] for i in live])
-            nxt = []
-            for j, i in enumerate(live):
-                drafts[i].append(toks[j])
-                length = len(seqs[i]) + len(drafts[i])
-                if len(drafts[i]) < ks[i] and not rt.stops(toks[j], lps[j], length) and rt.room(length):
-                    nxt.append(i)
-            if not nxt:
+            tokens, ends = rt.pick(live)
+            go = steps.add(live, tokens, ends)
+            if not go:
                 break
-            rt.step(nxt, [drafts[i][-1] for i in nxt], [len(seqs[i]) + len(drafts[i]) - 1 for i in nxt])
-            for i in nxt:
-                self.fed[i].append(drafts[i][-1])
-            live = nxt
+            rows = [live[j] for j in go]
+            if len(go) < len(live):
+                tokens = tokens[on_device(go, tokens.device)]
+            rt.step(rows, tokens, [len(seqs[i]) + stepped[i] for i in rows])
+            for i in rows:
+                stepped[i] += 1
+            live = rows
+        picks, drafts = steps.read()
+        self.fed = [s + p[:n] for s, p, n in zip(seqs, picks, stepped)]
         return [self.map.to_target(c, d) if d else [] for c, d in zip(contexts, drafts)]

@@ -27,6 +27,7 @@ from specwhisper.asr.decoding.rules import WhisperLogitRules
 from specwhisper.asr.drafters.auto import AutoDecoder
 from specwhisper.asr.drafters.early_exit import DEFAULT_EXIT_LAYER, early_exit_drafter
 from specwhisper.asr.drafters.exit_adapters import find_adapters, model_fingerprint
+from specwhisper.asr.drafters.vocab import HEAD_TEXT_TOKENS
 from specwhisper.asr.drafters.model import DraftModel, WhisperModelDrafter, Retokenize
 from specwhisper.asr.drafters.ngram import WhisperNgramDrafter
 from specwhisper.speculative.token_map import SameVocab
@@ -37,10 +38,6 @@ from specwhisper.asr.decoding.speculative import Lookahead, SpeculativeDecoder
 
 log = logging.getLogger(__name__)
 DRAFT_CHOICES = ("auto", "none", "ngram", "early-exit")
-# A drafter's output head scores only the first text tokens (BPE ids are ordered by merge, so
-# frequent pieces come first) plus every special/timestamp token: most of the drafter's cost is
-# its head, and a miss only costs acceptance, never exactness.
-DRAFT_HEAD_TEXT_TOKENS = 16000
 
 
 def decoder_factory(draft: str, cache_dir: Path | None = None, lookahead: Lookahead | None = None):
@@ -108,7 +105,7 @@ def same_encoder(a, b) -> bool:
     return ea.keys() == eb.keys() and all(ea[k].shape == eb[k].shape and torch.equal(ea[k], eb[k]) for k in ea)
 
 
-def model_drafter(engine, name: str, cache_dir: Path | None = None, head_text_tokens: int | None = DRAFT_HEAD_TEXT_TOKENS,
+def model_drafter(engine, name: str, cache_dir: Path | None = None, head_text_tokens: int | None = HEAD_TEXT_TOKENS,
                   min_confidence: float = 0.0, num_layers: int | None = None, bundle: WhisperBundle | None = None) -> WhisperModelDrafter:
     """A Whisper model drafting for ``engine``'s target. ``name`` may be the target itself: all its
     layers make a perfect (and slow) drafter, its first ``num_layers`` a cheap, weaker one; ``NAME:int8``

@@ -35,68 +35,15 @@ import torch
 
 from specwhisper.asr.decoding.tokens import SpecialTokens
 from specwhisper.asr.decoding.rules import WhisperLogitRules
-from specwhisper.asr.decoding.greedy import read_choices
 from specwhisper.asr.runtime.decoder import KVCache, WhisperDecoderRuntime
 from specwhisper.asr.drafters.exit_adapters import ExitAdapter, find_adapters, load_adapter, model_fingerprint
 from specwhisper.asr.decoding.speculative import WhisperDrafter
+from specwhisper.asr.drafters.vocab import HEAD_TEXT_TOKENS, CompactVocab
+from specwhisper.speculative.draft_steps import DraftSteps
 from specwhisper.speculative.drafter import common_prefix, early_exit_name
 from specwhisper.hardware.device import on_device
 
 DEFAULT_EXIT_LAYER = 3
-HEAD_TEXT_TOKENS = 16000
-
-
-# ------------------------------------------------------------------------------ compact vocabulary
-
-
-class CompactVocab:
-    """The drafter's vocabulary: text tokens [0, n_text) and every special token [eot, V), scored by the
-    compact part of the target's own head (``OutputHead``, no second copy of its rows), with Whisper's
-    rules in compact ids."""
-
-    def __init__(self, runtime: WhisperDecoderRuntime, special: SpecialTokens, rules: WhisperLogitRules, n_text: int):
-        v = runtime.vocab_size
-        self.n_text = n_text = min(n_text, special.eot)
-        self.eot = special.eot
-        self.ids = torch.cat([torch.arange(n_text), torch.arange(special.eot, v)]).to(runtime.device)
-        self._runtime = runtime  # the head is split when the drafter first scores (``logits``)
-        self.size = n_text + v - special.eot
-
-        def c(t: int | None) -> int | None:
-            return None if t is None else self.compact(t)
-
-        self.special = SpecialTokens(
-            eot=c(special.eot), sot=c(special.sot), sot_prev=c(special.sot_prev), sot_lm=c(special.sot_lm),
-            no_speech=c(special.no_speech), no_timestamps=c(special.no_timestamps), transcribe=c(special.transcribe),
-            translate=c(special.translate), timestamp_begin=c(special.timestamp_begin),
-            languages={k: c(t) for k, t in special.languages.items()}, multilingual=special.multilingual)
-        sup = [self.compact(t) for t in rules.suppress.nonzero()[:, 0].tolist() if t < n_text or t >= special.eot]
-        beg = [self.compact(t) for t in rules.begin.nonzero()[:, 0].tolist() if t < n_text or t >= special.eot]
-        self.rules = WhisperLogitRules(self.special, self.size, sup, beg, timestamps=rules.timestamps,
-                                       max_initial_timestamp_index=rules.max_initial)
-
-    def compact(self, token: int) -> int:
-        """Compact id of a target token; text tokens outside the head map to the last kept text id (the
-        rules only ask whether a prefix token is a timestamp and which one)."""
-        return token - self.eot + self.n_text if token >= self.eot else min(token, self.n_text - 1)
-
-    def logits(self, x: torch.Tensor) -> torch.Tensor:
-        """[N, d] -> [N, compact vocab] float32 logits."""
-        return self._runtime.compact_head(self.n_text, self.eot).compact(x).float()
-
-    def select(self, logits: torch.Tensor, prefixes: list[list[int]]) -> tuple[list[int], list[float]]:
-        """Greedy target token ids and their (compact) log-probabilities under the rules, read to the host
-        at once (ids exact in float32, below 2^24)."""
-        toks, lps = self.rules.select(logits, [self._short(p) for p in prefixes])
-        return read_choices(self.ids[toks], lps)
-
-    def _short(self, prefix: list[int]) -> list[int]:
-        """The part of a prefix the rules read, in compact ids: its last two tokens, after the latest
-        timestamp before them (whether the prefix is empty, ends in timestamps, and the last one)."""
-        tb = self.eot + (self.special.timestamp_begin - self.n_text)
-        stamp = next((t for t in reversed(prefix[:-2]) if t >= tb), None)
-        return [self.compact(t) for t in ([] if stamp is None else [stamp]) + prefix[-2:]]
-
 
 # ------------------------------------------------------------------------------ drafter
 
@@ -105,6 +52,7 @@ class EarlyExitDrafter(WhisperDrafter):
     """Drafts with the target's first ``exit_layer`` layers over the target's own KV cache."""
 
     bonus = False  # the last draft token is checked, not fed: its lower layers run only if it is accepted
+    watch_stops = True  # learn of ended rows while drafting (``DraftSteps``)
 
     def __init__(self, runtime: WhisperDecoderRuntime, special: SpecialTokens, rules: WhisperLogitRules, exit_layer: int,
                  adapter: ExitAdapter | None = None, head_text_tokens: int = HEAD_TEXT_TOKENS, min_confidence: float = 0.0,
@@ -151,32 +99,45 @@ class EarlyExitDrafter(WhisperDrafter):
             x = self.adapter(h[:, None], ck, cv)[:, 0]
         return self.vocab.logits(x)
 
+    def start(self, rows: list[int], contexts: list[list[int]]) -> None:
+        """A round's drafting ``rows`` and their contexts (``CompactVocab.start``)."""
+        self.vocab.start(rows, contexts)
+
+    def pick(self, h: torch.Tensor, rows: list[int]) -> tuple[torch.Tensor, torch.Tensor]:
+        """The greedy draft token (a target id, device [n]) of each of ``rows`` (shrinking within a round)
+        from its layer-k state in ``h`` [n, d], and whether that row's draft ends with it."""
+        return self.vocab.choose(self._draft_logits(h, rows), rows, self.log_min_conf)
+
     @torch.inference_mode()
     def propose(self, contexts: list[list[int]], ks: list[int]) -> list[list[int]]:
         b, device = len(contexts), self.rt.device
         starts = [self.prompt_len + len(c) - 1 for c in contexts]  # position of each row's pending token
-        drafts: list[list[int]] = [[] for _ in range(b)]
-        fed: list[list[int]] = [[] for _ in range(b)]
+        steps = DraftSteps([max(0, k) for k in ks], self.watch_stops)
+        going = steps.first()
+        n_fed = [0] * b
         states: list[torch.Tensor] = []
-        going = [i for i in range(b) if ks[i] > 0]
+        if going:
+            self.start(going, [contexts[i] for i in going])
+            tok = on_device([[c[-1]] for c in contexts], device)  # each row's pending token
         while going:
-            on = set(going)
             # rows done drafting write a dummy at their next free position: the verify pass overwrites it
-            feed = [(drafts[i][-1] if drafts[i] else contexts[i][-1]) if i in on else 0 for i in range(b)]
-            tok = on_device([[t] for t in feed], device)
-            pos = on_device([[starts[i] + len(fed[i])] for i in range(b)], device)
+            pos = on_device([[starts[i] + n_fed[i]] for i in range(b)], device)
             h = self.rt.layer_range(self.rt.embed_at(tok, pos), pos, self.cache, 0, self.k)[:, 0]
             states.append(h)
             for i in going:
-                fed[i].append(feed[i])
-            logits = self._draft_logits(h[on_device(going, device)], going)
-            picks, lps = self.vocab.select(logits, [contexts[i] + drafts[i] for i in going])
-            nxt = []
-            for n, i in enumerate(going):
-                drafts[i].append(picks[n])
-                if picks[n] != self.vocab.eot and len(drafts[i]) < ks[i] and lps[n] >= self.log_min_conf:
-                    nxt.append(i)
-            going = nxt
+                n_fed[i] += 1
+            ids, ends = self.pick(h if len(going) == b else h[on_device(going, device)], going)
+            go = steps.add(going, ids, ends)
+            if go:
+                tok = torch.zeros((b, 1), dtype=ids.dtype, device=device)
+                kept = ids if len(go) == len(going) else ids[on_device(go, device)]
+                going = [going[j] for j in go]
+                tok[on_device(going, device), 0] = kept
+            else:
+                going = []
+        _, drafts = steps.read()
+        # each row was fed its pending token, then its drafts but the last
+        fed = [([c[-1]] + d)[: min(n, len(d))] for c, d, n in zip(contexts, drafts, n_fed)]
         self._round = dict(starts=starts, fed=fed, states=torch.stack(states, 1) if states else None)
         return drafts
 

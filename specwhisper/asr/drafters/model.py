@@ -14,9 +14,9 @@ import torch
 
 from specwhisper.asr.decoding.tokens import SpecialTokens
 from specwhisper.asr.decoding.rules import WhisperLogitRules
-from specwhisper.asr.decoding.greedy import read_choices
 from specwhisper.asr.runtime.encoder import EncoderRuntime
-from specwhisper.asr.runtime.decoder import KVCache, OutputHead, WhisperDecoderRuntime
+from specwhisper.asr.runtime.decoder import KVCache, WhisperDecoderRuntime
+from specwhisper.asr.drafters.vocab import CompactVocab
 from specwhisper.asr.decoding.speculative import WhisperDrafter
 from specwhisper.speculative import model_drafter
 from specwhisper.speculative.token_map import TextRetokenizer
@@ -103,27 +103,18 @@ class DraftModel:
 
 
 class WhisperDraftRuntime:
-    """The ``DraftRuntime`` of a small Whisper decoder: a batched static KV cache (``KVCache``), the
-    Whisper logit rules on every draft step, and an optional compact output head."""
+    """The ``DraftRuntime`` of a small Whisper decoder: a batched static KV cache (``KVCache``), and the
+    Whisper logit rules on every draft step over its compact vocabulary (``CompactVocab``;
+    ``head_text_tokens`` None: the whole one)."""
 
     def __init__(self, model: DraftModel, min_confidence: float = 0.0, head_text_tokens: int | None = None):
         self.m = model
         self.log_min_conf = math.log(min_confidence) if min_confidence > 0 else float("-inf")
-        self.head: OutputHead | None = None
-        if head_text_tokens is not None:
-            rt, eot = model.runtime, model.special.eot
-            self.head_ids = torch.cat([torch.arange(head_text_tokens), torch.arange(eot, rt.vocab_size)]).to(rt.device)
-            self.head = rt.compact_head(head_text_tokens, eot)
+        rt = model.runtime
+        self.vocab = CompactVocab(rt, model.special, model.rules, model.special.eot if head_text_tokens is None else head_text_tokens)
         self.cache: KVCache | None = None
         self.last: torch.Tensor | None = None  # per row: the hidden state the next draft token comes from
-        self.limit = model.runtime.max_len - 1
-
-    def _logits(self, hidden: torch.Tensor) -> torch.Tensor:
-        if self.head is None:
-            return self.m.runtime.logits(hidden).float()
-        full = hidden.new_full((hidden.shape[0], self.m.runtime.vocab_size), float("-inf"), dtype=torch.float32)
-        full[:, self.head_ids] = self.head.compact(hidden).float()
-        return full
+        self.limit = rt.max_len - 1
 
     def feed(self, feeds: list[list[int]], starts: list[int]) -> None:
         rt, device = self.m.runtime, self.m.runtime.device
@@ -133,23 +124,28 @@ class WhisperDraftRuntime:
         hidden = rt.hidden(tokens, positions, self.cache)
         self.last = hidden[torch.arange(len(feeds), device=device), on_device([len(f) - 1 for f in feeds], device)]
 
-    def pick(self, rows: list[int], prefixes: list[list[int]]) -> tuple[list[int], list[float]]:
-        # the draft step's one host read
-        return read_choices(*self.m.rules.select(self._logits(self.last[on_device(rows, self.last.device)]), prefixes))
+    def start(self, rows: list[int], prefixes: list[list[int]]) -> None:
+        self.vocab.start(rows, prefixes)
 
-    def step(self, rows: list[int], tokens: list[int], positions: list[int]) -> None:
+    def pick(self, rows: list[int]) -> tuple[torch.Tensor, torch.Tensor]:
+        last = self.last if len(rows) == self.last.shape[0] else self.last[on_device(rows, self.last.device)]
+        return self.vocab.choose(self.vocab.logits(last), rows, self.log_min_conf)
+
+    def step(self, rows: list[int], tokens: torch.Tensor, positions: list[int]) -> None:
         # every row steps (no cache copies); rows done drafting write a dummy into the slack slot
         rt, b = self.m.runtime, self.last.shape[0]
-        tok, pos = [[0]] * b, [[rt.max_len]] * b
-        for r, t, p in zip(rows, tokens, positions):
-            tok[r], pos[r] = [t], [p]
-        self.last = rt.hidden(on_device(tok, rt.device), on_device(pos, rt.device), self.cache)[:, -1]
+        pos = [[rt.max_len]] * b
+        for r, p in zip(rows, positions):
+            pos[r] = [p]
+        if len(rows) == b:
+            tok = tokens[:, None]
+        else:
+            tok = torch.zeros((b, 1), dtype=tokens.dtype, device=rt.device)
+            tok[on_device(rows, rt.device), 0] = tokens
+        self.last = rt.hidden(tok, on_device(pos, rt.device), self.cache)[:, -1]
 
-    def stops(self, token: int, logprob: float, length: int) -> bool:
-        return token == self.m.special.eot or logprob < self.log_min_conf
-
-    def room(self, length: int) -> bool:
-        return length < self.limit
+    def space(self, length: int) -> int:
+        return max(0, self.limit - length)
 
 
 class WhisperModelDrafter(model_drafter.ModelDrafter, WhisperDrafter):
