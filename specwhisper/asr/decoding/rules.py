@@ -84,7 +84,7 @@ class WhisperLogitRules:
             last_ts = bool(seq) and seq[-1] >= tb
             penult_ts = len(seq) < 2 or seq[-2] >= tb
             rows.append([not seq, last_ts, penult_ts, -1 if stamp is None else stamp - tb])
-        facts = on_device(rows, device).reshape(len(rows), 4)
+        facts = on_device(rows, device, dtype=torch.long).reshape(len(rows), 4)
         return RuleState(facts[:, 0] > 0, facts[:, 1] > 0, facts[:, 2] > 0, facts[:, 3],
                          maybe_empty=any(not seq for seq in prefixes))
 
