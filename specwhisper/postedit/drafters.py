@@ -39,6 +39,7 @@ class PrunedHead:
         self.body = getattr(model, model.base_model_prefix)
         self.rows = torch.tensor(sorted({int(r) for r in rows}), dtype=torch.long)
         self.weight = model.get_output_embeddings().weight.detach()[self.rows].contiguous()
+        self.ids = self.rows.to(self.weight.device)  # where the head's argmax is
 
     @torch.inference_mode()
     def last_hidden(self, ids: Sequence[int], cache) -> torch.Tensor:
@@ -46,7 +47,7 @@ class PrunedHead:
         return self.body(input_ids=x, past_key_values=cache, use_cache=True).last_hidden_state[0, -1:]
 
     def next_token(self, hidden: torch.Tensor) -> torch.Tensor:
-        return self.rows[(hidden @ self.weight.T).argmax(-1)][-1]
+        return self.ids[(hidden @ self.weight.T).argmax(-1)][-1]
 
 
 class CausalLMDraftRuntime:
@@ -76,7 +77,7 @@ class CausalLMDraftRuntime:
 
     def pick(self, rows: list[int]) -> tuple[torch.Tensor, torch.Tensor]:
         token = self.head.next_token(self.state) if self.head is not None else self.state.argmax()
-        return token.reshape(1), torch.zeros(1, dtype=torch.bool)
+        return token.reshape(1), torch.zeros(1, dtype=torch.bool, device=token.device)
 
     def step(self, rows: list[int], tokens: torch.Tensor, positions: list[int]) -> None:
         self._run(tokens.tolist())  # one row: the model's own forward takes its ids as a list
