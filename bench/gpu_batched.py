@@ -23,7 +23,10 @@ no real acceptance. Per model and batch size:
 - ``costs``: ``--draft auto``'s own measurement at this batch size (``AutoDecoder.measure``) and its
   choice at each acceptance, with the plain step's cost at widths 1-16 (what W costs) and auto's step
   over this bench's own timing of it (``auto_step_vs_bench``, about 1 where auto's clock is right);
-- each drafter at each acceptance.
+- each drafter at each acceptance;
+- at batch 1 and 16, each drafter model at acceptance 0.8 again with the host waiting at each draft
+  step (``waits_each_draft_step``; the same replay, so the same drafts): ``speedup`` is what keeping a
+  round's draft tokens on the device gains (``specwhisper.speculative.draft_steps``; 1 on the CPU).
 
 Writes bench/results/gpu_batched.json (``--out``) after every row.
 """
@@ -55,7 +58,7 @@ from specwhisper.asr.drafters.choice import model_drafter  # noqa: E402
 from specwhisper.asr.drafters.early_exit import EarlyExitDrafter  # noqa: E402
 from specwhisper.asr.decoding.speculative import Lookahead, SpeculativeDecoder  # noqa: E402
 from specwhisper.audio.chunking import Chunk  # noqa: E402
-from specwhisper.hardware.device import resolve_device, resolve_dtype  # noqa: E402
+from specwhisper.hardware.device import HostCopy, resolve_device, resolve_dtype  # noqa: E402
 from tests.replay_drafter import Replay, ReplayLookup, replaying  # noqa: E402
 
 ACCEPTANCES = (0.6, 0.7, 0.8, 0.9)
@@ -112,6 +115,22 @@ def step_costs(rt, enc: torch.Tensor, prompt: list[int], widths=(1, 4, 8, 16), c
             out[w] = round(timed(lambda: rt.step(tok, pos, cache), dev, reps), 3)
             del cache
     return out
+
+
+# batch sizes at which a drafter model's row at acceptance 0.8 is run again waiting at each draft step
+WAIT_BATCHES = (1, 16)
+
+
+@contextmanager
+def waiting_each_draft_step():
+    """Each draft step's end flags waited for, as a loop that reads every step's token does: what a
+    draft round that keeps its tokens on the device saves (``specwhisper.speculative.draft_steps``)."""
+    ready = HostCopy.ready
+    HostCopy.ready = lambda self: self._event is None or (self._event.synchronize() or True)
+    try:
+        yield
+    finally:
+        HostCopy.ready = ready
 
 
 class Bench:
@@ -240,10 +259,34 @@ class Bench:
                         decoder_speedup=round(tps / plain_tps, 3), speedup_vs_fastest_plain=round(tps / fast_tps, 3),
                         expected_speedup=round(expected[str(a)][kind][1], 3)))
                     self.last_row_s = time.perf_counter() - t_row
+                    if a == 0.8 and kind != "ngram" and b in WAIT_BATCHES:
+                        self.waiting_row(name, b, kind, spec, out, tps, plain_tps, refs, enc, prompt, feats, limits)
             del enc, feats
             if self.device.startswith("cuda"):
                 torch.cuda.empty_cache()
         del engine, d_bundle
+
+
+    def waiting_row(self, model, b, kind, spec, round_out, round_tps, plain_tps, refs, enc, prompt, feats, limits) -> None:
+        """The same decode (the same replay) with the host waiting at each draft step, beside its row."""
+        label = f"{model} batch {b}"
+        if self.over_budget(f"{label} {kind} waiting at each draft step", ahead=self.last_row_s):
+            return
+        replay = Replay(refs, 0.8, spec.sp.eot, seed=8)
+        spec = SpeculativeDecoder(spec.rt, spec.sp, spec.rules, replaying(spec.drafter, replay), Lookahead())
+        with waiting_each_draft_step():
+            out = spec.decode(enc, prompt, feats, limits=limits)
+        st = out.stats
+        tps = st.generated_tokens / st.decoder_seconds
+        self.add(dict(
+            name=f"{label} + {kind}, PROJECTION at per-token acceptance 0.8, waiting at each draft step",
+            model=model, batch=b, drafter=kind, waits_each_draft_step=True,
+            token_identical=[s.tokens for s in out.sequences] == refs, drafted=st.drafted_tokens,
+            drafted_as_in_its_row=st.drafted_tokens == round_out.stats.drafted_tokens,
+            decoder_s=round(st.decoder_seconds, 4), decoder_tokens_per_s=round(tps, 1),
+            decoder_speedup=round(tps / plain_tps, 3),
+            # above 1: keeping a round's draft tokens on the device pays
+            speedup=round(round_tps / tps, 3)))
 
 
 def summary(runs: list[dict], acceptance: float) -> None:
@@ -259,6 +302,9 @@ def summary(runs: list[dict], acceptance: float) -> None:
                 if (x["model"], x["batch"]) == key and x.get("projected_acceptance") == acceptance:
                     line += f"  {x['drafter']} {x['decoder_speedup']:.2f}x/{x['speedup_vs_fastest_plain']:.2f}x" \
                             f"{'' if x['token_identical'] else ' NOT IDENTICAL'}"
+                if (x["model"], x["batch"]) == key and x.get("waits_each_draft_step"):
+                    line += f"  [{x['drafter']} waiting each step {x['decoder_speedup']:.2f}x" \
+                            f"{'' if x['token_identical'] else ' NOT IDENTICAL'}]"
             print(line)
 
 
