@@ -8,10 +8,9 @@ from __future__ import annotations
 
 import random
 
-import torch
-
 from specwhisper.asr.drafters.ngram import WhisperNgramDrafter
 from specwhisper.asr.drafters.early_exit import EarlyExitDrafter
+from specwhisper.hardware.device import on_device
 
 
 class Replay:
@@ -58,7 +57,7 @@ def replaying(drafter, replay: Replay):
         tokens = [replay.next(seen[r]) for r in rows]
         for r, t in zip(rows, tokens):
             seen[r].append(t)
-        t = torch.tensor(tokens, device=dev)
+        t = on_device(tokens, dev)  # a queued copy: torch.tensor(..., device=) would wait for the GPU
         return t, t == eot
 
     hooks.start, hooks.pick = start, pick
