@@ -17,7 +17,10 @@ CUDA would place it and raises ``HostDeviceMix`` where CUDA would raise:
   (a 0-dim host tensor is allowed next to device ones, as CUDA allows CPU scalars); its output is a
   device tensor if any input is, else a host one. Copying a host tensor into a device one
   (``dev[i] = host``, ``copy_``) is legal and counted as a transfer, and so are reads of device
-  values on the host (``tolist``, ``item``, ``int``/``float``/``bool``, ``.cpu()``).
+  values on the host (``tolist``, ``item``, ``int``/``float``/``bool``, ``.cpu()``);
+- host data made straight into a device tensor (``torch.tensor(ids, device=...)``) is counted as a
+  blocking copy: CUDA copies pageable memory synchronously, a wait for the GPU
+  (``specwhisper.hardware.device.on_device`` queues it instead).
 """
 
 from __future__ import annotations
@@ -44,18 +47,29 @@ IGNORED = {torch.Tensor.shape.__get__, torch.Tensor.device.__get__, torch.Tensor
            torch.Tensor.element_size, torch.Tensor.stride, torch.Tensor.is_contiguous}
 
 
+# tensors made from host data: ``torch.tensor(ids, device=cuda)`` copies pageable memory synchronously,
+# a wait for the GPU; ``specwhisper.hardware.device.on_device`` queues the copy instead
+FROM_DATA = {torch.tensor, torch.as_tensor, torch.asarray}
+QUEUED_COPY = ("specwhisper/hardware/device.py",)
+
 HOST_CODE = ("specwhisper/audio/vad.py", "transformers/models/whisper/feature_extraction_whisper.py", "transformers/audio_utils.py")
 
 
-def _in_host_code(depth: int = 12) -> bool:
-    f = sys._getframe(2)
+def _called_from(files: tuple[str, ...], start: int = 2, depth: int = 12) -> bool:
+    """Whether the torch call being checked came (within ``depth`` frames) from one of ``files``;
+    ``start``: the frames between here and the torch call's caller."""
+    f = sys._getframe(start)
     for _ in range(depth):
         if f is None:
             return False
-        if f.f_code.co_filename.endswith(HOST_CODE):
+        if f.f_code.co_filename.endswith(files):
             return True
         f = f.f_back
     return False
+
+
+def _in_host_code() -> bool:
+    return _called_from(HOST_CODE, start=3)
 
 
 class HostDeviceMix(RuntimeError):
@@ -80,6 +94,7 @@ class HostDeviceMode(TorchFunctionMode):
         super().__init__()
         self.host_at_entry = list(host)
         self.transfers: Counter[str] = Counter()
+        self.blocking_copies = 0  # host data made into a device tensor at once: on CUDA a copy that waits
 
     def __enter__(self):
         for t in self.host_at_entry:
@@ -103,6 +118,9 @@ class HostDeviceMode(TorchFunctionMode):
         name = getattr(func, "__qualname__", getattr(func, "__name__", str(func)))
         if func in FACTORIES:
             _mark(out, kwargs.get("device") is None)
+            if func in FROM_DATA and kwargs.get("device") is not None and args and not isinstance(args[0], torch.Tensor) \
+                    and not _called_from(QUEUED_COPY):
+                self.blocking_copies += 1
             return out
         if func in READS and tensors and not is_host(tensors[0]):
             self.transfers[name] += 1

@@ -48,10 +48,12 @@ def test_decoding_makes_its_tensors_on_the_models_device(base_engine, audio, dra
     stats = result.stats
     reads = sum(mode.transfers.values())
     print(f"\n{draft}: {reads} host reads, {stats.target_passes} target passes, {stats.drafted_tokens} drafted: "
-          f"{dict(mode.transfers)}")
+          f"{dict(mode.transfers)}; {mode.blocking_copies} blocking copies")
     # a plain step reads its tokens once, a speculative round its verdict once and a drafter model its
     # round's drafts once (not once per draft token: ``DraftSteps``); then a few for prefill, language
     # detection and word alignment
+    # host lists reach the device as queued copies (``on_device``), not as copies that wait for the GPU
+    assert mode.blocking_copies == 0
     if draft in ("none", "ngram"):  # no drafter model: one read per target pass
         assert reads <= stats.target_passes + 5
     else:

@@ -17,6 +17,7 @@ from typing import Sequence
 
 import torch
 
+from specwhisper.hardware.device import on_device
 from specwhisper.postedit.lm_cache import crop, forward, new_cache
 from specwhisper.speculative import model_drafter
 from specwhisper.speculative.drafter import early_exit_name
@@ -43,7 +44,7 @@ class PrunedHead:
 
     @torch.inference_mode()
     def last_hidden(self, ids: Sequence[int], cache) -> torch.Tensor:
-        x = torch.tensor([list(ids)], dtype=torch.long, device=self.weight.device)
+        x = on_device([list(ids)], self.weight.device, dtype=torch.long)
         return self.body(input_ids=x, past_key_values=cache, use_cache=True).last_hidden_state[0, -1:]
 
     def next_token(self, hidden: torch.Tensor) -> torch.Tensor:

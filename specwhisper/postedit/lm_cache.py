@@ -6,6 +6,8 @@ from typing import Sequence
 
 import torch
 
+from specwhisper.hardware.device import on_device
+
 
 def crop(cache, length: int) -> None:
     """Drop KV entries past ``length`` (DynamicCache.crop takes a negative count in transformers 5)."""
@@ -30,7 +32,7 @@ def forward(model, ids: Sequence[int], cache, keep: int = 0) -> torch.Tensor:
     ``keep`` > 0 scores only the last ``keep`` positions: the output head is the largest matrix of a
     small LM, and prompt positions need no logits.
     """
-    x = torch.tensor([list(ids)], dtype=torch.long, device=model.device)
+    x = on_device([list(ids)], model.device, dtype=torch.long)
     kw = {"logits_to_keep": keep} if keep else {}
     out = model(input_ids=x, past_key_values=cache, use_cache=True, **kw)
     return out.logits[0]

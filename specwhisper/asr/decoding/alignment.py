@@ -19,6 +19,7 @@ import torch
 
 from specwhisper.asr.decoding.tokens import SpecialTokens
 from specwhisper.asr.runtime.decoder import WhisperDecoderRuntime
+from specwhisper.hardware.device import on_device
 from specwhisper.results.transcript import Segment, Word
 
 FRAME_S = 0.02  # seconds per encoder frame
@@ -163,10 +164,10 @@ class WordAligner:
         n = len(prompt) + max(len(t) for t in texts) + 1
         n = min(n, self.rt.max_len)
         device = self.rt.device
-        seqs = torch.tensor([((prompt + text + [self.sp.eot])[:n] + [self.sp.eot] * n)[:n] for text in texts], device=device)
+        seqs = on_device([((prompt + text + [self.sp.eot])[:n] + [self.sp.eot] * n)[:n] for text in texts], device)
         positions = torch.arange(n, device=device).expand(len(rows), -1)
         # all rows: the very tensor, so a projection shared for it is found (``sharing_cross_kv``)
-        cache = self.rt.new_cache(encoder_out if len(rows) == encoder_out.shape[0] else encoder_out[torch.tensor(rows, device=device)])
+        cache = self.rt.new_cache(encoder_out if len(rows) == encoder_out.shape[0] else encoder_out[on_device(rows, device)])
         qk: dict[int, torch.Tensor] = {layer: None for layer, _ in self.heads}
         hidden = self.rt.hidden(seqs, positions, cache, cross_qk=qk, whole_rows=True)
         logprobs = self.rt.logits(hidden).float().log_softmax(-1)
@@ -187,7 +188,7 @@ class WordAligner:
             jump_times = time_idx[jumps] * FRAME_S  # first frame of each token (+ final eot)
             pos = np.arange(len(prompt) - 1, len(prompt) - 1 + m)
             if m:
-                at = torch.from_numpy(pos).to(device), torch.tensor(text, device=device)
+                at = on_device(pos.tolist(), device), on_device(text, device)
                 token_p = logprobs[r, at[0], at[1]].exp().cpu().numpy()
             else:
                 token_p = np.zeros(0)

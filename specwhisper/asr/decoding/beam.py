@@ -21,6 +21,7 @@ from specwhisper.asr.decoding.tokens import SpecialTokens
 from specwhisper.asr.decoding.rules import WhisperLogitRules
 from specwhisper.asr.runtime.decoder import WhisperDecoderRuntime
 from specwhisper.results.stats import DecodeStats
+from specwhisper.hardware.device import on_device
 
 Beam = tuple[list[int], float]  # sampled tokens (prompt excluded), cumulative log-probability
 Finished = dict[tuple[int, ...], float]  # sampled tokens + end-of-text -> cumulative log-probability
@@ -86,7 +87,7 @@ class BeamSearchDecoder(Decoder):
                 cache = cache.select([i * k + j for i in keep for j in range(k)])
                 active = [active[i] for i in keep]
             cache.reorder(sources)
-            nxt = torch.tensor([[seq[-1]] for a in active for seq, _ in beams[a]], device=device)
+            nxt = on_device([[seq[-1]] for a in active for seq, _ in beams[a]], device)
             positions = torch.full((len(active) * k, 1), length, device=device)
             last = self.rt.step(nxt, positions, cache)[:, -1]
             stats.target_passes += len(active) * k

@@ -20,7 +20,7 @@ import torch
 
 from specwhisper.asr.decoding.greedy import Decoder, DecodeOutput, GreedyDecoder
 from specwhisper.asr.decoding.speculative import Lookahead, SpeculativeDecoder
-from specwhisper.hardware.device import synchronize
+from specwhisper.hardware.device import on_device, synchronize
 
 MARGIN = 1.10  # a drafter must be expected this much faster than plain decoding (timing noise)
 # per-token: ngram and early-exit measured on the public set for base; distil-whisper drafters not measured
@@ -143,7 +143,7 @@ class AutoDecoder(Decoder):
         rt, b, dev = self.rt, encoder_out.shape[0], self.rt.device
         cache = rt.new_cache(encoder_out, slack=13)
         seq = prompt + [220] * (context - len(prompt))
-        rt.step(torch.tensor([seq] * b, device=dev), torch.arange(len(seq), device=dev).expand(b, -1), cache)
+        rt.step(on_device([seq] * b, dev), torch.arange(len(seq), device=dev).expand(b, -1), cache)
 
         def verify(w):
             toks = torch.full((b, w), 220, device=dev)

@@ -10,6 +10,8 @@ from dataclasses import dataclass
 
 import torch
 
+from specwhisper.hardware.device import on_device
+
 GROW_POSITIONS = 64  # the step the self-attention K/V grow by (``KVCache.reserve``)
 # The fixed-shape mode's pass (``specwhisper.asr.runtime.decoder``): every pass over a cache of R rows has R x W
 # token slots, W = ``fixed_width_for(R)``, for plain steps and verify passes alike (so both give a token
@@ -92,12 +94,12 @@ class KVCache:
             # copies of one row (sampling's best-of draws): the cross-attention K/V, read only, stay that
             # row, viewed once per copy. Gathered, five draws of two chunks took 370 MB (base), the
             # peak of a 10-minute file; a row's numbers are the same (attention reads one row at a time).
-            r, idx = keep[0], torch.tensor(keep, device=self.k.device)
+            r, idx = keep[0], on_device(keep, self.k.device)
             cross = (t[:, r : r + 1].expand(-1, len(keep), *t.shape[2:]) for t in (self.cross_k, self.cross_v))
             return KVCache(self.k[:, idx].contiguous(), self.v[:, idx].contiguous(), *cross, limit=self.limit)
         tensors = (self.k, self.v, self.cross_k, self.cross_v)
         if any(b <= a for a, b in zip(keep, keep[1:])):  # not ascending: gather into new tensors
-            idx = torch.tensor(keep, device=self.k.device)
+            idx = on_device(keep, self.k.device)
             rows = None if self.rows is None else list(range(len(keep)))
             return KVCache(*(t[:, idx].contiguous() for t in tensors), limit=self.limit, rows=rows, width=self.width)
         for to, r in enumerate(keep):
@@ -118,7 +120,7 @@ class KVCache:
         if sources == list(range(self.batch_size)):
             return
         phys = self.physical()
-        dst = torch.tensor(phys, device=self.k.device)
-        src = torch.tensor([phys[s] for s in sources], device=self.k.device)
+        dst = on_device(phys, self.k.device)
+        src = on_device([phys[s] for s in sources], self.k.device)
         for t in (self.k, self.v):
             t[:, dst] = t[:, src]  # the right side is gathered into a new tensor first, so overlaps are safe
