@@ -86,7 +86,7 @@ class WhisperLogitRules:
             rows.append([not seq, last_ts, penult_ts, -1 if stamp is None else stamp - tb])
         facts = on_device(rows, device, dtype=torch.long).reshape(len(rows), 4)
         return RuleState(facts[:, 0] > 0, facts[:, 1] > 0, facts[:, 2] > 0, facts[:, 3],
-                         maybe_empty=any(not seq for seq in prefixes))
+                         maybe_empty=any(r[0] for r in rows))
 
     def advance(self, state: RuleState, tokens: torch.Tensor) -> RuleState:
         """The state after each row's prefix grew by ``tokens`` [N] (device tensors: a draft loop keeps

@@ -130,8 +130,6 @@ def model_drafter(engine, name: str, cache_dir: Path | None = None, head_text_to
     shares = bundle is engine.bundle or same_encoder(bundle.model, engine.bundle.model)
     if shares and bundle is not engine.bundle:  # its own copy of the encoder is never run: the target's stands in
         bundle.model.model.encoder = engine.bundle.model.model.encoder
-    if head_text_tokens is not None and head_text_tokens >= special.eot:
-        head_text_tokens = None  # the whole vocabulary
     draft = DraftModel(runtime, special, rules, bundle.tokenizer, shares_encoder=shares,
                        encoder=None if shares else EncoderRuntime(bundle.model.model.encoder))
     label = f"{name}:{num_layers}" if num_layers else name

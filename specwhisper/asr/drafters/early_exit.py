@@ -136,8 +136,9 @@ class EarlyExitDrafter(WhisperDrafter):
             else:
                 going = []
         _, drafts = steps.read()
-        # each row was fed its pending token, then its drafts but the last
-        fed = [([c[-1]] + d)[: min(n, len(d))] for c, d, n in zip(contexts, drafts, n_fed)]
+        # each row was fed its pending token, then its drafts but the last (and, when its end was learned
+        # late, tokens past its draft: their states go unused)
+        fed = [[c[-1], *d][: len(d)] for c, d in zip(contexts, drafts)]
         self._round = dict(starts=starts, fed=fed, states=torch.stack(states, 1) if states else None)
         return drafts
 
