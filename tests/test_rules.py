@@ -108,3 +108,30 @@ def test_the_device_state_advances_as_the_host_prefix_grows(tok):
     rules.select(b, rows)
     assert torch.equal(a, b)
     assert np.isinf(a.numpy()).any(axis=1).all()
+
+
+def test_the_state_along_a_draft_is_the_state_of_each_of_its_prefixes(tok):
+    """``along`` (the verify pass's rule facts at every drafted position, from drafts that stay on the
+    device) gives, at column j, the state read from the prefix and the draft's first j tokens; a row's
+    drafts mix text, timestamps, pairs and end-of-text, after prefixes of every kind, the empty one
+    included."""
+    rng = random.Random(13)
+    rules = ours(tok)
+    tb = tok.timestamp_begin
+    rows = prefixes(tok, 60, rng)
+    m = 6
+    drafts = [[rng.choice([tb + rng.randrange(0, 1500), rng.randrange(220, 50000), tb, tok.eot]) for _ in range(m)]
+              for _ in rows]
+    drafts[0][:2] = [tb + 4, tb + 4]  # a pair right after the empty prefix
+    state = rules.along(rules.state(rows, "cpu"), torch.tensor(drafts))
+    for j in range(m + 1):
+        want = rules.state([r + d[:j] for r, d in zip(rows, drafts)], "cpu")
+        got = state.column(j)
+        for f in ("empty", "last_ts", "penult_ts", "stamp"):
+            assert torch.equal(getattr(got, f), getattr(want, f)), (j, f)
+    cols = torch.tensor([rng.randrange(m + 1) for _ in rows])
+    x = logits_for(tok, len(rows), seed=9)
+    a, b = x.clone(), x.clone()
+    rules.select_state(a, state.at((torch.arange(len(rows)), cols)))
+    rules.select(b, [r + d[:j] for r, d, j in zip(rows, drafts, cols.tolist())])
+    assert torch.equal(a, b)

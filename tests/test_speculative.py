@@ -111,8 +111,11 @@ def test_identical_tokens_batch_4(base_engine, windows, plain_reference, name, g
 def test_drafts_do_not_depend_on_when_the_host_learns_a_row_ended(base_engine, windows, plain_reference, name):
     """A GPU's end-of-draft flags (end-of-text, the drafter's confidence falling) may land only after a
     round's last step (``watch_stops`` off): rows then draft on past their end and are cut on the host.
-    In a batch of 4, whose rows end their drafts at different steps, the drafts are the same either way:
-    the same drafted and accepted counts, target passes, and plain greedy's tokens."""
+    In a batch of 4, whose rows end their drafts at different steps, both give plain greedy's tokens.
+    tiny.en (a drafter with the bonus token) drafts the same either way: the same drafted and accepted
+    counts and target passes. Early exit feeds its drafts without the last one; a row that drafted past
+    its end has that last one fed too, so a fully accepted draft also earns the target's next token:
+    fewer target passes, never more."""
     e = base_engine
     group = [x for x in windows if (x[0].language or "en") == "en"][:4]
     feats, enc = torch.cat([g[1] for g in group]), torch.cat([g[2] for g in group])
@@ -124,7 +127,11 @@ def test_drafts_do_not_depend_on_when_the_host_learns_a_row_ended(base_engine, w
         for (item, *_), got in zip(group, out.sequences):
             assert got.tokens == plain_reference[item.file].tokens, f"{name}, watch {watch}: {item.file}"
         runs[watch] = (out.stats.drafted_tokens, out.stats.accepted_tokens, out.stats.target_passes)
-    assert runs[True] == runs[False] and runs[True][1] > 0, runs
+    assert runs[True][1] > 0, runs
+    if dec.drafter.bonus:
+        assert runs[True] == runs[False], runs
+    else:
+        assert runs[False][2] < runs[True][2], runs
 
 
 def test_long_form_pipeline_identical(base_engine, eval_root):

@@ -14,7 +14,8 @@ adapt the draft length by the same lookahead policy and count with the same coun
 - :mod:`.lookup`: prompt-lookup drafters (n-gram over the batch, copy from a source text)
 - :mod:`.token_map`: same vocabulary / re-tokenised text between two tokenizers
 - :mod:`.model_drafter`: a smaller model drafting greedily over a per-model ``DraftRuntime`` adapter
-- :mod:`.draft_steps`: a draft round's tokens kept on the device, read to the host once
+- :mod:`.draft_steps`: a round's drafts as the verify pass takes them: a drafter model's kept on the
+  device, read with the verdict
 
 Nothing here loads or calls a model: the adapters live with the models (asr, postedit); a drafter
 model's tokens pass through as tensors on its device.

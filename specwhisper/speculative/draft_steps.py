@@ -5,16 +5,19 @@ when its own confidence falls. Reading each step's tokens to decide would make t
 device once per draft token (k waits a round, where the verify pass needs one). So the tokens stay on
 the device, each step feeding the next; the host learns which rows ended as soon as the step's
 end flags arrive (on the CPU at once; on a GPU when their non-blocking copy has landed, while later
-steps run), stops stepping those rows, and reads every step's tokens once, when no row goes on. A row
-the host learned of late drafted a few tokens past its end: they are cut off here, so the drafts are
-the same whenever the flags arrive.
+steps run) and stops stepping those rows. The verify pass takes every row's picks as they are on the
+device (:class:`StepDrafts`) and reads them with its verdict: one wait a round. A row the host learned
+of late drafted a few tokens past its end: they are verified for nothing and cut off when read, so
+the drafts are the same whenever the flags arrive.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import torch
 
-from specwhisper.hardware.device import HostCopy
+from specwhisper.hardware.device import HostCopy, on_device
 
 
 class DraftSteps:
@@ -50,24 +53,110 @@ class DraftSteps:
         n = len(self.steps)
         return [j for j, i in enumerate(rows) if n < self.budgets[i] and i not in self.ended]
 
-    def read(self) -> tuple[list[list[int]], list[list[int]]]:
-        """The round's one host read: per row, every token it picked, and its draft (those up to and with
-        the first that ends it, at most its budget)."""
+    def counts(self) -> list[int]:
+        """Per row, how many tokens it picked (its draft has at most as many): known without a read."""
+        n = [0] * len(self.budgets)
+        for rows, _, _ in self.steps:
+            for i in rows:
+                n[i] += 1
+        return n
+
+    def matrix(self) -> torch.Tensor:
+        """Every row's picks in order on the device [rows, most picked] (zeros past a row's own)."""
+        rows = len(self.budgets)
+        if not self.steps:
+            return torch.zeros((rows, 0), dtype=torch.long)
+        tokens = torch.cat([t for _, t, _ in self.steps]).long()
+        at, n = [], [0] * rows
+        for step_rows, _, _ in self.steps:
+            for i in step_rows:
+                at.append((i, n[i]))
+                n[i] += 1
+        out = tokens.new_zeros((rows, max(n)))
+        where = on_device(at, tokens.device).reshape(-1, 2)
+        out[where[:, 0], where[:, 1]] = tokens
+        return out
+
+    def values(self) -> torch.Tensor:
+        """What the host reads to know the round's drafts: every step's tokens, then its end flags
+        (float32 [2 * picks]; token ids are exact in float32, below 2^24)."""
+        if not self.steps:
+            return torch.zeros(0)
+        return torch.cat([torch.stack([t.float(), e.float()]) for _, t, e in self.steps], dim=1).flatten()
+
+    def unpack(self, values: list[float]) -> tuple[list[list[int]], list[list[int]]]:
+        """From what :meth:`values` held: per row, every token it picked, and its draft (those up to and
+        with the first that ends it, at most its budget)."""
         rows = len(self.budgets)
         picks: list[list[int]] = [[] for _ in range(rows)]
         drafts: list[list[int]] = [[] for _ in range(rows)]
-        if not self.steps:
-            return picks, drafts
-        # token ids are exact in float32 (below 2^24)
-        tokens, ends = torch.cat([torch.stack([t.float(), e.float()]) for _, t, e in self.steps], dim=1).tolist()
+        half = len(values) // 2
         at, done = 0, set()
         for step_rows, _, _ in self.steps:
             for i in step_rows:
-                token = int(tokens[at])
+                token = int(values[at])
                 picks[i].append(token)
                 if i not in done:
                     drafts[i].append(token)
-                    if ends[at] or len(drafts[i]) >= self.budgets[i]:
+                    if values[half + at] or len(drafts[i]) >= self.budgets[i]:
                         done.add(i)
                 at += 1
         return picks, drafts
+
+    def read(self) -> tuple[list[list[int]], list[list[int]]]:
+        """The round's one host read (:meth:`unpack` of :meth:`values`)."""
+        return self.unpack(self.values().tolist())
+
+
+class Drafts:
+    """A round's drafts, per row of the batch, as the verify pass takes them: known on the host (a
+    lookup's, or a drafter's already read), or still on the device (:class:`StepDrafts`), read
+    together with the verify pass's verdict: one wait a round."""
+
+    def __init__(self, known: list[list[int]], most: list[int] | None = None):
+        # ``most``: each row's budget; a draft re-tokenised into the target's vocabulary may come back longer
+        self.known = known if most is None else [d[: max(0, k)] for d, k in zip(known, most)]
+
+    def counts(self) -> list[int]:
+        """Per row, the most tokens its draft may hold (exactly as many, when known)."""
+        return [len(d) for d in self.known]
+
+    def matrix(self, device: torch.device | str) -> torch.Tensor:
+        """The drafts as target ids on ``device`` [rows, max(counts)] (any token past a row's draft)."""
+        width = max(self.counts(), default=0)
+        return on_device([d + [0] * (width - len(d)) for d in self.known], device, dtype=torch.long).reshape(len(self.known), width)
+
+    def values(self) -> torch.Tensor | None:
+        """What the host must read to know the drafts (None: nothing)."""
+        return None
+
+    def resolve(self, values: list[float] | None) -> list[list[int]]:
+        """The drafts, from what :meth:`values` held."""
+        return self.known
+
+    def read(self) -> list[list[int]]:
+        """The drafts, read now."""
+        v = self.values()
+        return self.resolve(None if v is None else v.tolist())
+
+
+class StepDrafts(Drafts):
+    """Drafts still on the device as a round's draft steps, in target ids. ``finish(picks, drafts)``
+    (:meth:`DraftSteps.unpack`'s) brings the drafter's own bookkeeping up to date once they are read and
+    returns the drafts."""
+
+    def __init__(self, steps: DraftSteps, finish: Callable[[list[list[int]], list[list[int]]], list[list[int]]]):
+        self.steps = steps
+        self.finish = finish
+
+    def counts(self) -> list[int]:
+        return self.steps.counts()
+
+    def matrix(self, device: torch.device | str) -> torch.Tensor:
+        return self.steps.matrix().to(device)
+
+    def values(self) -> torch.Tensor:
+        return self.steps.values()
+
+    def resolve(self, values: list[float] | None) -> list[list[int]]:
+        return self.finish(*self.steps.unpack(values or []))

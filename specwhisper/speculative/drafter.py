@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from specwhisper.speculative.draft_steps import Drafts
+
 
 class Drafter:
     """Proposes draft tokens (target vocabulary) for each active row of a batch.
@@ -21,6 +23,11 @@ class Drafter:
     def propose(self, contexts: list[list[int]], ks: list[int]) -> list[list[int]]:
         """Up to ``ks[i]`` tokens following ``contexts[i]`` (the row's generated tokens, prompt excluded)."""
         raise NotImplementedError
+
+    def draft(self, contexts: list[list[int]], ks: list[int]) -> Drafts:
+        """:meth:`propose`'s drafts as the verify pass takes them: a drafter model's stay on the device,
+        to be read with the verify pass's verdict (``specwhisper.speculative.draft_steps``)."""
+        return Drafts(self.propose(contexts, ks), ks)
 
     def select(self, keep: list[int]) -> None:
         """Keep only these active rows (the others finished)."""

@@ -17,9 +17,9 @@ from typing import Protocol
 import torch
 
 from specwhisper.hardware.device import on_device
-from specwhisper.speculative.draft_steps import DraftSteps
+from specwhisper.speculative.draft_steps import DraftSteps, Drafts, StepDrafts
 from specwhisper.speculative.drafter import Drafter, common_prefix
-from specwhisper.speculative.token_map import TokenMap
+from specwhisper.speculative.token_map import SameVocab, TokenMap
 
 
 class DraftRuntime(Protocol):
@@ -74,6 +74,15 @@ class ModelDrafter(Drafter):
         self.fed = []
 
     def propose(self, contexts: list[list[int]], ks: list[int]) -> list[list[int]]:
+        return self._round(contexts, ks).read()
+
+    def draft(self, contexts: list[list[int]], ks: list[int]) -> Drafts:
+        # drafts in the target's ids stay on the device; another vocabulary's are mapped on the host
+        drafts = self._round(contexts, ks)
+        return drafts if isinstance(self.map, SameVocab) else Drafts(drafts.read(), ks)
+
+    def _round(self, contexts: list[list[int]], ks: list[int]) -> StepDrafts:
+        """Sync the rows' caches and run the round's draft steps; the drafts stay on the device."""
         if len(self.fed) != len(contexts):
             self.reset(len(contexts))
         rt = self.runtime
@@ -100,6 +109,9 @@ class ModelDrafter(Drafter):
             for i in rows:
                 stepped[i] += 1
             live = rows
-        picks, drafts = steps.read()
-        self.fed = [s + p[:n] for s, p, n in zip(seqs, picks, stepped)]
-        return [self.map.to_target(c, d) if d else [] for c, d in zip(contexts, drafts)]
+
+        def finish(picks: list[list[int]], drafts: list[list[int]]) -> list[list[int]]:
+            self.fed = [s + p[:n] for s, p, n in zip(seqs, picks, stepped)]
+            return [self.map.to_target(c, d) if d else [] for c, d in zip(contexts, drafts)]
+
+        return StepDrafts(steps, finish)

@@ -91,9 +91,22 @@ class WhisperLogitRules:
     def advance(self, state: RuleState, tokens: torch.Tensor) -> RuleState:
         """The state after each row's prefix grew by ``tokens`` [N] (device tensors: a draft loop keeps
         its rows' rule facts without reading its tokens on the host)."""
+        return self.along(state, tokens[:, None]).column(1)
+
+    def along(self, state: RuleState, tokens: torch.Tensor) -> RuleState:
+        """The states [N, m + 1] after each row's prefix and its first 0..m ``tokens`` [N, m] (device
+        tensors: the verify pass scores every drafted position without reading the drafts on the host)."""
         is_ts = tokens >= self.sp.timestamp_begin
-        return RuleState(torch.zeros_like(state.empty), is_ts, state.last_ts | state.empty,
-                         torch.where(is_ts, tokens - self.sp.timestamp_begin, state.stamp), maybe_empty=False)
+        m = tokens.shape[1]
+        empty = torch.cat([state.empty[:, None], torch.zeros_like(is_ts)], 1)
+        last_ts = torch.cat([state.last_ts[:, None], is_ts], 1)
+        # a prefix of one token counts as preceded by a timestamp
+        penult_ts = torch.cat([state.penult_ts[:, None], (state.last_ts | state.empty)[:, None], is_ts[:, :-1]], 1)
+        # the last timestamp: that of the latest column holding one (column 0: the prefix's own)
+        stamps = torch.cat([state.stamp[:, None], tokens - self.sp.timestamp_begin], 1)
+        marks = torch.cat([torch.ones_like(state.empty)[:, None], is_ts], 1)
+        latest = (marks * torch.arange(m + 1, device=tokens.device)).cummax(dim=1).values
+        return RuleState(empty, last_ts, penult_ts[:, : m + 1], stamps.gather(1, latest), state.maybe_empty)
 
     @torch.inference_mode()
     def select_state(self, logits: torch.Tensor, state: RuleState, pick: bool = True):
@@ -150,6 +163,17 @@ class RuleState:
     penult_ts: torch.Tensor
     stamp: torch.Tensor
     maybe_empty: bool = True
+
+    def column(self, j: int) -> RuleState:
+        """Column ``j`` of a state over [N, m] positions (:meth:`WhisperLogitRules.along`): the state [N]
+        after each row's prefix and its first ``j`` tokens."""
+        return RuleState(self.empty[:, j], self.last_ts[:, j], self.penult_ts[:, j], self.stamp[:, j],
+                         self.maybe_empty and j == 0)
+
+    def at(self, index: tuple[torch.Tensor, torch.Tensor]) -> RuleState:
+        """The states [N] of the (row, column) positions ``index`` of a state over [rows, columns]."""
+        return RuleState(self.empty[index], self.last_ts[index], self.penult_ts[index], self.stamp[index],
+                         self.maybe_empty)
 
     def narrow(self, rows: list[int], keep: list[int]) -> RuleState:
         """The state of the rows ``keep``, a subset of ``rows`` (the rows this state describes, in order):

@@ -1,10 +1,11 @@
 """Exact speculative greedy decoding for Whisper, batched, with per-row acceptance.
 
-Each round, for every active row: a drafter proposes up to k tokens (``_propose``); the target runs
+Each round, for every active row: a drafter proposes up to k tokens (``WhisperDrafter.draft``); the target runs
 ONE forward pass over ``[pending, d1..dk]`` at the row's own positions (``_score``); Whisper's logit rules
 are applied to every verify position with the prefix it would have had in plain decoding
-(``WhisperLogitRules.select``, the same function the plain decoder uses), so the target's
-greedy token ``g_j`` is known at each position; the row keeps ``d1..da`` while they equal
+(``WhisperLogitRules.select_state``, the same masking the plain decoder uses, over the rule facts of each
+prefix advanced along the drafts on the device), so the target's greedy token ``g_j`` is known at each
+position; a drafter model's drafts are read with that verdict, one host read a round; the row keeps ``d1..da`` while they equal
 ``g_0..g_{a-1}`` plus ``g_a`` (``_accept``: the shared rule, ``specwhisper.speculative.acceptance``; the draft
 length per row follows ``specwhisper.speculative.lookahead``). The KV cache is static with per-row positions (see
 ``specwhisper.asr.runtime.decoder``): rejected entries are simply left behind the row's length and overwritten.
@@ -28,6 +29,7 @@ from specwhisper.asr.decoding.rules import WhisperLogitRules
 from specwhisper.asr.runtime.decoder import KVCache, WhisperDecoderRuntime
 from specwhisper.results.stats import DecodeStats
 from specwhisper.speculative.acceptance import accept
+from specwhisper.speculative.draft_steps import Drafts, StepDrafts
 from specwhisper.speculative.drafter import Drafter as CoreDrafter
 from specwhisper.speculative.lookahead import Lookahead
 from specwhisper.speculative.stats import count_round
@@ -48,11 +50,14 @@ class WhisperDrafter(CoreDrafter):
         drafters that run the target's own first layers (``specwhisper.asr.drafters.early_exit``)."""
 
     def verify(self, runtime: WhisperDecoderRuntime, tokens: torch.Tensor, positions: torch.Tensor, cache: KVCache,
-               token_rows: list[list[int]] | None = None, starts: list[int] | None = None) -> torch.Tensor:
+               token_rows: list[list[int]] | None = None, starts: list[int] | None = None,
+               drafted: bool = False) -> torch.Tensor:
         """The verify pass: the target's final hidden states of ``tokens`` (``[pending, drafts..]`` per
         row) at ``positions``. A drafter that already ran some of the target's layers for them may
         reuse that work; it must return what ``runtime.hidden`` would. ``token_rows``, ``starts``: the
-        tokens and each row's first position as host lists (reading them back from a GPU would wait for it)."""
+        tokens and each row's first position as host lists (reading them back from a GPU would wait for
+        it); ``drafted``: the tokens after each row's pending one are this round's drafts as
+        :meth:`draft` left them on the device (``token_rows`` is then None)."""
         return runtime.hidden(tokens, positions, cache)
 
 
@@ -117,10 +122,10 @@ class SpeculativeDecoder(Decoder):
 
         while active:
             contexts = [results[r].tokens for r in active]
-            drafts, fed = self._propose(contexts, [cap[r] - len(c) for r, c in zip(active, contexts)], ks)
-            greedy, logprobs = self._score(cache, rules, contexts, drafts, fed, lengths)
+            drafts = self.drafter.draft(contexts, [max(0, min(k, cap[r] - len(c) - 1)) for k, r, c in zip(ks, active, contexts)])
+            drafts, greedy, logprobs = self._score(cache, rules, contexts, drafts, lengths)
             stats.target_passes += len(active)
-            keep = self._accept(active, drafts, fed, greedy, logprobs, results, cap, lengths, ks, look, stats)
+            keep = self._accept(active, drafts, greedy, logprobs, results, cap, lengths, ks, look, stats)
             if len(keep) < len(active):
                 if not keep:
                     break
@@ -133,51 +138,69 @@ class SpeculativeDecoder(Decoder):
         stats.decoder_seconds = time.perf_counter() - t0
         return DecodeOutput(results, stats)
 
-    def _propose(self, contexts: list[list[int]], room: list[int], ks: list[int]) -> tuple[list[list[int]], list[int]]:
-        """Each row's drafts (at most its ``k`` and one fewer than the tokens it may still write) and how
-        many tokens the verify pass feeds it: the pending token and the drafts, without the last draft
-        when the drafter takes no bonus token."""
-        drafts = self.drafter.propose(contexts, [max(0, min(k, n - 1)) for k, n in zip(ks, room)])
-        drafts = [d[: max(0, min(k, n - 1))] for d, k, n in zip(drafts, ks, room)]
-        return drafts, [len(d) + 1 if self.drafter.bonus or not d else len(d) for d in drafts]
+    def _score(self, cache: KVCache, rules: WhisperLogitRules, contexts: list[list[int]], drafts: Drafts,
+               lengths: list[int]) -> tuple[list[list[int]], list[list[int]], list[list[float]]]:
+        """The verify pass over each row's pending token and drafts (each at most ``k``, and one fewer
+        than the tokens the row may still write): the drafts, and the target's greedy token and its
+        log-probability at every fed position of each row, each after the prefix plain decoding would
+        have had there. A drafter taking no bonus token is fed its drafts without the last one.
 
-    def _score(self, cache: KVCache, rules: WhisperLogitRules, contexts: list[list[int]], drafts: list[list[int]],
-               fed: list[int], lengths: list[int]) -> tuple[list[int], list[float]]:
-        """The verify pass: the target's greedy token and its log-probability at every fed position of
-        every row, in row order, each after the prefix plain decoding would have had there."""
-        width = max(fed)
+        Drafts still on the device are verified as they are there, with the rule facts of every
+        position advanced along them on the device (``WhisperLogitRules.along``), and read with the
+        verdict: one host read a round. A row whose draft is shorter than the tokens it picked (its end
+        was learned late) has its extra positions scored for nothing."""
         device = self.rt.device
+        counts = drafts.counts()
+        fed = [n + 1 if self.drafter.bonus or not n else n for n in counts]
+        width = max(fed)
+        pending = on_device([c[-1] for c in contexts], device, dtype=torch.long)[:, None]
+        tokens = torch.cat([pending, drafts.matrix(device)], 1)[:, :width]
         # padding past a row's tokens repeats its pending token: its cache slots lie past the row's length
-        fed_rows = [([c[-1], *d][:n] + [c[-1]] * width)[:width] for c, d, n in zip(contexts, drafts, fed)]
-        tokens = on_device(fed_rows, device)
+        real = on_device([[j < n for j in range(width)] for n in fed], device).reshape(len(fed), width)
+        tokens = torch.where(real, tokens, pending)
         positions = on_device([[n + j for j in range(width)] for n in lengths], device)
-        hidden = self.drafter.verify(self.rt, tokens, positions, cache, token_rows=fed_rows, starts=lengths)
+        known = None if isinstance(drafts, StepDrafts) else \
+            [([c[-1], *d][:n] + [c[-1]] * width)[:width] for c, d, n in zip(contexts, drafts.known, fed)]
+        hidden = self.drafter.verify(self.rt, tokens, positions, cache, token_rows=known, starts=lengths,
+                                     drafted=known is None)
         # only real positions go through the (large) output head
         rows = [i for i, n in enumerate(fed) for _ in range(n)]
         cols = [j for n in fed for j in range(n)]
         at = on_device(rows, device), on_device(cols, device)
         logits = self.rt.logits_at(hidden[at], at[0], positions[at], cache).float()
-        prefixes = [contexts[i] + drafts[i][:j] for i, j in zip(rows, cols)]
-        return read_choices(*rules.select(logits, prefixes))  # the round's one host read
+        state = rules.along(rules.state(contexts, device), tokens[:, 1:]).at(at)
+        greedy, logprobs = rules.select_state(logits, state)
+        parts = [greedy.to(logprobs.dtype), logprobs]
+        draft_values = drafts.values()
+        if draft_values is not None:
+            parts.append(draft_values.to(logprobs.device, logprobs.dtype))
+        values = torch.cat(parts).tolist()  # the round's one host read
+        n = len(rows)
+        drafts = drafts.resolve(values[2 * n :])
+        greedy_rows, logprob_rows, at = [], [], 0
+        for k in fed:
+            greedy_rows.append([int(t) for t in values[at : at + k]])
+            logprob_rows.append(values[n + at : n + at + k])
+            at += k
+        return drafts, greedy_rows, logprob_rows
 
-    def _accept(self, active: list[int], drafts: list[list[int]], fed: list[int], greedy: list[int],
-                logprobs: list[float], results: list[SequenceResult], cap: list[int], lengths: list[int],
-                ks: list[int], look: Lookahead, stats: DecodeStats) -> list[int]:
+    def _accept(self, active: list[int], drafts: list[list[int]], greedy: list[list[int]], logprobs: list[list[float]],
+                results: list[SequenceResult], cap: list[int], lengths: list[int], ks: list[int], look: Lookahead,
+                stats: DecodeStats) -> list[int]:
         """Each row keeps its drafts while they equal the target's tokens, plus the target's next one
         (``specwhisper.speculative.acceptance``); its ``lengths`` and next draft length ``ks`` move on.
         Returns the indices (into ``active``) of the rows that go on."""
-        keep, at = [], 0
+        keep = []
         for i, r in enumerate(active):
             d = drafts[i]
-            accepted, tokens = accept(d, greedy[at : at + fed[i]])
+            accepted, tokens = accept(d, greedy[i])
             emitted, alive = 0, True
-            for g, lp in zip(tokens, logprobs[at : at + fed[i]]):
+            for g, lp in zip(tokens, logprobs[i]):
                 alive = self._emit(results[r], g, lp, cap[r], stats)
                 emitted += 1
                 if not alive:  # the row ended at this token: the drafts after it do not count
                     accepted = min(accepted, emitted - 1)
                     break
-            at += fed[i]
             count_round(stats, len(d), accepted)
             if alive:
                 keep.append(i)

@@ -39,7 +39,7 @@ from specwhisper.asr.runtime.decoder import KVCache, WhisperDecoderRuntime
 from specwhisper.asr.drafters.exit_adapters import ExitAdapter, find_adapters, load_adapter, model_fingerprint
 from specwhisper.asr.decoding.speculative import WhisperDrafter
 from specwhisper.asr.drafters.vocab import HEAD_TEXT_TOKENS, CompactVocab
-from specwhisper.speculative.draft_steps import DraftSteps
+from specwhisper.speculative.draft_steps import DraftSteps, StepDrafts
 from specwhisper.speculative.drafter import common_prefix, early_exit_name
 from specwhisper.hardware.device import on_device
 
@@ -110,6 +110,10 @@ class EarlyExitDrafter(WhisperDrafter):
 
     @torch.inference_mode()
     def propose(self, contexts: list[list[int]], ks: list[int]) -> list[list[int]]:
+        return self.draft(contexts, ks).read()
+
+    @torch.inference_mode()
+    def draft(self, contexts: list[list[int]], ks: list[int]) -> StepDrafts:
         b, device = len(contexts), self.rt.device
         starts = [self.prompt_len + len(c) - 1 for c in contexts]  # position of each row's pending token
         steps = DraftSteps([max(0, k) for k in ks], self.watch_stops)
@@ -135,28 +139,34 @@ class EarlyExitDrafter(WhisperDrafter):
                 tok[on_device(going, device), 0] = kept
             else:
                 going = []
-        _, drafts = steps.read()
-        # each row was fed its pending token, then its drafts but the last (and, when its end was learned
-        # late, tokens past its draft: their states go unused)
-        fed = [[c[-1], *d][: len(d)] for c, d in zip(contexts, drafts)]
-        self._round = dict(starts=starts, fed=fed, states=torch.stack(states, 1) if states else None)
-        return drafts
+        # each row was fed its pending token, then its picks but the last (past its draft when its end
+        # was learned late: those states go unused)
+        rnd = self._round = dict(starts=starts, fed=n_fed, states=torch.stack(states, 1) if states else None, tokens=None)
+
+        def finish(picks: list[list[int]], drafts: list[list[int]]) -> list[list[int]]:
+            rnd["tokens"] = [[c[-1], *p][:n] for c, p, n in zip(contexts, picks, n_fed)]
+            return drafts
+
+        return StepDrafts(steps, finish)
 
     @torch.inference_mode()
     def verify(self, runtime: WhisperDecoderRuntime, tokens: torch.Tensor, positions: torch.Tensor, cache: KVCache,
-               token_rows: list[list[int]] | None = None, starts: list[int] | None = None) -> torch.Tensor:
+               token_rows: list[list[int]] | None = None, starts: list[int] | None = None,
+               drafted: bool = False) -> torch.Tensor:
         """The target's final hidden states for ``tokens`` at ``positions``: layers 0..k-1 only for the
-        tokens the drafter did not feed, layers k.. for all."""
+        tokens the drafter fed, layers k.. for all."""
         rnd, self._round = self._round, None
         b, w = tokens.shape
         fed = [0] * b
         if rnd is not None and cache is self.cache and len(rnd["fed"]) == b:
-            rows = token_rows if token_rows is not None else tokens.tolist()  # host lists: no wait for a GPU
             first = starts if starts is not None else positions[:, 0].tolist()
+            if not drafted:  # which leading tokens are those it fed: compared on the host
+                own = rnd["tokens"] or [[] for _ in range(b)]
+                rows = token_rows if token_rows is not None else tokens.tolist()
             for i in range(b):
                 # the drafter's states serve the leading tokens it fed, at these very positions
                 if first[i] == rnd["starts"][i]:
-                    fed[i] = common_prefix(rnd["fed"][i][:w], rows[i])
+                    fed[i] = min(rnd["fed"][i], w) if drafted else common_prefix(own[i][:w], rows[i])
         m = max(w - f for f in fed)
         if m == w or rnd is None or rnd["states"] is None:
             return runtime.hidden(tokens, positions, cache)

@@ -19,6 +19,7 @@ from specwhisper.asr.runtime.decoder import KVCache, WhisperDecoderRuntime
 from specwhisper.asr.drafters.vocab import CompactVocab
 from specwhisper.asr.decoding.speculative import WhisperDrafter
 from specwhisper.speculative import model_drafter
+from specwhisper.speculative.draft_steps import Drafts
 from specwhisper.speculative.token_map import TextRetokenizer
 from specwhisper.hardware.device import on_device
 
@@ -200,6 +201,10 @@ class WhisperModelDrafter(model_drafter.ModelDrafter, WhisperDrafter):
 
     @torch.inference_mode()
     def propose(self, contexts: list[list[int]], ks: list[int]) -> list[list[int]]:
+        return self.draft(contexts, ks).read()
+
+    @torch.inference_mode()
+    def draft(self, contexts: list[list[int]], ks: list[int]) -> Drafts:
         if not self.enabled:
-            return [[] for _ in contexts]
-        return super().propose(contexts, ks)
+            return Drafts([[] for _ in contexts])
+        return super().draft(contexts, ks)
