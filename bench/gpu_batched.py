@@ -24,9 +24,11 @@ no real acceptance. Per model and batch size:
   choice at each acceptance, with the plain step's cost at widths 1-16 (what W costs) and auto's step
   over this bench's own timing of it (``auto_step_vs_bench``, about 1 where auto's clock is right);
 - each drafter at each acceptance;
-- at batch 1 and 16, each drafter model at acceptance 0.8 again with the host waiting at each draft
-  step (``waits_each_draft_step``; the same replay, so the same drafts): ``speedup`` is what keeping a
-  round's draft tokens on the device gains (``specwhisper.speculative.draft_steps``; 1 on the CPU).
+- at batch 1 and 16, each drafter model at acceptance 0.8 again, the same replay (so the same drafts)
+  with the round made to wait more: at each draft step (``waits_each_draft_step``), and for its drafts
+  before the verify pass (``reads_drafts_first``). ``speedup`` is what the round's one read (its draft
+  tokens kept on the device and read with the verdict, ``specwhisper.speculative.draft_steps``) gains
+  over each; about 1 on the CPU.
 
 Writes bench/results/gpu_batched.json (``--out``) after every row.
 """
@@ -59,6 +61,7 @@ from specwhisper.asr.drafters.early_exit import EarlyExitDrafter  # noqa: E402
 from specwhisper.asr.decoding.speculative import Lookahead, SpeculativeDecoder  # noqa: E402
 from specwhisper.audio.chunking import Chunk  # noqa: E402
 from specwhisper.hardware.device import HostCopy, resolve_device, resolve_dtype  # noqa: E402
+from specwhisper.speculative.draft_steps import Drafts  # noqa: E402
 from tests.replay_drafter import Replay, ReplayLookup, replaying  # noqa: E402
 
 ACCEPTANCES = (0.6, 0.7, 0.8, 0.9)
@@ -122,7 +125,7 @@ WAIT_BATCHES = (1, 16)
 
 
 @contextmanager
-def waiting_each_draft_step():
+def waiting_each_draft_step(drafter):
     """Each draft step's end flags waited for, as a loop that reads every step's token does: what a
     draft round that keeps its tokens on the device saves (``specwhisper.speculative.draft_steps``)."""
     ready = HostCopy.ready
@@ -131,6 +134,24 @@ def waiting_each_draft_step():
         yield
     finally:
         HostCopy.ready = ready
+
+
+@contextmanager
+def reading_drafts_first(drafter):
+    """A round's drafts read before its verify pass (a second wait a round), as a verify pass that takes
+    its tokens from the host does: what reading them with the verdict saves."""
+    draft = drafter.draft
+    drafter.draft = lambda contexts, ks: Drafts(draft(contexts, ks).read())
+    try:
+        yield
+    finally:
+        del drafter.draft
+
+
+# the rounds a drafter model's row at acceptance 0.8 is run again with, beside its one read a round:
+# (what the row is called, its flag in the json, how the round is made to wait)
+WAITING = (("waiting at each draft step", "waits_each_draft_step", waiting_each_draft_step),
+           ("reading its drafts before the verify pass", "reads_drafts_first", reading_drafts_first))
 
 
 class Bench:
@@ -260,33 +281,37 @@ class Bench:
                         expected_speedup=round(expected[str(a)][kind][1], 3)))
                     self.last_row_s = time.perf_counter() - t_row
                     if a == 0.8 and kind != "ngram" and b in WAIT_BATCHES:
-                        self.waiting_row(name, b, kind, spec, out, tps, plain_tps, refs, enc, prompt, feats, limits)
+                        for waiting in WAITING:
+                            self.waiting_row(name, b, kind, spec, out, tps, plain_tps, refs, enc, prompt, feats, limits, waiting)
             del enc, feats
             if self.device.startswith("cuda"):
                 torch.cuda.empty_cache()
         del engine, d_bundle
 
 
-    def waiting_row(self, model, b, kind, spec, round_out, round_tps, plain_tps, refs, enc, prompt, feats, limits) -> None:
-        """The same decode (the same replay) with the host waiting at each draft step, beside its row."""
+    def waiting_row(self, model, b, kind, spec, round_out, round_tps, plain_tps, refs, enc, prompt, feats, limits,
+                    waiting) -> None:
+        """The same decode (the same replay) with the round made to wait as ``waiting`` says (``WAITING``),
+        beside its row."""
+        how, flag, context = waiting
         label = f"{model} batch {b}"
-        if self.over_budget(f"{label} {kind} waiting at each draft step", ahead=self.last_row_s):
+        if self.over_budget(f"{label} {kind} {how}", ahead=self.last_row_s):
             return
         replay = Replay(refs, 0.8, spec.sp.eot, seed=8)
         spec = SpeculativeDecoder(spec.rt, spec.sp, spec.rules, replaying(spec.drafter, replay), Lookahead())
-        with waiting_each_draft_step():
+        with context(spec.drafter):
             out = spec.decode(enc, prompt, feats, limits=limits)
         st = out.stats
         tps = st.generated_tokens / st.decoder_seconds
-        self.add(dict(
-            name=f"{label} + {kind}, PROJECTION at per-token acceptance 0.8, waiting at each draft step",
-            model=model, batch=b, drafter=kind, waits_each_draft_step=True,
-            token_identical=[s.tokens for s in out.sequences] == refs, drafted=st.drafted_tokens,
-            drafted_as_in_its_row=st.drafted_tokens == round_out.stats.drafted_tokens,
-            decoder_s=round(st.decoder_seconds, 4), decoder_tokens_per_s=round(tps, 1),
-            decoder_speedup=round(tps / plain_tps, 3),
-            # above 1: keeping a round's draft tokens on the device pays
-            speedup=round(round_tps / tps, 3)))
+        self.add({
+            "name": f"{label} + {kind}, PROJECTION at per-token acceptance 0.8, {how}",
+            "model": model, "batch": b, "drafter": kind, flag: True,
+            "token_identical": [s.tokens for s in out.sequences] == refs, "drafted": st.drafted_tokens,
+            "drafted_as_in_its_row": st.drafted_tokens == round_out.stats.drafted_tokens,
+            "decoder_s": round(st.decoder_seconds, 4), "decoder_tokens_per_s": round(tps, 1),
+            "decoder_speedup": round(tps / plain_tps, 3),
+            # above 1: the row's one read a round pays
+            "speedup": round(round_tps / tps, 3)})
 
 
 def summary(runs: list[dict], acceptance: float) -> None:
@@ -302,9 +327,10 @@ def summary(runs: list[dict], acceptance: float) -> None:
                 if (x["model"], x["batch"]) == key and x.get("projected_acceptance") == acceptance:
                     line += f"  {x['drafter']} {x['decoder_speedup']:.2f}x/{x['speedup_vs_fastest_plain']:.2f}x" \
                             f"{'' if x['token_identical'] else ' NOT IDENTICAL'}"
-                if (x["model"], x["batch"]) == key and x.get("waits_each_draft_step"):
-                    line += f"  [{x['drafter']} waiting each step {x['decoder_speedup']:.2f}x" \
-                            f"{'' if x['token_identical'] else ' NOT IDENTICAL'}]"
+                for how, flag, _ in WAITING:
+                    if (x["model"], x["batch"]) == key and x.get(flag):
+                        line += f"  [{x['drafter']} {how} {x['decoder_speedup']:.2f}x" \
+                                f"{'' if x['token_identical'] else ' NOT IDENTICAL'}]"
             print(line)
 
 
