@@ -20,6 +20,16 @@ import torch
 from specwhisper.hardware.device import HostCopy, on_device
 
 
+def batch_column(tokens: torch.Tensor, rows: list[int], size: int) -> torch.Tensor:
+    """The [size, 1] column of a step's input for a whole batch: ``tokens`` [n] (device) at ``rows``,
+    zeros for the rows that do not draft (their step writes past their length, overwritten later)."""
+    if len(rows) == size:
+        return tokens[:, None]
+    column = torch.zeros((size, 1), dtype=tokens.dtype, device=tokens.device)
+    column[on_device(rows, tokens.device), 0] = tokens
+    return column
+
+
 class DraftSteps:
     """One round's draft steps. ``budgets``: per row of the batch, the most tokens it may draft.
     ``watch``: learn of ended rows while drafting (False: only from the budgets, as on a device whose
@@ -61,11 +71,11 @@ class DraftSteps:
                 n[i] += 1
         return n
 
-    def matrix(self) -> torch.Tensor:
+    def matrix(self, device: torch.device | str) -> torch.Tensor:
         """Every row's picks in order on the device [rows, most picked] (zeros past a row's own)."""
         rows = len(self.budgets)
         if not self.steps:
-            return torch.zeros((rows, 0), dtype=torch.long)
+            return torch.zeros((rows, 0), dtype=torch.long, device=device)
         tokens = torch.cat([t for _, t, _ in self.steps]).long()
         at, n = [], [0] * rows
         for step_rows, _, _ in self.steps:
@@ -77,11 +87,11 @@ class DraftSteps:
         out[where[:, 0], where[:, 1]] = tokens
         return out
 
-    def values(self) -> torch.Tensor:
+    def values(self) -> torch.Tensor | None:
         """What the host reads to know the round's drafts: every step's tokens, then its end flags
-        (float32 [2 * picks]; token ids are exact in float32, below 2^24)."""
+        (float32 [2 * picks]; token ids are exact in float32, below 2^24). None: no step ran."""
         if not self.steps:
-            return torch.zeros(0)
+            return None
         return torch.cat([torch.stack([t.float(), e.float()]) for _, t, e in self.steps], dim=1).flatten()
 
     def unpack(self, values: list[float]) -> tuple[list[list[int]], list[list[int]]]:
@@ -105,7 +115,8 @@ class DraftSteps:
 
     def read(self) -> tuple[list[list[int]], list[list[int]]]:
         """The round's one host read (:meth:`unpack` of :meth:`values`)."""
-        return self.unpack(self.values().tolist())
+        values = self.values()
+        return self.unpack([] if values is None else values.tolist())
 
 
 class Drafts:
@@ -153,9 +164,9 @@ class StepDrafts(Drafts):
         return self.steps.counts()
 
     def matrix(self, device: torch.device | str) -> torch.Tensor:
-        return self.steps.matrix().to(device)
+        return self.steps.matrix(device)
 
-    def values(self) -> torch.Tensor:
+    def values(self) -> torch.Tensor | None:
         return self.steps.values()
 
     def resolve(self, values: list[float] | None) -> list[list[int]]:

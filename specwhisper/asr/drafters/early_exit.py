@@ -39,7 +39,7 @@ from specwhisper.asr.runtime.decoder import KVCache, WhisperDecoderRuntime
 from specwhisper.asr.drafters.exit_adapters import ExitAdapter, find_adapters, load_adapter, model_fingerprint
 from specwhisper.asr.decoding.speculative import WhisperDrafter
 from specwhisper.asr.drafters.vocab import HEAD_TEXT_TOKENS, CompactVocab
-from specwhisper.speculative.draft_steps import DraftSteps, StepDrafts
+from specwhisper.speculative.draft_steps import DraftSteps, StepDrafts, batch_column
 from specwhisper.speculative.drafter import common_prefix, early_exit_name
 from specwhisper.hardware.device import on_device
 
@@ -133,10 +133,9 @@ class EarlyExitDrafter(WhisperDrafter):
             ids, ends = self.pick(h if len(going) == b else h[on_device(going, device)], going)
             go = steps.add(going, ids, ends)
             if go:
-                tok = torch.zeros((b, 1), dtype=ids.dtype, device=device)
                 kept = ids if len(go) == len(going) else ids[on_device(go, device)]
                 going = [going[j] for j in go]
-                tok[on_device(going, device), 0] = kept
+                tok = batch_column(kept, going, b)
             else:
                 going = []
         # each row was fed its pending token, then its picks but the last (past its draft when its end

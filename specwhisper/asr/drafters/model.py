@@ -19,7 +19,7 @@ from specwhisper.asr.runtime.decoder import KVCache, WhisperDecoderRuntime
 from specwhisper.asr.drafters.vocab import CompactVocab
 from specwhisper.asr.decoding.speculative import WhisperDrafter
 from specwhisper.speculative import model_drafter
-from specwhisper.speculative.draft_steps import Drafts
+from specwhisper.speculative.draft_steps import Drafts, batch_column
 from specwhisper.speculative.token_map import TextRetokenizer
 from specwhisper.hardware.device import on_device
 
@@ -138,12 +138,7 @@ class WhisperDraftRuntime:
         pos = [[rt.max_len]] * b
         for r, p in zip(rows, positions):
             pos[r] = [p]
-        if len(rows) == b:
-            tok = tokens[:, None]
-        else:
-            tok = torch.zeros((b, 1), dtype=tokens.dtype, device=rt.device)
-            tok[on_device(rows, rt.device), 0] = tokens
-        self.last = rt.hidden(tok, on_device(pos, rt.device), self.cache)[:, -1]
+        self.last = rt.hidden(batch_column(tokens, rows, b), on_device(pos, rt.device), self.cache)[:, -1]
 
     def space(self, length: int) -> int:
         return max(0, self.limit - length)
