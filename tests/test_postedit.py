@@ -399,3 +399,21 @@ def test_a_verify_pass_gives_each_token_the_bits_of_a_plain_step(llm, editor, te
     plain = run([1] * 24)
     for widths in ([2] * 12, [5, 5, 5, 5, 4], [3, 7, 1, 9, 4]):
         assert torch.equal(run(widths), plain), f"verify widths {widths} change the logits"
+
+
+@pytest.mark.parametrize("drafter", ["copy", "layers:8"])
+def test_a_post_edit_round_reads_the_host_once(llm, texts, greedy_reference, drafter, monkeypatch):
+    """A round of the post-edit reads the host once, its verdict; a drafter model's tokens are fed to
+    the verify pass as they are on the device and read with it (``specwhisper.speculative.draft_steps``),
+    counted by ``tests.devicecheck`` with its end flags landing late, as on a GPU."""
+    from specwhisper.speculative.model_drafter import ModelDrafter
+    from tests.devicecheck import HostDeviceMode
+
+    monkeypatch.setattr(ModelDrafter, "watch_stops", False)
+    ed = _editor_with(llm, drafter)
+    with HostDeviceMode() as mode:
+        _, ids, stats = ed.generate(texts[0], max_new_tokens=40)
+    assert ids == greedy_reference(texts[0], 40)
+    reads = sum(mode.transfers.values())
+    assert stats.drafted_tokens > stats.target_passes
+    assert reads <= stats.target_passes, (reads, stats.target_passes, dict(mode.transfers))

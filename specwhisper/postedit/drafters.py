@@ -18,7 +18,7 @@ from typing import Sequence
 import torch
 
 from specwhisper.hardware.device import on_device
-from specwhisper.postedit.lm_cache import crop, forward, new_cache
+from specwhisper.postedit.lm_cache import crop, forward, input_ids, new_cache
 from specwhisper.speculative import model_drafter
 from specwhisper.speculative.drafter import early_exit_name
 from specwhisper.speculative.token_map import SameVocab, TextRetokenizer
@@ -38,13 +38,13 @@ class PrunedHead:
 
     def __init__(self, model, rows: Sequence[int]):
         self.body = getattr(model, model.base_model_prefix)
-        self.rows = torch.tensor(sorted({int(r) for r in rows}), dtype=torch.long)
-        self.weight = model.get_output_embeddings().weight.detach()[self.rows].contiguous()
-        self.ids = self.rows.to(self.weight.device)  # where the head's argmax is
+        full = model.get_output_embeddings().weight.detach()
+        self.ids = on_device(sorted({int(r) for r in rows}), full.device, dtype=torch.long)  # where the head's argmax is
+        self.weight = full[self.ids].contiguous()
 
     @torch.inference_mode()
-    def last_hidden(self, ids: Sequence[int], cache) -> torch.Tensor:
-        x = on_device([list(ids)], self.weight.device, dtype=torch.long)
+    def last_hidden(self, ids: Sequence[int] | torch.Tensor, cache) -> torch.Tensor:
+        x = input_ids(ids, self.weight.device)
         return self.body(input_ids=x, past_key_values=cache, use_cache=True).last_hidden_state[0, -1:]
 
     def next_token(self, hidden: torch.Tensor) -> torch.Tensor:
@@ -63,7 +63,7 @@ class CausalLMDraftRuntime:
         self.head = PrunedHead(model, vocab) if vocab is not None else None
         self.state: torch.Tensor | None = None  # last position's hidden state (pruned head) or logits
 
-    def _run(self, ids: list[int]) -> None:
+    def _run(self, ids: list[int] | torch.Tensor) -> None:
         if self.head is not None:
             self.state = self.head.last_hidden(ids, self.cache)
         else:
@@ -81,7 +81,7 @@ class CausalLMDraftRuntime:
         return token.reshape(1), torch.zeros(1, dtype=torch.bool, device=token.device)
 
     def step(self, rows: list[int], tokens: torch.Tensor, positions: list[int]) -> None:
-        self._run(tokens.tolist())  # one row: the model's own forward takes its ids as a list
+        self._run(tokens)  # one row: a draft step's token stays on the device
 
     def space(self, length: int) -> int:
         return 1 << 30

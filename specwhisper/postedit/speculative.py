@@ -18,7 +18,11 @@ import time
 from dataclasses import asdict, dataclass
 from typing import Callable, Sequence
 
+import torch
+
+from specwhisper.hardware.device import on_device
 from specwhisper.postedit.lm_cache import crop, forward, new_cache
+from specwhisper.speculative.draft_steps import Drafts
 from specwhisper.speculative.acceptance import accept
 from specwhisper.speculative.drafter import Drafter
 from specwhisper.speculative.lookahead import Lookahead
@@ -100,13 +104,20 @@ def speculative_generate(
     out: list[int] = []
     while len(out) < max_new_tokens:
         room = max_new_tokens - len(out) - 1  # the target always adds one token of its own
-        draft: list[int] = []
+        drafts = Drafts([[]])
         if drafter is not None and room > 0 and k > 0:
             td = time.perf_counter()
-            draft = [int(t) for t in drafter.propose([out], [min(k, room)])[0]][: min(k, room)]
+            drafts = drafter.draft([out], [min(k, room)])
             stats.draft_seconds += time.perf_counter() - td
-        logits = forward(model, pending + [last] + draft, cache, keep=1 + len(draft))
-        n, new = accept(draft, logits.argmax(-1).tolist())
+        # a drafter model's tokens are fed as they are on the device and read with the verdict: one read a round
+        width = drafts.counts()[0]
+        fed = on_device(pending + [last], model.device, dtype=torch.long)
+        logits = forward(model, torch.cat([fed, drafts.matrix(model.device)[0]]), cache, keep=1 + width)
+        greedy = logits.argmax(-1)
+        values = drafts.values()
+        read = (greedy if values is None else torch.cat([greedy.float(), values.to(greedy.device)])).tolist()
+        draft = drafts.resolve(read[1 + width :])[0]
+        n, new = accept(draft, [int(t) for t in read[: 1 + width]])
         committed += len(pending) + 1 + n
         if pending:
             pending = []
