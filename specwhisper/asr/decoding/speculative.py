@@ -177,11 +177,11 @@ class SpeculativeDecoder(Decoder):
         values = torch.cat(parts).tolist()  # the round's one host read
         n = len(rows)
         drafts = drafts.resolve(values[2 * n :])
-        greedy_rows, logprob_rows, at = [], [], 0
+        greedy_rows, logprob_rows, start = [], [], 0
         for k in fed:
-            greedy_rows.append([int(t) for t in values[at : at + k]])
-            logprob_rows.append(values[n + at : n + at + k])
-            at += k
+            greedy_rows.append([int(t) for t in values[start : start + k]])
+            logprob_rows.append(values[n + start : n + start + k])
+            start += k
         return drafts, greedy_rows, logprob_rows
 
     def _accept(self, active: list[int], drafts: list[list[int]], greedy: list[list[int]], logprobs: list[list[float]],
