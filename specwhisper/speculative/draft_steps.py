@@ -113,11 +113,6 @@ class DraftSteps:
                 at += 1
         return picks, drafts
 
-    def read(self) -> tuple[list[list[int]], list[list[int]]]:
-        """The round's one host read (:meth:`unpack` of :meth:`values`)."""
-        values = self.values()
-        return self.unpack([] if values is None else values.tolist())
-
 
 class Drafts:
     """A round's drafts, per row of the batch, as the verify pass takes them: known on the host (a
