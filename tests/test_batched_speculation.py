@@ -241,6 +241,8 @@ def test_a_speculative_round_makes_the_host_wait_once(folders, kind):
         torch.cuda.set_sync_debug_mode("default")
     waits = [w for w in seen if "synchroniz" in str(w.message).lower()]
     print(f"\n{kind}: {len(waits)} waits, {len(rounds)} rounds, {out.stats.drafted_tokens} drafted")
-    assert len(rounds) > 5 and len(waits) <= len(rounds) + 3, (len(waits), len(rounds))
+    # a decode's start and end wait a fixed few times besides its rounds (on an H100: 4 for each kind, at
+    # 19, 24 and 39 rounds); one more wait a round would add as many waits as rounds
+    assert len(rounds) > 5 and len(waits) <= len(rounds) + 5, (len(waits), len(rounds))
     if kind != "ngram":
         assert out.stats.drafted_tokens > 2 * len(rounds)  # several draft steps a round, not a wait each

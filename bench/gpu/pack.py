@@ -126,7 +126,7 @@ def unpack_model(pack: Path, out: Path) -> Path:
 
     out.mkdir(parents=True, exist_ok=True)
     with tarfile.open(pack) as tar:
-        members = {m.name: tar.extractfile(m).read() for m in tar.getmembers() if m.isfile()}
+        members = {m.name: tar.extractfile(m).read() for m in tar if m.isfile()}  # in order: xz cannot seek back cheaply
     packed = load(members.pop("weights.safetensors"))
     base = default_cache_dir() / "models" / f"base-ct2conv{CONVERTER_VERSION}"  # where resolve_model_path("base") looks
     for name in [n for n in members if n.startswith("base-json/")]:

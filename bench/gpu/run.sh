@@ -5,8 +5,8 @@
 #   bash bench/gpu/run.sh                  on the lent GPU machine (OUT set by the device tool)
 #   bash bench/gpu/run.sh --rehearse       here, on the CPU: the same steps at small shapes and short cuts
 #
-# Steps (limits in seconds, 530 in all, each then SIGINT and 10 s to stop): setup 25, env 20, tests 105, batched 135,
-# longform 185, manycore 60.
+# Steps (limits in seconds, 555 in all, each then SIGINT and 10 s to stop): setup 90 (the GPU machine's CPU unpacks
+# the xz archives in about half a minute), env 15, tests 95, batched 125, longform 170, manycore 60.
 # ONLY=step,step runs some of them (setup always runs). Files written to $OUT: run.log (everything),
 # steps.json, gpu_env.json, pytest.xml, gpu_batched.json, gpu_longform.json, gpu_manycore.json.
 set -u
@@ -56,25 +56,25 @@ setup() {  # Python's own tar and xz: the machine's image need not have xz
 }
 export -f setup
 export WORK PACK PY
-step setup 25 bash -c setup
+step setup 90 bash -c setup
 
 if [ "$MODE" = gpu ]; then
-  step env 20 bash -c "nvidia-smi; $PY bench/gpu/env_check.py | tee $OUT/gpu_env.json"
-  step tests 105 $PY -m pytest -q -p no:cacheprovider -m gpu tests/test_batched_speculation.py tests/test_auto_draft.py tests/test_gpu.py \
+  step env 15 bash -c "nvidia-smi; $PY bench/gpu/env_check.py | tee $OUT/gpu_env.json"
+  step tests 95 $PY -m pytest -q -p no:cacheprovider -m gpu tests/test_batched_speculation.py tests/test_auto_draft.py tests/test_gpu.py \
       -o addopts="" --junitxml="$OUT/pytest.xml" -rs
-  step batched 135 $PY bench/gpu_batched.py "${DEV[@]}" --budget-s 110 --out "$OUT/gpu_batched.json"
-  step longform 185 $PY bench/gpu_longform.py "${DEV[@]}" --model "$WORK/tiny.en-q8" --budget-s 170 \
+  step batched 125 $PY bench/gpu_batched.py "${DEV[@]}" --budget-s 105 --out "$OUT/gpu_batched.json"
+  step longform 170 $PY bench/gpu_longform.py "${DEV[@]}" --model "$WORK/tiny.en-q8" --budget-s 155 \
       --out "$OUT/gpu_longform.json"
   step manycore 60 $PY bench/large_target.py --device cpu --threads "$THREADS" --models large-v3 --tokens 30 \
       --acceptances 0.8 --exit-layers 4 --reps 2 --out "$OUT/gpu_manycore.json"
 else
-  step env 20 bash -c "$PY bench/gpu/env_check.py | tee $OUT/gpu_env.json"
-  step tests 105 $PY -m pytest -q -p no:cacheprovider -m gpu tests/test_batched_speculation.py tests/test_auto_draft.py tests/test_gpu.py \
+  step env 15 bash -c "$PY bench/gpu/env_check.py | tee $OUT/gpu_env.json"
+  step tests 95 $PY -m pytest -q -p no:cacheprovider -m gpu tests/test_batched_speculation.py tests/test_auto_draft.py tests/test_gpu.py \
       -o addopts="" --junitxml="$OUT/pytest.xml" -rs
-  step batched 135 $PY bench/gpu_batched.py "${DEV[@]}" --dtype bfloat16 --d-model 64 --batches 1,4 --acceptances 0.6,0.8 \
+  step batched 125 $PY bench/gpu_batched.py "${DEV[@]}" --dtype bfloat16 --d-model 64 --batches 1,4 --acceptances 0.6,0.8 \
       --tokens 10 --threads "$THREADS" --budget-s 110 --out "$OUT/gpu_batched.json"
-  step longform 185 $PY bench/gpu_longform.py "${DEV[@]}" --model "$WORK/tiny.en-q8" --cut-s 20 --long-minutes 20 \
-      --batches 2 --fw-batches 2 --hf-batch 2 --assist-s 10 --budget-s 170 --out "$OUT/gpu_longform.json"
+  step longform 170 $PY bench/gpu_longform.py "${DEV[@]}" --model "$WORK/tiny.en-q8" --cut-s 20 --long-minutes 20 \
+      --batches 2 --fw-batches 2 --hf-batch 2 --assist-s 10 --budget-s 155 --out "$OUT/gpu_longform.json"
   step manycore 60 $PY bench/large_target.py --device cpu --threads "$THREADS" --models large-v3 --d-model 64 --tokens 12 \
       --acceptances 0.8 --exit-layers 4 --reps 2 --out "$OUT/gpu_manycore.json"
 fi

@@ -63,11 +63,12 @@ def on_device(data, device: torch.device | str, dtype: torch.dtype | None = None
     memory to a GPU synchronously, so every such call inside a step waited for all the work queued
     before it, and the kernels after it were launched only then (on an H200: 133 waits in 29
     plain steps of base, where the one token read per step needs one); from pinned memory the copy is
-    queued like a kernel. Elsewhere it is ``torch.tensor``."""
+    queued like a kernel. Elsewhere it is ``torch.tensor``. The host tensor is made on the CPU by name:
+    under a ``with torch.device("cuda")`` block torch would make it on the GPU, which cannot be pinned."""
     device = torch.device(device)
     if device.type != "cuda":
         return torch.tensor(data, device=device, dtype=dtype)
-    return torch.tensor(data, dtype=dtype).pin_memory().to(device, non_blocking=True)
+    return torch.tensor(data, dtype=dtype, device="cpu").pin_memory().to(device, non_blocking=True)
 
 
 class HostCopy:
@@ -80,7 +81,7 @@ class HostCopy:
         if tensor.device.type != "cuda":
             self.value = tensor
             return
-        self.value = torch.empty(tensor.shape, dtype=tensor.dtype, pin_memory=True)
+        self.value = torch.empty(tensor.shape, dtype=tensor.dtype, device="cpu", pin_memory=True)
         self.value.copy_(tensor, non_blocking=True)
         self._event = torch.cuda.Event()
         self._event.record()
