@@ -158,20 +158,27 @@ def decode_with_fallback(
     seconds: list[float] | None = None,
 ) -> list[Attempt]:
     """Decode every row of ``encoder_out``; rows that fail the checks are decoded again by
-    ``sampler(temperature)`` with ``best_of`` draws each, capped by ``seconds`` (each row's audio).
+    ``sampler(temperature)`` with ``best_of`` draws each, capped by ``seconds`` (each row's audio),
+    as many rows a decode as ``encoder_out``'s row count holds their draws.
     Returns the attempt kept per row; the counters of every pass are added to ``stats``
     (``fallback_*`` for the sampled ones)."""
     def sampled(rows: list[int], temperature: float) -> list[Attempt]:
         k = rules.best_of
         capped = seconds is not None and rules.sample_tokens_per_s is not None
+        # as many chunks a decode as the batch holds rows for their k draws each: on a GPU a step of a few
+        # rows costs what a step of the batch does, and one decode per chunk took as many steps again per
+        # failing chunk. A lone chunk's draws share its row of cross-attention K/V (``KVCache.select``).
+        group = max(1, encoder_out.shape[0] // k)
         best = []
-        for r in rows:  # one chunk at a time, so its draws share one row of cross-attention K/V (``KVCache.select``)
-            limits = [rules.sample_limit(seconds[r])] * k if capped else None
-            drawn = sampler(temperature).decode(encoder_out[r : r + 1], prompt, limits=limits, copies=k)
+        for i in range(0, len(rows), group):
+            part = rows[i : i + group]
+            limits = [rules.sample_limit(seconds[r]) for r in part for _ in range(k)] if capped else None
+            enc = encoder_out[part[0] : part[0] + 1] if len(part) == 1 else encoder_out[part]
+            drawn = sampler(temperature).decode(enc, prompt, limits=limits, copies=k)
             stats.fallback_passes += drawn.stats.target_passes
             stats.fallback_seconds += drawn.stats.decoder_seconds
             stats.decoder_seconds += drawn.stats.decoder_seconds
-            best.append(max(drawn.sequences, key=_likelihood))
+            best += [max(drawn.sequences[j * k : (j + 1) * k], key=_likelihood) for j in range(len(part))]
         return [Attempt(s, temperature, compression_ratio(text_of(s.tokens))) for s in best]
 
     t0 = rules.temperatures[0]
