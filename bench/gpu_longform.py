@@ -17,6 +17,9 @@ reported apart from each file's transcription, whose wall time gives ``audio_s_p
 the clips' references (Whisper's English normaliser); ``peak_gpu_mb``: the process's GPU memory at its
 highest while the file ran (NVML, sampled every 20 ms; CUDA context included), with torch's own peak
 for the torch systems. Ours with ``auto`` is checked token-identical to ours plain at the same batch.
+Ours decodes as openai-whisper does, sampling a window again at rising temperatures where its text fails
+the compression and log-probability checks; faster-whisper's batched pipeline decodes at its first
+temperature only. The row ``ours none, no fallback`` decodes as it does (rows report ``fallback_s``).
 faster-whisper's CTranslate2 wheel is built for CUDA 12: on a CUDA 13 machine its cuBLAS is looked for
 as a link named libcublas.so.12 to the machine's cuBLAS 13 (the functions it calls exist in both);
 where it still fails, its rows carry the error. Writes bench/results/gpu_longform.json after each system.
@@ -168,6 +171,7 @@ def row(system: str, f: dict, seconds: float, text: str, extra: dict) -> dict:
 def child_ours(cfg: dict) -> dict:
     import torch
 
+    from specwhisper.asr.decoding.fallback import QualityRules
     from specwhisper.asr.drafters.choice import decoder_factory
     from specwhisper.asr.engine import AsrEngine, DecodeOptions
 
@@ -183,8 +187,11 @@ def child_ours(cfg: dict) -> dict:
     print(f"encoder ms per window: {json.dumps(encoder_ms)}", flush=True)
     rows, tokens = [], {}
     for draft, batch in cfg["configs"]:
-        engine = engines[draft]
-        opts = DecodeOptions(language="en", batch_size=batch)
+        engine = engines[draft.split(",")[0]]
+        # "none, no fallback": one temperature, as faster-whisper's batched pipeline decodes (it passes only the
+        # first of its temperatures to CTranslate2); ours by default samples again where a window fails the checks
+        fallback = {"quality": QualityRules(temperatures=(0.0,))} if draft.endswith("no fallback") else {}
+        opts = DecodeOptions(language="en", batch_size=batch, **fallback)
         engine.transcribe(warm, opts)  # graphs of this batch's shapes, kernels
         for f in cfg["files"]:
             if f["kind"] not in cfg["files_for"][f"{draft} {batch}"]:
@@ -202,7 +209,9 @@ def child_ours(cfg: dict) -> dict:
             extra = dict(draft=draft, batch=batch if batch else f"default ({auto_batch(engine)})", peak_gpu_mb=mem.mb,
                          torch_peak_mb=torch_peak(dev), vad_s=round(res.vad_seconds, 3), features_s=round(features_s[0], 3),
                          encoder_s=round(s.encoder_seconds - features_s[0], 3), decoder_s=round(s.decoder_seconds, 3),
-                         windows=len(res.chunks), generated_tokens=s.generated_tokens,
+                         windows=len(res.chunks), generated_tokens=s.generated_tokens, target_passes=s.target_passes,
+                         fallback_passes=s.fallback_passes, fallback_s=round(s.fallback_seconds, 3),
+                         redecoded_chunks=s.redecoded_chunks,
                          acceptance_rate=round(s.acceptance_rate, 3) if s.drafted else None,
                          tokens_per_target_pass=round(s.tokens_per_target_pass, 3) if s.drafted else None)
             if draft == "auto":
@@ -482,7 +491,7 @@ def main(argv: list[str] | None = None) -> int:
     base = dict(model=args.model, device=args.device, dtype=dtype, files=files)
     # ours: the default batch (None: what the GPU's memory gives) first, on every file; then each batch on
     # the 10-minute files, plain before auto (auto's rows compare their tokens with plain's)
-    configs = [(d, None) for d in ("none", "auto")] + [(d, b) for b in batches for d in ("none", "auto")]
+    configs = [(d, None) for d in ("none", "none, no fallback", "auto")] + [(d, b) for b in batches for d in ("none", "auto")]
     plans = {
         "ours": dict(base, configs=configs, files_for={f"{d} {b}": every if b is None else short for d, b in configs}),
         "fw batched": dict(base, batches=[int(b) for b in args.fw_batches.split(",")],
@@ -494,7 +503,7 @@ def main(argv: list[str] | None = None) -> int:
     out = {"machine": machine(torch.get_num_threads()) if not gpu else f"{torch.cuda.get_device_name()}; torch {torch.__version__}",
            "model": args.model, "files": {f["kind"]: dict(audio_s=round(f["seconds"], 1)) for f in files},
            "note": "each system in its own process; startup_s: imports, model loading and a 30 s warm-up; wall_s: one "
-                   "file's transcription (VAD, features, encoder, decoder; ours: vad_s, features_s (log-mel on the host), encoder_s, decoder_s, the rest host work); peak_gpu_mb: the process's GPU memory at "
+                   "file's transcription (VAD, features, encoder, decoder; ours: vad_s, features_s (log-mel on the host), encoder_s, decoder_s (fallback_s of it: the temperature fallback's sampled decodes, fallback_passes of target_passes), the rest host work); peak_gpu_mb: the process's GPU memory at "
                    "its highest during the file (NVML, CUDA context included)", "systems": {}, "runs": []}
     for i, system in enumerate(systems):
         left = args.budget_s - (time.perf_counter() - t0)
