@@ -28,7 +28,10 @@ no real acceptance. Per model and batch size:
   with the round made to wait more: at each draft step (``waits_each_draft_step``), and for its drafts
   before the verify pass (``reads_drafts_first``). ``speedup`` is what the round's one read (its draft
   tokens kept on the device and read with the verdict, ``specwhisper.speculative.draft_steps``) gains
-  over each; about 1 on the CPU.
+  over each; about 1 on the CPU;
+- at every batch above 1, each drafter model at acceptance 0.8 again, the same replay, with every round
+  drafting at most the k that auto's cost model chose (``auto_draft_length``), as ``--draft auto`` decodes
+  a batch; ``speedup`` is what that gains over the row's rows growing their own k.
 
 Writes bench/results/gpu_batched.json (``--out``) after every row.
 """
@@ -283,6 +286,9 @@ class Bench:
                     if a == 0.8 and kind != "ngram" and b in WAIT_BATCHES:
                         for waiting in WAITING:
                             self.waiting_row(name, b, kind, spec, out, tps, plain_tps, refs, enc, prompt, feats, limits, waiting)
+                    if a == 0.8 and kind != "ngram" and b > 1:
+                        self.auto_length_row(name, b, kind, spec, tps, plain_tps, refs, enc, prompt, feats, limits,
+                                             expected[str(a)][kind][0])
             del enc, feats
             if self.device.startswith("cuda"):
                 torch.cuda.empty_cache()
@@ -314,6 +320,28 @@ class Bench:
             "speedup": round(round_tps / tps, 3)})
 
 
+    def auto_length_row(self, model, b, kind, spec, per_row_tps, plain_tps, refs, enc, prompt, feats, limits, k) -> None:
+        """The same decode (the same replay) with every round drafting at most auto's ``k``, as ``--draft auto``
+        decodes a batch (``specwhisper.asr.drafters.auto``), beside its row of rows growing their own k."""
+        label = f"{model} batch {b}"
+        if self.over_budget(f"{label} {kind} at auto's draft length", ahead=self.last_row_s):
+            return
+        replay = Replay(refs, 0.8, spec.sp.eot, seed=8)
+        spec = SpeculativeDecoder(spec.rt, spec.sp, spec.rules, replaying(spec.drafter, replay), Lookahead(initial=k, maximum=k))
+        out = spec.decode(enc, prompt, feats, limits=limits)
+        st = out.stats
+        tps = st.generated_tokens / st.decoder_seconds
+        self.add({
+            "name": f"{label} + {kind}, PROJECTION at per-token acceptance 0.8, at auto's draft length {k}",
+            "model": model, "batch": b, "drafter": kind, "auto_draft_length": k,
+            "token_identical": [s.tokens for s in out.sequences] == refs,
+            "tokens_per_target_pass": round(st.tokens_per_target_pass, 2),
+            "decoder_s": round(st.decoder_seconds, 4), "decoder_tokens_per_s": round(tps, 1),
+            "decoder_speedup": round(tps / plain_tps, 3),
+            # above 1: auto's draft length pays over rows growing their own
+            "speedup": round(tps / per_row_tps, 3)})
+
+
 def summary(runs: list[dict], acceptance: float) -> None:
     print(f"\ndecoder tokens/s, plain (1 column | batch width) and each drafter at acceptance {acceptance} "
           "(speedup against the batch-width plain / the fastest plain):")
@@ -331,6 +359,9 @@ def summary(runs: list[dict], acceptance: float) -> None:
                     if (x["model"], x["batch"]) == key and x.get(flag):
                         line += f"  [{x['drafter']} {how} {x['decoder_speedup']:.2f}x" \
                                 f"{'' if x['token_identical'] else ' NOT IDENTICAL'}]"
+                if (x["model"], x["batch"]) == key and x.get("auto_draft_length"):
+                    line += f"  [{x['drafter']} at auto's draft length {x['auto_draft_length']} {x['decoder_speedup']:.2f}x" \
+                            f"{'' if x['token_identical'] else ' NOT IDENTICAL'}]"
             print(line)
 
 

@@ -117,6 +117,37 @@ def test_auto_is_exact_and_measures_once_per_batch_size(base_engine, manifest):
         assert dec.rt.head.compact_split is None
 
 
+def test_a_batch_keeps_the_chosen_draft_length_where_a_lone_row_adapts(base_engine, eval_root):
+    """A batch's round drafts as many steps as its longest draft: with two rows every round keeps the k
+    that auto chose, while a lone row grows its k after a fully accepted draft. Exact either way."""
+    from specwhisper.asr.decoding.greedy import GreedyDecoder
+
+    auto = AsrEngine("base", bundle=base_engine.bundle, decoder_factory=decoder_factory("auto"))
+    dec = auto.decoder
+    # ngram at a = 0.9 (bonus), drafting free: k = 1: T = 1.9, 1.9 * 1.0 / verify(2) = 1.9; k = 2: T = 2.71,
+    # verify(3) = 2.0 (halfway from 2: 1.0 to 4: 3.0), 1.355; wider passes cost more still. early exit: no.
+    forced = Costs(step=1.0, verify={2: 1.0, 4: 3.0, 8: 7.0}, draft={"ngram": 0.0, "early-exit:3": 10.0})
+    clips = [load_audio(eval_root / n) for n in ("openai-whisper/jfk.flac", "cuttledoc-fleurs/fleurs-en-002.ogg")]
+    prompt = base_engine.special.prompt("en", "transcribe", True)
+    plain = GreedyDecoder(base_engine.runtime, base_engine.special, base_engine.rules)
+    drafter = dec.candidates["ngram"].drafter
+    longest = {}
+    for rows in (1, 2):
+        feats, enc, _ = base_engine._encode(clips[:rows])
+        dec.costs[rows], dec.acceptance = forced, {"ngram": 0.9, "early-exit:3": 0.1}
+        asked = []
+        drafter.draft = lambda contexts, ks, draft=type(drafter).draft: asked.append(max(ks)) or draft(drafter, contexts, ks)
+        try:
+            got = dec.decode(enc, prompt, feats)
+        finally:
+            del drafter.draft
+        assert dec.last_choice[:2] == ("ngram", 1)
+        assert [s.tokens for s in got.sequences] == [s.tokens for s in plain.decode(enc, prompt).sequences]
+        assert got.stats.accepted_tokens > 0
+        longest[rows] = max(asked)
+    assert longest[1] > 1 and longest[2] == 1  # the lone row grew after a full acceptance; the batch kept 1
+
+
 @pytest.mark.gpu
 @pytest.mark.skipif(not __import__("torch").cuda.is_available(), reason="no CUDA GPU is usable here")
 def test_on_a_gpu_a_measured_pass_includes_the_gpu_work():

@@ -119,6 +119,7 @@ class AutoDecoder(Decoder):
         self.candidates = candidates
         self.acceptance = {n: PRIOR_ACCEPTANCE.get(family(n), 0.3) for n in candidates}
         self.bonus = {n: d.drafter.bonus for n, d in candidates.items()}
+        self.lookaheads = {n: d.lookahead for n, d in candidates.items()}  # each candidate's own policy
         self.costs: dict[int, Costs] = {}
         self.notes = list(notes or [])
         self.last_choice: tuple[str | None, int, float] | None = None
@@ -180,7 +181,13 @@ class AutoDecoder(Decoder):
             self.rt.whole_head()  # the early-exit candidate split it (measuring, or an earlier batch)
             return self.plain.decode(encoder_out, prompt, features)
         dec = self.candidates[name]
-        dec.lookahead = Lookahead(initial=k, maximum=max(k, dec.lookahead.maximum))
+        # A batch's round drafts as many steps as its longest draft, and a draft step of a few rows costs
+        # what one of all rows does (an H100, large-v3 shapes: a distil step 1.8 ms at batch 1, 2.1 ms at
+        # 16). Rows growing their own k (up to 12) made a round of 16 rows draft about 8 steps for its
+        # 3.3 tokens a row; there the round keeps the k the cost model chose (projected at the H100's
+        # costs: 1.04x -> 1.39x at acceptance 0.8, bench/round_length.py). A lone row keeps adapting.
+        default = self.lookaheads[name]
+        dec.lookahead = Lookahead(initial=k, maximum=k if b > 1 else max(k, default.maximum))
         out = dec.decode(encoder_out, prompt, features)
         if out.stats.drafted_tokens:
             self.acceptance[name] += SMOOTHING * (out.stats.acceptance_rate - self.acceptance[name])
