@@ -23,7 +23,8 @@ no real acceptance. Per model and batch size:
 - ``costs``: ``--draft auto``'s own measurement at this batch size (``AutoDecoder.measure``) and its
   choice at each acceptance, with the plain step's cost at widths 1-16 (what W costs) and auto's step
   over this bench's own timing of it (``auto_step_vs_bench``, about 1 where auto's clock is right);
-- each drafter at each acceptance;
+- each drafter at each acceptance (in a batch a drafter model's rows keep the initial k of 4,
+  ``SpeculativeDecoder.lookahead_for``; the n-gram lookup's rows grow their own);
 - at batch 1 and 16, each drafter model at acceptance 0.8 again, the same replay (so the same drafts)
   with the round made to wait more: at each draft step (``waits_each_draft_step``), and for its drafts
   before the verify pass (``reads_drafts_first``). ``speedup`` is what the round's one read (its draft

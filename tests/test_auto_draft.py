@@ -118,34 +118,37 @@ def test_auto_is_exact_and_measures_once_per_batch_size(base_engine, manifest):
 
 
 def test_a_batch_keeps_the_chosen_draft_length_where_a_lone_row_adapts(base_engine, eval_root):
-    """A batch's round drafts as many steps as its longest draft: with two rows every round keeps the k
-    that auto chose, while a lone row grows its k after a fully accepted draft. Exact either way."""
+    """In the fixed-shape mode (a GPU's; bfloat16 here) a round drafts as many passes as its longest draft
+    and each costs what one of all rows does: a batch's rows drafting by passes keep the k auto chose,
+    while a lone row grows its k after a fully accepted draft. Exact either way."""
     from specwhisper.asr.decoding.greedy import GreedyDecoder
 
-    auto = AsrEngine("base", bundle=base_engine.bundle, decoder_factory=decoder_factory("auto"))
+    auto = AsrEngine("base", dtype="bfloat16", decoder_factory=decoder_factory("auto"))
     dec = auto.decoder
-    # ngram at a = 0.9 (bonus), drafting free: k = 1: T = 1.9, 1.9 * 1.0 / verify(2) = 1.9; k = 2: T = 2.71,
-    # verify(3) = 2.0 (halfway from 2: 1.0 to 4: 3.0), 1.355; wider passes cost more still. early exit: no.
-    forced = Costs(step=1.0, verify={2: 1.0, 4: 3.0, 8: 7.0}, draft={"ngram": 0.0, "early-exit:3": 10.0})
+    assert auto.runtime.fixed_width is not None
+    # early-exit:3 at a = 0.9 (no bonus), a draft step 0.05 of a step: k = 1: T = 1, 1 / (0.05 + 1) = 0.95;
+    # k = 2: T = 1.9, verify(2) = 1.0: 1.9 / 1.1 = 1.727 (the best); k = 3: T = 2.71, verify(3) = 2.0 (halfway
+    # from 2: 1.0 to 4: 3.0): 2.71 / 2.15 = 1.26; wider passes cost more still. ngram: 10 steps a draft.
+    forced = Costs(step=1.0, verify={2: 1.0, 4: 3.0, 8: 7.0}, draft={"ngram": 10.0, "early-exit:3": 0.05})
     clips = [load_audio(eval_root / n) for n in ("openai-whisper/jfk.flac", "cuttledoc-fleurs/fleurs-en-002.ogg")]
-    prompt = base_engine.special.prompt("en", "transcribe", True)
-    plain = GreedyDecoder(base_engine.runtime, base_engine.special, base_engine.rules)
-    drafter = dec.candidates["ngram"].drafter
+    prompt = auto.special.prompt("en", "transcribe", True)
+    plain = GreedyDecoder(auto.runtime, auto.special, auto.rules)
+    drafter = dec.candidates["early-exit:3"].drafter
     longest = {}
     for rows in (1, 2):
-        feats, enc, _ = base_engine._encode(clips[:rows])
-        dec.costs[rows], dec.acceptance = forced, {"ngram": 0.9, "early-exit:3": 0.1}
+        feats, enc, _ = auto._encode(clips[:rows])
+        dec.costs[rows], dec.acceptance = forced, {"ngram": 0.1, "early-exit:3": 0.9}
         asked = []
         drafter.draft = lambda contexts, ks, draft=type(drafter).draft: asked.append(max(ks)) or draft(drafter, contexts, ks)
         try:
             got = dec.decode(enc, prompt, feats)
         finally:
             del drafter.draft
-        assert dec.last_choice[:2] == ("ngram", 1)
+        assert dec.last_choice[:2] == ("early-exit:3", 2)
         assert [s.tokens for s in got.sequences] == [s.tokens for s in plain.decode(enc, prompt).sequences]
         assert got.stats.accepted_tokens > 0
         longest[rows] = max(asked)
-    assert longest[1] > 1 and longest[2] == 1  # the lone row grew after a full acceptance; the batch kept 1
+    assert longest[1] > 2 and longest[2] == 2  # the lone row grew after a full acceptance; the batch kept 2
 
 
 @pytest.mark.gpu

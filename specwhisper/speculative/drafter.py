@@ -19,6 +19,10 @@ class Drafter:
     # pending for the next round): for drafters whose draft steps already run part of the target, so
     # that the last draft token's layers are never computed for nothing when it is rejected.
     bonus = True
+    # True: each draft token is a pass of a model (a drafter model's, or the target's first layers); False: a
+    # lookup on the host. A batch's round drafts as many passes as its longest draft
+    # (``SpeculativeDecoder.lookahead_for``).
+    drafts_by_passes = False
 
     def propose(self, contexts: list[list[int]], ks: list[int]) -> list[list[int]]:
         """Up to ``ks[i]`` tokens following ``contexts[i]`` (the row's generated tokens, prompt excluded)."""

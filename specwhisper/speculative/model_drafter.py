@@ -55,6 +55,7 @@ class ModelDrafter(Drafter):
     generated tokens (its own prompt), ``token_map`` maps between the two vocabularies."""
 
     name = "model"
+    drafts_by_passes = True
     watch_stops = True  # learn of ended rows while drafting (``DraftSteps``)
 
     def __init__(self, runtime: DraftRuntime, token_map: TokenMap, prefix: list[int] | None = None):

@@ -87,11 +87,19 @@ class SpeculativeDecoder(Decoder):
     def lookahead_for(self, cache: KVCache) -> Lookahead:
         """The draft lengths a verify pass over ``cache`` can hold: in the fixed-shape mode a pass has
         ``cache.width`` columns (``specwhisper.asr.runtime.kv_cache.fixed_width_for``), the pending token's included
-        when the drafter takes the bonus token."""
+        when the drafter takes the bonus token; there the rows of a batch drafting by passes keep the initial
+        length."""
         look = self.lookahead
         if cache.width is None:
             return look
         most = min(look.maximum, cache.width - (1 if self.drafter.bonus else 0))
+        if cache.batch_size > 1 and self.drafter.drafts_by_passes:
+            # A round drafts as many passes as its longest draft, and here a pass costs what one of all
+            # rows does (an H100, large-v3 shapes: a distil-shaped draft step 1.8 ms at batch 1, 2.1 ms at
+            # 16). Rows growing their own k up to 12 made a round of 16 rows draft 7 passes for its 3.3
+            # tokens a row (distil at acceptance 0.8: 0.90x); kept at the initial k, such rounds are
+            # projected 1.4x at the H100's costs (bench/round_length.py). A lone row keeps adapting.
+            most = min(most, look.initial)
         return replace(look, maximum=most, initial=min(look.initial, most), minimum=min(look.minimum, most))
 
     def _decode(self, encoder_out: torch.Tensor, prompt: list[int], features: torch.Tensor | None,

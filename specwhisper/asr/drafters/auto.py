@@ -181,13 +181,8 @@ class AutoDecoder(Decoder):
             self.rt.whole_head()  # the early-exit candidate split it (measuring, or an earlier batch)
             return self.plain.decode(encoder_out, prompt, features)
         dec = self.candidates[name]
-        # A batch's round drafts as many steps as its longest draft, and a draft step of a few rows costs
-        # what one of all rows does (an H100, large-v3 shapes: a distil step 1.8 ms at batch 1, 2.1 ms at
-        # 16). Rows growing their own k (up to 12) made a round of 16 rows draft about 8 steps for its
-        # 3.3 tokens a row; there the round keeps the k the cost model chose (projected at the H100's
-        # costs: 1.04x -> 1.39x at acceptance 0.8, bench/round_length.py). A lone row keeps adapting.
-        default = self.lookaheads[name]
-        dec.lookahead = Lookahead(initial=k, maximum=k if b > 1 else max(k, default.maximum))
+        # the chosen k first; in a batch a drafter model's rows keep it (``SpeculativeDecoder.lookahead_for``)
+        dec.lookahead = Lookahead(initial=k, maximum=max(k, self.lookaheads[name].maximum))
         out = dec.decode(encoder_out, prompt, features)
         if out.stats.drafted_tokens:
             self.acceptance[name] += SMOOTHING * (out.stats.acceptance_rate - self.acceptance[name])

@@ -52,6 +52,7 @@ class EarlyExitDrafter(WhisperDrafter):
     """Drafts with the target's first ``exit_layer`` layers over the target's own KV cache."""
 
     bonus = False  # the last draft token is checked, not fed: its lower layers run only if it is accepted
+    drafts_by_passes = True
     watch_stops = True  # learn of ended rows while drafting (``DraftSteps``)
 
     def __init__(self, runtime: WhisperDecoderRuntime, special: SpecialTokens, rules: WhisperLogitRules, exit_layer: int,
