@@ -167,7 +167,8 @@ class AsrEngine:
 
     def _features(self, pieces: list[np.ndarray], zero_pad: list[bool] | None = None) -> torch.Tensor:
         zero_pad = zero_pad if zero_pad is not None else [False] * len(pieces)
-        feats = torch.from_numpy(log_mel_windows(self.bundle.feature_extractor, pieces, zero_pad))
+        stft = self.device if str(self.device).startswith("cuda") else "cpu"
+        feats = torch.from_numpy(log_mel_windows(self.bundle.feature_extractor, pieces, zero_pad, device=stft))
         return feats.to(self.device, dtype=self.bundle.model.dtype)
 
     def _encode(self, pieces: list[np.ndarray], zero_pad: list[bool] | None = None) -> tuple[torch.Tensor, torch.Tensor, float]:

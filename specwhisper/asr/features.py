@@ -27,22 +27,24 @@ FLOOR = 2.0  # Whisper's log-mel keeps 8 log10 units below the loudest frame, sc
 SILENCE = -1.5  # a frame of digital silence: log10 of the 1e-10 clamp, scaled as (x + 4) / 4
 
 
-def log_mel_windows(feature_extractor, pieces: Sequence[np.ndarray], zero_pad: Sequence[bool]) -> np.ndarray:
+def log_mel_windows(feature_extractor, pieces: Sequence[np.ndarray], zero_pad: Sequence[bool],
+                    device: str = "cpu") -> np.ndarray:
     """[len(pieces), mels, frames] float32: each piece's window, padded by the convention ``zero_pad``
     names for it (see the module docstring). A zero-padded piece is cut to the window and transformed
     as faster-whisper does it: the piece and one hop of zeros, the spectrogram's last frame dropped
-    (it would straddle the piece's end)."""
+    (it would straddle the piece's end). ``device``: where transformers computes the STFT (a GPU's
+    "cuda": on the H100 machine the host's took 0.33 s of a 10-minute file's 3.6 s at batch 32)."""
     fe = feature_extractor
     frames = fe.nb_max_frames
     out = np.empty((len(pieces), fe.feature_size, frames), np.float32)
     openai = [i for i, z in enumerate(zero_pad) if not z]
     if openai:
-        out[openai] = fe([pieces[i] for i in openai], sampling_rate=SAMPLE_RATE, return_tensors="np").input_features
+        out[openai] = fe([pieces[i] for i in openai], sampling_rate=SAMPLE_RATE, return_tensors="np", device=device).input_features
     for i in (i for i, z in enumerate(zero_pad) if z):
         piece = np.asarray(pieces[i], np.float32)[: frames * HOP]
         # one hop of zeros; a piece shorter than the FFT (a few ms) is zero-padded to it for the STFT
         padded = np.pad(piece, (0, max(HOP, fe.n_fft - len(piece))))
-        mel = fe(padded, sampling_rate=SAMPLE_RATE, padding=False, return_tensors="np").input_features[0][:, :-1]
+        mel = fe(padded, sampling_rate=SAMPLE_RATE, padding=False, return_tensors="np", device=device).input_features[0][:, :-1]
         mel = mel[:, :frames]
         out[i, :, : mel.shape[1]] = mel
         out[i, :, mel.shape[1] :] = padding_value(mel)
