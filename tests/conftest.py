@@ -41,6 +41,15 @@ def base_engine():
 
 
 @pytest.fixture(scope="session")
+def bf16_engine():
+    """base in bfloat16 on this CPU: its products are plain ``F.linear`` calls, as on a GPU, so it decodes
+    in the fixed-shape mode (``specwhisper.asr.runtime.decoder``)."""
+    from specwhisper.asr.engine import AsrEngine
+
+    return AsrEngine("base", dtype="bfloat16")
+
+
+@pytest.fixture(scope="session")
 def tiny_engine():
     from specwhisper.asr.engine import AsrEngine
 

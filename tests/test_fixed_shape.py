@@ -12,11 +12,6 @@ from specwhisper.asr.drafters.choice import decoder_factory
 from specwhisper.asr.engine import AsrEngine, DecodeOptions
 
 
-@pytest.fixture(scope="module")
-def bf16_engine():
-    return AsrEngine("base", dtype="bfloat16")
-
-
 def _logits_by_width(rt, enc, seq, p0, widths, rows=1):
     """Logits of seq[p0:] computed in passes of ``widths`` tokens (row 0 of a batch of ``rows``)."""
     cache = rt.new_cache(enc.expand(rows, -1, -1).contiguous(), slack=13)
