@@ -54,16 +54,12 @@ def test_samples_cut_at_their_cap_fail_and_lose_to_the_greedy_text(base_engine, 
     assert whole.fallback_passes > stats.fallback_passes  # uncapped, the draws write the whole clip
 
 
-def test_failing_chunks_of_a_batch_draw_their_samples_in_one_decode(base_engine, eval_root):
+def test_failing_chunks_of_a_batch_draw_their_samples_in_one_decode(base_engine, manifest):
     """Four chunks in a batch of four, two draws each: two sampling decodes of two chunks (their four
     draws fill the batch's rows), not four, and each chunk keeps a draw of its own audio."""
-    refs = {"openai-whisper/jfk.flac": "And so my fellow Americans ask not what your country can do for you, ask "
-            "what you can do for your country.",
-            "cuttledoc-fleurs/fleurs-en-002.ogg": "to the north and within easy reach is the romantic and fascinating "
-            "town of sintra and which was made famous to foreigners after a glowing account of its splendours "
-            "recorded by lord byron"}
-    names = list(refs) * 2
-    feats, enc, _ = base_engine._encode([load_audio(eval_root / n) for n in names])
+    items = {m.file: m for m in manifest}
+    clips = [items["openai-whisper/jfk.flac"], items["cuttledoc-fleurs/fleurs-en-002.ogg"]] * 2
+    feats, enc, _ = base_engine._encode([load_audio(m.path) for m in clips])
     prompt = base_engine.special.prompt("en", "transcribe", True)
     calls = []
 
@@ -77,8 +73,8 @@ def test_failing_chunks_of_a_batch_draw_their_samples_in_one_decode(base_engine,
     kept = decode_with_fallback(base_engine.decoder, sampler, enc, prompt, feats, rules, base_engine._text, DecodeStats())
     assert calls == [(2, 2), (2, 2)]
     assert all(a.temperature == 0.3 for a in kept)
-    for name, attempt in zip(names, kept):
-        assert wer([refs[name]], [base_engine._text(attempt.seq.tokens)]) < 0.35, name
+    for item, attempt in zip(clips, kept):
+        assert wer([item.reference], [base_engine._text(attempt.seq.tokens)]) < 0.35, item.file
 
 
 def test_sample_cap_is_validated():
