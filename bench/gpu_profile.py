@@ -2,7 +2,8 @@
 
 For large-v3 shapes (random weights) at each batch size it times the passes decoding is made of: a
 plain step (the pass, then the logit rules and the greedy pick), a verify pass of 8 tokens a row, a
-step of the distil-shaped drafter and of early exit after 4 layers. Each pass gets:
+draft step (layers, head, rules, pick) of the distil-shaped drafter and of early exit after 4 layers,
+each with its picks made row by row and for the whole batch in one captured call. Each pass gets:
 
 - ``wall_ms``: the pass, waited for (median);
 - ``host_ms``: the seconds until the host is free again, the pass queued behind a 20 ms sleep of the
@@ -99,22 +100,33 @@ def passes(engine, d_bundle, batch: int, context: int = 100) -> dict:
         logits = rt.step(tok, pos, cache)[:, -1]
         rules.select(logits.float(), prefixes)
 
-    early = EarlyExitDrafter(rt, sp, engine.rules, 4)
+    rows = list(range(batch))
 
-    def early_exit_step():
-        h = rt.layer_range(rt.embed_at(tok, pos), pos, cache, 0, early.k)[:, 0]
-        early.vocab.logits(rt.final_norm(h)).argmax(-1)
+    def early_exit_step(whole: bool):
+        early = EarlyExitDrafter(rt, sp, engine.rules, 4)
+        early.whole_batch, early.cache = whole, cache
 
-    distil = model_drafter(engine, "distil", bundle=d_bundle)
-    drt = distil.m.runtime
-    dcache = drt.new_cache(enc, slack=1)
-    drt.step(torch.tensor([seq] * batch, device=dev), torch.arange(len(seq), device=dev).expand(batch, -1), dcache)
+        def layers():
+            return rt.layer_range(rt.embed_at(tok, pos), pos, cache, 0, early.k)[:, 0]
 
-    def distil_step():
-        drt.step(tok, pos, dcache)[:, -1].argmax(-1)
+        early.start(rows, prefixes, layers())
+        return lambda: early.pick(layers(), rows)
 
-    return {"plain step": plain_step, "verify 8": lambda: rt.step(wide, wide_pos, cache), "distil step": distil_step,
-            "early-exit:4 step": early_exit_step}
+    def distil_step(whole: bool):
+        """A draft step of the distil-shaped drafter: its layers, head, rules and pick."""
+        draft = model_drafter(engine, "distil", bundle=d_bundle).runtime
+        draft.whole_batch, draft.cache = whole, draft.m.runtime.new_cache(enc, slack=1)
+        draft.feed([seq] * batch, [0] * batch)
+        draft.start(rows, prefixes)
+        picked = torch.full((batch,), 220, device=dev)
+        return lambda: (draft.step(rows, picked, [context] * batch), draft.pick(rows))
+
+    # each drafter step both ways: the pick over the drafting rows, op by op; the whole batch's in one
+    # captured call (``WholeBatchPicks``, the default where the runtime replays CUDA graphs)
+    return {"plain step": plain_step, "verify 8": lambda: rt.step(wide, wide_pos, cache),
+            "distil step, picks per row": distil_step(False), "distil step, whole batch": distil_step(True),
+            "early-exit:4 step, picks per row": early_exit_step(False),
+            "early-exit:4 step, whole batch": early_exit_step(True)}
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -46,8 +46,8 @@ def replaying(drafter, replay: Replay):
     real_start, real_pick = hooks.__dict__.setdefault("_own_hooks", (hooks.start, hooks.pick))
     seen: dict[int, list[int]] = {}
 
-    def start(rows, prefixes):
-        real_start(rows, prefixes)
+    def start(rows, prefixes, *rest):
+        real_start(rows, prefixes, *rest)
         seen.clear()
         seen.update((r, list(p)) for r, p in zip(rows, prefixes))
 

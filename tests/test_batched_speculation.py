@@ -216,6 +216,34 @@ def test_real_weights_in_batches_on_the_gpu(real_gpu_engine, manifest, draft):
 
 @pytest.mark.gpu
 @needs_cuda
+@pytest.mark.parametrize("draft", ["early-exit:2:raw", "layers:2"])
+def test_whole_batch_picks_on_the_gpu(real_gpu_engine, manifest, draft):
+    """A drafter's picks captured for the whole batch (CUDA graphs, the GPU's default) against its picks
+    made op by op for the drafting rows: plain decoding's tokens both ways, and about the same
+    acceptance (the captured head may sum in another order, and a near-tie then drafts another
+    token)."""
+    from specwhisper.audio.loading import load_audio
+    from tests.exactness import drafting_factory
+
+    plain = real_gpu_engine
+    audios = [load_audio(m.path) for m in manifest if m.language == "en" and m.reference][:12]
+    opts = DecodeOptions(language="en", batch_size=8)
+    want = plain.transcribe_many(audios, opts)
+    accepted = {}
+    for whole in (True, False):
+        spec = AsrEngine(plain.model_name, device="cuda", bundle=plain.bundle, decoder_factory=drafting_factory(draft))
+        drafter = spec.decoder.drafter
+        assert (drafter if draft.startswith("early-exit") else drafter.runtime).whole_batch
+        (drafter if draft.startswith("early-exit") else drafter.runtime).whole_batch = whole
+        got = spec.transcribe_many(audios, opts)
+        for w, g in zip(want, got):
+            assert [s.tokens for s in g.segments] == [s.tokens for s in w.segments], (draft, whole)
+        accepted[whole] = sum(r.stats.accepted_tokens for r in got)
+    assert accepted[False] > 0 and abs(accepted[True] - accepted[False]) <= 0.1 * accepted[False], accepted
+
+
+@pytest.mark.gpu
+@needs_cuda
 @pytest.mark.parametrize("kind", ["ngram", "early-exit", "distil"])
 def test_a_speculative_round_makes_the_host_wait_once(folders, kind):
     """torch's sync debug mode warns at each wait for the GPU: a round owes one, the verify pass's read,

@@ -10,6 +10,7 @@ import torch
 from specwhisper.audio.loading import load_audio
 from specwhisper.asr.drafters.choice import decoder_factory
 from specwhisper.asr.engine import AsrEngine, DecodeOptions
+from tests.exactness import drafting_factory
 
 
 def _logits_by_width(rt, enc, seq, p0, widths, rows=1):
@@ -84,3 +85,25 @@ def test_speculation_in_fixed_shapes_is_token_identical(bf16_engine, manifest, d
         assert [s.tokens for s in fast.segments] == [s.tokens for s in plain.segments], item.file
         if draft != "ngram":
             assert fast.stats.accepted_tokens > 0
+
+
+@pytest.mark.parametrize("draft", ["early-exit", "layers:4"])
+def test_whole_batch_picks_in_fixed_shapes(bf16_engine, manifest, draft):
+    """A GPU's drafter picks for every row of the batch in one captured call (``WholeBatchPicks``), here
+    run as without graphs: rows that ended stay in the fixed-shape cache at their physical rows and are
+    picked for and ignored. Batches of 4 windows of a long file, whose rows end apart: the tokens of
+    plain decoding, and the drafts of the rows' own picks (the same drafted and accepted counts).
+    ``layers:4``: base's own first 4 layers as a model drafter."""
+    item = max((m for m in manifest if m.language == "en" and m.duration < 150), key=lambda m: m.duration)
+    audio = load_audio(item.path)
+    opts = DecodeOptions(language="en", batch_size=4)
+    plain = bf16_engine.transcribe(audio, opts)
+    runs = {}
+    for whole in (False, True):
+        spec = AsrEngine("base", bundle=bf16_engine.bundle, decoder_factory=drafting_factory(draft))
+        drafter = spec.decoder.drafter
+        (drafter if draft == "early-exit" else drafter.runtime).whole_batch = whole
+        fast = spec.transcribe(audio, opts)
+        assert [s.tokens for s in fast.segments] == [s.tokens for s in plain.segments], (draft, whole)
+        runs[whole] = (fast.stats.drafted_tokens, fast.stats.accepted_tokens)
+    assert runs[False][1] > 0 and runs[True] == runs[False], runs

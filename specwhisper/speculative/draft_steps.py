@@ -22,8 +22,9 @@ from specwhisper.hardware.device import HostCopy, on_device
 
 def batch_column(tokens: torch.Tensor, rows: list[int], size: int) -> torch.Tensor:
     """The [size, 1] column of a step's input for a whole batch: ``tokens`` [n] (device) at ``rows``,
-    zeros for the rows that do not draft (their step writes past their length, overwritten later)."""
-    if len(rows) == size:
+    zeros for the rows that do not draft (their step writes past their length, overwritten later);
+    ``tokens`` of every row of the batch [size] are the column as they are."""
+    if len(rows) == size or tokens.shape[0] == size:
         return tokens[:, None]
     column = torch.zeros((size, 1), dtype=tokens.dtype, device=tokens.device)
     column[on_device(rows, tokens.device), 0] = tokens
@@ -48,20 +49,36 @@ class DraftSteps:
 
     def add(self, rows: list[int], tokens: torch.Tensor, ends: torch.Tensor) -> list[int]:
         """Record a step: ``tokens`` and ``ends`` (device tensors: the step's greedy token of each of
-        ``rows`` and whether that row's draft ends with it). Returns the indices into ``rows`` of the rows
-        that draft on: budget left, and not known to have ended."""
+        ``rows`` and whether that row's draft ends with it; or of every row of the batch, the others'
+        ignored). Returns the indices into ``rows`` of the rows that draft on: budget left, and not known
+        to have ended."""
         self.steps.append((rows, tokens, ends))
         if self.watch:
             self.pending.append((rows, HostCopy(ends)))
             waiting = []
             for r, copy in self.pending:
                 if copy.ready():
-                    self.ended.update(i for i, e in zip(r, copy.value.tolist()) if e)
+                    flags = copy.value.tolist()
+                    self.ended.update(i for i, at in zip(r, self._places(r, len(flags))) if flags[at])
                 else:
                     waiting.append((r, copy))
             self.pending = waiting
         n = len(self.steps)
         return [j for j, i in enumerate(rows) if n < self.budgets[i] and i not in self.ended]
+
+    def _places(self, rows: list[int], size: int) -> list[int] | range:
+        """Where each of ``rows`` sits in a step's ``size`` tokens: in order, or at its own index in a
+        column of the whole batch."""
+        return rows if size == len(self.budgets) else range(len(rows))
+
+    def _flat(self) -> list[tuple[int, int]]:
+        """Per pick, in the order of the steps: (row, its index in :meth:`values`'s tokens)."""
+        out, offset = [], 0
+        for rows, tokens, _ in self.steps:
+            size = tokens.shape[0]
+            out += [(i, offset + at) for i, at in zip(rows, self._places(rows, size))]
+            offset += size
+        return out
 
     def counts(self) -> list[int]:
         """Per row, how many tokens it picked (its draft has at most as many): known without a read."""
@@ -78,13 +95,12 @@ class DraftSteps:
             return torch.zeros((rows, 0), dtype=torch.long, device=device)
         tokens = torch.cat([t for _, t, _ in self.steps]).long()
         at, n = [], [0] * rows
-        for step_rows, _, _ in self.steps:
-            for i in step_rows:
-                at.append((i, n[i]))
-                n[i] += 1
+        for i, flat in self._flat():
+            at.append((i, n[i], flat))
+            n[i] += 1
         out = tokens.new_zeros((rows, max(n)))
-        where = on_device(at, tokens.device).reshape(-1, 2)
-        out[where[:, 0], where[:, 1]] = tokens
+        where = on_device(at, tokens.device).reshape(-1, 3)
+        out[where[:, 0], where[:, 1]] = tokens[where[:, 2]]
         return out
 
     def values(self) -> torch.Tensor | None:
@@ -101,16 +117,14 @@ class DraftSteps:
         picks: list[list[int]] = [[] for _ in range(rows)]
         drafts: list[list[int]] = [[] for _ in range(rows)]
         half = len(values) // 2
-        at, done = 0, set()
-        for step_rows, _, _ in self.steps:
-            for i in step_rows:
-                token = int(values[at])
-                picks[i].append(token)
-                if i not in done:
-                    drafts[i].append(token)
-                    if values[half + at] or len(drafts[i]) >= self.budgets[i]:
-                        done.add(i)
-                at += 1
+        done = set()
+        for i, at in self._flat():
+            token = int(values[at])
+            picks[i].append(token)
+            if i not in done:
+                drafts[i].append(token)
+                if values[half + at] or len(drafts[i]) >= self.budgets[i]:
+                    done.add(i)
         return picks, drafts
 
 

@@ -38,11 +38,13 @@ class DraftRuntime(Protocol):
 
     def pick(self, rows: list[int]) -> tuple[torch.Tensor, torch.Tensor]:
         """The greedy next token of each of ``rows`` (device [n]; ``rows`` shrink within a round, never
-        grow) and whether that row's draft ends with it (device bool [n])."""
+        grow) and whether that row's draft ends with it (device [n], nonzero: ends); or both for every
+        row of the batch ([rows of the batch], the others' ignored)."""
         ...
 
     def step(self, rows: list[int], tokens: torch.Tensor, positions: list[int]) -> None:
-        """Feed ``tokens`` (device [n]) to ``rows`` at ``positions`` (the other rows stay where they are)."""
+        """Feed ``tokens`` (device [n], or :meth:`pick`'s of every row) to ``rows`` at ``positions`` (the
+        other rows stay where they are)."""
         ...
 
     def space(self, length: int) -> int:
@@ -104,7 +106,7 @@ class ModelDrafter(Drafter):
             if not go:
                 break
             rows = [live[j] for j in go]
-            if len(go) < len(live):
+            if len(go) < len(live) and tokens.shape[0] < len(seqs):  # picks of the live rows only
                 tokens = tokens[on_device(go, tokens.device)]
             rt.step(rows, tokens, [len(seqs[i]) + stepped[i] for i in rows])
             for i in rows:

@@ -28,6 +28,7 @@ with Whisper's rules applied in that compact vocabulary.
 
 from __future__ import annotations
 
+from collections import OrderedDict
 from pathlib import Path
 
 import numpy as np
@@ -38,7 +39,7 @@ from specwhisper.asr.decoding.rules import WhisperLogitRules
 from specwhisper.asr.runtime.decoder import KVCache, WhisperDecoderRuntime
 from specwhisper.asr.drafters.exit_adapters import ExitAdapter, find_adapters, load_adapter, model_fingerprint
 from specwhisper.asr.decoding.speculative import WhisperDrafter
-from specwhisper.asr.drafters.vocab import HEAD_TEXT_TOKENS, CompactVocab
+from specwhisper.asr.drafters.vocab import HEAD_TEXT_TOKENS, CompactVocab, WholeBatchPicks
 from specwhisper.speculative.draft_steps import DraftSteps, StepDrafts, batch_column
 from specwhisper.speculative.drafter import common_prefix, early_exit_name
 from specwhisper.hardware.device import on_device
@@ -71,6 +72,11 @@ class EarlyExitDrafter(WhisperDrafter):
         self.cache: KVCache | None = None
         self.prompt_len = 0
         self._round: dict | None = None
+        # each step picks for every row of the batch in one captured call (``WholeBatchPicks``), where
+        # the runtime replays CUDA graphs; one per cache (its cross-attention K/V), the latest few kept
+        self.whole_batch = runtime.graphs is not None
+        self.picks: OrderedDict[tuple, WholeBatchPicks] = OrderedDict()
+        self.pool = torch.cuda.graph_pool_handle() if self.whole_batch and runtime.device.type == "cuda" else None
 
     # the speculative decoder's hooks
     def begin(self, encoder_out, prompt, features) -> None:
@@ -88,26 +94,63 @@ class EarlyExitDrafter(WhisperDrafter):
 
     def _draft_logits(self, h: torch.Tensor, rows: list[int]) -> torch.Tensor:
         """Compact logits for the layer-k states ``h`` [n, d] of cache rows ``rows``."""
-        if self.adapter is None:
-            x = self.rt.final_norm(h)
-        else:
-            j = self.adapter.config.cross_layer
-            ck = cv = None
-            if j is not None:
-                full = self.cache.rows is None and len(rows) == self.cache.batch_size
-                idx = slice(None) if full else on_device(self.cache.physical(rows), h.device)
-                ck, cv = self.cache.cross_k[j][idx], self.cache.cross_v[j][idx]
-            x = self.adapter(h[:, None], ck, cv)[:, 0]
+        j = None if self.adapter is None else self.adapter.config.cross_layer
+        if j is None:
+            return self._scores(h, None, None)
+        full = self.cache.rows is None and len(rows) == self.cache.batch_size
+        idx = slice(None) if full else on_device(self.cache.physical(rows), h.device)
+        return self._scores(h, self.cache.cross_k[j][idx], self.cache.cross_v[j][idx])
+
+    def _scores(self, h: torch.Tensor, ck: torch.Tensor | None, cv: torch.Tensor | None) -> torch.Tensor:
+        """Compact logits for layer-k states ``h`` [n, d] whose rows' cross-attention K/V of the adapter's
+        layer are ``ck``, ``cv``."""
+        x = self.rt.final_norm(h) if self.adapter is None else self.adapter(h[:, None], ck, cv)[:, 0]
         return self.vocab.logits(x)
 
-    def start(self, rows: list[int], contexts: list[list[int]]) -> None:
-        """A round's drafting ``rows`` and their contexts (``CompactVocab.start``)."""
-        self.vocab.start(rows, contexts)
+    def _cross_kv(self) -> tuple[torch.Tensor | None, torch.Tensor | None]:
+        """The adapter's layer's cross-attention K/V of every physical row of the current cache."""
+        j = None if self.adapter is None else self.adapter.config.cross_layer
+        return (None, None) if j is None else (self.cache.cross_k[j], self.cache.cross_v[j])
+
+    def _whole_batch_picks(self, h: torch.Tensor) -> WholeBatchPicks:
+        """The captured picks for every physical row of the current cache (its rows that ended too). A
+        capture reads the cross-attention K/V at the addresses it was made with: they key it (as
+        ``PassGraphs``), and it holds no reference to them (a cache of large-v3's 16 rows holds 2 GB)."""
+        ck, cv = self._cross_kv()
+        rows = self.cache.k.shape[1]
+        key = (rows, h.dtype) + (() if ck is None else (ck.data_ptr(), tuple(ck.shape), cv.data_ptr()))
+        picks = self.picks.pop(key, None)
+        if picks is None:
+            states = h.new_zeros((rows, h.shape[-1]))
+            picks = WholeBatchPicks(self.vocab, lambda x: self._scores(x, *self._cross_kv()), states, self.log_min_conf,
+                                    self.pool)
+        self.picks[key] = picks
+        while len(self.picks) > 4:
+            self.picks.popitem(last=False)
+        return picks
+
+    def start(self, rows: list[int], contexts: list[list[int]], h: torch.Tensor) -> None:
+        """A round's drafting ``rows`` and their contexts (``CompactVocab.start``); ``h``: a layer-k state
+        (its dtype and device)."""
+        if self.whole_batch:
+            phys = self.cache.physical()
+            self._whole_batch_picks(h).start([phys[r] for r in rows], contexts)
+        else:
+            self.vocab.start(rows, contexts)
 
     def pick(self, h: torch.Tensor, rows: list[int]) -> tuple[torch.Tensor, torch.Tensor]:
         """The greedy draft token (a target id, device [n]) of each of ``rows`` (shrinking within a round)
-        from its layer-k state in ``h`` [n, d], and whether that row's draft ends with it."""
-        return self.vocab.choose(self._draft_logits(h, rows), rows, self.log_min_conf)
+        from its layer-k state in ``h`` [n, d], and whether that row's draft ends with it; with
+        ``whole_batch``, both for every row of the batch (``h`` [rows of the batch, d])."""
+        if not self.whole_batch:
+            return self.vocab.choose(self._draft_logits(h, rows), rows, self.log_min_conf)
+        picks, phys = self._whole_batch_picks(h), self.cache.physical()
+        if phys == list(range(picks.rows)):
+            return picks.pick(h)
+        idx = on_device(phys, h.device)
+        picks.h[idx] = h
+        ids, ends = picks.pick()
+        return ids[idx], ends[idx]
 
     @torch.inference_mode()
     def propose(self, contexts: list[list[int]], ks: list[int]) -> list[list[int]]:
@@ -122,19 +165,23 @@ class EarlyExitDrafter(WhisperDrafter):
         n_fed = [0] * b
         states: list[torch.Tensor] = []
         if going:
-            self.start(going, [contexts[i] for i in going])
             tok = on_device([[c[-1]] for c in contexts], device)  # each row's pending token
         while going:
             # rows done drafting write a dummy at their next free position: the verify pass overwrites it
             pos = on_device([[starts[i] + n_fed[i]] for i in range(b)], device)
             h = self.rt.layer_range(self.rt.embed_at(tok, pos), pos, self.cache, 0, self.k)[:, 0]
+            if not states:
+                self.start(going, [contexts[i] for i in going], h)
             states.append(h)
             for i in going:
                 n_fed[i] += 1
-            ids, ends = self.pick(h if len(going) == b else h[on_device(going, device)], going)
+            if self.whole_batch:
+                ids, ends = self.pick(h, going)
+            else:
+                ids, ends = self.pick(h if len(going) == b else h[on_device(going, device)], going)
             go = steps.add(going, ids, ends)
             if go:
-                kept = ids if len(go) == len(going) else ids[on_device(go, device)]
+                kept = ids if len(go) == len(going) or ids.shape[0] == b else ids[on_device(go, device)]
                 going = [going[j] for j in go]
                 tok = batch_column(kept, going, b)
             else:

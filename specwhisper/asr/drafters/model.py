@@ -16,7 +16,7 @@ from specwhisper.asr.decoding.tokens import SpecialTokens
 from specwhisper.asr.decoding.rules import WhisperLogitRules
 from specwhisper.asr.runtime.encoder import EncoderRuntime
 from specwhisper.asr.runtime.decoder import KVCache, WhisperDecoderRuntime
-from specwhisper.asr.drafters.vocab import CompactVocab
+from specwhisper.asr.drafters.vocab import CompactVocab, WholeBatchPicks
 from specwhisper.asr.decoding.speculative import WhisperDrafter
 from specwhisper.speculative import model_drafter
 from specwhisper.speculative.draft_steps import Drafts, batch_column
@@ -106,13 +106,18 @@ class DraftModel:
 class WhisperDraftRuntime:
     """The ``DraftRuntime`` of a small Whisper decoder: a batched static KV cache (``KVCache``), and the
     Whisper logit rules on every draft step over its compact vocabulary (``CompactVocab``;
-    ``head_text_tokens`` None: the whole one)."""
+    ``head_text_tokens`` None: the whole one). ``whole_batch``: each step picks for every row of the
+    batch in one captured call (``WholeBatchPicks``; None: where the runtime replays CUDA graphs)."""
 
-    def __init__(self, model: DraftModel, min_confidence: float = 0.0, head_text_tokens: int | None = None):
+    def __init__(self, model: DraftModel, min_confidence: float = 0.0, head_text_tokens: int | None = None,
+                 whole_batch: bool | None = None):
         self.m = model
         self.log_min_conf = math.log(min_confidence) if min_confidence > 0 else float("-inf")
         rt = model.runtime
         self.vocab = CompactVocab(rt, model.special, model.rules, model.special.eot if head_text_tokens is None else head_text_tokens)
+        self.whole_batch = rt.graphs is not None if whole_batch is None else whole_batch
+        self.picks: dict[int, WholeBatchPicks] = {}  # by the batch's rows: captured once each
+        self.pool = torch.cuda.graph_pool_handle() if self.whole_batch and rt.device.type == "cuda" else None
         self.cache: KVCache | None = None
         self.last: torch.Tensor | None = None  # per row: the hidden state the next draft token comes from
         self.limit = rt.max_len - 1
@@ -126,9 +131,17 @@ class WhisperDraftRuntime:
         self.last = hidden[torch.arange(len(feeds), device=device), on_device([len(f) - 1 for f in feeds], device)]
 
     def start(self, rows: list[int], prefixes: list[list[int]]) -> None:
-        self.vocab.start(rows, prefixes)
+        if self.whole_batch:
+            b = self.last.shape[0]
+            if b not in self.picks:
+                self.picks[b] = WholeBatchPicks(self.vocab, self.vocab.logits, self.last, self.log_min_conf, self.pool)
+            self.picks[b].start(rows, prefixes)
+        else:
+            self.vocab.start(rows, prefixes)
 
     def pick(self, rows: list[int]) -> tuple[torch.Tensor, torch.Tensor]:
+        if self.whole_batch:
+            return self.picks[self.last.shape[0]].pick(self.last)
         last = self.last if len(rows) == self.last.shape[0] else self.last[on_device(rows, self.last.device)]
         return self.vocab.choose(self.vocab.logits(last), rows, self.log_min_conf)
 

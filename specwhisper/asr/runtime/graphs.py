@@ -74,3 +74,46 @@ class PassGraphs:
         with torch.cuda.graph(graph):
             out = self.run(sx, sp, cache, start, stop)
         return _Graph(graph, sx, sp, out)
+
+
+class CapturedCall:
+    """``fn()`` over fixed buffers (it reads its inputs from tensors the caller fills in place and returns
+    tensors), captured once as a CUDA graph on ``device`` and replayed by each call: a drafter's
+    work between two layer passes (its output head, the logit rules, the pick) is some seventy small
+    kernels, each launched by the host for a few microseconds of device work. The outputs are the
+    capture's own tensors, overwritten by the next call: copy what must outlive it. Elsewhere (no
+    graphs) each call runs ``fn`` and copies its results into the first call's tensors, so code
+    written against a replay's semantics runs, and is tested, the same on the CPU. ``updates``: the
+    buffers ``fn`` changes in place (the warm-up run before the capture must leave them as they were:
+    a capture records, it does not run). ``pool``: a memory pool shared with other calls that never run
+    at the same time and never read each other's outputs (``torch.cuda.graph_pool_handle``): their
+    intermediates then share memory."""
+
+    def __init__(self, fn: Callable[[], tuple[torch.Tensor, ...]], device: torch.device,
+                 updates: tuple[torch.Tensor, ...] = (), pool=None):
+        self.fn = fn
+        self.graph: torch.cuda.CUDAGraph | None = None
+        if device.type == "cuda":
+            before = [t.clone() for t in updates]
+            side = torch.cuda.Stream()  # the warm-up outside the capture, on a side stream as torch asks
+            side.wait_stream(torch.cuda.current_stream())
+            with torch.cuda.stream(side):
+                fn()
+                for t, b in zip(updates, before):
+                    t.copy_(b)
+            torch.cuda.current_stream().wait_stream(side)
+            self.graph = torch.cuda.CUDAGraph()
+            with torch.cuda.graph(self.graph, pool=pool):
+                self.out = fn()
+        else:
+            self.out = None
+
+    def __call__(self) -> tuple[torch.Tensor, ...]:
+        if self.graph is not None:
+            self.graph.replay()
+        elif self.out is None:
+            self.out = self.fn()
+        else:
+            for o, n in zip(self.out, self.fn()):
+                o.copy_(n)
+        return self.out
