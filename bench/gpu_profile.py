@@ -1,7 +1,8 @@
 """Where a decoder pass's time goes on a GPU: the host queueing its work, or the device running it.
 
 For large-v3 shapes (random weights) at each batch size it times the passes decoding is made of: a
-plain step (the pass, then the logit rules and the greedy pick), a verify pass of 8 tokens a row, a
+plain step (the pass, then the logit rules and the greedy pick, op by op and as the one captured call
+plain decoding makes on a GPU), a verify pass of 8 tokens a row, a
 draft step (layers, head, rules, pick) of the distil-shaped drafter and of early exit after 4 layers,
 each with its picks made row by row and for the whole batch in one captured call. Each pass gets:
 
@@ -37,6 +38,8 @@ sys.path.insert(0, str(ROOT))
 
 from bench.large_target import target_and_drafter  # noqa: E402
 from bench.large_target_probe import timed  # noqa: E402
+from specwhisper.asr.decoding.greedy import GreedyDecoder  # noqa: E402
+from specwhisper.asr.decoding.rules import CapturedSelect  # noqa: E402
 from specwhisper.asr.drafters.choice import model_drafter  # noqa: E402
 from specwhisper.asr.drafters.early_exit import EarlyExitDrafter  # noqa: E402
 from specwhisper.hardware.device import resolve_dtype  # noqa: E402
@@ -100,6 +103,12 @@ def passes(engine, d_bundle, batch: int, context: int = 100) -> dict:
         logits = rt.step(tok, pos, cache)[:, -1]
         rules.select(logits.float(), prefixes)
 
+    select = CapturedSelect(rules, rt.step(tok, pos, cache)[:, -1].float(), GreedyDecoder._read_out)
+
+    def plain_step_captured():
+        select.set_facts(prefixes)
+        select(rt.step(tok, pos, cache)[:, -1])
+
     rows = list(range(batch))
 
     def early_exit_step(whole: bool):
@@ -123,7 +132,7 @@ def passes(engine, d_bundle, batch: int, context: int = 100) -> dict:
 
     # each drafter step both ways: the pick over the drafting rows, op by op; the whole batch's in one
     # captured call (``WholeBatchPicks``, the default where the runtime replays CUDA graphs)
-    return {"plain step": plain_step, "verify 8": lambda: rt.step(wide, wide_pos, cache),
+    return {"plain step": plain_step, "plain step, captured choice": plain_step_captured, "verify 8": lambda: rt.step(wide, wide_pos, cache),
             "distil step, picks per row": distil_step(False), "distil step, whole batch": distil_step(True),
             "early-exit:4 step, picks per row": early_exit_step(False),
             "early-exit:4 step, whole batch": early_exit_step(True)}

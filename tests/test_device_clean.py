@@ -43,6 +43,8 @@ def test_decoding_makes_its_tensors_on_the_models_device(base_engine, audio, dra
     for owner in (drafter, getattr(drafter, "runtime", None)):
         if hasattr(owner, "whole_batch"):
             owner.whole_batch = True  # picks for the whole batch in one call, as a GPU captures them
+    if hasattr(engine.decoder, "captured"):
+        engine.decoder.captured = True  # a plain step's choice in one call, as a GPU captures it
     with HostDeviceMode() as mode:
         result = engine.transcribe(audio, DecodeOptions(language=None, word_timestamps=True))
     text = " ".join(s.text for s in result.segments)

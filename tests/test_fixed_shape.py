@@ -107,3 +107,26 @@ def test_whole_batch_picks_in_fixed_shapes(bf16_engine, manifest, draft):
         assert [s.tokens for s in fast.segments] == [s.tokens for s in plain.segments], (draft, whole)
         runs[whole] = (fast.stats.drafted_tokens, fast.stats.accepted_tokens)
     assert runs[False][1] > 0 and runs[True] == runs[False], runs
+
+
+def test_a_captured_plain_step_chooses_what_the_eager_one_chooses(bf16_engine, eval_root):
+    """On a GPU a plain step's rules and pick run as one captured call (``CapturedSelect``), run here op
+    by op over its fixed buffers, each call overwriting the last one's outputs: the windows of three
+    clips, whose rows end at different steps (the call is then one for fewer rows), decode to the
+    eager step's tokens and log-probabilities, bit for bit."""
+    from specwhisper.asr.decoding.greedy import GreedyDecoder
+
+    e = bf16_engine
+    clips = [load_audio(eval_root / n) for n in ("openai-whisper/jfk.flac", "cuttledoc-fleurs/fleurs-en-002.ogg",
+                                                  "cuttledoc-fleurs/fleurs-en-001.ogg")]
+    feats, enc, _ = e._encode(clips)
+    prompt = e.special.prompt("en", "transcribe", True)
+    runs = {}
+    for captured in (False, True):
+        dec = GreedyDecoder(e.runtime, e.special, e.rules, captured=captured)
+        out = dec.decode(enc, prompt)
+        runs[captured] = [(s.tokens, s.sum_logprob) for s in out.sequences]
+        if captured:
+            assert len(dec._selects) > 1  # rows ended apart
+    assert runs[True] == runs[False]
+    assert len({len(t) for t, _ in runs[True]}) > 1

@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 import torch
 
 from specwhisper.asr.runtime.decoder import KVCache, WhisperDecoderRuntime
-from specwhisper.asr.decoding.rules import WhisperLogitRules
+from specwhisper.asr.decoding.rules import CapturedSelect, WhisperLogitRules
 from specwhisper.asr.decoding.tokens import SpecialTokens
 from specwhisper.results.stats import DecodeStats
 from specwhisper.hardware.device import on_device
@@ -76,7 +76,42 @@ class Decoder:
 
 
 class GreedyDecoder(Decoder):
-    """Plain batched greedy decoding: one target pass per token."""
+    """Plain batched greedy decoding: one target pass per token. ``captured``: each step's rules and
+    pick run as one captured call (``CapturedSelect``; None: where the runtime replays CUDA graphs)."""
+
+    def __init__(self, runtime: WhisperDecoderRuntime, special: SpecialTokens, rules: WhisperLogitRules,
+                 captured: bool | None = None):
+        super().__init__(runtime, special, rules)
+        self.captured = runtime.graphs is not None if captured is None else captured
+        self._selects: dict[tuple[int, int], CapturedSelect] = {}  # by (rows, the rules' id): captured once each
+        self._pool = None
+
+    def _select(self, logits: torch.Tensor, rules: WhisperLogitRules) -> CapturedSelect:
+        """The captured choice for a step's ``logits`` [rows, V] under ``rules``."""
+        key = (logits.shape[0], id(rules))
+        if key not in self._selects:
+            if self._pool is None and logits.device.type == "cuda":
+                self._pool = torch.cuda.graph_pool_handle()  # one pool: the calls never overlap
+            self._selects[key] = CapturedSelect(rules, logits.float(), self._read_out, pool=self._pool)
+        return self._selects[key]
+
+    @staticmethod
+    def _read_out(tokens: torch.Tensor, logprobs: torch.Tensor) -> tuple[torch.Tensor]:
+        """What a step reads: its tokens and their log-probabilities in one tensor (``read_choices``)."""
+        return (torch.stack([tokens.to(logprobs.dtype), logprobs]),)
+
+    def choose_and_read(self, logits: torch.Tensor, prefixes: list[list[int]], rules: WhisperLogitRules
+                        ) -> tuple[torch.Tensor, list[int], list[float]]:
+        """The next token of each row (device [rows]), and the tokens and log-probabilities read to the
+        host: the step's one wait."""
+        if not self.captured:
+            nxt, logprobs = self.choose(logits.float(), prefixes, rules)
+            return nxt, *read_choices(nxt, logprobs)
+        select = self._select(logits, rules)
+        select.set_facts(prefixes)
+        out = select(logits)[0]  # float32 from the logits' dtype, as ``.float()`` makes it
+        ids, lps = out.tolist()
+        return out[0].long(), [int(t) for t in ids], lps
 
     def choose(self, logits: torch.Tensor, prefixes: list[list[int]], rules: WhisperLogitRules) -> tuple[torch.Tensor, torch.Tensor]:
         """The next token of each row after the logit ``rules``, and its log-probability."""
@@ -104,8 +139,7 @@ class GreedyDecoder(Decoder):
         device = self.rt.device
         rules = self.rules.for_prompt(prompt)
         while True:
-            nxt, logprobs = self.choose(last.float(), [results[r].tokens for r in active], rules)
-            picked, picked_logprobs = read_choices(nxt, logprobs)  # the step's one host read
+            nxt, picked, picked_logprobs = self.choose_and_read(last, [results[r].tokens for r in active], rules)
             keep = []
             for j, r in enumerate(active):
                 tok = picked[j]
@@ -141,7 +175,7 @@ class SamplingDecoder(GreedyDecoder):
 
     def __init__(self, runtime: WhisperDecoderRuntime, special: SpecialTokens, rules: WhisperLogitRules,
                  temperature: float, seed: int = 0):
-        super().__init__(runtime, special, rules)
+        super().__init__(runtime, special, rules, captured=False)  # its own choice: a draw
         if not 0.0 < temperature <= 1.0:
             raise ValueError(f"sampling temperature must be in (0, 1], got {temperature}")
         self.temperature = temperature

@@ -5,11 +5,13 @@ position. Sharing this one implementation is what makes speculative output ident
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import torch
 
 from specwhisper.asr.decoding.tokens import SpecialTokens
+from specwhisper.asr.runtime.graphs import CapturedCall
 from specwhisper.hardware.device import on_device
 
 NEG_INF = float("-inf")
@@ -201,3 +203,48 @@ class RuleState:
         at = {r: j for j, r in enumerate(rows)}
         idx = on_device([at[r] for r in keep], self.empty.device)
         return RuleState(self.empty[idx], self.last_ts[idx], self.penult_ts[idx], self.stamp[idx], self.maybe_empty)
+
+
+class CapturedSelect:
+    """The rules and the greedy pick for every row of a batch in one ``CapturedCall`` (a CUDA graph on a
+    GPU): on a GPU a step is bound by launching kernels, and :meth:`WhisperLogitRules.select` is about
+    55 of them, each queued by the host for microseconds of device work.
+
+    Inputs are fixed buffers: :attr:`x` (the logits [rows, V], or what ``scores`` makes them from, a
+    drafter's states) and :attr:`facts` (the rows' :class:`RuleState`, set from prefixes by
+    :meth:`set_facts`; ``advance``: the call moves them past its picks, for a draft loop's next step).
+    ``finish(tokens, logprobs)`` turns the picks into the call's outputs (in the capture, too). The
+    kernels are those the same calls launch eagerly, for the same shapes: no cuBLAS product is among
+    them (``scores`` aside, whose numbers only shape a drafter's guesses), so a plain step's choice
+    has the bits of the eager one."""
+
+    def __init__(self, rules: WhisperLogitRules, x: torch.Tensor,
+                 finish: Callable[[torch.Tensor, torch.Tensor], tuple[torch.Tensor, ...]],
+                 scores: Callable[[torch.Tensor], torch.Tensor] | None = None, advance: bool = False, pool=None):
+        self.rules, self.scores, self.finish, self.advance = rules, scores, finish, advance
+        self.x = torch.zeros_like(x)
+        self.facts = torch.zeros((x.shape[0], 4), dtype=torch.long, device=x.device)
+        self.call = CapturedCall(self._run, x.device, updates=(self.x, self.facts), pool=pool)
+
+    @property
+    def rows(self) -> int:
+        return self.x.shape[0]
+
+    def set_facts(self, prefixes: list[list[int]]) -> None:
+        """The rows' facts from their prefixes (``WhisperLogitRules.facts``), queued to the device."""
+        self.facts.copy_(on_device(self.rules.facts(prefixes), self.facts.device).reshape(self.rows, 4))
+
+    def __call__(self, x: torch.Tensor | None = None) -> tuple[torch.Tensor, ...]:
+        """``finish``'s outputs for ``x`` (None: what :attr:`x` holds), the capture's own tensors:
+        overwritten by the next call."""
+        if x is not None:
+            self.x.copy_(x)
+        return self.call()
+
+    def _run(self) -> tuple[torch.Tensor, ...]:
+        logits = self.x if self.scores is None else self.scores(self.x)  # the buffer is masked in place
+        state = RuleState.of(self.facts)
+        tokens, logprobs = self.rules.select_state(logits, state)
+        if self.advance:
+            self.facts.copy_(self.rules.advance(state, tokens).facts())
+        return self.finish(tokens, logprobs)

@@ -7,11 +7,9 @@ import torch
 from collections.abc import Callable
 
 from specwhisper.asr.decoding.greedy import read_choices
-from specwhisper.asr.decoding.rules import RuleState, WhisperLogitRules
+from specwhisper.asr.decoding.rules import CapturedSelect, WhisperLogitRules
 from specwhisper.asr.decoding.tokens import SpecialTokens
 from specwhisper.asr.runtime.decoder import WhisperDecoderRuntime
-from specwhisper.asr.runtime.graphs import CapturedCall
-from specwhisper.hardware.device import on_device
 
 # A drafter's output head scores only the first text tokens (BPE ids are ordered by merge, so
 # frequent pieces come first) plus every special/timestamp token: most of the drafter's cost is
@@ -94,44 +92,42 @@ class CompactVocab:
 
 
 class WholeBatchPicks:
-    """A drafter's picks for all ``rows`` rows of a batch at once, from their states [rows, d]: its
-    scores (``scores``: states -> compact logits), Whisper's rules and the pick (``CompactVocab``) in one
-    ``CapturedCall``, the rule facts kept in a buffer of its own. On a GPU a draft step is bound by
-    launching kernels: the head, the rules and the pick are about seventy of the ninety a step
-    launches outside its layers' graph (distil-large-v3 shapes on an H100: a 2-layer draft step took
-    1.8-2.1 ms, the 32-layer step 3.4 ms). Rows that do not draft are picked for too, and ignored;
-    the picks come back for every row (``DraftSteps`` takes such columns). ``pool``: as
-    ``CapturedCall``'s (a drafter's picks for each batch size share one)."""
+    """A drafter's picks for all rows of a batch at once, from their states [rows, d]: its scores
+    (``scores``: states -> compact logits), Whisper's rules and the pick in one ``CapturedSelect``, the
+    rule facts advanced on the device from step to step. On a GPU a draft step is bound by launching
+    kernels: these are about 55 of those a step launches outside its layers' graph (distil-large-v3
+    shapes on an H100: a 2-layer draft step took 1.8-2.1 ms, the 32-layer step 3.4 ms). Rows that do
+    not draft are picked for too, and ignored; the picks come back for every row (``DraftSteps``
+    takes such columns). ``pool``: ``CapturedCall``'s (a drafter's picks for each batch size share one)."""
 
     def __init__(self, vocab: CompactVocab, scores: Callable[[torch.Tensor], torch.Tensor], states: torch.Tensor,
                  log_min_conf: float, pool=None):
-        self.vocab, self.scores, self.log_min_conf = vocab, scores, log_min_conf
-        self.h = torch.zeros_like(states)
-        self.facts = torch.zeros((states.shape[0], 4), dtype=torch.long, device=states.device)
-        self.call = CapturedCall(self._pick, states.device, updates=(self.facts,), pool=pool)
+        self.vocab = vocab
+
+        def finish(picks: torch.Tensor, logprobs: torch.Tensor) -> tuple[torch.Tensor]:
+            ends = (picks == vocab.special.eot) | (logprobs < log_min_conf)
+            return (torch.stack([vocab.ids[picks], ends.long()]),)
+
+        self.select = CapturedSelect(vocab.rules, states, finish, scores=scores, advance=True, pool=pool)
 
     @property
     def rows(self) -> int:
-        return self.h.shape[0]
+        return self.select.rows
+
+    @property
+    def h(self) -> torch.Tensor:
+        """The states the next :meth:`pick` reads (fill rows in place, or pass them all)."""
+        return self.select.x
 
     def start(self, rows: list[int], prefixes: list[list[int]]) -> None:
         """A round's drafting ``rows`` and their prefixes (in model ids; other rows: any)."""
         short = [[] for _ in range(self.rows)]
         for r, p in zip(rows, prefixes):
             short[r] = self.vocab._short(p)
-        self.facts.copy_(on_device(self.vocab.rules.facts(short), self.facts.device).reshape(self.rows, 4))
+        self.select.set_facts(short)
 
     def pick(self, states: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
         """Every row's greedy token (a model id, device [rows]) and whether its draft ends there (0/1),
         from ``states`` (None: those already in :attr:`h`)."""
-        if states is not None:
-            self.h.copy_(states)
-        out = self.call()[0].clone()  # the next call overwrites the capture's own
+        out = self.select(states)[0].clone()  # the next call overwrites the capture's own
         return out[0], out[1]
-
-    def _pick(self) -> tuple[torch.Tensor]:
-        rules, state = self.vocab.rules, RuleState.of(self.facts)
-        picks, logprobs = rules.select_state(self.scores(self.h), state)
-        self.facts.copy_(rules.advance(state, picks).facts())
-        ends = (picks == self.vocab.special.eot) | (logprobs < self.log_min_conf)
-        return (torch.stack([self.vocab.ids[picks], ends.long()]),)
