@@ -121,3 +121,17 @@ def test_a_plain_step_makes_the_host_wait_for_the_gpu_once(gpu_engine, audio):
         torch.cuda.set_sync_debug_mode("default")
     waits = [w for w in seen if "synchroniz" in str(w.message).lower()]
     assert result.stats.target_passes > 20 and len(waits) <= result.stats.target_passes + 20
+
+
+def test_the_vad_on_the_gpu_finds_the_spans_it_finds_on_the_cpu(manifest):
+    """The engine's VAD runs where its model does: silero's network on the GPU gives the CPU's
+    probabilities (TF32 off) and the same speech spans."""
+    import numpy as np
+
+    from specwhisper.audio.vad import VoiceActivityDetector
+
+    cpu, gpu = VoiceActivityDetector(), VoiceActivityDetector(device="cuda")
+    for item in [m for m in manifest if m.language == "en"][:8]:
+        audio = load_audio(item.path)
+        assert np.abs(np.array(gpu.speech_probs(audio)) - np.array(cpu.speech_probs(audio))).max() < 1e-4, item.file
+        assert gpu.speech_spans(audio) == cpu.speech_spans(audio), item.file

@@ -150,7 +150,7 @@ class AsrEngine:
             list(gc.begin_suppress_tokens or []),
             timestamps=True,
         )
-        self.vad = VoiceActivityDetector()
+        self.vad = VoiceActivityDetector(device=device)
         self.aligner = WordAligner(self.runtime, self.special, self.bundle.tokenizer, getattr(gc, "alignment_heads", None))
         self.decoder: Decoder = (decoder_factory or plain_decoder)(self)
         if device == "cpu":
