@@ -96,11 +96,18 @@ def make_drafter(engine: AsrEngine, folders, kind: str, references: list[list[in
 
 
 def assert_speculation_matches_plain(engine: AsrEngine, folders, kind: str, rows: int, seed: int = 0) -> dict:
+    """In the fixed-shape mode as a GPU decodes: plain steps' choices, verify passes' verdicts and a drafter's
+    picks each one captured call (CUDA graphs there; here the same calls op by op)."""
     enc, feats, prompt, limits = batch_inputs(engine, rows, seed)
     rt = engine.runtime
-    plain = GreedyDecoder(rt, engine.special, engine.rules).decode(enc, prompt, limits=limits)
+    gpu_like = rt.fixed_width is not None
+    plain = GreedyDecoder(rt, engine.special, engine.rules, captured=gpu_like).decode(enc, prompt, limits=limits)
     refs = [s.tokens for s in plain.sequences]
-    spec = SpeculativeDecoder(rt, engine.special, engine.rules, make_drafter(engine, folders, kind, refs), Lookahead())
+    drafter = make_drafter(engine, folders, kind, refs)
+    for owner in (drafter, getattr(drafter, "runtime", None)):
+        if gpu_like and hasattr(owner, "whole_batch"):
+            owner.whole_batch = True
+    spec = SpeculativeDecoder(rt, engine.special, engine.rules, drafter, Lookahead(), captured=gpu_like)
     out = spec.decode(enc, prompt, feats, limits=limits)
     for i, (want, got) in enumerate(zip(plain.sequences, out.sequences)):
         assert got.tokens == want.tokens, f"{kind}, batch {rows}: row {i} differs from plain decoding of the batch"

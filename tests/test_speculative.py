@@ -134,28 +134,6 @@ def test_drafts_do_not_depend_on_when_the_host_learns_a_row_ended(base_engine, w
         assert runs[False][2] < runs[True][2], runs
 
 
-@pytest.mark.parametrize("name", ["base:4", "early-exit"])
-def test_whole_batch_picks_draft_what_each_rows_picks_draft(base_engine, windows, plain_reference, name):
-    """A GPU's drafter picks for every row of its batch in one captured call (``WholeBatchPicks``: the
-    head, the rules and the pick over fixed buffers, rows that no longer draft picked for and
-    ignored); here that call runs as it does without graphs, its outputs overwritten by each next
-    call as a replay's are. In a batch of 4 whose rows end apart it drafts exactly what the rows'
-    own picks draft: the same drafted and accepted counts and target passes, plain greedy's tokens."""
-    e = base_engine
-    group = [x for x in windows if (x[0].language or "en") == "en"][4:8]
-    feats, enc = torch.cat([g[1] for g in group]), torch.cat([g[2] for g in group])
-    runs = {}
-    for whole in (False, True):
-        dec = SpeculativeDecoder(e.runtime, e.special, e.rules, make_drafter(e, name) if name != "early-exit"
-                                 else decoder_factory(name)(e).drafter)
-        (dec.drafter if name == "early-exit" else dec.drafter.runtime).whole_batch = whole
-        out = dec.decode(enc, group[0][3], features=feats)
-        for (item, *_), got in zip(group, out.sequences):
-            assert got.tokens == plain_reference[item.file].tokens, f"{name}, whole batch {whole}: {item.file}"
-        runs[whole] = (out.stats.drafted_tokens, out.stats.accepted_tokens, out.stats.target_passes)
-    assert runs[False][1] > 0 and runs[True] == runs[False], runs
-
-
 def test_long_form_pipeline_identical(base_engine, eval_root):
     """Chunked long-form through the engine: same segments, timestamps and words with speculation."""
     from specwhisper.asr.engine import AsrEngine  # noqa: F401  (engine fixture is reused)

@@ -25,8 +25,9 @@ import torch
 
 from specwhisper.asr.decoding.greedy import Decoder, DecodeOutput, SequenceResult, read_choices
 from specwhisper.asr.decoding.tokens import SpecialTokens
-from specwhisper.asr.decoding.rules import WhisperLogitRules
+from specwhisper.asr.decoding.rules import RuleState, WhisperLogitRules
 from specwhisper.asr.runtime.decoder import KVCache, WhisperDecoderRuntime
+from specwhisper.asr.runtime.graphs import CapturedCall
 from specwhisper.results.stats import DecodeStats
 from specwhisper.speculative.acceptance import accept
 from specwhisper.speculative.draft_steps import Drafts, StepDrafts
@@ -61,7 +62,46 @@ class WhisperDrafter(CoreDrafter):
         return runtime.hidden(tokens, positions, cache)
 
 
+class CapturedVerdict:
+    """A fixed-shape verify pass's choice at every column of every row in one ``CapturedCall`` (a CUDA
+    graph on a GPU): from the head's output over the cache's block of slots, each row's W columns in
+    order, the rule facts advanced along the pass's tokens, Whisper's rules and the greedy pick: some
+    sixty kernels a round, each launched by the host, where the pass's logits are computed eagerly
+    by the same head as a plain step's. The kernels are those the eager verdict launches for its real
+    positions, over all W columns (the ones past a row's tokens are read and ignored). Inputs, set in
+    place: :attr:`block` [physical rows, W, V], :attr:`slots` [2, rows, W] (the physical row and
+    column of each row's j-th token), :attr:`tokens` [rows, W], :attr:`facts` [rows, 4] (each row's
+    prefix: ``WhisperLogitRules.facts``)."""
+
+    def __init__(self, rules: WhisperLogitRules, block: torch.Tensor, rows: int, pool=None):
+        """``block``: the buffer the head's output is copied into (calls that never run at once may share
+        one: 27 MB for large-v3's 16 rows x 16 columns)."""
+        self.rules = rules
+        width, device = block.shape[1], block.device
+        self.block = block
+        self.slots = torch.zeros((2, rows, width), dtype=torch.long, device=device)
+        self.tokens = torch.zeros((rows, width), dtype=torch.long, device=device)
+        self.facts = torch.zeros((rows, 4), dtype=torch.long, device=device)
+        self.call = CapturedCall(self._run, device, pool=pool)
+
+    def __call__(self) -> torch.Tensor:
+        """The greedy token and its log-probability at each (row, column): float32 [2, rows * W], the
+        capture's own (overwritten by the next call)."""
+        return self.call()[0]
+
+    def _run(self) -> tuple[torch.Tensor]:
+        logits = self.block[self.slots[0], self.slots[1]].float()
+        rows, width = self.tokens.shape
+        state = self.rules.along(RuleState.of(self.facts), self.tokens[:, 1:])
+        flat = RuleState(*(f.reshape(-1) for f in (state.empty, state.last_ts, state.penult_ts, state.stamp)))
+        greedy, logprobs = self.rules.select_state(logits.reshape(rows * width, -1), flat)
+        return (torch.stack([greedy.to(logprobs.dtype), logprobs]),)
+
+
 class SpeculativeDecoder(Decoder):
+    """``captured``: in the fixed-shape mode each round's verdict is one captured call
+    (``CapturedVerdict``; None: where the runtime replays CUDA graphs)."""
+
     def __init__(
         self,
         runtime: WhisperDecoderRuntime,
@@ -69,10 +109,15 @@ class SpeculativeDecoder(Decoder):
         rules: WhisperLogitRules,
         drafter: WhisperDrafter,
         lookahead: Lookahead | None = None,
+        captured: bool | None = None,
     ):
         super().__init__(runtime, special, rules)
         self.drafter = drafter
         self.lookahead = lookahead or Lookahead()
+        self.captured = runtime.graphs is not None if captured is None else captured
+        self._verdicts: dict[tuple, CapturedVerdict] = {}  # by (rows, the block's shape, the rules' id)
+        self._blocks: dict[tuple, torch.Tensor] = {}  # their input buffers, one per block shape
+        self._pool = None
 
     @torch.inference_mode()
     def decode(self, encoder_out: torch.Tensor, prompt: list[int], features: torch.Tensor | None = None,
@@ -171,6 +216,8 @@ class SpeculativeDecoder(Decoder):
             [([c[-1], *d][:n] + [c[-1]] * width)[:width] for c, d, n in zip(contexts, drafts.known, fed)]
         hidden = self.drafter.verify(self.rt, tokens, positions, cache, token_rows=known, starts=lengths,
                                      drafted=known is None)
+        if self.captured and cache.width is not None:
+            return self._captured_verdict(cache, rules, contexts, drafts, lengths, fed, tokens, positions, hidden)
         # only real positions go through the (large) output head
         rows = [i for i, n in enumerate(fed) for _ in range(n)]
         cols = [j for n in fed for j in range(n)]
@@ -190,6 +237,40 @@ class SpeculativeDecoder(Decoder):
             greedy_rows.append([int(t) for t in values[start : start + k]])
             logprob_rows.append(values[n + start : n + start + k])
             start += k
+        return drafts, greedy_rows, logprob_rows
+
+    def _captured_verdict(self, cache: KVCache, rules: WhisperLogitRules, contexts: list[list[int]], drafts: Drafts,
+                          lengths: list[int], fed: list[int], tokens: torch.Tensor, positions: torch.Tensor,
+                          hidden: torch.Tensor) -> tuple[list[list[int]], list[list[int]], list[list[float]]]:
+        """``_score``'s verdict through a ``CapturedVerdict``: the head over the block of slots, then the
+        rules and the pick at all W columns of every row in one call, read with the drafts."""
+        b, width, device = len(fed), cache.width, self.rt.device
+        block, _, _ = self.rt.logits_block(hidden, torch.arange(b, device=device)[:, None], positions, cache)
+        key = (b, tuple(block.shape), block.dtype, id(rules))
+        if key not in self._verdicts:
+            if self._pool is None and device.type == "cuda":
+                self._pool = torch.cuda.graph_pool_handle()  # one pool: the calls never overlap
+            shape = (tuple(block.shape), block.dtype)
+            if shape not in self._blocks:
+                self._blocks[shape] = torch.zeros_like(block)
+            self._verdicts[key] = CapturedVerdict(rules, self._blocks[shape], b, self._pool)
+        verdict = self._verdicts[key]
+        phys = cache.physical()
+        verdict.slots.copy_(on_device([[[phys[i]] * width for i in range(b)],
+                                       [[(n + j) % width for j in range(width)] for n in lengths]], device).reshape(2, b, width))
+        pad = width - tokens.shape[1]  # columns past the pass's: its pending token, read and ignored
+        verdict.tokens.copy_(tokens if not pad else torch.cat([tokens, tokens[:, :1].expand(b, pad)], 1))
+        verdict.facts.copy_(on_device(rules.facts(contexts), device).reshape(b, 4))
+        verdict.block.copy_(block)
+        parts = [verdict().flatten()]
+        draft_values = drafts.values()
+        if draft_values is not None:
+            parts.append(draft_values.to(device, torch.float32))
+        values = torch.cat(parts).tolist()  # the round's one host read
+        n = b * width
+        drafts = drafts.resolve(values[2 * n :])
+        greedy_rows = [[int(t) for t in values[i * width : i * width + k]] for i, k in enumerate(fed)]
+        logprob_rows = [values[n + i * width : n + i * width + k] for i, k in enumerate(fed)]
         return drafts, greedy_rows, logprob_rows
 
     def _accept(self, active: list[int], drafts: list[list[int]], greedy: list[list[int]], logprobs: list[list[float]],

@@ -328,10 +328,17 @@ class WhisperDecoderRuntime:
         block of slots, each token in its own (``_fixed_shape_pass``)."""
         if cache.width is None:
             return self.head(hidden)
+        block, phys, col = self.logits_block(hidden, rows, positions, cache)
+        return block[phys, col]
+
+    def logits_block(self, hidden: torch.Tensor, rows: torch.Tensor, positions: torch.Tensor, cache: KVCache
+                     ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """The fixed-shape mode's head over the whole block of slots [physical rows, width, V], each token
+        of ``hidden`` in its own (``logits_at``), and the physical row and column of each token."""
         phys, col = self._slots(rows, positions, cache)
         block = hidden.new_zeros(cache.k.shape[1], cache.width, hidden.shape[-1])
         block[phys, col] = hidden
-        return self.head(block)[phys, col]
+        return self.head(block), phys, col
 
     def compact_head(self, text_tokens: int, first_special: int) -> OutputHead:
         """The output head re-packed with a compact drafting vocabulary (``OutputHead``)."""
