@@ -4,6 +4,7 @@ with base in bfloat16, whose products are plain ``F.linear`` calls like a GPU's.
 
 from __future__ import annotations
 
+import numpy as np
 import pytest
 import torch
 
@@ -153,11 +154,9 @@ def test_a_captured_verdict_is_the_eager_one(bf16_engine, manifest, draft):
     assert runs[True][1] == pytest.approx(runs[False][1], abs=1e-6)
 
 
-def english_clips(manifest, n: int = 4) -> "np.ndarray":
+def english_clips(manifest, n: int = 4) -> np.ndarray:
     """``n`` English clips of 3.6 to 11 s (every fifth by duration) one after another, a
     second of silence between: windows whose rows, four to a batch, end at different steps."""
-    import numpy as np
-
     clips = [load_audio(m.path) for m in sorted((m for m in manifest if m.language == "en"), key=lambda m: m.duration)[2::5][:n]]
     gap = np.zeros(16000, dtype=np.float32)
     return np.concatenate([x for c in clips for x in (c, gap)])
