@@ -103,7 +103,7 @@ def passes(engine, d_bundle, batch: int, context: int = 100) -> dict:
         logits = rt.step(tok, pos, cache)[:, -1]
         rules.select(logits.float(), prefixes)
 
-    select = CapturedSelect(rules, rt.step(tok, pos, cache)[:, -1].float(), GreedyDecoder._read_out)
+    select = CapturedSelect(rules, rt.step(tok, pos, cache)[:, -1].float().clone(), GreedyDecoder._read_out)
 
     def plain_step_captured():
         select.set_facts(prefixes)

@@ -126,7 +126,7 @@ def test_the_state_along_a_draft_is_the_state_of_each_of_its_prefixes(tok):
     state = rules.along(rules.state(rows, "cpu"), torch.tensor(drafts))
     for j in range(m + 1):
         want = rules.state([r + d[:j] for r, d in zip(rows, drafts)], "cpu")
-        got = state.column(j)
+        got = state.at((torch.arange(len(rows)), torch.full((len(rows),), j)))
         for f in ("empty", "last_ts", "penult_ts", "stamp"):
             assert torch.equal(getattr(got, f), getattr(want, f)), (j, f)
     cols = torch.tensor([rng.randrange(m + 1) for _ in rows])

@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 import torch
 
 from specwhisper.asr.runtime.decoder import KVCache, WhisperDecoderRuntime
+from specwhisper.asr.runtime.graphs import graph_pool
 from specwhisper.asr.decoding.rules import CapturedSelect, WhisperLogitRules
 from specwhisper.asr.decoding.tokens import SpecialTokens
 from specwhisper.results.stats import DecodeStats
@@ -84,15 +85,21 @@ class GreedyDecoder(Decoder):
         super().__init__(runtime, special, rules)
         self.captured = runtime.graphs is not None if captured is None else captured
         self._selects: dict[tuple[int, int], CapturedSelect] = {}  # by (rows, the rules' id): captured once each
-        self._pool = None
+        self._pool = graph_pool(runtime.device)
+        # their inputs: views of one float32 [rows, V] buffer, made for a batch's first and largest step
+        # (the calls never run at the same time); a buffer per row count would hold 110 MB at batch 32
+        # of large-v3's vocabulary
+        self._logits: torch.Tensor | None = None
 
     def _select(self, logits: torch.Tensor, rules: WhisperLogitRules) -> CapturedSelect:
         """The captured choice for a step's ``logits`` [rows, V] under ``rules``."""
-        key = (logits.shape[0], id(rules))
+        rows, vocab = logits.shape
+        key = (rows, id(rules))
         if key not in self._selects:
-            if self._pool is None and logits.device.type == "cuda":
-                self._pool = torch.cuda.graph_pool_handle()  # one pool: the calls never overlap
-            self._selects[key] = CapturedSelect(rules, logits.float(), self._read_out, pool=self._pool)
+            buf = self._logits
+            if buf is None or buf.shape[0] < rows or buf.shape[1] != vocab or buf.device != logits.device:
+                buf = self._logits = torch.zeros((rows, vocab), dtype=torch.float32, device=logits.device)
+            self._selects[key] = CapturedSelect(rules, buf[:rows], self._read_out, pool=self._pool)
         return self._selects[key]
 
     @staticmethod

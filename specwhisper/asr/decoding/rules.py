@@ -184,12 +184,6 @@ class RuleState:
         """The state as :meth:`of` reads it [N, 4]."""
         return torch.stack([self.empty.long(), self.last_ts.long(), self.penult_ts.long(), self.stamp], 1)
 
-    def column(self, j: int) -> RuleState:
-        """Column ``j`` of a state over [N, m] positions (:meth:`WhisperLogitRules.along`): the state [N]
-        after each row's prefix and its first ``j`` tokens."""
-        return RuleState(self.empty[:, j], self.last_ts[:, j], self.penult_ts[:, j], self.stamp[:, j],
-                         self.maybe_empty and j == 0)
-
     def at(self, index: tuple[torch.Tensor, torch.Tensor]) -> RuleState:
         """The states [N] of the (row, column) positions ``index`` of a state over [rows, columns]."""
         return RuleState(self.empty[index], self.last_ts[index], self.penult_ts[index], self.stamp[index],
@@ -211,7 +205,8 @@ class CapturedSelect:
     55 of them, each queued by the host for microseconds of device work.
 
     Inputs are fixed buffers: :attr:`x` (the logits [rows, V], or what ``scores`` makes them from, a
-    drafter's states) and :attr:`facts` (the rows' :class:`RuleState`, set from prefixes by
+    drafter's states: the tensor ``x`` passed in, not a copy, so calls that never run at the same time
+    may read views of one buffer; without ``scores`` the call masks it in place) and :attr:`facts` (the rows' :class:`RuleState`, set from prefixes by
     :meth:`set_facts`; ``advance``: the call moves them past its picks, for a draft loop's next step).
     ``finish(tokens, logprobs)`` turns the picks into the call's outputs (in the capture, too). The
     kernels are those the same calls launch eagerly, for the same shapes: no cuBLAS product is among
@@ -222,7 +217,7 @@ class CapturedSelect:
                  finish: Callable[[torch.Tensor, torch.Tensor], tuple[torch.Tensor, ...]],
                  scores: Callable[[torch.Tensor], torch.Tensor] | None = None, advance: bool = False, pool=None):
         self.rules, self.scores, self.finish, self.advance = rules, scores, finish, advance
-        self.x = torch.zeros_like(x)
+        self.x = x
         self.facts = torch.zeros((x.shape[0], 4), dtype=torch.long, device=x.device)
         self.call = CapturedCall(self._run, x.device, updates=(self.x, self.facts), pool=pool)
 

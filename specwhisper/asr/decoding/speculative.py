@@ -27,7 +27,7 @@ from specwhisper.asr.decoding.greedy import Decoder, DecodeOutput, SequenceResul
 from specwhisper.asr.decoding.tokens import SpecialTokens
 from specwhisper.asr.decoding.rules import RuleState, WhisperLogitRules
 from specwhisper.asr.runtime.decoder import KVCache, WhisperDecoderRuntime
-from specwhisper.asr.runtime.graphs import CapturedCall
+from specwhisper.asr.runtime.graphs import CapturedCall, graph_pool
 from specwhisper.results.stats import DecodeStats
 from specwhisper.speculative.acceptance import accept
 from specwhisper.speculative.draft_steps import Drafts, StepDrafts
@@ -117,7 +117,7 @@ class SpeculativeDecoder(Decoder):
         self.captured = runtime.graphs is not None if captured is None else captured
         self._verdicts: dict[tuple, CapturedVerdict] = {}  # by (rows, the block's shape, the rules' id)
         self._blocks: dict[tuple, torch.Tensor] = {}  # their input buffers, one per block shape
-        self._pool = None
+        self._pool = graph_pool(runtime.device)
 
     @torch.inference_mode()
     def decode(self, encoder_out: torch.Tensor, prompt: list[int], features: torch.Tensor | None = None,
@@ -248,8 +248,6 @@ class SpeculativeDecoder(Decoder):
         block, _, _ = self.rt.logits_block(hidden, torch.arange(b, device=device)[:, None], positions, cache)
         key = (b, tuple(block.shape), block.dtype, id(rules))
         if key not in self._verdicts:
-            if self._pool is None and device.type == "cuda":
-                self._pool = torch.cuda.graph_pool_handle()  # one pool: the calls never overlap
             shape = (tuple(block.shape), block.dtype)
             if shape not in self._blocks:
                 self._blocks[shape] = torch.zeros_like(block)

@@ -37,6 +37,7 @@ import torch
 from specwhisper.asr.decoding.tokens import SpecialTokens
 from specwhisper.asr.decoding.rules import WhisperLogitRules
 from specwhisper.asr.runtime.decoder import KVCache, WhisperDecoderRuntime
+from specwhisper.asr.runtime.graphs import graph_pool
 from specwhisper.asr.drafters.exit_adapters import ExitAdapter, find_adapters, load_adapter, model_fingerprint
 from specwhisper.asr.decoding.speculative import WhisperDrafter
 from specwhisper.asr.drafters.vocab import HEAD_TEXT_TOKENS, CompactVocab, WholeBatchPicks
@@ -76,7 +77,7 @@ class EarlyExitDrafter(WhisperDrafter):
         # the runtime replays CUDA graphs; one per cache (its cross-attention K/V), the latest few kept
         self.whole_batch = runtime.graphs is not None
         self.picks: OrderedDict[tuple, WholeBatchPicks] = OrderedDict()
-        self.pool = torch.cuda.graph_pool_handle() if self.whole_batch and runtime.device.type == "cuda" else None
+        self.pool = graph_pool(runtime.device)
 
     # the speculative decoder's hooks
     def begin(self, encoder_out, prompt, features) -> None:
@@ -139,10 +140,12 @@ class EarlyExitDrafter(WhisperDrafter):
             self.vocab.start(rows, contexts)
 
     def pick(self, h: torch.Tensor, rows: list[int]) -> tuple[torch.Tensor, torch.Tensor]:
-        """The greedy draft token (a target id, device [n]) of each of ``rows`` (shrinking within a round)
-        from its layer-k state in ``h`` [n, d], and whether that row's draft ends with it; with
-        ``whole_batch``, both for every row of the batch (``h`` [rows of the batch, d])."""
+        """From the layer-k states ``h`` [rows of the batch, d], the greedy draft token (a target id,
+        device [n]) of each of ``rows`` (the drafting rows, shrinking within a round) and whether that
+        row's draft ends with it; with ``whole_batch``, both for every row of the batch."""
         if not self.whole_batch:
+            if len(rows) < h.shape[0]:
+                h = h[on_device(rows, h.device)]
             return self.vocab.choose(self._draft_logits(h, rows), rows, self.log_min_conf)
         picks, phys = self._whole_batch_picks(h), self.cache.physical()
         if phys == list(range(picks.rows)):
@@ -175,10 +178,7 @@ class EarlyExitDrafter(WhisperDrafter):
             states.append(h)
             for i in going:
                 n_fed[i] += 1
-            if self.whole_batch:
-                ids, ends = self.pick(h, going)
-            else:
-                ids, ends = self.pick(h if len(going) == b else h[on_device(going, device)], going)
+            ids, ends = self.pick(h, going)
             go = steps.add(going, ids, ends)
             if go:
                 kept = ids if len(go) == len(going) or ids.shape[0] == b else ids[on_device(go, device)]

@@ -16,6 +16,7 @@ from specwhisper.asr.decoding.tokens import SpecialTokens
 from specwhisper.asr.decoding.rules import WhisperLogitRules
 from specwhisper.asr.runtime.encoder import EncoderRuntime
 from specwhisper.asr.runtime.decoder import KVCache, WhisperDecoderRuntime
+from specwhisper.asr.runtime.graphs import graph_pool
 from specwhisper.asr.drafters.vocab import CompactVocab, WholeBatchPicks
 from specwhisper.asr.decoding.speculative import WhisperDrafter
 from specwhisper.speculative import model_drafter
@@ -117,7 +118,7 @@ class WhisperDraftRuntime:
         self.vocab = CompactVocab(rt, model.special, model.rules, model.special.eot if head_text_tokens is None else head_text_tokens)
         self.whole_batch = rt.graphs is not None if whole_batch is None else whole_batch
         self.picks: dict[int, WholeBatchPicks] = {}  # by the batch's rows: captured once each
-        self.pool = torch.cuda.graph_pool_handle() if self.whole_batch and rt.device.type == "cuda" else None
+        self.pool = graph_pool(rt.device)
         self.cache: KVCache | None = None
         self.last: torch.Tensor | None = None  # per row: the hidden state the next draft token comes from
         self.limit = rt.max_len - 1
@@ -134,7 +135,8 @@ class WhisperDraftRuntime:
         if self.whole_batch:
             b = self.last.shape[0]
             if b not in self.picks:
-                self.picks[b] = WholeBatchPicks(self.vocab, self.vocab.logits, self.last, self.log_min_conf, self.pool)
+                self.picks[b] = WholeBatchPicks(self.vocab, self.vocab.logits, torch.zeros_like(self.last),
+                                                self.log_min_conf, self.pool)
             self.picks[b].start(rows, prefixes)
         else:
             self.vocab.start(rows, prefixes)

@@ -98,7 +98,8 @@ class WholeBatchPicks:
     kernels: these are about 55 of those a step launches outside its layers' graph (distil-large-v3
     shapes on an H100: a 2-layer draft step took 1.8-2.1 ms, the 32-layer step 3.4 ms). Rows that do
     not draft are picked for too, and ignored; the picks come back for every row (``DraftSteps``
-    takes such columns). ``pool``: ``CapturedCall``'s (a drafter's picks for each batch size share one)."""
+    takes such columns). ``states``: the buffer the picks read (:attr:`h`). ``pool``: ``CapturedCall``'s
+    (a drafter's picks for each batch size share one)."""
 
     def __init__(self, vocab: CompactVocab, scores: Callable[[torch.Tensor], torch.Tensor], states: torch.Tensor,
                  log_min_conf: float, pool=None):

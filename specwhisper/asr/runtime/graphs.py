@@ -76,6 +76,12 @@ class PassGraphs:
         return _Graph(graph, sx, sp, out)
 
 
+def graph_pool(device: torch.device):
+    """A memory pool for the ``CapturedCall``s of one decoder or drafter (``pool``), which never run at the
+    same time: their intermediates share memory. None off CUDA, where nothing is captured."""
+    return torch.cuda.graph_pool_handle() if device.type == "cuda" else None
+
+
 class CapturedCall:
     """``fn()`` over fixed buffers (it reads its inputs from tensors the caller fills in place and returns
     tensors), captured once as a CUDA graph on ``device`` and replayed by each call: a drafter's
