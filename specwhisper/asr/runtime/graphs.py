@@ -17,6 +17,7 @@ keyed by those addresses (and shapes): a later cache that lands on the same memo
 
 from __future__ import annotations
 
+import logging
 from collections import OrderedDict
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -24,6 +25,8 @@ from dataclasses import dataclass
 import torch
 
 from specwhisper.asr.runtime.kv_cache import KVCache
+
+log = logging.getLogger(__name__)
 
 Pass = Callable[[torch.Tensor, torch.Tensor, KVCache, int, "int | None"], torch.Tensor]
 
@@ -93,12 +96,14 @@ class CapturedCall:
     buffers ``fn`` changes in place (the warm-up run before the capture must leave them as they were:
     a capture records, it does not run). ``pool``: a memory pool shared with other calls that never run
     at the same time and never read each other's outputs (``torch.cuda.graph_pool_handle``): their
-    intermediates then share memory."""
+    intermediates then share memory. Where a capture fails (a driver or an op that refuses it), the
+    call runs op by op, as elsewhere, with one warning; :attr:`captured` tells which."""
 
     def __init__(self, fn: Callable[[], tuple[torch.Tensor, ...]], device: torch.device,
                  updates: tuple[torch.Tensor, ...] = (), pool=None):
         self.fn = fn
         self.graph: torch.cuda.CUDAGraph | None = None
+        self.out: tuple[torch.Tensor, ...] | None = None
         if device.type == "cuda":
             before = [t.clone() for t in updates]
             side = torch.cuda.Stream()  # the warm-up outside the capture, on a side stream as torch asks
@@ -108,11 +113,21 @@ class CapturedCall:
                 for t, b in zip(updates, before):
                     t.copy_(b)
             torch.cuda.current_stream().wait_stream(side)
-            self.graph = torch.cuda.CUDAGraph()
-            with torch.cuda.graph(self.graph, pool=pool):
-                self.out = fn()
-        else:
-            self.out = None
+            graph, stream = torch.cuda.CUDAGraph(), torch.cuda.current_stream()
+            try:
+                with torch.cuda.graph(graph, pool=pool):
+                    out = fn()
+            except RuntimeError as e:  # a capture records and runs nothing: the buffers are as they were
+                torch.cuda.set_stream(stream)  # a failed capture_end leaves its capture stream current
+                name = getattr(fn, "__qualname__", repr(fn))
+                log.warning("%s runs op by op: its CUDA graph capture failed (%s)", name, str(e).splitlines()[0])
+            else:
+                self.graph, self.out = graph, out
+
+    @property
+    def captured(self) -> bool:
+        """Whether calls replay a CUDA graph."""
+        return self.graph is not None
 
     def __call__(self) -> tuple[torch.Tensor, ...]:
         if self.graph is not None:
