@@ -173,6 +173,7 @@ def test_bad_input_one_line_error(run_cli, tmp_path, case, capsys):
     except SystemExit as exc:  # argparse rejects the arguments before anything runs
         code, (out, err) = exc.code, capsys.readouterr()
     assert code != 0
+    assert "Traceback" not in out, out  # the error goes to stderr alone
     line = _one_line_error(err)
     assert expected in line.lower(), line
 
