@@ -16,6 +16,9 @@ It then prices the counted passes at the H100's costs in bench/results/gpu_batch
 pass, a distil draft step, and the host work of a plain step): PROJECTIONS, printed beside what the
 H100 measured for the growing policy, where it ran (its host work per row is not priced: the
 projection overestimates the growing rows at batch 4-16 by 15-30%, and matches them at batch 1).
+Each row also gives the draft step cost at which its rounds would meet the target speedup (2.0x at
+batch 1, 1.5x batched; None: not at any cost, the verify passes alone are too many), to hold against
+bench/gpu_profile.py's draft steps.
 
     python bench/round_length.py [--batches 1,4,16] [--acceptances 0.7,0.8,0.9]
 """
@@ -89,16 +92,23 @@ def main(argv: list[str] | None = None) -> int:
                 spec.drafter.draft = lambda contexts, ks, draft=draft: steps.append(max(ks)) or draft(contexts, ks)
                 got = spec.decode(enc, prompt, feats, limits=limits)
                 spec_ms = sum(pass_ms + host_ms + n * draft_ms for n in steps)
+                # the draft step cost at which these rounds would meet the issue's target (2.0x at batch 1,
+                # 1.5x batched), the passes and host work priced as above
+                goal = 2.0 if b == 1 else 1.5
+                budget = max(limits) * plain_step_ms / goal - len(steps) * (pass_ms + host_ms)
                 row = dict(name=f"large-v3 batch {b} + {DRAFTER}, {policy} draft length, PROJECTION at per-token acceptance {a}",
                            batch=b, acceptance=a, policy=policy, k={"growing": None, "initial": 4}.get(policy, k),
                            token_identical=[s.tokens for s in got.sequences] == refs, rounds=len(steps),
                            draft_steps=sum(steps), draft_steps_per_round=round(sum(steps) / len(steps), 2),
                            decoder_speedup=round(max(limits) * plain_step_ms / spec_ms, 3),
-                           h100_measured=measured.get("decoder_speedup") if policy == "growing" else None)
+                           h100_measured=measured.get("decoder_speedup") if policy == "growing" else None,
+                           target_speedup=goal, draft_step_ms=draft_ms,
+                           draft_step_ms_for_target=round(budget / sum(steps), 3) if budget > 0 and sum(steps) else None)
                 out["runs"].append(row)
                 print(f"  batch {b:2d} a={a} {policy:8s} k={row['k'] or '-':>2}  {row['rounds']:3d} rounds, "
                       f"{row['draft_steps_per_round']:5.2f} draft steps a round: {row['decoder_speedup']:.2f}x projected"
-                      + (f"  (H100 measured {row['h100_measured']:.3f}x)" if row["h100_measured"] else ""), flush=True)
+                      + (f"  (H100 measured {row['h100_measured']:.3f}x)" if row["h100_measured"] else "")
+                      + f"; {goal}x needs a draft step of {row['draft_step_ms_for_target']} ms (H100: {draft_ms})", flush=True)
     args.out.write_text(json.dumps(out, indent=1) + "\n")
     print(f"wrote {args.out}")
     return 0
