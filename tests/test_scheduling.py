@@ -52,3 +52,41 @@ def test_chunks_waiting_for_their_language_leave_only_in_full_batches():
     assert work.language_of[first[0]] == "de"
     assert drain(work) == [[(0, 3)], [(0, 0), (0, 4)]]
     assert seen[-1] == [4]
+
+
+def test_chunks_with_the_most_speech_decode_together_with_the_same_text(tiny_engine, manifest, monkeypatch):
+    """English clips of 1.5 to 26 s in batches of two: the batches leave with the most speech first, so
+    a batch's rows write texts of alike lengths and the decode takes fewer steps (a batch steps until
+    its longest text ends) than in the files' order, for the same tokens (greedy: a row's tokens do not
+    depend on the rows beside it)."""
+    from specwhisper.asr import scheduling
+    from specwhisper.asr.decoding.fallback import QualityRules
+    from specwhisper.asr.engine import DecodeOptions
+    from specwhisper.audio.loading import load_audio
+
+    clips = [m for m in manifest if m.language == "en" and m.reference and m.duration <= 30][:8]
+    audios = [load_audio(m.path) for m in clips]
+    opts = DecodeOptions(language="en", batch_size=2, quality=QualityRules(temperatures=(0.0,)))
+    run = tiny_engine._run_batch
+
+    def transcribe() -> tuple[list, list[list[int]], int]:
+        speech, steps = [], []
+
+        def recorded(audios, batch, *args, **kwargs):
+            out = run(audios, batch, *args, **kwargs)
+            speech.append([scheduling._speech(c) for _, c in batch if not c.depth])
+            steps.append(max(len(a.seq.tokens) + 1 for a in out[2]))  # the last step picks the end token
+            return out
+
+        monkeypatch.setattr(tiny_engine, "_run_batch", recorded)
+        results = tiny_engine.transcribe_many(audios, opts)
+        monkeypatch.setattr(tiny_engine, "_run_batch", run)
+        return [[s.tokens for s in r.segments] for r in results], speech, sum(steps)
+
+    tokens, speech, steps = transcribe()
+    firsts = [s for s in speech if s]
+    assert all(min(a) >= max(b) for a, b in zip(firsts, firsts[1:])), speech
+    monkeypatch.setattr(scheduling, "_speech", lambda chunk: 0)  # every chunk alike: the files' order
+    in_order, _, steps_in_order = transcribe()
+    assert tokens == in_order
+    assert steps < steps_in_order, (steps, steps_in_order)

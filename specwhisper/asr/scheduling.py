@@ -1,7 +1,10 @@
 """Which chunks decode together, and what their decodes give each file (``AsrEngine.transcribe_many``).
 
-``WorkQueues`` hands out batches: the chunks of all files that share a prompt batch together, a file
-conditioned on its own text decodes alone and in order, and multilingual chunks wait for their language.
+``WorkQueues`` hands out batches: the chunks of all files that share a prompt batch together, those
+with the most speech first (a batch steps until its longest text ends: on an hour of talk and
+conversation, tiny.en at batch 32 without the fallback, 696 decoder steps instead of 942 in the
+file's order, the same tokens), a file conditioned on its own text decodes alone and in order, and multilingual chunks wait
+for their language.
 ``FileResults`` takes each decoded chunk: its segments, the stretches it skipped (queued again; a thin
 segment is replaced by a re-decode that finds more words) and, when conditioning, the text the file's
 next chunk follows."""
@@ -23,7 +26,8 @@ PROMPT_RESET_TEMPERATURE = 0.5  # openai/whisper: previous text is not carried p
 
 class WorkQueues:
     """The chunks left to decode: one queue per ``key`` (a prompt, or a file when conditioning), each
-    emptied before the next one starts, handed out ``batch_size`` at a time.
+    emptied before the next one starts, handed out ``batch_size`` at a time, the most VAD speech first
+    (but ``in_order``).
 
     Chunks given to ``wait`` (multilingual) get their language from ``detect``, in order and a batch at
     a time, only while no queue holds a full batch; meanwhile only full batches are handed out."""
@@ -66,13 +70,26 @@ class WorkQueues:
             if self._current is None:
                 return None
         queue = self._queues[self._current]
-        return [queue.popleft() for _ in range(min(self.batch_size, len(queue)))]
+        if self._in_order or len(queue) <= self.batch_size:
+            return [queue.popleft() for _ in range(min(self.batch_size, len(queue)))]
+        # the chunks with the most speech first: a batch takes as many steps as its longest text, and a
+        # chunk's text follows its speech, so chunks of alike lengths decode together
+        items = list(queue)
+        most = set(sorted(range(len(items)), key=lambda j: -_speech(items[j][1]))[: self.batch_size])
+        queue.clear()
+        queue.extend(item for j, item in enumerate(items) if j not in most)
+        return [item for j, item in enumerate(items) if j in most]
 
     def again(self, items: list[Item], language: str | None) -> None:
         """Stretches of the last batch to decode again, into its queue, with its language."""
         self.language_of.update((item, language) for item in items)
         queue = self._queues[self._current]
         queue.extendleft(reversed(items)) if self._in_order else queue.extend(items)
+
+
+def _speech(chunk: Chunk) -> int:
+    """Samples of VAD speech in ``chunk``."""
+    return sum(e - s for s, e in chunk.voiced)
 
 
 class FileResults:
