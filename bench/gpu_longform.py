@@ -211,6 +211,7 @@ def child_ours(cfg: dict) -> dict:
                          encoder_s=round(s.encoder_seconds - features_s[0], 3), decoder_s=round(s.decoder_seconds, 3),
                          windows=len(res.chunks), generated_tokens=s.generated_tokens, target_passes=s.target_passes,
                          fallback_passes=s.fallback_passes, fallback_s=round(s.fallback_seconds, 3),
+                         decoder_steps=s.decoder_steps, fallback_steps=s.fallback_steps,
                          redecoded_chunks=s.redecoded_chunks,
                          acceptance_rate=round(s.acceptance_rate, 3) if s.drafted else None,
                          tokens_per_target_pass=round(s.tokens_per_target_pass, 3) if s.drafted else None)
@@ -503,7 +504,7 @@ def main(argv: list[str] | None = None) -> int:
     out = {"machine": machine(torch.get_num_threads()) if not gpu else f"{torch.cuda.get_device_name()}; torch {torch.__version__}",
            "model": args.model, "files": {f["kind"]: dict(audio_s=round(f["seconds"], 1)) for f in files},
            "note": "each system in its own process; startup_s: imports, model loading and a 30 s warm-up; wall_s: one "
-                   "file's transcription (VAD, features, encoder, decoder; ours: vad_s, features_s (log-mel on the host), encoder_s, decoder_s (fallback_s of it: the temperature fallback's sampled decodes, fallback_passes of target_passes), the rest host work); peak_gpu_mb: the process's GPU memory at "
+                   "file's transcription (VAD, features, encoder, decoder; ours: vad_s, features_s (log-mel on the host), encoder_s, decoder_s (fallback_s of it: the temperature fallback's sampled decodes, fallback_passes of target_passes), the rest host work; decoder_steps, fallback_steps: the batched passes, each counted once whatever its rows); peak_gpu_mb: the process's GPU memory at "
                    "its highest during the file (NVML, CUDA context included)", "systems": {}, "runs": []}
     for i, system in enumerate(systems):
         left = args.budget_s - (time.perf_counter() - t0)

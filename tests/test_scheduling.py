@@ -76,6 +76,7 @@ def test_chunks_with_the_most_speech_decode_together_with_the_same_text(tiny_eng
             out = run(audios, batch, *args, **kwargs)
             speech.append([scheduling._speech(c) for _, c in batch if not c.depth])
             steps.append(max(len(a.seq.tokens) + 1 for a in out[2]))  # the last step picks the end token
+            assert out[3].decoder_steps == steps[-1]  # the prompt's pass and a step after each token but the last
             return out
 
         monkeypatch.setattr(tiny_engine, "_run_batch", recorded)

@@ -485,6 +485,8 @@ def _share_stats(batch: DecodeStats, files: list[int], generated: list[int], int
         into[i].decoder_seconds += batch.decoder_seconds * share
         into[i].alignment_seconds += batch.alignment_seconds * share
         into[i].fallback_passes += round(batch.fallback_passes * share)
+        into[i].decoder_steps += round(batch.decoder_steps * share)
+        into[i].fallback_steps += round(batch.fallback_steps * share)
         into[i].fallback_seconds += batch.fallback_seconds * share
 
 

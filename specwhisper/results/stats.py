@@ -33,6 +33,10 @@ class DecodeStats(SpeculativeCounts):
     alignment_seconds: float = 0.0
     fallback_passes: int = 0  # target passes of temperature-fallback decodes (plain sampling, no drafter)
     fallback_seconds: float = 0.0  # their time, also counted in decoder_seconds
+    # passes as the device runs them: a batch's step, verify pass or prompt pass counts once, whatever its rows
+    # (on a GPU a step of many rows costs about what a step of one does, so these price a decode there)
+    decoder_steps: int = 0
+    fallback_steps: int = 0  # of the temperature-fallback decodes, not in decoder_steps
     redecoded_chunks: int = 0  # chunk tails decoded again because a decode stopped before the speech did
     resumed_chunks: int = 0  # chunks an interrupted run finished, read from its checkpoint (specwhisper.pipeline.checkpoint)
 

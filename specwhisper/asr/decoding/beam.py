@@ -50,6 +50,7 @@ class BeamSearchDecoder(Decoder):
         cache = self.rt.new_cache(encoder_out)
         last, no_speech = self.prefill(cache, prompt)
         stats.target_passes += b
+        stats.decoder_steps += 1
         no_speech_probs = no_speech.tolist()
         if k > 1:
             cache = cache.select([r for r in range(b) for _ in range(k)])
@@ -91,6 +92,7 @@ class BeamSearchDecoder(Decoder):
             positions = torch.full((len(active) * k, 1), length, device=device)
             last = self.rt.step(nxt, positions, cache)[:, -1]
             stats.target_passes += len(active) * k
+            stats.decoder_steps += 1
             length += 1
         results = [self._best(finished[a], cut[a], no_speech_probs[a]) for a in range(b)]
         stats.generated_tokens = sum(len(r.tokens) for r in results)

@@ -176,6 +176,7 @@ def decode_with_fallback(
             enc = encoder_out[part[0] : part[0] + 1] if len(part) == 1 else encoder_out[part]
             drawn = sampler(temperature).decode(enc, prompt, limits=limits, copies=k)
             stats.fallback_passes += drawn.stats.target_passes
+            stats.fallback_steps += drawn.stats.decoder_steps
             stats.fallback_seconds += drawn.stats.decoder_seconds
             stats.decoder_seconds += drawn.stats.decoder_seconds
             best += [max(drawn.sequences[j * k : (j + 1) * k], key=_likelihood) for j in range(len(part))]

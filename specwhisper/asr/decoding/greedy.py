@@ -136,6 +136,7 @@ class GreedyDecoder(Decoder):
         cache = self.rt.new_cache(encoder_out)
         last, no_speech = self.prefill(cache, prompt)
         stats.target_passes += encoder_out.shape[0]
+        stats.decoder_steps += 1
         if copies > 1:  # the cache rows are gathered: each copy's numbers are its row's (row-exact runtime)
             cache = cache.select([r for r in range(encoder_out.shape[0]) for _ in range(copies)])
             last, no_speech = last.repeat_interleave(copies, 0), no_speech.repeat_interleave(copies, 0)
@@ -169,6 +170,7 @@ class GreedyDecoder(Decoder):
             positions = torch.full((len(active), 1), length, device=device)
             last = self.rt.step(nxt[:, None], positions, cache)[:, -1]
             stats.target_passes += len(active)
+            stats.decoder_steps += 1
             length += 1
         stats.decoder_seconds = time.perf_counter() - t0
         return DecodeOutput(results, stats)

@@ -159,6 +159,7 @@ class SpeculativeDecoder(Decoder):
         self.drafter.attach(cache)
         last, no_speech = self.prefill(cache, prompt)
         stats.target_passes += b
+        stats.decoder_steps += 1
         results = [SequenceResult([], 0.0, p) for p in no_speech.tolist()]
         rules = self.rules.for_prompt(prompt)
         first, first_lp = read_choices(*rules.select(last.float(), [[] for _ in range(b)]))
@@ -178,6 +179,7 @@ class SpeculativeDecoder(Decoder):
             drafts = self.drafter.draft(contexts, [max(0, min(k, cap[r] - len(c) - 1)) for k, r, c in zip(ks, active, contexts)])
             drafts, greedy, logprobs = self._score(cache, rules, contexts, drafts, lengths)
             stats.target_passes += len(active)
+            stats.decoder_steps += 1
             keep = self._accept(active, drafts, greedy, logprobs, results, cap, lengths, ks, look, stats)
             if len(keep) < len(active):
                 if not keep:
