@@ -181,6 +181,7 @@ def child_ours(cfg: dict) -> dict:
     auto = AsrEngine(cfg["model"], device=dev, bundle=plain.bundle, decoder_factory=decoder_factory("auto"))
     engines = {"none": plain, "auto": auto}
     features_s = timing(engines.values(), "_features")  # log-mel on the host, a part of stats.encoder_seconds
+    captures = capture_timing(dev)
     warm = load(cfg["files"][0]["path"])[: 30 * 16000]
     startup = time.perf_counter() - t
     encoder_ms = encoder_ms_per_window(plain, warm)
@@ -199,6 +200,7 @@ def child_ours(cfg: dict) -> dict:
             audio = load(f["path"])
             torch_peak(dev, reset=True)
             features_s[0] = 0.0
+            captures.update(n=0, s=0.0)
             with GpuMemory() as mem:
                 t = time.perf_counter()
                 res = engine.transcribe(audio, opts)
@@ -212,6 +214,7 @@ def child_ours(cfg: dict) -> dict:
                          windows=len(res.chunks), generated_tokens=s.generated_tokens, target_passes=s.target_passes,
                          fallback_passes=s.fallback_passes, fallback_s=round(s.fallback_seconds, 3),
                          decoder_steps=s.decoder_steps, fallback_steps=s.fallback_steps,
+                         graph_captures=captures["n"], capture_s=round(captures["s"], 3),
                          redecoded_chunks=s.redecoded_chunks,
                          acceptance_rate=round(s.acceptance_rate, 3) if s.drafted else None,
                          tokens_per_target_pass=round(s.tokens_per_target_pass, 3) if s.drafted else None)
@@ -222,6 +225,42 @@ def child_ours(cfg: dict) -> dict:
             print(json.dumps(rows[-1]), flush=True)
     del torch
     return dict(startup_s=round(startup, 2), encoder_ms_per_window=encoder_ms, rows=rows)
+
+
+def capture_timing(device: str) -> dict:
+    """Count and time the CUDA graph captures (a decoder pass's, ``PassGraphs``; a choice's or a pick's,
+    ``CapturedCall``) while the returned dict lives: each synchronizes the GPU and empties torch's cache,
+    and a pass's graphs are keyed by its cache's addresses, so a decode on new memory captures again."""
+    from specwhisper.asr.runtime import graphs
+
+    total = {"n": 0, "s": 0.0}
+
+    def timed(f):
+        def run(*args, **kwargs):
+            import torch
+
+            if device.startswith("cuda"):
+                torch.cuda.synchronize()
+            t = time.perf_counter()
+            try:
+                return f(*args, **kwargs)
+            finally:
+                if device.startswith("cuda"):
+                    torch.cuda.synchronize()
+                total["n"] += 1
+                total["s"] += time.perf_counter() - t
+        return run
+
+    graphs.PassGraphs._capture = timed(graphs.PassGraphs._capture)
+    init = graphs.CapturedCall.__init__
+
+    def captured_init(self, fn, device_, *args, **kwargs):
+        if device_.type != "cuda":
+            return init(self, fn, device_, *args, **kwargs)
+        return timed(init)(self, fn, device_, *args, **kwargs)
+
+    graphs.CapturedCall.__init__ = captured_init
+    return total
 
 
 def timing(objects, method: str) -> list[float]:
@@ -504,7 +543,7 @@ def main(argv: list[str] | None = None) -> int:
     out = {"machine": machine(torch.get_num_threads()) if not gpu else f"{torch.cuda.get_device_name()}; torch {torch.__version__}",
            "model": args.model, "files": {f["kind"]: dict(audio_s=round(f["seconds"], 1)) for f in files},
            "note": "each system in its own process; startup_s: imports, model loading and a 30 s warm-up; wall_s: one "
-                   "file's transcription (VAD, features, encoder, decoder; ours: vad_s, features_s (log-mel on the host), encoder_s, decoder_s (fallback_s of it: the temperature fallback's sampled decodes, fallback_passes of target_passes), the rest host work; decoder_steps, fallback_steps: the batched passes, each counted once whatever its rows); peak_gpu_mb: the process's GPU memory at "
+                   "file's transcription (VAD, features, encoder, decoder; ours: vad_s, features_s (log-mel on the host), encoder_s, decoder_s (fallback_s of it: the temperature fallback's sampled decodes, fallback_passes of target_passes), the rest host work; decoder_steps, fallback_steps: the batched passes, each counted once whatever its rows; graph_captures, capture_s: the CUDA graphs captured during the file, and their seconds, a part of the decoder's); peak_gpu_mb: the process's GPU memory at "
                    "its highest during the file (NVML, CUDA context included)", "systems": {}, "runs": []}
     for i, system in enumerate(systems):
         left = args.budget_s - (time.perf_counter() - t0)
