@@ -1,7 +1,7 @@
 """Long-form transcription on a GPU against the peers, on the same weights: ours (plain and ``--draft auto``,
 batch 8 / 16 / 32 and the batch the GPU's free memory gives by default) against faster-whisper's
 BatchedInferencePipeline (CTranslate2, float16, batch 8 and 16), the transformers ASR pipeline in
-insanely-fast-whisper's settings (chunk_length_s 30, batch 16, float16, sdpa, timestamps) and, batch 1,
+insanely-fast-whisper's settings (chunk_length_s 30, batch 16, float16, sdpa, timestamps, greedy) and, batch 1,
 transformers' assisted generation (the seed blog's recipe) beside the same pipeline without assistant.
 
     python bench/gpu_longform.py --model FOLDER [--device cuda] [--batches 8,16,32] [--budget-s 170]
@@ -350,6 +350,19 @@ def child_fw(cfg: dict) -> dict:
     return dict(startup_s=round(startup, 2), conversion_s=round(convert, 2), cuda_devices=cuda, rows=rows)
 
 
+# insanely-fast-whisper's call, greedy (its figures are; transformers 5's pipeline searches 5 beams unless told)
+# and, for a multilingual model, in English, as ours and faster-whisper are told: base left to detect the
+# language looped on one word to 446 tokens in the dense file's first window, greedy or with 5 beams.
+# An English-only model refuses a language or task.
+HF_CALL = dict(chunk_length_s=30, return_timestamps=True)
+
+
+def hf_generate(pipe) -> dict:
+    """The generate arguments of the pipeline's calls (above)."""
+    english = dict(language="en", task="transcribe") if pipe.model.generation_config.is_multilingual else {}
+    return dict(num_beams=1, **english)
+
+
 def _hf_pipeline(cfg: dict, model=None):
     import torch
     from transformers import pipeline
@@ -365,7 +378,7 @@ def child_hf_pipeline(cfg: dict) -> dict:
     t = time.perf_counter()
     pipe, _ = _hf_pipeline(cfg)
     warm = load(cfg["files"][0]["path"])[: 30 * 16000]
-    pipe({"raw": warm, "sampling_rate": 16000}, chunk_length_s=30, batch_size=cfg["batch"], return_timestamps=True)
+    pipe({"raw": warm, "sampling_rate": 16000}, batch_size=cfg["batch"], generate_kwargs=hf_generate(pipe), **HF_CALL)
     startup = time.perf_counter() - t
     rows = []
     for f in cfg["files"]:
@@ -373,7 +386,7 @@ def child_hf_pipeline(cfg: dict) -> dict:
         torch_peak(cfg["device"], reset=True)
         with GpuMemory() as mem:
             t = time.perf_counter()
-            out = pipe({"raw": audio, "sampling_rate": 16000}, chunk_length_s=30, batch_size=cfg["batch"], return_timestamps=True)
+            out = pipe({"raw": audio, "sampling_rate": 16000}, batch_size=cfg["batch"], generate_kwargs=hf_generate(pipe), **HF_CALL)
             seconds = time.perf_counter() - t
         rows.append(row("hf pipeline", f, seconds, out["text"], dict(batch=cfg["batch"], peak_gpu_mb=mem.mb,
                                                                      torch_peak_mb=torch_peak(cfg["device"]))))
@@ -404,8 +417,8 @@ def child_hf_assisted(cfg: dict) -> dict:
             with GpuMemory() as mem, torch.inference_mode():
                 t = time.perf_counter()
                 try:
-                    out = pipe({"raw": audio, "sampling_rate": 16000}, chunk_length_s=30, batch_size=1,
-                               return_timestamps=True, generate_kwargs=kw)
+                    out = pipe({"raw": audio, "sampling_rate": 16000}, batch_size=1, generate_kwargs={**hf_generate(pipe), **kw},
+                               **HF_CALL)
                     text, error = out["text"], None
                 except Exception as exc:  # transformers' assisted generation refuses some settings: say which
                     text, error = "", f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}"
