@@ -10,11 +10,13 @@ from __future__ import annotations
 import importlib.util
 import os
 
+import numpy as np
 import pytest
 import torch
 
 from specwhisper.audio.loading import load_audio
 from specwhisper.asr.engine import AsrEngine, DecodeOptions
+from specwhisper.asr.runtime.graphs import CapturedCall
 from tests.devicecheck import HostDeviceMode
 from tests.exactness import drafting_factory
 
@@ -57,6 +59,25 @@ def test_decoding_replays_graphs_and_an_eager_runtime_gives_its_own_bits(gpu_eng
     eager.runtime.graphs = None
     for result in (graphed, eager.transcribe(audio, DecodeOptions(language="en"))):
         assert "ask not what your country" in " ".join(s.text for s in result.segments).lower()
+
+
+def test_a_second_decode_of_the_same_batches_captures_no_graph(gpu_engine, audio):
+    """A pass's graph is keyed by its cache's addresses: caches made again in the same order land where
+    the first ones were (a capture does not empty the allocator), so they replay the graphs captured."""
+    opts = DecodeOptions(language="en", batch_size=4)
+    clip = np.concatenate([audio] * 6)  # 66 s: three windows in one batch, then any fallback
+    gpu_engine.transcribe(clip, opts)
+    before = set(gpu_engine.runtime.graphs.graphs)
+    gpu_engine.transcribe(clip, opts)
+    assert set(gpu_engine.runtime.graphs.graphs) == before
+
+
+def test_a_call_whose_capture_fails_runs_op_by_op_on_the_callers_stream(caplog):
+    x = torch.arange(4.0, device="cuda")
+    call = CapturedCall(lambda: (x * float(x.sum().item()),), x.device)  # .item() waits: no capture takes it
+    assert not call.captured and "runs op by op" in caplog.text
+    assert torch.cuda.current_stream() == torch.cuda.default_stream()
+    assert call()[0].tolist() == [0.0, 6.0, 12.0, 18.0]
 
 
 def test_verify_passes_give_the_bits_of_steps_on_the_gpu(gpu_engine, audio):

@@ -74,9 +74,26 @@ class PassGraphs:
             self.run(sx, sp, cache, start, stop)
         torch.cuda.current_stream().wait_stream(side)
         graph = torch.cuda.CUDAGraph()
-        with torch.cuda.graph(graph):
-            out = self.run(sx, sp, cache, start, stop)
+        out = capture(graph, lambda: self.run(sx, sp, cache, start, stop))
         return _Graph(graph, sx, sp, out)
+
+
+def capture(graph: torch.cuda.CUDAGraph, fn: Callable[[], object], pool=None):
+    """``fn()`` captured into ``graph`` on a side stream (``pool``: a shared memory pool), its result
+    returned. What ``torch.cuda.graph`` does, less the ``torch.cuda.empty_cache()`` (and the emptying
+    of the pinned host cache) it runs before every capture: a long file's decode makes a KV cache for
+    each batch and each fallback sampling (27 on the 10-minute talk, tiny.en at batch 32: counted in
+    the fixed-shape mode on the CPU), passes are keyed by their cache's addresses, and a cache that
+    lands where the last one of its size was reuses its graphs, where an emptied allocator may hand
+    the next cache other memory, and its passes are captured again."""
+    torch.cuda.synchronize()
+    with torch.cuda.stream(torch.cuda.Stream()):
+        graph.capture_begin(*(() if pool is None else (pool,)))
+        try:
+            out = fn()
+        finally:
+            graph.capture_end()
+    return out
 
 
 def graph_pool(device: torch.device):
@@ -113,12 +130,10 @@ class CapturedCall:
                 for t, b in zip(updates, before):
                     t.copy_(b)
             torch.cuda.current_stream().wait_stream(side)
-            graph, stream = torch.cuda.CUDAGraph(), torch.cuda.current_stream()
+            graph = torch.cuda.CUDAGraph()
             try:
-                with torch.cuda.graph(graph, pool=pool):
-                    out = fn()
+                out = capture(graph, fn, pool)
             except RuntimeError as e:  # a capture records and runs nothing: the buffers are as they were
-                torch.cuda.set_stream(stream)  # a failed capture_end leaves its capture stream current
                 name = getattr(fn, "__qualname__", repr(fn))
                 log.warning("%s runs op by op: its CUDA graph capture failed (%s)", name, str(e).splitlines()[0])
             else:
