@@ -205,7 +205,7 @@ def child_ours(cfg: dict) -> dict:
             audio = load(f["path"])
             torch_peak(dev, reset=True)
             features_s[0] = 0.0
-            captures.update(n=0, s=0.0)
+            captures.update(n=0, s=0.0, passes=0, shapes=set())
             with GpuMemory() as mem:
                 t = time.perf_counter()
                 res = engine.transcribe(audio, opts)
@@ -220,6 +220,7 @@ def child_ours(cfg: dict) -> dict:
                          fallback_passes=s.fallback_passes, fallback_s=round(s.fallback_seconds, 3),
                          decoder_steps=s.decoder_steps, fallback_steps=s.fallback_steps,
                          graph_captures=captures["n"], capture_s=round(captures["s"], 3),
+                         pass_captures=captures["passes"], pass_shapes=len(captures["shapes"]),
                          redecoded_chunks=s.redecoded_chunks,
                          acceptance_rate=round(s.acceptance_rate, 3) if s.drafted else None,
                          tokens_per_target_pass=round(s.tokens_per_target_pass, 3) if s.drafted else None)
@@ -234,14 +235,19 @@ def child_ours(cfg: dict) -> dict:
 
 def capture_timing(device: str) -> dict:
     """Count and time the CUDA graph captures (a decoder pass's, ``PassGraphs``; a choice's or a pick's,
-    ``CapturedCall``) while the returned dict lives: each synchronizes the GPU and empties torch's cache,
-    and a pass's graphs are keyed by its cache's addresses, so a decode on new memory captures again."""
+    ``CapturedCall``) while the returned dict lives: ``n``, ``s``, and of the passes' captures ``passes``
+    and their distinct ``shapes``. A pass's graphs are keyed by its cache's addresses, so a decode on new
+    memory captures again: passes well above shapes say the caches keep moving."""
     from specwhisper.asr.runtime import graphs
 
-    total = {"n": 0, "s": 0.0}
+    total = {"n": 0, "s": 0.0, "passes": 0, "shapes": set()}
 
-    def timed(f):
+    def timed(f, passes: bool = False):
         def run(*args, **kwargs):
+            if passes:  # (self, x, positions, cache, start, stop)
+                x, cache, start, stop = args[1], args[3], args[4], args[5]
+                total["passes"] += 1
+                total["shapes"].add((tuple(x.shape), tuple(cache.k.shape), start, stop))
             import torch
 
             if device.startswith("cuda"):
@@ -256,7 +262,7 @@ def capture_timing(device: str) -> dict:
                 total["s"] += time.perf_counter() - t
         return run
 
-    graphs.PassGraphs._capture = timed(graphs.PassGraphs._capture)
+    graphs.PassGraphs._capture = timed(graphs.PassGraphs._capture, passes=True)
     init = graphs.CapturedCall.__init__
 
     def captured_init(self, fn, device_, *args, **kwargs):
