@@ -21,6 +21,7 @@ import logging
 from collections import OrderedDict
 from collections.abc import Callable
 from dataclasses import dataclass
+from functools import partial
 
 import torch
 
@@ -66,16 +67,24 @@ class PassGraphs:
 
     def _capture(self, x: torch.Tensor, positions: torch.Tensor, cache: KVCache, start: int, stop: int | None) -> _Graph:
         sx, sp = x.clone(), positions.clone()
-        # a warm-up outside the capture (kernel loading, library handles), on a side stream as torch asks;
-        # the keys and values it writes are those of these very positions, which the replay rewrites
-        side = torch.cuda.Stream()
-        side.wait_stream(torch.cuda.current_stream())
-        with torch.cuda.stream(side):
-            self.run(sx, sp, cache, start, stop)
-        torch.cuda.current_stream().wait_stream(side)
+        run = partial(self.run, sx, sp, cache, start, stop)
+        warm_up(run)  # the keys and values it writes are those of these very positions, which the replay rewrites
         graph = torch.cuda.CUDAGraph()
-        out = capture(graph, lambda: self.run(sx, sp, cache, start, stop))
+        out = capture(graph, run)
         return _Graph(graph, sx, sp, out)
+
+
+def warm_up(fn: Callable[[], object], updates: tuple[torch.Tensor, ...] = ()) -> None:
+    """``fn()`` run once before its capture (kernel loading, library handles), on a side stream as torch
+    asks; ``updates``, the buffers it changes in place, are put back as they were."""
+    before = [t.clone() for t in updates]
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):
+        fn()
+        for t, b in zip(updates, before):
+            t.copy_(b)
+    torch.cuda.current_stream().wait_stream(side)
 
 
 def capture(graph: torch.cuda.CUDAGraph, fn: Callable[[], object], pool=None):
@@ -122,14 +131,7 @@ class CapturedCall:
         self.graph: torch.cuda.CUDAGraph | None = None
         self.out: tuple[torch.Tensor, ...] | None = None
         if device.type == "cuda":
-            before = [t.clone() for t in updates]
-            side = torch.cuda.Stream()  # the warm-up outside the capture, on a side stream as torch asks
-            side.wait_stream(torch.cuda.current_stream())
-            with torch.cuda.stream(side):
-                fn()
-                for t, b in zip(updates, before):
-                    t.copy_(b)
-            torch.cuda.current_stream().wait_stream(side)
+            warm_up(fn, updates)
             graph = torch.cuda.CUDAGraph()
             try:
                 out = capture(graph, fn, pool)
