@@ -49,6 +49,27 @@ def bf16_engine():
     return AsrEngine("base", dtype="bfloat16")
 
 
+@pytest.fixture
+def unpacked():
+    """Within a test: every float32 engine, runtime and drafter it makes has plain ``F.linear`` products
+    (``tests.exactness.plain_float32_products``)."""
+    from tests.exactness import plain_float32_products
+
+    with plain_float32_products():
+        yield
+
+
+@pytest.fixture(scope="session")
+def unpacked_engine():
+    """base in float32 with plain ``F.linear`` products (``tests.exactness.plain_float32_products``): the
+    fixed-shape mode."""
+    from specwhisper.asr.engine import AsrEngine
+    from tests.exactness import plain_float32_products
+
+    with plain_float32_products():
+        return AsrEngine("base")
+
+
 @pytest.fixture(scope="session")
 def tiny_engine():
     from specwhisper.asr.engine import AsrEngine

@@ -3,6 +3,9 @@ the plain greedy result (tokens, timestamps included, no-speech probability, log
 
 from __future__ import annotations
 
+import warnings
+from contextlib import contextmanager
+
 import pytest
 
 from specwhisper.asr.drafters.choice import decoder_factory, model_drafter
@@ -38,3 +41,25 @@ def assert_decodes_like_plain(decoder, cases, reference, label: str) -> tuple[in
         drafted += out.stats.drafted_tokens
         accepted += out.stats.accepted_tokens
     return drafted, accepted
+
+
+@contextmanager
+def plain_float32_products():
+    """float32 CPU products as a torch build without oneDNN's packed kernels makes them: plain ``F.linear``
+    (``specwhisper.hardware.kernels``, its ``KernelFallbackWarning``), so a float32 decoder takes the
+    fixed-shape mode, as every GPU dtype does. Most of that mode's checks run so rather than in
+    bfloat16: MKL's float32 products depend on the call's row count as a GPU's do (1, 2, 3 or 5 rows
+    of a matrix of base's shapes give other bits than the same rows among 16), while bfloat16 products
+    of 5-16 rows take 2.9-7.5x as long on a CPU without native bfloat16 (measured on an AVX2 host, one
+    thread: 16 rows of a 2048 x 512 matrix 5.0 against 0.67 ms, of base's head 116 against 40 ms)."""
+    from specwhisper.hardware import kernels
+
+    real = kernels.kernel_problem
+
+    def problem(ops):
+        return "a torch build without them" if ops == kernels.PACKED_OPS else real(ops)
+
+    with pytest.MonkeyPatch.context() as patch, warnings.catch_warnings():
+        warnings.simplefilter("ignore", kernels.KernelFallbackWarning)
+        patch.setattr(kernels, "kernel_problem", problem)
+        yield

@@ -117,13 +117,13 @@ def test_auto_is_exact_and_measures_once_per_batch_size(base_engine, manifest):
         assert dec.rt.head.compact_split is None
 
 
-def test_a_batch_keeps_the_chosen_draft_length_where_a_lone_row_adapts(bf16_engine, eval_root):
-    """In the fixed-shape mode (a GPU's; bfloat16 here) a round drafts as many passes as its longest draft
+def test_a_batch_keeps_the_chosen_draft_length_where_a_lone_row_adapts(unpacked_engine, unpacked, eval_root):
+    """In the fixed-shape mode (a GPU's; float32 over plain products here) a round drafts as many passes as its longest draft
     and each costs what one of all rows does: a batch's rows drafting by passes keep the k auto chose,
     while a lone row grows its k after a fully accepted draft. Exact either way."""
     from specwhisper.asr.decoding.greedy import GreedyDecoder
 
-    auto = AsrEngine("base", bundle=bf16_engine.bundle, decoder_factory=decoder_factory("auto"))
+    auto = AsrEngine("base", bundle=unpacked_engine.bundle, decoder_factory=decoder_factory("auto"))
     dec = auto.decoder
     assert auto.runtime.fixed_width is not None
     # early-exit:3 at a = 0.9 (no bonus), a draft step 0.05 of a step: k = 1: T = 1, 1 / (0.05 + 1) = 0.95;

@@ -4,12 +4,14 @@ tokens (timestamps included), log-probabilities and no-speech probabilities of p
 same batch. Random-weight checkpoints with the large-v3-class layer structure at a small width
 (tests.random_whisper); drafters' choices replay the plain decode at a per-token acceptance
 (tests.replay_drafter), so accepted runs of every length occur. Both exact mechanisms: the row-exact
-float32 CPU runtime and the fixed-shape mode (bfloat16 here, as every GPU dtype; its pass width
-follows the row count, ``specwhisper.asr.runtime.kv_cache.fixed_width_for``). The ``gpu`` tests repeat the
+float32 CPU runtime and the fixed-shape mode (every GPU dtype's; here float32 over plain ``F.linear``
+products, ``tests.conftest.plain_float32_products``, and bfloat16 for large-v3; its pass width follows
+the row count, ``specwhisper.asr.runtime.kv_cache.fixed_width_for``). The ``gpu`` tests repeat the
 checks on CUDA in float16 with CUDA graphs."""
 
 from __future__ import annotations
 
+import contextlib
 import importlib.util
 import os
 
@@ -23,6 +25,7 @@ from specwhisper.asr.drafters.early_exit import EarlyExitDrafter
 from specwhisper.asr.engine import AsrEngine, DecodeOptions
 from specwhisper.asr.decoding.fallback import QualityRules
 from specwhisper.asr.decoding.speculative import Lookahead, SpeculativeDecoder
+from tests.exactness import plain_float32_products
 from tests.random_whisper import write_random_whisper
 from tests.replay_drafter import Replay, replaying
 
@@ -57,13 +60,16 @@ def folders(tmp_path_factory):
     }
 
 
-_engines: dict[tuple[str, str, str], AsrEngine] = {}
+_engines: dict[tuple[str, str, str, bool], AsrEngine] = {}
 
 
-def engine_of(folders, name: str, dtype: str = "float32", device: str = "cpu") -> AsrEngine:
-    key = (name, dtype, device)
+def engine_of(folders, name: str, dtype: str = "float32", device: str = "cpu", packed: bool = True) -> AsrEngine:
+    """``packed=False``: float32 over plain ``F.linear`` products, so in the fixed-shape mode (a test using it
+    asks for the ``unpacked`` fixture, so that its drafters' products are plain too)."""
+    key = (name, dtype, device, packed)
     if key not in _engines:
-        _engines[key] = AsrEngine(str(folders[name]), device=device, dtype=dtype)
+        with contextlib.nullcontext() if packed else plain_float32_products():
+            _engines[key] = AsrEngine(str(folders[name]), device=device, dtype=dtype)
     return _engines[key]
 
 
@@ -130,17 +136,17 @@ def test_batched_speculation_is_token_identical_row_exact(folders, kind, rows):
 
 @pytest.mark.parametrize("rows", [1, 4, 16])
 @pytest.mark.parametrize("kind", DRAFTERS)
-def test_batched_speculation_is_token_identical_in_fixed_shapes(folders, kind, rows):
-    engine = engine_of(folders, "turbo", "bfloat16")
+def test_batched_speculation_is_token_identical_in_fixed_shapes(folders, unpacked, kind, rows):
+    engine = engine_of(folders, "turbo", packed=False)
     assert engine.runtime.fixed_width and engine.runtime.width_for(rows) == 16
     assert_speculation_matches_plain(engine, folders, kind, rows, seed=rows)
 
 
 @pytest.mark.parametrize("kind", ["early-exit", "distil"])
-def test_narrow_fixed_shape_passes_hold_shorter_drafts(folders, kind):
+def test_narrow_fixed_shape_passes_hold_shorter_drafts(folders, unpacked, kind):
     """8 rows under a budget of 32 slots: 4 columns a pass (the early-exit drafter then drafts up to 4
     tokens, the distil one 3 and the pending one), for plain steps and verify passes alike."""
-    engine = engine_of(folders, "turbo", "bfloat16")
+    engine = engine_of(folders, "turbo", packed=False)
     rt = engine.runtime
     rt.fixed_columns = 32
     try:

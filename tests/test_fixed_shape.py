@@ -1,6 +1,8 @@
 """The fixed-shape mode (specwhisper.asr.runtime.decoder.WhisperDecoderRuntime._fixed_shape_pass): the exactness mechanism
-where matrix products are not row-independent (GPUs, dtypes other than float32). Checked on this CPU
-with base in bfloat16, whose products are plain ``F.linear`` calls like a GPU's."""
+where matrix products are not row-independent (GPUs, dtypes other than float32, a torch without oneDNN's
+packed kernels). Checked on this CPU with base in float32 over plain ``F.linear`` products, whose bits
+depend on the call's shape as a GPU's do (``tests.conftest.plain_float32_products``), and the logits
+also in bfloat16."""
 
 from __future__ import annotations
 
@@ -12,6 +14,14 @@ from specwhisper.audio.loading import load_audio
 from specwhisper.asr.drafters.choice import decoder_factory
 from specwhisper.asr.engine import AsrEngine, DecodeOptions
 from tests.exactness import drafting_factory
+
+pytestmark = pytest.mark.usefixtures("unpacked")  # every engine a test here makes has plain F.linear products
+
+
+@pytest.fixture(params=["float32", "bfloat16"])
+def gpu_like_engine(request):
+    """base in the fixed-shape mode: float32 over plain products, and bfloat16."""
+    return request.getfixturevalue("unpacked_engine" if request.param == "float32" else "bf16_engine")
 
 
 def _logits_by_width(rt, enc, seq, p0, widths, rows=1):
@@ -30,14 +40,14 @@ def _logits_by_width(rt, enc, seq, p0, widths, rows=1):
     return torch.cat(out)
 
 
-def test_a_verify_pass_gives_each_token_the_bits_of_a_plain_step_in_fixed_shapes(bf16_engine, manifest):
-    e = bf16_engine
+def test_a_verify_pass_gives_each_token_the_bits_of_a_plain_step_in_fixed_shapes(gpu_like_engine, manifest):
+    e = gpu_like_engine
     rt = e.runtime
-    assert rt.fixed_width and not rt.row_exact  # bfloat16: unpacked products, so the fixed-shape mode
+    assert rt.fixed_width and not rt.row_exact  # unpacked products, so the fixed-shape mode
     item = next(m for m in manifest if m.file.endswith("jfk.flac"))
     audio = load_audio(item.path)
     feats = e.bundle.feature_extractor(audio, sampling_rate=16000, return_tensors="pt").input_features
-    enc = e.encoder.encode(feats.to(torch.bfloat16))
+    enc = e.encoder.encode(feats.to(e.bundle.model.dtype))
     prompt = e.special.prompt("en", "transcribe", timestamps=True)
     seq = prompt + e.decoder.decode(enc, prompt).sequences[0].tokens[:24]
     p0 = len(prompt)
@@ -61,11 +71,11 @@ def test_a_verify_pass_gives_each_token_the_bits_of_a_plain_step_in_fixed_shapes
         rt.fixed_width, rt.host_positions = 16, False
 
 
-def test_an_unpacked_head_stays_whole_under_a_compact_vocabulary(bf16_engine):
-    """Split in two products, an unpacked head (bfloat16; any GPU) gave the verify pass other logits than
-    the target's whole head (on an H200 it changed jfk's transcript under the early-exit drafter)."""
-    rt = bf16_engine.runtime
-    h = torch.randn(3, rt.d_model, generator=torch.Generator().manual_seed(0)).to(torch.bfloat16)
+def test_an_unpacked_head_stays_whole_under_a_compact_vocabulary(gpu_like_engine):
+    """Split in two products, an unpacked head (any GPU) gave the verify pass other logits than the
+    target's whole head (on an H200 in bfloat16 it changed jfk's transcript under the early-exit drafter)."""
+    rt = gpu_like_engine.runtime
+    h = torch.randn(3, rt.d_model, generator=torch.Generator().manual_seed(0)).to(gpu_like_engine.bundle.model.dtype)
     whole = rt.head(h)
     try:
         head = rt.compact_head(1000, 50257)
@@ -77,19 +87,19 @@ def test_an_unpacked_head_stays_whole_under_a_compact_vocabulary(bf16_engine):
 
 
 @pytest.mark.parametrize("draft", ["ngram", "early-exit", "tiny.en"])
-def test_speculation_in_fixed_shapes_is_token_identical(bf16_engine, manifest, draft):
-    spec = AsrEngine("base", bundle=bf16_engine.bundle, decoder_factory=decoder_factory(draft))
+def test_speculation_in_fixed_shapes_is_token_identical(unpacked_engine, manifest, draft):
+    spec = AsrEngine("base", bundle=unpacked_engine.bundle, decoder_factory=decoder_factory(draft))
     opts = DecodeOptions(language="en", batch_size=4)
     for item in [m for m in manifest if m.language == "en"][:2]:
         audio = load_audio(item.path)
-        plain, fast = bf16_engine.transcribe(audio, opts), spec.transcribe(audio, opts)
+        plain, fast = unpacked_engine.transcribe(audio, opts), spec.transcribe(audio, opts)
         assert [s.tokens for s in fast.segments] == [s.tokens for s in plain.segments], item.file
         if draft != "ngram":
             assert fast.stats.accepted_tokens > 0
 
 
 @pytest.mark.parametrize("draft", ["early-exit", "layers:4"])
-def test_whole_batch_picks_in_fixed_shapes(bf16_engine, manifest, draft):
+def test_whole_batch_picks_in_fixed_shapes(unpacked_engine, manifest, draft):
     """A GPU's drafter picks for every row of the batch in one captured call (``WholeBatchPicks``), here
     run as without graphs: rows that ended stay in the fixed-shape cache at their physical rows and are
     picked for and ignored. Batches of 4 windows of four clips, whose rows end apart: the tokens and
@@ -100,7 +110,7 @@ def test_whole_batch_picks_in_fixed_shapes(bf16_engine, manifest, draft):
     opts = DecodeOptions(language="en", batch_size=4)
     runs = {}
     for whole in (False, True):
-        spec = AsrEngine("base", bundle=bf16_engine.bundle, decoder_factory=drafting_factory(draft))
+        spec = AsrEngine("base", bundle=unpacked_engine.bundle, decoder_factory=drafting_factory(draft))
         drafter = spec.decoder.drafter
         (drafter if draft == "early-exit" else drafter.runtime).whole_batch = whole
         fast = spec.transcribe(audio, opts)
@@ -108,14 +118,14 @@ def test_whole_batch_picks_in_fixed_shapes(bf16_engine, manifest, draft):
     assert runs[False][2] > 0 and runs[True] == runs[False], runs[True][1:] + runs[False][1:]
 
 
-def test_a_captured_plain_step_chooses_what_the_eager_one_chooses(bf16_engine, eval_root):
+def test_a_captured_plain_step_chooses_what_the_eager_one_chooses(unpacked_engine, eval_root):
     """On a GPU a plain step's rules and pick run as one captured call (``CapturedSelect``), run here op
     by op over its fixed buffers, each call overwriting the last one's outputs: the windows of three
     clips, whose rows end at different steps (the call is then one for fewer rows), decode to the
     eager step's tokens and log-probabilities, bit for bit."""
     from specwhisper.asr.decoding.greedy import GreedyDecoder
 
-    e = bf16_engine
+    e = unpacked_engine
     clips = [load_audio(eval_root / n) for n in ("openai-whisper/jfk.flac", "cuttledoc-fleurs/fleurs-en-002.ogg",
                                                   "cuttledoc-fleurs/fleurs-en-001.ogg")]
     feats, enc, _ = e._encode(clips)
@@ -132,7 +142,7 @@ def test_a_captured_plain_step_chooses_what_the_eager_one_chooses(bf16_engine, e
 
 
 @pytest.mark.parametrize("draft", ["tiny.en", "early-exit"])
-def test_a_captured_verdict_is_the_eager_one(bf16_engine, manifest, draft):
+def test_a_captured_verdict_is_the_eager_one(unpacked_engine, manifest, draft):
     """On a GPU a verify pass's verdict (the rules and the pick at every drafted position) is one
     captured call over all W columns of every row (``CapturedVerdict``), run here op by op: batches of
     4 windows of four clips, whose rows end apart, decode to the eager verdict's tokens, with the same
@@ -141,7 +151,7 @@ def test_a_captured_verdict_is_the_eager_one(bf16_engine, manifest, draft):
     opts = DecodeOptions(language="en", batch_size=4)
     runs = {}
     for captured in (False, True):
-        spec = AsrEngine("base", bundle=bf16_engine.bundle, decoder_factory=drafting_factory(draft))
+        spec = AsrEngine("base", bundle=unpacked_engine.bundle, decoder_factory=drafting_factory(draft))
         spec.decoder.captured = captured
         got = spec.transcribe(audio, opts)
         runs[captured] = ([s.tokens for s in got.segments], [s.avg_logprob for s in got.segments],
