@@ -5,7 +5,7 @@ same batch. Random-weight checkpoints with the large-v3-class layer structure at
 (tests.random_whisper); drafters' choices replay the plain decode at a per-token acceptance
 (tests.replay_drafter), so accepted runs of every length occur. Both exact mechanisms: the row-exact
 float32 CPU runtime and the fixed-shape mode (every GPU dtype's; here float32 over plain ``F.linear``
-products, ``tests.conftest.plain_float32_products``, and bfloat16 for large-v3; its pass width follows
+products, ``tests.exactness.plain_float32_products``, and bfloat16 for large-v3; its pass width follows
 the row count, ``specwhisper.asr.runtime.kv_cache.fixed_width_for``). The ``gpu`` tests repeat the
 checks on CUDA in float16 with CUDA graphs."""
 

@@ -1,7 +1,7 @@
 """The fixed-shape mode (specwhisper.asr.runtime.decoder.WhisperDecoderRuntime._fixed_shape_pass): the exactness mechanism
 where matrix products are not row-independent (GPUs, dtypes other than float32, a torch without oneDNN's
 packed kernels). Checked on this CPU with base in float32 over plain ``F.linear`` products, whose bits
-depend on the call's shape as a GPU's do (``tests.conftest.plain_float32_products``), and the logits
+depend on the call's shape as a GPU's do (``tests.exactness.plain_float32_products``), and the logits
 also in bfloat16."""
 
 from __future__ import annotations
