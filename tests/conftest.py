@@ -14,7 +14,10 @@ from specwhisper.hardware.threads import configure  # the process's thread polic
 from specwhisper.evaluation.transcripts import eval_dir, load_manifest  # noqa: E402
 
 warnings.filterwarnings("ignore", category=UserWarning)
-configure(2)
+# `make test` runs two pytest-xdist workers, a file each: one torch thread apiece (the suite's small
+# operations keep a second thread of one process only partly busy: test_speculative 320 s on 2 threads at
+# 122% CPU, 304 s on one)
+configure(max(1, 2 // int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1"))))
 
 
 @pytest.fixture(scope="session")
