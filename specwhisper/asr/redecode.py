@@ -32,9 +32,12 @@ def skipped(chunk: Chunk, segments: list[Segment]) -> list[tuple[Chunk, Segment 
     - a segment too thin for its speech: more VAD speech under it than ``THIN_S_PER_WORD`` per word
       plus ``THIN_SLACK_S`` (a 3-minute conversation: one 20 s segment held "This is all very high
       pitched!" over two other sentences).
-    Not for a chunk without any text (Whisper was asked), nor deeper than ``MAX_REDECODE_DEPTH``."""
-    if not segments or chunk.depth >= MAX_REDECODE_DEPTH:
+    Not for a chunk without any text (Whisper was asked; but see ``_after_leading_speech``), nor deeper
+    than ``MAX_REDECODE_DEPTH``."""
+    if chunk.depth >= MAX_REDECODE_DEPTH:
         return []
+    if not segments:
+        return _after_leading_speech(chunk) if chunk.depth else []
     sr = SAMPLE_RATE
     out: list[tuple[Chunk, Segment | None]] = []
     cursor = chunk.start
@@ -48,6 +51,19 @@ def skipped(chunk: Chunk, segments: list[Segment]) -> list[tuple[Chunk, Segment 
             out.append((chunk.part(max(a, chunk.start), min(b, chunk.end)), seg))
         cursor = max(cursor, b)
     return out
+
+
+def _after_leading_speech(chunk: Chunk) -> list[tuple[Chunk, Segment | None]]:
+    """A skipped stretch decoded again came back without text. When it begins inside speech (the tail of
+    the loud voice its window's text ended in) and ``MIN_SKIP_SILENCE_S`` or more follow that speech, the
+    rest is decoded alone: the tail set the stretch's level, so a quiet voice after it stayed below
+    Whisper's 80 dB window range (and the VAD, too, hears nothing of a -60 dB voice). Measured on
+    tests/test_no_lost_speech.py's quiet voice: the stretch from 10.68 s, JFK's last 0.5 s in it, read
+    "Thank you." (no-speech 0.65, silence by openai's rule) and the sentence after it was lost."""
+    spans = sorted(chunk.voiced)
+    if not spans or spans[0][0] > chunk.start or chunk.end - spans[0][1] < MIN_SKIP_SILENCE_S * SAMPLE_RATE:
+        return []
+    return [(chunk.part(spans[0][1], chunk.end), None)]
 
 
 def after_first_pause(chunk: Chunk, thin: Segment) -> list[tuple[Chunk, Segment | None]]:
