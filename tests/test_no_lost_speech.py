@@ -42,7 +42,7 @@ def test_a_quiet_voice_between_loud_ones_is_not_skipped(base_engine, eval_root, 
     """A -60 dB sentence between two loud ones sits below Whisper's 80 dB window range: the window's
     decode skips it, so the skipped stretch is decoded again on its own. The window's text repeats
     JFK's sentence and fails the compression check, so what is skipped depends on the fallback's draws:
-    with seed 1 the stretch starts in JFK's last 0.5 s, which sets its level, and reads as silence;
+    with seed 1 the stretch starts in JFK's last 0.4 s, which sets its level, and reads as silence;
     the speech after that tail is then decoded alone (``redecode._after_leading_speech``)."""
     monkeypatch.setattr(base_engine, "_sampler", lambda t: SamplingDecoder(base_engine.runtime, base_engine.special,
                                                                            base_engine.rules, t, seed=seed))
