@@ -109,6 +109,22 @@ def base_pipeline(base_engine):
     return Pipeline(PipelineConfig(model="base", draft="none"), asr=base_engine)
 
 
+@pytest.fixture
+def sampler_seed(monkeypatch):
+    """Call it with a seed: the temperature fallback's samplers made after it draw from that seed
+    (the engine's own are seeded with 0), for outcomes that ride on the draws."""
+    from functools import partialmethod
+
+    from specwhisper.asr.decoding.greedy import SamplingDecoder
+
+    init = SamplingDecoder.__init__
+
+    def use(seed: int) -> None:
+        monkeypatch.setattr(SamplingDecoder, "__init__", partialmethod(init, seed=seed))
+
+    return use
+
+
 @pytest.fixture(scope="session")
 def diarizer():
     """The embedded offline diarization pipeline with the stored tuned parameters."""

@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 
 from specwhisper.audio.loading import SAMPLE_RATE, load_audio
-from specwhisper.asr.decoding.greedy import GreedyDecoder, SamplingDecoder
+from specwhisper.asr.decoding.greedy import GreedyDecoder
 from specwhisper.asr.engine import DecodeOptions
 from specwhisper.asr.decoding.fallback import QualityRules, temperature_schedule
 from specwhisper.evaluation.transcripts import build_long_file, normalize, wer
@@ -38,14 +38,13 @@ def test_a_file_the_vad_rejects_is_still_decoded(base_engine, eval_root):
 
 
 @pytest.mark.parametrize("seed", [0, 1])
-def test_a_quiet_voice_between_loud_ones_is_not_skipped(base_engine, eval_root, seed, monkeypatch):
+def test_a_quiet_voice_between_loud_ones_is_not_skipped(base_engine, eval_root, seed, sampler_seed):
     """A -60 dB sentence between two loud ones sits below Whisper's 80 dB window range: the window's
     decode skips it, so the skipped stretch is decoded again on its own. The window's text repeats
     JFK's sentence and fails the compression check, so what is skipped depends on the fallback's draws:
     with seed 1 the stretch starts in JFK's last 0.4 s, which sets its level, and reads as silence;
     the speech after that tail is then decoded alone (``redecode._after_leading_speech``)."""
-    monkeypatch.setattr(base_engine, "_sampler", lambda t: SamplingDecoder(base_engine.runtime, base_engine.special,
-                                                                           base_engine.rules, t, seed=seed))
+    sampler_seed(seed)
     jfk = _clip(eval_root, "openai-whisper/jfk.flac")
     quiet = _quiet(_clip(eval_root, "coqui-tts-ljspeech/LJ001-0004.wav"))
     pause = np.zeros(SAMPLE_RATE // 2, np.float32)

@@ -169,3 +169,28 @@ def test_checkpoint_of_another_run_is_not_reused(tmp_path):
     assert len(ChunkCheckpoint.open(path, "a").records) == 1
     assert len(ChunkCheckpoint.open(path, "b").records) == 0
     assert len(ChunkCheckpoint.open(path, "a").records) == 0  # "b" started the file anew
+
+
+def test_a_batch_replays_with_the_text_its_redecodes_may_replace(tmp_path):
+    """What a decoded batch hands on (the stretches queued again, each with the thin segment or the
+    text after a dropped hallucination it may replace, and whether each attempt passed its checks)
+    comes back from the journal as it went in."""
+    from specwhisper.asr.decoding.fallback import Attempt
+    from specwhisper.asr.decoding.greedy import SequenceResult
+    from specwhisper.asr.redecode import Standing
+    from specwhisper.audio.chunking import Chunk
+    from specwhisper.results.stats import DecodeStats
+    from specwhisper.results.transcript import Segment, Word
+
+    chunk = Chunk(0, 30 * 16000, ((0, 5 * 16000),))
+    own = Segment(0.5, 4.0, " own", words=[Word(0.5, 4.0, " own", 0.9)], tokens=[7])
+    after = Segment(25.5, 29.0, " after", words=[Word(25.5, 29.0, " after", 0.8)], tokens=[8])
+    again = [(chunk.part(8 * 16000, 30 * 16000), Standing([after], thin=False)),
+             (chunk.part(0, 4 * 16000), Standing([own], thin=True)), (chunk.part(5 * 16000, 8 * 16000), None)]
+    attempt = Attempt(SequenceResult([7, 8], -2.0, 0.1), 0.4, 1.2, passed=False)
+    path = tmp_path / ".x.partial.jsonl"
+    ChunkCheckpoint.open(path, "k").record([(0, chunk)], [1, 2], [[own]], [again], [attempt], DecodeStats())
+    per_chunk, back, attempts, _ = ChunkCheckpoint.open(path, "k").replay([(0, chunk)], [1, 2])
+    assert per_chunk == [[own]] and attempts == [attempt]
+    assert [(c.start, c.end, c.depth, s) for c, s in back[0]] == [(c.start, c.end, c.depth, s) for c, s in again]
+    assert back[0][1][1].segments[0] is per_chunk[0][0]  # a chunk's own thin segment is that very segment

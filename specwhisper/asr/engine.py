@@ -27,6 +27,7 @@ from specwhisper.asr.runtime.decoder import WhisperDecoderRuntime
 from specwhisper.asr.runtime.encoder import EncoderRuntime
 from specwhisper.asr.weights.loader import WhisperBundle, load_whisper
 from specwhisper.asr import hallucination, redecode
+from specwhisper.asr.redecode import Standing
 from specwhisper.asr.scheduling import FileResults, Item, WorkQueues
 from specwhisper.asr.decoding.segments import stitch, tokens_to_segments
 from specwhisper.results.stats import DecodeStats
@@ -217,7 +218,7 @@ class AsrEngine:
         decoder: Decoder,
         stats: DecodeStats,
         file_ends: list[float] | None = None,
-    ) -> tuple[list[list[Segment]], list[list[tuple[Chunk, Segment | None]]], list[Attempt]]:
+    ) -> tuple[list[list[Segment]], list[list[tuple[Chunk, Standing | None]]], list[Attempt]]:
         """Decode one batch of chunks (row i of ``enc`` is ``chunks[i]``, all after the same ``prompt``;
         ``file_ends[i]``: the length in seconds of its file, for the hallucination rules).
 
@@ -246,7 +247,7 @@ class AsrEngine:
             offsets = [_offset(c) for c in chunks]
             self.aligner.align(enc, per_chunk, offsets, [c.duration_s for c in chunks], language, opts.task)
             stats.alignment_seconds += time.perf_counter() - t
-        again: list[list[tuple[Chunk, Segment | None]]] = []
+        again: list[list[tuple[Chunk, Standing | None]]] = []
         for k, chunk in enumerate(chunks):
             if chunk.joined:  # --vad-filter (no hallucination threshold with it: validate) and no re-decode
                 _place(chunk, per_chunk[k])
@@ -254,8 +255,10 @@ class AsrEngine:
             if opts.hallucination_silence_threshold is not None and per_chunk[k]:
                 end = file_ends[k] if file_ends else float("inf")
                 per_chunk[k], view, extra = hallucination.screen(chunk, per_chunk[k], opts.hallucination_silence_threshold, end)
+                if not attempts[k].passed:  # text in reserve only from a decode that passed the checks
+                    extra = [(c, None) for c, _ in extra]
             # the very segments kept: a thin one is replaced by identity
-            again.append(redecode.skipped(view, per_chunk[k]) + [(c, None) for c in extra] if opts.redecodes else [])
+            again.append(redecode.skipped(view, per_chunk[k]) + extra if opts.redecodes else [])
         return per_chunk, again, attempts
 
     def transcribe(
@@ -361,7 +364,7 @@ class AsrEngine:
         encoded: dict[Item, tuple[torch.Tensor, torch.Tensor]],
         stats: list[DecodeStats],
         journal,
-    ) -> tuple[list[list[Segment]], list[list[tuple[Chunk, Segment | None]]], list[Attempt], DecodeStats, bool]:
+    ) -> tuple[list[list[Segment]], list[list[tuple[Chunk, Standing | None]]], list[Attempt], DecodeStats, bool]:
         """``_decode_batch`` on the batch's encoder rows (those kept from language detection, the rest
         encoded now), or its results replayed from ``journal``; the last value says which."""
         replayed = journal.replay(batch, prompt) if journal else None

@@ -24,8 +24,16 @@ ended:
 - "decode again from here" is a stretch of the chunk, from there to its end, queued like the
   stretches a decode skipped (specwhisper.asr.redecode): decoded alone, at most
   ``redecode.MAX_REDECODE_DEPTH`` deep, and not when shorter than ``redecode.MIN_SKIP_SPEECH_S``. The
-  audio after the chunk is the next chunk's, decoded anyway. At the depth limit a dropped anomaly is
-  simply dropped, and a leading anomaly goes to the second rule.
+  audio after the chunk is the next chunk's, decoded anyway. Where a stretch cannot be decoded again
+  (the depth limit, or too short), a dropped anomaly goes alone and the text after it stays, screened
+  by the same rule with the anomaly taken as silence; a leading anomaly goes to the second rule.
+- The text after a dropped anomaly (screened so), when its decode passed openai's checks, is kept in
+  reserve (``redecode.Standing``): where the stretch's new decode fails the checks at every
+  temperature, that text stays instead of the new one. openai keeps the new decode; but it starts over the music or noise that made Whisper
+  invent text, and it is sampled as often as not. On tests/test_hallucination.py's one-window case
+  over sampler seeds 0-11, the speech after the tones was lost with seeds 6 and 7 (the re-decode of
+  the re-decode wrote only "Thank you." over the tones, or an anomaly at the depth limit, which
+  dropped all after it); with both rules, with none.
 - The speech before a chunk, which openai knows from the window before (its last word's end), is
   taken to end at the chunk's start: chunks are decoded side by side, and a chunk starts in the middle
   of a pause the VAD found, so no earlier speech ends later. It makes "silence before" at most half
@@ -43,6 +51,7 @@ from __future__ import annotations
 from dataclasses import replace
 
 from specwhisper.asr import redecode
+from specwhisper.asr.redecode import Standing
 from specwhisper.results.transcript import Segment, Word
 from specwhisper.audio.chunking import Chunk
 from specwhisper.audio.loading import SAMPLE_RATE
@@ -97,21 +106,26 @@ def _again(chunk: Chunk, from_s: float) -> list[Chunk]:
     return [chunk.part(start, chunk.end)]
 
 
-def screen(chunk: Chunk, segments: list[Segment], threshold: float, file_end_s: float) -> tuple[list[Segment], Chunk, list[Chunk]]:
+def screen(chunk: Chunk, segments: list[Segment], threshold: float, file_end_s: float) -> tuple[list[Segment], Chunk, list[tuple[Chunk, Standing | None]]]:
     """openai's silence rules on one decoded chunk (segments with words, in time order).
 
     Returns the segments kept, the part of the chunk they stand for (the chunk up to where its text
-    was dropped, for ``redecode.skipped``) and the stretches to decode again."""
+    was dropped, for ``redecode.skipped``) and the stretches to decode again, each with the text after
+    the dropped hallucination (screened as if the hallucination were silence), which stays where the
+    stretch's new decode fails the checks at every temperature: the new decode starts over the music
+    or noise that made Whisper invent text, and is sampled as often as not."""
     start_s = chunk.start_s
     end_s = start_s + chunk.duration_s
+    cut, again, dropped = None, [], set()  # where the text is decoded again; anomalies dropped alone
     first = _first_with_words(segments)
     if is_segment_anomaly(first) and _span(first)[0] - start_s > threshold:
         again = _again(chunk, _span(first)[0])
         if again:
-            return [], _until(chunk, _span(first)[0]), again
-    last_end = start_s
+            cut = segments.index(first)
+            dropped.add(cut)
+    last_end, end = start_s, len(segments)
     for k, seg in enumerate(segments):
-        if not seg.words:
+        if not seg.words or k in dropped:
             continue
         seg_start, seg_end = _span(seg)
         if is_segment_anomaly(seg):
@@ -120,7 +134,20 @@ def screen(chunk: Chunk, segments: list[Segment], threshold: float, file_end_s: 
             silence_before = seg_start - last_end > threshold or seg_start < threshold or seg_start - start_s < EDGE_S
             silence_after = next_start - seg_end > threshold or is_segment_anomaly(nxt) or end_s - seg_end < EDGE_S
             if silence_before and silence_after:
-                again = [] if file_end_s - seg_end < threshold else _again(chunk, max(start_s + 1.0, seg_start))
-                return segments[:k], _until(chunk, seg_start), again
+                if file_end_s - seg_end < threshold:  # nothing after it is decoded
+                    end = k
+                    break
+                if cut is None:
+                    again = _again(chunk, max(start_s + 1.0, seg_start))
+                    cut = k if again else None
+                # where the stretch cannot be decoded again (depth limit), or after the cut, the anomaly
+                # goes alone and the text after it stays, screened as if the anomaly were silence
+                dropped.add(k)
+                continue
         last_end = seg_end
-    return segments, chunk, []
+    kept = [i for i in range(end) if i not in dropped]
+    if cut is None:
+        return [segments[i] for i in kept], chunk if end == len(segments) else _until(chunk, _span(segments[end])[0]), []
+    rest = [segments[i] for i in kept if i > cut]
+    standing = Standing(rest, thin=False) if rest else None
+    return [segments[i] for i in kept if i < cut], _until(chunk, _span(segments[cut])[0]), [(c, standing) for c in again]

@@ -7,6 +7,8 @@ engine (``specwhisper.asr.engine``) queues what these rules return and decodes i
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 from specwhisper.results.transcript import Segment
 from specwhisper.audio.chunking import Chunk
 from specwhisper.audio.loading import SAMPLE_RATE
@@ -21,9 +23,20 @@ THIN_SLACK_S = 3.0
 MIN_PAUSE_S = 0.3  # a pause of the VAD's inside a thin segment that may part its text from other speech
 
 
-def skipped(chunk: Chunk, segments: list[Segment]) -> list[tuple[Chunk, Segment | None]]:
+@dataclass
+class Standing:
+    """Text already decoded over a stretch queued again, which the stretch's new text may replace
+    (``specwhisper.asr.scheduling.FileResults``): a ``thin`` segment, replaced when the new text has
+    more words, or the text after a hallucination that was dropped (``specwhisper.asr.hallucination``),
+    replaced unless the new decode failed the checks at every temperature."""
+
+    segments: list[Segment]
+    thin: bool
+
+
+def skipped(chunk: Chunk, segments: list[Segment]) -> list[tuple[Chunk, Standing | None]]:
     """Stretches of ``chunk`` that its decode skipped, to decode again on their own, each with the
-    segment its text replaces (None: the stretch has no text yet).
+    thin segment its text replaces (None: the stretch has no text yet).
 
     - no segment covers it and the VAD hears at least ``MIN_SKIP_SPEECH_S`` of speech there (openai/
       whisper seeks to the last timestamp when a window's text stops early), or it is
@@ -39,7 +52,7 @@ def skipped(chunk: Chunk, segments: list[Segment]) -> list[tuple[Chunk, Segment 
     if not segments:
         return _after_leading_speech(chunk) if chunk.depth else []
     sr = SAMPLE_RATE
-    out: list[tuple[Chunk, Segment | None]] = []
+    out: list[tuple[Chunk, Standing | None]] = []
     cursor = chunk.start
     for seg in sorted(segments, key=lambda s: s.start) + [None]:
         a, b = (round(seg.start * sr), round(seg.end * sr)) if seg else (chunk.end, chunk.end)
@@ -48,12 +61,12 @@ def skipped(chunk: Chunk, segments: list[Segment]) -> list[tuple[Chunk, Segment 
         ):
             out.append((chunk.part(cursor, a), None))
         if seg is not None and chunk.voiced_in(a, b) > (len(seg.text.split()) * THIN_S_PER_WORD + THIN_SLACK_S) * sr:
-            out.append((chunk.part(max(a, chunk.start), min(b, chunk.end)), seg))
+            out.append((chunk.part(max(a, chunk.start), min(b, chunk.end)), Standing([seg], thin=True)))
         cursor = max(cursor, b)
     return out
 
 
-def _after_leading_speech(chunk: Chunk) -> list[tuple[Chunk, Segment | None]]:
+def _after_leading_speech(chunk: Chunk) -> list[tuple[Chunk, Standing | None]]:
     """A skipped stretch decoded again came back without text. When it begins inside speech (the tail of
     the loud voice its window's text ended in) and ``MIN_SKIP_SILENCE_S`` or more follow that speech, the
     rest is decoded alone: the tail set the stretch's level, so a quiet voice after it stayed below
@@ -66,7 +79,7 @@ def _after_leading_speech(chunk: Chunk) -> list[tuple[Chunk, Segment | None]]:
     return [(chunk.part(spans[0][1], chunk.end), None)]
 
 
-def after_first_pause(chunk: Chunk, thin: Segment) -> list[tuple[Chunk, Segment | None]]:
+def after_first_pause(chunk: Chunk, thin: Segment) -> list[tuple[Chunk, Standing | None]]:
     """The thin segment's stretch ``chunk`` was decoded again and gave no more words: Whisper wrote the
     same few words over the whole stretch twice. When the VAD hears a pause of ``MIN_PAUSE_S`` or more
     in it, with ``MIN_SKIP_SPEECH_S`` of speech after, that speech is decoded alone as new text: the

@@ -15,6 +15,7 @@ from collections import deque
 from typing import Callable, Hashable
 
 from specwhisper.asr import redecode
+from specwhisper.asr.redecode import Standing
 from specwhisper.asr.decoding.fallback import Attempt
 from specwhisper.asr.decoding.tokens import SpecialTokens
 from specwhisper.audio.chunking import Chunk
@@ -101,24 +102,28 @@ class FileResults:
         self.contexts = [list(context) for _ in range(n)]  # conditioning: the text each file's next chunk follows
         self.redecoded: set[int] = set()  # ids of the segments of re-decoded stretches
         self._conditioning = conditioning
-        self._replaces: dict[Item, Segment] = {}  # a stretch queued again -> the thin segment it may replace
+        self._replaces: dict[Item, Standing] = {}  # a stretch queued again -> the text it may replace
 
-    def take(self, item: Item, segments: list[Segment], skipped: list[tuple[Chunk, Segment | None]],
+    def take(self, item: Item, segments: list[Segment], skipped: list[tuple[Chunk, Standing | None]],
              attempt: Attempt) -> list[Item]:
-        """One decoded chunk: its segments and the stretches it skipped, as (chunk, the thin segment a
-        re-decode may replace or None); returns the stretches to decode again."""
+        """One decoded chunk: its segments and the stretches to decode again, each with the text its
+        new decode may replace (``redecode.Standing``) or None; returns the stretches to decode again."""
         i, chunk = item
-        thin = self._replaces.pop(item, None)
-        if thin is not None:  # the new text replaces a thin segment when it has more words
+        standing = self._replaces.pop(item, None)
+        depth = chunk.depth  # of the decode the segments come from
+        if standing is not None and standing.thin:  # the new text replaces a thin segment when it has more words
+            thin = standing.segments[0]
             if sum(len(s.text.split()) for s in segments) > len(thin.text.split()):
                 self.segments[i] = [s for s in self.segments[i] if s is not thin]
             else:  # discarded, and so are the stretches it skipped, but the speech after a pause
                 segments, skipped = [], redecode.after_first_pause(chunk, thin)
+        elif standing is not None and not attempt.passed:  # the text after a dropped hallucination stays
+            segments, skipped, depth = standing.segments, [], chunk.depth - 1
         self.segments[i].extend(segments)
-        if chunk.depth:
+        if depth:
             self.redecoded.update(id(s) for s in segments)
         self.decoded[i].append(chunk)
-        self._replaces.update({(i, c): seg for c, seg in skipped if seg is not None})
+        self._replaces.update({(i, c): standing for c, standing in skipped if standing is not None})
         if self._conditioning:
             reset = attempt.temperature > PROMPT_RESET_TEMPERATURE
             following = self.contexts[i] + [t for s in segments for t in s.tokens]

@@ -45,9 +45,10 @@ from specwhisper.asr.decoding.greedy import SequenceResult
 from specwhisper.asr.decoding.fallback import Attempt
 from specwhisper.results.stats import DecodeStats
 from specwhisper.results.transcript import Segment, Word
+from specwhisper.asr.redecode import Standing
 from specwhisper.asr.scheduling import Item
 
-VERSION = 1
+VERSION = 2  # 2: the text a stretch queued again may replace is a list of segments; attempts say if they passed
 
 
 def checkpoint_path(out_dir: str | os.PathLike, stem: str) -> Path:
@@ -166,21 +167,27 @@ class ChunkCheckpoint:
         for (_, chunk), c in zip(batch, rec["chunks"], strict=True):
             segs = [_segment(s) for s in c["segments"]]
             per_chunk.append(segs)
-            again.append([(chunk.part(a, b), None if thin is None else segs[thin] if isinstance(thin, int) else _segment(thin))
-                          for a, b, thin in c["skipped"]])
-            attempts.append(Attempt(SequenceResult(**c["seq"]), c["temperature"], c["compression_ratio"]))
+            def standing(d):
+                return None if d is None else Standing([segs[s] if isinstance(s, int) else _segment(s) for s in d["segments"]], d["thin"])
+
+            again.append([(chunk.part(a, b), standing(d)) for a, b, d in c["skipped"]])
+            attempts.append(Attempt(SequenceResult(**c["seq"]), c["temperature"], c["compression_ratio"], c["passed"]))
         return per_chunk, again, attempts, DecodeStats(**rec["stats"])
 
     def record(self, batch: list[Item], prompt: list[int], per_chunk, again, attempts, stats: DecodeStats) -> None:
         """Append a decoded batch (one line, fsynced): what ``replay`` needs to stand in for its decode."""
         chunks = []
         for segs, skipped, a in zip(per_chunk, again, attempts):
-            def thin_of(seg):
+            def ref(seg):  # one of the chunk's own segments by its index, any other whole
                 own = next((k for k, s in enumerate(segs) if s is seg), None)
-                return own if own is not None or seg is None else asdict(seg)
+                return own if own is not None else asdict(seg)
 
-            chunks.append({"segments": [asdict(s) for s in segs], "skipped": [[c.start, c.end, thin_of(s)] for c, s in skipped],
-                           "seq": asdict(a.seq), "temperature": a.temperature, "compression_ratio": a.compression_ratio})
+            def standing(st):
+                return None if st is None else {"thin": st.thin, "segments": [ref(s) for s in st.segments]}
+
+            chunks.append({"segments": [asdict(s) for s in segs], "skipped": [[c.start, c.end, standing(st)] for c, st in skipped],
+                           "seq": asdict(a.seq), "temperature": a.temperature, "compression_ratio": a.compression_ratio,
+                           "passed": a.passed})
         rec = {"batch": [_item_key(x) for x in batch], "prompt": list(prompt), "chunks": chunks,
                "stats": {f.name: getattr(stats, f.name) for f in fields(stats)}}
         self._write(json.dumps(rec, default=_plain) + "\n")

@@ -22,7 +22,7 @@ sampling. Speech writes 2-8 tokens per second (the eval clips at most 7.5, times
 from __future__ import annotations
 
 import zlib
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Callable
 
 import torch
@@ -122,6 +122,7 @@ class Attempt:
     seq: SequenceResult
     temperature: float
     compression_ratio: float
+    passed: bool = True  # False: the pick among attempts that all failed the checks
 
 
 def _cut(attempt: Attempt) -> bool:
@@ -143,7 +144,7 @@ def _final(attempts: list[Attempt], rules: QualityRules) -> Attempt:
     limit = rules.compression_ratio_threshold
     whole = [a for a in attempts if not _cut(a)]
     fine = [a for a in whole if limit is None or a.compression_ratio <= limit]
-    return max(fine or whole or attempts, key=lambda a: a.seq.avg_logprob)
+    return replace(max(fine or whole or attempts, key=lambda a: a.seq.avg_logprob), passed=False)
 
 
 def decode_with_fallback(
