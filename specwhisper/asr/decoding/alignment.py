@@ -196,6 +196,7 @@ class WordAligner:
 
     def _assign(self, segments, text, jump_times, token_p, offset, language) -> None:
         k = 0
+        per_segment: list[list[Word]] = []
         for seg in segments:
             words = split_words(seg.tokens, self.tokenizer, language)
             out: list[Word] = []
@@ -208,17 +209,41 @@ class WordAligner:
                 end = offset + float(jump_times[min(b, len(jump_times) - 1)])
                 prob = float(np.mean(token_p[a:b])) if b > a else None
                 out.append(Word(start=start, end=end, text=w.text, probability=prob))
-            seg.words = fit_words(out, seg.start, seg.end)
+            per_segment.append(out)
+        median = median_duration([w for out in per_segment for w in out])
+        last_speech = offset  # the speech before a chunk is taken to end at its start
+        for seg, out in zip(segments, per_segment):
+            seg.words = fit_words(out, seg.start, seg.end, median, last_speech)
+            if seg.words:
+                last_speech = seg.words[-1].end
 
 
-def fit_words(words: list[Word], start: float, end: float) -> list[Word]:
-    """Keep words inside their segment, ordered, and trim implausibly long ones (openai's heuristics)."""
-    if not words:
-        return words
+def median_duration(words: list[Word]) -> float:
+    """openai's typical word length of a window: the median of its words' nonzero durations, at most 0.7 s."""
     durations = np.array([w.end - w.start for w in words])
     nonzero = durations[durations > 0]
-    median = float(np.median(nonzero)) if len(nonzero) else 0.0
-    max_d = min(0.7, median) * 2 if median > 0 else 1.0
+    return min(0.7, float(np.median(nonzero))) if len(nonzero) else 0.0
+
+
+def fit_words(words: list[Word], start: float, end: float, median: float | None = None,
+              last_speech: float | None = None) -> list[Word]:
+    """Keep words inside their segment, ordered, and trim implausibly long ones (openai's heuristics,
+    whisper/timing.py): ``median`` is the window's typical word length (``median_duration``, these
+    words' when None), ``last_speech`` where the speech before the segment ended. The first and second
+    word after a pause get at most twice the median: over music or noise before speech, the aligner
+    stretches the first word or the second over it (measured: "many" over 19 s of tones), and the
+    hallucination rules (specwhisper.asr.hallucination) would score such a segment as invented."""
+    if not words:
+        return words
+    median = median_duration(words) if median is None else median
+    max_d = median * 2 if median > 0 else 1.0
+    first = words[0]
+    if last_speech is not None and median > 0 and first.end - last_speech > median * 4 and (
+        first.end - first.start > max_d or (len(words) > 1 and words[1].end - first.start > max_d * 2)
+    ):
+        if len(words) > 1 and words[1].end - words[1].start > max_d:
+            first.end = words[1].start = max(words[1].end / 2, words[1].end - max_d)
+        first.start = max(0.0, first.end - max_d)
     prev_end = start
     for i, w in enumerate(words):
         w.start = min(max(w.start, prev_end), end)
