@@ -198,8 +198,8 @@ class AsrEngine:
 
         return BeamSearchDecoder(self.runtime, self.special, self.rules, opts.beam_size, opts.patience)
 
-    def _sampler(self, temperature: float) -> Decoder:
-        return SamplingDecoder(self.runtime, self.special, self.rules, temperature)
+    def _sampler(self) -> SamplingDecoder:
+        return SamplingDecoder(self.runtime, self.special, self.rules)
 
     def _text(self, tokens: list[int]) -> str:
         return self.bundle.tokenizer.decode([t for t in tokens if t < self.special.eot])
@@ -218,9 +218,11 @@ class AsrEngine:
         decoder: Decoder,
         stats: DecodeStats,
         file_ends: list[float] | None = None,
+        rows: int | None = None,
     ) -> tuple[list[list[Segment]], list[list[tuple[Chunk, Standing | None]]], list[Attempt]]:
         """Decode one batch of chunks (row i of ``enc`` is ``chunks[i]``, all after the same ``prompt``;
-        ``file_ends[i]``: the length in seconds of its file, for the hallucination rules).
+        ``file_ends[i]``: the length in seconds of its file, for the hallucination rules; ``rows``: the
+        batch size, which the fallback's samples may fill when the batch is smaller).
 
         Returns each chunk's segments (absolute times; none when Whisper finds no speech), the
         stretches of each chunk to decode again (``redecode.skipped``, and ``hallucination.screen``'s
@@ -228,7 +230,7 @@ class AsrEngine:
         counters and the alignment time are added to ``stats``."""
         first = self._first_decoder(opts, decoder)
         attempts = decode_with_fallback(first, self._sampler, enc, prompt, feats, opts.quality, self._text, stats,
-                                        seconds=[c.duration_s for c in chunks])
+                                        seconds=[c.duration_s for c in chunks], rows=rows)
         trim_heap()  # the batch's cache is freed: keep the heap from holding it (specwhisper.hardware.memory)
         per_chunk: list[list[Segment]] = []
         for chunk, a in zip(chunks, attempts):
@@ -335,7 +337,7 @@ class AsrEngine:
             language = work.language_of[batch[0]]
             prompt = list(prompt_of(language, files.contexts[batch[0][0]]))
             per_chunk, again, attempts, batch_stats, replayed = self._run_batch(
-                audios, batch, prompt, language, opts, decoder, encoded, stats, journal)
+                audios, batch, prompt, language, opts, decoder, encoded, stats, journal, rows)
             for item, segs, skipped, a in zip(batch, per_chunk, again, attempts):
                 items = files.take(item, segs, skipped, a)
                 work.again(items, language)
@@ -364,6 +366,7 @@ class AsrEngine:
         encoded: dict[Item, tuple[torch.Tensor, torch.Tensor]],
         stats: list[DecodeStats],
         journal,
+        rows: int | None = None,
     ) -> tuple[list[list[Segment]], list[list[tuple[Chunk, Standing | None]]], list[Attempt], DecodeStats, bool]:
         """``_decode_batch`` on the batch's encoder rows (those kept from language detection, the rest
         encoded now), or its results replayed from ``journal``; the last value says which."""
@@ -377,7 +380,7 @@ class AsrEngine:
         feats, enc = torch.cat([f for f, _ in kept]), torch.cat([e for _, e in kept])
         batch_stats = DecodeStats()
         per_chunk, again, attempts = self._decode_batch(enc, feats, prompt, [c for _, c in batch], language, opts, decoder,
-                                                        batch_stats, [len(audios[i]) / SAMPLE_RATE for i, _ in batch])
+                                                        batch_stats, [len(audios[i]) / SAMPLE_RATE for i, _ in batch], rows)
         if journal:
             journal.record(batch, prompt, per_chunk, again, attempts, batch_stats)
         return per_chunk, again, attempts, batch_stats, False

@@ -27,7 +27,7 @@ from typing import Callable
 
 import torch
 
-from specwhisper.asr.decoding.greedy import Decoder, SequenceResult
+from specwhisper.asr.decoding.greedy import Decoder, Draws, SamplingDecoder, SequenceResult
 from specwhisper.results.stats import DecodeStats
 
 DEFAULT_TEMPERATURES = (0.0, 0.2, 0.4, 0.6, 0.8, 1.0)
@@ -149,7 +149,7 @@ def _final(attempts: list[Attempt], rules: QualityRules) -> Attempt:
 
 def decode_with_fallback(
     first: Decoder,
-    sampler: Callable[[float], Decoder],
+    sampler: Callable[[], SamplingDecoder],
     encoder_out: torch.Tensor,
     prompt: list[int],
     features: torch.Tensor | None,
@@ -157,44 +157,40 @@ def decode_with_fallback(
     text_of: Callable[[list[int]], str],
     stats: DecodeStats,
     seconds: list[float] | None = None,
+    rows: int | None = None,
 ) -> list[Attempt]:
-    """Decode every row of ``encoder_out``; rows that fail the checks are decoded again by
-    ``sampler(temperature)`` with ``best_of`` draws each, capped by ``seconds`` (each row's audio),
-    as many rows a decode as ``encoder_out``'s row count holds their draws.
-    Returns the attempt kept per row; the counters of every pass are added to ``stats``
-    (``fallback_*`` for the sampled ones)."""
-    def sampled(rows: list[int], temperature: float) -> list[Attempt]:
-        k = rules.best_of
-        capped = seconds is not None and rules.sample_tokens_per_s is not None
-        # as many chunks a decode as the batch holds rows for their k draws each: on a GPU a step of a few
-        # rows costs what a step of the batch does, and one decode per chunk took as many steps again per
-        # failing chunk. A lone chunk's draws share its row of cross-attention K/V (``KVCache.select``).
-        group = max(1, encoder_out.shape[0] // k)
-        best = []
-        for i in range(0, len(rows), group):
-            part = rows[i : i + group]
-            limits = [rules.sample_limit(seconds[r]) for r in part for _ in range(k)] if capped else None
-            enc = encoder_out[part[0] : part[0] + 1] if len(part) == 1 else encoder_out[part]
-            drawn = sampler(temperature).decode(enc, prompt, limits=limits, copies=k)
-            stats.fallback_passes += drawn.stats.target_passes
-            stats.fallback_steps += drawn.stats.decoder_steps
-            stats.fallback_seconds += drawn.stats.decoder_seconds
-            stats.decoder_seconds += drawn.stats.decoder_seconds
-            best += [max(drawn.sequences[j * k : (j + 1) * k], key=_likelihood) for j in range(len(part))]
-        return [Attempt(s, temperature, compression_ratio(text_of(s.tokens))) for s in best]
+    """Decode every row of ``encoder_out``; rows that fail the checks are sampled again at the next
+    temperature, ``best_of`` draws each, capped by ``seconds`` (each row's audio). The samples of all
+    failing rows and temperatures are one continuous decode (``SamplingDecoder.stream``) of as many
+    draws at a time as ``rows`` (the batch size; None: ``encoder_out``'s rows): on a GPU a step of a
+    few rows costs what a step of the batch does. Returns the attempt kept per row; the counters of every pass are added to
+    ``stats`` (``fallback_*`` for the sampled ones)."""
+    capped = seconds is not None and rules.sample_tokens_per_s is not None
+    following = dict(zip(rules.temperatures, rules.temperatures[1:]))
+    history: list[list[Attempt]] = [[] for _ in range(encoder_out.shape[0])]
+
+    def draws(row: int, temperature: float) -> Draws:
+        return Draws(row, temperature, rules.best_of, rules.sample_limit(seconds[row]) if capped else None)
+
+    def then(unit: Draws, sequences: list[SequenceResult]) -> Draws | None:
+        best = max(sequences, key=_likelihood)
+        history[unit.row].append(Attempt(best, unit.temperature, compression_ratio(text_of(best.tokens))))
+        after = following.get(unit.temperature)
+        return draws(unit.row, after) if after is not None and rules.needs_fallback(history[unit.row][-1]) else None
 
     t0 = rules.temperatures[0]
     if t0 == 0.0:
         out = first.decode(encoder_out, prompt, features=features)
         stats.merge(out.stats)
-        firsts = [Attempt(s, t0, compression_ratio(text_of(s.tokens))) for s in out.sequences]
+        for h, seq in zip(history, out.sequences):
+            h.append(Attempt(seq, t0, compression_ratio(text_of(seq.tokens))))
+        units = [draws(r, following[t0]) for r, h in enumerate(history) if t0 in following and rules.needs_fallback(h[-1])]
     else:
-        firsts = sampled(list(range(encoder_out.shape[0])), t0)
-    history = [[a] for a in firsts]
-    for temperature in rules.temperatures[1:]:
-        rows = [r for r, h in enumerate(history) if rules.needs_fallback(h[-1])]
-        if not rows:
-            break
-        for r, attempt in zip(rows, sampled(rows, temperature)):
-            history[r].append(attempt)
+        units = [draws(r, t0) for r in range(encoder_out.shape[0])]
+    if units:
+        drawn = sampler().stream(encoder_out, prompt, units, then, rows=max(rows or 0, encoder_out.shape[0]))
+        stats.fallback_passes += drawn.target_passes
+        stats.fallback_steps += drawn.decoder_steps
+        stats.fallback_seconds += drawn.decoder_seconds
+        stats.decoder_seconds += drawn.decoder_seconds
     return [_final(h, rules) for h in history]

@@ -1,4 +1,4 @@
-"""The Whisper decoder runtime's KV cache: static, per-row positioned, rows dropped or reordered in place.
+"""The Whisper decoder runtime's KV cache: static, per-row positioned, rows dropped, reordered or taken again in place.
 
 Speculative decoding rolls a row back by moving its length back (rejected entries are overwritten
 later); see ``specwhisper.asr.runtime.decoder`` for the runtime that writes it.
@@ -108,6 +108,45 @@ class KVCache:
                     if t.stride(1):  # rows viewed from one (copies: above) are the same already
                         t[:, to].copy_(t[:, r])
         return KVCache(*(t[:, : len(keep)] for t in tensors), limit=self.limit)
+
+    @torch.inference_mode()
+    def grow(self, rows: int, capacity: int, width: int | None) -> tuple[KVCache, list[int]]:
+        """This cache with ``rows`` more live rows after its own, and the physical rows they take (their
+        contents are whatever those rows held: the caller writes them). Consumes this one.
+
+        The new rows are rows the storage already has where it holds them (physical rows ``select``
+        left idle); otherwise a tensor is made again with ``capacity`` rows, the live rows copied first
+        (``reserve`` makes the self-attention K/V again with the live rows only; a fixed-shape cache
+        made again gets ``width``, its new row count's). Copies of one row that share its
+        cross-attention K/V are given rows of their own."""
+        live, want = self.batch_size, self.batch_size + rows
+        if want > capacity:
+            raise ValueError(f"{want} rows for a cache of {capacity}")
+        tensors = (self.k, self.v, self.cross_k, self.cross_v)
+        if self.rows is not None:
+            taken = set(self.rows)
+            free = [p for p in range(self.k.shape[1]) if p not in taken]
+            if len(free) >= rows:
+                return KVCache(*tensors, limit=self.limit, rows=self.rows + free[:rows], width=self.width), free[:rows]
+            idx = on_device(self.physical(), self.k.device, dtype=torch.long)
+            made = (self._made_again(t, idx, capacity) for t in tensors)
+            return KVCache(*made, limit=self.limit, rows=list(range(want)), width=width), list(range(live, want))
+        idx = on_device(list(range(live)), self.k.device, dtype=torch.long)
+        grown = []
+        for t in tensors:
+            if t.stride(1) and t.stride(0) // t.stride(1) >= want:  # rows [layers, rows, ...] as select keeps them
+                grown.append(t.as_strided((t.shape[0], want, *t.shape[2:]), t.stride(), t.storage_offset()))
+            else:
+                grown.append(self._made_again(t, idx, capacity)[:, :want])
+        return KVCache(*grown, limit=self.limit), list(range(live, want))
+
+    @staticmethod
+    def _made_again(t: torch.Tensor, live: torch.Tensor, capacity: int) -> torch.Tensor:
+        """``t`` with ``capacity`` rows, its rows ``live`` first."""
+        new = t.new_zeros(t.shape[0], capacity, *t.shape[2:])
+        if len(live):
+            new[:, : len(live)] = t[:, live]
+        return new
 
     @torch.inference_mode()
     def reorder(self, sources: list[int]) -> None:
