@@ -2,12 +2,17 @@
 ours against openai-whisper's own ``transcribe()`` (the openai-whisper package, on the same base
 weights converted to its layout), on audio of specwhisper.evaluation.music_gap.
 
-    python bench/hallucination.py [--threshold 2] [--threads 2]
+    python bench/hallucination.py [--threshold 2] [--draws 4] [--threads 2]
 
 Per case, system and setting (the threshold off, then on; word timestamps on in both, as openai
-requires for the option): ``invented_words`` (words whose start falls over the tones), ``wer``
-against the two clips' references, wall seconds and ``rtf``. English given, greedy with openai's
-temperature fallback, in one process, the systems in turn per case.
+requires for the option), over ``--draws`` seeds of the temperature fallback's sampling (ours: the
+sampler's seed; openai-whisper: torch's): ``invented_words`` (words whose start falls over the
+tones, summed over the draws), ``clean_draws`` (draws with none there), ``wer`` against the two
+clips' references (mean over the draws), ``max_deleted`` (the largest share of the references'
+words missing from one draw's text), wall seconds and ``rtf`` (means), and draw 0's text. What
+Whisper writes over music depends on the draws when its greedy text fails openai's checks: one draw
+says little. English given, greedy with openai's temperature fallback, in one process, the
+systems in turn per case and draw.
 
 Writes bench/results/hallucination.json.
 """
@@ -72,44 +77,64 @@ def openai_model(bundle):
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--threshold", type=float, default=2.0)
+    ap.add_argument("--draws", type=int, default=4, help="seeds of the fallback's sampling per case and setting")
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--out", type=Path, default=ROOT / "bench" / "results" / "hallucination.json")
     args = ap.parse_args()
 
+    from functools import partialmethod
+
+    import jiwer
     import torch
     import whisper
 
+    from specwhisper.asr.decoding.greedy import SamplingDecoder
     from specwhisper.asr.engine import DecodeOptions
     from specwhisper.evaluation.music_gap import music_gap
-    from specwhisper.evaluation.transcripts import load_manifest, wer
+    from specwhisper.evaluation.transcripts import load_manifest, normalize, wer
     from specwhisper.pipeline.core import Pipeline, PipelineConfig, RunOptions
 
     torch.set_num_threads(args.threads)
     ours = Pipeline(PipelineConfig(model="base", draft="none", device="cpu", threads=args.threads))
     theirs = openai_model(ours.asr.bundle)
     items = {i.file: i for i in load_manifest()}
+    def deleted(reference: str, text: str) -> float:
+        m = jiwer.process_words(normalize(reference), normalize(text))
+        return m.deletions / max(1, m.hits + m.substitutions + m.deletions)
+
+    sampler_init = SamplingDecoder.__init__
     runs = []
     for first, seconds, second, seed in CASES:
         built = music_gap(items[first], seconds, items[second], seed=seed)
         duration = len(built.audio) / 16000
         case = f"{Path(first).stem} + {seconds:.0f} s tones (seed {seed}) + {Path(second).stem}"
         for threshold in (None, args.threshold):
-            t = time.perf_counter()
-            r = ours.run(built.audio, RunOptions(decode=DecodeOptions(
-                language="en", word_timestamps=True, hallucination_silence_threshold=threshold)))
-            rows = [("ours", time.perf_counter() - t, r.text, [w.start for s in r.segments for w in s.words])]
-            t = time.perf_counter()
-            o = whisper.transcribe(theirs, built.audio, language="en", fp16=False, word_timestamps=True,
-                                   hallucination_silence_threshold=threshold, verbose=None)
-            rows.append(("openai-whisper", time.perf_counter() - t, o["text"],
-                         [w["start"] for s in o["segments"] for w in s.get("words", [])]))
-            for system, wall, text, starts in rows:
+            draws = {"ours": [], "openai-whisper": []}
+            for draw in range(args.draws):
+                SamplingDecoder.__init__ = partialmethod(sampler_init, seed=draw)  # the engine seeds its samplers with 0
+                t = time.perf_counter()
+                r = ours.run(built.audio, RunOptions(decode=DecodeOptions(
+                    language="en", word_timestamps=True, hallucination_silence_threshold=threshold)))
+                draws["ours"].append((time.perf_counter() - t, r.text, [w.start for s in r.segments for w in s.words]))
+                torch.manual_seed(draw)
+                t = time.perf_counter()
+                o = whisper.transcribe(theirs, built.audio, language="en", fp16=False, word_timestamps=True,
+                                       hallucination_silence_threshold=threshold, verbose=None)
+                draws["openai-whisper"].append((time.perf_counter() - t, o["text"],
+                                                [w["start"] for s in o["segments"] for w in s.get("words", [])]))
+            for system, got in draws.items():
+                invented = [built.inside(starts) for _, _, starts in got]
+                wall = sum(w for w, _, _ in got) / len(got)
                 run = dict(name=f"{case}: {system}, threshold {threshold}", case=case, system=system,
-                           hallucination_silence_threshold=threshold, invented_words=built.inside(starts),
-                           wer=round(wer([built.reference], [text]), 4), wall_s=round(wall, 2),
-                           rtf=round(wall / duration, 4), text=text.strip())
+                           hallucination_silence_threshold=threshold, draws=len(got), invented_words=sum(invented),
+                           clean_draws=sum(n == 0 for n in invented),
+                           wer=round(sum(wer([built.reference], [text]) for _, text, _ in got) / len(got), 4),
+                           max_deleted=round(max(deleted(built.reference, text) for _, text, _ in got), 4),
+                           wall_s=round(wall, 2), rtf=round(wall / duration, 4), text=got[0][1].strip())
                 runs.append(run)
-                print(f"{run['name']}: invented {run['invented_words']}, wer {run['wer']}, {wall:.1f} s | {run['text']}", flush=True)
+                print(f"{run['name']}: invented {run['invented_words']} ({run['clean_draws']}/{len(got)} clean), "
+                      f"wer {run['wer']}, max deleted {run['max_deleted']}, {wall:.1f} s | {run['text']}", flush=True)
+    SamplingDecoder.__init__ = sampler_init
     args.out.write_text(json.dumps({"machine": machine(args.threads), "runs": runs}, indent=1, ensure_ascii=False) + "\n")
 
 

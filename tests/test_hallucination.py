@@ -74,14 +74,21 @@ def test_text_invented_over_music_is_dropped_and_speech_kept(base_pipeline, mani
 
 @pytest.mark.slow  # the test above covers the rules; this one their mapping onto several chunks and a fallback
 def test_over_several_chunks(base_pipeline, manifest, sampler_seed):
-    """51 s in two chunks and their re-decodes: JFK, 30 s of tones, LJ001-0001. Whisper base writes
-    "Thanks for watching!" or "Thank you." over the tones with every seed; openai's rules drop such a
-    sign-off only when its words look invented (improbable or too short): a "Thank you." whose "you."
-    has probability 0.79 stays, as it would in openai-whisper. So here: the speech stays with every
-    seed, and the option never adds invented words."""
+    """51 s in two chunks and their re-decodes: JFK, 30 s of tones, LJ001-0001. The tones after JFK are
+    a skipped stretch, decoded again alone; over them Whisper base writes "Thank you." or "Thanks for
+    watching!" as the pick of a fallback whose every temperature failed, which ``redecode.unheard``
+    drops (the VAD hears no speech there): over sampler seeds 0-5 two words stayed without the option
+    (10 before that rule), none with it. The speech stays with every seed."""
     built = _built(manifest, "openai-whisper/jfk.flac", 30.0, "coqui-tts-ljspeech/LJ001-0001.wav")
     plain, guarded, clean = _invented(base_pipeline, built, sampler_seed, range(6))
-    assert plain >= 6 and guarded <= plain, (plain, guarded, clean)
+    assert guarded <= plain and clean >= 5, (plain, guarded, clean)
+
+
+@pytest.mark.parametrize("value", [0, -1.0, float("nan"), float("inf"), "2", True])
+def test_bad_threshold_is_a_one_line_error(value):
+    with pytest.raises(ValueError) as err:
+        RunOptions(decode=DecodeOptions(hallucination_silence_threshold=value)).validate()
+    assert str(err.value).startswith("hallucination silence threshold must be a number of seconds > 0") and "\n" not in str(err.value)
 
 
 def _seg(start: float, text: str, probability: float, seconds_per_word: float) -> Segment:

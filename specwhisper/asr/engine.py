@@ -234,7 +234,7 @@ class AsrEngine:
         trim_heap()  # the batch's cache is freed: keep the heap from holding it (specwhisper.hardware.memory)
         per_chunk: list[list[Segment]] = []
         for chunk, a in zip(chunks, attempts):
-            if opts.quality.is_silence(a.seq, vad_speech=chunk.speech):
+            if opts.quality.is_silence(a.seq, vad_speech=chunk.speech) or redecode.unheard(chunk, a.passed):
                 per_chunk.append([])
                 continue
             # a joined chunk's times are placed in the file below; a decode without timestamps has no

@@ -66,6 +66,17 @@ def skipped(chunk: Chunk, segments: list[Segment]) -> list[tuple[Chunk, Standing
     return out
 
 
+def unheard(chunk: Chunk, passed: bool) -> bool:
+    """A stretch decoded again in which the VAD hears less than ``MIN_SKIP_SPEECH_S`` of speech and whose
+    decode failed openai's checks at every temperature (``passed`` False): its text is what Whisper makes
+    of music or noise, and is dropped. Such a stretch is decoded at all for a voice too quiet for the VAD,
+    which Whisper reads with a likely text. Measured on bench/hallucination.py's music gaps (4 sampler
+    seeds): "Thank you." or "Thanks for watching!" over the tones in every draw of three of the four
+    cases, each from the re-decode of the tones after the speech, where openai-whisper (a 30 s window of
+    tones: no speech by its rule) wrote nothing."""
+    return chunk.depth > 0 and not passed and chunk.voiced_in(chunk.start, chunk.end) < MIN_SKIP_SPEECH_S * SAMPLE_RATE
+
+
 def _after_leading_speech(chunk: Chunk) -> list[tuple[Chunk, Standing | None]]:
     """A skipped stretch decoded again came back without text. When it begins inside speech (the tail of
     the loud voice its window's text ended in) and ``MIN_SKIP_SILENCE_S`` or more follow that speech, the
