@@ -84,24 +84,19 @@ def main() -> None:
 
     from functools import partialmethod
 
-    import jiwer
     import torch
     import whisper
 
     from specwhisper.asr.decoding.greedy import SamplingDecoder
     from specwhisper.asr.engine import DecodeOptions
     from specwhisper.evaluation.music_gap import music_gap
-    from specwhisper.evaluation.transcripts import load_manifest, normalize, wer
+    from specwhisper.evaluation.transcripts import deleted_share, load_manifest, wer
     from specwhisper.pipeline.core import Pipeline, PipelineConfig, RunOptions
 
     torch.set_num_threads(args.threads)
     ours = Pipeline(PipelineConfig(model="base", draft="none", device="cpu", threads=args.threads))
     theirs = openai_model(ours.asr.bundle)
     items = {i.file: i for i in load_manifest()}
-    def deleted(reference: str, text: str) -> float:
-        m = jiwer.process_words(normalize(reference), normalize(text))
-        return m.deletions / max(1, m.hits + m.substitutions + m.deletions)
-
     sampler_init = SamplingDecoder.__init__
     runs = []
     for first, seconds, second, seed in CASES:
@@ -129,7 +124,7 @@ def main() -> None:
                            hallucination_silence_threshold=threshold, draws=len(got), invented_words=sum(invented),
                            clean_draws=sum(n == 0 for n in invented),
                            wer=round(sum(wer([built.reference], [text]) for _, text, _ in got) / len(got), 4),
-                           max_deleted=round(max(deleted(built.reference, text) for _, text, _ in got), 4),
+                           max_deleted=round(max(deleted_share(built.reference, text) for _, text, _ in got), 4),
                            wall_s=round(wall, 2), rtf=round(wall / duration, 4), text=got[0][1].strip())
                 runs.append(run)
                 print(f"{run['name']}: invented {run['invented_words']} ({run['clean_draws']}/{len(got)} clean), "

@@ -7,7 +7,6 @@ and the speech's words stay; the rules themselves are checked on made-up segment
 
 from __future__ import annotations
 
-import jiwer
 import pytest
 
 from specwhisper.asr.decoding.fallback import Attempt
@@ -19,7 +18,7 @@ from specwhisper.asr.scheduling import FileResults
 from specwhisper.audio.chunking import Chunk
 from specwhisper.audio.loading import SAMPLE_RATE
 from specwhisper.evaluation.music_gap import MusicGap, music_gap
-from specwhisper.evaluation.transcripts import normalize
+from specwhisper.evaluation.transcripts import deleted_share
 from specwhisper.pipeline.core import RunOptions
 from specwhisper.results.transcript import Segment, Word
 
@@ -35,12 +34,6 @@ def _starts(transcript) -> list[float]:
     return [w.start for s in transcript.segments for w in s.words]
 
 
-def _deleted(reference: str, text: str) -> float:
-    """The share of the reference's words missing from ``text``."""
-    measures = jiwer.process_words(normalize(reference), normalize(text))
-    return measures.deletions / max(1, measures.hits + measures.substitutions + measures.deletions)
-
-
 def _invented(base_pipeline, built: MusicGap, sampler_seed, seeds: range) -> tuple[int, int, int]:
     """Whisper base writes over the tones when the window's greedy text fails openai's checks and is
     sampled, so what it invents there, and whether openai's rules catch it, varies with the draws:
@@ -53,7 +46,7 @@ def _invented(base_pipeline, built: MusicGap, sampler_seed, seeds: range) -> tup
         plain = base_pipeline.run(built.audio, RunOptions(decode=DecodeOptions(language="en", word_timestamps=True)))
         guarded = base_pipeline.run(built.audio, RunOptions(decode=DecodeOptions(language="en", hallucination_silence_threshold=THRESHOLD)))
         assert all(s.words for s in guarded.segments)  # timed words, though word timestamps were not asked for
-        assert _deleted(built.reference, guarded.text) <= 0.1, (seed, guarded.text)  # the speech is kept
+        assert deleted_share(built.reference, guarded.text) <= 0.1, (seed, guarded.text)  # the speech is kept
         plain_words += built.inside(_starts(plain))
         guarded_words += built.inside(_starts(guarded))
         clean += built.inside(_starts(guarded)) == 0

@@ -29,8 +29,8 @@ ended:
   by the same rule with the anomaly taken as silence; a leading anomaly goes to the second rule.
 - The text after a dropped anomaly (screened so), when its decode passed openai's checks, is kept in
   reserve (``redecode.Standing``): where the stretch's new decode fails the checks at every
-  temperature, that text stays instead of the new one. openai keeps the new decode; but it starts over the music or noise that made Whisper
-  invent text, and it is sampled as often as not. On tests/test_hallucination.py's one-window case
+  temperature, that text stays instead of the new one. openai keeps the new decode; but it starts
+  over the music or noise that made Whisper invent text, and it is sampled as often as not. On tests/test_hallucination.py's one-window case
   over sampler seeds 0-11, the speech after the tones was lost with seeds 6 and 7 (the re-decode of
   the re-decode wrote only "Thank you." over the tones, or an anomaly at the depth limit, which
   dropped all after it); with both rules, with none.

@@ -85,6 +85,12 @@ def wer(references: list[str], hypotheses: list[str], language: str = "en") -> f
     return jiwer.wer([r for r, _ in pairs], [h for _, h in pairs])
 
 
+def deleted_share(reference: str, hypothesis: str, language: str = "en") -> float:
+    """The share of the reference's words (after normalisation) missing from the hypothesis."""
+    m = jiwer.process_words(normalize(reference, language), normalize(hypothesis, language))
+    return m.deletions / max(1, m.hits + m.substitutions + m.deletions)
+
+
 def read_textgrid_words(path: Path, tier: str = "words") -> list[tuple[float, float, str]]:
     """(start, end, word) intervals of a short-format Praat TextGrid tier (Montreal Forced Aligner output)."""
     lines = [ln.strip() for ln in Path(path).read_text().splitlines()]
