@@ -55,14 +55,14 @@ def _invented(base_pipeline, built: MusicGap, sampler_seed, seeds: range) -> tup
 
 def test_text_invented_over_music_is_dropped_and_speech_kept(base_pipeline, manifest, sampler_seed):
     """One 30 s window: 5.8 s of speech, 20 s of tones, 4.3 s of speech (the VAD hears the first
-    clip only). Over sampler seeds 0-5 Whisper base wrote 17 words over the tones and the option
-    kept 7, all with seed 3, whose "Please subscribe to the channel and like the video." is an
-    anomaly whose words the aligner stretched over the tones up to the speech: no silence after it,
-    so openai's rules keep it too."""
+    clip only). Over sampler seeds 0-3 Whisper base wrote 22 words over the tones and the option
+    kept 1 (seed 2's "So", stretched back from the speech into the tones); seed 3's "Please
+    subscribe to the channel and like the video.", whose words the aligner stretched over the
+    tones up to the speech, goes as silence by the VAD."""
     built = _built(manifest, "cuttledoc-fleurs/fleurs-en-003.ogg", 20.0, "cuttledoc-fleurs/fleurs-en-004.ogg")
-    plain, guarded, clean = _invented(base_pipeline, built, sampler_seed, range(6))
+    plain, guarded, clean = _invented(base_pipeline, built, sampler_seed, range(4))
     assert plain >= 12  # what the option is for: Whisper base writes over the tones
-    assert guarded <= plain / 2 and clean >= 4, (plain, guarded, clean)
+    assert guarded <= plain / 8 and clean >= 3, (plain, guarded, clean)
 
 
 @pytest.mark.slow  # the test above covers the rules; this one their mapping onto several chunks and a fallback
@@ -128,3 +128,19 @@ def test_a_redecode_that_fails_every_check_leaves_the_text_it_was_to_replace():
         files.take((0, chunk), segs[:1], [(stretch, standing)], Attempt(seq, 0.0, 1.0))
         files.take((0, stretch), [_seg(26.0, "thank you", 0.2, 0.3)], [], Attempt(seq, 1.0, 1.0, passed=passed))
         assert [s.text for s in files.segments[0]] == [segs[0].text, expected]
+
+
+def test_an_anomaly_stretched_over_audio_the_vad_hears_no_speech_in_is_dropped():
+    """The aligner stretches invented words over the tones up to the next speech (seed 3 of the
+    one-window case: "Please subscribe to the channel and like the video." from 6.2 s to 25.7 s, "channel"
+    9.3 s long), so no word gap is silence; the VAD hears no speech there, which counts as silence.
+    The same segment over audio the VAD hears as speech stays (openai's rules alone)."""
+    sr = SAMPLE_RATE
+    segs = [_seg(0.5, "the cabbage juice changes color", 0.9, 0.4), _seg(6.0, "please subscribe to the channel", 0.1, 3.9),
+            _seg(25.5, "many people do not think", 0.9, 0.4)]
+    unheard = Chunk(0, 30 * sr, ((0, 5 * sr), (25 * sr, 30 * sr)))
+    kept, view, [(stretch, standing)] = screen(unheard, segs, THRESHOLD, 30.0)
+    assert kept == segs[:1] and view.end == 6 * sr and stretch.start == 6 * sr and standing.segments == segs[2:]
+
+    heard = Chunk(0, 30 * sr, ((0, 30 * sr),))
+    assert screen(heard, segs, THRESHOLD, 30.0) == (segs, heard, [])
