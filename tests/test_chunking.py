@@ -73,3 +73,45 @@ def test_joined_chunks_hold_the_speech_alone():
     first = chunks[0]
     assert [first.time_at(t) for t in (0.0, 4.0, 8.0, 12.5, 18.0, 99.0)] == [1.0, 5.0, 70.0, 74.5, 80.0, 80.0]
     assert first.time_at(8.0, end=True) == 9.0 and first.time_at(-1.0) == 1.0
+
+
+def test_a_pause_is_cut_at_its_quietest_point():
+    """Loud noise, a -60 dB murmur the spans call a pause with 0.3 s of silence in it, loud noise."""
+    import numpy as np
+
+    from specwhisper.audio.chunking import frame_levels
+
+    rng = np.random.default_rng(0)
+    audio = rng.normal(0, 0.1, 40 * SR).astype(np.float32)
+    audio[10 * SR : 25 * SR] *= 1e-2
+    audio[19 * SR : int(19.3 * SR)] = 0
+    spans = [(0, 10 * SR), (25 * SR, 40 * SR)]
+    assert plan_chunks(spans, 40 * SR)[1].start == int(17.5 * SR)  # the middle, without levels
+    cut = plan_chunks(spans, 40 * SR, levels=frame_levels(audio))[1].start
+    assert 19 * SR <= cut <= 19.3 * SR
+
+
+def test_a_voice_the_vad_misses_is_not_cut_inside_a_word(eval_root):
+    """MFA's spontaneous clip at -55 dB between two JFKs: the VAD hears none of it, so it is one 27 s
+    "pause"; cut in its middle (24.5 s) a word is split between two windows, cut at its quietest point
+    the cut falls between words (MFA's word alignment)."""
+    import numpy as np
+
+    from specwhisper.audio.chunking import frame_levels
+    from specwhisper.audio.loading import load_audio
+    from specwhisper.audio.vad import VoiceActivityDetector
+    from specwhisper.evaluation.transcripts import read_textgrid_words
+
+    jfk = load_audio(eval_root / "openai-whisper/jfk.flac")
+    quiet = load_audio(eval_root / "mfa/acoustic_corpus.wav") * 10 ** (-55 / 20)
+    audio = np.concatenate([jfk, quiet, jfk])
+    spans = VoiceActivityDetector().speech_spans(audio)
+    offset = len(jfk) / SR
+    words = [(offset + a, offset + b) for a, b, w in read_textgrid_words(eval_root / "mfa/acoustic_corpus.TextGrid") if w]
+    assert not any(s < (offset + 26) * SR and e > (offset + 1) * SR for s, e in spans)  # the VAD hears none of it
+
+    def cuts(levels):
+        return [c.start / SR for c in plan_chunks(spans, len(audio), levels=levels)[1:]]
+
+    assert any(a < t < b for t in cuts(None) for a, b in words)
+    assert not any(a < t < b for t in cuts(frame_levels(audio)) for a, b in words)

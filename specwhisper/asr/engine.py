@@ -13,7 +13,7 @@ import torch
 from specwhisper.asr.decoding.alignment import WordAligner
 from specwhisper.asr.batch_memory import fit_batch_size
 from specwhisper.audio.loading import SAMPLE_RATE
-from specwhisper.audio.chunking import Chunk, join_spans, plan_chunks
+from specwhisper.audio.chunking import Chunk, frame_levels, join_spans, plan_chunks
 from specwhisper.asr.decoding.greedy import Decoder, GreedyDecoder, SamplingDecoder
 from specwhisper.asr.decoding.tokens import SpecialTokens
 from specwhisper.asr.decoding.rules import WhisperLogitRules
@@ -188,7 +188,7 @@ class AsrEngine:
         settings = FILTER_SETTINGS if opts.vad_filter else {}
         spans = self.vad.speech_spans(audio, opts.max_chunk_s, progress=progress, threshold=opts.vad_threshold, **settings)
         trim_heap()
-        chunks = join_spans(spans, opts.max_chunk_s) if opts.vad_filter else plan_chunks(spans, len(audio), opts.max_chunk_s)
+        chunks = join_spans(spans, opts.max_chunk_s) if opts.vad_filter else plan_chunks(spans, len(audio), opts.max_chunk_s, frame_levels(audio))
         return chunks, time.perf_counter() - t0
 
     def _first_decoder(self, opts: DecodeOptions, decoder: Decoder) -> Decoder:

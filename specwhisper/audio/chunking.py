@@ -1,8 +1,8 @@
 """Cutting a file into <=30 s chunks that cover all of it, with the cuts in the pauses the VAD found.
 
-The VAD only chooses where to cut. Speech spans are packed into chunks as before (a chunk starts
+The VAD only chooses where to cut. Speech spans are packed into chunks (a chunk starts
 at a span's start and ends at a span's end), then every chunk grows into the pauses on both sides
-up to the middle of each pause (or its 30 s limit), and whatever a long pause still leaves
+up to where the pause is cut, its quietest point (or its 30 s limit), and whatever a long pause still leaves
 uncovered becomes chunks of its own, marked ``speech=False``. So every sample of the file is in
 exactly one chunk and Whisper hears all of it: audio the VAD rejected is dropped only when Whisper
 itself says it holds no speech (the no-speech rule in ``specwhisper.asr.decoding.fallback``), and a file in which the
@@ -25,6 +25,9 @@ import numpy as np
 from specwhisper.audio.loading import SAMPLE_RATE
 
 WHISPER_WINDOW_S = 30.0
+LEVEL_HOP = 160  # samples (10 ms) per level of ``frame_levels``
+LEVEL_SPAN = 1600  # samples (100 ms) each level is the mean power over
+QUIET_TOLERANCE_DB = 1.0  # levels this close to a pause's quietest count as quietest
 Span = tuple[int, int]
 
 
@@ -109,19 +112,49 @@ def _pieces(start: int, end: int, limit: int) -> list[Chunk]:
     return [Chunk(a, b) for a, b in zip(cuts, cuts[1:])]
 
 
-def plan_chunks(spans: list[Span], num_samples: int, max_chunk_s: float = WHISPER_WINDOW_S) -> list[Chunk]:
+def frame_levels(audio: np.ndarray) -> np.ndarray:
+    """The audio's level in dB per ``LEVEL_HOP`` samples, each over ``LEVEL_SPAN`` samples around it
+    (where ``plan_chunks`` cuts a pause)."""
+    n = len(audio) // LEVEL_HOP
+    frames = np.asarray(audio[: n * LEVEL_HOP], dtype=np.float32).reshape(n, LEVEL_HOP)
+    power = np.einsum("ij,ij->i", frames, frames) / LEVEL_HOP  # without a squared copy of the audio
+    k = LEVEL_SPAN // LEVEL_HOP
+    smooth = np.convolve(power, np.ones(k) / k, mode="same") if n >= k else power
+    return 10 * np.log10(smooth + 1e-12)
+
+
+def _quietest(a: int, b: int, levels: np.ndarray | None) -> int:
+    """Where to cut the pause ``[a, b)``: its quietest point (``levels``: ``frame_levels``), the
+    middle where it is uniform or unknown."""
+    mid = (a + b) // 2
+    lo, hi = -(-a // LEVEL_HOP), b // LEVEL_HOP
+    if levels is None or hi - lo < 2 or hi > len(levels):
+        return mid
+    part = levels[lo:hi]
+    quiet = np.flatnonzero(part <= part.min() + QUIET_TOLERANCE_DB)  # the quietest frames; of them, the nearest the middle
+    return (lo + int(quiet[np.argmin(np.abs(quiet * LEVEL_HOP + lo * LEVEL_HOP - mid))])) * LEVEL_HOP
+
+
+def plan_chunks(spans: list[Span], num_samples: int, max_chunk_s: float = WHISPER_WINDOW_S,
+                levels: np.ndarray | None = None) -> list[Chunk]:
     """Chunks covering ``[0, num_samples)`` without gaps or overlaps, none over ``max_chunk_s``.
 
-    Speech chunks come from ``merge_spans``; each then takes the pauses on both sides up to their
-    middles, as far as its length limit allows (half the room on each side when both are long);
-    what is left of a pause is cut into ``speech=False`` chunks."""
+    Speech chunks come from ``merge_spans``; each then takes the pauses on both sides up to where
+    they are cut, as far as its length limit allows (half the room on each side when both are long);
+    what is left of a pause is cut into ``speech=False`` chunks. A pause is cut at its quietest point
+    (``levels``: ``frame_levels`` of the audio; else its middle): a voice too quiet for the VAD may
+    fill a "pause", and cut in its middle its sentence was lost (the 10-minute conversation of
+    bench/longform.py, 286-299 s: a -65 dB voice under a VAD pause of 12.5 s, cut at 292.6 s in a
+    sentence, where the quietest stretch, -92 dB at 297.8-298.3 s, is the pause before the next
+    speaker). That point is kept where a chunk cannot grow to it: the audio between is a chunk of its
+    own, in which a quiet voice is decoded at its own level."""
     limit = int(max_chunk_s * SAMPLE_RATE)
     speech = merge_spans(spans, max_chunk_s)
     out: list[Chunk] = []
     cursor = 0  # everything before it is covered
     for i, c in enumerate(speech):
-        left = (speech[i - 1].end + c.start) // 2 if i else 0
-        right = (c.end + speech[i + 1].start) // 2 if i + 1 < len(speech) else num_samples
+        left = _quietest(speech[i - 1].end, c.start, levels) if i else 0
+        right = _quietest(c.end, speech[i + 1].start, levels) if i + 1 < len(speech) else num_samples
         # the room left under the limit, half to each side unless one side needs less
         room = limit - (c.end - c.start)
         before = min(c.start - left, max(room // 2, room - (right - c.end)))

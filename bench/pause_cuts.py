@@ -1,0 +1,72 @@
+"""Where a pause is cut between two chunks: its middle, or its quietest point
+(``specwhisper.audio.chunking.plan_chunks`` with ``frame_levels``), on long files built from the public clips
+(``build_long_file``: a talk and a conversation, over several seeds of their order and levels).
+
+    python bench/pause_cuts.py [--seeds 0,1,2] [--threads 2]
+
+A voice too quiet for the VAD can fill what the VAD calls a pause; cut in its middle, its sentence is
+split across two windows and may be lost in both. Per file and cut: WER against the clips' references,
+windows decoded (re-decoded stretches included) and wall seconds; the two cuts of a file run back to
+back. Whisper base, English given, greedy with openai's temperature fallback.
+
+Writes bench/results/pause_cuts.json.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+if str(ROOT) not in sys.path:
+    sys.path.insert(0, str(ROOT))
+
+from bench.common import machine  # noqa: E402
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--seeds", default="0,1,2", help="seeds of the built files (default: 0,1,2)")
+    ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--out", type=Path, default=ROOT / "bench" / "results" / "pause_cuts.json")
+    args = ap.parse_args()
+
+    import torch
+
+    torch.set_num_threads(args.threads)
+    import specwhisper.asr.engine as engine
+    from specwhisper.audio.chunking import frame_levels
+    from specwhisper.audio.loading import load_audio
+    from specwhisper.evaluation.transcripts import build_long_file, wer
+
+    asr = engine.AsrEngine("base")
+    cuts = {"middle": lambda audio: None, "quietest": frame_levels}  # levels None: plan_chunks cuts at the middle
+    runs = []
+    for seed in [int(s) for s in args.seeds.split(",")]:
+        for kind in ("dense", "speakers"):
+            long = build_long_file(kind, ROOT / "bench" / ".cache", seed=seed)
+            audio = load_audio(long.path)
+            for cut, levels in cuts.items():
+                engine.frame_levels = levels
+                t = time.perf_counter()
+                result = asr.transcribe(audio, engine.DecodeOptions(language="en"))
+                wall = time.perf_counter() - t
+                text = " ".join(s.text for s in result.segments)
+                run = dict(name=f"{kind} seed {seed}: {cut}", kind=kind, seed=seed, cut=cut,
+                           wer=round(wer([long.reference], [text]), 4), windows=len(result.chunks),
+                           wall_s=round(wall, 1), rtf=round(wall / long.duration, 4))
+                print(json.dumps(run), flush=True)
+                runs.append(run)
+    for cut in cuts:
+        mine = [r for r in runs if r["cut"] == cut]
+        runs.append(dict(name=f"mean: {cut}", cut=cut, files=len(mine), wer=round(sum(r["wer"] for r in mine) / len(mine), 4),
+                         windows=sum(r["windows"] for r in mine), wall_s=round(sum(r["wall_s"] for r in mine), 1)))
+        print(json.dumps(runs[-1]), flush=True)
+    args.out.write_text(json.dumps({"machine": machine(args.threads), "runs": runs}, indent=1) + "\n")
+
+
+if __name__ == "__main__":
+    main()
