@@ -1,8 +1,8 @@
 """Cutting a file into <=30 s chunks that cover all of it, with the cuts in the pauses the VAD found.
 
-The VAD only chooses where to cut. Speech spans are packed into chunks (a chunk starts
-at a span's start and ends at a span's end), then every chunk grows into the pauses on both sides
-up to where the pause is cut, its quietest point (or its 30 s limit), and whatever a long pause still leaves
+The VAD only chooses where to cut. Speech spans are packed into chunks (a chunk starts at a span's
+start and ends at a span's end), then every chunk grows into the pauses on both sides up to where
+each pause is cut, its quietest point (or its 30 s limit), and whatever a long pause still leaves
 uncovered becomes chunks of its own, marked ``speech=False``. So every sample of the file is in
 exactly one chunk and Whisper hears all of it: audio the VAD rejected is dropped only when Whisper
 itself says it holds no speech (the no-speech rule in ``specwhisper.asr.decoding.fallback``), and a file in which the
