@@ -30,10 +30,10 @@ ended:
 - The text after a dropped anomaly (screened so), when its decode passed openai's checks, is kept in
   reserve (``redecode.Standing``): where the stretch's new decode fails the checks at every
   temperature, that text stays instead of the new one. openai keeps the new decode; but it starts
-  over the music or noise that made Whisper invent text, and it is sampled as often as not. On tests/test_hallucination.py's one-window case
-  over sampler seeds 0-11, the speech after the tones was lost with seeds 6 and 7 (the re-decode of
-  the re-decode wrote only "Thank you." over the tones, or an anomaly at the depth limit, which
-  dropped all after it); with both rules, with none.
+  over the music or noise that made Whisper invent text, and it is sampled as often as not. On
+  tests/test_hallucination.py's one-window case over sampler seeds 0-11, the speech after the tones
+  was lost with seeds 6 and 7 (the re-decode of the re-decode wrote only "Thank you." over the
+  tones, or an anomaly at the depth limit, which dropped all after it); with both rules, with none.
 - The speech before a chunk, which openai knows from the window before (its last word's end), is
   taken to end at the chunk's start: chunks are decoded side by side, and a chunk starts in the middle
   of a pause the VAD found, so no earlier speech ends later. It makes "silence before" at most half
@@ -103,7 +103,7 @@ def _unvoiced(chunk: Chunk, start_s: float, end_s: float, threshold: float) -> b
     if end_s - start_s <= threshold:
         return False
     a, b = round(start_s * SAMPLE_RATE), round(end_s * SAMPLE_RATE)
-    return chunk.voiced_in(a, b) < redecode.MIN_SKIP_SPEECH_S * SAMPLE_RATE
+    return not redecode.hears_speech(chunk, a, b)
 
 
 def _until(chunk: Chunk, end_s: float) -> Chunk:

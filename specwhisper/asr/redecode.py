@@ -34,6 +34,11 @@ class Standing:
     thin: bool
 
 
+def hears_speech(chunk: Chunk, start: int, end: int) -> bool:
+    """Whether the VAD hears at least ``MIN_SKIP_SPEECH_S`` of speech in ``[start, end)`` of ``chunk``."""
+    return chunk.voiced_in(start, end) >= MIN_SKIP_SPEECH_S * SAMPLE_RATE
+
+
 def skipped(chunk: Chunk, segments: list[Segment]) -> list[tuple[Chunk, Standing | None]]:
     """Stretches of ``chunk`` that its decode skipped, to decode again on their own, each with the
     thin segment its text replaces (None: the stretch has no text yet).
@@ -57,7 +62,7 @@ def skipped(chunk: Chunk, segments: list[Segment]) -> list[tuple[Chunk, Standing
     for seg in sorted(segments, key=lambda s: s.start) + [None]:
         a, b = (round(seg.start * sr), round(seg.end * sr)) if seg else (chunk.end, chunk.end)
         if a - cursor >= MIN_SKIP_SPEECH_S * sr and (
-            chunk.voiced_in(cursor, a) >= MIN_SKIP_SPEECH_S * sr or (chunk.speech and a - cursor >= MIN_SKIP_SILENCE_S * sr)
+            hears_speech(chunk, cursor, a) or (chunk.speech and a - cursor >= MIN_SKIP_SILENCE_S * sr)
         ):
             out.append((chunk.part(cursor, a), None))
         if seg is not None and chunk.voiced_in(a, b) > (len(seg.text.split()) * THIN_S_PER_WORD + THIN_SLACK_S) * sr:
@@ -74,7 +79,7 @@ def unheard(chunk: Chunk, passed: bool) -> bool:
     seeds): "Thank you." or "Thanks for watching!" over the tones in every draw of three of the four
     cases, each from the re-decode of the tones after the speech, where openai-whisper (a 30 s window of
     tones: no speech by its rule) wrote nothing."""
-    return chunk.depth > 0 and not passed and chunk.voiced_in(chunk.start, chunk.end) < MIN_SKIP_SPEECH_S * SAMPLE_RATE
+    return chunk.depth > 0 and not passed and not hears_speech(chunk, chunk.start, chunk.end)
 
 
 def _after_leading_speech(chunk: Chunk) -> list[tuple[Chunk, Standing | None]]:
@@ -104,7 +109,7 @@ def after_first_pause(chunk: Chunk, thin: Segment) -> list[tuple[Chunk, Standing
     sr = SAMPLE_RATE
     spans = sorted(chunk.voiced)
     for (_, end), (start, _) in zip(spans, spans[1:]):
-        if start - end >= MIN_PAUSE_S * sr and chunk.voiced_in(start, chunk.end) >= MIN_SKIP_SPEECH_S * sr:
+        if start - end >= MIN_PAUSE_S * sr and hears_speech(chunk, start, chunk.end):
             at = end / sr
             thin.end = max(thin.start, min(thin.end, at))
             for w in thin.words:
