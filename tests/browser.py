@@ -97,12 +97,16 @@ def wait_for_text(pg, selector: str, text: str, timeout_ms: float, log: Path | N
     from playwright.sync_api import TimeoutError as PlaywrightTimeout
 
     try:
+        # polled on a timer: the default polls on animation frames, which a page not in front may not paint
         pg.wait_for_function("([sel, text]) => (document.querySelector(sel)?.innerText || '').includes(text)",
-                             arg=[selector, text], timeout=timeout_ms)
+                             arg=[selector, text], timeout=timeout_ms, polling=250)
     except PlaywrightTimeout:
         toasts = pg.locator(".toast-body").all_inner_texts()
         shown = pg.evaluate("sel => document.querySelector(sel)?.innerText ?? null", selector)
-        shot = screenshot(pg, "timeout-" + re.sub(r"\W+", "-", selector).strip("-"))
+        try:
+            shot = screenshot(pg, "timeout-" + re.sub(r"\W+", "-", selector).strip("-"))
+        except PlaywrightTimeout as e:  # a page that paints no frame takes no screenshot either
+            shot = f"(none: {str(e).splitlines()[0]})"
         tail = "\n".join(log.read_text(errors="replace").splitlines()[-40:]) if log and log.exists() else "(no log)"
         pytest.fail(f"{text!r} not in {selector} after {timeout_ms / 1000:.0f} s; it showed {shown!r}; "
                     f"toasts {toasts}; screenshot {shot}; app log tail:\n{tail}")
