@@ -1,13 +1,15 @@
-"""Where a pause is cut between two chunks: its middle, or its quietest point
-(``specwhisper.audio.chunking.plan_chunks`` with ``frame_levels``), on long files built from the public clips
-(``build_long_file``: a talk and a conversation, over several seeds of their order and levels).
+"""How pauses are cut (``specwhisper.audio.chunking.plan_chunks``), on long files built from the public clips
+(``build_long_file``: a talk and a conversation, over several seeds of their order and levels): ``middle``
+(no levels), ``quietest`` (each pause cut at its quietest point, sound in a pause left inside its chunk) and
+``sounding`` (the product's: also the sound in a pause a chunk of its own, ``_sounding``).
 
-    python bench/pause_cuts.py [--seeds 0,1,2] [--threads 2]
+    python bench/pause_cuts.py [--seeds 0,1,2] [--cuts middle,quietest,sounding] [--threads 2]
 
 A voice too quiet for the VAD can fill what the VAD calls a pause; cut in its middle, its sentence is
-split across two windows and may be lost in both. Per file and cut: WER against the clips' references,
-windows decoded (re-decoded stretches included) and wall seconds; the two cuts of a file run back to
-back. Whisper base, English given, greedy with openai's temperature fallback.
+split across two windows and may be lost in both, and packed beside loud speech it is below Whisper's
+range. Per file and cut: WER against the clips' references, windows decoded (re-decoded stretches
+included) and wall seconds; the cuts of a file run back to back. Whisper base, English given, greedy with
+openai's temperature fallback.
 
 Writes bench/results/pause_cuts.json.
 """
@@ -30,6 +32,7 @@ from bench.common import machine  # noqa: E402
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--seeds", default="0,1,2", help="seeds of the built files (default: 0,1,2)")
+    ap.add_argument("--cuts", default="middle,quietest,sounding", help="which cuts (default: all three)")
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--out", type=Path, default=ROOT / "bench" / "results" / "pause_cuts.json")
     args = ap.parse_args()
@@ -38,19 +41,23 @@ def main() -> None:
 
     torch.set_num_threads(args.threads)
     import specwhisper.asr.engine as engine
-    from specwhisper.audio.chunking import frame_levels
+    import specwhisper.audio.chunking as chunking
+    from specwhisper.audio.chunking import SOUNDING_DB, frame_levels
     from specwhisper.audio.loading import load_audio
     from specwhisper.evaluation.transcripts import build_long_file, wer
 
     asr = engine.AsrEngine("base")
-    cuts = {"middle": lambda audio: None, "quietest": frame_levels}  # levels None: plan_chunks cuts at the middle
+    # levels None: plan_chunks cuts at the middle; an infinite SOUNDING_DB finds no sound in a pause
+    every = {"middle": (lambda audio: None, SOUNDING_DB), "quietest": (frame_levels, float("inf")),
+             "sounding": (frame_levels, SOUNDING_DB)}
+    cuts = {name: every[name] for name in args.cuts.split(",")}
     runs = []
     for seed in [int(s) for s in args.seeds.split(",")]:
         for kind in ("dense", "speakers"):
             long = build_long_file(kind, ROOT / "bench" / ".cache", seed=seed)
             audio = load_audio(long.path)
-            for cut, levels in cuts.items():
-                engine.frame_levels = levels
+            for cut, (levels, sounding_db) in cuts.items():
+                engine.frame_levels, chunking.SOUNDING_DB = levels, sounding_db
                 t = time.perf_counter()
                 result = asr.transcribe(audio, engine.DecodeOptions(language="en"))
                 wall = time.perf_counter() - t

@@ -115,3 +115,33 @@ def test_a_voice_the_vad_misses_is_not_cut_inside_a_word(eval_root):
 
     assert any(a < t < b for t in cuts(None) for a, b in words)
     assert not any(a < t < b for t in cuts(frame_levels(audio)) for a, b in words)
+
+
+def test_a_voice_the_vad_misses_is_decoded_at_its_own_level(base_engine, eval_root):
+    """FLEURS en-004 is a -67 dB recording: between two JFKs the VAD hears none of it and, in one window
+    with them, Whisper writes JFK twice and nothing of it. The sound in that pause is a chunk of its own,
+    decoded alone: the sentence is found. A pause of steady noise as loud is not split off."""
+    import numpy as np
+
+    from specwhisper.asr.engine import DecodeOptions
+    from specwhisper.audio.chunking import frame_levels
+    from specwhisper.audio.loading import load_audio
+    from specwhisper.audio.vad import VoiceActivityDetector
+
+    jfk = load_audio(eval_root / "openai-whisper/jfk.flac")
+    quiet = load_audio(eval_root / "cuttledoc-fleurs/fleurs-en-004.ogg")
+    gap = np.zeros(SR // 2, np.float32)
+    audio = np.concatenate([jfk, gap, quiet, gap, jfk])
+    spans = VoiceActivityDetector().speech_spans(audio)
+    assert len(plan_chunks(spans, len(audio))) == 1  # without the levels: one window
+    chunks = plan_chunks(spans, len(audio), levels=frame_levels(audio))
+    middle = [c for c in chunks if not c.speech]
+    assert len(middle) == 1 and middle[0].start <= len(jfk) + SR // 2 and middle[0].end >= len(jfk) + SR // 2 + len(quiet)
+
+    text = " ".join(s.text for s in base_engine.transcribe(audio, DecodeOptions(language="en")).segments).lower()
+    assert "people don't think about" in text and "feathers and can fly" in text, text
+
+    noise = np.random.default_rng(0).normal(0, 10 ** (-67 / 20), len(quiet)).astype(np.float32)
+    steady = np.concatenate([jfk, noise, jfk])
+    spans = VoiceActivityDetector().speech_spans(steady)
+    assert all(c.speech for c in plan_chunks(spans, len(steady), levels=frame_levels(steady)))

@@ -3,7 +3,8 @@
 The VAD only chooses where to cut. Speech spans are packed into chunks (a chunk starts at a span's
 start and ends at a span's end), then every chunk grows into the pauses on both sides up to where
 each pause is cut, its quietest point (or its 30 s limit), and whatever a long pause still leaves
-uncovered becomes chunks of its own, marked ``speech=False``. So every sample of the file is in
+uncovered becomes chunks of its own, marked ``speech=False``; so does the sound in a pause (a voice too
+quiet for the VAD), never packed beside loud speech. So every sample of the file is in
 exactly one chunk and Whisper hears all of it: audio the VAD rejected is dropped only when Whisper
 itself says it holds no speech (the no-speech rule in ``specwhisper.asr.decoding.fallback``), and a file in which the
 VAD found nothing is still decoded (otherwise a falsetto clip and quiet stretches of a German file
@@ -28,6 +29,9 @@ WHISPER_WINDOW_S = 30.0
 LEVEL_HOP = 160  # samples (10 ms) per level of ``frame_levels``
 LEVEL_SPAN = 1600  # samples (100 ms) each level is the mean power over
 QUIET_TOLERANCE_DB = 1.0  # levels this close to a pause's quietest count as quietest
+SOUNDING_DB = 20.0  # a pause's stretch this far above its quietest level holds sound
+SOUNDING_S = 1.0  # for this long: a voice too quiet for the VAD, decoded as a chunk of its own
+SOUNDING_HOLE_S = 0.15  # quieter gaps this short inside a sound are part of it
 Span = tuple[int, int]
 
 
@@ -135,6 +139,33 @@ def _quietest(a: int, b: int, levels: np.ndarray | None) -> int:
     return (lo + int(quiet[np.argmin(np.abs(quiet * LEVEL_HOP + lo * LEVEL_HOP - mid))])) * LEVEL_HOP
 
 
+def _sounding(a: int, b: int, levels: np.ndarray | None) -> Span | None:
+    """The stretch of the pause ``[a, b)`` that holds sound, or None: where runs of levels ``SOUNDING_DB``
+    over the pause's quietest (holes under ``SOUNDING_HOLE_S`` closed) that do not reach the pause's ends
+    span ``SOUNDING_S`` or more. A run that reaches an end is the room of the recording beside it
+    (heard when the pause is digital silence) or a voice close to the speech: then the stretch starts
+    (or ends) at that end, else at the quietest point before (after) the sound. A steady noise floor
+    has no such run; a voice the VAD does not hear, between quieter stretches, has."""
+    lo, hi = -(-a // LEVEL_HOP), b // LEVEL_HOP
+    if levels is None or hi - lo < 2 * SOUNDING_S * SAMPLE_RATE // LEVEL_HOP or hi > len(levels):
+        return None
+    part = levels[lo:hi]
+    loud = np.flatnonzero(part >= part.min() + SOUNDING_DB)
+    if len(loud) == 0:
+        return None
+    breaks = np.flatnonzero(np.diff(loud) > SOUNDING_HOLE_S * SAMPLE_RATE // LEVEL_HOP)
+    runs = [(int(loud[i]), int(loud[j])) for i, j in zip(np.r_[0, breaks + 1], np.r_[breaks, len(loud) - 1])]
+    inner = [n for n, (x, y) in enumerate(runs) if x > 0 and y < len(part) - 1]
+    if not inner or (runs[inner[-1]][1] - runs[inner[0]][0]) * LEVEL_HOP < SOUNDING_S * SAMPLE_RATE:
+        return None
+    first, last = inner[0], inner[-1]
+    # from the pause's end where sound reaches it (a hole there may be a stop inside a word), else
+    # from the quietest point before the sound
+    start = a if first > 0 else _quietest(a, (lo + runs[first][0]) * LEVEL_HOP, levels)
+    end = b if last + 1 < len(runs) else _quietest((lo + runs[last][1] + 1) * LEVEL_HOP, b, levels)
+    return start, end
+
+
 def plan_chunks(spans: list[Span], num_samples: int, max_chunk_s: float = WHISPER_WINDOW_S,
                 levels: np.ndarray | None = None) -> list[Chunk]:
     """Chunks covering ``[0, num_samples)`` without gaps or overlaps, none over ``max_chunk_s``.
@@ -147,9 +178,22 @@ def plan_chunks(spans: list[Span], num_samples: int, max_chunk_s: float = WHISPE
     bench/longform.py, 286-299 s: a -65 dB voice under a VAD pause of 12.5 s, cut at 292.6 s in a
     sentence, where the quietest stretch, -92 dB at 297.8-298.3 s, is the pause before the next
     speaker). That point is kept where a chunk cannot grow to it: the audio between is a chunk of its
-    own, in which a quiet voice is decoded at its own level."""
+    own, in which a quiet voice is decoded at its own level. A pause with sound in it (``_sounding``:
+    ``SOUNDING_DB`` over its quietest level for ``SOUNDING_S`` or more) is never inside a speech chunk:
+    the sound is a ``speech=False`` chunk of its own. In a window with loud speech such a voice is below
+    Whisper's 80 dB range: FLEURS en-004 (-67 dB RMS, the VAD hears none of it) was lost in 5 of its 12
+    passes over bench/pause_cuts.py's files (seeds 0-1), skipped under a segment that began at the
+    window's start with its words seconds later."""
     limit = int(max_chunk_s * SAMPLE_RATE)
-    speech = merge_spans(spans, max_chunk_s)
+    speech: list[Chunk] = []
+    group: list[Span] = []
+    for i, span in enumerate(spans):
+        group.append(span)
+        sound = _sounding(span[1], spans[i + 1][0], levels) if i + 1 < len(spans) else None
+        if sound is not None or i + 1 == len(spans):
+            speech += merge_spans(group, max_chunk_s)
+            speech += _pieces(*sound, limit) if sound else []
+            group = []
     out: list[Chunk] = []
     cursor = 0  # everything before it is covered
     for i, c in enumerate(speech):
