@@ -144,8 +144,9 @@ def _sounding(a: int, b: int, levels: np.ndarray | None) -> Span | None:
     over the pause's quietest (holes under ``SOUNDING_HOLE_S`` closed) that do not reach the pause's ends
     span ``SOUNDING_S`` or more. A run that reaches an end is the room of the recording beside it
     (heard when the pause is digital silence) or a voice close to the speech: then the stretch starts
-    (or ends) at that end, else at the quietest point before (after) the sound. A steady noise floor
-    has no such run; a voice the VAD does not hear, between quieter stretches, has."""
+    (or ends) at that end, else at the quietest point before (after) the sound. Pauses shorter than
+    twice ``SOUNDING_S`` are not searched. A steady noise floor has no such run; a voice the VAD does not
+    hear, between quieter stretches, has."""
     lo, hi = -(-a // LEVEL_HOP), b // LEVEL_HOP
     if levels is None or hi - lo < 2 * SOUNDING_S * SAMPLE_RATE // LEVEL_HOP or hi > len(levels):
         return None
