@@ -46,11 +46,14 @@ def main() -> None:
     from specwhisper.audio.loading import load_audio
     from specwhisper.evaluation.transcripts import build_long_file, wer
 
-    asr = engine.AsrEngine("base")
     # levels None: plan_chunks cuts at the middle; an infinite SOUNDING_DB finds no sound in a pause
     every = {"middle": (lambda audio: None, SOUNDING_DB), "quietest": (frame_levels, float("inf")),
              "sounding": (frame_levels, SOUNDING_DB)}
+    unknown = [name for name in args.cuts.split(",") if name not in every]
+    if unknown:
+        ap.error(f"--cuts: unknown {', '.join(unknown)} (choose from {', '.join(every)})")
     cuts = {name: every[name] for name in args.cuts.split(",")}
+    asr = engine.AsrEngine("base")
     runs = []
     for seed in [int(s) for s in args.seeds.split(",")]:
         for kind in ("dense", "speakers"):
