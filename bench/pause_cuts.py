@@ -1,9 +1,11 @@
 """How pauses are cut (``specwhisper.audio.chunking.plan_chunks``), on long files built from the public clips
 (``build_long_file``: a talk and a conversation, over several seeds of their order and levels): ``middle``
 (no levels), ``quietest`` (each pause cut at its quietest point, sound in a pause left inside its chunk) and
-``sounding`` (the product's: also the sound in a pause a chunk of its own, ``_sounding``).
+``sounding`` (the product's: also the sound in a pause a chunk of its own, ``_sounding``), each without
+the pieces of a pause under a second (``to_decode``), and ``every-piece``: ``sounding`` with those
+pieces decoded too.
 
-    python bench/pause_cuts.py [--seeds 0,1,2] [--cuts middle,quietest,sounding] [--threads 2]
+    python bench/pause_cuts.py [--seeds 0,1,2] [--cuts middle,quietest,sounding,every-piece] [--threads 2]
 
 A voice too quiet for the VAD can fill what the VAD calls a pause; cut in its middle, its sentence is
 split across two windows and may be lost in both, and packed beside loud speech it is below Whisper's
@@ -32,7 +34,7 @@ from bench.common import machine  # noqa: E402
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--seeds", default="0,1,2", help="seeds of the built files (default: 0,1,2)")
-    ap.add_argument("--cuts", default="middle,quietest,sounding", help="which cuts (default: all three)")
+    ap.add_argument("--cuts", default="middle,quietest,sounding,every-piece", help="which cuts (default: all four)")
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--out", type=Path, default=ROOT / "bench" / "results" / "pause_cuts.json")
     args = ap.parse_args()
@@ -42,13 +44,14 @@ def main() -> None:
     torch.set_num_threads(args.threads)
     import specwhisper.asr.engine as engine
     import specwhisper.audio.chunking as chunking
-    from specwhisper.audio.chunking import SOUNDING_DB, frame_levels
+    from specwhisper.audio.chunking import MIN_PIECE_S, SOUNDING_DB, frame_levels
     from specwhisper.audio.loading import load_audio
     from specwhisper.evaluation.transcripts import build_long_file, wer
 
-    # levels None: plan_chunks cuts at the middle; an infinite SOUNDING_DB finds no sound in a pause
-    every = {"middle": (lambda audio: None, SOUNDING_DB), "quietest": (frame_levels, float("inf")),
-             "sounding": (frame_levels, SOUNDING_DB)}
+    # levels None: plan_chunks cuts at the middle; an infinite SOUNDING_DB finds no sound in a pause;
+    # MIN_PIECE_S 0 decodes every piece
+    every = {"middle": (lambda audio: None, SOUNDING_DB, MIN_PIECE_S), "quietest": (frame_levels, float("inf"), MIN_PIECE_S),
+             "sounding": (frame_levels, SOUNDING_DB, MIN_PIECE_S), "every-piece": (frame_levels, SOUNDING_DB, 0.0)}
     unknown = [name for name in args.cuts.split(",") if name not in every]
     if unknown:
         ap.error(f"--cuts: unknown {', '.join(unknown)} (choose from {', '.join(every)})")
@@ -59,8 +62,8 @@ def main() -> None:
         for kind in ("dense", "speakers"):
             long = build_long_file(kind, ROOT / "bench" / ".cache", seed=seed)
             audio = load_audio(long.path)
-            for cut, (levels, sounding_db) in cuts.items():
-                engine.frame_levels, chunking.SOUNDING_DB = levels, sounding_db
+            for cut, (levels, sounding_db, min_piece_s) in cuts.items():
+                engine.frame_levels, chunking.SOUNDING_DB, chunking.MIN_PIECE_S = levels, sounding_db, min_piece_s
                 t = time.perf_counter()
                 result = asr.transcribe(audio, engine.DecodeOptions(language="en"))
                 wall = time.perf_counter() - t

@@ -1,10 +1,11 @@
-"""Chunk planning (specwhisper.audio.chunking): the VAD chooses cut points, every sample is decoded once."""
+"""Chunk planning (specwhisper.audio.chunking): the VAD chooses cut points, every sample is decoded once
+(but what a pause leaves under a second between full chunks)."""
 
 from __future__ import annotations
 
 import pytest
 
-from specwhisper.audio.chunking import Chunk, plan_chunks
+from specwhisper.audio.chunking import Chunk, plan_chunks, to_decode
 
 SR = 16000
 
@@ -42,6 +43,19 @@ def test_long_pause_becomes_chunks_marked_without_speech():
     assert (chunks[2].start, chunks[2].end) == (60 * SR, 90 * SR)
     assert [(c.start, c.end) for c in chunks if not c.speech] == [(30 * SR, 60 * SR), (90 * SR, 100 * SR)]
     assert plan_chunks([], 10 * SR) == [Chunk(0, 10 * SR)]
+
+
+def test_a_piece_of_a_pause_under_a_second_is_not_decoded():
+    ms = SR // 1000
+    # two full windows around a 600 ms pause: each takes 100 ms of it, 400 ms are left between them
+    chunks = plan_chunks([(0, 29_900 * ms), (30_500 * ms, 60_400 * ms)], 60_400 * ms)
+    assert [(c.start, c.end, c.speech) for c in chunks] == [
+        (0, 30_000 * ms, True), (30_000 * ms, 30_400 * ms, False), (30_400 * ms, 60_400 * ms, True)]
+    assert to_decode(chunks) == [chunks[0], chunks[2]]
+    # with 1 s windows a 2.5 s pause is three pieces of 833 ms, all decoded
+    short = plan_chunks([(0, SR), (3_500 * ms, 4_500 * ms)], 4_500 * ms, max_chunk_s=1.0)
+    assert [c.speech for c in short] == [True, False, False, False, True] and to_decode(short, 1.0) == short
+    assert to_decode([Chunk(0, SR // 2)]) == [Chunk(0, SR // 2)]  # a half-second file is still decoded
 
 
 def test_cut_is_in_the_middle_of_a_pause():

@@ -72,6 +72,25 @@ def test_long_file_borders_lose_and_repeat_nothing(base_engine, eval_root, tmp_p
     assert wer([long.reference], [hyp]) <= 0.25  # measured 0.198 (with the VAD dropping what it rejected: 0.35 on 3 min)
 
 
+def test_a_piece_of_a_pause_under_a_second_is_not_decoded(base_engine, tmp_path):
+    """A minute of conversation whose first 30 s window is full leaves 0.31 s of the pause after it
+    between two chunks: that piece is not a window of its own (decoded alone, Whisper reads "you" or
+    "Thank you." there), and no word around it is lost."""
+    from bench.accuracy import max_deleted_run
+    from specwhisper.audio.chunking import frame_levels, plan_chunks
+
+    long = build_long_file("speakers", tmp_path, 60, seed=1)
+    audio = load_audio(long.path)
+    plan = plan_chunks(base_engine.vad.speech_spans(audio), len(audio), 30.0, frame_levels(audio))
+    pieces = [c for c in plan if not c.speech and c.end - c.start < SAMPLE_RATE]
+    assert len(pieces) == 1 and pieces[0].start == 30 * SAMPLE_RATE  # the case: a piece after a full window
+    result = base_engine.transcribe(audio, DecodeOptions(language="en"))
+    assert pieces[0] not in result.chunks and not any(c.start < pieces[0].end and c.end > pieces[0].start for c in result.chunks)
+    hyp = _text(result)
+    assert max_deleted_run(long.reference, hyp, "en") <= 5
+    assert wer([long.reference], [hyp]) <= 0.25  # measured 0.2255, the same with the piece decoded ("[laughter]" is in the reference)
+
+
 def test_a_thin_segment_is_replaced_not_repeated(base_engine, eval_root, tmp_path):
     """The start of a conversation where Whisper's first segment holds one sentence over 16 s of three
     (a thin segment): the stretch is decoded again and its text replaces the thin segment, which is
@@ -202,3 +221,19 @@ def test_after_first_pause_needs_a_pause_with_speech_after_it():
     assert after_first_pause(Chunk(10 * sr, 20 * sr, ((10 * sr, 19 * sr),)), Segment(10.0, 20.0, " x")) == []
     short = Chunk(10 * sr, 20 * sr, ((10 * sr, 12 * sr), (13 * sr, 13 * sr + sr // 2)))
     assert after_first_pause(short, Segment(10.0, 20.0, " x")) == []
+
+
+def test_a_silent_redecode_that_starts_in_speech_decodes_what_follows_the_speech():
+    """A skipped stretch decoded again came back without text: when it starts inside the VAD's speech
+    (the tail of a loud voice sets the window's level) and 3 s or more follow that speech, those are
+    decoded alone; a stretch that starts in a pause, or with under 3 s after the speech, is not."""
+    from specwhisper.asr.redecode import skipped
+    from specwhisper.audio.chunking import Chunk
+
+    sr = SAMPLE_RATE
+    tail = Chunk(10 * sr, 16 * sr, ((10 * sr, 11 * sr),), depth=1)
+    [(part, replaced)] = skipped(tail, [])
+    assert (part.start, part.end, part.depth, replaced) == (11 * sr, 16 * sr, 2, None)
+    assert skipped(Chunk(10 * sr, 16 * sr, ((10 * sr + 1, 11 * sr),), depth=1), []) == []  # starts in a pause
+    assert skipped(Chunk(10 * sr, 13 * sr, ((10 * sr, 11 * sr),), depth=1), []) == []  # 2 s after the speech
+    assert skipped(Chunk(10 * sr, 16 * sr, ((10 * sr, 11 * sr),), depth=0), []) == []  # Whisper was asked

@@ -13,7 +13,7 @@ import torch
 from specwhisper.asr.decoding.alignment import WordAligner
 from specwhisper.asr.batch_memory import fit_batch_size
 from specwhisper.audio.loading import SAMPLE_RATE
-from specwhisper.audio.chunking import Chunk, frame_levels, join_spans, plan_chunks
+from specwhisper.audio.chunking import Chunk, frame_levels, join_spans, plan_chunks, to_decode
 from specwhisper.asr.decoding.greedy import Decoder, GreedyDecoder, SamplingDecoder
 from specwhisper.asr.decoding.tokens import SpecialTokens
 from specwhisper.asr.decoding.rules import WhisperLogitRules
@@ -182,13 +182,17 @@ class AsrEngine:
         return feats, enc, time.perf_counter() - t
 
     def _plan(self, audio: np.ndarray, opts: DecodeOptions, progress: Callable[[float], None]) -> tuple[list[Chunk], float]:
-        """The file's chunks (all of it, cut in the VAD's pauses: specwhisper.audio.chunking; with
-        ``vad_filter`` its speech alone, joined) and the VAD's seconds."""
+        """The file's chunks to decode (all of it, cut in the VAD's pauses, but a piece of a pause under a
+        second: specwhisper.audio.chunking; with ``vad_filter`` its speech alone, joined) and the VAD's
+        seconds."""
         t0 = time.perf_counter()
         settings = FILTER_SETTINGS if opts.vad_filter else {}
         spans = self.vad.speech_spans(audio, opts.max_chunk_s, progress=progress, threshold=opts.vad_threshold, **settings)
         trim_heap()
-        chunks = join_spans(spans, opts.max_chunk_s) if opts.vad_filter else plan_chunks(spans, len(audio), opts.max_chunk_s, frame_levels(audio))
+        if opts.vad_filter:
+            chunks = join_spans(spans, opts.max_chunk_s)
+        else:
+            chunks = to_decode(plan_chunks(spans, len(audio), opts.max_chunk_s, frame_levels(audio)), opts.max_chunk_s)
         return chunks, time.perf_counter() - t0
 
     def _first_decoder(self, opts: DecodeOptions, decoder: Decoder) -> Decoder:

@@ -5,7 +5,7 @@ start and ends at a span's end), then every chunk grows into the pauses on both 
 each pause is cut, its quietest point (or its 30 s limit), and whatever a long pause still leaves
 uncovered becomes chunks of its own, marked ``speech=False``; so does the sound in a pause (a voice too
 quiet for the VAD), never packed beside loud speech. So every sample of the file is in
-exactly one chunk and Whisper hears all of it: audio the VAD rejected is dropped only when Whisper
+exactly one chunk and Whisper hears all of it (but a piece of a pause under a second: ``to_decode``): audio the VAD rejected is dropped only when Whisper
 itself says it holds no speech (the no-speech rule in ``specwhisper.asr.decoding.fallback``), and a file in which the
 VAD found nothing is still decoded (otherwise a falsetto clip and quiet stretches of a German file
 are lost: silero scores them below its threshold).
@@ -32,6 +32,7 @@ QUIET_TOLERANCE_DB = 1.0  # levels this close to a pause's quietest count as qui
 SOUNDING_DB = 20.0  # a pause's stretch this far above its quietest level holds sound
 SOUNDING_S = 1.0  # for this long: a voice too quiet for the VAD, decoded as a chunk of its own
 SOUNDING_HOLE_S = 0.15  # quieter gaps this short inside a sound are part of it
+MIN_PIECE_S = 1.0  # a piece of a pause shorter than this, beside other chunks, is not decoded (``to_decode``)
 Span = tuple[int, int]
 
 
@@ -210,6 +211,20 @@ def plan_chunks(spans: list[Span], num_samples: int, max_chunk_s: float = WHISPE
         cursor = end
     out.extend(_pieces(cursor, num_samples, limit))
     return out
+
+
+def to_decode(chunks: list[Chunk], max_chunk_s: float = WHISPER_WINDOW_S) -> list[Chunk]:
+    """``chunks`` (``plan_chunks``) without the pieces of a pause (``speech=False``) shorter than
+    ``MIN_PIECE_S`` (or half of ``max_chunk_s``, which no piece of a longer stretch is), unless they
+    are all there is. Such a piece is what is left of a pause between chunks that could not grow
+    over it (their 30 s were full); decoded alone, it is a 30 s window of almost nothing. Measured on
+    bench/pause_cuts.py's six 10-minute files: 23 such pieces among 200 chunks (0.02-0.99 s), each read
+    "you", "Thank you." or "I'm sorry." (no-speech probability 0.60-0.96) and nothing of the clips.
+    whisper.cpp likewise stops when less than a second of its input is left. A sound in a pause
+    (``_sounding``) is a chunk of at least ``SOUNDING_S``."""
+    shortest = min(MIN_PIECE_S, max_chunk_s / 2) * SAMPLE_RATE
+    kept = [c for c in chunks if c.speech or c.end - c.start >= shortest]
+    return kept or chunks
 
 
 def join_spans(spans: list[Span], max_chunk_s: float = WHISPER_WINDOW_S) -> list[Chunk]:
