@@ -72,7 +72,7 @@ def test_long_file_borders_lose_and_repeat_nothing(base_engine, eval_root, tmp_p
     assert wer([long.reference], [hyp]) <= 0.25  # measured 0.198 (with the VAD dropping what it rejected: 0.35 on 3 min)
 
 
-def test_a_piece_of_a_pause_under_a_second_is_not_decoded(base_engine, tmp_path):
+def test_a_conversation_decodes_no_piece_of_a_pause_under_a_second(base_engine, tmp_path):
     """A minute of conversation whose first 30 s window is full leaves 0.31 s of the pause after it
     between two chunks: that piece is not a window of its own (decoded alone, Whisper reads "you" or
     "Thank you." there), and no word around it is lost."""

@@ -4,11 +4,12 @@ The VAD only chooses where to cut. Speech spans are packed into chunks (a chunk 
 start and ends at a span's end), then every chunk grows into the pauses on both sides up to where
 each pause is cut, its quietest point (or its 30 s limit), and whatever a long pause still leaves
 uncovered becomes chunks of its own, marked ``speech=False``; so does the sound in a pause (a voice too
-quiet for the VAD), never packed beside loud speech. So every sample of the file is in
-exactly one chunk and Whisper hears all of it (but a piece of a pause under a second: ``to_decode``): audio the VAD rejected is dropped only when Whisper
-itself says it holds no speech (the no-speech rule in ``specwhisper.asr.decoding.fallback``), and a file in which the
-VAD found nothing is still decoded (otherwise a falsetto clip and quiet stretches of a German file
-are lost: silero scores them below its threshold).
+quiet for the VAD), never packed beside loud speech. So every sample of the file is in exactly one
+chunk and Whisper hears all of it (but a piece of a pause under a second: ``to_decode``): audio the
+VAD rejected is dropped only when Whisper itself says it holds no speech (the no-speech rule in
+``specwhisper.asr.decoding.fallback``), and a file in which the VAD found nothing is still decoded
+(otherwise a falsetto clip and quiet stretches of a German file are lost: silero scores them below
+its threshold).
 
 ``join_spans`` is the other way, asked for with ``--vad-filter`` (faster-whisper's ``vad_filter`` and
 its batched pipeline, WhisperX): the speech spans alone, back to back, packed into windows of up to
