@@ -140,13 +140,12 @@ def test_a_voice_the_vad_misses_is_decoded_at_its_own_level(base_engine, eval_ro
     from specwhisper.asr.engine import DecodeOptions
     from specwhisper.audio.chunking import frame_levels
     from specwhisper.audio.loading import load_audio
-    from specwhisper.audio.vad import VoiceActivityDetector
 
     jfk = load_audio(eval_root / "openai-whisper/jfk.flac")
     quiet = load_audio(eval_root / "cuttledoc-fleurs/fleurs-en-004.ogg")
     gap = np.zeros(SR // 2, np.float32)
     audio = np.concatenate([jfk, gap, quiet, gap, jfk])
-    spans = VoiceActivityDetector().speech_spans(audio)
+    spans = base_engine.vad.speech_spans(audio)
     assert len(plan_chunks(spans, len(audio))) == 1  # without the levels: one window
     chunks = plan_chunks(spans, len(audio), levels=frame_levels(audio))
     middle = [c for c in chunks if not c.speech]
@@ -157,5 +156,5 @@ def test_a_voice_the_vad_misses_is_decoded_at_its_own_level(base_engine, eval_ro
 
     noise = np.random.default_rng(0).normal(0, 10 ** (-67 / 20), len(quiet)).astype(np.float32)
     steady = np.concatenate([jfk, noise, jfk])
-    spans = VoiceActivityDetector().speech_spans(steady)
+    spans = base_engine.vad.speech_spans(steady)
     assert all(c.speech for c in plan_chunks(spans, len(steady), levels=frame_levels(steady)))
