@@ -1,16 +1,18 @@
 """The temperature fallback's samples: one continuous decode of every failing chunk's temperatures,
-each draw a sample of the target on its own chunk, a lone chunk's draws sharing its row of the audio's
-keys and values, and a draw stopping at a cap set by its audio's length (a looping draw kept its whole
-batch decoding)."""
+each draw a sample of the target on its own chunk and a function of that chunk alone (the same in any
+batch, order or schedule), a lone chunk's draws sharing its row of the audio's keys and values, and a
+draw stopping at a cap set by its audio's length (a looping draw kept its whole batch decoding)."""
 
 from __future__ import annotations
 
 import pytest
 import torch
 
+from dataclasses import dataclass
+
 from specwhisper.asr.decoding.greedy import Draws
 from specwhisper.asr.weights.loader import resolve_model_path
-from specwhisper.asr.decoding.fallback import SAMPLE_TOKENS_BASE, QualityRules, decode_with_fallback
+from specwhisper.asr.decoding.fallback import SAMPLE_TOKENS_BASE, Attempt, QualityRules, decode_with_fallback
 from specwhisper.results.stats import DecodeStats
 from specwhisper.audio.chunking import Chunk
 from specwhisper.audio.loading import load_audio
@@ -195,3 +197,96 @@ def test_rows_a_cache_dropped_are_taken_again_without_new_memory(base_engine, ev
     assert bool((more.k[:, 1] == 7.0).all()) and torch.equal(more.cross_k[:, :4], grown.cross_k)
     with pytest.raises(ValueError, match="7 rows for a cache of 6"):
         more.grow(1, capacity=6, width=None)
+
+
+@dataclass(frozen=True)
+class _PassingFrom04(QualityRules):
+    """Every attempt below temperature 0.4 fails, every one from it passes: two temperatures sampled."""
+
+    def needs_fallback(self, attempt: Attempt) -> bool:
+        return attempt.temperature < 0.4
+
+
+def test_a_chunks_samples_are_its_own_in_any_batch_order_and_schedule(base_engine, manifest):
+    """JFK's clip and a FLEURS clip fall back to 0.2 and 0.4 (best of 3). Each keeps the very same
+    sample decoded alone, beside the other in either order, at 4 or 16 rows, with its temperatures in
+    turn or ahead: a draw's random numbers are its chunk's own (drawn from one shared generator, JFK's
+    kept sample changed with the rows beside it). Ahead, the two temperatures run side by side: fewer
+    steps."""
+    clips, feats, enc, prompt = _two_chunks(base_engine, manifest)
+    rules = _PassingFrom04(best_of=3)
+    keys = [101, 202]
+
+    def kept(rows_of: list[int], rows: int, ahead: bool) -> tuple[list[tuple], DecodeStats]:
+        stats = DecodeStats()
+        attempts = decode_with_fallback(base_engine.decoder, base_engine._sampler, enc[rows_of], prompt, feats[rows_of],
+                                        rules, base_engine._text, stats, seconds=[clips[r].duration for r in rows_of],
+                                        rows=rows, keys=[keys[r] for r in rows_of], ahead=ahead)
+        by_row = {r: (a.temperature, a.seq.tokens, a.seq.sum_logprob) for r, a in zip(rows_of, attempts)}
+        return [by_row.get(r) for r in (0, 1)], stats
+
+    alone, _ = kept([0], 4, False)
+    in_turn, turn_stats = kept([1, 0], 16, False)
+    ahead, ahead_stats = kept([0, 1], 16, True)
+    assert in_turn == ahead
+    assert alone[0] == in_turn[0]
+    for clip, (temperature, tokens, _) in zip(clips, ahead):
+        assert temperature == 0.4
+        assert wer([clip.reference], [base_engine._text(tokens)]) < 0.5, clip.file
+    assert ahead_stats.fallback_steps < turn_stats.fallback_steps, (ahead_stats.fallback_steps, turn_stats.fallback_steps)
+
+
+def test_a_files_transcript_with_samples_is_the_same_at_any_batch_size(base_engine, manifest):
+    """Three clips transcribed together in one batch of three and each alone in a batch of one, with word
+    timings, every chunk kept at a sample (temperature 0.4): the same segments, words and times. In the
+    CPU's row-exact mode neither a row's greedy tokens nor its samples depend on the rows beside it."""
+    from specwhisper.asr.engine import DecodeOptions
+    from specwhisper.audio.loading import load_audio
+
+    items = {m.file: m for m in manifest}
+    clips = [items[f] for f in ("openai-whisper/jfk.flac", "cuttledoc-fleurs/fleurs-en-002.ogg",
+                                "coqui-tts-ljspeech/LJ001-0001.wav")]
+    audios = [load_audio(m.path) for m in clips]
+
+    def options(batch_size: int) -> DecodeOptions:
+        return DecodeOptions(language="en", batch_size=batch_size, word_timestamps=True, quality=_PassingFrom04(best_of=2))
+
+    def facts(result) -> list[tuple]:
+        return [(s.tokens, s.temperature, s.start, s.end, [(w.text, w.start, w.end) for w in s.words])
+                for s in result.segments]
+
+    def probabilities(result) -> list[float]:
+        return [w.probability for s in result.segments for w in s.words]
+
+    together = base_engine.transcribe_many(audios, options(3))
+    alone = [base_engine.transcribe(audio, options(1)) for audio in audios]
+    for clip, a, b in zip(clips, together, alone):
+        assert facts(a) == facts(b), clip.file
+        # the alignment's pass pads each row to the batch's longest: a clip's last word's probability
+        # moves in the 7th digit
+        assert probabilities(a) == pytest.approx(probabilities(b), abs=1e-5), clip.file
+        assert a.segments and all(s.temperature == 0.4 for s in a.segments), clip.file
+        assert wer([clip.reference], [" ".join(s.text for s in a.segments)]) < 0.5, clip.file
+
+
+def test_a_draw_whose_text_loops_stops_there_as_at_its_cap(base_engine, manifest):
+    """``looping`` is asked of each draw's tokens every 8 tokens from the 32nd: a draw it calls looping
+    stops there, marked as stopped at a cap (so it ranks below every draw that ended); the others run
+    on. In the fallback it is the repetition check on the text so far."""
+    from specwhisper.asr.decoding.greedy import LOOP_CHECK_EVERY, LOOP_CHECK_FROM
+
+    clips, _, enc, prompt = _two_chunks(base_engine, manifest)  # JFK (11 s), a FLEURS clip (about 60 tokens)
+    asked, drawn = [], []
+
+    def looping(tokens):
+        asked.append(len(tokens))
+        return len(tokens) >= LOOP_CHECK_FROM + LOOP_CHECK_EVERY
+
+    stats = base_engine._sampler().stream(enc, prompt, [Draws(1, 0.2, 2), Draws(0, 0.2, 2)],
+                                          lambda u, s: drawn.append((u.row, s)), rows=4, looping=looping)
+    assert asked and all(n >= LOOP_CHECK_FROM and n % LOOP_CHECK_EVERY == 0 for n in asked)
+    by_row = dict(drawn)
+    cut = LOOP_CHECK_FROM + LOOP_CHECK_EVERY
+    assert all(len(s.tokens) == cut and s.hit_max_length for s in by_row[1])  # the longer clip's draws
+    assert all(len(s.tokens) < cut and not s.hit_max_length for s in by_row[0])  # JFK's ended first
+    assert stats.loops_cut == 2

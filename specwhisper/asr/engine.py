@@ -154,6 +154,10 @@ class AsrEngine:
         self.vad = VoiceActivityDetector(device=device)
         self.aligner = WordAligner(self.runtime, self.special, self.bundle.tokenizer, getattr(gc, "alignment_heads", None))
         self.decoder: Decoder = (decoder_factory or plain_decoder)(self)
+        # the temperature fallback's later temperatures sampled ahead (``decode_with_fallback``): the same
+        # attempts, fewer decoder steps, more rows' work; for a GPU, where a step costs about the same
+        # at any row count
+        self.fallback_ahead = str(device).startswith("cuda")
         if device == "cpu":
             release_torch_import_pages()  # pages only the import and the loading ran (specwhisper.hardware.memory)
 
@@ -234,7 +238,8 @@ class AsrEngine:
         counters and the alignment time are added to ``stats``."""
         first = self._first_decoder(opts, decoder)
         attempts = decode_with_fallback(first, self._sampler, enc, prompt, feats, opts.quality, self._text, stats,
-                                        seconds=[c.duration_s for c in chunks], rows=rows)
+                                        seconds=[c.duration_s for c in chunks], rows=rows, keys=[c.key for c in chunks],
+                                        ahead=self.fallback_ahead)
         trim_heap()  # the batch's cache is freed: keep the heap from holding it (specwhisper.hardware.memory)
         per_chunk: list[list[Segment]] = []
         for chunk, a in zip(chunks, attempts):
@@ -497,6 +502,7 @@ def _share_stats(batch: DecodeStats, files: list[int], generated: list[int], int
         into[i].fallback_passes += round(batch.fallback_passes * share)
         into[i].decoder_steps += round(batch.decoder_steps * share)
         into[i].fallback_steps += round(batch.fallback_steps * share)
+        into[i].loops_cut += round(batch.loops_cut * share)
         into[i].fallback_seconds += batch.fallback_seconds * share
 
 

@@ -56,6 +56,12 @@ class Chunk:
         return bool(self.voiced)
 
     @property
+    def key(self) -> int:
+        """The chunk's name among its file's: its samples and its depth (the temperature fallback's
+        draws are a function of it, ``specwhisper.asr.decoding.greedy.Draws``)."""
+        return (self.start << 40) ^ (self.end << 4) ^ self.depth
+
+    @property
     def start_s(self) -> float:
         return self.start / SAMPLE_RATE
 

@@ -37,6 +37,7 @@ class DecodeStats(SpeculativeCounts):
     # (on a GPU a step of many rows costs about what a step of one does, so these price a decode there)
     decoder_steps: int = 0
     fallback_steps: int = 0  # of the temperature-fallback decodes, not in decoder_steps
+    loops_cut: int = 0  # fallback draws stopped where their text had begun to loop
     redecoded_chunks: int = 0  # chunk tails decoded again because a decode stopped before the speech did
     resumed_chunks: int = 0  # chunks an interrupted run finished, read from its checkpoint (specwhisper.pipeline.checkpoint)
 

@@ -16,7 +16,10 @@ looping draw keeps its whole batch of draws decoding. On the 10-minute conversat
 ``bench/longform.py`` 2 of 46 chunks fell back; in 2 of their 5 sampled passes one draw of ten looped
 to 445 tokens while the others ended by token 25, and those two passes took 35 of the 47 seconds of
 sampling. Speech writes 2-8 tokens per second (the eval clips at most 7.5, timestamps included);
-12 leaves room for fast speech and scripts that take more tokens per second.
+12 leaves room for fast speech and scripts that take more tokens per second. A sample whose text
+already fails the repetition check (checked every 8 tokens from its 32nd,
+``specwhisper.asr.decoding.greedy.LOOP_CHECK_FROM``) stops there as one at its cap does: a loop rarely
+ends before the cap, and the tokens between are work for nothing.
 """
 
 from __future__ import annotations
@@ -158,39 +161,78 @@ def decode_with_fallback(
     stats: DecodeStats,
     seconds: list[float] | None = None,
     rows: int | None = None,
+    keys: list[int] | None = None,
+    ahead: bool = False,
 ) -> list[Attempt]:
     """Decode every row of ``encoder_out``; rows that fail the checks are sampled again at the next
     temperature, ``best_of`` draws each, capped by ``seconds`` (each row's audio). The samples of all
     failing rows and temperatures are one continuous decode (``SamplingDecoder.stream``) of as many
     draws at a time as ``rows`` (the batch size; None: ``encoder_out``'s rows): on a GPU a step of a
-    few rows costs what a step of the batch does. Returns the attempt kept per row; the counters of every pass are added to
-    ``stats`` (``fallback_*`` for the sampled ones)."""
+    few rows costs what a step of the batch does. ``keys`` name each row's chunk for its draws' random
+    numbers (``Draws.key``; None: the row's index): a chunk's samples are then its own, whatever the
+    rows beside it.
+
+    ``ahead``: a failing row's later temperatures wait in the decode's queue at once, temperature by
+    temperature over the rows, each starting when rows are free instead of when the one before it
+    failed; once a row's attempt passes, its later temperatures are dropped, started or not. The
+    attempts are the same (each draw's random numbers are its own), in fewer decoder steps for more
+    rows' work: for a GPU, where a step costs about the same at any row count.
+
+    Returns the attempt kept per row; the counters of every pass are added to ``stats``
+    (``fallback_*`` for the sampled ones)."""
     capped = seconds is not None and rules.sample_tokens_per_s is not None
     following = dict(zip(rules.temperatures, rules.temperatures[1:]))
     history: list[list[Attempt]] = [[] for _ in range(encoder_out.shape[0])]
+    drawn: dict[tuple[int, float], Attempt] = {}  # ahead: attempts not yet in their row's history
 
     def draws(row: int, temperature: float) -> Draws:
-        return Draws(row, temperature, rules.best_of, rules.sample_limit(seconds[row]) if capped else None)
+        return Draws(row, temperature, rules.best_of, rules.sample_limit(seconds[row]) if capped else None,
+                     key=row if keys is None else keys[row])
+
+    t0 = rules.temperatures[0]
+    later = rules.temperatures[1:] if t0 == 0.0 else rules.temperatures  # the sampled temperatures
+
+    def settled(row: int) -> bool:
+        """The row's attempts end with one that passed, or with the last temperature."""
+        last = history[row][-1] if history[row] else None
+        return last is not None and (last.temperature not in following or not rules.needs_fallback(last))
 
     def then(unit: Draws, sequences: list[SequenceResult]) -> Draws | None:
         best = max(sequences, key=_likelihood)
-        history[unit.row].append(Attempt(best, unit.temperature, compression_ratio(text_of(best.tokens))))
-        after = following.get(unit.temperature)
-        return draws(unit.row, after) if after is not None and rules.needs_fallback(history[unit.row][-1]) else None
+        attempt = Attempt(best, unit.temperature, compression_ratio(text_of(best.tokens)))
+        if not ahead:
+            history[unit.row].append(attempt)
+            after = following.get(unit.temperature)
+            return draws(unit.row, after) if after is not None and rules.needs_fallback(attempt) else None
+        drawn[(unit.row, unit.temperature)] = attempt
+        h = history[unit.row]
+        while not settled(unit.row) and (unit.row, following[h[-1].temperature] if h else later[0]) in drawn:
+            h.append(drawn.pop((unit.row, following[h[-1].temperature] if h else later[0])))
+        return None
 
-    t0 = rules.temperatures[0]
+    def dropped(unit: Draws) -> bool:
+        return ahead and settled(unit.row)
+
     if t0 == 0.0:
         out = first.decode(encoder_out, prompt, features=features)
         stats.merge(out.stats)
         for h, seq in zip(history, out.sequences):
             h.append(Attempt(seq, t0, compression_ratio(text_of(seq.tokens))))
-        units = [draws(r, following[t0]) for r, h in enumerate(history) if t0 in following and rules.needs_fallback(h[-1])]
+        failing = [r for r, h in enumerate(history) if t0 in following and rules.needs_fallback(h[-1])]
     else:
-        units = [draws(r, t0) for r in range(encoder_out.shape[0])]
+        failing = list(range(encoder_out.shape[0]))
+    units = [draws(r, t) for t in (later if ahead else later[:1]) for r in failing]
+    limit = rules.compression_ratio_threshold
+
+    def looping(tokens: list[int]) -> bool:  # its text fails the repetition check already
+        return compression_ratio(text_of(tokens)) > limit
+
     if units:
-        drawn = sampler().stream(encoder_out, prompt, units, then, rows=max(rows or 0, encoder_out.shape[0]))
-        stats.fallback_passes += drawn.target_passes
-        stats.fallback_steps += drawn.decoder_steps
-        stats.fallback_seconds += drawn.decoder_seconds
-        stats.decoder_seconds += drawn.decoder_seconds
+        sampled = sampler().stream(encoder_out, prompt, units, then, rows=max(rows or 0, encoder_out.shape[0]),
+                                   dropped=dropped, looping=None if limit is None else looping)
+        stats.loops_cut += sampled.loops_cut
+        stats.fallback_passes += sampled.target_passes
+        stats.fallback_steps += sampled.decoder_steps
+        stats.fallback_seconds += sampled.decoder_seconds
+        stats.decoder_seconds += sampled.decoder_seconds
     return [_final(h, rules) for h in history]

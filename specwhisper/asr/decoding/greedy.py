@@ -173,32 +173,83 @@ class GreedyDecoder(Decoder):
         return DecodeOutput(results, stats)
 
 
+_MASK64 = (1 << 64) - 1
+
+
+def _mix(x: int) -> int:
+    """splitmix64's finaliser: a 64-bit integer's bits spread over all 64."""
+    x = (x + 0x9E3779B97F4A7C15) & _MASK64
+    x = ((x ^ (x >> 30)) * 0xBF58476D1CE4E5B9) & _MASK64
+    x = ((x ^ (x >> 27)) * 0x94D049BB133111EB) & _MASK64
+    return x ^ (x >> 31)
+
+
+def uniform(*parts: int) -> float:
+    """A number in [0, 1), a multiple of 2^-24 (exact in float32), that is a function of the integers
+    ``parts`` alone: a counter-based random number."""
+    h = 0
+    for p in parts:
+        h = _mix(h ^ (p & _MASK64))
+    return (h >> 40) / (1 << 24)
+
+
 @dataclass
 class Draws:
     """A unit of sampling: ``count`` draws of the chunk in row ``row`` of the encoder output at
-    ``temperature``, each writing at most ``limit`` tokens (None: Whisper's own limit)."""
+    ``temperature``, each writing at most ``limit`` tokens (None: Whisper's own limit). ``key`` names
+    the chunk (its place in its file): a draw's random numbers are a function of the sampler's seed,
+    the key, the temperature, the draw's number and the token's index alone."""
 
     row: int
     temperature: float
     count: int
     limit: int | None = None
+    key: int = 0
+
+
+# A sample that loops writes until its cap (``Draws.limit``: up to 376 tokens for 30 s of audio), and
+# ranks below every draw that ended (``fallback._likelihood``), so its tokens past the loop's start are
+# work for nothing, and its decode holds the rows' decode as long: on a 10-minute conversation
+# (bench/fallback_schedule.py, tiny.en) one draw at 0.2 looped on one phrase (compression ratio 53,
+# every 32-token prefix of it above 2.4) for 376 of the file's 433 sampling steps, while no draw that
+# ended had a 32-token prefix above 2.4 (245 draws on four files).
+LOOP_CHECK_FROM = 32
+LOOP_CHECK_EVERY = 8
+
+
+def _loop_check_due(tokens: int) -> bool:
+    return tokens >= LOOP_CHECK_FROM and tokens % LOOP_CHECK_EVERY == 0
 
 
 @dataclass
 class _Draw:
-    """A live row of ``SamplingDecoder.stream``: its unit, its sequence so far, the position it feeds next."""
+    """A live row of ``SamplingDecoder.stream``: its unit, its number among the unit's draws, its sequence
+    so far, the position it feeds next."""
 
     unit: Draws
+    index: int
     result: SequenceResult
     position: int
+
+    def uniform(self, seed: int) -> float:
+        """The random number its next token is drawn with."""
+        unit = self.unit
+        return uniform(seed, unit.key, round(unit.temperature * 1_000_000), self.index, len(self.result.tokens))
 
 
 class SamplingDecoder(Decoder):
     """openai/whisper's decoding at a temperature > 0 (its fallback passes): each token is drawn from
     softmax(logits / T) after the logit rules; the log-probability summed is that of the untempered
-    distribution, as openai/whisper does. Draws come from a generator seeded per ``stream``, so a run
-    is reproducible. Plain decoding: no drafter runs in these passes, so a chunk's samples are the same
-    whichever drafter decoded its greedy pass."""
+    distribution, as openai/whisper does. A draw's token is the inverse of the distribution's
+    cumulative sum at a counter-based random number (``uniform``: of the seed, the chunk's key, the
+    temperature, the draw's number and the token's index). A generator shared by the rows (as
+    ``torch.multinomial`` draws) would tie a row's numbers to how many rows draw before it, and so a
+    chunk's samples, and the temperature its text is kept at, to the rows beside it (JFK's clip, every
+    temperature failing, drawn so: kept at 0.0 alone, 0.4 before another clip, 0.2 after it). Where
+    the logits are the same (the CPU's row-exact mode) so are the samples, at any batch size and in
+    any order of units (``decode_with_fallback``'s ``ahead``). Plain decoding: no
+    drafter runs in these passes, so a chunk's samples are the same whichever drafter decoded its
+    greedy pass."""
 
     def __init__(self, runtime: WhisperDecoderRuntime, special: SpecialTokens, rules: WhisperLogitRules, seed: int = 0):
         super().__init__(runtime, special, rules)
@@ -206,19 +257,29 @@ class SamplingDecoder(Decoder):
 
     @staticmethod
     def draw(logits: torch.Tensor, prefixes: list[list[int]], rules: WhisperLogitRules, temperatures: torch.Tensor,
-             generator: torch.Generator) -> tuple[torch.Tensor, torch.Tensor]:
+             uniforms: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """A token of each row drawn at its temperature (``temperatures`` [rows, 1]) after the logit
-        ``rules``, and its untempered log-probability."""
+        ``rules`` with its random number (``uniforms`` [rows] in [0, 1)), and its untempered
+        log-probability: the first token whose cumulative probability passes the number."""
         rules.select(logits, prefixes, pick=False)
-        tokens = torch.multinomial((logits / temperatures).softmax(-1), 1, generator=generator)[:, 0]
+        cdf = (logits / temperatures).softmax(-1).cumsum(-1)
+        total = cdf[:, -1:]
+        # below the total, so the token found has a probability above 0 (the rules' masked ones have none)
+        x = torch.minimum(uniforms[:, None].to(cdf.dtype) * total, torch.nextafter(total, torch.zeros_like(total)))
+        tokens = torch.searchsorted(cdf, x, right=True)[:, 0]
         return tokens, logits.log_softmax(-1).gather(1, tokens[:, None])[:, 0]
 
     @torch.inference_mode()
     def stream(self, encoder_out: torch.Tensor, prompt: list[int], units: list[Draws],
-               then: Callable[[Draws, list[SequenceResult]], Draws | None], rows: int) -> DecodeStats:
+               then: Callable[[Draws, list[SequenceResult]], Draws | None], rows: int,
+               dropped: Callable[[Draws], bool] | None = None,
+               looping: Callable[[list[int]], bool] | None = None) -> DecodeStats:
         """Decode ``units`` (each row of ``encoder_out`` a chunk, all after ``prompt``), and the unit
         ``then`` returns when one ends (given its draws' sequences), at most ``rows`` draws at a time
-        (and one unit's at least).
+        (and one unit's at least). A unit ``dropped`` says is no longer wanted is not started, or its
+        draws stop where they are (``then`` is not called for it). A draw whose tokens ``looping``
+        finds looping (asked every ``LOOP_CHECK_EVERY`` tokens from ``LOOP_CHECK_FROM`` on) stops
+        there, as one at its cap does (``hit_max_length``).
 
         Continuous: a unit starts as soon as its draws have rows, and rows are freed draw by draw. The
         temperature fallback samples each failing chunk's temperatures in turn, and a decode of a few
@@ -231,7 +292,6 @@ class SamplingDecoder(Decoder):
         t0 = time.perf_counter()
         stats = DecodeStats()
         device = self.rt.device
-        generator = torch.Generator(device=encoder_out.device).manual_seed(self.seed)
         rules = self.rules.for_prompt(prompt)
         queue = deque(units)
         capacity = max(max(u.count for u in units), rows)
@@ -242,22 +302,30 @@ class SamplingDecoder(Decoder):
         last = nxt = None
         while True:
             starting, room = [], capacity - len(live)
-            while queue and queue[0].count <= room:
-                starting.append(queue.popleft())
-                room -= starting[-1].count
+            while queue and (queue[0].count <= room or dropped is not None and dropped(queue[0])):
+                unit = queue.popleft()
+                if dropped is None or not dropped(unit):
+                    starting.append(unit)
+                    room -= unit.count
             if starting:
                 cache, logits, no_speech = self._start(starting, encoder_out, prompt, cache, capacity, stats)
                 for u, p in zip(starting, no_speech):
                     done[id(u)], left[id(u)] = [SequenceResult([], 0.0, p) for _ in range(u.count)], u.count
-                    live += [_Draw(u, res, len(prompt)) for res in done[id(u)]]
+                    live += [_Draw(u, i, res, len(prompt)) for i, res in enumerate(done[id(u)])]
                 last = logits if last is None else torch.cat([last, logits])
             if not live:
                 break
             temperatures = on_device([[d.unit.temperature] for d in live], device, dtype=torch.float32)
-            nxt, logprobs = self.draw(last.float(), [d.result.tokens for d in live], rules, temperatures, generator)
+            uniforms = on_device([d.uniform(self.seed) for d in live], device, dtype=torch.float32)
+            nxt, logprobs = self.draw(last.float(), [d.result.tokens for d in live], rules, temperatures, uniforms)
             picked, picked_logprobs = read_choices(nxt, logprobs)
             keep = []
             for j, d in enumerate(live):
+                if dropped is not None and id(d.unit) in left and dropped(d.unit):
+                    left.pop(id(d.unit))
+                    done.pop(id(d.unit))
+                if id(d.unit) not in left:  # its unit was dropped: the draw stops here
+                    continue
                 res = d.result
                 res.sum_logprob += picked_logprobs[j]
                 ended = picked[j] == self.sp.eot
@@ -266,6 +334,9 @@ class SamplingDecoder(Decoder):
                     stats.generated_tokens += 1
                     if d.position + 1 >= self.max_len or (d.unit.limit is not None and len(res.tokens) >= d.unit.limit):
                         res.hit_max_length = ended = True
+                    elif looping is not None and _loop_check_due(len(res.tokens)) and looping(res.tokens):
+                        res.hit_max_length = ended = True
+                        stats.loops_cut += 1
                 if not ended:
                     keep.append(j)
                     continue
