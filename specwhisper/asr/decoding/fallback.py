@@ -197,6 +197,10 @@ def decode_with_fallback(
         last = history[row][-1] if history[row] else None
         return last is not None and (last.temperature not in following or not rules.needs_fallback(last))
 
+    def wanted(row: int) -> tuple[int, float]:
+        """Ahead: the row and the temperature its attempts take next."""
+        return row, following[history[row][-1].temperature] if history[row] else later[0]
+
     def then(unit: Draws, sequences: list[SequenceResult]) -> Draws | None:
         best = max(sequences, key=_likelihood)
         attempt = Attempt(best, unit.temperature, compression_ratio(text_of(best.tokens)))
@@ -205,9 +209,8 @@ def decode_with_fallback(
             after = following.get(unit.temperature)
             return draws(unit.row, after) if after is not None and rules.needs_fallback(attempt) else None
         drawn[(unit.row, unit.temperature)] = attempt
-        h = history[unit.row]
-        while not settled(unit.row) and (unit.row, following[h[-1].temperature] if h else later[0]) in drawn:
-            h.append(drawn.pop((unit.row, following[h[-1].temperature] if h else later[0])))
+        while not settled(unit.row) and wanted(unit.row) in drawn:
+            history[unit.row].append(drawn.pop(wanted(unit.row)))
         return None
 
     def dropped(unit: Draws) -> bool:
