@@ -218,7 +218,7 @@ def child_ours(cfg: dict) -> dict:
                          encoder_s=round(s.encoder_seconds - features_s[0], 3), decoder_s=round(s.decoder_seconds, 3),
                          windows=len(res.chunks), generated_tokens=s.generated_tokens, target_passes=s.target_passes,
                          fallback_passes=s.fallback_passes, fallback_s=round(s.fallback_seconds, 3),
-                         decoder_steps=s.decoder_steps, fallback_steps=s.fallback_steps,
+                         decoder_steps=s.decoder_steps, fallback_steps=s.fallback_steps, loops_cut=s.loops_cut,
                          graph_captures=captures["n"], capture_s=round(captures["s"], 3),
                          pass_captures=captures["passes"], pass_shapes=len(captures["shapes"]),
                          redecoded_chunks=s.redecoded_chunks,
