@@ -32,10 +32,10 @@ DTYPES = {"float32": torch.float32, "float16": torch.float16, "bfloat16": torch.
 DTYPE_CHOICES = "auto, float32, float16 or bfloat16"
 
 
-def resolve_dtype(name: str, device: str) -> torch.dtype:
+def resolve_dtype(name: str, device: "str | torch.device") -> torch.dtype:
     """``auto`` -> float16 on a GPU, float32 on the CPU; ``float32``, ``float16`` (GPU only: torch's CPU
     half-precision products are slow or missing), ``bfloat16``. A one-line ``ValueError`` otherwise."""
-    name = (name or "").strip().lower()
+    name, device = (name or "").strip().lower(), str(device)
     if name == "auto":
         return torch.float16 if device.startswith("cuda") else torch.float32
     if name not in DTYPES:

@@ -94,8 +94,11 @@ def capture(graph: torch.cuda.CUDAGraph, fn: Callable[[], object], pool=None):
     each batch and each fallback sampling (27 on the 10-minute talk, tiny.en at batch 32: counted in
     the fixed-shape mode on the CPU), passes are keyed by their cache's addresses, and a cache that
     lands where the last one of its size was reuses its graphs, where an emptied allocator may hand
-    the next cache other memory, and its passes are captured again."""
+    the next cache other memory, and its passes are captured again. The pinned host cache is emptied as
+    torch does: without it an H200 run's early-exit draft pass failed its capture
+    (cudaErrorStreamCaptureInvalidated: the host allocator's event queries during a capture)."""
     torch.cuda.synchronize()
+    torch._C._host_emptyCache()
     with torch.cuda.stream(torch.cuda.Stream()):
         graph.capture_begin(*(() if pool is None else (pool,)))
         try:
