@@ -302,11 +302,14 @@ class SamplingDecoder(Decoder):
         last = nxt = None
         while True:
             starting, room = [], capacity - len(live)
-            while queue and (queue[0].count <= room or dropped is not None and dropped(queue[0])):
-                unit = queue.popleft()
-                if dropped is None or not dropped(unit):
-                    starting.append(unit)
-                    room -= unit.count
+            while queue:
+                if dropped is not None and dropped(queue[0]):
+                    queue.popleft()
+                    continue
+                if queue[0].count > room:
+                    break
+                starting.append(queue.popleft())
+                room -= starting[-1].count
             if starting:
                 cache, logits, no_speech = self._start(starting, encoder_out, prompt, cache, capacity, stats)
                 for u, p in zip(starting, no_speech):

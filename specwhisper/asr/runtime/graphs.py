@@ -95,8 +95,9 @@ def capture(graph: torch.cuda.CUDAGraph, fn: Callable[[], object], pool=None):
     the fixed-shape mode on the CPU), passes are keyed by their cache's addresses, and a cache that
     lands where the last one of its size was reuses its graphs, where an emptied allocator may hand
     the next cache other memory, and its passes are captured again. The pinned host cache is emptied as
-    torch does: without it an H200 run's early-exit draft pass failed its capture
-    (cudaErrorStreamCaptureInvalidated: the host allocator's event queries during a capture)."""
+    torch does (its allocator queries events, which a capture forbids): while it was not, an H200 run's
+    early-exit draft pass failed its capture with cudaErrorStreamCaptureInvalidated (that this was the
+    cause is not yet confirmed on a GPU)."""
     torch.cuda.synchronize()
     torch._C._host_emptyCache()
     with torch.cuda.stream(torch.cuda.Stream()):
