@@ -9,7 +9,9 @@ run by the product's runtime (specwhisper.asr.runtime.decoder: packed kernels an
 fixed-shape mode elsewhere) and decoders (specwhisper.asr.decoding.greedy, specwhisper.asr.decoding.speculative). It measures:
 
 1. costs at a 100-token context: a target step, verify passes of 2-8 tokens, a draft step of each
-   drafter;
+   drafter; from them, what ``--draft auto``'s cost model (``specwhisper.asr.drafters.auto``) expects of
+   each drafter at its best k, per acceptance (rows "PROJECTION from the costs"; ``--project FILE`` adds
+   them to an earlier run's results);
 2. end-to-end decoding of a real 30 s window (encoder included) for ``--tokens`` tokens: the target
    alone, then speculative decoding whose drafters run their real steps but propose a REPLAY of the
    target's own continuation, each token right with probability a = 0.6 / 0.7 / 0.8 / 0.9. These rows
@@ -39,6 +41,7 @@ from transformers import GenerationConfig, WhisperFeatureExtractor, WhisperToken
 from specwhisper.audio.loading import load_audio  # noqa: E402
 from specwhisper.asr.decoding.greedy import GreedyDecoder  # noqa: E402
 from specwhisper.hardware.device import resolve_device, resolve_dtype, synchronize  # noqa: E402
+from specwhisper.asr.drafters.auto import Costs, choose  # noqa: E402
 from specwhisper.asr.drafters.choice import model_drafter  # noqa: E402
 from specwhisper.asr.drafters.early_exit import EarlyExitDrafter  # noqa: E402
 from specwhisper.asr.engine import AsrEngine  # noqa: E402
@@ -112,6 +115,26 @@ def costs(engine: AsrEngine, drafts: dict, enc: torch.Tensor, prompt: list[int],
     return out
 
 
+def cost_projections(row: dict, acceptances, tokens: int) -> list[dict]:
+    """From a costs row: each drafter's best k and the speedups ``--draft auto``'s cost model expects at each
+    acceptance (decoder; end to end with the window's encoder and ``tokens`` plain steps)."""
+    target = row["name"].removesuffix(" costs")
+    costs = Costs(step=row["step_ms"], verify={int(w): ms for w, ms in row["verify_ms"].items()})
+    encoder_ms, plain_ms = 1000 * row["encoder_s_per_window"], tokens * row["step_ms"]
+    out = []
+    for key, draft_ms in row.items():
+        if not key.startswith("draft_step_ms["):
+            continue
+        kind = key[len("draft_step_ms["):-1]
+        for a in acceptances:
+            _, k, speedup = choose(Costs(costs.step, costs.verify, {kind: draft_ms}), {kind: a}, {kind: True}, margin=0.0)
+            drafter = DRAFTERS[target] if kind == "distil" else kind
+            out.append(dict(name=f"{target} + {drafter}, PROJECTION from the costs at per-token acceptance {a}",
+                            projected_acceptance=a, k=k, decoder_speedup=round(speedup, 3),
+                            end_to_end_speedup=round((encoder_ms + plain_ms) / (encoder_ms + plain_ms / speedup), 3)))
+    return out
+
+
 def target_and_drafter(name: str, device: str, dtype: torch.dtype, folder: Path, d_model: int | None = None):
     """The random-weight target ``name`` as an engine, and the bundle of its distil-shaped drafter: 2
     decoder layers over the target's own encoder (built on the meta device, so its own encoder layers
@@ -159,6 +182,10 @@ def run_target(name: str, device: str, dtype: torch.dtype, tokens: int, reps: in
     print(json.dumps(row), flush=True)
     on_row(row)
     runs = [row]
+    for r in cost_projections(row, acceptances, tokens):
+        runs.append(r)
+        on_row(r)
+        print(json.dumps(r), flush=True)
     rt.max_len = len(prompt) + tokens  # a window of `tokens` tokens: random weights rarely end one
     plain_dec = GreedyDecoder(rt, sp, engine.rules)
     reference = plain_dec.decode(enc, prompt).sequences[0].tokens
@@ -184,6 +211,27 @@ def run_target(name: str, device: str, dtype: torch.dtype, tokens: int, reps: in
     return runs
 
 
+def project(path: Path, acceptances, tokens: int) -> int:
+    """``cost_projections`` of every costs row in ``path``, in place of the projections it had; ``tokens``
+    where no row of it decoded a window (else the window's own token count)."""
+    data = json.loads(path.read_text())
+    tokens = next((row["tokens"] for row in data["runs"] if "tokens" in row), tokens)
+    runs = []
+    for row in data["runs"]:
+        if "PROJECTION from the costs" in row["name"]:
+            continue
+        runs.append(row)
+        if row["name"].endswith(" costs"):
+            runs += cost_projections(row, acceptances, tokens)
+    data["runs"] = runs
+    path.write_text(json.dumps(data, indent=2) + "\n")
+    for row in runs:
+        if "PROJECTION from the costs" in row["name"]:
+            print(f"{row['name']}: k {row['k']}, decoder {row['decoder_speedup']}x, end to end {row['end_to_end_speedup']}x")
+    print(f"wrote {path}")
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--models", default="large-v3,medium")
@@ -196,14 +244,18 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--exit-layers", help="early-exit drafters' exit layers (default: 4,8 for large-v3, 3,6 for medium)")
     ap.add_argument("--d-model", type=int, help="a narrower model of the same layer structure (a rehearsal)")
     ap.add_argument("--out", type=Path)
+    ap.add_argument("--project", type=Path, metavar="FILE",
+                    help="add the cost projections to FILE, an earlier run's results, and measure nothing")
     args = ap.parse_args(argv)
+    acceptances = tuple(float(a) for a in args.acceptances.split(","))
+    if args.project:
+        return project(args.project, acceptances, args.tokens)
     if args.threads is not None:
         if args.threads < 1:
             ap.error(f"--threads must be >= 1, got {args.threads}")
         torch.set_num_threads(args.threads)
     device = resolve_device(args.device)
     dtype = resolve_dtype(args.dtype, device)
-    acceptances = tuple(float(a) for a in args.acceptances.split(","))
     exits = tuple(int(k) for k in args.exit_layers.split(",")) if args.exit_layers else None
     dev = torch.cuda.get_device_name() if device.startswith("cuda") else machine(torch.get_num_threads())
     out = args.out or ROOT / "bench" / "results" / f"large_target_{device.split(':')[0]}.json"

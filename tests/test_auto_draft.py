@@ -32,6 +32,11 @@ def test_the_expected_speedup_follows_the_acceptance_and_the_costs():
     # a pass measured below a step counts as a step: 2 tokens at 0.223 s with a 0.240 s step cost 0.240
     assert Costs(0.240, {2: 0.223, 4: 0.332}).verify_at(2) == 0.240
     assert Costs(0.240, {2: 0.223, 4: 0.332}).verify_at(3) == pytest.approx(0.286)  # 0.240 + 0.092 / 2
+    # a wider pass measured below a narrower one (the 16-core CPU's large-v3 passes of 6, 7, 8: 179, 168,
+    # 171 ms) costs the narrower one's, and nothing past it is extrapolated downward
+    noisy = Costs(0.0946, {5: 0.1445, 6: 0.1786, 7: 0.1679, 8: 0.1712})
+    assert noisy.verify_at(7) == noisy.verify_at(8) == 0.1786
+    assert noisy.verify_at(9) == 0.1786  # the slope of the last two: 0
 
 
 def test_it_keeps_plain_decoding_where_nothing_pays_and_speculates_where_it_does():
