@@ -9,7 +9,7 @@ import pytest
 from transformers import WhisperFeatureExtractor
 
 from specwhisper.asr.engine import _pieces
-from specwhisper.asr.features import log_mel_windows
+from specwhisper.asr.features import LogMel
 from specwhisper.audio.chunking import Chunk
 from specwhisper.audio.loading import SAMPLE_RATE, load_audio
 
@@ -26,7 +26,7 @@ def test_a_whole_file_is_zero_padded_as_faster_whisper_pads_it(clip):
     from faster_whisper.feature_extractor import FeatureExtractor
 
     theirs = pad_or_trim(FeatureExtractor()(clip)[:, :-1])  # content frames: the last one straddles the end
-    ours = log_mel_windows(WhisperFeatureExtractor(), [clip], [True])[0]
+    ours = LogMel(WhisperFeatureExtractor())([clip], [True])[0].numpy()
     assert ours.shape == theirs.shape == (80, 3000)
     n = len(clip) // 160
     assert np.abs(theirs[:, n:]).max() == 0.0 and np.abs(ours[:, n:]).max() == 0.0
@@ -36,9 +36,23 @@ def test_a_whole_file_is_zero_padded_as_faster_whisper_pads_it(clip):
 def test_a_piece_of_a_longer_file_is_padded_with_silence(clip):
     """openai-whisper's input: the audio padded to 30 s, so the frames after it sit at the floor, 80 dB
     (2.0 in Whisper's scaled units) under the loudest frame."""
-    ours = log_mel_windows(WhisperFeatureExtractor(), [clip], [False])[0]
+    ours = LogMel(WhisperFeatureExtractor())([clip], [False])[0].numpy()
     tail = ours[:, len(clip) // 160 + 2:]
     assert np.allclose(tail, ours.max() - 2.0, atol=1e-5)
+
+
+def test_a_batch_of_pieces_gets_transformers_own_features_bitwise(clip):
+    """Pieces of unequal lengths (a whole window, a few seconds, a few milliseconds, one past 30 s), in
+    one call: each window is what ``WhisperFeatureExtractor`` gives the same batch, to the bit."""
+    fe = WhisperFeatureExtractor()
+    pieces = [clip[: 30 * SAMPLE_RATE], clip[SAMPLE_RATE : 4 * SAMPLE_RATE], clip[:80], np.tile(clip, 8)[: 31 * SAMPLE_RATE]]
+    theirs = fe(pieces, sampling_rate=SAMPLE_RATE, return_tensors="np").input_features
+    ours = LogMel(fe)(pieces, [False] * len(pieces)).numpy()
+    assert ours.shape == theirs.shape == (4, 80, 3000)
+    assert np.array_equal(ours, theirs)
+    # a zero-padded piece among them: the same windows for the others
+    mixed = LogMel(fe)(pieces, [False, True, False, False]).numpy()
+    assert np.array_equal(mixed[[0, 2, 3]], theirs[[0, 2, 3]]) and not np.array_equal(mixed[1], theirs[1])
 
 
 def test_the_engine_zero_pads_only_planned_chunks_that_are_their_whole_file():

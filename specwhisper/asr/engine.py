@@ -19,7 +19,7 @@ from specwhisper.asr.decoding.tokens import SpecialTokens
 from specwhisper.asr.decoding.rules import WhisperLogitRules
 from specwhisper.asr.decoding.language import detect_language
 from specwhisper.hardware.device import resolve_device, resolve_dtype, synchronize
-from specwhisper.asr.features import log_mel_windows
+from specwhisper.asr.features import LogMel
 from specwhisper.asr.decoding.fallback import Attempt, QualityRules, decode_with_fallback
 from specwhisper.asr.decoding.language import normalize_language
 from specwhisper.hardware.memory import release_gpu_library_pages, release_torch_import_pages, trim_heap
@@ -141,6 +141,7 @@ class AsrEngine:
         self.device = device
         self.special = SpecialTokens.from_tokenizer(self.bundle.tokenizer, self.bundle.generation_config,
                                                     self.bundle.model.config.vocab_size)
+        self.log_mel = LogMel(self.bundle.feature_extractor, device)
         self.encoder = EncoderRuntime(self.bundle.model.model.encoder)
         self.runtime = WhisperDecoderRuntime(self.bundle.model)
         gc = self.bundle.generation_config
@@ -172,9 +173,7 @@ class AsrEngine:
 
     def _features(self, pieces: list[np.ndarray], zero_pad: list[bool] | None = None) -> torch.Tensor:
         zero_pad = zero_pad if zero_pad is not None else [False] * len(pieces)
-        stft = self.device if str(self.device).startswith("cuda") else "cpu"
-        feats = torch.from_numpy(log_mel_windows(self.bundle.feature_extractor, pieces, zero_pad, device=stft))
-        return feats.to(self.device, dtype=self.bundle.model.dtype)
+        return self.log_mel(pieces, zero_pad).to(self.bundle.model.dtype)
 
     def _encode(self, pieces: list[np.ndarray], zero_pad: list[bool] | None = None) -> tuple[torch.Tensor, torch.Tensor, float]:
         """Log-mel features and encoder output of audio pieces (one row each), and the seconds it took."""
