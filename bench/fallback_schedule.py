@@ -2,15 +2,15 @@
 a talk and a conversation): ``in turn`` (a failing chunk's next temperature starts when the one before it
 fails: the CPU's), ``ahead`` (its later temperatures wait in the sampling decode's queue at once, start
 when rows are free and are dropped once one passes: a GPU's) and, as the control of the loop cut,
-``in turn, loops to the cap`` (a sample whose text loops runs on to its cap instead of stopping where
-its text first fails the repetition check: ``specwhisper.asr.decoding.greedy.LOOP_CHECK_FROM``).
+``in turn, loops to the cap`` (a greedy text or a sample that loops runs on to its cap instead of
+stopping where its text first fails the repetition check: ``specwhisper.asr.decoding.greedy.LOOP_CHECK_FROM``).
 
     python bench/fallback_schedule.py [--models tiny.en,base] [--batch-size 32] [--seeds 0,1] [--threads 2]
 
 A step costs a GPU about the same at any row count, and a row costs this CPU what it costs: so per file
 and schedule the figures are the decoder steps of the fallback (``fallback_steps``, what a GPU pays) and
-its target passes counted per row (``fallback_passes``, what a CPU pays), with the greedy steps beside
-them; both are counts, the same on any machine for the same tokens. ``token_identical``: the run's
+its target passes counted per row (``fallback_passes``, what a CPU pays), with the greedy steps and
+passes beside them (``decoder_steps``, ``target_passes``); both are counts, the same on any machine for the same tokens. ``token_identical``: the run's
 segments (tokens, temperature, times) equal the ``in turn`` run's. ``wall_s`` is this CPU's (a file's
 runs back to back, in rotating order). English given, openai's fallback (0.2 ... 1.0, best of 5).
 
@@ -77,7 +77,7 @@ def main() -> None:
                     run = dict(name=f"{model} b{args.batch_size} {kind} seed {seed}: {schedule}", model=model,
                                batch=args.batch_size, kind=kind, seed=seed, schedule=schedule,
                                fallback_steps=s.fallback_steps, fallback_passes=s.fallback_passes,
-                               decoder_steps=s.decoder_steps, loops_cut=s.loops_cut,
+                               decoder_steps=s.decoder_steps, target_passes=s.target_passes, loops_cut=s.loops_cut,
                                sampled_segments=sum(seg.temperature > 0 for seg in result.segments),
                                wer=round(wer([long.reference], [text]), 4), wall_s=round(wall, 1))
                     mine.append(run)
@@ -100,7 +100,7 @@ def main() -> None:
     base = [r for r in runs if r["schedule"] == "in turn"]
     for schedule in SCHEDULES:
         mine = [r for r in runs if r["schedule"] == schedule]
-        total = {k: sum(r[k] for r in mine) for k in ("fallback_steps", "fallback_passes", "decoder_steps", "loops_cut")}
+        total = {k: sum(r[k] for r in mine) for k in ("fallback_steps", "fallback_passes", "decoder_steps", "target_passes", "loops_cut")}
         row = dict(name=f"all files: {schedule}", schedule=schedule, files=len(mine), **total,
                    token_identical=all(r["token_identical"] for r in mine), wer=round(sum(r["wer"] for r in mine) / len(mine), 4))
         if schedule != "in turn":
@@ -108,6 +108,8 @@ def main() -> None:
                 row[f"{k}_ratio"] = round(total[k] / sum(r[k] for r in base), 3)
             row["all_steps_ratio"] = round((total["fallback_steps"] + total["decoder_steps"])
                                            / sum(r["fallback_steps"] + r["decoder_steps"] for r in base), 3)
+            row["all_passes_ratio"] = round((total["fallback_passes"] + total["target_passes"])
+                                            / sum(r["fallback_passes"] + r["target_passes"] for r in base), 3)
         runs.append(row)
         print(json.dumps(row), flush=True)
     out = dict(machine=machine(args.threads),

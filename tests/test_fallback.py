@@ -290,3 +290,53 @@ def test_a_draw_whose_text_loops_stops_there_as_at_its_cap(base_engine, manifest
     assert all(len(s.tokens) == cut and s.hit_max_length for s in by_row[1])  # the longer clip's draws
     assert all(len(s.tokens) < cut and not s.hit_max_length for s in by_row[0])  # JFK's ended first
     assert stats.loops_cut == 2
+
+
+def test_a_greedy_text_that_loops_stops_there_in_plain_and_speculative_decoding_alike(tiny_engine, manifest, tmp_path,
+                                                                                      monkeypatch):
+    """A window of the built conversation where tiny.en's greedy text is "Ha ha ha ..." to Whisper's
+    448-token limit (compression ratio 58). In the fallback its text is checked as a sample's is: it
+    stops at the first check that finds it looping (token 32), in plain decoding and, at the same token,
+    with the n-gram and early-exit drafters (whose rounds cross the checks); the clip beside it in the
+    batch decodes as it does alone; and the chunk's kept attempt is the one it gets when the greedy text
+    runs on to the limit, in fewer decoder steps."""
+    import specwhisper.asr.decoding.greedy as greedy
+    from specwhisper.asr.decoding.fallback import compression_ratio
+    from specwhisper.asr.drafters.choice import decoder_factory
+    from specwhisper.evaluation.transcripts import build_long_file
+
+    e = tiny_engine
+    talk = load_audio(build_long_file("speakers", tmp_path, 600, seed=0).path)
+    jfk = load_audio(next(m for m in manifest if m.file == "openai-whisper/jfk.flac").path)
+    _, enc, _ = e._encode([talk[int(328.18 * 16000) : int(358.18 * 16000)], jfk])
+    prompt = e.special.prompt("en", "transcribe", True)
+    plain = greedy.GreedyDecoder(e.runtime, e.special, e.rules)
+    whole = plain.decode(enc, prompt).sequences
+    assert whole[0].hit_max_length and compression_ratio(e._text(whole[0].tokens)) > 50
+    assert not whole[1].hit_max_length
+
+    def looping(tokens):
+        return compression_ratio(e._text(tokens)) > 2.4
+
+    cut = plain.decode(enc, prompt, looping=looping)
+    assert cut.stats.loops_cut == 1
+    assert cut.sequences[0].hit_max_length and cut.sequences[0].tokens == whole[0].tokens[: greedy.LOOP_CHECK_FROM]
+    assert cut.sequences[1].tokens == whole[1].tokens
+    for draft in ("ngram", "early-exit:2:raw"):
+        spec = decoder_factory(draft)(e).decode(enc, prompt, looping=looping)
+        assert [s.tokens for s in spec.sequences] == [s.tokens for s in cut.sequences], draft
+        assert spec.stats.loops_cut == 1 and spec.sequences[0].hit_max_length, draft
+        assert spec.stats.drafted_tokens > 0, draft
+
+    def fallback():
+        stats = DecodeStats()
+        kept = decode_with_fallback(plain, e._sampler, enc, prompt, None, QualityRules(), e._text, stats,
+                                    seconds=[30.0, 11.0], keys=[1, 2])
+        return kept, stats
+
+    kept, stats = fallback()
+    monkeypatch.setattr(greedy, "LOOP_CHECK_FROM", 10**9)  # the control: nothing is checked
+    kept_whole, stats_whole = fallback()
+    assert [(a.seq.tokens, a.temperature, a.passed) for a in kept] == [(a.seq.tokens, a.temperature, a.passed) for a in kept_whole]
+    assert kept[0].temperature > 0 and kept[0].passed
+    assert stats.decoder_steps < stats_whole.decoder_steps - 300

@@ -41,7 +41,9 @@ class BeamSearchDecoder(Decoder):
             raise ValueError(f"invalid beam size ({beam_size}) or patience ({patience})")
 
     @torch.inference_mode()
-    def decode(self, encoder_out: torch.Tensor, prompt: list[int], features: torch.Tensor | None = None) -> DecodeOutput:
+    def decode(self, encoder_out: torch.Tensor, prompt: list[int], features: torch.Tensor | None = None,
+               looping=None) -> DecodeOutput:
+        """Every hypothesis runs to its end, as openai's beam search runs them: ``looping`` is not asked."""
         t0 = time.perf_counter()
         b, k = encoder_out.shape[0], self.beam_size
         stats = DecodeStats()

@@ -19,7 +19,9 @@ sampling. Speech writes 2-8 tokens per second (the eval clips at most 7.5, times
 12 leaves room for fast speech and scripts that take more tokens per second. A sample whose text
 already fails the repetition check (checked every 8 tokens from its 32nd,
 ``specwhisper.asr.decoding.greedy.LOOP_CHECK_FROM``) stops there as one at its cap does: a loop rarely
-ends before the cap, and the tokens between are work for nothing.
+ends before the cap, and the tokens between are work for nothing. The greedy decode's text is checked
+the same way when a later temperature follows (it would fail the check and be sampled anyway); the
+speculative decoder asks the check at the same tokens, so its text stays the plain decoder's.
 """
 
 from __future__ import annotations
@@ -216,8 +218,15 @@ def decode_with_fallback(
     def dropped(unit: Draws) -> bool:
         return ahead and settled(unit.row)
 
+    limit = rules.compression_ratio_threshold
+
+    def looping(tokens: list[int]) -> bool:  # its text fails the repetition check already
+        return compression_ratio(text_of(tokens)) > limit
+
     if t0 == 0.0:
-        out = first.decode(encoder_out, prompt, features=features)
+        # a greedy text that loops is sampled again: it stops where it is first found looping
+        cut = looping if limit is not None and t0 in following else None
+        out = first.decode(encoder_out, prompt, features=features, looping=cut)
         stats.merge(out.stats)
         for h, seq in zip(history, out.sequences):
             h.append(Attempt(seq, t0, compression_ratio(text_of(seq.tokens))))
@@ -225,11 +234,6 @@ def decode_with_fallback(
     else:
         failing = list(range(encoder_out.shape[0]))
     units = [draws(r, t) for t in (later if ahead else later[:1]) for r in failing]
-    limit = rules.compression_ratio_threshold
-
-    def looping(tokens: list[int]) -> bool:  # its text fails the repetition check already
-        return compression_ratio(text_of(tokens)) > limit
-
     if units:
         sampled = sampler().stream(encoder_out, prompt, units, then, rows=max(rows or 0, encoder_out.shape[0]),
                                    dropped=dropped, looping=None if limit is None else looping)

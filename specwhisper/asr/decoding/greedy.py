@@ -72,9 +72,12 @@ class Decoder:
             no_speech = torch.zeros(b, device=device)
         return logits[:, -1], no_speech
 
-    def decode(self, encoder_out: torch.Tensor, prompt: list[int], features: torch.Tensor | None = None) -> DecodeOutput:
+    def decode(self, encoder_out: torch.Tensor, prompt: list[int], features: torch.Tensor | None = None,
+               looping: Callable[[list[int]], bool] | None = None) -> DecodeOutput:
         """Decode every row of ``encoder_out`` after ``prompt``; ``features`` (the log-mel input)
-        serve drafters with an encoder of their own."""
+        serve drafters with an encoder of their own. ``looping``: a row whose tokens it finds looping
+        (asked where ``loop_check_due``) stops there as one at its length limit does
+        (``hit_max_length``), in greedy and speculative decoding at the same token."""
         raise NotImplementedError
 
 
@@ -128,7 +131,7 @@ class GreedyDecoder(Decoder):
 
     @torch.inference_mode()
     def decode(self, encoder_out: torch.Tensor, prompt: list[int], features: torch.Tensor | None = None,
-               limits: list[int] | None = None) -> DecodeOutput:
+               looping: Callable[[list[int]], bool] | None = None, limits: list[int] | None = None) -> DecodeOutput:
         """``limits``: the most tokens sequence i may write (it then stops with ``hit_max_length``),
         below Whisper's own limit."""
         t0 = time.perf_counter()
@@ -156,6 +159,10 @@ class GreedyDecoder(Decoder):
                 stats.generated_tokens += 1
                 if length + 1 >= self.max_len or (limits is not None and len(res.tokens) >= limits[r]):
                     res.hit_max_length = True
+                    continue
+                if loops(res.tokens, looping):
+                    res.hit_max_length = True
+                    stats.loops_cut += 1
                     continue
                 keep.append(j)
             if not keep:
@@ -212,13 +219,22 @@ class Draws:
 # work for nothing, and its decode holds the rows' decode as long: on a 10-minute conversation
 # (bench/fallback_schedule.py, tiny.en) one draw at 0.2 looped on one phrase (compression ratio 53,
 # every 32-token prefix of it above 2.4) for 376 of the file's 433 sampling steps, while no draw that
-# ended had a 32-token prefix above 2.4 (245 draws on four files).
+# ended had a 32-token prefix above 2.4 (245 draws on four files). A greedy decode that loops fails
+# the same check and is sampled again, and it held its batch as long: on that conversation one chunk's
+# greedy text looped to Whisper's 448-token limit, and its batch of 28 took 447 steps where its other
+# rows had ended by step 104.
 LOOP_CHECK_FROM = 32
 LOOP_CHECK_EVERY = 8
 
 
-def _loop_check_due(tokens: int) -> bool:
+def loop_check_due(tokens: int) -> bool:
+    """Whether a decode's text is checked for a loop when it has ``tokens`` tokens."""
     return tokens >= LOOP_CHECK_FROM and tokens % LOOP_CHECK_EVERY == 0
+
+
+def loops(tokens: list[int], looping: Callable[[list[int]], bool] | None) -> bool:
+    """Whether a decode stops at ``tokens``: a loop check is due and ``looping`` finds them looping."""
+    return looping is not None and loop_check_due(len(tokens)) and looping(tokens)
 
 
 @dataclass
@@ -337,7 +353,7 @@ class SamplingDecoder(Decoder):
                     stats.generated_tokens += 1
                     if d.position + 1 >= self.max_len or (d.unit.limit is not None and len(res.tokens) >= d.unit.limit):
                         res.hit_max_length = ended = True
-                    elif looping is not None and _loop_check_due(len(res.tokens)) and looping(res.tokens):
+                    elif loops(res.tokens, looping):
                         res.hit_max_length = ended = True
                         stats.loops_cut += 1
                 if not ended:

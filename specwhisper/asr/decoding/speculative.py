@@ -19,11 +19,12 @@ decoding on CPU (../shared/notes/offline-models.md).
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from dataclasses import replace
 
 import torch
 
-from specwhisper.asr.decoding.greedy import Decoder, DecodeOutput, SequenceResult, read_choices
+from specwhisper.asr.decoding.greedy import Decoder, DecodeOutput, SequenceResult, loops, read_choices
 from specwhisper.asr.decoding.tokens import SpecialTokens
 from specwhisper.asr.decoding.rules import RuleState, WhisperLogitRules
 from specwhisper.asr.runtime.decoder import KVCache, WhisperDecoderRuntime
@@ -121,11 +122,12 @@ class SpeculativeDecoder(Decoder):
 
     @torch.inference_mode()
     def decode(self, encoder_out: torch.Tensor, prompt: list[int], features: torch.Tensor | None = None,
-               limits: list[int] | None = None) -> DecodeOutput:
+               looping: Callable[[list[int]], bool] | None = None, limits: list[int] | None = None) -> DecodeOutput:
         """``limits``: the most tokens row i may write (it then stops with ``hit_max_length``), as in
-        ``GreedyDecoder.decode``."""
+        ``GreedyDecoder.decode``; ``looping`` is asked of each row's tokens one token at a time, as
+        plain decoding asks it."""
         try:
-            return self._decode(encoder_out, prompt, features, limits)
+            return self._decode(encoder_out, prompt, features, limits, looping)
         finally:
             self.drafter.end()
 
@@ -148,7 +150,7 @@ class SpeculativeDecoder(Decoder):
         return replace(look, maximum=most, initial=min(look.initial, most), minimum=min(look.minimum, most))
 
     def _decode(self, encoder_out: torch.Tensor, prompt: list[int], features: torch.Tensor | None,
-                limits: list[int] | None) -> DecodeOutput:
+                limits: list[int] | None, looping: Callable[[list[int]], bool] | None) -> DecodeOutput:
         t0 = time.perf_counter()
         b = encoder_out.shape[0]
         stats = DecodeStats()
@@ -165,7 +167,7 @@ class SpeculativeDecoder(Decoder):
         first, first_lp = read_choices(*rules.select(last.float(), [[] for _ in range(b)]))
         active: list[int] = []
         for r in range(b):
-            if self._emit(results[r], first[r], first_lp[r], cap[r], stats):
+            if self._emit(results[r], first[r], first_lp[r], cap[r], stats, looping):
                 active.append(r)
         if len(active) < b:
             cache = cache.select(active)
@@ -180,7 +182,7 @@ class SpeculativeDecoder(Decoder):
             drafts, greedy, logprobs = self._score(cache, rules, contexts, drafts, lengths)
             stats.target_passes += len(active)
             stats.decoder_steps += 1
-            keep = self._accept(active, drafts, greedy, logprobs, results, cap, lengths, ks, look, stats)
+            keep = self._accept(active, drafts, greedy, logprobs, results, cap, lengths, ks, look, stats, looping)
             if len(keep) < len(active):
                 if not keep:
                     break
@@ -275,7 +277,7 @@ class SpeculativeDecoder(Decoder):
 
     def _accept(self, active: list[int], drafts: list[list[int]], greedy: list[list[int]], logprobs: list[list[float]],
                 results: list[SequenceResult], cap: list[int], lengths: list[int], ks: list[int], look: Lookahead,
-                stats: DecodeStats) -> list[int]:
+                stats: DecodeStats, looping: Callable[[list[int]], bool] | None = None) -> list[int]:
         """Each row keeps its drafts while they equal the target's tokens, plus the target's next one
         (``specwhisper.speculative.acceptance``); its ``lengths`` and next draft length ``ks`` move on.
         Returns the indices (into ``active``) of the rows that go on."""
@@ -285,7 +287,7 @@ class SpeculativeDecoder(Decoder):
             accepted, tokens = accept(d, greedy[i])
             emitted, alive = 0, True
             for g, lp in zip(tokens, logprobs[i]):
-                alive = self._emit(results[r], g, lp, cap[r], stats)
+                alive = self._emit(results[r], g, lp, cap[r], stats, looping)
                 emitted += 1
                 if not alive:  # the row ended at this token: the drafts after it do not count
                     accepted = min(accepted, emitted - 1)
@@ -297,9 +299,11 @@ class SpeculativeDecoder(Decoder):
                 ks[i] = look.update(ks[i], len(d), accepted)
         return keep
 
-    def _emit(self, res: SequenceResult, token: int, logprob: float, cap: int, stats: DecodeStats) -> bool:
+    def _emit(self, res: SequenceResult, token: int, logprob: float, cap: int, stats: DecodeStats,
+              looping: Callable[[list[int]], bool] | None = None) -> bool:
         """Append the target's greedy token as plain decoding would; False when the row ends (at
-        end-of-text, or with ``cap`` tokens: Whisper's length limit or the row's own)."""
+        end-of-text, with ``cap`` tokens: Whisper's length limit or the row's own, or where ``looping``
+        finds its tokens looping)."""
         res.sum_logprob += logprob
         if token == self.sp.eot:
             return False
@@ -307,5 +311,9 @@ class SpeculativeDecoder(Decoder):
         stats.generated_tokens += 1
         if len(res.tokens) >= cap:
             res.hit_max_length = True
+            return False
+        if loops(res.tokens, looping):
+            res.hit_max_length = True
+            stats.loops_cut += 1
             return False
         return True

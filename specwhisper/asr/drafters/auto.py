@@ -174,7 +174,8 @@ class AutoDecoder(Decoder):
             costs.verify.update({w: _seconds(verify(w), dev) for w in (4, 8) if cache.width is None or w <= cache.width})
         return costs
 
-    def decode(self, encoder_out: torch.Tensor, prompt: list[int], features: torch.Tensor | None = None) -> DecodeOutput:
+    def decode(self, encoder_out: torch.Tensor, prompt: list[int], features: torch.Tensor | None = None,
+               looping=None) -> DecodeOutput:
         b = encoder_out.shape[0]
         if self.candidates and b not in self.costs:
             self.costs[b] = self.measure(encoder_out, prompt)
@@ -182,11 +183,11 @@ class AutoDecoder(Decoder):
         self.last_choice = self.choices[b] = (name, k, speedup)
         if name is None:
             self.rt.whole_head()  # the early-exit candidate split it (measuring, or an earlier batch)
-            return self.plain.decode(encoder_out, prompt, features)
+            return self.plain.decode(encoder_out, prompt, features, looping)
         dec = self.candidates[name]
         # the chosen k first; in a batch a drafter model's rows keep it (``SpeculativeDecoder.lookahead_for``)
         dec.lookahead = Lookahead(initial=k, maximum=max(k, self.lookaheads[name].maximum))
-        out = dec.decode(encoder_out, prompt, features)
+        out = dec.decode(encoder_out, prompt, features, looping)
         if out.stats.drafted_tokens:
             self.acceptance[name] += SMOOTHING * (out.stats.acceptance_rate - self.acceptance[name])
         return out
