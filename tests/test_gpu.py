@@ -156,3 +156,16 @@ def test_the_vad_on_the_gpu_finds_the_spans_it_finds_on_the_cpu(manifest):
         audio = load_audio(item.path)
         assert np.abs(np.array(gpu.speech_probs(audio)) - np.array(cpu.speech_probs(audio))).max() < 1e-4, item.file
         assert gpu.speech_spans(audio) == cpu.speech_spans(audio), item.file
+
+
+def test_the_log_mel_on_the_gpu_is_transformers_own_bitwise(audio):
+    """``LogMel`` on the device gives the windows transformers' extractor gives there, bit for bit."""
+    from transformers import WhisperFeatureExtractor
+
+    from specwhisper.asr.features import LogMel
+
+    fe = WhisperFeatureExtractor()
+    pieces = [audio, audio[: 3 * 16000], np.tile(audio, 3)[: 30 * 16000]]
+    theirs = fe(pieces, sampling_rate=16000, return_tensors="np", device="cuda").input_features
+    ours = LogMel(fe, "cuda")(pieces, [False] * len(pieces))
+    assert ours.device.type == "cuda" and np.array_equal(ours.cpu().numpy(), theirs)

@@ -5,11 +5,11 @@
 #   bash bench/gpu/run.sh                  on the lent GPU machine (OUT set by the device tool)
 #   bash bench/gpu/run.sh --rehearse       here, on the CPU: the same steps at small shapes and short cuts
 #
-# Steps (limits in seconds, 580 in all, each then SIGINT and 10 s to stop): setup 60 (the GPU machine's CPU unpacks
-# the xz archives in about 25 s), env 15, tests 100, profile 40, batched 105, longform 170, manycore 90.
+# Steps (limits in seconds, 600 in all, each then SIGINT and 10 s to stop): setup 60 (the GPU machine's CPU unpacks
+# the xz archives in about 25 s), env 15, tests 100, profile 40, features 20, batched 105, longform 170, manycore 90.
 # ONLY=step,step runs some of them (setup always runs); LIMIT_<step>=seconds gives a step another limit
 # (a bench's own budget follows it); SYSTEMS="hf pipeline,ours" picks the long-form bench's systems.
-# Files written to $OUT: run.log (everything), steps.json, gpu_env.json, pytest.xml, gpu_profile.json,
+# Files written to $OUT: run.log (everything), steps.json, gpu_env.json, pytest.xml, gpu_profile.json, gpu_features.json,
 # gpu_batched.json, gpu_longform.json, gpu_manycore.json.
 set -u
 cd "$(dirname "$0")/../.."
@@ -69,6 +69,7 @@ if [ "$MODE" = gpu ]; then
   step env "$(lim env 15)" bash -c "nvidia-smi; $PY bench/gpu/env_check.py | tee $OUT/gpu_env.json"
   step tests "$(lim tests 100)" $PY "${TESTS[@]}"
   step profile "$(lim profile 40)" $PY bench/gpu_profile.py "${DEV[@]}" --batches 1,16 --out "$OUT/gpu_profile.json"
+  step features "$(lim features 20)" $PY bench/features.py --device cuda --threads "$THREADS" --out "$OUT/gpu_features.json"
   step batched "$(lim batched 105)" $PY bench/gpu_batched.py "${DEV[@]}" --budget-s $(( $(lim batched 105) - 20 )) \
       --out "$OUT/gpu_batched.json"
   step longform "$(lim longform 170)" $PY bench/gpu_longform.py "${DEV[@]}" --model "$WORK/tiny.en-q8" \
@@ -80,6 +81,8 @@ else
   step tests "$(lim tests 100)" $PY "${TESTS[@]}"
   step profile "$(lim profile 40)" $PY bench/gpu_profile.py "${DEV[@]}" --d-model 64 --batches 1,4 --reps 3 \
       --out "$OUT/gpu_profile.json"
+  step features "$(lim features 20)" $PY bench/features.py --device cpu --windows 8 --reps 3 --threads "$THREADS" \
+      --out "$OUT/gpu_features.json"
   step batched "$(lim batched 105)" $PY bench/gpu_batched.py "${DEV[@]}" --dtype bfloat16 --d-model 64 --batches 1,4 \
       --acceptances 0.6,0.8 --tokens 10 --threads "$THREADS" --budget-s $(( $(lim batched 105) - 20 )) --out "$OUT/gpu_batched.json"
   step longform "$(lim longform 170)" $PY bench/gpu_longform.py "${DEV[@]}" --model "$WORK/tiny.en-q8" --cut-s 20 \
@@ -94,7 +97,7 @@ echo "=== done after $(( $(date +%s) - T0 )) s; results in $OUT:" | tee -a "$LOG
 ls -la "$OUT" | tee -a "$LOG"
 cat "$OUT/steps.json"
 # the tail the device tool shows: each bench's summary
-for f in gpu_profile gpu_batched gpu_longform gpu_manycore; do
+for f in gpu_profile gpu_features gpu_batched gpu_longform gpu_manycore; do
   [ -f "$OUT/$f.json" ] && $PY -c "import json,sys; d=json.load(open(sys.argv[1])); print(sys.argv[1], len(d.get('runs', [])), 'rows', d.get('skipped', ''))" "$OUT/$f.json"
 done
 grep -E "^(  [a-z].*x  WER|  [a-z ]+: encoder ms|  (large-v3|medium) +batch|tests|[0-9]+ (passed|failed)|FAILED|ERROR)" "$LOG" | tail -60

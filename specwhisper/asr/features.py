@@ -33,8 +33,8 @@ class LogMel:
     copies the spectrogram back to the host as numpy, which the engine then copies to the device
     again: on the H200 machine the log-mel took 0.78 s of a 62-minute file's 3.3 s that way, more than
     the encoder's 0.17 s (``bench/results/gpu_longform_h200.json``, ``features_s``). Here only each piece's
-    own samples travel, into a window of zeros made on the device, and the result stays there. On this
-    CPU, 32 windows: 0.70-0.80 s against transformers' 0.86-1.36 s, interleaved (the STFT is most of it)."""
+    own samples travel, into a window of zeros made on the device, and the result stays there. On a CPU
+    both take the same time (the STFT is most of it; ``bench/features.py``)."""
 
     def __init__(self, feature_extractor, device: str | torch.device = "cpu"):
         fe = feature_extractor
