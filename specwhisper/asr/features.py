@@ -82,11 +82,12 @@ class LogMel:
         return (torch.maximum(log_spec, top - 8.0) + 4.0) / 4.0
 
 
-def padding_value(mel: torch.Tensor) -> float:
+def padding_value(mel: torch.Tensor) -> torch.Tensor:
     """Zero, unless zero would be louder than the piece's loudest frame: then what openai's padding of
     the audio with silence gives (the spectrogram's floor, 80 dB below that frame, or silence itself).
     A -60 dB recording's loudest frame scores below zero (the public clips: 0.26 to 1.50 at their own
     level, -0.01 to -1.50 at -60 dB); padded with zeros, the padding was the loudest sound of the
-    window and Whisper wrote nothing for a -60 dB sentence (``tests/test_no_lost_speech.py``)."""
-    top = float(mel.max()) if mel.numel() else 0.0
-    return 0.0 if top > 0.0 else max(top - FLOOR, SILENCE)
+    window and Whisper wrote nothing for a -60 dB sentence (``tests/test_no_lost_speech.py``). A 0-d
+    tensor on ``mel``'s device: the host does not wait for the device to learn it."""
+    top = mel.max() if mel.numel() else mel.new_zeros(())
+    return torch.where(top > 0.0, torch.zeros_like(top), torch.clamp(top - FLOOR, min=SILENCE))
