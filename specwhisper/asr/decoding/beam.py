@@ -16,7 +16,7 @@ import time
 
 import torch
 
-from specwhisper.asr.decoding.greedy import Decoder, DecodeOutput, SequenceResult, read_choices
+from specwhisper.asr.decoding.greedy import Decoder, DecodeOutput, Looping, SequenceResult, read_choices
 from specwhisper.asr.decoding.tokens import SpecialTokens
 from specwhisper.asr.decoding.rules import WhisperLogitRules
 from specwhisper.asr.runtime.decoder import WhisperDecoderRuntime
@@ -42,7 +42,7 @@ class BeamSearchDecoder(Decoder):
 
     @torch.inference_mode()
     def decode(self, encoder_out: torch.Tensor, prompt: list[int], features: torch.Tensor | None = None,
-               looping=None) -> DecodeOutput:
+               looping: Looping | None = None) -> DecodeOutput:
         """Every hypothesis runs to its end, as openai's beam search runs them: ``looping`` is not asked."""
         t0 = time.perf_counter()
         b, k = encoder_out.shape[0], self.beam_size

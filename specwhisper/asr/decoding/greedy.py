@@ -29,6 +29,10 @@ def read_choices(tokens: torch.Tensor, logprobs: torch.Tensor) -> tuple[list[int
     return [int(t) for t in ids], lps
 
 
+# a predicate of a decode's tokens so far: its text loops (``loops``)
+Looping = Callable[[list[int]], bool]
+
+
 @dataclass
 class SequenceResult:
     """One decoded sequence: sampled tokens (prompt and end-of-text excluded)."""
@@ -73,7 +77,7 @@ class Decoder:
         return logits[:, -1], no_speech
 
     def decode(self, encoder_out: torch.Tensor, prompt: list[int], features: torch.Tensor | None = None,
-               looping: Callable[[list[int]], bool] | None = None) -> DecodeOutput:
+               looping: Looping | None = None) -> DecodeOutput:
         """Decode every row of ``encoder_out`` after ``prompt``; ``features`` (the log-mel input)
         serve drafters with an encoder of their own. ``looping``: a row whose tokens it finds looping
         (asked where ``loop_check_due``) stops there as one at its length limit does
@@ -131,7 +135,7 @@ class GreedyDecoder(Decoder):
 
     @torch.inference_mode()
     def decode(self, encoder_out: torch.Tensor, prompt: list[int], features: torch.Tensor | None = None,
-               looping: Callable[[list[int]], bool] | None = None, limits: list[int] | None = None) -> DecodeOutput:
+               looping: Looping | None = None, limits: list[int] | None = None) -> DecodeOutput:
         """``limits``: the most tokens sequence i may write (it then stops with ``hit_max_length``),
         below Whisper's own limit."""
         t0 = time.perf_counter()
@@ -232,7 +236,7 @@ def loop_check_due(tokens: int) -> bool:
     return tokens >= LOOP_CHECK_FROM and tokens % LOOP_CHECK_EVERY == 0
 
 
-def loops(tokens: list[int], looping: Callable[[list[int]], bool] | None) -> bool:
+def loops(tokens: list[int], looping: Looping | None) -> bool:
     """Whether a decode stops at ``tokens``: a loop check is due and ``looping`` finds them looping."""
     return looping is not None and loop_check_due(len(tokens)) and looping(tokens)
 
@@ -289,7 +293,7 @@ class SamplingDecoder(Decoder):
     def stream(self, encoder_out: torch.Tensor, prompt: list[int], units: list[Draws],
                then: Callable[[Draws, list[SequenceResult]], Draws | None], rows: int,
                dropped: Callable[[Draws], bool] | None = None,
-               looping: Callable[[list[int]], bool] | None = None) -> DecodeStats:
+               looping: Looping | None = None) -> DecodeStats:
         """Decode ``units`` (each row of ``encoder_out`` a chunk, all after ``prompt``), and the unit
         ``then`` returns when one ends (given its draws' sequences), at most ``rows`` draws at a time
         (and one unit's at least). A unit ``dropped`` says is no longer wanted is not started, or its

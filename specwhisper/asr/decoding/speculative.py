@@ -19,12 +19,11 @@ decoding on CPU (../shared/notes/offline-models.md).
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
 from dataclasses import replace
 
 import torch
 
-from specwhisper.asr.decoding.greedy import Decoder, DecodeOutput, SequenceResult, loops, read_choices
+from specwhisper.asr.decoding.greedy import Decoder, DecodeOutput, Looping, SequenceResult, loops, read_choices
 from specwhisper.asr.decoding.tokens import SpecialTokens
 from specwhisper.asr.decoding.rules import RuleState, WhisperLogitRules
 from specwhisper.asr.runtime.decoder import KVCache, WhisperDecoderRuntime
@@ -122,7 +121,7 @@ class SpeculativeDecoder(Decoder):
 
     @torch.inference_mode()
     def decode(self, encoder_out: torch.Tensor, prompt: list[int], features: torch.Tensor | None = None,
-               looping: Callable[[list[int]], bool] | None = None, limits: list[int] | None = None) -> DecodeOutput:
+               looping: Looping | None = None, limits: list[int] | None = None) -> DecodeOutput:
         """``limits``: the most tokens row i may write (it then stops with ``hit_max_length``), as in
         ``GreedyDecoder.decode``; ``looping`` is asked of each row's tokens one token at a time, as
         plain decoding asks it."""
@@ -150,7 +149,7 @@ class SpeculativeDecoder(Decoder):
         return replace(look, maximum=most, initial=min(look.initial, most), minimum=min(look.minimum, most))
 
     def _decode(self, encoder_out: torch.Tensor, prompt: list[int], features: torch.Tensor | None,
-                limits: list[int] | None, looping: Callable[[list[int]], bool] | None) -> DecodeOutput:
+                limits: list[int] | None, looping: Looping | None) -> DecodeOutput:
         t0 = time.perf_counter()
         b = encoder_out.shape[0]
         stats = DecodeStats()
@@ -277,7 +276,7 @@ class SpeculativeDecoder(Decoder):
 
     def _accept(self, active: list[int], drafts: list[list[int]], greedy: list[list[int]], logprobs: list[list[float]],
                 results: list[SequenceResult], cap: list[int], lengths: list[int], ks: list[int], look: Lookahead,
-                stats: DecodeStats, looping: Callable[[list[int]], bool] | None = None) -> list[int]:
+                stats: DecodeStats, looping: Looping | None = None) -> list[int]:
         """Each row keeps its drafts while they equal the target's tokens, plus the target's next one
         (``specwhisper.speculative.acceptance``); its ``lengths`` and next draft length ``ks`` move on.
         Returns the indices (into ``active``) of the rows that go on."""
@@ -300,7 +299,7 @@ class SpeculativeDecoder(Decoder):
         return keep
 
     def _emit(self, res: SequenceResult, token: int, logprob: float, cap: int, stats: DecodeStats,
-              looping: Callable[[list[int]], bool] | None = None) -> bool:
+              looping: Looping | None = None) -> bool:
         """Append the target's greedy token as plain decoding would; False when the row ends (at
         end-of-text, with ``cap`` tokens: Whisper's length limit or the row's own, or where ``looping``
         finds its tokens looping)."""

@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 
 import torch
 
-from specwhisper.asr.decoding.greedy import Decoder, DecodeOutput, GreedyDecoder
+from specwhisper.asr.decoding.greedy import Decoder, DecodeOutput, GreedyDecoder, Looping
 from specwhisper.asr.decoding.speculative import Lookahead, SpeculativeDecoder
 from specwhisper.hardware.device import on_device, synchronize
 
@@ -175,7 +175,7 @@ class AutoDecoder(Decoder):
         return costs
 
     def decode(self, encoder_out: torch.Tensor, prompt: list[int], features: torch.Tensor | None = None,
-               looping=None) -> DecodeOutput:
+               looping: Looping | None = None) -> DecodeOutput:
         b = encoder_out.shape[0]
         if self.candidates and b not in self.costs:
             self.costs[b] = self.measure(encoder_out, prompt)
