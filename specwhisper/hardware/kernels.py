@@ -17,7 +17,8 @@ such a matrix then gets lone rows as two).
 Elsewhere (GPU, other dtypes) the weights stay plain tensors for ``F.linear``.
 
 These are private torch operators, so this module is the only place that calls them (checked by
-``tests/test_kernels.py``), and each is checked against the schema it was written for
+``tests/test_kernels.py``; ``empty_host_cache``, the one private call a CUDA graph capture needs on an
+older torch, lives here for that reason), and each is checked against the schema it was written for
 (``PRIVATE_OPS``) before first use. A torch build without oneDNN, or one where an operator is gone
 or its schema changed, is not a silent switch: a float32 CPU weight then stays plain with a
 ``KernelFallbackWarning`` (the decoder takes its fixed-shape mode: still exact, several times
@@ -283,3 +284,14 @@ def pack_linears(model: torch.nn.Module) -> int:
     for parent, name, child in swaps:
         setattr(parent, name, PackedLinear(child, keep_weight=child is head))
     return len(swaps)
+
+
+def empty_host_cache() -> None:
+    """Empty torch's cache of pinned host memory, as ``torch.cuda.graph`` does before a capture:
+    ``torch.accelerator.empty_host_cache`` where torch has it (2.14), else the private call torch
+    2.11's own ``torch.cuda.graph`` makes (the GPU machines run 2.11)."""
+    public = getattr(torch.accelerator, "empty_host_cache", None)
+    if public is not None:
+        public()
+    else:
+        torch._C._host_emptyCache()

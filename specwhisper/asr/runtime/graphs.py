@@ -26,6 +26,7 @@ from functools import partial
 import torch
 
 from specwhisper.asr.runtime.kv_cache import KVCache
+from specwhisper.hardware.kernels import empty_host_cache
 
 log = logging.getLogger(__name__)
 
@@ -97,7 +98,7 @@ def capture(graph: torch.cuda.CUDAGraph, fn: Callable[[], object], pool=None):
     captured again. The pinned host cache is emptied as torch does: its allocator queries events, which
     a capture forbids (the capture fails with cudaErrorStreamCaptureInvalidated)."""
     torch.cuda.synchronize()
-    torch.accelerator.empty_host_cache()
+    empty_host_cache()
     with torch.cuda.stream(torch.cuda.Stream()):
         graph.capture_begin(*(() if pool is None else (pool,)))
         try:
