@@ -29,7 +29,7 @@ def read_choices(tokens: torch.Tensor, logprobs: torch.Tensor) -> tuple[list[int
     return [int(t) for t in ids], lps
 
 
-# a predicate of a decode's tokens so far: its text loops (``loops``)
+# a predicate of a decode's tokens so far: its text loops (``cut_if_looping`` asks it)
 Looping = Callable[[list[int]], bool]
 
 
@@ -164,9 +164,7 @@ class GreedyDecoder(Decoder):
                 if length + 1 >= self.max_len or (limits is not None and len(res.tokens) >= limits[r]):
                     res.hit_max_length = True
                     continue
-                if loops(res.tokens, looping):
-                    res.hit_max_length = True
-                    stats.loops_cut += 1
+                if cut_if_looping(res, looping, stats):
                     continue
                 keep.append(j)
             if not keep:
@@ -236,9 +234,14 @@ def loop_check_due(tokens: int) -> bool:
     return tokens >= LOOP_CHECK_FROM and tokens % LOOP_CHECK_EVERY == 0
 
 
-def loops(tokens: list[int], looping: Looping | None) -> bool:
-    """Whether a decode stops at ``tokens``: a loop check is due and ``looping`` finds them looping."""
-    return looping is not None and loop_check_due(len(tokens)) and looping(tokens)
+def cut_if_looping(res: SequenceResult, looping: Looping | None, stats: DecodeStats) -> bool:
+    """Whether ``res`` stops at its tokens so far: a loop check is due and ``looping`` finds them
+    looping. It then stops as one at its length limit does (``hit_max_length``), counted in ``stats``."""
+    if looping is None or not loop_check_due(len(res.tokens)) or not looping(res.tokens):
+        return False
+    res.hit_max_length = True
+    stats.loops_cut += 1
+    return True
 
 
 @dataclass
@@ -357,9 +360,8 @@ class SamplingDecoder(Decoder):
                     stats.generated_tokens += 1
                     if d.position + 1 >= self.max_len or (d.unit.limit is not None and len(res.tokens) >= d.unit.limit):
                         res.hit_max_length = ended = True
-                    elif loops(res.tokens, looping):
-                        res.hit_max_length = ended = True
-                        stats.loops_cut += 1
+                    else:
+                        ended = cut_if_looping(res, looping, stats)
                 if not ended:
                     keep.append(j)
                     continue

@@ -23,7 +23,7 @@ from dataclasses import replace
 
 import torch
 
-from specwhisper.asr.decoding.greedy import Decoder, DecodeOutput, Looping, SequenceResult, loops, read_choices
+from specwhisper.asr.decoding.greedy import Decoder, DecodeOutput, Looping, SequenceResult, cut_if_looping, read_choices
 from specwhisper.asr.decoding.tokens import SpecialTokens
 from specwhisper.asr.decoding.rules import RuleState, WhisperLogitRules
 from specwhisper.asr.runtime.decoder import KVCache, WhisperDecoderRuntime
@@ -311,8 +311,4 @@ class SpeculativeDecoder(Decoder):
         if len(res.tokens) >= cap:
             res.hit_max_length = True
             return False
-        if loops(res.tokens, looping):
-            res.hit_max_length = True
-            stats.loops_cut += 1
-            return False
-        return True
+        return not cut_if_looping(res, looping, stats)
