@@ -61,15 +61,31 @@ def test_decoding_replays_graphs_and_an_eager_runtime_gives_its_own_bits(gpu_eng
         assert "ask not what your country" in " ".join(s.text for s in result.segments).lower()
 
 
-def test_a_second_decode_of_the_same_batches_captures_no_graph(gpu_engine, audio):
+def test_a_second_decode_of_the_same_batches_captures_no_graph(gpu_engine, audio, monkeypatch):
     """A pass's graph is keyed by its cache's addresses: caches made again in the same order land where
     the first ones were (a capture does not empty the allocator), so they replay the graphs captured."""
     opts = DecodeOptions(language="en", batch_size=4)
     clip = np.concatenate([audio] * 6)  # 66 s: three windows in one batch, then any fallback
+    graphs = gpu_engine.runtime.graphs
     gpu_engine.transcribe(clip, opts)
-    before = set(gpu_engine.runtime.graphs.graphs)
+    before, captured, capture = set(graphs.graphs), [], graphs._capture
+    monkeypatch.setattr(graphs, "_capture", lambda *a: captured.append(graphs.key(*a)) or capture(*a))
     gpu_engine.transcribe(clip, opts)
-    assert set(gpu_engine.runtime.graphs.graphs) == before
+    assert not captured, _moved(before, captured, graphs.capacity)
+
+
+def _moved(before: set[tuple], captured: list[tuple], capacity: int) -> str:
+    """Why passes were captured again: a graph of the same shapes was kept for other addresses (the
+    cache tensors that moved are named), or was evicted (``capacity``), or none had those shapes."""
+    shape = lambda k: k[:5] + tuple(m[1:] for m in k[5:])  # noqa: E731
+    lines = [f"{len(before)} graphs kept of {capacity}; {len(captured)} captured again:"]
+    for key in captured:
+        old = [k for k in before if shape(k) == shape(key)]
+        moved = [[n for n, a, b in zip(("k", "v", "cross_k", "cross_v"), key[5:], k[5:]) if a[0] != b[0]] for k in old]
+        what = ("a new shape" if not old else "evicted" if [] in moved
+                else "moved: " + " or ".join(", ".join(m) for m in moved))
+        lines.append(f"  layers {key[0]}..{key[1]} x {key[3]}: {what}")
+    return "\n".join(lines)
 
 
 def test_a_call_whose_capture_fails_runs_op_by_op_on_the_callers_stream(caplog):
