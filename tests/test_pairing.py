@@ -13,7 +13,7 @@ import pytest
 import torch
 
 from specwhisper.asr import batch_memory
-from specwhisper.asr.weights.loader import SHORT_NAMES, find_distil_drafter, hub_id, resolve_model_path
+from specwhisper.asr.weights.loader import DISTIL_DRAFTERS, SHORT_NAMES, find_distil_drafter, hub_id, resolve_model_path
 from tests.random_whisper import write_random_whisper
 
 pytestmark = pytest.mark.filterwarnings("ignore")
@@ -24,6 +24,9 @@ def test_short_names_are_openai_hub_ids():
     assert hub_id("medium.en:int8") == "openai/whisper-medium.en" and hub_id("turbo") == "openai/whisper-large-v3-turbo"
     assert {"tiny", "base.en", "small", "small.en", "medium", "large-v2", "large"} <= set(SHORT_NAMES)
     assert hub_id("someone/whisper-fine-tune") == "someone/whisper-fine-tune"
+    # faster-whisper's -m names of the distil models: the drafters of --draft too
+    assert hub_id("distil-large-v3") == "distil-whisper/distil-large-v3" and hub_id("distil-small.en") == "distil-whisper/distil-small.en"
+    assert {d for ds in DISTIL_DRAFTERS.values() for d in ds} <= {hub_id(n) for n in SHORT_NAMES}
     assert resolve_model_path("base").endswith("base-ct2conv2")  # the embedded copy, no hub
     assert find_distil_drafter("large-v3-turbo") == (None, "no distil-whisper drafter is known for 'large-v3-turbo'")
 
@@ -57,7 +60,7 @@ def hub_cache(tmp_path, monkeypatch):
 
 
 def test_large_v3_is_paired_with_its_cached_distil_drafter(hub_cache, manifest):
-    from specwhisper.asr.drafters.choice import decoder_factory
+    from specwhisper.asr.drafters.choice import decoder_factory, model_drafter
     from specwhisper.asr.engine import AsrEngine, DecodeOptions
     from specwhisper.asr.decoding.fallback import QualityRules
     from specwhisper.audio.loading import load_audio
@@ -71,6 +74,7 @@ def test_large_v3_is_paired_with_its_cached_distil_drafter(hub_cache, manifest):
     drafter = dec.candidates["distil-whisper/distil-large-v3"].drafter
     assert drafter.m.shares_encoder and drafter.m.runtime.model.model.encoder is auto.bundle.model.model.encoder
     plain = AsrEngine("large-v3", bundle=auto.bundle)
+    assert model_drafter(plain, "distil-large-v3").m.shares_encoder  # --draft by faster-whisper's name: the cached copy
     audio = load_audio(next(m for m in manifest if m.file.endswith("jfk.flac")).path)
     opts = DecodeOptions(language="en", quality=QualityRules(temperatures=(0.0,)))
     with torch.inference_mode():

@@ -187,13 +187,13 @@ NOT_HTTP_LOAD = {"http": LOADED_ONCE, "ui": LOADED_ONCE}
 
 OPTIONS: tuple[Option, ...] = (
     # ---------------------------------------------------------------- models (what loads)
-    Option("model", str, "base", "Whisper model: the embedded 'base' or 'tiny.en', an openai name (large-v3, "
-           "large-v3-turbo, medium.en, ...: its Hugging Face id), a Hugging Face id or a local folder; MODEL:int8 runs its decoder products in int8 on the "
+    Option("model", str, "base", "Whisper model: the embedded 'base' or 'tiny.en', an openai or distil-whisper name "
+           "(large-v3, large-v3-turbo, medium.en, distil-large-v3, ...: its Hugging Face id), a Hugging Face id or a local folder; MODEL:int8 runs its decoder products in int8 on the "
            "CPU. Servers offer the models their deployment lists", scope="load", group="models", flags=("-m", "--model")),
     Option("draft", str, "auto", "speculative drafter: auto (measured per batch size: a drafter runs only where it "
            "beats plain decoding), none (the target alone), ngram (prompt lookup), early-exit[:k] (the target's first k "
            "decoder layers with a trained exit adapter; early-exit:k:raw without it), or a Whisper model drafting "
-           "(tiny.en, distil-whisper/distil-large-v3, a folder; MODEL:int8). auto also weighs the target's "
+           "(tiny.en, distil-large-v3 or another distil-whisper name, a Hugging Face id, a folder; MODEL:int8). auto also weighs the target's "
            "distil-whisper drafter where this machine has it or the hub answers. Every choice gives the same tokens",
            scope="load", group="models"),
     Option("device", str, "auto", "torch device: auto (cuda when a GPU is usable), cpu, cuda or cuda:N", scope="load",

@@ -53,13 +53,15 @@ EMBEDDED_MODELS = {
 }
 
 
-# openai's checkpoint names (openai-whisper's and faster-whisper's ``-m`` names) -> their Hugging Face ids.
-# The embedded names above come first: ``base`` and ``tiny.en`` are those checkpoints, converted.
+# openai's and distil-whisper's checkpoint names (openai-whisper's and faster-whisper's ``-m`` names) -> their
+# Hugging Face ids. The embedded names above come first: ``base`` and ``tiny.en`` are those checkpoints, converted.
 SHORT_NAMES = {
     **{n: f"openai/whisper-{n}" for n in ("tiny", "tiny.en", "base", "base.en", "small", "small.en", "medium", "medium.en",
                                            "large-v1", "large-v2", "large-v3", "large-v3-turbo")},
     "large": "openai/whisper-large-v3",
     "turbo": "openai/whisper-large-v3-turbo",
+    **{n: f"distil-whisper/{n}" for n in ("distil-large-v3.5", "distil-large-v3", "distil-large-v2", "distil-medium.en",
+                                           "distil-small.en")},
 }
 # The distil-whisper drafters of a target, best first: the target's tokenizer and, distilled with the
 # encoder frozen, its encoder (so its output is reused), 2 decoder layers (distil-medium.en and
