@@ -340,3 +340,58 @@ def test_a_greedy_text_that_loops_stops_there_in_plain_and_speculative_decoding_
     assert [(a.seq.tokens, a.temperature, a.passed) for a in kept] == [(a.seq.tokens, a.temperature, a.passed) for a in kept_whole]
     assert kept[0].temperature > 0 and kept[0].passed
     assert stats.decoder_steps < stats_whole.decoder_steps - 300
+
+
+class _FailingBelow(QualityRules):
+    """A greedy text whose average log-probability is under -0.3 fails, and its samples until 0.4."""
+
+    def needs_fallback(self, attempt: Attempt) -> bool:
+        return attempt.temperature < 0.4 and attempt.seq.avg_logprob < -0.3
+
+
+def test_a_gpus_pooled_fallback_gives_the_transcripts_in_fewer_steps(base_engine, manifest, monkeypatch, tmp_path):
+    """Four clips in batches of three (the most speech first: JFK's clip and two others, then a 1.9 s LJ
+    Speech clip), one row of each batch failing (JFK's text at -0.40 a token, the short clip's at
+    -0.35; the other two above -0.3), one draw each. A GPU's schedule (``fallback_ahead``) pools the
+    two batches' failing rows into one stream of three rows: the CPU's transcripts, temperatures and
+    times, in fewer sampling steps than a stream per batch (30 against 37: the short clip's samples run
+    beside JFK's, not after them). A journal of the pooled run, finishing the batches in the order
+    they came, replays every one of them in a second run."""
+    from specwhisper.asr.decoding import fallback
+    from specwhisper.asr.engine import DecodeOptions
+    from specwhisper.audio.loading import load_audio
+    from specwhisper.pipeline.checkpoint import ChunkCheckpoint
+
+    items = {m.file: m for m in manifest}
+    clips = [items[f] for f in ("openai-whisper/jfk.flac", "lhotse/2412-153948-0000.flac",
+                                "coqui-tts-ljspeech/LJ001-0001.wav", "coqui-tts-ljspeech/LJ001-0002.wav")]
+    audios = [load_audio(m.path) for m in clips]
+    opts = DecodeOptions(language="en", batch_size=3, quality=_FailingBelow(best_of=1))
+    streams: list[int] = []
+    sample_again = fallback.sample_again
+
+    def counted(sampler, batches, prompt, rules, text_of, stats, *rest):
+        sample_again(sampler, batches, prompt, rules, text_of, stats, *rest)
+        streams.append(stats.fallback_steps)
+
+    monkeypatch.setattr(fallback, "sample_again", counted)
+
+    def facts(results) -> list[list[tuple]]:
+        return [[(s.tokens, s.temperature, s.start, s.end) for s in r.segments] for r in results]
+
+    cpu = facts(base_engine.transcribe_many(audios, opts))
+    assert [{s[1] for s in f} for f in cpu] == [{0.2}, {0.0}, {0.0}, {0.4}]  # sampled where the greedy text failed
+    assert len(streams) == 2  # a stream per batch
+    monkeypatch.setattr(base_engine, "fallback_ahead", True)
+    monkeypatch.setattr(fallback, "POOL_BATCHES", 1)  # ahead, a stream per batch
+    streams.clear()
+    assert facts(base_engine.transcribe_many(audios, opts)) == cpu
+    one_by_one = sum(streams)
+    monkeypatch.setattr(fallback, "POOL_BATCHES", 4)
+    streams.clear()
+    journal = ChunkCheckpoint.open(tmp_path / "journal.jsonl", "k")
+    assert facts(base_engine.transcribe_many(audios, opts, journal=journal)) == cpu
+    assert len(streams) == 1 and streams[0] < one_by_one, (streams, one_by_one)
+    again = ChunkCheckpoint.open(tmp_path / "journal.jsonl", "k")
+    assert facts(base_engine.transcribe_many(audios, opts, journal=again)) == cpu
+    assert again.resumed_chunks == 4 and len(streams) == 1

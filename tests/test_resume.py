@@ -29,13 +29,13 @@ def _options(**decode) -> RunOptions:
 def _count_decoded(monkeypatch, engine) -> list[int]:
     """Chunks the engine decodes from now on (rows of its batches)."""
     rows: list[int] = []
-    original = engine._decode_batch
+    original = engine._first_pass
 
-    def counting(enc, feats, prompt, chunks, *rest):
-        rows.append(len(chunks))
-        return original(enc, feats, prompt, chunks, *rest)
+    def counting(audios, batch, *rest):
+        rows.append(len(batch))
+        return original(audios, batch, *rest)
 
-    monkeypatch.setattr(engine, "_decode_batch", counting)
+    monkeypatch.setattr(engine, "_first_pass", counting)
     return rows
 
 
@@ -122,7 +122,7 @@ def test_cli_removes_the_checkpoint_and_says_how_to_resume(run_cli, base_pipelin
     sf.write(short, audio[: 45 * rate], rate)
     out = tmp_path / "out"
     args = [short, "-o", out, "-f", "json", "--batch-size", "1", "--language", "en"]
-    original = base_pipeline.asr._decode_batch
+    original = base_pipeline.asr._first_pass
     calls = []
 
     def second_batch_interrupted(*a, **k):
@@ -131,10 +131,10 @@ def test_cli_removes_the_checkpoint_and_says_how_to_resume(run_cli, base_pipelin
             raise KeyboardInterrupt
         return original(*a, **k)
 
-    monkeypatch.setattr(base_pipeline.asr, "_decode_batch", second_batch_interrupted)
+    monkeypatch.setattr(base_pipeline.asr, "_first_pass", second_batch_interrupted)
     code, _, err = run_cli(*args)
     assert code == 130 and "run the same command again to resume" in err and (out / ".short.partial.jsonl").is_file()
-    monkeypatch.setattr(base_pipeline.asr, "_decode_batch", original)
+    monkeypatch.setattr(base_pipeline.asr, "_first_pass", original)
     code, _, err = run_cli(*args)
     assert code == 0 and "1 chunk resumed" in err, err
     assert json.loads((out / "short.json").read_text())["segments"]

@@ -67,7 +67,7 @@ def test_chunks_with_the_most_speech_decode_together_with_the_same_text(tiny_eng
     clips = [m for m in manifest if m.language == "en" and m.reference and m.duration <= 30][:8]
     audios = [load_audio(m.path) for m in clips]
     opts = DecodeOptions(language="en", batch_size=2, quality=QualityRules(temperatures=(0.0,)))
-    run = tiny_engine._run_batch
+    run = tiny_engine._first_pass
 
     def transcribe() -> tuple[list, list[list[int]], int]:
         speech, steps = [], []
@@ -75,13 +75,13 @@ def test_chunks_with_the_most_speech_decode_together_with_the_same_text(tiny_eng
         def recorded(audios, batch, *args, **kwargs):
             out = run(audios, batch, *args, **kwargs)
             speech.append([scheduling._speech(c) for _, c in batch if not c.depth])
-            steps.append(max(len(a.seq.tokens) + 1 for a in out[2]))  # the last step picks the end token
-            assert out[3].decoder_steps == steps[-1]  # the prompt's pass and a step after each token but the last
+            steps.append(max(len(h[0].seq.tokens) + 1 for h in out.failing.history))  # the last step picks the end token
+            assert out.stats.decoder_steps == steps[-1]  # the prompt's pass and a step after each token but the last
             return out
 
-        monkeypatch.setattr(tiny_engine, "_run_batch", recorded)
+        monkeypatch.setattr(tiny_engine, "_first_pass", recorded)
         results = tiny_engine.transcribe_many(audios, opts)
-        monkeypatch.setattr(tiny_engine, "_run_batch", run)
+        monkeypatch.setattr(tiny_engine, "_first_pass", run)
         return [[s.tokens for s in r.segments] for r in results], speech, sum(steps)
 
     tokens, speech, steps = transcribe()

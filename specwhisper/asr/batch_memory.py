@@ -5,7 +5,8 @@ memory holds, up to ``GPU_DEFAULT_BATCH``.
 
 A row's memory is counted from the runtime's shapes: the cross-attention keys and values of every
 decoder layer (1500 frames: large-v3 in float16, 246 MB a row, the bulk), the self-attention cache
-over the whole room, the encoder output and the input features, the output head's block of logits,
+over the whole room, the encoder output (on a GPU, of each batch whose failing rows the fallback pools:
+``specwhisper.asr.decoding.fallback.FallbackPool``) and the input features, the output head's block of logits,
 times ``ROW_MARGIN`` for what a drafter keeps per row (a distil-shaped drafter's own cache: 2 layers
 of the target's 32) and the decode's temporaries. The free memory: the CPU's ``MemAvailable``; on a
 GPU the driver's free bytes plus what torch's allocator holds unused.
@@ -17,6 +18,7 @@ import logging
 
 import torch
 
+from specwhisper.asr.decoding.fallback import POOL_BATCHES
 from specwhisper.asr.runtime.kv_cache import FIXED_WIDTH
 
 log = logging.getLogger(__name__)
@@ -35,7 +37,8 @@ def row_bytes(runtime) -> int:
     room = runtime.max_len + FIXED_WIDTH
     cfg = runtime.model.config
     per = 2 * layers * (FRAMES + room) * d  # cross- and self-attention keys and values
-    per += FRAMES * d + cfg.num_mel_bins * 2 * FRAMES  # encoder output, features
+    outputs = POOL_BATCHES if runtime.device.type == "cuda" else 1  # batches whose encoder output waits for the fallback
+    per += outputs * FRAMES * d + cfg.num_mel_bins * 2 * FRAMES  # encoder output, features
     per += FIXED_WIDTH * runtime.vocab_size  # the head's block of logits
     return int(per * size * ROW_MARGIN)
 

@@ -20,7 +20,7 @@ from specwhisper.asr.decoding.rules import WhisperLogitRules
 from specwhisper.asr.decoding.language import detect_language
 from specwhisper.hardware.device import resolve_device, resolve_dtype, synchronize
 from specwhisper.asr.features import LogMel
-from specwhisper.asr.decoding.fallback import Attempt, QualityRules, decode_with_fallback
+from specwhisper.asr.decoding.fallback import Attempt, FallbackPool, Failing, QualityRules, first_attempts, kept
 from specwhisper.asr.decoding.language import normalize_language
 from specwhisper.hardware.memory import release_gpu_library_pages, release_torch_import_pages, trim_heap
 from specwhisper.asr.runtime.decoder import WhisperDecoderRuntime
@@ -122,6 +122,35 @@ class AsrResult:
 DecoderFactory = Callable[["AsrEngine"], Decoder]
 
 
+@dataclass
+class FirstPass:
+    """A batch after its first decode: its chunks' attempts so far (``failing``, which the fallback's
+    samples extend), its encoder output, its counters and each chunk's file length in seconds (for
+    the hallucination rules)."""
+
+    batch: list[Item]
+    prompt: list[int]
+    language: str | None
+    chunks: list[Chunk]
+    encoder_out: torch.Tensor
+    failing: Failing
+    stats: DecodeStats
+    file_ends: list[float]
+
+
+@dataclass
+class Replayed:
+    """A batch an interrupted run finished, as its journal recorded it (``ChunkCheckpoint.replay``)."""
+
+    batch: list[Item]
+    prompt: list[int]
+    language: str | None
+    per_chunk: list[list[Segment]]
+    again: list[list[tuple[Chunk, Standing | None]]]
+    attempts: list[Attempt]
+    stats: DecodeStats
+
+
 class AsrEngine:
     """Loads the target model once; transcribes 16 kHz waveforms."""
 
@@ -155,9 +184,9 @@ class AsrEngine:
         self.vad = VoiceActivityDetector(device=device)
         self.aligner = WordAligner(self.runtime, self.special, self.bundle.tokenizer, getattr(gc, "alignment_heads", None))
         self.decoder: Decoder = (decoder_factory or plain_decoder)(self)
-        # the temperature fallback's later temperatures sampled ahead (``decode_with_fallback``): the same
-        # attempts, fewer decoder steps, more rows' work; for a GPU, where a step costs about the same
-        # at any row count
+        # the temperature fallback's later temperatures sampled ahead, and the failing chunks of several
+        # batches sampled together (``sample_again``, ``FallbackPool``): the same attempts, fewer decoder
+        # steps, more rows' work; for a GPU, where a step costs about the same at any row count
         self.fallback_ahead = str(device).startswith("cuda")
         if device == "cpu":
             release_torch_import_pages()  # pages only the import and the loading ran (specwhisper.hardware.memory)
@@ -214,32 +243,13 @@ class AsrEngine:
     def _context(self, text: str | None) -> list[int]:
         return self.bundle.tokenizer.encode(" " + text.strip(), add_special_tokens=False) if text and text.strip() else []
 
-    def _decode_batch(
-        self,
-        enc: torch.Tensor,
-        feats: torch.Tensor,
-        prompt: list[int],
-        chunks: list[Chunk],
-        language: str | None,
-        opts: DecodeOptions,
-        decoder: Decoder,
-        stats: DecodeStats,
-        file_ends: list[float] | None = None,
-        rows: int | None = None,
-    ) -> tuple[list[list[Segment]], list[list[tuple[Chunk, Standing | None]]], list[Attempt]]:
-        """Decode one batch of chunks (row i of ``enc`` is ``chunks[i]``, all after the same ``prompt``;
-        ``file_ends[i]``: the length in seconds of its file, for the hallucination rules; ``rows``: the
-        batch size, which the fallback's samples may fill when the batch is smaller).
-
-        Returns each chunk's segments (absolute times; none when Whisper finds no speech), the
-        stretches of each chunk to decode again (``redecode.skipped``, and ``hallucination.screen``'s
-        with its option; none unless ``opts.redecodes``) and the attempt kept per chunk; the decode's
-        counters and the alignment time are added to ``stats``."""
-        first = self._first_decoder(opts, decoder)
-        attempts = decode_with_fallback(first, self._sampler, enc, prompt, feats, opts.quality, self._text, stats,
-                                        seconds=[c.duration_s for c in chunks], rows=rows, keys=[c.key for c in chunks],
-                                        ahead=self.fallback_ahead)
-        trim_heap()  # the batch's cache is freed: keep the heap from holding it (specwhisper.hardware.memory)
+    def _finish(self, first: FirstPass, attempts: list[Attempt], opts: DecodeOptions
+                ) -> tuple[list[list[Segment]], list[list[tuple[Chunk, Standing | None]]]]:
+        """A batch's results from the attempt kept per chunk: each chunk's segments (absolute times; none
+        when Whisper finds no speech) and the stretches of each chunk to decode again
+        (``redecode.skipped``, and ``hallucination.screen``'s with its option; none unless
+        ``opts.redecodes``); the alignment time is added to the batch's stats."""
+        chunks, enc, language = first.chunks, first.encoder_out, first.language
         per_chunk: list[list[Segment]] = []
         for chunk, a in zip(chunks, attempts):
             if opts.quality.is_silence(a.seq, vad_speech=chunk.speech) or redecode.unheard(chunk, a.passed):
@@ -256,20 +266,20 @@ class AsrEngine:
             t = time.perf_counter()
             offsets = [_offset(c) for c in chunks]
             self.aligner.align(enc, per_chunk, offsets, [c.duration_s for c in chunks], language, opts.task)
-            stats.alignment_seconds += time.perf_counter() - t
+            first.stats.alignment_seconds += time.perf_counter() - t
         again: list[list[tuple[Chunk, Standing | None]]] = []
         for k, chunk in enumerate(chunks):
             if chunk.joined:  # --vad-filter (no hallucination threshold with it: validate) and no re-decode
                 _place(chunk, per_chunk[k])
             view, extra = chunk, []
             if opts.hallucination_silence_threshold is not None and per_chunk[k]:
-                end = file_ends[k] if file_ends else float("inf")
-                per_chunk[k], view, extra = hallucination.screen(chunk, per_chunk[k], opts.hallucination_silence_threshold, end)
+                per_chunk[k], view, extra = hallucination.screen(chunk, per_chunk[k], opts.hallucination_silence_threshold,
+                                                                 first.file_ends[k])
                 if not attempts[k].passed:  # text in reserve only from a decode that passed the checks
                     extra = [(c, None) for c, _ in extra]
             # the very segments kept: a thin one is replaced by identity
             again.append(redecode.skipped(view, per_chunk[k]) + extra if opts.redecodes else [])
-        return per_chunk, again, attempts
+        return per_chunk, again
 
     def transcribe(
         self,
@@ -341,11 +351,11 @@ class AsrEngine:
         # samples of audio to decode (the whole file, but what --vad-filter drops between windows), decoded
         total, done, shown = sum(c.end - c.start for plan in plans for c in plan) or 1, 0, 0.0
         report("transcribe", 0.0)
-        while (batch := work.next_batch()) is not None:
-            language = work.language_of[batch[0]]
-            prompt = list(prompt_of(language, files.contexts[batch[0][0]]))
-            per_chunk, again, attempts, batch_stats, replayed = self._run_batch(
-                audios, batch, prompt, language, opts, decoder, encoded, stats, journal, rows)
+
+        def take(batch: list[Item], language: str | None, per_chunk, again, attempts, batch_stats: DecodeStats,
+                 replayed: bool) -> None:
+            """A batch's results into the files' (its stretches to decode again into the work queues)."""
+            nonlocal total, done, shown
             for item, segs, skipped, a in zip(batch, per_chunk, again, attempts):
                 items = files.take(item, segs, skipped, a)
                 work.again(items, language)
@@ -355,6 +365,49 @@ class AsrEngine:
             done += sum(c.end - c.start for _, c in batch)
             shown = max(shown, done / total)  # a stretch queued again adds work: the bar waits, never goes back
             report("resume" if replayed else "transcribe", shown)
+
+        # the fallback's samples of several batches in one stream on a GPU; a conditioned file's next
+        # chunk follows the text of the one before, so its batches finish one by one
+        pool = FallbackPool(self._sampler, opts.quality, self._text, rows, ahead=self.fallback_ahead,
+                            pooled=self.fallback_ahead and not conditioning)
+        waiting: list[FirstPass | Replayed] = []
+
+        def finish() -> None:
+            """The pool's batches sampled again where they failed, then finished in the order they came
+            (a replayed one as it was recorded)."""
+            shares = iter(pool.sample(waiting[0].prompt))
+            trim_heap()  # the samples' caches are freed
+            for w in waiting:
+                if isinstance(w, Replayed):
+                    take(w.batch, w.language, w.per_chunk, w.again, w.attempts, w.stats, replayed=True)
+                    continue
+                w.stats.merge(next(shares))
+                attempts = kept(w.failing.history, opts.quality)
+                per_chunk, again = self._finish(w, attempts, opts)
+                if journal:
+                    journal.record(w.batch, w.prompt, per_chunk, again, attempts, w.stats)
+                take(w.batch, w.language, per_chunk, again, attempts, w.stats, replayed=False)
+            waiting.clear()
+
+        while (batch := work.next_batch()) is not None or waiting:
+            if batch is None:
+                finish()  # its batches may queue stretches again
+                continue
+            language = work.language_of[batch[0]]
+            prompt = list(prompt_of(language, files.contexts[batch[0][0]]))
+            if waiting and prompt != waiting[0].prompt:  # one stream samples after one prompt
+                finish()
+            recorded = journal.replay(batch, prompt) if journal else None
+            if recorded:  # an interrupted run's batch
+                for item in batch:
+                    encoded.pop(item, None)
+                waiting.append(Replayed(batch, prompt, language, *recorded))
+                pool.hold(waiting[-1].attempts)
+            else:
+                waiting.append(self._first_pass(audios, batch, prompt, language, opts, decoder, encoded, stats))
+                pool.add(waiting[-1].failing)
+            if pool.full:
+                finish()
         results = []
         for i in range(n):
             segments = stitch(files.segments[i], files.redecoded, self.bundle.tokenizer)
@@ -363,35 +416,21 @@ class AsrEngine:
                                      vad_seconds[i]))
         return results
 
-    def _run_batch(
-        self,
-        audios: list[np.ndarray],
-        batch: list[Item],
-        prompt: list[int],
-        language: str | None,
-        opts: DecodeOptions,
-        decoder: Decoder,
-        encoded: dict[Item, tuple[torch.Tensor, torch.Tensor]],
-        stats: list[DecodeStats],
-        journal,
-        rows: int | None = None,
-    ) -> tuple[list[list[Segment]], list[list[tuple[Chunk, Standing | None]]], list[Attempt], DecodeStats, bool]:
-        """``_decode_batch`` on the batch's encoder rows (those kept from language detection, the rest
-        encoded now), or its results replayed from ``journal``; the last value says which."""
-        replayed = journal.replay(batch, prompt) if journal else None
-        if replayed:
-            for item in batch:
-                encoded.pop(item, None)
-            return (*replayed, True)
+    def _first_pass(self, audios: list[np.ndarray], batch: list[Item], prompt: list[int], language: str | None,
+                    opts: DecodeOptions, decoder: Decoder, encoded: dict[Item, tuple[torch.Tensor, torch.Tensor]],
+                    stats: list[DecodeStats]) -> FirstPass:
+        """The batch's first decode (``first_attempts``) on its encoder rows: those kept from language
+        detection, the rest encoded now."""
         self._encode_items(audios, batch, encoded, stats)
-        kept = [encoded.pop(item) for item in batch]
-        feats, enc = torch.cat([f for f, _ in kept]), torch.cat([e for _, e in kept])
+        kept_rows = [encoded.pop(item) for item in batch]
+        feats, enc = torch.cat([f for f, _ in kept_rows]), torch.cat([e for _, e in kept_rows])
+        chunks = [c for _, c in batch]
         batch_stats = DecodeStats()
-        per_chunk, again, attempts = self._decode_batch(enc, feats, prompt, [c for _, c in batch], language, opts, decoder,
-                                                        batch_stats, [len(audios[i]) / SAMPLE_RATE for i, _ in batch], rows)
-        if journal:
-            journal.record(batch, prompt, per_chunk, again, attempts, batch_stats)
-        return per_chunk, again, attempts, batch_stats, False
+        history = first_attempts(self._first_decoder(opts, decoder), enc, prompt, feats, opts.quality, self._text, batch_stats)
+        trim_heap()  # the batch's cache is freed: keep the heap from holding it (specwhisper.hardware.memory)
+        failing = Failing(enc, history, [c.duration_s for c in chunks], [c.key for c in chunks])
+        return FirstPass(batch, prompt, language, chunks, enc, failing, batch_stats,
+                         [len(audios[i]) / SAMPLE_RATE for i, _ in batch])
 
     def _languages(
         self,

@@ -82,10 +82,11 @@ class WorkQueues:
         return [item for j, item in enumerate(items) if j in most]
 
     def again(self, items: list[Item], language: str | None) -> None:
-        """Stretches of the last batch to decode again, into its queue, with its language."""
-        self.language_of.update((item, language) for item in items)
-        queue = self._queues[self._current]
-        queue.extendleft(reversed(items)) if self._in_order else queue.extend(items)
+        """Stretches of a batch to decode again, with its language, into its queue (first, ``in_order``)."""
+        for item in reversed(items) if self._in_order else items:
+            self.language_of[item] = language
+            queue = self._queues.setdefault(self._key(item, language), deque())
+            queue.appendleft(item) if self._in_order else queue.append(item)
 
 
 def _speech(chunk: Chunk) -> int:

@@ -139,8 +139,8 @@ class ChunkCheckpoint:
             os.fsync(f.fileno())
 
     def replay(self, batch: list[Item], prompt: list[int]):
-        """The recorded outcome of ``batch`` after ``prompt`` (as ``_decode_batch`` returns it, with
-        the batch's counters), or None: decode it. A mismatch drops the records from there on."""
+        """The recorded outcome of ``batch`` after ``prompt`` (each chunk's segments, stretches to decode
+        again and attempt kept, and the batch's counters), or None: decode it. A mismatch drops the records from there on."""
         if not self.records:
             return None
         end, rec = self.records[0]

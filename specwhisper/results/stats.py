@@ -45,6 +45,11 @@ class DecodeStats(SpeculativeCounts):
         for f in fields(self):
             setattr(self, f.name, getattr(self, f.name) + getattr(other, f.name))
 
+    def scaled(self, share: float) -> DecodeStats:
+        """A ``share`` of these counters (counts rounded): the part of a shared decode one batch or file is charged."""
+        return DecodeStats(**{f.name: (round if f.type in ("int", int) else float)(getattr(self, f.name) * share)
+                              for f in fields(self)})
+
     @property
     def drafted(self) -> bool:
         """Whether any drafter proposed a token (``--draft none``, or ``auto`` deciding on plain decoding: not)."""

@@ -33,6 +33,7 @@ from typing import Callable
 import torch
 
 from specwhisper.asr.decoding.greedy import Decoder, Draws, SamplingDecoder, SequenceResult
+from specwhisper.hardware.device import on_device
 from specwhisper.results.stats import DecodeStats
 
 DEFAULT_TEMPERATURES = (0.0, 0.2, 0.4, 0.6, 0.8, 1.0)
@@ -166,33 +167,102 @@ def decode_with_fallback(
     keys: list[int] | None = None,
     ahead: bool = False,
 ) -> list[Attempt]:
-    """Decode every row of ``encoder_out``; rows that fail the checks are sampled again at the next
-    temperature, ``best_of`` draws each, capped by ``seconds`` (each row's audio). The samples of all
-    failing rows and temperatures are one continuous decode (``SamplingDecoder.stream``) of as many
-    draws at a time as ``rows`` (the batch size; None: ``encoder_out``'s rows): on a GPU a step of a
-    few rows costs what a step of the batch does. ``keys`` name each row's chunk for its draws' random
-    numbers (``Draws.key``; None: the row's index): a chunk's samples are then its own, whatever the
-    rows beside it.
+    """Decode every row of ``encoder_out`` (``first_attempts``); rows that fail the checks are sampled
+    again at the next temperature, ``best_of`` draws each, capped by ``seconds`` (each row's audio)
+    (``sample_again``, which says what ``rows``, ``keys`` and ``ahead`` do).
+
+    Returns the attempt kept per row; the counters of every pass are added to ``stats``
+    (``fallback_*`` for the sampled ones)."""
+    history = first_attempts(first, encoder_out, prompt, features, rules, text_of, stats)
+    sample_again(sampler, [Failing(encoder_out, history, seconds, keys)], prompt, rules, text_of, stats, rows, ahead)
+    return kept(history, rules)
+
+
+def first_attempts(first: Decoder, encoder_out: torch.Tensor, prompt: list[int], features: torch.Tensor | None,
+                   rules: QualityRules, text_of: Callable[[list[int]], str], stats: DecodeStats) -> list[list[Attempt]]:
+    """Each row's attempts so far: its greedy (or beam, or speculative) decode when the schedule starts at
+    temperature 0, else none. A greedy text that loops, and so would be sampled again, stops where it
+    is first found looping."""
+    t0 = rules.temperatures[0]
+    if t0 != 0.0:
+        return [[] for _ in range(encoder_out.shape[0])]
+    limit = rules.compression_ratio_threshold
+    cut = _looping(text_of, limit) if limit is not None and len(rules.temperatures) > 1 else None
+    out = first.decode(encoder_out, prompt, features=features, looping=cut)
+    stats.merge(out.stats)
+    return [[Attempt(seq, t0, compression_ratio(text_of(seq.tokens)))] for seq in out.sequences]
+
+
+def _looping(text_of: Callable[[list[int]], str], limit: float) -> Callable[[list[int]], bool]:
+    """Whether a text fails the repetition check already."""
+    return lambda tokens: compression_ratio(text_of(tokens)) > limit
+
+
+@dataclass
+class Failing:
+    """A batch's rows for ``sample_again``: its encoder output, each row's attempts so far (the rows
+    whose last attempt fails the checks are sampled; their attempts are added here), the seconds of
+    each row's audio (None: no cap) and each row's chunk key (None: the row's index)."""
+
+    encoder_out: torch.Tensor
+    history: list[list[Attempt]]
+    seconds: list[float] | None = None
+    keys: list[int] | None = None
+
+    def rows(self, rules: QualityRules) -> list[int]:
+        """The rows to sample: no attempt yet, or a last one that fails and has a next temperature."""
+        following = set(rules.temperatures[:-1])
+        return [r for r, h in enumerate(self.history)
+                if not h or (h[-1].temperature in following and rules.needs_fallback(h[-1]))]
+
+
+def sampled_rows(attempts: list[Attempt], rules: QualityRules) -> int:
+    """How many rows of a batch were sampled after its first pass (``Failing.rows`` then), from the
+    attempt kept per row: one kept at a sampled temperature, or one that failed every check."""
+    if rules.temperatures[0] != 0.0:
+        return len(attempts)
+    return 0 if len(rules.temperatures) == 1 else sum(a.temperature > 0.0 or not a.passed for a in attempts)
+
+
+def sample_again(
+    sampler: Callable[[], SamplingDecoder],
+    batches: list[Failing],
+    prompt: list[int],
+    rules: QualityRules,
+    text_of: Callable[[list[int]], str],
+    stats: DecodeStats,
+    rows: int | None = None,
+    ahead: bool = False,
+) -> None:
+    """The failing rows of ``batches`` (all after ``prompt``) sampled at the next temperatures until an
+    attempt passes or none is left, each row's attempts added to its history. The samples of all
+    failing rows and temperatures, of every batch given, are one continuous decode
+    (``SamplingDecoder.stream``) of as many draws at a time as ``rows`` (the batch size; None: the
+    largest batch's rows): on a GPU a step of a few rows costs what a step of the batch does, and the
+    stream's last steps, where few draws are left, are paid once for all the batches. ``keys`` name
+    each row's chunk for its draws' random numbers (``Draws.key``): a chunk's samples are then its
+    own, whatever the rows beside it.
 
     ``ahead``: a failing row's later temperatures wait in the decode's queue at once, temperature by
     temperature over the rows, each starting when rows are free instead of when the one before it
     failed; once a row's attempt passes, its later temperatures are dropped, started or not. The
     attempts are the same (each draw's random numbers are its own), in fewer decoder steps for more
-    rows' work: for a GPU, where a step costs about the same at any row count.
-
-    Returns the attempt kept per row; the counters of every pass are added to ``stats``
-    (``fallback_*`` for the sampled ones)."""
-    capped = seconds is not None and rules.sample_tokens_per_s is not None
+    rows' work: for a GPU, where a step costs about the same at any row count. The counters of the
+    sampled passes are added to ``stats`` (``fallback_*``)."""
+    chosen = [(b, b.rows(rules)) for b in batches]
+    pooled = [(b, r) for b, rows_of in chosen for r in rows_of]  # the stream's rows: (batch, its row)
+    if not pooled:
+        return
+    capped = rules.sample_tokens_per_s is not None
     following = dict(zip(rules.temperatures, rules.temperatures[1:]))
-    history: list[list[Attempt]] = [[] for _ in range(encoder_out.shape[0])]
+    history = [b.history[r] for b, r in pooled]
     drawn: dict[tuple[int, float], Attempt] = {}  # ahead: attempts not yet in their row's history
+    later = rules.temperatures[1:] if rules.temperatures[0] == 0.0 else rules.temperatures  # the sampled ones
 
     def draws(row: int, temperature: float) -> Draws:
-        return Draws(row, temperature, rules.best_of, rules.sample_limit(seconds[row]) if capped else None,
-                     key=row if keys is None else keys[row])
-
-    t0 = rules.temperatures[0]
-    later = rules.temperatures[1:] if t0 == 0.0 else rules.temperatures  # the sampled temperatures
+        b, r = pooled[row]
+        limit = rules.sample_limit(b.seconds[r]) if capped and b.seconds is not None else None
+        return Draws(row, temperature, rules.best_of, limit, key=r if b.keys is None else b.keys[r])
 
     def settled(row: int) -> bool:
         """The row's attempts end with one that passed, or with the last temperature."""
@@ -218,28 +288,66 @@ def decode_with_fallback(
     def dropped(unit: Draws) -> bool:
         return ahead and settled(unit.row)
 
+    units = [draws(p, t) for t in (later if ahead else later[:1]) for p in range(len(pooled))]
+    device = batches[0].encoder_out.device
+    encoder_out = torch.cat([b.encoder_out[on_device(rows_of, device)] for b, rows_of in chosen if rows_of])
     limit = rules.compression_ratio_threshold
+    capacity = max(rows or 0, *(b.encoder_out.shape[0] for b in batches))
+    sampled = sampler().stream(encoder_out, prompt, units, then, rows=capacity, dropped=dropped,
+                               looping=None if limit is None else _looping(text_of, limit))
+    stats.loops_cut += sampled.loops_cut
+    stats.fallback_passes += sampled.target_passes
+    stats.fallback_steps += sampled.decoder_steps
+    stats.fallback_seconds += sampled.decoder_seconds
+    stats.decoder_seconds += sampled.decoder_seconds
 
-    def looping(tokens: list[int]) -> bool:  # its text fails the repetition check already
-        return compression_ratio(text_of(tokens)) > limit
 
-    if t0 == 0.0:
-        # a greedy text that loops is sampled again: it stops where it is first found looping
-        cut = looping if limit is not None and t0 in following else None
-        out = first.decode(encoder_out, prompt, features=features, looping=cut)
-        stats.merge(out.stats)
-        for h, seq in zip(history, out.sequences):
-            h.append(Attempt(seq, t0, compression_ratio(text_of(seq.tokens))))
-        failing = [r for r, h in enumerate(history) if t0 in following and rules.needs_fallback(h[-1])]
-    else:
-        failing = list(range(encoder_out.shape[0]))
-    units = [draws(r, t) for t in (later if ahead else later[:1]) for r in failing]
-    if units:
-        sampled = sampler().stream(encoder_out, prompt, units, then, rows=max(rows or 0, encoder_out.shape[0]),
-                                   dropped=dropped, looping=None if limit is None else looping)
-        stats.loops_cut += sampled.loops_cut
-        stats.fallback_passes += sampled.target_passes
-        stats.fallback_steps += sampled.decoder_steps
-        stats.fallback_seconds += sampled.decoder_seconds
-        stats.decoder_seconds += sampled.decoder_seconds
+def kept(history: list[list[Attempt]], rules: QualityRules) -> list[Attempt]:
+    """The attempt kept per row (``_final``)."""
     return [_final(h, rules) for h in history]
+
+
+POOL_BATCHES = 4  # the most batches whose failing rows wait for one ``sample_again`` (their encoder outputs are kept)
+
+
+class FallbackPool:
+    """Batches whose first pass is done (``first_attempts``), their failing rows sampled together by one
+    ``sample_again`` when the pool is ``full``: ``pooled`` (a GPU's schedule, with ``ahead``) once
+    their failing rows would fill a batch of ``rows`` or ``POOL_BATCHES`` batches wait; otherwise after
+    every batch. One stream's last steps, where a few draws decode alone, are then paid once for
+    several batches. A chunk's samples are its own (``Draws.key``), so which batches share a stream
+    changes the steps, not the attempts, where a row's numbers do not depend on the rows beside it.
+    A batch an interrupted run finished is ``held`` in its place: the run that resumes it finishes
+    the same batches together, so its work queues see what the first run's saw."""
+
+    def __init__(self, sampler: Callable[[], SamplingDecoder], rules: QualityRules, text_of: Callable[[list[int]], str],
+                 rows: int, ahead: bool = False, pooled: bool = False):
+        self.sampler, self.rules, self.text_of = sampler, rules, text_of
+        self.rows, self.ahead, self.pooled = rows, ahead, pooled
+        self.batches: list[Failing] = []
+        self.failing = self.held = 0  # rows to sample, batches in the pool
+
+    def add(self, batch: Failing) -> None:
+        self.batches.append(batch)
+        self.failing += len(batch.rows(self.rules))
+        self.held += 1
+
+    def hold(self, attempts: list[Attempt]) -> None:
+        """A batch finished before, by the attempts it kept: counted as when it was decoded."""
+        self.failing += sampled_rows(attempts, self.rules)
+        self.held += 1
+
+    @property
+    def full(self) -> bool:
+        return not self.pooled or self.failing >= self.rows or self.held >= POOL_BATCHES
+
+    def sample(self, prompt: list[int]) -> list[DecodeStats]:
+        """The added batches' failing rows sampled (their histories grow), and each batch's share of the
+        stream's counters (by its failing rows); the pool is empty after."""
+        batches, self.batches, self.failing, self.held = self.batches, [], 0, 0
+        stats = DecodeStats()
+        failing = [len(b.rows(self.rules)) for b in batches]
+        if not sum(failing):
+            return [DecodeStats() for _ in batches]
+        sample_again(self.sampler, batches, prompt, self.rules, self.text_of, stats, self.rows, self.ahead)
+        return [stats.scaled(n / sum(failing)) if n else DecodeStats() for n in failing]
