@@ -270,7 +270,7 @@ class SamplingDecoder(Decoder):
     chunk's samples, and the temperature its text is kept at, to the rows beside it (JFK's clip, every
     temperature failing, drawn so: kept at 0.0 alone, 0.4 before another clip, 0.2 after it). Where
     the logits are the same (the CPU's row-exact mode) so are the samples, at any batch size and in
-    any order of units (``decode_with_fallback``'s ``ahead``). Plain decoding: no
+    any order of units (``sample_again``'s ``ahead``, and over batches: ``FallbackPool``). Plain decoding: no
     drafter runs in these passes, so a chunk's samples are the same whichever drafter decoded its
     greedy pass."""
 
