@@ -124,15 +124,14 @@ DecoderFactory = Callable[["AsrEngine"], Decoder]
 
 @dataclass
 class FirstPass:
-    """A batch after its first decode: its chunks' attempts so far (``failing``, which the fallback's
-    samples extend), its encoder output, its counters and each chunk's file length in seconds (for
+    """A batch after its first decode: its encoder output and its chunks' attempts so far (``failing``,
+    which the fallback's samples extend), its counters and each chunk's file length in seconds (for
     the hallucination rules)."""
 
     batch: list[Item]
     prompt: list[int]
     language: str | None
     chunks: list[Chunk]
-    encoder_out: torch.Tensor
     failing: Failing
     stats: DecodeStats
     file_ends: list[float]
@@ -249,7 +248,7 @@ class AsrEngine:
         when Whisper finds no speech) and the stretches of each chunk to decode again
         (``redecode.skipped``, and ``hallucination.screen``'s with its option; none unless
         ``opts.redecodes``); the alignment time is added to the batch's stats."""
-        chunks, enc, language = first.chunks, first.encoder_out, first.language
+        chunks, enc, language = first.chunks, first.failing.encoder_out, first.language
         per_chunk: list[list[Segment]] = []
         for chunk, a in zip(chunks, attempts):
             if opts.quality.is_silence(a.seq, vad_speech=chunk.speech) or redecode.unheard(chunk, a.passed):
@@ -429,7 +428,7 @@ class AsrEngine:
         history = first_attempts(self._first_decoder(opts, decoder), enc, prompt, feats, opts.quality, self._text, batch_stats)
         trim_heap()  # the batch's cache is freed: keep the heap from holding it (specwhisper.hardware.memory)
         failing = Failing(enc, history, [c.duration_s for c in chunks], [c.key for c in chunks])
-        return FirstPass(batch, prompt, language, chunks, enc, failing, batch_stats,
+        return FirstPass(batch, prompt, language, chunks, failing, batch_stats,
                          [len(audios[i]) / SAMPLE_RATE for i, _ in batch])
 
     def _languages(
