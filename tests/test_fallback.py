@@ -395,3 +395,45 @@ def test_a_gpus_pooled_fallback_gives_the_transcripts_in_fewer_steps(base_engine
     again = ChunkCheckpoint.open(tmp_path / "journal.jsonl", "k")
     assert facts(base_engine.transcribe_many(audios, opts, journal=again)) == cpu
     assert again.resumed_chunks == 4 and len(streams) == 1
+
+
+def test_an_interrupted_pooled_run_resumes_to_the_same_transcripts(base_engine, manifest, monkeypatch, tmp_path):
+    """The four clips one at a time on a GPU's schedule, the most speech first: the two whose greedy
+    text passes wait in the pool for JFK's failing row, and the pool finishes the three together.
+    Interrupted at the fourth batch's decode, the journal holds those three; the resumed run replays
+    them into the pool as they were counted (``FallbackPool.hold``: finished together again, before
+    the fourth is taken), decodes the fourth, and gives the uninterrupted run's segments."""
+    from specwhisper.asr.decoding import fallback
+    from specwhisper.asr.engine import DecodeOptions
+    from specwhisper.audio.loading import load_audio
+    from specwhisper.pipeline.checkpoint import ChunkCheckpoint
+
+    items = {m.file: m for m in manifest}
+    audios = [load_audio(items[f].path) for f in ("openai-whisper/jfk.flac", "lhotse/2412-153948-0000.flac",
+                                                   "coqui-tts-ljspeech/LJ001-0001.wav", "coqui-tts-ljspeech/LJ001-0002.wav")]
+    opts = DecodeOptions(language="en", batch_size=1, quality=_FailingBelow(best_of=1))
+    monkeypatch.setattr(base_engine, "fallback_ahead", True)
+
+    def facts(results) -> list[list[tuple]]:
+        return [[(s.tokens, s.temperature, s.start, s.end) for s in r.segments] for r in results]
+
+    whole = facts(base_engine.transcribe_many(audios, opts))
+    first_pass, calls = base_engine._first_pass, []
+
+    def interrupted(*args):
+        calls.append(args[1])
+        if len(calls) == 4:
+            raise KeyboardInterrupt
+        return first_pass(*args)
+
+    monkeypatch.setattr(base_engine, "_first_pass", interrupted)
+    with pytest.raises(KeyboardInterrupt):
+        base_engine.transcribe_many(audios, opts, journal=ChunkCheckpoint.open(tmp_path / "j.jsonl", "k"))
+    monkeypatch.setattr(base_engine, "_first_pass", first_pass)
+    journal = ChunkCheckpoint.open(tmp_path / "j.jsonl", "k")
+    assert len(journal.records) == 3
+    sample, finished = fallback.FallbackPool.sample, []
+    monkeypatch.setattr(fallback.FallbackPool, "sample", lambda pool, prompt: finished.append(pool.held) or sample(pool, prompt))
+    assert facts(base_engine.transcribe_many(audios, opts, journal=journal)) == whole
+    assert journal.resumed_chunks == 3 and journal.decoded_chunks == 1
+    assert finished == [3, 1]  # the replayed three together, as when they were decoded
