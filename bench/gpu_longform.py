@@ -19,7 +19,9 @@ highest while the file ran (NVML, sampled every 20 ms; CUDA context included), w
 for the torch systems. Ours with ``auto`` is checked token-identical to ours plain at the same batch.
 Ours decodes as openai-whisper does, sampling a window again at rising temperatures where its text fails
 the compression and log-probability checks; faster-whisper's batched pipeline decodes at its first
-temperature only. The row ``ours none, no fallback`` decodes as it does (rows report ``fallback_s``).
+temperature only. The row ``ours none, no fallback`` decodes as it does (rows report ``fallback_s``); the row
+``ours none, a stream per batch`` samples each batch's failing windows apart, against the default, which
+samples those of several batches in one stream (``FallbackPool``).
 faster-whisper's CTranslate2 wheel is built for CUDA 12: on a CUDA 13 machine its cuBLAS is looked for
 as a link named libcublas.so.12 to the machine's cuBLAS 13 (the functions it calls exist in both);
 where it still fails, its rows carry the error. Writes bench/results/gpu_longform.json after each system.
@@ -171,11 +173,13 @@ def row(system: str, f: dict, seconds: float, text: str, extra: dict) -> dict:
 def child_ours(cfg: dict) -> dict:
     import torch
 
+    from specwhisper.asr.decoding import fallback as pool
     from specwhisper.asr.decoding.fallback import QualityRules
     from specwhisper.asr.drafters.choice import decoder_factory
     from specwhisper.asr.engine import AsrEngine, DecodeOptions
 
     t = time.perf_counter()
+    pooled = pool.POOL_BATCHES
     dev = cfg["device"]
     plain = AsrEngine(cfg["model"], device=dev, dtype=cfg["dtype"])
     auto = AsrEngine(cfg["model"], device=dev, bundle=plain.bundle, decoder_factory=decoder_factory("auto"))
@@ -199,6 +203,7 @@ def child_ours(cfg: dict) -> dict:
         # "none, no fallback": one temperature, as faster-whisper's batched pipeline decodes (it passes only the
         # first of its temperatures to CTranslate2); ours by default samples again where a window fails the checks
         fallback = {"quality": QualityRules(temperatures=(0.0,))} if draft.endswith("no fallback") else {}
+        pool.POOL_BATCHES = 1 if draft.endswith("a stream per batch") else pooled
         opts = DecodeOptions(language="en", batch_size=batch, **fallback)
         engine.transcribe(warm, opts)  # graphs of this batch's shapes, kernels
         for f in files:
@@ -556,7 +561,10 @@ def main(argv: list[str] | None = None) -> int:
     # ours: the default batch (None: what the GPU's memory gives) first, then each batch, plain before auto
     # (auto's rows compare their tokens with plain's); all on the 10-minute files, then the default batch's
     # on the long file
-    configs = [(d, None) for d in ("none", "none, no fallback", "auto")] + [(d, b) for b in batches for d in ("none", "auto")]
+    # "a stream per batch": the fallback's samples of each batch in a stream of their own (FallbackPool.POOL_BATCHES
+    # 1), against the default's pooled streams
+    configs = ([(d, None) for d in ("none", "none, a stream per batch", "none, no fallback", "auto")]
+               + [(d, b) for b in batches for d in ("none", "auto")])
     plans = {
         "ours": dict(base, configs=configs, files_for={f"{d} {b}": every if b is None else short for d, b in configs}),
         "fw batched": dict(base, batches=[int(b) for b in args.fw_batches.split(",")],
