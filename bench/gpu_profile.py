@@ -38,7 +38,7 @@ sys.path.insert(0, str(ROOT))
 
 from bench.large_target import target_and_drafter  # noqa: E402
 from bench.large_target_probe import timed  # noqa: E402
-from specwhisper.asr.decoding.greedy import GreedyDecoder  # noqa: E402
+from specwhisper.asr.decoding.greedy import SamplingDecoder, read_out  # noqa: E402
 from specwhisper.asr.decoding.rules import CapturedSelect  # noqa: E402
 from specwhisper.asr.drafters.choice import model_drafter  # noqa: E402
 from specwhisper.asr.drafters.early_exit import EarlyExitDrafter  # noqa: E402
@@ -103,11 +103,26 @@ def passes(engine, d_bundle, batch: int, context: int = 100) -> dict:
         logits = rt.step(tok, pos, cache)[:, -1]
         rules.select(logits.float(), prefixes)
 
-    select = CapturedSelect(rules, rt.step(tok, pos, cache)[:, -1].float().clone(), GreedyDecoder._read_out)
+    select = CapturedSelect(rules, rt.step(tok, pos, cache)[:, -1].float().clone(), read_out)
 
     def plain_step_captured():
         select.set_facts(prefixes)
         select(rt.step(tok, pos, cache)[:, -1])
+
+    temperatures = torch.full((batch, 1), 0.4, device=dev)
+    uniforms = torch.rand(batch, device=dev)
+
+    def sampled_step():  # a temperature fallback's step: the rules and a draw, op by op
+        logits = rt.step(tok, pos, cache)[:, -1]
+        SamplingDecoder.draw(logits.float(), prefixes, rules, temperatures, uniforms)
+
+    draw = CapturedSelect(rules, rt.step(tok, pos, cache)[:, -1].float().clone(), read_out, sampled=True)
+
+    def sampled_step_captured():  # the same in one captured call (``CapturedChoices``)
+        draw.set_facts(prefixes)
+        draw.temperatures.copy_(temperatures)
+        draw.uniforms.copy_(uniforms)
+        draw(rt.step(tok, pos, cache)[:, -1])
 
     rows = list(range(batch))
 
@@ -132,7 +147,9 @@ def passes(engine, d_bundle, batch: int, context: int = 100) -> dict:
 
     # each drafter step both ways: the pick over the drafting rows, op by op; the whole batch's in one
     # captured call (``WholeBatchPicks``, the default where the runtime replays CUDA graphs)
-    return {"plain step": plain_step, "plain step, captured choice": plain_step_captured, "verify 8": lambda: rt.step(wide, wide_pos, cache),
+    return {"plain step": plain_step, "plain step, captured choice": plain_step_captured,
+            "sampled step": sampled_step, "sampled step, captured draw": sampled_step_captured,
+            "verify 8": lambda: rt.step(wide, wide_pos, cache),
             "distil step, picks per row": distil_step(False), "distil step, whole batch": distil_step(True),
             "early-exit:4 step, picks per row": early_exit_step(False),
             "early-exit:4 step, whole batch": early_exit_step(True)}

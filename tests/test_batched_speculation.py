@@ -255,7 +255,7 @@ def test_whole_batch_picks_on_the_gpu(real_gpu_engine, manifest, draft):
         if whole:  # every captured call replays a graph (a failed capture runs op by op, with a warning)
             picks = (drafter if draft.startswith("early-exit") else drafter.runtime).picks
             calls = [v.call for v in spec.decoder._verdicts.values()] + [p.select.call for p in picks.values()]
-            calls += [s.call for s in plain.decoder._selects.values()]
+            calls += [s.call for s in plain.decoder.choices.calls.values()]
             assert calls and all(c.captured for c in calls), [(c.fn, c.captured) for c in calls]
     assert accepted[False] > 0 and abs(accepted[True] - accepted[False]) <= 0.1 * accepted[False], accepted
 

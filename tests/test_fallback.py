@@ -437,3 +437,27 @@ def test_an_interrupted_pooled_run_resumes_to_the_same_transcripts(base_engine, 
     assert facts(base_engine.transcribe_many(audios, opts, journal=journal)) == whole
     assert journal.resumed_chunks == 3 and journal.decoded_chunks == 1
     assert finished == [3, 1]  # the replayed three together, as when they were decoded
+
+
+def test_a_captured_draw_gives_the_eager_draws_bits(base_engine, manifest):
+    """A GPU's sampler draws each step's tokens in one captured call (the rules and the tempered draw,
+    ``CapturedChoices``); elsewhere the call runs op by op with the capture's semantics. JFK's clip and
+    a FLEURS clip sampled to 0.4 (best of 2) that way keep the eager sampler's tokens and summed
+    log-probabilities to the last bit, in as many steps."""
+    from specwhisper.asr.decoding.greedy import SamplingDecoder
+
+    clips, feats, enc, prompt = _two_chunks(base_engine, manifest)
+    rules = _PassingFrom04(best_of=2)
+
+    def kept(captured: bool) -> tuple[list[tuple], int]:
+        sampler = SamplingDecoder(base_engine.runtime, base_engine.special, base_engine.rules, captured=captured)
+        stats = DecodeStats()
+        attempts = decode_with_fallback(base_engine.decoder, lambda: sampler, enc, prompt, feats, rules, base_engine._text,
+                                        stats, seconds=[c.duration for c in clips], keys=[101, 202])
+        if captured:
+            assert {k[2] for k in sampler.choices.calls} == {True}  # draws, not greedy picks
+        return [(a.temperature, a.seq.tokens, a.seq.sum_logprob) for a in attempts], stats.fallback_steps
+
+    eager, captured = kept(False), kept(True)
+    assert captured == eager
+    assert all(t == 0.4 for t, _, _ in eager[0])

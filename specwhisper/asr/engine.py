@@ -183,6 +183,7 @@ class AsrEngine:
         self.vad = VoiceActivityDetector(device=device)
         self.aligner = WordAligner(self.runtime, self.special, self.bundle.tokenizer, getattr(gc, "alignment_heads", None))
         self.decoder: Decoder = (decoder_factory or plain_decoder)(self)
+        self.sampler: SamplingDecoder | None = None  # made when first wanted (``_sampler``)
         # the temperature fallback's later temperatures sampled ahead, and the failing chunks of several
         # batches sampled together (``sample_again``, ``FallbackPool``): the same attempts, fewer decoder
         # steps, more rows' work; for a GPU, where a step costs about the same at any row count
@@ -234,7 +235,10 @@ class AsrEngine:
         return BeamSearchDecoder(self.runtime, self.special, self.rules, opts.beam_size, opts.patience)
 
     def _sampler(self) -> SamplingDecoder:
-        return SamplingDecoder(self.runtime, self.special, self.rules)
+        """The fallback's sampler: one for the engine, so that its captured draws are captured once."""
+        if self.sampler is None:
+            self.sampler = SamplingDecoder(self.runtime, self.special, self.rules)
+        return self.sampler
 
     def _text(self, tokens: list[int]) -> str:
         return self.bundle.tokenizer.decode([t for t in tokens if t < self.special.eot])

@@ -16,7 +16,7 @@ import torch
 
 from specwhisper.asr.runtime.decoder import KVCache, WhisperDecoderRuntime
 from specwhisper.asr.runtime.graphs import graph_pool
-from specwhisper.asr.decoding.rules import CapturedSelect, WhisperLogitRules
+from specwhisper.asr.decoding.rules import CapturedSelect, WhisperLogitRules, tempered_draw
 from specwhisper.asr.decoding.tokens import SpecialTokens
 from specwhisper.results.stats import DecodeStats
 from specwhisper.hardware.device import on_device
@@ -85,36 +85,56 @@ class Decoder:
         raise NotImplementedError
 
 
+class CapturedChoices:
+    """A decoder's captured choices (``CapturedSelect``), one per row count, rules and kind (a greedy pick
+    or a draw), each captured once. Their inputs are views of one float32 [rows, V] buffer, made for
+    the first and largest step (the calls never run at the same time): a buffer per row count would
+    hold 110 MB at batch 32 of large-v3's vocabulary."""
+
+    def __init__(self, device: torch.device):
+        self.calls: dict[tuple[int, int, bool], CapturedSelect] = {}
+        self.pool = graph_pool(device)
+        self.buf: torch.Tensor | None = None
+
+    def read(self, logits: torch.Tensor, prefixes: list[list[int]], rules: WhisperLogitRules,
+             draws: tuple[list[list[float]], list[float]] | None = None) -> tuple[torch.Tensor, list[int], list[float]]:
+        """The next token of each row of ``logits`` [rows, V] after the ``rules`` (device [rows]): the
+        greedy pick, or with ``draws`` (each row's temperature and random number) a draw; and the tokens
+        and log-probabilities read to the host, the step's one wait."""
+        call = self._call(logits, rules, draws is not None)
+        call.set_facts(prefixes)
+        if draws is not None:
+            call.temperatures.copy_(on_device(draws[0], logits.device, dtype=torch.float32))
+            call.uniforms.copy_(on_device(draws[1], logits.device, dtype=torch.float32))
+        out = call(logits)[0]  # float32 from the logits' dtype, as ``.float()`` makes it
+        ids, lps = out.tolist()
+        return out[0].long(), [int(t) for t in ids], lps
+
+    def _call(self, logits: torch.Tensor, rules: WhisperLogitRules, sampled: bool) -> CapturedSelect:
+        rows, vocab = logits.shape
+        key = (rows, id(rules), sampled)
+        if key not in self.calls:
+            buf = self.buf
+            if buf is None or buf.shape[0] < rows or buf.shape[1] != vocab or buf.device != logits.device:
+                buf = self.buf = torch.zeros((rows, vocab), dtype=torch.float32, device=logits.device)
+            self.calls[key] = CapturedSelect(rules, buf[:rows], read_out, pool=self.pool, sampled=sampled)
+        return self.calls[key]
+
+
+def read_out(tokens: torch.Tensor, logprobs: torch.Tensor) -> tuple[torch.Tensor]:
+    """What a step reads: its tokens and their log-probabilities in one tensor (``read_choices``)."""
+    return (torch.stack([tokens.to(logprobs.dtype), logprobs]),)
+
+
 class GreedyDecoder(Decoder):
     """Plain batched greedy decoding: one target pass per token. ``captured``: each step's rules and
-    pick run as one captured call (``CapturedSelect``; None: where the runtime replays CUDA graphs)."""
+    pick run as one captured call (``CapturedChoices``; None: where the runtime replays CUDA graphs)."""
 
     def __init__(self, runtime: WhisperDecoderRuntime, special: SpecialTokens, rules: WhisperLogitRules,
                  captured: bool | None = None):
         super().__init__(runtime, special, rules)
         self.captured = runtime.graphs is not None if captured is None else captured
-        self._selects: dict[tuple[int, int], CapturedSelect] = {}  # by (rows, the rules' id): captured once each
-        self._pool = graph_pool(runtime.device)
-        # their inputs: views of one float32 [rows, V] buffer, made for a batch's first and largest step
-        # (the calls never run at the same time); a buffer per row count would hold 110 MB at batch 32
-        # of large-v3's vocabulary
-        self._logits: torch.Tensor | None = None
-
-    def _select(self, logits: torch.Tensor, rules: WhisperLogitRules) -> CapturedSelect:
-        """The captured choice for a step's ``logits`` [rows, V] under ``rules``."""
-        rows, vocab = logits.shape
-        key = (rows, id(rules))
-        if key not in self._selects:
-            buf = self._logits
-            if buf is None or buf.shape[0] < rows or buf.shape[1] != vocab or buf.device != logits.device:
-                buf = self._logits = torch.zeros((rows, vocab), dtype=torch.float32, device=logits.device)
-            self._selects[key] = CapturedSelect(rules, buf[:rows], self._read_out, pool=self._pool)
-        return self._selects[key]
-
-    @staticmethod
-    def _read_out(tokens: torch.Tensor, logprobs: torch.Tensor) -> tuple[torch.Tensor]:
-        """What a step reads: its tokens and their log-probabilities in one tensor (``read_choices``)."""
-        return (torch.stack([tokens.to(logprobs.dtype), logprobs]),)
+        self.choices = CapturedChoices(runtime.device)
 
     def choose_and_read(self, logits: torch.Tensor, prefixes: list[list[int]], rules: WhisperLogitRules
                         ) -> tuple[torch.Tensor, list[int], list[float]]:
@@ -123,11 +143,7 @@ class GreedyDecoder(Decoder):
         if not self.captured:
             nxt, logprobs = self.choose(logits.float(), prefixes, rules)
             return nxt, *read_choices(nxt, logprobs)
-        select = self._select(logits, rules)
-        select.set_facts(prefixes)
-        out = select(logits)[0]  # float32 from the logits' dtype, as ``.float()`` makes it
-        ids, lps = out.tolist()
-        return out[0].long(), [int(t) for t in ids], lps
+        return self.choices.read(logits, prefixes, rules)
 
     def choose(self, logits: torch.Tensor, prefixes: list[list[int]], rules: WhisperLogitRules) -> tuple[torch.Tensor, torch.Tensor]:
         """The next token of each row after the logit ``rules``, and its log-probability."""
@@ -274,23 +290,35 @@ class SamplingDecoder(Decoder):
     drafter runs in these passes, so a chunk's samples are the same whichever drafter decoded its
     greedy pass."""
 
-    def __init__(self, runtime: WhisperDecoderRuntime, special: SpecialTokens, rules: WhisperLogitRules, seed: int = 0):
+    def __init__(self, runtime: WhisperDecoderRuntime, special: SpecialTokens, rules: WhisperLogitRules, seed: int = 0,
+                 captured: bool | None = None):
+        """``captured``: each step's rules and draw run as one captured call (``CapturedChoices``; None:
+        where the runtime replays CUDA graphs): the 60-odd kernels a draw launches, each queued by the
+        host, as the greedy pick's are."""
         super().__init__(runtime, special, rules)
         self.seed = seed
+        self.captured = runtime.graphs is not None if captured is None else captured
+        self.choices = CapturedChoices(runtime.device)
 
     @staticmethod
     def draw(logits: torch.Tensor, prefixes: list[list[int]], rules: WhisperLogitRules, temperatures: torch.Tensor,
              uniforms: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """A token of each row drawn at its temperature (``temperatures`` [rows, 1]) after the logit
         ``rules`` with its random number (``uniforms`` [rows] in [0, 1)), and its untempered
-        log-probability: the first token whose cumulative probability passes the number."""
+        log-probability (``tempered_draw``)."""
         rules.select(logits, prefixes, pick=False)
-        cdf = (logits / temperatures).softmax(-1).cumsum(-1)
-        total = cdf[:, -1:]
-        # below the total, so the token found has a probability above 0 (the rules' masked ones have none)
-        x = torch.minimum(uniforms[:, None].to(cdf.dtype) * total, torch.nextafter(total, torch.zeros_like(total)))
-        tokens = torch.searchsorted(cdf, x, right=True)[:, 0]
-        return tokens, logits.log_softmax(-1).gather(1, tokens[:, None])[:, 0]
+        return tempered_draw(logits, temperatures, uniforms)
+
+    def draw_and_read(self, logits: torch.Tensor, prefixes: list[list[int]], rules: WhisperLogitRules,
+                      temperatures: list[list[float]], uniforms: list[float]) -> tuple[torch.Tensor, list[int], list[float]]:
+        """The drawn token of each row (device [rows]), and the tokens and log-probabilities read to the
+        host: the step's one wait."""
+        if self.captured:
+            return self.choices.read(logits, prefixes, rules, (temperatures, uniforms))
+        device = logits.device
+        nxt, logprobs = self.draw(logits.float(), prefixes, rules, on_device(temperatures, device, dtype=torch.float32),
+                                  on_device(uniforms, device, dtype=torch.float32))
+        return nxt, *read_choices(nxt, logprobs)
 
     @torch.inference_mode()
     def stream(self, encoder_out: torch.Tensor, prompt: list[int], units: list[Draws],
@@ -341,10 +369,9 @@ class SamplingDecoder(Decoder):
                 last = logits if last is None else torch.cat([last, logits])
             if not live:
                 break
-            temperatures = on_device([[d.unit.temperature] for d in live], device, dtype=torch.float32)
-            uniforms = on_device([d.uniform(self.seed) for d in live], device, dtype=torch.float32)
-            nxt, logprobs = self.draw(last.float(), [d.result.tokens for d in live], rules, temperatures, uniforms)
-            picked, picked_logprobs = read_choices(nxt, logprobs)
+            nxt, picked, picked_logprobs = self.draw_and_read(last, [d.result.tokens for d in live], rules,
+                                                              [[d.unit.temperature] for d in live],
+                                                              [d.uniform(self.seed) for d in live])
             keep = []
             for j, d in enumerate(live):
                 if dropped is not None and id(d.unit) in left and dropped(d.unit):

@@ -200,7 +200,8 @@ class RuleState:
 
 
 class CapturedSelect:
-    """The rules and the greedy pick for every row of a batch in one ``CapturedCall`` (a CUDA graph on a
+    """The rules and the greedy pick (or a draw: ``sampled``, from :attr:`temperatures` and :attr:`uniforms`,
+    buffers set before a call) for every row of a batch in one ``CapturedCall`` (a CUDA graph on a
     GPU): on a GPU a step is bound by launching kernels, and :meth:`WhisperLogitRules.select` is about
     55 of them, each queued by the host for microseconds of device work.
 
@@ -215,10 +216,15 @@ class CapturedSelect:
 
     def __init__(self, rules: WhisperLogitRules, x: torch.Tensor,
                  finish: Callable[[torch.Tensor, torch.Tensor], tuple[torch.Tensor, ...]],
-                 scores: Callable[[torch.Tensor], torch.Tensor] | None = None, advance: bool = False, pool=None):
+                 scores: Callable[[torch.Tensor], torch.Tensor] | None = None, advance: bool = False, pool=None,
+                 sampled: bool = False):
         self.rules, self.scores, self.finish, self.advance = rules, scores, finish, advance
         self.x = x
         self.facts = torch.zeros((x.shape[0], 4), dtype=torch.long, device=x.device)
+        # ``sampled``: each row's token is drawn (``tempered_draw``) at its temperature with its random number
+        self.sampled = sampled
+        self.temperatures = torch.ones((x.shape[0], 1), dtype=torch.float32, device=x.device)
+        self.uniforms = torch.zeros(x.shape[0], dtype=torch.float32, device=x.device)
         self.call = CapturedCall(self._run, x.device, updates=(self.x, self.facts), pool=pool)
 
     @property
@@ -239,7 +245,23 @@ class CapturedSelect:
     def _run(self) -> tuple[torch.Tensor, ...]:
         logits = self.x if self.scores is None else self.scores(self.x)  # the buffer is masked in place
         state = RuleState.of(self.facts)
-        tokens, logprobs = self.rules.select_state(logits, state)
+        if self.sampled:
+            self.rules.select_state(logits, state, pick=False)
+            tokens, logprobs = tempered_draw(logits, self.temperatures, self.uniforms)
+        else:
+            tokens, logprobs = self.rules.select_state(logits, state)
         if self.advance:
             self.facts.copy_(self.rules.advance(state, tokens).facts())
         return self.finish(tokens, logprobs)
+
+
+def tempered_draw(logits: torch.Tensor, temperatures: torch.Tensor, uniforms: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """A token of each row of ``logits`` [rows, V] (the rules applied) drawn at its temperature
+    (``temperatures`` [rows, 1]) with its random number (``uniforms`` [rows] in [0, 1)), and its untempered
+    log-probability: the first token whose cumulative probability passes the number."""
+    cdf = (logits / temperatures).softmax(-1).cumsum(-1)
+    total = cdf[:, -1:]
+    # below the total, so the token found has a probability above 0 (the rules' masked ones have none)
+    x = torch.minimum(uniforms[:, None].to(cdf.dtype) * total, torch.nextafter(total, torch.zeros_like(total)))
+    tokens = torch.searchsorted(cdf, x, right=True)[:, 0]
+    return tokens, logits.log_softmax(-1).gather(1, tokens[:, None])[:, 0]
