@@ -111,12 +111,16 @@ def base_pipeline(base_engine):
 
 @pytest.fixture
 def sampler_seed(monkeypatch):
-    """Call it with a seed: the temperature fallback's samplers (an engine's own, made once, included)
-    draw from that seed until the test ends (by default 0), for outcomes that ride on the draws."""
+    """Call it with a seed: the temperature fallback's samplers made after it draw from that seed
+    (the engine's own are seeded with 0), for outcomes that ride on the draws."""
+    from functools import partialmethod
+
     from specwhisper.asr.decoding.greedy import SamplingDecoder
 
+    init = SamplingDecoder.__init__
+
     def use(seed: int) -> None:
-        monkeypatch.setattr(SamplingDecoder, "seed", seed)
+        monkeypatch.setattr(SamplingDecoder, "__init__", partialmethod(init, seed=seed))
 
     return use
 

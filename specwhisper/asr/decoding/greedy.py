@@ -290,16 +290,13 @@ class SamplingDecoder(Decoder):
     drafter runs in these passes, so a chunk's samples are the same whichever drafter decoded its
     greedy pass."""
 
-    seed = 0  # the draws' random numbers' seed, unless a sampler is given its own
-
-    def __init__(self, runtime: WhisperDecoderRuntime, special: SpecialTokens, rules: WhisperLogitRules,
-                 seed: int | None = None, captured: bool | None = None):
+    def __init__(self, runtime: WhisperDecoderRuntime, special: SpecialTokens, rules: WhisperLogitRules, seed: int = 0,
+                 captured: bool | None = None):
         """``captured``: each step's rules and draw run as one captured call (``CapturedChoices``; None:
         where the runtime replays CUDA graphs): the 60-odd kernels a draw launches, each queued by the
         host, as the greedy pick's are."""
         super().__init__(runtime, special, rules)
-        if seed is not None:
-            self.seed = seed
+        self.seed = seed
         self.captured = runtime.graphs is not None if captured is None else captured
         self.choices = CapturedChoices(runtime.device)
 
