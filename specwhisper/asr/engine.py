@@ -14,7 +14,7 @@ from specwhisper.asr.decoding.alignment import WordAligner
 from specwhisper.asr.batch_memory import fit_batch_size
 from specwhisper.audio.loading import SAMPLE_RATE
 from specwhisper.audio.chunking import Chunk, frame_levels, join_spans, plan_chunks, to_decode
-from specwhisper.asr.decoding.greedy import Decoder, GreedyDecoder, SamplingDecoder
+from specwhisper.asr.decoding.greedy import CapturedChoices, Decoder, GreedyDecoder, SamplingDecoder
 from specwhisper.asr.decoding.tokens import SpecialTokens
 from specwhisper.asr.decoding.rules import WhisperLogitRules
 from specwhisper.asr.decoding.language import detect_language
@@ -183,7 +183,7 @@ class AsrEngine:
         self.vad = VoiceActivityDetector(device=device)
         self.aligner = WordAligner(self.runtime, self.special, self.bundle.tokenizer, getattr(gc, "alignment_heads", None))
         self.decoder: Decoder = (decoder_factory or plain_decoder)(self)
-        self.sampler: SamplingDecoder | None = None  # made when first wanted (``_sampler``)
+        self.draws = CapturedChoices(self.runtime.device)  # the fallback samplers' (``_sampler``)
         # the temperature fallback's later temperatures sampled ahead, and the failing chunks of several
         # batches sampled together (``sample_again``, ``FallbackPool``): the same attempts, fewer decoder
         # steps, more rows' work; for a GPU, where a step costs about the same at any row count
@@ -235,10 +235,8 @@ class AsrEngine:
         return BeamSearchDecoder(self.runtime, self.special, self.rules, opts.beam_size, opts.patience)
 
     def _sampler(self) -> SamplingDecoder:
-        """The fallback's sampler: one for the engine, so that its captured draws are captured once."""
-        if self.sampler is None:
-            self.sampler = SamplingDecoder(self.runtime, self.special, self.rules)
-        return self.sampler
+        """A sampler for the fallback, with the engine's captured draws (captured once, not per decode)."""
+        return SamplingDecoder(self.runtime, self.special, self.rules, choices=self.draws)
 
     def _text(self, tokens: list[int]) -> str:
         return self.bundle.tokenizer.decode([t for t in tokens if t < self.special.eot])

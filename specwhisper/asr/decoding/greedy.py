@@ -291,14 +291,15 @@ class SamplingDecoder(Decoder):
     greedy pass."""
 
     def __init__(self, runtime: WhisperDecoderRuntime, special: SpecialTokens, rules: WhisperLogitRules, seed: int = 0,
-                 captured: bool | None = None):
+                 captured: bool | None = None, choices: CapturedChoices | None = None):
         """``captured``: each step's rules and draw run as one captured call (``CapturedChoices``; None:
         where the runtime replays CUDA graphs): the 60-odd kernels a draw launches, each queued by the
-        host, as the greedy pick's are."""
+        host, as the greedy pick's are. ``choices``: calls captured before (an engine's, which makes a
+        sampler per sampling decode), else its own."""
         super().__init__(runtime, special, rules)
         self.seed = seed
         self.captured = runtime.graphs is not None if captured is None else captured
-        self.choices = CapturedChoices(runtime.device)
+        self.choices = choices if choices is not None else CapturedChoices(runtime.device)
 
     @staticmethod
     def draw(logits: torch.Tensor, prefixes: list[list[int]], rules: WhisperLogitRules, temperatures: torch.Tensor,
