@@ -325,11 +325,13 @@ class FallbackPool:
         self.sampler, self.rules, self.text_of = sampler, rules, text_of
         self.rows, self.ahead, self.pooled = rows, ahead, pooled
         self.batches: list[Failing] = []
-        self.failing = self.held = 0  # rows to sample, batches in the pool
+        self.counts: list[int] = []  # each added batch's rows to sample
+        self.failing = self.held = 0  # rows to sample, batches in the pool (held ones included)
 
     def add(self, batch: Failing) -> None:
         self.batches.append(batch)
-        self.failing += len(batch.rows(self.rules))
+        self.counts.append(len(batch.rows(self.rules)))
+        self.failing += self.counts[-1]
         self.held += 1
 
     def hold(self, attempts: list[Attempt]) -> None:
@@ -344,9 +346,9 @@ class FallbackPool:
     def sample(self, prompt: list[int]) -> list[DecodeStats]:
         """The added batches' failing rows sampled (their histories grow), and each batch's share of the
         stream's counters (by its failing rows); the pool is empty after."""
-        batches, self.batches, self.failing, self.held = self.batches, [], 0, 0
+        batches, failing = self.batches, self.counts
+        self.batches, self.counts, self.failing, self.held = [], [], 0, 0
         stats = DecodeStats()
-        failing = [len(b.rows(self.rules)) for b in batches]
         if not sum(failing):
             return [DecodeStats() for _ in batches]
         sample_again(self.sampler, batches, prompt, self.rules, self.text_of, stats, self.rows, self.ahead)
