@@ -71,15 +71,29 @@ def skipped(chunk: Chunk, segments: list[Segment]) -> list[tuple[Chunk, Standing
     return out
 
 
+def vad_speech(chunk: Chunk) -> bool:
+    """Whether the VAD speaks for speech in ``chunk``, for the no-speech rule (``QualityRules.is_silence``):
+    a planned chunk when any of its spans is in it; a stretch decoded again when it hears
+    ``MIN_SKIP_SPEECH_S`` there. A stretch is cut out of its chunk's spans, and keeps the edge of one
+    (0.0-0.4 s of a pad or a word's tail) as often as not: with that edge alone Whisper's no-speech
+    probability had to come with an unlikely text as well. On bench/longform.py's talk under pink
+    noise 30 dB below its speech (bench/noise.py), two re-decoded stretches of noise with under 0.05 s and
+    0.4 s of VAD speech at their edge read "Thank you." (no-speech probability 0.91 and 0.73, average
+    log-probability -0.92 and -0.85) and were kept."""
+    return hears_speech(chunk, chunk.start, chunk.end) if chunk.depth else chunk.speech
+
+
 def unheard(chunk: Chunk, passed: bool) -> bool:
-    """A stretch decoded again in which the VAD hears less than ``MIN_SKIP_SPEECH_S`` of speech and whose
-    decode failed openai's checks at every temperature (``passed`` False): its text is what Whisper makes
-    of music or noise, and is dropped. Such a stretch is decoded at all for a voice too quiet for the VAD,
-    which Whisper reads with a likely text. Measured on bench/hallucination.py's music gaps (4 sampler
-    seeds): "Thank you." or "Thanks for watching!" over the tones in every draw of three of the four
-    cases, each from the re-decode of the tones after the speech, where openai-whisper (a 30 s window of
-    tones: no speech by its rule) wrote nothing."""
-    return chunk.depth > 0 and not passed and not hears_speech(chunk, chunk.start, chunk.end)
+    """A stretch decoded again, or a planned chunk of audio the VAD rejected (a sound in a pause), in which
+    the VAD hears less than ``MIN_SKIP_SPEECH_S`` of speech and whose decode failed openai's checks at
+    every temperature (``passed`` False): its text is what Whisper makes of music or noise, and is
+    dropped. Such audio is decoded at all for a voice too quiet for the VAD, which Whisper reads with
+    a likely text. Measured on bench/hallucination.py's music gaps (4 sampler seeds): "Thank you." or
+    "Thanks for watching!" over the tones in every draw of three of the four cases, each from the
+    re-decode of the tones after the speech, where openai-whisper (a 30 s window of tones: no speech by
+    its rule) wrote nothing; on the talk under pink noise (``vad_speech``), a 14 s sound chunk of noise
+    read "Thank you." at every temperature (kept at 0.2, log-probability -1.23)."""
+    return (chunk.depth > 0 or not chunk.speech) and not passed and not hears_speech(chunk, chunk.start, chunk.end)
 
 
 def _after_leading_speech(chunk: Chunk) -> list[tuple[Chunk, Standing | None]]:
