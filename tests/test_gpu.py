@@ -71,7 +71,11 @@ def test_a_second_decode_of_the_same_batches_captures_no_graph(gpu_engine, audio
     before, captured, capture = set(graphs.graphs), [], graphs._capture
     monkeypatch.setattr(graphs, "_capture", lambda *a: captured.append(graphs.key(*a)) or capture(*a))
     gpu_engine.transcribe(clip, opts)
-    assert not captured, _moved(before, captured, graphs.capacity)
+    if captured:  # whether a third decode settles: allocations the first run kept may have moved the second's caches
+        second, kept = len(captured), set(graphs.graphs)
+        gpu_engine.transcribe(clip, opts)
+        third = f"; a third decode captured {len(captured) - second}:\n" + _moved(kept, captured[second:], graphs.capacity)
+        assert not captured, _moved(before, captured[:second], graphs.capacity) + third
 
 
 def _moved(before: set[tuple], captured: list[tuple], capacity: int) -> str:
