@@ -3,13 +3,20 @@ safeguards (temperature fallback, the no-speech rule, prompts, conditioning) as 
 
 from __future__ import annotations
 
+import subprocess
+
 import numpy as np
 import pytest
 
 from specwhisper.audio.loading import SAMPLE_RATE, load_audio
 from specwhisper.asr.decoding.greedy import GreedyDecoder
 from specwhisper.asr.engine import DecodeOptions
-from specwhisper.asr.decoding.fallback import QualityRules, temperature_schedule
+from specwhisper.asr.decoding.fallback import Attempt, QualityRules, temperature_schedule
+from specwhisper.asr.decoding.greedy import SequenceResult
+from specwhisper.asr.redecode import Standing
+from specwhisper.asr.scheduling import FileResults
+from specwhisper.audio.chunking import Chunk
+from specwhisper.results.transcript import Segment
 from specwhisper.evaluation.transcripts import build_long_file, normalize, wer
 from tests.exactness import drafting_factory
 
@@ -141,6 +148,44 @@ def test_speculation_after_a_text_prompt_is_token_identical(base_engine, eval_ro
         want = plain.decode(enc, prompt).sequences[0]
         got = decoder.decode(enc, prompt, features=feats).sequences[0]
         assert got.tokens == want.tokens and got.no_speech_prob == pytest.approx(want.no_speech_prob, abs=1e-5)
+
+
+def _phone_line(path, seconds: float, out) -> np.ndarray:
+    """The first ``seconds`` of ``path`` through a phone line as ffmpeg makes one (8 kHz, mu-law), as loaded."""
+    subprocess.run(["ffmpeg", "-loglevel", "error", "-y", "-i", str(path), "-t", str(seconds), "-ar", "8000",
+                    "-acodec", "pcm_mulaw", str(out)], check=True)
+    return load_audio(out)
+
+
+def test_a_thin_text_the_speech_after_its_pause_repeats_is_not_written_twice(base_engine, tmp_path):
+    """The first 31 s of bench/longform.py's conversation over a phone line: a quiet FLEURS clip (0.4-11.0 s),
+    then "I have a thousand thoughts about that thing." (12.2-14.0 s). The window's decode wrote that
+    sentence over the FLEURS clip (a thin segment), its re-decode wrote it alone, and the speech after
+    the VAD's pause, decoded alone, wrote it a second time in its place: the sentence stays once, there."""
+    talk = build_long_file("speakers", tmp_path, 600, seed=0)
+    audio = _phone_line(talk.path, 31, tmp_path / "phone.wav")
+    result = base_engine.transcribe(audio, DecodeOptions(language="en"))
+    said = [s for s in result.segments if "thousand thoughts" in s.text]
+    assert len(said) == 1 and said[0].start > 11.0, [(s.start, s.text) for s in result.segments]
+    assert "this is all very high pitched" in normalize(_text(result))
+
+
+def test_a_thin_text_stays_before_the_pause_when_the_speech_after_it_says_something_else():
+    """The rule's other side, on made-up segments: a thin text that the speech after the pause does not
+    begin with was the speech's before the pause (``redecode.after_first_pause``): both stay."""
+    sr = SAMPLE_RATE
+    passed = Attempt(SequenceResult([]), 0.0, 1.0)
+    for after, want in (("Middle of a sentence. If the reader will excuse me.", ["Middle of a sentence. If the reader will excuse me."]),
+                        ("If the reader will excuse me.", ["Middle of a sentence.", "If the reader will excuse me."])):
+        files = FileResults(1, [], conditioning=False)
+        window = Chunk(0, 20 * sr, ((0, 4 * sr), (5 * sr, 15 * sr)))
+        thin = Segment(start=0.0, end=15.0, text="Middle of a sentence.", tokens=[])
+        (stretch,) = files.take((0, window), [thin], [(window.part(0, 15 * sr), Standing([thin], thin=True))], passed)
+        again = Segment(start=0.0, end=15.0, text="Middle of a sentence.", tokens=[])  # no more words: discarded
+        (after_pause,) = files.take(stretch, [again], [], passed)
+        assert after_pause[1].start == 5 * sr and thin.end == 4.0  # the thin text ends at the pause
+        files.take(after_pause, [Segment(start=5.0, end=15.0, text=after, tokens=[])], [], passed)
+        assert [seg.text for seg in files.segments[0]] == want
 
 
 def test_condition_on_previous_text(base_engine, eval_root, tmp_path):

@@ -17,6 +17,7 @@ from typing import Callable, Hashable
 from specwhisper.asr import redecode
 from specwhisper.asr.redecode import Standing
 from specwhisper.asr.decoding.fallback import Attempt
+from specwhisper.asr.decoding.segments import repeats
 from specwhisper.asr.decoding.tokens import SpecialTokens
 from specwhisper.audio.chunking import Chunk
 from specwhisper.results.transcript import Segment
@@ -112,7 +113,10 @@ class FileResults:
         i, chunk = item
         standing = self._replaces.pop(item, None)
         depth = chunk.depth  # of the decode the segments come from
-        if standing is not None and standing.thin:  # the new text replaces a thin segment when it has more words
+        if standing is not None and standing.repeated:  # a thin text the speech after its pause repeats was that speech's
+            if repeats(segments, standing.segments[0]):
+                self.segments[i] = [s for s in self.segments[i] if s is not standing.segments[0]]
+        elif standing is not None and standing.thin:  # the new text replaces a thin segment when it has more words
             thin = standing.segments[0]
             if sum(len(s.text.split()) for s in segments) > len(thin.text.split()):
                 self.segments[i] = [s for s in self.segments[i] if s is not thin]

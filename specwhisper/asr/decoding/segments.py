@@ -53,6 +53,13 @@ def _words(text: str) -> list[str]:
     return ["".join(ch for ch in w.lower() if ch.isalnum()) for w in text.split()]
 
 
+def repeats(later: list[Segment], earlier: Segment) -> bool:
+    """Whether the text of ``later`` begins with every word of ``earlier`` (case and punctuation aside)."""
+    mine = [w for w in _words(earlier.text) if w]
+    theirs = [w for w in _words(" ".join(s.text for s in later)) if w]
+    return bool(mine) and theirs[: len(mine)] == mine
+
+
 def _overlap(tail: list[str], head: list[str], most: int = 5) -> int:
     """The longest n <= ``most`` with ``tail[-n:] == head[:n]`` (whisper_streaming's n-gram rule)."""
     for n in range(min(most, len(tail), len(head)), 0, -1):
