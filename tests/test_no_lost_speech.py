@@ -260,7 +260,8 @@ def test_after_first_pause_needs_a_pause_with_speech_after_it():
     chunk = Chunk(10 * sr, 20 * sr, ((10 * sr, 12 * sr), (13 * sr, 19 * sr)), depth=2)
     thin = Segment(10.0, 20.0, " middle of a sentence.")
     [(part, replaced)] = after_first_pause(chunk, thin)
-    assert (part.start, part.end, replaced, part.depth) == (13 * sr, 20 * sr, None, 3)
+    assert (part.start, part.end, part.depth) == (13 * sr, 20 * sr, 3)
+    assert replaced.segments == [thin] and replaced.repeated and not replaced.thin  # goes if the new text repeats it
     assert thin.end == 12.0
     # no pause inside, or too little speech after it: nothing more to decode
     assert after_first_pause(Chunk(10 * sr, 20 * sr, ((10 * sr, 19 * sr),)), Segment(10.0, 20.0, " x")) == []
