@@ -1,10 +1,11 @@
-"""Long files under a noise floor: what each system writes where the pauses are not digital silence.
+"""Long files under a noise floor and over a phone line: what each system writes where the audio is not clean.
 
-    python bench/noise.py [--snr 30,20] [--kinds dense,speakers] [--systems ours,openai-whisper,fw,fw batched]
+    python bench/noise.py [--snr 30,20] [--no-phone] [--kinds dense,speakers] [--systems ours,openai-whisper,fw,fw batched]
 
 bench/longform.py's two 10-minute files (the talk and the conversation, built from the public clips with
 their references) with pink noise added at ``--snr`` dB below the file's speech (the RMS of its samples
-above -80 dBFS; seed 0), and the clean files beside them. Their quiet clips (-55 to -68 dBFS, 30-45 dB
+above -80 dBFS; seed 0), the same files over a phone line (ffmpeg: 8 kHz, mu-law; each system loads the
+8 kHz file itself), and the clean files beside them. Their quiet clips (-55 to -68 dBFS, 30-45 dB
 under the loud ones) sink under the noise at 30 dB: no system can read them there, and what a system
 writes over them is what Whisper makes of noise. Each system transcribes each file in a process of its
 own, on the same embedded base weights, greedy, English given:
@@ -25,6 +26,7 @@ from __future__ import annotations
 import argparse
 import json
 import re
+import subprocess
 import sys
 import tempfile
 from pathlib import Path
@@ -48,6 +50,14 @@ def noisy_copy(path: Path, snr_db: float, out: Path, seed: int = 0) -> Path:
     if not out.is_file():
         audio, sr = sf.read(path, dtype="float32")
         sf.write(out, with_noise(audio, snr_db, seed), sr)
+    return out
+
+
+def phone_copy(path: Path, out: Path) -> Path:
+    """``path`` as a phone line carries it (8 kHz, mu-law), written to ``out`` (once)."""
+    if not out.is_file():
+        subprocess.run(["ffmpeg", "-loglevel", "error", "-y", "-i", str(path), "-ar", "8000", "-acodec", "pcm_mulaw",
+                        str(out)], check=True)
     return out
 
 
@@ -94,6 +104,7 @@ def main(argv: list[str] | None = None) -> int:
 
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--snr", default="30,20", help="noise levels, dB below the speech (default: 30,20)")
+    ap.add_argument("--no-phone", action="store_true", help="leave out the phone-line copies")
     ap.add_argument("--kinds", default="dense,speakers", help="files: dense, speakers (default: both)")
     ap.add_argument("--systems", default=",".join(SYSTEMS), help=f"comma-separated, of: {', '.join(SYSTEMS)}")
     ap.add_argument("--out", type=Path, default=ROOT / "bench" / "results" / "noise.json")
@@ -104,9 +115,11 @@ def main(argv: list[str] | None = None) -> int:
     runs = []
     for kind in args.kinds.split(","):
         f = build_long_file(kind, CACHE)
-        for snr in [None] + [float(s) for s in args.snr.split(",")]:
-            audio = f.path if snr is None else noisy_copy(f.path, snr, CACHE / f"{f.path.stem}-pink{snr:g}.wav")
-            condition = "clean" if snr is None else f"pink noise {snr:g} dB"
+        conditions = [("clean", None, f.path)]
+        conditions += [(f"pink noise {snr:g} dB", snr, noisy_copy(f.path, snr, CACHE / f"{f.path.stem}-pink{snr:g}.wav"))
+                       for snr in (float(x) for x in args.snr.split(","))]
+        conditions += [] if args.no_phone else [("phone line", None, phone_copy(f.path, CACHE / f"{f.path.stem}-phone.wav"))]
+        for condition, snr, audio in conditions:
             for system in systems:
                 row = dict(name=f"{system}, {kind}, {condition}", system=system, file=kind, condition=condition,
                            snr_db=snr, **scored(f.reference, transcribe(system, audio)))
