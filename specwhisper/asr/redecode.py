@@ -79,10 +79,10 @@ def vad_speech(chunk: Chunk) -> bool:
     a planned chunk when any of its spans is in it; a stretch decoded again when it hears
     ``MIN_SKIP_SPEECH_S`` there. A stretch is cut out of its chunk's spans and may keep the edge of one
     (a pad or a word's tail): with that edge alone Whisper's no-speech probability had to come with an
-    unlikely text as well. On bench/longform.py's talk under pink
-    noise 30 dB below its speech (bench/noise.py), two re-decoded stretches of noise with under 0.05 s and
-    0.4 s of VAD speech at their edge read "Thank you." (no-speech probability 0.91 and 0.73, average
-    log-probability -0.92 and -0.85) and were kept."""
+    unlikely text as well. On bench/longform.py's talk under pink noise 30 dB below its speech
+    (bench/noise.py), two re-decoded stretches of noise with under 0.05 s and 0.4 s of VAD speech at
+    their edge read "Thank you." (no-speech probability 0.91 and 0.73, average log-probability -0.92
+    and -0.85) and were kept."""
     return hears_speech(chunk, chunk.start, chunk.end) if chunk.depth else chunk.speech
 
 
