@@ -87,16 +87,16 @@ def vad_speech(chunk: Chunk) -> bool:
 
 
 def unheard(chunk: Chunk, passed: bool) -> bool:
-    """A stretch decoded again, or a planned chunk of audio the VAD rejected (a sound in a pause), in which
-    the VAD hears less than ``MIN_SKIP_SPEECH_S`` of speech and whose decode failed openai's checks at
-    every temperature (``passed`` False): its text is what Whisper makes of music or noise, and is
-    dropped. Such audio is decoded at all for a voice too quiet for the VAD, which Whisper reads with
-    a likely text. Measured on bench/hallucination.py's music gaps (4 sampler seeds): "Thank you." or
-    "Thanks for watching!" over the tones in every draw of three of the four cases, each from the
-    re-decode of the tones after the speech, where openai-whisper (a 30 s window of tones: no speech by
-    its rule) wrote nothing; on the talk under pink noise (``vad_speech``), a 14 s sound chunk of noise
-    read "Thank you." at every temperature (kept at 0.2, log-probability -1.23)."""
-    return (chunk.depth > 0 or not chunk.speech) and not passed and not hears_speech(chunk, chunk.start, chunk.end)
+    """A chunk the VAD does not speak for (``vad_speech``: a stretch decoded again in which it hears less
+    than ``MIN_SKIP_SPEECH_S`` of speech, or a planned chunk of audio it rejected, a sound in a pause)
+    whose decode failed openai's checks at every temperature (``passed`` False): its text is what
+    Whisper makes of music or noise, and is dropped. Such audio is decoded at all for a voice too quiet
+    for the VAD, which Whisper reads with a likely text. Measured on bench/hallucination.py's music gaps
+    (4 sampler seeds): "Thank you." or "Thanks for watching!" over the tones in every draw of three of
+    the four cases, each from the re-decode of the tones after the speech, where openai-whisper (a 30 s
+    window of tones: no speech by its rule) wrote nothing; on the talk under pink noise, a 14 s sound
+    chunk of noise read "Thank you." at every temperature (kept at 0.2, log-probability -1.23)."""
+    return not passed and not vad_speech(chunk)
 
 
 def _after_leading_speech(chunk: Chunk) -> list[tuple[Chunk, Standing | None]]:
