@@ -24,7 +24,7 @@ def speech_level(audio: np.ndarray) -> float:
     return float(np.sqrt(np.mean(loud.astype(np.float64) ** 2))) if len(loud) else 0.0
 
 
-def with_noise(audio: np.ndarray, snr_db: float, seed: int = 0, level: float | None = None) -> np.ndarray:
-    """``audio`` with pink noise ``snr_db`` below ``level`` (default: its own ``speech_level``)."""
-    level = speech_level(audio) if level is None else level
+def with_noise(audio: np.ndarray, snr_db: float, seed: int = 0) -> np.ndarray:
+    """``audio`` with pink noise ``snr_db`` below its ``speech_level``."""
+    level = speech_level(audio)
     return (audio + pink_noise(len(audio), seed) * np.float32(level * 10 ** (-snr_db / 20))).astype(np.float32)
