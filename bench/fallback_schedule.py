@@ -53,7 +53,6 @@ def main() -> None:
     import torch
 
     torch.set_num_threads(args.threads)
-    import specwhisper.asr.decoding.fallback as fallback
     import specwhisper.asr.decoding.greedy as greedy
     from bench.gpu_longform import long_files
     from specwhisper.asr.engine import AsrEngine, DecodeOptions
@@ -76,10 +75,10 @@ def main() -> None:
             turn += 1
             found, mine = {}, []
             loop_from = greedy.LOOP_CHECK_FROM
-            pool_batches = fallback.POOL_BATCHES
+            pool_batches = asr.fallback_pool
             for schedule in order:
                 asr.fallback_ahead, pooled, cut = SCHEDULES[schedule]
-                fallback.POOL_BATCHES = pooled or pool_batches
+                asr.fallback_pool = pooled or pool_batches
                 greedy.LOOP_CHECK_FROM = loop_from if cut else 10**9
                 t = time.perf_counter()
                 result = asr.transcribe(audio, DecodeOptions(language="en", batch_size=args.batch_size))
@@ -95,7 +94,7 @@ def main() -> None:
                            wer=round(wer([long.reference], [text]), 4), wall_s=round(wall, 1))
                 mine.append(run)
                 print(json.dumps(run), flush=True)
-            greedy.LOOP_CHECK_FROM, fallback.POOL_BATCHES = loop_from, pool_batches
+            greedy.LOOP_CHECK_FROM, asr.fallback_pool = loop_from, pool_batches
 
             def facts(result):
                 return [(seg.tokens, seg.temperature, seg.start, seg.end) for seg in result.segments]

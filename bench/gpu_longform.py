@@ -173,13 +173,11 @@ def row(system: str, f: dict, seconds: float, text: str, extra: dict) -> dict:
 def child_ours(cfg: dict) -> dict:
     import torch
 
-    from specwhisper.asr.decoding import fallback as pool
-    from specwhisper.asr.decoding.fallback import QualityRules
+    from specwhisper.asr.decoding.fallback import POOL_BATCHES, QualityRules
     from specwhisper.asr.drafters.choice import decoder_factory
     from specwhisper.asr.engine import AsrEngine, DecodeOptions
 
     t = time.perf_counter()
-    pooled = pool.POOL_BATCHES
     dev = cfg["device"]
     plain = AsrEngine(cfg["model"], device=dev, dtype=cfg["dtype"])
     auto = AsrEngine(cfg["model"], device=dev, bundle=plain.bundle, decoder_factory=decoder_factory("auto"))
@@ -203,7 +201,7 @@ def child_ours(cfg: dict) -> dict:
         # "none, no fallback": one temperature, as faster-whisper's batched pipeline decodes (it passes only the
         # first of its temperatures to CTranslate2); ours by default samples again where a window fails the checks
         fallback = {"quality": QualityRules(temperatures=(0.0,))} if draft.endswith("no fallback") else {}
-        pool.POOL_BATCHES = 1 if draft.endswith("a stream per batch") else pooled
+        engine.fallback_pool = 1 if draft.endswith("a stream per batch") else POOL_BATCHES
         opts = DecodeOptions(language="en", batch_size=batch, **fallback)
         engine.transcribe(warm, opts)  # graphs of this batch's shapes, kernels
         for f in files:
@@ -561,7 +559,7 @@ def main(argv: list[str] | None = None) -> int:
     # ours: the default batch (None: what the GPU's memory gives) first, then each batch, plain before auto
     # (auto's rows compare their tokens with plain's); all on the 10-minute files, then the default batch's
     # on the long file
-    # "a stream per batch": the fallback's samples of each batch in a stream of their own (FallbackPool.POOL_BATCHES
+    # "a stream per batch": the fallback's samples of each batch in a stream of their own (the engine's fallback_pool
     # 1), against the default's pooled streams
     configs = ([(d, None) for d in ("none", "none, a stream per batch", "none, no fallback", "auto")]
                + [(d, b) for b in batches for d in ("none", "auto")])

@@ -383,11 +383,11 @@ def test_a_gpus_pooled_fallback_gives_the_transcripts_in_fewer_steps(base_engine
     assert [{s[1] for s in f} for f in cpu] == [{0.2}, {0.0}, {0.0}, {0.4}]  # sampled where the greedy text failed
     assert len(streams) == 2  # a stream per batch
     monkeypatch.setattr(base_engine, "fallback_ahead", True)
-    monkeypatch.setattr(fallback, "POOL_BATCHES", 1)  # ahead, a stream per batch
+    monkeypatch.setattr(base_engine, "fallback_pool", 1)  # ahead, a stream per batch
     streams.clear()
     assert facts(base_engine.transcribe_many(audios, opts)) == cpu
     one_by_one = sum(streams)
-    monkeypatch.setattr(fallback, "POOL_BATCHES", 4)
+    monkeypatch.setattr(base_engine, "fallback_pool", 4)
     streams.clear()
     journal = ChunkCheckpoint.open(tmp_path / "journal.jsonl", "k")
     assert facts(base_engine.transcribe_many(audios, opts, journal=journal)) == cpu

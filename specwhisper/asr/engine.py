@@ -20,7 +20,7 @@ from specwhisper.asr.decoding.rules import WhisperLogitRules
 from specwhisper.asr.decoding.language import detect_language
 from specwhisper.hardware.device import resolve_device, resolve_dtype, synchronize
 from specwhisper.asr.features import LogMel
-from specwhisper.asr.decoding.fallback import Attempt, FallbackPool, Failing, QualityRules, first_attempts, kept
+from specwhisper.asr.decoding.fallback import POOL_BATCHES, Attempt, FallbackPool, Failing, QualityRules, first_attempts, kept
 from specwhisper.asr.decoding.language import normalize_language
 from specwhisper.hardware.memory import release_gpu_library_pages, release_torch_import_pages, trim_heap
 from specwhisper.asr.runtime.decoder import WhisperDecoderRuntime
@@ -188,6 +188,7 @@ class AsrEngine:
         # batches sampled together (``sample_again``, ``FallbackPool``): the same attempts, fewer decoder
         # steps, more rows' work; for a GPU, where a step costs about the same at any row count
         self.fallback_ahead = str(device).startswith("cuda")
+        self.fallback_pool = POOL_BATCHES  # with ``fallback_ahead``: the most batches sampled together
         if device == "cpu":
             release_torch_import_pages()  # pages only the import and the loading ran (specwhisper.hardware.memory)
 
@@ -370,7 +371,7 @@ class AsrEngine:
         # the fallback's samples of several batches in one stream on a GPU; a conditioned file's next
         # chunk follows the text of the one before, so its batches finish one by one
         pool = FallbackPool(self._sampler, opts.quality, self._text, rows, ahead=self.fallback_ahead,
-                            pooled=self.fallback_ahead and not conditioning)
+                            most_batches=self.fallback_pool if self.fallback_ahead and not conditioning else 1)
         waiting: list[FirstPass | Replayed] = []
 
         def finish() -> None:

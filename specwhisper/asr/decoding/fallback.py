@@ -307,23 +307,23 @@ def kept(history: list[list[Attempt]], rules: QualityRules) -> list[Attempt]:
     return [_final(h, rules) for h in history]
 
 
-POOL_BATCHES = 4  # the most batches whose failing rows wait for one ``sample_again`` (their encoder outputs are kept)
+POOL_BATCHES = 4  # a GPU's pool: the most batches whose failing rows wait for one ``sample_again`` (their encoder outputs are kept)
 
 
 class FallbackPool:
     """Batches whose first pass is done (``first_attempts``), their failing rows sampled together by one
-    ``sample_again`` when the pool is ``full``: ``pooled`` (a GPU's schedule, with ``ahead``) once
-    their failing rows would fill a batch of ``rows`` or ``POOL_BATCHES`` batches wait; otherwise after
-    every batch. One stream's last steps, where a few draws decode alone, are then paid once for
+    ``sample_again`` when the pool is ``full``: once their failing rows would fill a batch of ``rows``
+    or ``most_batches`` batches wait (a GPU's schedule, with ``ahead``: ``POOL_BATCHES``; 1: after every
+    batch). One stream's last steps, where a few draws decode alone, are then paid once for
     several batches. A chunk's samples are its own (``Draws.key``), so which batches share a stream
     changes the steps, not the attempts, where a row's numbers do not depend on the rows beside it.
     A batch an interrupted run finished is ``held`` in its place: the run that resumes it finishes
     the same batches together, so its work queues see what the first run's saw."""
 
     def __init__(self, sampler: Callable[[], SamplingDecoder], rules: QualityRules, text_of: Callable[[list[int]], str],
-                 rows: int, ahead: bool = False, pooled: bool = False):
+                 rows: int, ahead: bool = False, most_batches: int = 1):
         self.sampler, self.rules, self.text_of = sampler, rules, text_of
-        self.rows, self.ahead, self.pooled = rows, ahead, pooled
+        self.rows, self.ahead, self.most_batches = rows, ahead, most_batches
         self.batches: list[Failing] = []
         self.counts: list[int] = []  # each added batch's rows to sample
         self.failing = self.held = 0  # rows to sample, batches in the pool (held ones included)
@@ -341,7 +341,7 @@ class FallbackPool:
 
     @property
     def full(self) -> bool:
-        return not self.pooled or self.failing >= self.rows or self.held >= POOL_BATCHES
+        return self.held >= self.most_batches or self.failing >= self.rows
 
     def sample(self, prompt: list[int]) -> list[DecodeStats]:
         """The added batches' failing rows sampled (their histories grow), and each batch's share of the
