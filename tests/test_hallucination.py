@@ -128,7 +128,7 @@ def test_the_text_after_a_dropped_hallucination_waits_for_the_redecode():
     assert kept == segs[:1] and view.end == 10 * SAMPLE_RATE
     [(stretch, standing)] = again
     assert (stretch.start, stretch.end, stretch.depth) == (10 * SAMPLE_RATE, 30 * SAMPLE_RATE, 1)
-    assert standing.segments == segs[2:] and not standing.thin
+    assert standing.segments == segs[2:] and standing.kind == "after hallucination"
 
     deep = Chunk(chunk.start, chunk.end, chunk.voiced, depth=MAX_REDECODE_DEPTH)
     kept, view, again = screen(deep, segs, THRESHOLD, 30.0)

@@ -180,7 +180,7 @@ def test_a_thin_text_stays_before_the_pause_when_the_speech_after_it_says_someth
         files = FileResults(1, [], conditioning=False)
         window = Chunk(0, 20 * sr, ((0, 4 * sr), (5 * sr, 15 * sr)))
         thin = Segment(start=0.0, end=15.0, text="Middle of a sentence.", tokens=[])
-        (stretch,) = files.take((0, window), [thin], [(window.part(0, 15 * sr), Standing([thin], thin=True))], passed)
+        (stretch,) = files.take((0, window), [thin], [(window.part(0, 15 * sr), Standing([thin], "thin"))], passed)
         again = Segment(start=0.0, end=15.0, text="Middle of a sentence.", tokens=[])  # no more words: discarded
         (after_pause,) = files.take(stretch, [again], [], passed)
         assert after_pause[1].start == 5 * sr and thin.end == 4.0  # the thin text ends at the pause
@@ -261,7 +261,7 @@ def test_after_first_pause_needs_a_pause_with_speech_after_it():
     thin = Segment(10.0, 20.0, " middle of a sentence.")
     [(part, replaced)] = after_first_pause(chunk, thin)
     assert (part.start, part.end, part.depth) == (13 * sr, 20 * sr, 3)
-    assert replaced.segments == [thin] and replaced.repeated and not replaced.thin  # goes if the new text repeats it
+    assert replaced.segments == [thin] and replaced.kind == "repeated"  # goes if the new text repeats it
     assert thin.end == 12.0
     # no pause inside, or too little speech after it: nothing more to decode
     assert after_first_pause(Chunk(10 * sr, 20 * sr, ((10 * sr, 19 * sr),)), Segment(10.0, 20.0, " x")) == []

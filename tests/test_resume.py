@@ -185,8 +185,8 @@ def test_a_batch_replays_with_the_text_its_redecodes_may_replace(tmp_path):
     chunk = Chunk(0, 30 * 16000, ((0, 5 * 16000),))
     own = Segment(0.5, 4.0, " own", words=[Word(0.5, 4.0, " own", 0.9)], tokens=[7])
     after = Segment(25.5, 29.0, " after", words=[Word(25.5, 29.0, " after", 0.8)], tokens=[8])
-    again = [(chunk.part(8 * 16000, 30 * 16000), Standing([after], thin=False)),
-             (chunk.part(0, 4 * 16000), Standing([own], thin=True)), (chunk.part(5 * 16000, 8 * 16000), None)]
+    again = [(chunk.part(8 * 16000, 30 * 16000), Standing([after], "after hallucination")),
+             (chunk.part(0, 4 * 16000), Standing([own], "thin")), (chunk.part(5 * 16000, 8 * 16000), None)]
     attempt = Attempt(SequenceResult([7, 8], -2.0, 0.1), 0.4, 1.2, passed=False)
     path = tmp_path / ".x.partial.jsonl"
     ChunkCheckpoint.open(path, "k").record([(0, chunk)], [1, 2], [[own]], [again], [attempt], DecodeStats())

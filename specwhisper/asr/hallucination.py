@@ -164,5 +164,5 @@ def screen(chunk: Chunk, segments: list[Segment], threshold: float, file_end_s: 
     if cut is None:
         return [segments[i] for i in kept], chunk if end == len(segments) else _until(chunk, _span(segments[end])[0]), []
     rest = [segments[i] for i in kept if i > cut]
-    standing = Standing(rest, thin=False) if rest else None
+    standing = Standing(rest, "after hallucination") if rest else None
     return [segments[i] for i in kept if i < cut], _until(chunk, _span(segments[cut])[0]), [(c, standing) for c in again]

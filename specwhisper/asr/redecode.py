@@ -8,6 +8,7 @@ engine (``specwhisper.asr.engine``) queues what these rules return and decodes i
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Literal
 
 from specwhisper.results.transcript import Segment
 from specwhisper.audio.chunking import Chunk
@@ -26,15 +27,17 @@ MIN_PAUSE_S = 0.3  # a pause of the VAD's inside a thin segment that may part it
 @dataclass
 class Standing:
     """Text already decoded over a stretch queued again, which the stretch's new text may replace
-    (``specwhisper.asr.scheduling.FileResults``): a ``thin`` segment, replaced when the new text has
-    more words; the text after a hallucination that was dropped (``specwhisper.asr.hallucination``),
-    replaced unless the new decode failed the checks at every temperature; or (``repeated``) a thin
-    segment cut at a pause, replaced when the speech after the pause repeats its words
-    (``after_first_pause``)."""
+    (``specwhisper.asr.scheduling.FileResults``), by its ``kind``:
+
+    - ``"thin"``: a thin segment, replaced when the new text has more words;
+    - ``"after hallucination"``: the text after a hallucination that was dropped
+      (``specwhisper.asr.hallucination``), replaced unless the new decode failed the checks at every
+      temperature;
+    - ``"repeated"``: a thin segment cut at a pause, dropped when the speech after the pause repeats
+      its words (``after_first_pause``)."""
 
     segments: list[Segment]
-    thin: bool
-    repeated: bool = False
+    kind: Literal["thin", "after hallucination", "repeated"]
 
 
 def hears_speech(chunk: Chunk, start: int, end: int) -> bool:
@@ -69,7 +72,7 @@ def skipped(chunk: Chunk, segments: list[Segment]) -> list[tuple[Chunk, Standing
         ):
             out.append((chunk.part(cursor, a), None))
         if seg is not None and chunk.voiced_in(a, b) > (len(seg.text.split()) * THIN_S_PER_WORD + THIN_SLACK_S) * sr:
-            out.append((chunk.part(max(a, chunk.start), min(b, chunk.end)), Standing([seg], thin=True)))
+            out.append((chunk.part(max(a, chunk.start), min(b, chunk.end)), Standing([seg], "thin")))
         cursor = max(cursor, b)
     return out
 
@@ -117,7 +120,7 @@ def after_first_pause(chunk: Chunk, thin: Segment) -> list[tuple[Chunk, Standing
     same few words over the whole stretch twice. When the VAD hears a pause of ``MIN_PAUSE_S`` or more
     in it, with ``MIN_SKIP_SPEECH_S`` of speech after, that speech is decoded alone as new text: the
     thin text stays for the speech before the pause, its segment (and its words) ending there, unless
-    the new text begins with its words (``Standing.repeated``): then they were the later speech's,
+    the new text begins with its words (a ``"repeated"`` ``Standing``): then they were the later speech's,
     stretched back over speech Whisper could not read, and the thin segment goes. On the built
     conversation over a phone line (8 kHz mu-law): "I have a thousand thoughts about that thing." (at
     12.2-14.0 s) was written at 0.4-11.0 s over a quiet FLEURS clip, then again alone from 12.15 s: twice.
@@ -135,5 +138,5 @@ def after_first_pause(chunk: Chunk, thin: Segment) -> list[tuple[Chunk, Standing
             thin.end = max(thin.start, min(thin.end, at))
             for w in thin.words:
                 w.end, w.start = min(w.end, at), min(w.start, at)
-            return [(chunk.part(start, chunk.end), Standing([thin], thin=False, repeated=True))]
+            return [(chunk.part(start, chunk.end), Standing([thin], "repeated"))]
     return []

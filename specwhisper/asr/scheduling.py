@@ -113,16 +113,17 @@ class FileResults:
         i, chunk = item
         standing = self._replaces.pop(item, None)
         depth = chunk.depth  # of the decode the segments come from
-        if standing is not None and standing.repeated:  # a thin text the speech after its pause repeats was that speech's
+        kind = None if standing is None else standing.kind
+        if kind == "repeated":  # a thin text the speech after its pause repeats was that speech's
             if repeats(segments, standing.segments[0]):
                 self.segments[i] = [s for s in self.segments[i] if s is not standing.segments[0]]
-        elif standing is not None and standing.thin:  # the new text replaces a thin segment when it has more words
+        elif kind == "thin":  # the new text replaces a thin segment when it has more words
             thin = standing.segments[0]
             if sum(len(s.text.split()) for s in segments) > len(thin.text.split()):
                 self.segments[i] = [s for s in self.segments[i] if s is not thin]
             else:  # discarded, and so are the stretches it skipped, but the speech after a pause
                 segments, skipped = [], redecode.after_first_pause(chunk, thin)
-        elif standing is not None and not attempt.passed:  # the text after a dropped hallucination stays
+        elif kind == "after hallucination" and not attempt.passed:  # the text after a dropped hallucination stays
             segments, skipped, depth = standing.segments, [], chunk.depth - 1
         self.segments[i].extend(segments)
         if depth:

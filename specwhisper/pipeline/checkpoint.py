@@ -168,7 +168,8 @@ class ChunkCheckpoint:
             segs = [_segment(s) for s in c["segments"]]
             per_chunk.append(segs)
             def standing(d):
-                return None if d is None else Standing([segs[s] if isinstance(s, int) else _segment(s) for s in d["segments"]], d["thin"])
+                return None if d is None else Standing([segs[s] if isinstance(s, int) else _segment(s) for s in d["segments"]],
+                                                      "thin" if d["thin"] else "after hallucination")
 
             again.append([(chunk.part(a, b), standing(d)) for a, b, d in c["skipped"]])
             attempts.append(Attempt(SequenceResult(**c["seq"]), c["temperature"], c["compression_ratio"], c["passed"]))
@@ -182,8 +183,8 @@ class ChunkCheckpoint:
                 own = next((k for k, s in enumerate(segs) if s is seg), None)
                 return own if own is not None else asdict(seg)
 
-            def standing(st):
-                return None if st is None else {"thin": st.thin, "segments": [ref(s) for s in st.segments]}
+            def standing(st):  # a decode's own standings are "thin" or "after hallucination" ("repeated": FileResults')
+                return None if st is None else {"thin": st.kind == "thin", "segments": [ref(s) for s in st.segments]}
 
             chunks.append({"segments": [asdict(s) for s in segs], "skipped": [[c.start, c.end, standing(st)] for c, st in skipped],
                            "seq": asdict(a.seq), "temperature": a.temperature, "compression_ratio": a.compression_ratio,
