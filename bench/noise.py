@@ -1,11 +1,14 @@
 """Long files under a noise floor and over a phone line: what each system writes where the audio is not clean.
 
-    python bench/noise.py [--snr 30,20] [--no-phone] [--kinds dense,speakers] [--systems ours,openai-whisper,fw,fw batched]
+    python bench/noise.py [--snr 30,20] [--no-phone] [--rooms 0.7] [--no-clean] [--kinds dense,speakers]
+                          [--systems ours,openai-whisper,fw,fw batched] [--out FILE]
 
 bench/longform.py's two 10-minute files (the talk and the conversation, built from the public clips with
 their references) with pink noise added at ``--snr`` dB below the file's speech (the RMS of its samples
 above -80 dBFS; seed 0), the same files over a phone line (ffmpeg: 8 kHz, mu-law; each system loads the
-8 kHz file itself), and the clean files beside them. Their quiet clips (-55 to -68 dBFS, 30-45 dB
+8 kHz file itself), the same files in a reverberant room (``--rooms``: the reverberation time RT60 in
+seconds; a synthetic impulse response, ``specwhisper.evaluation.noise.room_response``: the direct sound
+and a decaying tail of equal energy), and the clean files beside them. Their quiet clips (-55 to -68 dBFS, 30-45 dB
 under the loud ones) sink under the noise at 30 dB: no system can read them there, and what a system
 writes over them is what Whisper makes of noise. Each system transcribes each file in a process of its
 own, on the same embedded base weights, greedy, English given:
@@ -50,6 +53,18 @@ def noisy_copy(path: Path, snr_db: float, out: Path, seed: int = 0) -> Path:
     if not out.is_file():
         audio, sr = sf.read(path, dtype="float32")
         sf.write(out, with_noise(audio, snr_db, seed), sr)
+    return out
+
+
+def room_copy(path: Path, rt60_s: float, out: Path) -> Path:
+    """``path`` heard in a room of reverberation time ``rt60_s``, written to ``out`` (once)."""
+    import soundfile as sf
+
+    from specwhisper.evaluation.noise import in_room
+
+    if not out.is_file():
+        audio, sr = sf.read(path, dtype="float32")
+        sf.write(out, in_room(audio, rt60_s, sr), sr)
     return out
 
 
@@ -105,6 +120,8 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--snr", default="30,20", help="noise levels, dB below the speech (default: 30,20)")
     ap.add_argument("--no-phone", action="store_true", help="leave out the phone-line copies")
+    ap.add_argument("--rooms", default="0.7", help="reverberation times of the room copies, seconds (default: 0.7)")
+    ap.add_argument("--no-clean", action="store_true", help="leave out the clean files")
     ap.add_argument("--kinds", default="dense,speakers", help="files: dense, speakers (default: both)")
     ap.add_argument("--systems", default=",".join(SYSTEMS), help=f"comma-separated, of: {', '.join(SYSTEMS)}")
     ap.add_argument("--out", type=Path, default=ROOT / "bench" / "results" / "noise.json")
@@ -115,10 +132,12 @@ def main(argv: list[str] | None = None) -> int:
     runs = []
     for kind in args.kinds.split(","):
         f = build_long_file(kind, CACHE)
-        conditions = [("clean", None, f.path)]
+        conditions = [] if args.no_clean else [("clean", None, f.path)]
         conditions += [(f"pink noise {snr:g} dB", snr, noisy_copy(f.path, snr, CACHE / f"{f.path.stem}-pink{snr:g}.wav"))
-                       for snr in (float(x) for x in args.snr.split(","))]
+                       for snr in (float(x) for x in args.snr.split(",") if x)]
         conditions += [] if args.no_phone else [("phone line", None, phone_copy(f.path, CACHE / f"{f.path.stem}-phone.wav"))]
+        conditions += [(f"room RT60 {rt:g} s", None, room_copy(f.path, rt, CACHE / f"{f.path.stem}-room{rt:g}.wav"))
+                       for rt in (float(x) for x in args.rooms.split(",") if x)]
         for condition, snr, audio in conditions:
             for system in systems:
                 row = dict(name=f"{system}, {kind}, {condition}", system=system, file=kind, condition=condition,

@@ -28,3 +28,25 @@ def with_noise(audio: np.ndarray, snr_db: float, seed: int = 0) -> np.ndarray:
     """``audio`` with pink noise ``snr_db`` below its ``speech_level``."""
     level = speech_level(audio)
     return (audio + pink_noise(len(audio), seed) * np.float32(level * 10 ** (-snr_db / 20))).astype(np.float32)
+
+
+def room_response(rt60_s: float, sample_rate: int = 16000, seed: int = 0) -> np.ndarray:
+    """A room's impulse response, the usual synthetic one: the direct sound, then from 5 ms on a tail of
+    white noise decaying by 60 dB in ``rt60_s`` seconds, its energy that of the direct sound (a talker a
+    metre or two from the microphone in a meeting room), a function of ``seed``."""
+    n = int(rt60_s * sample_rate)
+    t = np.arange(n) / sample_rate
+    tail = np.random.default_rng(seed).standard_normal(n) * 10 ** (-3 * t / rt60_s)
+    tail[: int(0.005 * sample_rate)] = 0.0
+    tail /= np.sqrt(np.sum(tail**2))
+    tail[0] = 1.0
+    return tail.astype(np.float32)
+
+
+def in_room(audio: np.ndarray, rt60_s: float, sample_rate: int = 16000, seed: int = 0) -> np.ndarray:
+    """``audio`` as a microphone in a room hears it (``room_response``), at its own ``speech_level``."""
+    from scipy.signal import fftconvolve
+
+    wet = fftconvolve(audio.astype(np.float64), room_response(rt60_s, sample_rate, seed))[: len(audio)]
+    level = speech_level(audio)
+    return (wet * (level / max(speech_level(wet.astype(np.float32)), 1e-12))).astype(np.float32)
