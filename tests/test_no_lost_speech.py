@@ -188,6 +188,41 @@ def test_a_thin_text_stays_before_the_pause_when_the_speech_after_it_says_someth
         assert [seg.text for seg in files.segments[0]] == want
 
 
+def test_a_thin_text_the_speech_after_the_new_text_repeats_goes():
+    """``redecode.after_new_text`` on made-up segments: the speech after the pause wrote other words and
+    ended before more speech; that speech is decoded alone, and the thin text goes when it repeats
+    it, stays when it does not."""
+    sr = SAMPLE_RATE
+    passed = Attempt(SequenceResult([]), 0.0, 1.0)
+    for last, want in (("Loud words here.", ["Quiet sentence.", "Loud words here."]),
+                       ("Something else.", ["Loud words here.", "Quiet sentence.", "Something else."])):
+        files = FileResults(1, [], conditioning=False)
+        window = Chunk(0, 30 * sr, ((0, 4 * sr), (5 * sr, 12 * sr), (15 * sr, 28 * sr)))
+        thin = Segment(start=0.0, end=28.0, text="Loud words here.", tokens=[])
+        (stretch,) = files.take((0, window), [thin], [(window.part(0, 28 * sr), Standing([thin], "thin"))], passed)
+        (after_pause,) = files.take(stretch, [Segment(0.0, 28.0, "Loud words here.", tokens=[])], [], passed)
+        assert after_pause[1].start == 5 * sr
+        (after_text,) = files.take(after_pause, [Segment(5.0, 12.0, "Quiet sentence.", tokens=[])], [], passed)
+        assert (after_text[1].start, after_text[1].end) == (15 * sr, 28 * sr)
+        assert files.take(after_text, [Segment(15.0, 28.0, last, tokens=[])], [], passed) == []
+        assert [seg.text for seg in files.segments[0]] == want
+
+
+def test_a_loud_voice_dated_over_a_quiet_one_before_it_is_moved_to_where_it_speaks(base_engine, tmp_path):
+    """bench/longform.py's talk (seed 0) from 65.74 s to 106 s: a FLEURS clip at -49 dBFS (3.8-14.4 s of the
+    cut), then JFK at -17 dBFS (15.1-26.1 s). The window wrote JFK's words from its start (a thin
+    segment), so did its re-decode, and the speech after the first pause wrote the FLEURS sentence
+    alone (``redecode.after_first_pause``); JFK's words stayed dated 0.2-2.9 s, before it. The speech
+    after that text, decoded alone, repeats them (``redecode.after_new_text``): they move there."""
+    talk = build_long_file("dense", tmp_path, 600, seed=0)
+    audio = load_audio(talk.path)[round(65.74 * SAMPLE_RATE) : 106 * SAMPLE_RATE]
+    result = base_engine.transcribe(audio, DecodeOptions(language="en"))
+    jfk = [s for s in result.segments if "fellow americans" in normalize(s.text)]
+    fleurs = [s for s in result.segments if "communication channels" in normalize(s.text)]
+    assert len(jfk) == len(fleurs) == 1 and fleurs[0].start < 14.0 < jfk[0].start, [(s.start, s.text) for s in result.segments]
+    assert normalize(_text(result)).count("ask not what your country") == 1
+
+
 def test_condition_on_previous_text(base_engine, eval_root, tmp_path):
     long = build_long_file("dense", tmp_path, 60)
     audio = load_audio(long.path)

@@ -117,6 +117,8 @@ class FileResults:
         if kind == "repeated":  # a thin text the speech after its pause repeats was that speech's
             if repeats(segments, standing.segments[0]):
                 self.segments[i] = [s for s in self.segments[i] if s is not standing.segments[0]]
+            else:  # or the speech after this text's
+                skipped = skipped or redecode.after_new_text(chunk, segments, standing.segments[0])
         elif kind == "thin":  # the new text replaces a thin segment when it has more words
             thin = standing.segments[0]
             if sum(len(s.text.split()) for s in segments) > len(thin.text.split()):
