@@ -146,7 +146,7 @@ def main(argv: list[str] | None = None) -> int:
         ap.error(f"unknown system '{unknown[0]}'")
     files = {k: build_long_file(k, CACHE, args.minutes * 60) for k in args.kinds.split(",")}
     for k, f in files.items():
-        print(f"{k}: {f.path.name}, {f.duration:.0f} s, {f.clips} clips", flush=True)
+        print(f"{k}: {f.path.name}, {f.duration:.0f} s, {len(f.clips)} clips", flush=True)
 
     results: dict[tuple[str, str, str], dict] = {}
     turn = 0
@@ -205,7 +205,7 @@ def save(results: dict[tuple[str, str, str], dict], files: dict, args, complete:
         runs.append(row)
     args.out.write_text(json.dumps({
         "machine": machine(args.threads) + f"; loaded condition: {args.load} busy processes beside the measured one",
-        "files": {k: dict(name=f.path.name, audio_s=round(f.duration, 1), clips=f.clips) for k, f in files.items()},
+        "files": {k: dict(name=f.path.name, audio_s=round(f.duration, 1), clips=len(f.clips)) for k, f in files.items()},
         "note": "each run a fresh process (imports and model loading included), measured with os.wait4; wall_s, cpu_s "
                 "(user+system, all threads), peak_rss_mb; systems interleaved file by file; same base weights, greedy, "
                 "language en; WER after Whisper's English normaliser",

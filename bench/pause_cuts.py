@@ -9,9 +9,10 @@ pieces decoded too.
 
 A voice too quiet for the VAD can fill what the VAD calls a pause; cut in its middle, its sentence is
 split across two windows and may be lost in both, and packed beside loud speech it is below Whisper's
-range. Per file and cut: WER against the clips' references, windows decoded (re-decoded stretches
-included) and wall seconds; the cuts of a file run back to back. Whisper base, English given, greedy with
-openai's temperature fallback.
+range. Per file and cut: WER against the clips' references, ``misdated`` (segments dated away from the
+clip whose words they hold: ``specwhisper.evaluation.transcripts.misdated``), windows decoded
+(re-decoded stretches included) and wall seconds; the cuts of a file run back to back. Whisper base,
+English given, greedy with openai's temperature fallback.
 
 Writes bench/results/pause_cuts.json.
 """
@@ -46,7 +47,7 @@ def main() -> None:
     import specwhisper.audio.chunking as chunking
     from specwhisper.audio.chunking import MIN_PIECE_S, SOUNDING_DB, frame_levels
     from specwhisper.audio.loading import load_audio
-    from specwhisper.evaluation.transcripts import build_long_file, wer
+    from specwhisper.evaluation.transcripts import build_long_file, misdated, wer
 
     # levels None: plan_chunks cuts at the middle; an infinite SOUNDING_DB finds no sound in a pause;
     # MIN_PIECE_S 0 decodes every piece
@@ -69,13 +70,15 @@ def main() -> None:
                 wall = time.perf_counter() - t
                 text = " ".join(s.text for s in result.segments)
                 run = dict(name=f"{kind} seed {seed}: {cut}", kind=kind, seed=seed, cut=cut,
-                           wer=round(wer([long.reference], [text]), 4), windows=len(result.chunks),
+                           wer=round(wer([long.reference], [text]), 4), misdated=len(misdated(result.segments, long.clips)),
+                           windows=len(result.chunks),
                            wall_s=round(wall, 1), rtf=round(wall / long.duration, 4))
                 print(json.dumps(run), flush=True)
                 runs.append(run)
     for cut in cuts:
         mine = [r for r in runs if r["cut"] == cut]
         runs.append(dict(name=f"mean: {cut}", cut=cut, files=len(mine), wer=round(sum(r["wer"] for r in mine) / len(mine), 4),
+                         misdated=sum(r["misdated"] for r in mine),
                          windows=sum(r["windows"] for r in mine), wall_s=round(sum(r["wall_s"] for r in mine), 1)))
         print(json.dumps(runs[-1]), flush=True)
     args.out.write_text(json.dumps({"machine": machine(args.threads), "runs": runs}, indent=1) + "\n")

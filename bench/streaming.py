@@ -70,7 +70,7 @@ def main() -> int:
     for encoder in (("window", "audio") if args.encoder == "both" else (args.encoder,)):
         runs += live_rows(engine, audio, args.chunk, encoder, pairs, long.reference, offline_text, duration)
         pairs.rows.clear()
-    print(f"{duration:.0f} s audio ({long.clips} clips), {args.chunk} s pieces, {args.threads} thread(s)")
+    print(f"{duration:.0f} s audio ({len(long.clips)} clips), {args.chunk} s pieces, {args.threads} thread(s)")
     runs.append({"name": "offline transcript (whole file, plain)", "wer": round(wer([long.reference], [offline_text]), 4),
                  "rtf": round(offline_s / duration, 4)})
     out = args.out

@@ -78,9 +78,29 @@ def test_long_files_built_from_the_public_clips(tmp_path, eval_root):
     for f in (dense, talk):
         info = sf.info(str(f.path))
         assert info.samplerate == 16000 and info.channels == 1
-        assert f.duration >= 60 and f.clips >= 5
+        assert f.duration >= 60 and len(f.clips) >= 5
         assert len(f.reference.split()) > 100
     again = build_long_file("dense", tmp_path, min_seconds=60)  # cached: the same file and reference
     assert again == dense
+    # each clip's place: the reference is theirs in order, the dense talk's pauses between them are silence
+    audio, sr = load_audio(dense.path), 16000
+    assert " ".join(c.reference for c in dense.clips) == dense.reference
+    for a, b in zip(dense.clips, dense.clips[1:]):
+        pause = audio[round(a.end * sr) : round(b.start * sr)]
+        assert 0.3 * sr - 2 <= len(pause) <= 0.8 * sr and not pause.any()
+        assert audio[round(b.start * sr) : round(b.start * sr) + sr // 2].any()  # the quiet clips too (-64 dBFS)
     with pytest.raises(ValueError, match="kind must be one of"):
         build_long_file("music", tmp_path)
+
+
+def test_misdated_finds_a_segment_away_from_the_clip_that_holds_its_words():
+    from specwhisper.evaluation.transcripts import Clip, misdated
+    from specwhisper.results.transcript import Segment
+
+    clips = (Clip(0.0, 5.0, "en", "the cabbage juice changes color"), Clip(6.0, 17.0, "en", "and so my fellow americans ask not"))
+    right = [Segment(0.2, 4.8, " The cabbage juice changes color."), Segment(6.5, 16.0, " And so my fellow Americans, ask not")]
+    early = Segment(0.2, 2.9, " And so my fellow Americans, ask not")
+    assert misdated(right, clips) == []
+    assert misdated([right[0], early], clips) == [early]
+    assert misdated([Segment(0.2, 2.9, " Fellow Americans")], clips) == []  # under three words: no verdict
+    assert misdated([Segment(0.2, 4.8, " Something else entirely here.")], clips) == []  # no clip's words

@@ -108,13 +108,24 @@ def read_textgrid_words(path: Path, tier: str = "words") -> list[tuple[float, fl
 
 
 @dataclass(frozen=True)
+class Clip:
+    """One clip inside a built file: where it is (seconds), its language and its reference."""
+
+    start: float
+    end: float
+    language: str
+    reference: str
+
+
+@dataclass(frozen=True)
 class LongFile:
-    """A long recording built from the public clips: where it is, how long, and its reference text."""
+    """A long recording built from the public clips: where it is, how long, its reference text, and
+    each clip's place in it."""
 
     path: Path
     duration: float
     reference: str
-    clips: int
+    clips: tuple[Clip, ...]
 
 
 LONG_KINDS = ("dense", "speakers")
@@ -167,29 +178,42 @@ def build_long_file(kind: str, out_dir: Path, min_seconds: float = 600.0, seed: 
             total += item.duration + gap[0]  # the shortest pause: the file is at least this long
             if total >= min_seconds:
                 break
-    if not (path.is_file() and ref_path.is_file()):
-        pieces = []
-        for item in order:
-            audio = load_audio(item.path)
-            if kind == "speakers":
-                audio = audio * np.float32(10 ** (rng.uniform(-8, 4) / 20))
-            pieces += [np.clip(audio, -1, 1), np.zeros(int(rng.uniform(*gap) * SAMPLE_RATE), np.float32)]
+    build = not (path.is_file() and ref_path.is_file())
+    pieces, clips, cursor = [], [], 0
+    for item in order:
+        audio = load_audio(item.path)
+        if kind == "speakers":
+            audio = audio * np.float32(10 ** (rng.uniform(-8, 4) / 20))
+        pause = np.zeros(int(rng.uniform(*gap) * SAMPLE_RATE), np.float32)
+        clips.append(Clip(cursor / SAMPLE_RATE, (cursor + len(audio)) / SAMPLE_RATE, item.language, item.reference))
+        cursor += len(audio) + len(pause)
+        if build:
+            pieces += [np.clip(audio, -1, 1), pause]
+    if build:
         out_dir.mkdir(parents=True, exist_ok=True)
         tmp = path.with_suffix(".tmp.wav")
         sf.write(tmp, np.concatenate(pieces), SAMPLE_RATE, subtype="PCM_16")
         tmp.replace(path)
         ref_path.write_text(" ".join(i.reference for i in order) + "\n")
-    return LongFile(path, sf.info(str(path)).duration, ref_path.read_text().strip(), len(order))
+    return LongFile(path, sf.info(str(path)).duration, ref_path.read_text().strip(), tuple(clips))
 
 
-@dataclass(frozen=True)
-class Clip:
-    """One clip inside a built file: where it is (seconds), its language and its reference."""
-
-    start: float
-    end: float
-    language: str
-    reference: str
+def misdated(segments: list, clips: tuple[Clip, ...], min_words: int = 3, share: float = 0.7, slack_s: float = 1.0) -> list:
+    """The ``segments`` (anything with ``start``, ``end``, ``text``) dated away from the clip that holds
+    their words: of ``min_words`` or more, ``share`` of their words (normalised) are in one clip's
+    reference, and in none of the clips their time overlaps (``slack_s`` either side). WER sees such a
+    segment only when it changes the words' order; a subtitle shows it while another voice speaks."""
+    refs = [set(normalize(c.reference).split()) for c in clips]
+    out = []
+    for seg in segments:
+        words = normalize(seg.text).split()
+        if len(words) < min_words:
+            continue
+        holds = [sum(w in ref for w in words) >= share * len(words) for ref in refs]
+        near = [c.start - slack_s < seg.end and seg.start < c.end + slack_s for c in clips]
+        if any(holds) and not any(h and n for h, n in zip(holds, near)):
+            out.append(seg)
+    return out
 
 
 @dataclass(frozen=True)
