@@ -188,6 +188,23 @@ def test_a_thin_text_stays_before_the_pause_when_the_speech_after_it_says_someth
         assert [seg.text for seg in files.segments[0]] == want
 
 
+def test_a_repeat_may_slip_one_word_in_five():
+    from specwhisper.asr.decoding.segments import repeats
+
+    def said(*texts):
+        return [Segment(0.0, 1.0, t) for t in texts]
+
+    jfk = Segment(0.0, 3.0, " And so my fellow Americans, ask not what your country")
+    assert repeats(said(" And so my fellow Americans ask not what your country can do"), jfk)
+    assert repeats(said(" So, my fellow Americans,", " ask not what your country can do for you"), jfk)  # one left out
+    assert repeats(said(" And so my fellow American, ask not what you country"), jfk)  # two written otherwise of ten
+    assert not repeats(said(" And so my friends, ask what your nation can do"), jfk)  # four
+    assert not repeats(said(" However, due to the slow communication channels"), jfk)
+    short = Segment(0.0, 3.0, " Middle of a sentence.")
+    assert repeats(said(" middle of a sentence, if the reader"), short)
+    assert not repeats(said(" Middle of the sentence."), short)  # under five words: every word
+
+
 def test_a_thin_text_the_speech_after_the_new_text_repeats_goes():
     """``redecode.after_new_text`` on made-up segments: the speech after the pause wrote other words and
     ended before more speech; that speech is decoded alone, and the thin text goes when it repeats

@@ -53,11 +53,24 @@ def _words(text: str) -> list[str]:
     return ["".join(ch for ch in w.lower() if ch.isalnum()) for w in text.split()]
 
 
+REPEAT_SLIPS = 0.2  # of a repeated text's words, the share (rounded down) that may differ in its repeat
+
+
 def repeats(later: list[Segment], earlier: Segment) -> bool:
-    """Whether the text of ``later`` begins with every word of ``earlier`` (case and punctuation aside)."""
+    """Whether the text of ``later`` begins with the words of ``earlier`` (case and punctuation aside), up
+    to one word in five (``REPEAT_SLIPS``, rounded down: a text under five words exactly) written
+    otherwise, left out or added: two decodes of one voice, one over a longer stretch, differ in a
+    word as often as not ("And so my fellow Americans" / "So my fellow Americans")."""
     mine = [w for w in _words(earlier.text) if w]
     theirs = [w for w in _words(" ".join(s.text for s in later)) if w]
-    return bool(mine) and theirs[: len(mine)] == mine
+    if not mine:
+        return False
+    row = list(range(len(theirs) + 1))  # word edit distance of mine[:i] to each prefix of theirs
+    for i, word in enumerate(mine, 1):
+        prev, row = row, [i] + [0] * len(theirs)
+        for j, other in enumerate(theirs, 1):
+            row[j] = min(prev[j] + 1, row[j - 1] + 1, prev[j - 1] + (word != other))
+    return min(row) <= int(len(mine) * REPEAT_SLIPS)
 
 
 def _overlap(tail: list[str], head: list[str], most: int = 5) -> int:
