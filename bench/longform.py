@@ -48,7 +48,8 @@ CACHE = ROOT / "bench" / ".cache"
 
 
 def _fw_child(audio_path: str, compute_type: str, batched: bool, threads: int, out_txt: str) -> None:
-    """faster-whisper in this (child) process: transcribe, write the text."""
+    """faster-whisper in this (child) process: transcribe, write the text (and its timed segments beside it,
+    ``.segments.json``)."""
     from faster_whisper import BatchedInferencePipeline, WhisperModel
 
     from specwhisper.asr.weights.loader import write_ct2_folder
@@ -59,7 +60,14 @@ def _fw_child(audio_path: str, compute_type: str, batched: bool, threads: int, o
         segments, _ = BatchedInferencePipeline(model).transcribe(audio_path, language="en", beam_size=1, batch_size=8)
     else:
         segments, _ = model.transcribe(audio_path, language="en", beam_size=1)
+    segments = list(segments)
     Path(out_txt).write_text(" ".join(s.text.strip() for s in segments))
+    timed(out_txt).write_text(json.dumps([dict(start=s.start, end=s.end, text=s.text) for s in segments]))
+
+
+def timed(out_txt: str | Path) -> Path:
+    """Where a peer's child writes its timed segments, beside its text: [{start, end, text}, ...]."""
+    return Path(out_txt).with_suffix(".segments.json")
 
 
 def _ours(system: str) -> tuple[list[str], str]:
@@ -101,13 +109,16 @@ def measured(cmd: list[str], cwd: Path, pythonpath: Path, what: str) -> dict:
 
 
 def run_one(system: str, audio: Path, threads: int) -> dict:
-    """One system on one file in a fresh process: wall, CPU seconds, peak RSS and the transcript."""
+    """One system on one file in a fresh process: wall, CPU seconds, peak RSS, the transcript and its timed
+    segments ({start, end, text})."""
     out_dir = Path(tempfile.mkdtemp(prefix="longform-"))
     run = measured(_command(system, audio, threads, out_dir), ROOT, ROOT, f"{system} on {audio.name}")
     text = (out_dir / (audio.stem + ".txt")).read_text()
     ours = out_dir / (audio.stem + ".json")
-    tokens = [s["tokens"] for s in json.loads(ours.read_text())["segments"]] if ours.is_file() else None
-    return dict(run, text=text, tokens=tokens)
+    segments = json.loads((ours if ours.is_file() else timed(out_dir / (audio.stem + ".txt"))).read_text())
+    segments = segments["segments"] if isinstance(segments, dict) else segments
+    tokens = [s["tokens"] for s in segments] if ours.is_file() else None
+    return dict(run, text=text, tokens=tokens, segments=[dict(start=s["start"], end=s["end"], text=s["text"]) for s in segments])
 
 
 class Load:

@@ -20,8 +20,10 @@ own, on the same embedded base weights, greedy, English given:
   ``BatchedInferencePipeline`` (batch 8, its silero VAD), float32.
 
 Per file and system: WER, words written, deleted and inserted words (jiwer's alignment after the
-normalizer), and ``thank_you``: how often "thank you" appears where the reference has none (the
-phrase Whisper writes most over noise; the references hold none). Writes bench/results/noise.json.
+normalizer), ``thank_you``: how often "thank you" appears where the reference has none (the phrase
+Whisper writes most over noise; the references hold none), and ``misdated``: segments dated away from
+the clip whose words they hold (``specwhisper.evaluation.transcripts.misdated``: a subtitle shown while
+another voice speaks). Writes bench/results/noise.json.
 """
 
 from __future__ import annotations
@@ -33,13 +35,14 @@ import subprocess
 import sys
 import tempfile
 from pathlib import Path
+from types import SimpleNamespace
 
 ROOT = Path(__file__).resolve().parents[1]
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
 from bench.common import machine  # noqa: E402
-from bench.longform import CACHE, measured, run_one  # noqa: E402
+from bench.longform import CACHE, measured, run_one, timed  # noqa: E402
 
 SYSTEMS = ("ours", "openai-whisper", "fw", "fw batched")
 
@@ -89,18 +92,19 @@ def _openai_child(audio_path: str, out_txt: str) -> None:
     model = openai_model(load_whisper("base"))
     result = whisper.transcribe(model, whisper.load_audio(audio_path), language="en", fp16=False, verbose=None)
     Path(out_txt).write_text(result["text"])
+    timed(out_txt).write_text(json.dumps([dict(start=s["start"], end=s["end"], text=s["text"]) for s in result["segments"]]))
 
 
-def transcribe(system: str, audio: Path) -> str:
-    """``system``'s text of ``audio``, from a process of its own."""
-    if system == "ours":
-        return run_one("ours none", audio, 2)["text"]
-    if system.startswith("fw"):
-        return run_one("fw batched fp32" if system == "fw batched" else "fw fp32", audio, 2)["text"]
+def transcribe(system: str, audio: Path) -> tuple[str, list[SimpleNamespace]]:
+    """``system``'s text of ``audio`` and its timed segments, from a process of its own."""
+    if system == "ours" or system.startswith("fw"):
+        name = "ours none" if system == "ours" else "fw batched fp32" if system == "fw batched" else "fw fp32"
+        run = run_one(name, audio, 2)
+        return run["text"], [SimpleNamespace(**s) for s in run["segments"]]
     out = Path(tempfile.mkdtemp(prefix="noise-")) / "text.txt"
     code = f"import sys; sys.path.insert(0, {str(ROOT)!r}); from bench.noise import _openai_child; _openai_child({str(audio)!r}, {str(out)!r})"
     measured([sys.executable, "-c", code], ROOT, ROOT, f"{system} on {audio.name}")
-    return out.read_text()
+    return out.read_text(), [SimpleNamespace(**s) for s in json.loads(timed(out).read_text())]
 
 
 def scored(reference: str, text: str) -> dict:
@@ -115,7 +119,7 @@ def scored(reference: str, text: str) -> dict:
 
 
 def main(argv: list[str] | None = None) -> int:
-    from specwhisper.evaluation.transcripts import build_long_file
+    from specwhisper.evaluation.transcripts import build_long_file, misdated
 
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--snr", default="30,20", help="noise levels, dB below the speech (default: 30,20)")
@@ -140,11 +144,13 @@ def main(argv: list[str] | None = None) -> int:
                        for rt in (float(x) for x in args.rooms.split(",") if x)]
         for condition, snr, audio in conditions:
             for system in systems:
+                text, segments = transcribe(system, audio)
                 row = dict(name=f"{system}, {kind}, {condition}", system=system, file=kind, condition=condition,
-                           snr_db=snr, **scored(f.reference, transcribe(system, audio)))
+                           snr_db=snr, **scored(f.reference, text), misdated=len(misdated(segments, f.clips)))
                 runs.append(row)
                 print(f"{kind:8s} {condition:18s} {system:15s} WER {row['wer']:.3f}  words {row['words']:5d}  "
-                      f"deleted {row['deleted']:4d}  inserted {row['inserted']:3d}  thank you {row['thank_you']}", flush=True)
+                      f"deleted {row['deleted']:4d}  inserted {row['inserted']:3d}  thank you {row['thank_you']}  "
+                      f"misdated {row['misdated']}", flush=True)
                 args.out.write_text(json.dumps({"machine": machine(2), "runs": runs}, indent=1) + "\n")
     print(f"wrote {args.out}")
     return 0
