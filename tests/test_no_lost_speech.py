@@ -13,7 +13,7 @@ from specwhisper.asr.decoding.greedy import GreedyDecoder
 from specwhisper.asr.engine import DecodeOptions
 from specwhisper.asr.decoding.fallback import Attempt, QualityRules, temperature_schedule
 from specwhisper.asr.decoding.greedy import SequenceResult
-from specwhisper.asr.redecode import Standing
+from specwhisper.asr.redecode import Standing, after_new_text
 from specwhisper.asr.scheduling import FileResults
 from specwhisper.audio.chunking import Chunk
 from specwhisper.results.transcript import Segment
@@ -223,6 +223,9 @@ def test_a_thin_text_the_speech_after_the_new_text_repeats_goes():
         assert (after_text[1].start, after_text[1].end) == (15 * sr, 28 * sr)
         assert files.take(after_text, [Segment(15.0, 28.0, last, tokens=[])], [], passed) == []
         assert [seg.text for seg in files.segments[0]] == want
+    # a text dated at the stretch's very start (a zero-length segment) queues nothing: not the same stretch again
+    stretch = window.part(15 * sr, 28 * sr)
+    assert after_new_text(stretch, [Segment(15.0, 15.0, "Other words here.", tokens=[])], thin) == []
 
 
 def test_a_loud_voice_dated_over_a_quiet_one_before_it_is_moved_to_where_it_speaks(base_engine, tmp_path):

@@ -34,7 +34,7 @@ class Standing:
       (``specwhisper.asr.hallucination``), replaced unless the new decode failed the checks at every
       temperature;
     - ``"repeated"``: a thin segment cut at a pause, dropped when the speech after the pause repeats
-      its words (``after_first_pause``)."""
+      its words (``after_first_pause``), or the speech after that speech's text (``after_new_text``)."""
 
     segments: list[Segment]
     kind: Literal["thin", "after hallucination", "repeated"]
@@ -155,7 +155,7 @@ def after_new_text(chunk: Chunk, segments: list[Segment], thin: Segment) -> list
     if not segments:
         return []
     end = round(max(s.end for s in segments) * SAMPLE_RATE)
-    later = sorted(a for a, _ in chunk.voiced if a >= end)
+    later = sorted(a for a, _ in chunk.voiced if a >= end and a > chunk.start)  # never this stretch again
     if later and hears_speech(chunk, later[0], chunk.end):
         return [(chunk.part(later[0], chunk.end), Standing([thin], "repeated"))]
     return []
