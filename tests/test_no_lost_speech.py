@@ -228,6 +228,27 @@ def test_a_thin_text_the_speech_after_the_new_text_repeats_goes():
     assert after_new_text(stretch, [Segment(15.0, 15.0, "Other words here.", tokens=[])], thin) == []
 
 
+def test_a_repeat_as_thin_as_the_text_it_repeats_is_cut_at_its_own_pause():
+    """``redecode.thin_repeat`` on made-up segments, bench/longform.py's talk (seed 5) at 150.8-171.3 s: a
+    short sentence's words over it and the speech after it; the speech after the first pause (0.3 s,
+    inside the sentence's clip) repeated them just as thin; the speech after the repeat's own pause is
+    decoded alone, and the sentence ends there."""
+    sr = SAMPLE_RATE
+    passed = Attempt(SequenceResult([]), 0.0, 1.0)
+    files = FileResults(1, [], conditioning=False)
+    window = Chunk(0, 21 * sr, ((0, round(0.44 * sr)), (round(0.75 * sr), 3 * sr), (round(4.07 * sr), round(20.4 * sr))))
+    thin = Segment(start=0.0, end=20.4, text="In being comparatively modern.", tokens=[])
+    (stretch,) = files.take((0, window), [thin], [(window.part(0, round(20.4 * sr)), Standing([thin], "thin"))], passed)
+    (after_pause,) = files.take(stretch, [Segment(0.0, 20.4, "In being comparatively modern.", tokens=[])], [], passed)
+    assert after_pause[1].start == round(0.75 * sr)
+    repeat = Segment(0.75, 20.4, "in being comparatively modern.", tokens=[])
+    (after_repeat,) = files.take(after_pause, [repeat], [], passed)
+    assert after_repeat[1].start == round(4.07 * sr) and repeat.end == 3.0
+    corpus = Segment(4.07, 20.4, "This is the acoustic corpus, I'm talking pretty fast here.", tokens=[])
+    assert files.take(after_repeat, [corpus], [], passed) == []
+    assert [(seg.start, seg.end) for seg in files.segments[0]] == [(0.75, 3.0), (4.07, 20.4)]
+
+
 def test_a_loud_voice_dated_over_a_quiet_one_before_it_is_moved_to_where_it_speaks(base_engine, tmp_path):
     """bench/longform.py's talk (seed 0) from 65.74 s to 106 s: a FLEURS clip at -49 dBFS (3.8-14.4 s of the
     cut), then JFK at -17 dBFS (15.1-26.1 s). The window wrote JFK's words from its start (a thin

@@ -71,10 +71,27 @@ def skipped(chunk: Chunk, segments: list[Segment]) -> list[tuple[Chunk, Standing
             hears_speech(chunk, cursor, a) or (chunk.speech and a - cursor >= MIN_SKIP_SILENCE_S * sr)
         ):
             out.append((chunk.part(cursor, a), None))
-        if seg is not None and chunk.voiced_in(a, b) > (len(seg.text.split()) * THIN_S_PER_WORD + THIN_SLACK_S) * sr:
+        if seg is not None and _thin(chunk, seg):
             out.append((chunk.part(max(a, chunk.start), min(b, chunk.end)), Standing([seg], "thin")))
         cursor = max(cursor, b)
     return out
+
+
+def _thin(chunk: Chunk, seg: Segment) -> bool:
+    """Whether ``seg`` is too thin for the VAD speech under it in ``chunk`` (``skipped``)."""
+    a, b = round(seg.start * SAMPLE_RATE), round(seg.end * SAMPLE_RATE)
+    return chunk.voiced_in(a, b) > (len(seg.text.split()) * THIN_S_PER_WORD + THIN_SLACK_S) * SAMPLE_RATE
+
+
+def thin_repeat(chunk: Chunk, segments: list[Segment]) -> list[tuple[Chunk, Standing | None]]:
+    """The speech after a pause repeated a thin text (``after_first_pause``), and a segment of the repeat
+    is as thin for its own speech: the same rule again, from that segment's first pause. The first
+    pause is the VAD's first, often inside the speech the thin text was written for; measured on
+    bench/longform.py's talk (seed 5): "In being comparatively modern." (151.6-153.8 s) written over
+    150.8-171.2 s, its repeat from the pause at 151.3 s as thin, and the acoustic corpus clip under it
+    (154.9-171.5 s, 60 words) lost. Each turn starts at a later pause."""
+    seg = next((s for s in segments if _thin(chunk, s)), None)
+    return [] if seg is None else after_first_pause(chunk, seg)
 
 
 def vad_speech(chunk: Chunk) -> bool:

@@ -117,6 +117,7 @@ class FileResults:
         if kind == "repeated":  # a thin text the speech after its pause repeats was that speech's
             if repeats(segments, standing.segments[0]):
                 self.segments[i] = [s for s in self.segments[i] if s is not standing.segments[0]]
+                skipped = skipped or redecode.thin_repeat(chunk, segments)
             else:  # or the speech after this text's
                 skipped = skipped or redecode.after_new_text(chunk, segments, standing.segments[0])
         elif kind == "thin":  # the new text replaces a thin segment when it has more words
