@@ -84,14 +84,13 @@ def _thin(chunk: Chunk, seg: Segment) -> bool:
 
 
 def thin_repeat(chunk: Chunk, segments: list[Segment]) -> list[tuple[Chunk, Standing | None]]:
-    """The speech after a pause repeated a thin text (``after_first_pause``), and a segment of the repeat
-    is as thin for its own speech: the same rule again, from that segment's first pause. The first
+    """The speech after a pause repeated a thin text (``after_first_pause``), and the repeat (its first
+    segment) is as thin for its own speech: the same rule again, from the repeat's first pause. The first
     pause is the VAD's first, often inside the speech the thin text was written for; measured on
     bench/longform.py's talk (seed 5): "In being comparatively modern." (151.6-153.8 s) written over
     150.8-171.2 s, its repeat from the pause at 151.3 s as thin, and the acoustic corpus clip under it
     (154.9-171.5 s, 60 words) lost. Each turn starts at a later pause."""
-    seg = next((s for s in segments if _thin(chunk, s)), None)
-    return [] if seg is None else after_first_pause(chunk, seg)
+    return after_first_pause(chunk, segments[0]) if segments and _thin(chunk, segments[0]) else []
 
 
 def vad_speech(chunk: Chunk) -> bool:
