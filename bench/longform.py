@@ -113,12 +113,14 @@ def run_one(system: str, audio: Path, threads: int) -> dict:
     segments ({start, end, text})."""
     out_dir = Path(tempfile.mkdtemp(prefix="longform-"))
     run = measured(_command(system, audio, threads, out_dir), ROOT, ROOT, f"{system} on {audio.name}")
-    text = (out_dir / (audio.stem + ".txt")).read_text()
-    ours = out_dir / (audio.stem + ".json")
-    segments = json.loads((ours if ours.is_file() else timed(out_dir / (audio.stem + ".txt"))).read_text())
-    segments = segments["segments"] if isinstance(segments, dict) else segments
-    tokens = [s["tokens"] for s in segments] if ours.is_file() else None
-    return dict(run, text=text, tokens=tokens, segments=[dict(start=s["start"], end=s["end"], text=s["text"]) for s in segments])
+    text_path, ours = out_dir / (audio.stem + ".txt"), out_dir / (audio.stem + ".json")
+    if ours.is_file():  # the CLI's json: segments with their tokens
+        segments = json.loads(ours.read_text())["segments"]
+        tokens = [s["tokens"] for s in segments]
+    else:  # a peer's child: timed segments beside its text
+        segments, tokens = json.loads(timed(text_path).read_text()), None
+    return dict(run, text=text_path.read_text(), tokens=tokens,
+                segments=[dict(start=s["start"], end=s["end"], text=s["text"]) for s in segments])
 
 
 class Load:

@@ -47,28 +47,28 @@ from bench.longform import CACHE, measured, run_one, timed  # noqa: E402
 SYSTEMS = ("ours", "openai-whisper", "fw", "fw batched")
 
 
-def noisy_copy(path: Path, snr_db: float, out: Path, seed: int = 0) -> Path:
-    """``path`` with pink noise ``snr_db`` below its speech's level, written to ``out`` (once)."""
+def altered_copy(path: Path, out: Path, alter) -> Path:
+    """``path`` with ``alter(audio, sample_rate)`` applied, written to ``out`` (once)."""
     import soundfile as sf
-
-    from specwhisper.evaluation.noise import with_noise
 
     if not out.is_file():
         audio, sr = sf.read(path, dtype="float32")
-        sf.write(out, with_noise(audio, snr_db, seed), sr)
+        sf.write(out, alter(audio, sr), sr)
     return out
+
+
+def noisy_copy(path: Path, snr_db: float, out: Path, seed: int = 0) -> Path:
+    """``path`` with pink noise ``snr_db`` below its speech's level, written to ``out`` (once)."""
+    from specwhisper.evaluation.noise import with_noise
+
+    return altered_copy(path, out, lambda audio, sr: with_noise(audio, snr_db, seed))
 
 
 def room_copy(path: Path, rt60_s: float, out: Path) -> Path:
     """``path`` heard in a room of reverberation time ``rt60_s``, written to ``out`` (once)."""
-    import soundfile as sf
-
     from specwhisper.evaluation.noise import in_room
 
-    if not out.is_file():
-        audio, sr = sf.read(path, dtype="float32")
-        sf.write(out, in_room(audio, rt60_s, sr), sr)
-    return out
+    return altered_copy(path, out, lambda audio, sr: in_room(audio, rt60_s, sr))
 
 
 def phone_copy(path: Path, out: Path) -> Path:
