@@ -342,6 +342,45 @@ def test_a_greedy_text_that_loops_stops_there_in_plain_and_speculative_decoding_
     assert stats.decoder_steps < stats_whole.decoder_steps - 300
 
 
+# base's greedy text of the built conversation's window 118.12-148.12 s (seed 5): the first words of
+# a clip ("to the north and within easy reach is the romantic and fascinating town of sintra and which
+# was made famous ...") then " St." a second, to the window's end.
+SINTRA_LOOP = " North and within easy-weep is a romantic and fascinating town of St." + " St." * 24
+
+
+def test_a_text_ending_in_a_loop_is_repetitive_and_spoken_repeats_are_not():
+    from specwhisper.asr.decoding.fallback import compression_ratio, ends_in_loop
+
+    assert compression_ratio(SINTRA_LOOP) < 2.4 and ends_in_loop(SINTRA_LOOP)
+    assert ends_in_loop(" Ha ha ha" * 20) and ends_in_loop(" I'm sorry." * 8)
+    # spoken: the eval set's acoustic_corpus.wav reference, and base's text of mfa_laughter.flac
+    assert not ends_in_loop(" we're just saying some words and here's some more words words words words")
+    assert not ends_in_loop(" And here's some more words, words, words, words, words.")
+    assert not ends_in_loop(" Ha ha ha, Montreal. Ha ha ha, forced. Ha ha ha, a liner. Ha ha ha.")
+    assert not ends_in_loop(SINTRA_LOOP + " He began a confused complaint")
+
+
+def test_a_loop_after_real_words_is_decoded_again(base_engine, tmp_path):
+    """The window of ``SINTRA_LOOP``: its compression ratio (2.23) passes openai's check, so without the
+    loop check the three clips after the loop (the wizard, JFK's, "in being comparatively modern") are
+    lost from the transcript. The loop fails the check: the window is sampled again and they are in it."""
+    from specwhisper.asr.engine import DecodeOptions
+    from specwhisper.evaluation.transcripts import build_long_file, normalize
+
+    talk = build_long_file("speakers", tmp_path, 600, seed=5)
+    window = load_audio(talk.path)[int(118.12 * 16000) : int(148.12 * 16000)]
+    inside = [c for c in talk.clips if 117 < c.start and c.end < 148.12]
+    assert [c.reference.split()[-1] for c in inside] == ["byron", "LEFT", "country.", "modern."]
+    greedy_only = base_engine.transcribe(window, DecodeOptions(language="en", quality=QualityRules(temperatures=(0.0,))))
+    greedy_text = normalize(" ".join(s.text for s in greedy_only.segments))
+    assert greedy_text.startswith(normalize(SINTRA_LOOP)) and "wizard" not in greedy_text
+    res = base_engine.transcribe(window, DecodeOptions(language="en"))
+    text = normalize(" ".join(s.text for s in res.segments))
+    for clip in inside[1:]:
+        assert normalize(clip.reference) in text, clip.reference
+    assert wer([" ".join(c.reference for c in inside)], [text]) < 0.45
+
+
 class _FailingBelow(QualityRules):
     """A greedy text whose average log-probability is under -0.3 fails, and its samples until 0.4."""
 

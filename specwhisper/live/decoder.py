@@ -15,7 +15,7 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
-from specwhisper.asr.decoding.fallback import compression_ratio
+from specwhisper.asr.decoding.fallback import repetitive
 from specwhisper.asr.decoding.greedy import Decoder, GreedyDecoder
 from specwhisper.asr.decoding.language import detect_language
 from specwhisper.asr.decoding.segments import tokens_to_segments
@@ -40,8 +40,9 @@ LIVE_LOOKAHEAD = Lookahead(initial=8, maximum=24)
 # limit: 399 tokens, 3-4 s of decoding where a sound one takes 0.3-0.7 s (seen on 3 of 40 re-decodes of
 # 40 s of clips with the buffer-only encoder). Speech runs at 2-6 text tokens per second (the eval
 # clips: 3.3) plus two timestamps per segment: a re-decode may write ``LOOP_TOKENS_BASE`` +
-# ``LOOP_TOKENS_PER_S`` per second of buffer; one that needs more, or whose text is as repetitive as
-# openai-whisper's fallback threshold, is not a hypothesis (it confirms nothing and drafts nothing).
+# ``LOOP_TOKENS_PER_S`` per second of buffer; one that needs more, or whose text fails the fallback's
+# repetition check (``fallback.repetitive``: openai-whisper's threshold, or a loop at its end), is not
+# a hypothesis (it confirms nothing and drafts nothing).
 # Plain and speculative decoding stop at the same token, so the cap keeps them token-identical.
 LOOP_TOKENS_BASE = 16
 LOOP_TOKENS_PER_S = 8.0
@@ -125,7 +126,7 @@ class LiveDecoder:
         segments = tokens_to_segments(seq.tokens, eng.special, eng.bundle.tokenizer, offset, seconds,
                                       drop_unfinished=seq.hit_max_length)
         text = "".join(s.text for s in segments)
-        if seq.hit_max_length or compression_ratio(text) > LOOP_COMPRESSION_RATIO:
+        if seq.hit_max_length or repetitive(text, LOOP_COMPRESSION_RATIO):
             return LiveDecode(offset, seconds, prompt, list(seq.tokens), enc, out.stats, [], max_len, looped=True)
         t = time.perf_counter()
         eng.aligner.align(enc, [segments], [offset], [seconds], self.language, self.task)

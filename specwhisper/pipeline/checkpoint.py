@@ -48,7 +48,8 @@ from specwhisper.results.transcript import Segment, Word
 from specwhisper.asr.redecode import Standing
 from specwhisper.asr.scheduling import Item
 
-VERSION = 2  # 2: the text a stretch queued again may replace is a list of segments; attempts say if they passed
+VERSION = 3  # 2: the text a stretch queued again may replace is a list of segments; attempts say if they passed;
+# 3: attempts say if their text ends in a loop
 
 
 def checkpoint_path(out_dir: str | os.PathLike, stem: str) -> Path:
@@ -172,7 +173,8 @@ class ChunkCheckpoint:
                                                       "thin" if d["thin"] else "after hallucination")
 
             again.append([(chunk.part(a, b), standing(d)) for a, b, d in c["skipped"]])
-            attempts.append(Attempt(SequenceResult(**c["seq"]), c["temperature"], c["compression_ratio"], c["passed"]))
+            attempts.append(Attempt(SequenceResult(**c["seq"]), c["temperature"], c["compression_ratio"], c["loops"],
+                                    c["passed"]))
         return per_chunk, again, attempts, DecodeStats(**rec["stats"])
 
     def record(self, batch: list[Item], prompt: list[int], per_chunk, again, attempts, stats: DecodeStats) -> None:
@@ -188,7 +190,7 @@ class ChunkCheckpoint:
 
             chunks.append({"segments": [asdict(s) for s in segs], "skipped": [[c.start, c.end, standing(st)] for c, st in skipped],
                            "seq": asdict(a.seq), "temperature": a.temperature, "compression_ratio": a.compression_ratio,
-                           "passed": a.passed})
+                           "loops": a.loops, "passed": a.passed})
         rec = {"batch": [_item_key(x) for x in batch], "prompt": list(prompt), "chunks": chunks,
                "stats": {f.name: getattr(stats, f.name) for f in fields(stats)}}
         self._write(json.dumps(rec, default=_plain) + "\n")

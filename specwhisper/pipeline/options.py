@@ -256,7 +256,8 @@ OPTIONS: tuple[Option, ...] = (
     Option("temperature_increment_on_fallback", float, 0.2, "temperature step when a decode fails the checks below; "
            "0 or None: no fallback", group="quality", nullable=True, low=0.0, high=1.0),
     Option("compression_ratio_threshold", float, 2.4, "decode again when the text's gzip ratio is above this "
-           "(repetition loops); None: no check", group="quality", nullable=True, low=0.0, low_open=True),
+           "or it ends in a loop (one phrase repeated over 64+ characters); None: no check", group="quality",
+           nullable=True, low=0.0, low_open=True),
     Option("logprob_threshold", float, -1.0, "decode again when the average log-probability is below this; None: no "
            "check", group="quality", nullable=True, high=0.0),
     Option("no_speech_threshold", float, 0.6, "a chunk is silence when Whisper's no-speech probability is above this "

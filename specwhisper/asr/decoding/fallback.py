@@ -1,7 +1,8 @@
 """openai-whisper's quality safeguards around one decode: temperature fallback and the silence rule.
 
 A chunk is decoded greedily (speculatively when a drafter runs: token-identical to plain greedy) or
-by beam search. When the text is too repetitive (gzip compression ratio above 2.4) or too unlikely
+by beam search. When the text is too repetitive (gzip compression ratio above 2.4, or it ends in a
+loop: ``ends_in_loop``) or too unlikely
 (average log-probability below -1.0), it is decoded again by sampling at the next temperature
 (0.2, 0.4, ... 1.0, best of 5), as openai/whisper ``transcribe.decode_with_fallback`` does; those
 passes are plain (no drafter), and each segment says at which temperature it was decoded. When every
@@ -59,6 +60,37 @@ def compression_ratio(text: str) -> float:
     return len(data) / len(zlib.compress(data)) if data else 0.0
 
 
+# The compression ratio is the whole text's: a loop after a window of real speech can pass it. On a
+# 10-minute conversation (``build_long_file("speakers", seed=5)``, base) a window's text was 14 real words
+# then " St." 24 times, one segment a second (ratio 2.23). whisper.cpp checks the last 32 tokens'
+# entropy (below 2.4 fails) for this; here that also fails laughter transcribed as "Ha ha ha, Montreal.
+# Ha ha ha, forced." (2.25-2.45), so the check is for a loop itself: a tail that repeats one phrase
+# back to back. Of 297 first decodes of six such files only the " St." text ends in one besides two
+# "Ha ha ha ..." texts the ratio fails already; "words, words, words, words, words" (spoken) spans 35
+# characters.
+LOOP_SPAN = 64  # characters the repeats cover at least
+LOOP_REPEATS = 4  # ... and at least this many of them
+LOOP_PERIOD = 32  # the longest phrase (characters) looked for
+
+
+def ends_in_loop(text: str) -> bool:
+    """Whether the text ends in one phrase of at most ``LOOP_PERIOD`` characters repeated back to back
+    ``LOOP_REPEATS`` times or more, over ``LOOP_SPAN`` characters or more."""
+    t = text.rstrip()
+    for period in range(1, LOOP_PERIOD + 1):
+        span = max(LOOP_SPAN, LOOP_REPEATS * period)
+        if len(t) < span:
+            break
+        if t[len(t) - span:len(t) - period] == t[len(t) - span + period:]:
+            return True
+    return False
+
+
+def repetitive(text: str, limit: float) -> bool:
+    """openai's repetition check (compression ratio above ``limit``) or a loop at the text's end."""
+    return compression_ratio(text) > limit or ends_in_loop(text)
+
+
 @dataclass(frozen=True)
 class QualityRules:
     """openai-whisper's thresholds (its defaults); ``None`` switches a check off."""
@@ -112,9 +144,12 @@ class QualityRules:
             return True
         return self.logprob_threshold is not None and seq.avg_logprob < self.logprob_threshold
 
+    def too_repetitive(self, attempt: Attempt) -> bool:
+        limit = self.compression_ratio_threshold
+        return limit is not None and (attempt.compression_ratio > limit or attempt.loops)
+
     def needs_fallback(self, attempt: Attempt) -> bool:
-        too_repetitive = (self.compression_ratio_threshold is not None
-                          and attempt.compression_ratio > self.compression_ratio_threshold)
+        too_repetitive = self.too_repetitive(attempt)
         too_unlikely = self.logprob_threshold is not None and attempt.seq.avg_logprob < self.logprob_threshold
         if self.is_silence(attempt.seq):  # silence: no fallback, the chunk is dropped
             return False
@@ -128,7 +163,12 @@ class Attempt:
     seq: SequenceResult
     temperature: float
     compression_ratio: float
+    loops: bool = False  # the text ends in a loop (``ends_in_loop``)
     passed: bool = True  # False: the pick among attempts that all failed the checks
+
+    @classmethod
+    def of(cls, seq: SequenceResult, temperature: float, text: str) -> "Attempt":
+        return cls(seq, temperature, compression_ratio(text), ends_in_loop(text))
 
 
 def _cut(attempt: Attempt) -> bool:
@@ -147,9 +187,8 @@ def _final(attempts: list[Attempt], rules: QualityRules) -> Attempt:
     not repetitive, else of all; samples cut at their cap only when nothing else is left."""
     if not rules.needs_fallback(attempts[-1]):
         return attempts[-1]
-    limit = rules.compression_ratio_threshold
     whole = [a for a in attempts if not _cut(a)]
-    fine = [a for a in whole if limit is None or a.compression_ratio <= limit]
+    fine = [a for a in whole if not rules.too_repetitive(a)]
     return replace(max(fine or whole or attempts, key=lambda a: a.seq.avg_logprob), passed=False)
 
 
@@ -190,12 +229,12 @@ def first_attempts(first: Decoder, encoder_out: torch.Tensor, prompt: list[int],
     cut = _looping(text_of, limit) if limit is not None and len(rules.temperatures) > 1 else None
     out = first.decode(encoder_out, prompt, features=features, looping=cut)
     stats.merge(out.stats)
-    return [[Attempt(seq, t0, compression_ratio(text_of(seq.tokens)))] for seq in out.sequences]
+    return [[Attempt.of(seq, t0, text_of(seq.tokens))] for seq in out.sequences]
 
 
 def _looping(text_of: Callable[[list[int]], str], limit: float) -> Callable[[list[int]], bool]:
     """Whether a text fails the repetition check already."""
-    return lambda tokens: compression_ratio(text_of(tokens)) > limit
+    return lambda tokens: repetitive(text_of(tokens), limit)
 
 
 @dataclass
@@ -275,7 +314,7 @@ def sample_again(
 
     def then(unit: Draws, sequences: list[SequenceResult]) -> Draws | None:
         best = max(sequences, key=_likelihood)
-        attempt = Attempt(best, unit.temperature, compression_ratio(text_of(best.tokens)))
+        attempt = Attempt.of(best, unit.temperature, text_of(best.tokens))
         if not ahead:
             history[unit.row].append(attempt)
             after = following.get(unit.temperature)
