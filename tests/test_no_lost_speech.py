@@ -264,6 +264,41 @@ def test_a_loud_voice_dated_over_a_quiet_one_before_it_is_moved_to_where_it_spea
     assert normalize(_text(result)).count("ask not what your country") == 1
 
 
+def test_speech_a_window_wrote_early_is_moved_and_the_speech_under_it_decoded(base_engine, tmp_path):
+    """The first 32.4 s of the built conversation (seed 5): three clips (0-14.4 s), then "I'm Abigail
+    Claflin, you can call me Abbie" (14.7-20.7 s) and laughter with "Montreal ... forced ... aligner"
+    (20.9-32.4 s). The first window wrote the last two clips' words dated 0.14-16.14 s and nothing of
+    the three under them; the stretch after, decoded alone, wrote them again where they are
+    (``redecode.dated_early``): the early text goes, the three clips are decoded alone, and Abbie's
+    sentence is written once, after 14 s."""
+    talk = build_long_file("speakers", tmp_path, 600, seed=5)
+    audio = load_audio(talk.path)[: round(32.4 * SAMPLE_RATE)]
+    result = base_engine.transcribe(audio, DecodeOptions(language="en"))
+    abbie = [s for s in result.segments if "call me" in normalize(s.text)]
+    assert len(abbie) == 1 and abbie[0].start > 14.0, [(s.start, s.text) for s in result.segments]
+    text = normalize(_text(result))
+    assert "block books" in text and "high pitched" in text and "many people" in text
+    assert wer([" ".join(c.reference for c in talk.clips[:5])], [_text(result)]) < 0.35
+
+
+def test_text_dated_before_a_stretch_goes_only_when_the_stretch_repeats_it():
+    """``redecode.dated_early`` on made-up segments: a window wrote two texts before a stretch it
+    skipped; the stretch's new text begins with the second (the window dated it early): it goes and
+    the window from it to the stretch is decoded alone; a new text that repeats neither leaves both."""
+    sr = SAMPLE_RATE
+    passed = Attempt(SequenceResult([]), 0.0, 1.0)
+    for new_text, stays, again in ((" You can call me Abby, please.", 2, []),
+                                   (" I'm Abigail Claflin, you can call me Abby.", 1, [(4 * sr, 16 * sr)])):
+        files = FileResults(1, [], conditioning=False)
+        window = Chunk(0, 30 * sr, ((0, 4 * sr), (5 * sr, 14 * sr), (16 * sr, 29 * sr)))
+        early = [Segment(0.0, 4.0, " Many people don't think so."), Segment(4.0, 16.0, " I'm Abigail Claflin. You can call me Abby.")]
+        skipped = [(window.part(16 * sr, 30 * sr), Standing(early, "earlier", window=window))]
+        (stretch,) = files.take((0, window), list(early), skipped, passed)
+        queued = files.take(stretch, [Segment(16.0, 20.0, new_text)], [], passed)
+        assert [(c.start, c.end, c.depth) for _, c in queued] == [(a, b, 1) for a, b in again]
+        assert [seg.text for seg in files.segments[0]] == [seg.text for seg in early[:stays]] + [new_text]
+
+
 def test_condition_on_previous_text(base_engine, eval_root, tmp_path):
     long = build_long_file("dense", tmp_path, 60)
     audio = load_audio(long.path)

@@ -10,6 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Literal
 
+from specwhisper.asr.decoding.segments import repeats
 from specwhisper.results.transcript import Segment
 from specwhisper.audio.chunking import Chunk
 from specwhisper.audio.loading import SAMPLE_RATE
@@ -22,6 +23,7 @@ MAX_REDECODE_DEPTH = 2
 THIN_S_PER_WORD = 0.6  # read speech is 2-3 words/s: 0.6 s a word is slow speech
 THIN_SLACK_S = 3.0
 MIN_PAUSE_S = 0.3  # a pause of the VAD's inside a thin segment that may part its text from other speech
+MIN_EARLY_WORDS = 4  # a text a stretch's new text repeats (``dated_early``): shorter ones are said twice
 
 
 @dataclass
@@ -34,10 +36,13 @@ class Standing:
       (``specwhisper.asr.hallucination``), replaced unless the new decode failed the checks at every
       temperature;
     - ``"repeated"``: a thin segment cut at a pause, dropped when the speech after the pause repeats
-      its words (``after_first_pause``), or the speech after that speech's text (``after_new_text``)."""
+      its words (``after_first_pause``), or the speech after that speech's text (``after_new_text``);
+    - ``"earlier"``: the text ``window`` (the chunk the stretch was skipped in) wrote before the
+      stretch, dropped from the segment the new text begins with on (``dated_early``)."""
 
     segments: list[Segment]
-    kind: Literal["thin", "after hallucination", "repeated"]
+    kind: Literal["thin", "after hallucination", "repeated", "earlier"]
+    window: Chunk | None = None
 
 
 def hears_speech(chunk: Chunk, start: int, end: int) -> bool:
@@ -47,12 +52,12 @@ def hears_speech(chunk: Chunk, start: int, end: int) -> bool:
 
 def skipped(chunk: Chunk, segments: list[Segment]) -> list[tuple[Chunk, Standing | None]]:
     """Stretches of ``chunk`` that its decode skipped, to decode again on their own, each with the
-    thin segment its text replaces (None: the stretch has no text yet).
+    text its new text may replace or show misdated (a ``Standing``; None: nothing).
 
     - no segment covers it and the VAD hears at least ``MIN_SKIP_SPEECH_S`` of speech there (openai/
       whisper seeks to the last timestamp when a window's text stops early), or it is
       ``MIN_SKIP_SILENCE_S`` long (a quiet voice after a loud one is below Whisper's 80 dB window
-      range, but not alone);
+      range, but not alone); its standing is the text dated before it (``"earlier"``);
     - a segment too thin for its speech: more VAD speech under it than ``THIN_S_PER_WORD`` per word
       plus ``THIN_SLACK_S`` (a 3-minute conversation: one 20 s segment held "This is all very high
       pitched!" over two other sentences).
@@ -70,11 +75,37 @@ def skipped(chunk: Chunk, segments: list[Segment]) -> list[tuple[Chunk, Standing
         if a - cursor >= MIN_SKIP_SPEECH_S * sr and (
             hears_speech(chunk, cursor, a) or (chunk.speech and a - cursor >= MIN_SKIP_SILENCE_S * sr)
         ):
-            out.append((chunk.part(cursor, a), None))
+            out.append((chunk.part(cursor, a), _earlier(chunk, segments, cursor)))
         if seg is not None and _thin(chunk, seg):
             out.append((chunk.part(max(a, chunk.start), min(b, chunk.end)), Standing([seg], "thin")))
         cursor = max(cursor, b)
     return out
+
+
+def _earlier(chunk: Chunk, segments: list[Segment], start: int) -> Standing | None:
+    """The text ``chunk``'s decode dated before a stretch it skipped from ``start``, which the stretch's
+    new text may show to be its own (``dated_early``)."""
+    before = sorted((s for s in segments if round(s.end * SAMPLE_RATE) <= start), key=lambda s: s.start)
+    return Standing(before, "earlier", window=chunk) if before else None
+
+
+def dated_early(chunk: Chunk, segments: list[Segment], earlier: Standing) -> tuple[list[Segment], list[tuple[Chunk, None]]]:
+    """A skipped stretch ``chunk`` was decoded alone and its text ``segments`` begins with the words of a
+    segment its window wrote before it (``MIN_EARLY_WORDS`` or more, ``repeats``): Whisper wrote this
+    speech at the window's start, over the speech that is there, and that speech was lost. The text
+    from that segment on goes, and the window from it to this stretch is decoded alone (when the VAD
+    hears speech there). Returns the segments that go and the stretch to decode again. On the built
+    conversation (``build_long_file("speakers", seed=5)``, base): the first window (0.14-30.14 s) wrote
+    the words of the clips at 14.7-32.4 s dated 0.14-16.14 s, and the stretch after them, decoded alone,
+    wrote them again where they are; the three clips under 0.14-16.14 s (25 words) were lost, and that
+    stretch alone writes them."""
+    for k, seg in enumerate(earlier.segments):
+        if len(seg.text.split()) >= MIN_EARLY_WORDS and repeats(segments, seg):
+            a = round(seg.start * SAMPLE_RATE)
+            window = earlier.window
+            again = [(window.part(a, chunk.start), None)] if hears_speech(window, a, chunk.start) else []
+            return earlier.segments[k:], again
+    return [], []
 
 
 def _thin(chunk: Chunk, seg: Segment) -> bool:

@@ -126,6 +126,10 @@ class FileResults:
                 self.segments[i] = [s for s in self.segments[i] if s is not thin]
             else:  # discarded, and so are the stretches it skipped, but the speech after a pause
                 segments, skipped = [], redecode.after_first_pause(chunk, thin)
+        elif kind == "earlier":  # text its window dated before it may be this stretch's
+            gone, again = redecode.dated_early(chunk, segments, standing)
+            self.segments[i] = [s for s in self.segments[i] if all(s is not g for g in gone)]
+            skipped = skipped + again
         elif kind == "after hallucination" and not attempt.passed:  # the text after a dropped hallucination stays
             segments, skipped, depth = standing.segments, [], chunk.depth - 1
         self.segments[i].extend(segments)

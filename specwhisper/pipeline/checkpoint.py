@@ -49,7 +49,7 @@ from specwhisper.asr.redecode import Standing
 from specwhisper.asr.scheduling import Item
 
 VERSION = 3  # 2: the text a stretch queued again may replace is a list of segments; attempts say if they passed;
-# 3: attempts say if their text ends in a loop
+# 3: attempts say if their text ends in a loop; standings name their kind
 
 
 def checkpoint_path(out_dir: str | os.PathLike, stem: str) -> Path:
@@ -170,7 +170,7 @@ class ChunkCheckpoint:
             per_chunk.append(segs)
             def standing(d):
                 return None if d is None else Standing([segs[s] if isinstance(s, int) else _segment(s) for s in d["segments"]],
-                                                      "thin" if d["thin"] else "after hallucination")
+                                                      d["kind"], window=chunk if d["kind"] == "earlier" else None)
 
             again.append([(chunk.part(a, b), standing(d)) for a, b, d in c["skipped"]])
             attempts.append(Attempt(SequenceResult(**c["seq"]), c["temperature"], c["compression_ratio"], c["loops"],
@@ -185,8 +185,8 @@ class ChunkCheckpoint:
                 own = next((k for k, s in enumerate(segs) if s is seg), None)
                 return own if own is not None else asdict(seg)
 
-            def standing(st):  # a decode's own standings are "thin" or "after hallucination" ("repeated": FileResults')
-                return None if st is None else {"thin": st.kind == "thin", "segments": [ref(s) for s in st.segments]}
+            def standing(st):  # a decode's own standings ("repeated" is FileResults'); an "earlier" one's window is the chunk
+                return None if st is None else {"kind": st.kind, "segments": [ref(s) for s in st.segments]}
 
             chunks.append({"segments": [asdict(s) for s in segs], "skipped": [[c.start, c.end, standing(st)] for c, st in skipped],
                            "seq": asdict(a.seq), "temperature": a.temperature, "compression_ratio": a.compression_ratio,
