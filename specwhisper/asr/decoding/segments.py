@@ -62,7 +62,8 @@ def repeats(later: list[Segment], earlier: Segment) -> bool:
     otherwise, left out or added: two decodes of one voice, one over a longer stretch, differ in a
     word as often as not ("And so my fellow Americans" / "So my fellow Americans")."""
     mine = [w for w in _words(earlier.text) if w]
-    theirs = [w for w in _words(" ".join(s.text for s in later)) if w]
+    slips = int(len(mine) * REPEAT_SLIPS)
+    theirs = [w for w in _words(" ".join(s.text for s in later)) if w][: len(mine) + slips]  # a longer prefix is further
     if not mine:
         return False
     row = list(range(len(theirs) + 1))  # word edit distance of mine[:i] to each prefix of theirs
@@ -70,7 +71,7 @@ def repeats(later: list[Segment], earlier: Segment) -> bool:
         prev, row = row, [i] + [0] * len(theirs)
         for j, other in enumerate(theirs, 1):
             row[j] = min(prev[j] + 1, row[j - 1] + 1, prev[j - 1] + (word != other))
-    return min(row) <= int(len(mine) * REPEAT_SLIPS)
+    return min(row) <= slips
 
 
 def _overlap(tail: list[str], head: list[str], most: int = 5) -> int:
