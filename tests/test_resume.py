@@ -172,9 +172,9 @@ def test_checkpoint_of_another_run_is_not_reused(tmp_path):
 
 
 def test_a_batch_replays_with_the_text_its_redecodes_may_replace(tmp_path):
-    """What a decoded batch hands on (the stretches queued again, each with the thin segment or the
-    text after a dropped hallucination it may replace, and whether each attempt passed its checks)
-    comes back from the journal as it went in."""
+    """What a decoded batch hands on (the stretches queued again, each with the thin segment, the text
+    after a dropped hallucination it may replace or the text dated before it, and whether each attempt
+    ended in a loop and passed its checks) comes back from the journal as it went in."""
     from specwhisper.asr.decoding.fallback import Attempt
     from specwhisper.asr.decoding.greedy import SequenceResult
     from specwhisper.asr.redecode import Standing
@@ -186,11 +186,13 @@ def test_a_batch_replays_with_the_text_its_redecodes_may_replace(tmp_path):
     own = Segment(0.5, 4.0, " own", words=[Word(0.5, 4.0, " own", 0.9)], tokens=[7])
     after = Segment(25.5, 29.0, " after", words=[Word(25.5, 29.0, " after", 0.8)], tokens=[8])
     again = [(chunk.part(8 * 16000, 30 * 16000), Standing([after], "after hallucination")),
-             (chunk.part(0, 4 * 16000), Standing([own], "thin")), (chunk.part(5 * 16000, 8 * 16000), None)]
-    attempt = Attempt(SequenceResult([7, 8], -2.0, 0.1), 0.4, 1.2, passed=False)
+             (chunk.part(0, 4 * 16000), Standing([own], "thin")), (chunk.part(5 * 16000, 8 * 16000), Standing([own], "earlier", chunk)),
+             (chunk.part(29 * 16000, 30 * 16000), None)]
+    attempt = Attempt(SequenceResult([7, 8], -2.0, 0.1), 0.4, 1.2, loops=True, passed=False)
     path = tmp_path / ".x.partial.jsonl"
     ChunkCheckpoint.open(path, "k").record([(0, chunk)], [1, 2], [[own]], [again], [attempt], DecodeStats())
     per_chunk, back, attempts, _ = ChunkCheckpoint.open(path, "k").replay([(0, chunk)], [1, 2])
     assert per_chunk == [[own]] and attempts == [attempt]
     assert [(c.start, c.end, c.depth, s) for c, s in back[0]] == [(c.start, c.end, c.depth, s) for c, s in again]
     assert back[0][1][1].segments[0] is per_chunk[0][0]  # a chunk's own thin segment is that very segment
+    assert back[0][2][1].segments[0] is per_chunk[0][0] and back[0][2][1].window == chunk  # the text dated before, its window
