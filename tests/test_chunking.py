@@ -158,3 +158,28 @@ def test_a_voice_the_vad_misses_is_decoded_at_its_own_level(base_engine, eval_ro
     steady = np.concatenate([jfk, noise, jfk])
     spans = base_engine.vad.speech_spans(steady)
     assert all(c.speech for c in plan_chunks(spans, len(steady), levels=frame_levels(steady)))
+
+
+def test_a_piece_of_a_pause_ends_before_the_speech_the_vad_heard_late(base_engine, tmp_path):
+    """The built conversation (seed 4) at 152.1-159.0 s: ABBIE's clip, 0.14 s of digital silence, FLEURS
+    en-004 (-65 dB, unheard by the VAD), 0.2 s of digital silence, then the acoustic-corpus clip, whose
+    first second (-8 to -20 dB) silero scores under 0.5: its span starts 0.9 s late, and the chunk from
+    it, full at 30 s, takes only 0.5 s before it. The piece of the pause between ends where that loud
+    sound begins (``chunking._onset``); decoded alone it is the FLEURS sentence, and with that sound's
+    first 0.5 s it reads as other words."""
+    from specwhisper.asr.engine import DecodeOptions
+    from specwhisper.audio.chunking import frame_levels
+    from specwhisper.audio.loading import load_audio
+    from specwhisper.evaluation.transcripts import build_long_file, normalize
+
+    audio = load_audio(build_long_file("speakers", tmp_path, 600, seed=4).path)
+    spans = base_engine.vad.speech_spans(audio, 30.0)
+    (piece,) = [c for c in to_decode(plan_chunks(spans, len(audio), levels=frame_levels(audio))) if c.start < 155 * SR < c.end]
+    assert not piece.speech and 153 * SR < piece.start and 157.96 * SR < piece.end < 158.16 * SR
+    following = min(c.start for c in plan_chunks(spans, len(audio), levels=frame_levels(audio)) if c.start >= piece.end and c.speech)
+
+    def text(a, b):
+        return normalize(" ".join(s.text for s in base_engine.transcribe(audio[a:b], DecodeOptions(language="en")).segments))
+
+    assert "feathers" in text(piece.start, piece.end)
+    assert "feathers" not in text(piece.start, following)  # the piece as it was, to the speech chunk's start
