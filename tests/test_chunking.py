@@ -183,3 +183,24 @@ def test_a_piece_of_a_pause_ends_before_the_speech_the_vad_heard_late(base_engin
 
     assert "feathers" in text(piece.start, piece.end)
     assert "feathers" not in text(piece.start, following)  # the piece as it was, to the speech chunk's start
+
+
+def test_sound_in_a_pause_ends_before_the_speech_the_vad_heard_late(base_engine, tmp_path):
+    """The built talk (seed 4) at 157.6-165.2 s: the room after ABBIE's clip (-71 dB), digital silence,
+    FLEURS en-004 (-65 dB, unheard by the VAD), digital silence, then the acoustic-corpus clip, whose
+    first second silero scores under 0.5. The sound in that pause (``chunking._sounding``) reached the
+    pause's end through that loud start (-13 dB, as if it were the quiet voice close to the speech); it
+    ends before it now, and decoded alone it is the FLEURS sentence."""
+    from specwhisper.asr.engine import DecodeOptions
+    from specwhisper.audio.chunking import frame_levels
+    from specwhisper.audio.loading import load_audio
+    from specwhisper.evaluation.transcripts import build_long_file, normalize
+
+    talk = build_long_file("dense", tmp_path, 600, seed=4)
+    audio = load_audio(talk.path)
+    corpus = next(c for c in talk.clips if c.start > 160 and "acoustic corpus" in c.reference)
+    spans = base_engine.vad.speech_spans(audio, 30.0)
+    (piece,) = [c for c in to_decode(plan_chunks(spans, len(audio), levels=frame_levels(audio))) if c.start < 161 * SR < c.end]
+    assert not piece.speech and piece.end <= corpus.start * SR
+    text = normalize(" ".join(s.text for s in base_engine.transcribe(audio[piece.start : piece.end], DecodeOptions(language="en")).segments))
+    assert "feathers" in text, text

@@ -152,7 +152,11 @@ def _sounding(a: int, b: int, levels: np.ndarray | None) -> Span | None:
     over the pause's quietest (holes under ``SOUNDING_HOLE_S`` closed) that do not reach the pause's ends
     span ``SOUNDING_S`` or more. A run that reaches an end is the room of the recording beside it
     (heard when the pause is digital silence) or a voice close to the speech: then the stretch starts
-    (or ends) at that end, else at the quietest point before (after) the sound. Pauses shorter than
+    (or ends) at that end, else at the quietest point before (after) the sound; but a run there
+    ``SOUNDING_DB`` louder than the sound is the speech itself, heard late (or left early) by the VAD,
+    and the stretch stops at the quietest point between (as ``_onset`` cuts a piece of a pause): on the
+    built talk (seed 4) the next clip's loud first second (-13 dB, silero under 0.5) carried the
+    stretch over it, and Whisper read the -65 dB voice before it as other words. Pauses shorter than
     twice ``SOUNDING_S`` are not searched. A steady noise floor has no such run; a voice the VAD does not
     hear, between quieter stretches, has."""
     lo, hi = -(-a // LEVEL_HOP), b // LEVEL_HOP
@@ -168,10 +172,23 @@ def _sounding(a: int, b: int, levels: np.ndarray | None) -> Span | None:
     if not inner or (runs[inner[-1]][1] - runs[inner[0]][0]) * LEVEL_HOP < SOUNDING_S * SAMPLE_RATE:
         return None
     first, last = inner[0], inner[-1]
+    peak = part[runs[first][0] : runs[last][1] + 1].max()
+
+    def beside(run: tuple[int, int]) -> bool:  # a run at an end no louder than the sound's SOUNDING_DB over it
+        return part[run[0] : run[1] + 1].max() < peak + SOUNDING_DB
+
     # from the pause's end where sound reaches it (a hole there may be a stop inside a word), else
-    # from the quietest point before the sound
-    start = a if first > 0 else _quietest(a, (lo + runs[first][0]) * LEVEL_HOP, levels)
-    end = b if last + 1 < len(runs) else _quietest((lo + runs[last][1] + 1) * LEVEL_HOP, b, levels)
+    # from the quietest point before the sound; a run at the end far louder than the sound is the
+    # speech's own tail or start the VAD did not hear: the stretch starts (ends) at the quietest
+    # point between it and the sound
+    if first == 0:
+        start = _quietest(a, (lo + runs[first][0]) * LEVEL_HOP, levels)
+    else:
+        start = a if beside(runs[0]) else _quietest((lo + runs[0][1] + 1) * LEVEL_HOP, (lo + runs[first][0]) * LEVEL_HOP, levels)
+    if last + 1 == len(runs):
+        end = _quietest((lo + runs[last][1] + 1) * LEVEL_HOP, b, levels)
+    else:
+        end = b if beside(runs[-1]) else _quietest((lo + runs[last][1] + 1) * LEVEL_HOP, (lo + runs[-1][0]) * LEVEL_HOP, levels)
     return start, end
 
 
