@@ -70,22 +70,23 @@ def skipped(chunk: Chunk, segments: list[Segment]) -> list[tuple[Chunk, Standing
     sr = SAMPLE_RATE
     out: list[tuple[Chunk, Standing | None]] = []
     cursor = chunk.start
-    for seg in sorted(segments, key=lambda s: s.start) + [None]:
+    ordered = sorted(segments, key=lambda s: s.start)
+    for seg in ordered + [None]:
         a, b = (round(seg.start * sr), round(seg.end * sr)) if seg else (chunk.end, chunk.end)
         if a - cursor >= MIN_SKIP_SPEECH_S * sr and (
             hears_speech(chunk, cursor, a) or (chunk.speech and a - cursor >= MIN_SKIP_SILENCE_S * sr)
         ):
-            out.append((chunk.part(cursor, a), _earlier(chunk, segments, cursor)))
+            out.append((chunk.part(cursor, a), _earlier(chunk, ordered, cursor)))
         if seg is not None and _thin(chunk, seg):
             out.append((chunk.part(max(a, chunk.start), min(b, chunk.end)), Standing([seg], "thin")))
         cursor = max(cursor, b)
     return out
 
 
-def _earlier(chunk: Chunk, segments: list[Segment], start: int) -> Standing | None:
-    """The text ``chunk``'s decode dated before a stretch it skipped from ``start``, which the stretch's
-    new text may show to be its own (``dated_early``)."""
-    before = sorted((s for s in segments if round(s.end * SAMPLE_RATE) <= start), key=lambda s: s.start)
+def _earlier(chunk: Chunk, ordered: list[Segment], start: int) -> Standing | None:
+    """The text ``chunk``'s decode dated before a stretch it skipped from ``start`` (``ordered``: its
+    segments by start), which the stretch's new text may show to be its own (``dated_early``)."""
+    before = [s for s in ordered if round(s.end * SAMPLE_RATE) <= start]
     return Standing(before, "earlier", window=chunk) if before else None
 
 

@@ -128,7 +128,8 @@ class FileResults:
                 segments, skipped = [], redecode.after_first_pause(chunk, thin)
         elif kind == "earlier":  # text its window dated before it may be this stretch's
             gone, again = redecode.dated_early(chunk, segments, standing)
-            self.segments[i] = [s for s in self.segments[i] if all(s is not g for g in gone)]
+            gone_ids = {id(g) for g in gone}
+            self.segments[i] = [s for s in self.segments[i] if id(s) not in gone_ids]
             skipped = skipped + again
         elif kind == "after hallucination" and not attempt.passed:  # the text after a dropped hallucination stays
             segments, skipped, depth = standing.segments, [], chunk.depth - 1
