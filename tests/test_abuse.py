@@ -495,3 +495,22 @@ def test_in_memory_uploads_go_through_a_swept_spool(tmp_path):
     with pytest.raises(AudioError, match="^garbage.wav: "):
         service.load(b"not audio at all" * 100, "garbage.wav")
     assert list(spool.iterdir()) == []
+
+
+@pytest.mark.parametrize("umask", [0o022, 0o077])
+def test_outputs_get_the_mode_the_umask_gives_a_new_file(tmp_path, umask):
+    """Written as openai-whisper writes them (``open(path, "w")``): a transcript others may read under
+    the usual umask, and an earlier file's mode does not survive its rewrite."""
+    from specwhisper.pipeline.writers import write_outputs
+
+    (tmp_path / "talk.txt").write_text("earlier run\n")
+    os.chmod(tmp_path / "talk.txt", 0o600)
+    before = os.umask(umask)
+    try:
+        with open(tmp_path / "peer.txt", "w") as f:  # how a peer's writer opens its outputs
+            f.write("x")
+        write_outputs(_transcript(), tmp_path, "talk", ["txt", "srt"])
+    finally:
+        os.umask(before)
+    peer = (tmp_path / "peer.txt").stat().st_mode & 0o777
+    assert {(tmp_path / f"talk.{f}").stat().st_mode & 0o777 for f in ("txt", "srt")} == {peer}

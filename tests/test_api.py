@@ -94,6 +94,23 @@ def test_arrays_bytes_and_batches_transcribe_the_same_speech(readme, jfk):
     assert wer([jfk.reference], [batch[1].text]) <= WER_MAX
 
 
+def test_a_channels_first_array_is_the_same_speech(readme, jfk):
+    """torchaudio's and librosa's (``mono=False``) layout, channels by samples, as soundfile's."""
+    import soundfile as sf
+
+    samples, rate = sf.read(jfk.path, dtype="float32", always_2d=True)
+    stereo = np.stack([samples[:, 0], samples[:, -1] * 0.5])
+    transcriber = readme[1]["transcriber"]
+    assert transcriber.transcribe(stereo, sample_rate=rate).text == transcriber.transcribe(stereo.T.copy(), sample_rate=rate).text
+    assert wer([jfk.reference], [transcriber.transcribe(stereo, sample_rate=rate).text]) <= WER_MAX
+
+
+def test_undecodable_bytes_are_named_bytes(readme):
+    with pytest.raises(ValueError) as info:
+        readme[1]["transcriber"].transcribe(b"hello, not audio at all")
+    assert str(info.value).startswith("bytes: ") and "/tmp" not in str(info.value)
+
+
 def test_diarization_finds_the_meetings_speakers(readme, dev00):
     work, ns = readme
     meeting = ns["meeting"]
@@ -117,6 +134,7 @@ def test_the_readme_error_example_is_one_line(readme):
     lambda t, a: t.transcribe(a, sample_rate=500),
     lambda t, a: t.transcribe(a, sample_rate=16000.5),
     lambda t, a: t.transcribe(a[:, None, None], sample_rate=16000),
+    lambda t, a: t.transcribe(a.reshape(400, 80), sample_rate=16000),  # neither channels by samples nor the other way
     lambda t, a: t.transcribe(a.astype(complex), sample_rate=16000),
     lambda t, a: t.transcribe(a, sample_rate=16000, max_duration=1),
     lambda t, a: t.transcribe(b"", sample_rate=None),

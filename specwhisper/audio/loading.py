@@ -18,6 +18,7 @@ SAMPLE_RATE = 16000
 DEFAULT_MAX_SECONDS = 12 * 3600  # refuse to load more than this unless told otherwise
 MIN_SOURCE_RATE = 1000
 READ_BLOCK_FRAMES = 1152 * 256  # whole mp3 frames: libsndfile gives the samples of a single whole-file read
+MAX_CHANNELS = 64  # an in-memory array with more rows or columns than this is not channels (``from_array``)
 UNKNOWN_LENGTH_S = 600  # first buffer for a file that does not say how long it is
 
 
@@ -85,11 +86,12 @@ class _Samples:
         return self.buf[: self.n]
 
 
-def _ffmpeg_reason(stderr) -> str:
+def _ffmpeg_reason(stderr, path: str) -> str:
+    """ffmpeg's last line, without the path it names (the message names the input)."""
     stderr.seek(0, os.SEEK_END)
     stderr.seek(max(0, stderr.tell() - 4096))
     detail = stderr.read().decode(errors="replace").strip().splitlines()
-    return detail[-1] if detail else "unknown error"
+    return detail[-1].removeprefix(f"{path}: ") if detail else "unknown error"
 
 
 def _ffmpeg_decode(path: str, name: str, max_seconds: float, claimed_s: float | None) -> np.ndarray:
@@ -120,11 +122,11 @@ def _ffmpeg_decode(path: str, name: str, max_seconds: float, claimed_s: float | 
         if out.over:
             raise over_limit(name, max_seconds)
         if code != 0:
-            raise AudioError(f"{name}: not a readable audio file ({_ffmpeg_reason(stderr)})")
+            raise AudioError(f"{name}: not a readable audio file ({_ffmpeg_reason(stderr, path)})")
     return out.audio()
 
 
-def _soundfile_decode(name: str, info, max_seconds: float) -> np.ndarray:
+def _soundfile_decode(path: str, name: str, info, max_seconds: float) -> np.ndarray:
     """Read block by block, downmix and resample as a stream into the buffer (the same samples as
     reading the whole file at once: blocks are whole mp3 frames, and soxr streams exactly)."""
     if info.samplerate < MIN_SOURCE_RATE:
@@ -133,7 +135,7 @@ def _soundfile_decode(name: str, info, max_seconds: float) -> np.ndarray:
     stream = None if info.samplerate == SAMPLE_RATE else soxr.ResampleStream(
         info.samplerate, SAMPLE_RATE, 1, dtype="float32", quality="HQ")
     try:
-        with sf.SoundFile(name) as f:
+        with sf.SoundFile(path) as f:
             while not out.over:
                 block = f.read(READ_BLOCK_FRAMES, dtype="float32", always_2d=True)
                 mono = np.ascontiguousarray(block.mean(axis=1), dtype=np.float32)
@@ -159,15 +161,16 @@ def check_length(path: str | os.PathLike, max_seconds: float, name: str | None =
         raise over_limit(name, max_seconds, claimed)
 
 
-def load_audio(path: str | os.PathLike, max_seconds: float = DEFAULT_MAX_SECONDS) -> np.ndarray:
-    """Decode ``path`` to 16 kHz mono float32, in memory bounded by ``max_seconds``.
+def load_audio(path: str | os.PathLike, max_seconds: float = DEFAULT_MAX_SECONDS, name: str | None = None) -> np.ndarray:
+    """Decode ``path`` to 16 kHz mono float32, in memory bounded by ``max_seconds`` (errors name it ``name``).
 
     A file whose header or container claims more than ``max_seconds`` is refused before any of it
     is decoded; one that claims less and holds more is refused one sample past the limit. soundfile
     handles wav/flac/ogg/mp3 in-process; everything else (m4a, video containers, odd codecs) goes
     through ffmpeg.
     """
-    name = str(path)
+    path = str(path)
+    name = name or path
     p = Path(path)
     if not p.exists():
         raise AudioError(f"{name}: file not found")
@@ -175,18 +178,18 @@ def load_audio(path: str | os.PathLike, max_seconds: float = DEFAULT_MAX_SECONDS
         raise AudioError(f"{name}: is a directory, not an audio file")
     if p.stat().st_size == 0:
         raise AudioError(f"{name}: the file is empty (0 bytes)")
-    info = soundfile_info(name)
+    info = soundfile_info(path)
     if info is not None:
         if info.frames == 0:
             raise AudioError(f"{name}: the audio is empty (0 samples)")
         if info.duration > max_seconds:
             raise over_limit(name, max_seconds, info.duration)
-        audio = _soundfile_decode(name, info, max_seconds)
+        audio = _soundfile_decode(path, name, info, max_seconds)
     else:
-        claimed = probe_duration(name)
+        claimed = probe_duration(path)
         if claimed is not None and claimed > max_seconds:
             raise over_limit(name, max_seconds, claimed)
-        audio = _ffmpeg_decode(name, name, max_seconds, claimed)
+        audio = _ffmpeg_decode(path, name, max_seconds, claimed)
     return _check(audio, name)
 
 
@@ -197,12 +200,23 @@ def load_audio_bytes(data: bytes, name: str = "upload", max_seconds: float = DEF
     with tempfile.NamedTemporaryFile(suffix=".audio") as tmp:
         tmp.write(data)
         tmp.flush()
-        return load_audio(tmp.name, max_seconds=max_seconds)
+        return load_audio(tmp.name, max_seconds=max_seconds, name=name)
+
+
+def samples_first(audio: np.ndarray, name: str = "array") -> np.ndarray:
+    """An in-memory array as samples, or samples by channels (soundfile's layout): channels by samples
+    (torchaudio's and librosa's ``mono=False``, up to ``MAX_CHANNELS`` rows) is transposed (a view)."""
+    audio = np.asarray(audio)
+    if audio.ndim == 2 and audio.shape[0] <= MAX_CHANNELS < audio.shape[1]:
+        return audio.T
+    if audio.ndim not in (1, 2) or (audio.ndim == 2 and audio.shape[1] > MAX_CHANNELS):
+        raise AudioError(f"{name}: expected (samples,), (samples, channels) or (channels, samples), got shape {audio.shape}")
+    return audio
 
 
 def from_array(audio: np.ndarray, rate: int, name: str = "array") -> np.ndarray:
-    """Downmix/resample an in-memory array (e.g. a microphone recording)."""
-    audio = np.asarray(audio)
+    """Downmix/resample an in-memory array (e.g. a microphone recording; layouts: ``samples_first``)."""
+    audio = samples_first(audio, name)
     if np.issubdtype(audio.dtype, np.integer):
         audio = audio.astype(np.float32) / float(np.iinfo(audio.dtype).max)
     return _check(_to_mono_16k(audio, rate, name), name)

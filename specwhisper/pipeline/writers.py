@@ -120,10 +120,26 @@ def render(t: Transcript, fmt: str, layout: SubtitleOptions = NO_LAYOUT) -> str:
     return buf.getvalue()
 
 
+def _umask() -> int:
+    """The process's umask, read without changing it where Linux tells it (``os.umask`` sets it, for
+    every thread, while it reads it)."""
+    try:
+        for line in Path("/proc/self/status").read_text().splitlines():
+            if line.startswith("Umask:"):
+                return int(line.split()[1], 8)
+    except (OSError, ValueError):
+        pass
+    mask = os.umask(0o022)
+    os.umask(mask)
+    return mask
+
+
 def _write_temp(out_dir: Path, name: str, text: str) -> Path:
-    """``text`` in a new, uniquely named hidden file beside its destination, flushed to disk."""
+    """``text`` in a new, uniquely named hidden file beside its destination, flushed to disk, with the
+    mode a new file gets (``mkstemp`` makes it 0600: transcripts other users and servers could not read)."""
     fd, tmp = tempfile.mkstemp(prefix=f".{name}.", suffix=".tmp", dir=out_dir)
     try:
+        os.fchmod(fd, 0o666 & ~_umask())
         with os.fdopen(fd, "w", encoding="utf-8") as f:
             f.write(text)
             f.flush()
