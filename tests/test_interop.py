@@ -63,7 +63,7 @@ def jfk_run(base_pipeline, eval_root, tmp_path_factory):
         assert cli.main([str(eval_root / "openai-whisper/jfk.flac"), "-o", str(out / "plain"), "-f", "all", "-q"]) == 0
         # openai-whisper's own spellings of the options
         assert cli.main([str(eval_root / "openai-whisper/jfk.flac"), "--output_dir", str(out / "words"),
-                         "--output_format", "json", "--word_timestamps", "True", "--verbose", "False"]) == 0
+                         "--output_format", "all", "--word_timestamps", "True", "--verbose", "False"]) == 0
     finally:
         mp.undo()
     return out
@@ -141,6 +141,10 @@ def test_word_cues_of_openai_whisper_read_our_words(jfk_run):
     assert [c[2] for c in cues] == [s["text"] for s in ours["segments"]]
     for (start, end, _), seg in zip(cues, result["segments"]):
         assert seg["start"] - 0.02 <= start <= end <= seg["end"] + 0.02
+    for seg in result["segments"]:  # timed by its words, as openai-whisper's add_word_timestamps does
+        assert (seg["start"], seg["end"]) == (seg["words"][0]["start"], seg["words"][-1]["end"])
+    for fmt in TEXT_FORMATS:  # so their writers on our json give our files
+        assert _peer_output(openai_utils, fmt, result) == _read(jfk_run / "words", "jfk", fmt), fmt
 
 
 def _srt_time(text: str) -> float:

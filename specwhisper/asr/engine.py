@@ -29,7 +29,7 @@ from specwhisper.asr.weights.loader import WhisperBundle, load_whisper
 from specwhisper.asr import hallucination, redecode
 from specwhisper.asr.redecode import Standing
 from specwhisper.asr.scheduling import FileResults, Item, WorkQueues
-from specwhisper.asr.decoding.segments import stitch, tokens_to_segments
+from specwhisper.asr.decoding.segments import stitch, timed_by_words, tokens_to_segments
 from specwhisper.results.stats import DecodeStats
 from specwhisper.results.transcript import Segment
 from specwhisper.audio.vad import FILTER_SETTINGS, VoiceActivityDetector
@@ -413,6 +413,7 @@ class AsrEngine:
         results = []
         for i in range(n):
             segments = stitch(files.segments[i], files.redecoded, self.bundle.tokenizer)
+            segments = timed_by_words(segments) if opts.word_timestamps else segments
             language, probability = _main_language(segments) if opts.multilingual else languages[i]
             results.append(AsrResult(segments, language, probability, stats[i], sorted(files.decoded[i], key=lambda c: c.start),
                                      vad_seconds[i]))

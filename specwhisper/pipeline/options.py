@@ -228,7 +228,8 @@ OPTIONS: tuple[Option, ...] = (
     Option("chunk_length", float, 30.0, "longest chunk in seconds (chunks are cut in the VAD's pauses)", low=1.0,
            high=30.0, peer_flags=("--chunk_size",), peer_names=("chunk_length_s",)),
     Option("word_timestamps", bool, None, "per-word times and probabilities in the json, as a 'words' list in each "
-           "segment (default: on with --diarize)", nullable=True),
+           "segment, and each segment from its first word's start to its last word's end, as openai-whisper "
+           "dates it (default: on with --diarize)", nullable=True),
     Option("initial_prompt", str, None, "text to put before every chunk (before the first with "
            "--condition-on-previous-text): spellings, names, style", nullable=True, max_chars=2000),
     Option("hotwords", str, None, "words or phrases to favour, put in every chunk's prompt", nullable=True,

@@ -114,3 +114,15 @@ def stitch(segments: list[Segment], redecoded: set[int], tokenizer) -> list[Segm
                 continue
         out.append(seg)
     return out
+
+
+def timed_by_words(segments: list[Segment]) -> list[Segment]:
+    """Each segment from its first word's start to its last word's end, as openai-whisper and
+    faster-whisper date a segment when they time its words (``add_word_timestamps``): a segment Whisper
+    dated from the end of the speech before a pause (a cue 7 s early over music or noise) starts where
+    its words do. The words lie within the segment's timestamps (``alignment.fit_words``), so the
+    segment only ever shrinks. The rules that read segment times run before, on Whisper's timestamps."""
+    for seg in segments:
+        if seg.words:
+            seg.start, seg.end = seg.words[0].start, seg.words[-1].end
+    return segments
