@@ -111,12 +111,14 @@ def test_stereo_44k_and_8k_inputs(run_cli, eval_root, tmp_path):
     assert code == 0 and wer([JFK_REF], [(tmp_path / "jfk8k.txt").read_text()]) <= 0.15
 
 
-def test_silence_is_an_empty_transcript_not_an_error(run_cli, tmp_path):
-    sf.write(tmp_path / "silence.wav", np.zeros(16000 * 4, dtype=np.float32), 16000)
-    code, out, err = run_cli(tmp_path / "silence.wav", "-o", tmp_path, "-f", "json,txt")
+@pytest.mark.parametrize("live", [False, True])
+def test_silence_is_an_empty_transcript_not_an_error(run_cli, tmp_path, live):
+    sf.write(tmp_path / "silence.wav", np.zeros(16000 * 5, dtype=np.float32), 16000)
+    code, out, err = run_cli(tmp_path / "silence.wav", "-o", tmp_path, "-f", "json,txt", *(["--live"] if live else []))
     assert code == 0, err
-    assert json.loads((tmp_path / "silence.json").read_text())["segments"] == []
-    assert "no speech" in out
+    assert json.loads((tmp_path / "silence.json").read_text())["segments"] == []  # live read "you" without the no-speech rule
+    assert (tmp_path / "silence.txt").read_text().strip() == ""
+    assert live or "no speech" in out
 
 
 def _bad_inputs(tmp_path):

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
-from specwhisper.asr.decoding.fallback import repetitive
+from specwhisper.asr.decoding.fallback import QualityRules, repetitive
 from specwhisper.asr.decoding.greedy import Decoder, GreedyDecoder
 from specwhisper.asr.decoding.language import detect_language
 from specwhisper.asr.decoding.segments import tokens_to_segments
@@ -47,6 +47,9 @@ LIVE_LOOKAHEAD = Lookahead(initial=8, maximum=24)
 LOOP_TOKENS_BASE = 16
 LOOP_TOKENS_PER_S = 8.0
 LOOP_COMPRESSION_RATIO = 2.4
+# openai-whisper's no-speech rule with its thresholds, as offline decoding applies it to a chunk: Whisper's
+# no-speech probability over 0.6 and, where the VAD hears speech in the buffer, an unlikely text too
+SILENCE = QualityRules()
 
 class WhisperHypothesisDrafter(HypothesisDrafter, WhisperDrafter):
     """The previous-hypothesis drafter with the Whisper decoder's hooks (no model pass of its own)."""
@@ -111,11 +114,11 @@ class LiveDecoder:
         with eng.runtime.sharing_cross_kv(enc):  # the decode and the alignment attend to the same frames
             cross_seconds = time.perf_counter() - t
             self.stats.decoder_seconds += cross_seconds
-            decode = self._decode_and_align(enc, prompt, offset, seconds, previous)
+            decode = self._decode_and_align(audio, enc, prompt, offset, seconds, previous)
         decode.cross_seconds = cross_seconds
         return decode
 
-    def _decode_and_align(self, enc: torch.Tensor, prompt: list[int], offset: float, seconds: float,
+    def _decode_and_align(self, audio: np.ndarray, enc: torch.Tensor, prompt: list[int], offset: float, seconds: float,
                           previous: list[int]) -> LiveDecode:
         eng = self.engine
         self.drafter.set_source(previous)
@@ -128,6 +131,8 @@ class LiveDecoder:
         text = "".join(s.text for s in segments)
         if seq.hit_max_length or repetitive(text, LOOP_COMPRESSION_RATIO):
             return LiveDecode(offset, seconds, prompt, list(seq.tokens), enc, out.stats, [], max_len, looped=True)
+        if seq.no_speech_prob > SILENCE.no_speech_threshold and SILENCE.is_silence(seq, bool(eng.vad.speech_spans(audio))):
+            segments = []  # the VAD hears none and Whisper says no speech (offline's rule): silence read "you"
         t = time.perf_counter()
         eng.aligner.align(enc, [segments], [offset], [seconds], self.language, self.task)
         self.stats.alignment_seconds += time.perf_counter() - t
