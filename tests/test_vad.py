@@ -104,3 +104,24 @@ def test_misdated_finds_a_segment_away_from_the_clip_that_holds_its_words():
     assert misdated([right[0], early], clips) == [early]
     assert misdated([Segment(0.2, 2.9, " Fellow Americans")], clips) == []  # under three words: no verdict
     assert misdated([Segment(0.2, 4.8, " Something else entirely here.")], clips) == []  # no clip's words
+
+
+def test_a_pause_heard_alone_holds_the_quiet_voice_the_file_pass_missed(vad, tmp_path):
+    """The built conversation (seed 4): the cabbage clip (FLEURS, quiet) at 105.6-111.4 s after loud
+    speech. silero, carrying its state through the file, hears none of it; the pause heard alone
+    (``rehear``), most of it."""
+    from specwhisper.evaluation.transcripts import build_long_file
+
+    built = build_long_file("speakers", tmp_path, 600, seed=4)
+    audio = load_audio(built.path)
+    clip = next(c for c in built.clips if 100 < c.start < 110 and "cabbage" in c.reference)
+    a, b = int(clip.start * 16000), int(clip.end * 16000)
+
+    def inside(spans):
+        return sum(max(0, min(e, b) - max(s, a)) for s, e in spans)
+
+    spans = vad.speech_spans(audio, WHISPER_WINDOW_S)
+    assert inside(spans) == 0
+    heard = vad.rehear(audio, spans, WHISPER_WINDOW_S)
+    assert inside(heard) >= 0.7 * (b - a)
+    assert not any(s < e2 and s2 < e for s, e in heard for s2, e2 in spans)  # only in the pauses

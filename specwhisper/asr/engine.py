@@ -13,7 +13,7 @@ import torch
 from specwhisper.asr.decoding.alignment import WordAligner
 from specwhisper.asr.batch_memory import fit_batch_size
 from specwhisper.audio.loading import SAMPLE_RATE
-from specwhisper.audio.chunking import Chunk, frame_levels, join_spans, plan_chunks, to_decode
+from specwhisper.audio.chunking import Chunk, frame_levels, join_heard, join_spans, plan_chunks, to_decode
 from specwhisper.asr.decoding.greedy import CapturedChoices, Decoder, GreedyDecoder, SamplingDecoder
 from specwhisper.asr.decoding.tokens import SpecialTokens
 from specwhisper.asr.decoding.rules import WhisperLogitRules
@@ -225,7 +225,9 @@ class AsrEngine:
         if opts.vad_filter:
             chunks = join_spans(spans, opts.max_chunk_s)
         else:
-            chunks = to_decode(plan_chunks(spans, len(audio), opts.max_chunk_s, frame_levels(audio)), opts.max_chunk_s)
+            levels = frame_levels(audio)
+            spans = join_heard(spans, self.vad.rehear(audio, spans, opts.max_chunk_s, threshold=opts.vad_threshold), levels, opts.max_chunk_s)
+            chunks = to_decode(plan_chunks(spans, len(audio), opts.max_chunk_s, levels), opts.max_chunk_s)
         return chunks, time.perf_counter() - t0
 
     def _first_decoder(self, opts: DecodeOptions, decoder: Decoder) -> Decoder:
