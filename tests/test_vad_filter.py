@@ -38,6 +38,21 @@ def test_vad_filter_decodes_the_speech_alone_with_the_files_times(base_pipeline,
     assert not any(length + 0.5 < w.start and w.end < length + 19.5 for s in t.segments for w in s.words)  # none in the pause
 
 
+def test_a_window_that_stops_early_seeks_on_in_the_joined_speech(base_pipeline, eval_root):
+    """JFK, 15 s of quiet noise, then LJ001-0004 (the VAD hears both): one joined window wrote JFK's
+    sentence and stopped; the speech after its last timestamp is decoded again, as faster-whisper's
+    ``vad_filter`` seeks there."""
+    from specwhisper.audio.loading import load_audio
+    from specwhisper.evaluation.noise import pink_noise
+
+    jfk = load_audio(eval_root / "openai-whisper/jfk.flac")
+    lj = load_audio(eval_root / "coqui-tts-ljspeech/LJ001-0004.wav")
+    refs = {i.file: i.reference for i in load_manifest(eval_root)}
+    noise = pink_noise(15 * SR, seed=0) * np.float32(10 ** (-50 / 20))
+    t = _run(base_pipeline, np.concatenate([jfk, noise, lj]).astype(np.float32), vad_filter=True)
+    assert wer([refs["openai-whisper/jfk.flac"] + " " + refs["coqui-tts-ljspeech/LJ001-0004.wav"]], [t.text]) < 0.15, t.text
+
+
 def test_without_timestamps_gives_one_segment_per_window(base_pipeline, twice):
     audio, length, ref = twice
     t = _run(base_pipeline, audio, vad_filter=True, without_timestamps=True)

@@ -273,7 +273,7 @@ class AsrEngine:
             first.stats.alignment_seconds += time.perf_counter() - t
         again: list[list[tuple[Chunk, Standing | None]]] = []
         for k, chunk in enumerate(chunks):
-            if chunk.joined:  # --vad-filter (no hallucination threshold with it: validate) and no re-decode
+            if chunk.joined:  # --vad-filter (no hallucination threshold with it: validate)
                 _place(chunk, per_chunk[k])
             view, extra = chunk, []
             if opts.hallucination_silence_threshold is not None and per_chunk[k]:
@@ -282,7 +282,10 @@ class AsrEngine:
                 if not attempts[k].passed:  # text in reserve only from a decode that passed the checks
                     extra = [(c, None) for c, _ in extra]
             # the very segments kept: a thin one is replaced by identity
-            again.append(redecode.skipped(view, per_chunk[k]) + extra if opts.redecodes else [])
+            if opts.redecodes:
+                again.append(redecode.skipped(view, per_chunk[k]) + extra)
+            else:  # --vad-filter with timestamps seeks on in the joined speech, as faster-whisper's does
+                again.append(redecode.joined_rest(chunk, per_chunk[k]) if chunk.joined and not opts.without_timestamps else [])
         return per_chunk, again
 
     def transcribe(

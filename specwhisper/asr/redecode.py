@@ -83,6 +83,21 @@ def skipped(chunk: Chunk, segments: list[Segment]) -> list[tuple[Chunk, Standing
     return out
 
 
+def joined_rest(chunk: Chunk, segments: list[Segment]) -> list[tuple[Chunk, Standing | None]]:
+    """``--vad-filter``'s seek: a joined chunk (``chunking.join_spans``) whose text ``segments`` (times
+    in the file) ends with ``MIN_SKIP_SPEECH_S`` or more of its speech after it gives that speech, joined,
+    to decode again, as faster-whisper's ``vad_filter`` seeks to the last timestamp in the speech it
+    joined. Measured: JFK, 15 s of quiet noise, then LJ001-0004: one joined window wrote JFK's
+    sentence and stopped, the second sentence lost. Not for a chunk without text (Whisper was asked)."""
+    if chunk.depth >= MAX_REDECODE_DEPTH or not segments:
+        return []
+    end = round(max(s.end for s in segments) * SAMPLE_RATE)
+    rest = tuple((max(s, end), e) for s, e in chunk.voiced if e > end)
+    if sum(e - s for s, e in rest) < MIN_SKIP_SPEECH_S * SAMPLE_RATE:
+        return []
+    return [(Chunk(rest[0][0], rest[-1][1], rest, chunk.depth + 1, joined=True), None)]
+
+
 def _earlier(chunk: Chunk, ordered: list[Segment], start: int) -> Standing | None:
     """The text ``chunk``'s decode dated before a stretch it skipped from ``start`` (``ordered``: its
     segments by start), which the stretch's new text may show to be its own (``dated_early``)."""
