@@ -158,13 +158,18 @@ def _bad_inputs(tmp_path):
         "rttm_without_diarize": ([tmp_path / "good.wav", "-f", "srt,rttm"], "-f rttm needs --diarize"),
         "peer_unsupported": ([tmp_path / "good.wav", "--return_char_alignments"], "--return_char_alignments (openai-whisper/whisperx) is not supported"),
         "peer_bad_bool": ([tmp_path / "good.wav", "--word_timestamps", "yes"], "must be true or false"),
+        "code_the_model_lacks": ([tmp_path / "good.wav", "-l", "xx"], "unknown language code 'xx'"),
+        "speakers_outside_range": ([tmp_path / "good.wav", "--diarize", "--num-speakers", "2", "--min-speakers", "3"], "outside"),
     }
 
 
 CASES = ["missing", "directory", "empty", "text", "random", "zero_samples", "truncated", "low_rate", "too_long",
          "bad_format", "bad_batch", "bad_language", "bad_speakers", "bad_max_change", "not_a_number", "unknown_option",
          "bad_threads", "bad_device", "missing_gpu", "bad_dtype", "half_on_cpu", "int8_in_bfloat16",
-         "rttm_without_diarize", "peer_unsupported", "peer_bad_bool"]
+         "rttm_without_diarize", "peer_unsupported", "peer_bad_bool", "code_the_model_lacks", "speakers_outside_range"]
+BAD_OPTIONS = {"directory", "bad_format", "bad_batch", "bad_language", "bad_speakers", "bad_max_change", "not_a_number", "unknown_option",
+               "bad_threads", "bad_device", "missing_gpu", "bad_dtype", "half_on_cpu", "int8_in_bfloat16",
+               "rttm_without_diarize", "peer_unsupported", "peer_bad_bool", "code_the_model_lacks", "speakers_outside_range"}
 
 
 @pytest.mark.parametrize("case", CASES)
@@ -174,7 +179,7 @@ def test_bad_input_one_line_error(run_cli, tmp_path, case, capsys):
         code, out, err = run_cli(*argv, "-o", tmp_path / "out", "-q")
     except SystemExit as exc:  # argparse rejects the arguments before anything runs
         code, (out, err) = exc.code, capsys.readouterr()
-    assert code != 0
+    assert code == (2 if case in BAD_OPTIONS else 1), (code, err)  # docs/transcription.md: 2 for bad options
     assert "Traceback" not in out, out  # the error goes to stderr alone
     line = _one_line_error(err)
     assert expected in line.lower(), line

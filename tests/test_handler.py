@@ -104,6 +104,8 @@ def test_bytes_and_base64(handler, jfk_bytes):
     assert b64["text"] == raw["text"]
     assert re.match(r"1\n00:00:\d\d,\d{3} --> 00:00:\d\d,\d{3}\n\S", b64["outputs"]["srt"])
     assert b64["outputs"]["vtt"].startswith("WEBVTT\n\n")
+    every = handler({"inputs": jfk_bytes, "parameters": {"formats": "all"}})  # the CLI's and the API's word
+    assert set(every["outputs"]) == {"txt", "srt", "vtt", "json", "tsv", "rttm"} and every["outputs"]["srt"] == b64["outputs"]["srt"]
     data_url = handler({"inputs": "data:audio/wav;base64," + base64.b64encode(jfk_bytes).decode()})
     assert data_url["text"] == raw["text"]
 

@@ -56,6 +56,9 @@ class RunOptions:
                 raise ValueError(f"{name.replace('_', '-')} must be >= 1, got {v}")
         if self.min_speakers and self.max_speakers and self.min_speakers > self.max_speakers:
             raise ValueError(f"min-speakers ({self.min_speakers}) is larger than max-speakers ({self.max_speakers})")
+        if self.num_speakers and not (self.min_speakers or 1) <= self.num_speakers <= (self.max_speakers or self.num_speakers):
+            raise ValueError(f"num-speakers ({self.num_speakers}) is outside min-speakers..max-speakers "
+                             f"({self.min_speakers or 1}..{self.max_speakers or 'any'})")
 
     def decode_options(self) -> DecodeOptions:
         """The ASR's options: ``decode``, with word timestamps on when the subtitle layout needs them."""

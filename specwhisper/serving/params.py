@@ -100,8 +100,10 @@ class _ParamsBase(BaseModel):
     @field_validator("formats", mode="before")
     @classmethod
     def _format_list(cls, value):
-        """A query string's ``formats=srt,vtt`` arrives as one string."""
-        return [f.strip() for f in value.split(",") if f.strip()] if isinstance(value, str) else value
+        """A query string's ``formats=srt,vtt`` arrives as one string; ``all`` is every format (the CLI's
+        and the Python API's word)."""
+        names = [f.strip() for f in value.split(",") if f.strip()] if isinstance(value, str) else value
+        return list(ALL_FORMATS) if isinstance(names, list) and "all" in names else names
 
     @field_validator("return_timestamps", mode="before")
     @classmethod

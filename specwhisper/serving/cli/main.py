@@ -177,6 +177,7 @@ def run(args) -> int:
         return 1
     _quiet_libraries()
     pipeline = Pipeline(_pipeline_config(args))
+    opts.decode_options().validate(pipeline.asr.special)  # what the model decides (a language, translation): exit 2
     for i, (path, stem) in enumerate(todo):
         if not args.quiet and len(inputs) > 1:  # which transcript is which on stdout, as `tail` labels files
             print(f"{'' if i == 0 else chr(10)}==> {path} <==")
