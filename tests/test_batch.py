@@ -151,7 +151,7 @@ def test_folder_resume_changed_file_and_retry(run_cli, eval_root, tmp_path):
 
     # The same run again: nothing is redone, the failed file stays failed.
     code, _, err = run_cli(src, "-o", out, "-r", "-f", "txt,json")
-    assert code == 1 and "0 done, 3 already done, 1 failed (1 in an earlier run)" in err
+    assert code == 1 and "0 done, 3 already done, 1 failed (1 in an earlier run, not tried again: --retry-failed tries them)" in err
     assert {r: (v["attempts"], v["completions"]) for r, v in _rows(out).items()} == {
         r: (v["attempts"], v["completions"]) for r, v in rows.items()}
 

@@ -70,7 +70,8 @@ class BatchReport:
     def line(self, root: Path) -> str:
         parts = [f"{self.done_now} done", f"{self.done_before} already done"]
         if self.failed:
-            parts.append(f"{self.failed} failed" + (f" ({self.failed_before} in an earlier run)" if self.failed_before else ""))
+            parts.append(f"{self.failed} failed" + (f" ({self.failed_before} in an earlier run, not tried again: --retry-failed "
+                                                     "tries them)" if self.failed_before else ""))
         if self.pending:
             parts.append(f"{self.pending} left")
         return f"{root}: {self.files} files: " + ", ".join(parts)
