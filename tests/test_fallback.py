@@ -360,7 +360,7 @@ def test_a_text_ending_in_a_loop_is_repetitive_and_spoken_repeats_are_not():
     assert not ends_in_loop(SINTRA_LOOP + " He began a confused complaint")
 
 
-def test_a_loop_after_real_words_is_decoded_again(base_engine, tmp_path):
+def test_a_loop_after_real_words_is_decoded_again(base_engine, tmp_path, file_spans_only):
     """The window of ``SINTRA_LOOP``: its compression ratio (2.23) passes openai's check, so without the
     loop check the three clips after the loop (the wizard, JFK's, "in being comparatively modern") are
     lost from the transcript. The loop fails the check: the window is sampled again and they are in it."""
