@@ -125,3 +125,13 @@ def test_a_pause_heard_alone_holds_the_quiet_voice_the_file_pass_missed(vad, tmp
     heard = vad.rehear(audio, spans, WHISPER_WINDOW_S)
     assert inside(heard) >= 0.7 * (b - a)
     assert not any(s < e2 and s2 < e for s, e in heard for s2, e2 in spans)  # only in the pauses
+
+
+def test_pieces_heard_apart_in_one_pass_get_their_own_probabilities(vad, eval_root):
+    """``speech_probs_apart`` (every piece from silero's reset state, as one batch) against
+    ``speech_probs`` of each piece alone."""
+    jfk = load_audio(eval_root / "openai-whisper/jfk.flac")
+    quiet = load_audio(eval_root / "cuttledoc-fleurs/fleurs-en-004.ogg")
+    pieces = [jfk[: 3 * 16000 + 100], quiet, jfk[5 * 16000 :]]
+    for apart, alone in zip(vad.speech_probs_apart(pieces), [vad.speech_probs(p) for p in pieces]):
+        assert len(apart) == len(alone) and np.abs(np.array(apart) - np.array(alone)).max() < 1e-5

@@ -29,6 +29,12 @@ FILTER_SETTINGS = dict(min_silence_ms=160, speech_pad_ms=400, min_speech_ms=0)
 REHEAR_S = 1.0  # a pause at least this long is heard again alone (``VoiceActivityDetector.rehear``)
 
 
+def _no_tf32():
+    """cuDNN without TF32: the probabilities are float32's on a GPU too."""
+    return torch.backends.cudnn.flags(enabled=torch.backends.cudnn.enabled, benchmark=torch.backends.cudnn.benchmark,
+                                      deterministic=torch.backends.cudnn.deterministic, allow_tf32=False)
+
+
 class VoiceActivityDetector:
     """Finds speech with silero-vad (weights shipped in its PyPI package).
 
@@ -70,9 +76,7 @@ class VoiceActivityDetector:
         x = torch.from_numpy(np.ascontiguousarray(audio, dtype=np.float32))  # no copy of the audio
         n = -(-len(x) // WINDOW)
         out, state = [], None
-        no_tf32 = torch.backends.cudnn.flags(enabled=torch.backends.cudnn.enabled, benchmark=torch.backends.cudnn.benchmark,
-                                             deterministic=torch.backends.cudnn.deterministic, allow_tf32=False)
-        with one_thread(), no_tf32:
+        with one_thread(), _no_tf32():
             for i in range(0, n, BLOCK):
                 start = i * WINDOW
                 piece = x[start : start + BLOCK * WINDOW].to(self.device)
@@ -87,6 +91,44 @@ class VoiceActivityDetector:
                 if progress:
                     progress(min(1.0, (i + len(w)) / n))
         return torch.cat(out).tolist() if out else []
+
+    @torch.inference_mode()
+    def speech_probs_apart(self, pieces: list[np.ndarray]) -> list[list[float]]:
+        """``speech_probs`` of each piece heard from its own start (silero's state reset), in one pass:
+        the windows of every piece through the encoder together, the LSTM over the pieces as one batch
+        (one call each, where a call per piece cost a launch of each layer per pause on a GPU)."""
+        if not pieces:
+            return []
+        rows, counts = [], []
+        for piece in pieces:
+            x = torch.from_numpy(np.ascontiguousarray(piece, dtype=np.float32))
+            w = torch.nn.functional.pad(x, (0, -len(x) % WINDOW)).view(-1, WINDOW)
+            rows.append(torch.cat([torch.cat([w.new_zeros(1, CONTEXT), w[:-1, -CONTEXT:]]), w], 1))  # context, window
+            counts.append(len(w))
+        frames = torch.cat(rows)
+        with one_thread(), _no_tf32():
+            feats = torch.cat([self._net.encoder(self._net.run_extractors(frames[i : i + BLOCK].to(self.device))).squeeze(-1)
+                               for i in range(0, len(frames), BLOCK)])
+            h, _ = self._lstm(torch.nn.utils.rnn.pad_sequence(list(feats.split(counts))))  # (windows, pieces, hidden)
+            probs = self._net.decoder.decoder(h.reshape(-1, h.shape[-1]).unsqueeze(-1)).squeeze(1).mean(1).view(h.shape[:2])
+        return [probs[:n, k].tolist() for k, n in enumerate(counts)]
+
+    def _spans_of(self, probs: list[float], samples: int, max_span_s: float, threshold: float | None = None,
+                  min_silence_ms: int | None = None, speech_pad_ms: int | None = None,
+                  min_speech_ms: int | None = None) -> list[tuple[int, int]]:
+        """silero's spans of ``samples`` samples from their window probabilities (settings: ``speech_spans``)."""
+        pad_ms = self.speech_pad_ms if speech_pad_ms is None else speech_pad_ms
+        spans = get_speech_timestamps_from_probs(
+            probs,
+            sampling_rate=SAMPLE_RATE,
+            threshold=self.threshold if threshold is None else threshold,
+            min_speech_duration_ms=self.min_speech_ms if min_speech_ms is None else min_speech_ms,
+            min_silence_duration_ms=self.min_silence_ms if min_silence_ms is None else min_silence_ms,
+            speech_pad_ms=pad_ms,
+            max_speech_duration_s=max_span_s - 2 * pad_ms / 1000 - 0.1,
+            audio_length_samples=samples,
+        )
+        return [(int(s["start"]), int(s["end"])) for s in spans]
 
     def speech_spans(
         self,
@@ -104,18 +146,8 @@ class VoiceActivityDetector:
         silero splits an over-long region at its longest inner pause (or, lacking
         one, at the limit), so every span fits one Whisper window.
         """
-        pad_ms = self.speech_pad_ms if speech_pad_ms is None else speech_pad_ms
-        spans = get_speech_timestamps_from_probs(
-            self.speech_probs(audio, progress),
-            sampling_rate=SAMPLE_RATE,
-            threshold=self.threshold if threshold is None else threshold,
-            min_speech_duration_ms=self.min_speech_ms if min_speech_ms is None else min_speech_ms,
-            min_silence_duration_ms=self.min_silence_ms if min_silence_ms is None else min_silence_ms,
-            speech_pad_ms=pad_ms,
-            max_speech_duration_s=max_span_s - 2 * pad_ms / 1000 - 0.1,
-            audio_length_samples=len(audio),
-        )
-        return [(int(s["start"]), int(s["end"])) for s in spans]
+        return self._spans_of(self.speech_probs(audio, progress), len(audio), max_span_s, threshold, min_silence_ms,
+                              speech_pad_ms, min_speech_ms)
 
     def rehear(self, audio: np.ndarray, spans: list[Span], max_span_s: float = WHISPER_WINDOW_S,
                threshold: float | None = None) -> list[Span]:
@@ -128,9 +160,7 @@ class VoiceActivityDetector:
         cause: the clip alone, at -67 dB or 40 dB louder, is 91% speech to it."""
         if not spans:
             return []  # the whole file was heard from its start
-        out: list[Span] = []
         bounds = [0, *(x for s in spans for x in s), len(audio)]
-        for a, b in zip(bounds[::2], bounds[1::2]):
-            if b - a >= REHEAR_S * SAMPLE_RATE:
-                out += [(a + s, a + e) for s, e in self.speech_spans(audio[a:b], max_span_s, threshold=threshold)]
-        return out
+        pauses = [(a, b) for a, b in zip(bounds[::2], bounds[1::2]) if b - a >= REHEAR_S * SAMPLE_RATE]
+        probs = self.speech_probs_apart([audio[a:b] for a, b in pauses])
+        return [(a + s, a + e) for (a, b), p in zip(pauses, probs) for s, e in self._spans_of(p, b - a, max_span_s, threshold)]
