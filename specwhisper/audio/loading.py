@@ -18,7 +18,7 @@ SAMPLE_RATE = 16000
 DEFAULT_MAX_SECONDS = 12 * 3600  # refuse to load more than this unless told otherwise
 MIN_SOURCE_RATE = 1000
 READ_BLOCK_FRAMES = 1152 * 256  # whole mp3 frames: libsndfile gives the samples of a single whole-file read
-MAX_CHANNELS = 64  # an in-memory array with more rows or columns than this is not channels (``from_array``)
+MAX_CHANNELS = 64  # an in-memory array with more rows or columns than this is not channels (``_samples_first``)
 UNKNOWN_LENGTH_S = 600  # first buffer for a file that does not say how long it is
 
 
@@ -203,7 +203,7 @@ def load_audio_bytes(data: bytes, name: str = "upload", max_seconds: float = DEF
         return load_audio(tmp.name, max_seconds=max_seconds, name=name)
 
 
-def samples_first(audio: np.ndarray, name: str = "array") -> np.ndarray:
+def _samples_first(audio: np.ndarray, name: str) -> np.ndarray:
     """An in-memory array as samples, or samples by channels (soundfile's layout): channels by samples
     (torchaudio's and librosa's ``mono=False``, up to ``MAX_CHANNELS`` rows) is transposed (a view)."""
     audio = np.asarray(audio)
@@ -214,9 +214,12 @@ def samples_first(audio: np.ndarray, name: str = "array") -> np.ndarray:
     return audio
 
 
-def from_array(audio: np.ndarray, rate: int, name: str = "array") -> np.ndarray:
-    """Downmix/resample an in-memory array (e.g. a microphone recording; layouts: ``samples_first``)."""
-    audio = samples_first(audio, name)
+def from_array(audio: np.ndarray, rate: int, name: str = "array", max_seconds: float = DEFAULT_MAX_SECONDS) -> np.ndarray:
+    """Downmix/resample an in-memory array (e.g. a microphone recording; layouts: ``_samples_first``),
+    refused when longer than ``max_seconds``."""
+    audio = _samples_first(audio, name)
+    if len(audio) / max(int(rate), 1) > max_seconds:
+        raise over_limit(name, max_seconds, len(audio) / rate)
     if np.issubdtype(audio.dtype, np.integer):
         audio = audio.astype(np.float32) / float(np.iinfo(audio.dtype).max)
     return _check(_to_mono_16k(audio, rate, name), name)

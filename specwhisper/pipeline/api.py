@@ -27,7 +27,7 @@ import numpy as np
 
 from specwhisper.results.transcript import Transcript
 from specwhisper.audio.loading import (AudioError, from_array, load_audio,
-                                       load_audio_bytes, over_limit, samples_first)
+                                       load_audio_bytes)
 from specwhisper.pipeline.options import BY_NAME, check_values, options_for
 from specwhisper.pipeline.subtitles import SubtitleOptions
 from specwhisper.pipeline.writers import ALL_FORMATS, check_output_dir, parse_formats, render, write_outputs
@@ -139,10 +139,7 @@ def _waveform(audio: Audio, sample_rate: int | None, max_seconds: float) -> tupl
             raise AudioError(f"array: sample_rate must be a whole number of Hz, got {sample_rate!r}")
         if not (np.issubdtype(audio.dtype, np.floating) or np.issubdtype(audio.dtype, np.integer)):
             raise AudioError(f"array: expected numbers, got an array of {audio.dtype}")
-        audio = samples_first(audio)
-        if len(audio) / max(int(sample_rate), 1) > max_seconds:
-            raise over_limit("array", max_seconds, len(audio) / sample_rate)
-        return from_array(audio, int(sample_rate)), None
+        return from_array(audio, int(sample_rate), max_seconds=max_seconds), None
     raise AudioError(f"audio must be a path, the bytes of an audio file or a numpy array, not {type(audio).__name__}")
 
 
