@@ -167,9 +167,7 @@ CASES = ["missing", "directory", "empty", "text", "random", "zero_samples", "tru
          "bad_format", "bad_batch", "bad_language", "bad_speakers", "bad_max_change", "not_a_number", "unknown_option",
          "bad_threads", "bad_device", "missing_gpu", "bad_dtype", "half_on_cpu", "int8_in_bfloat16",
          "rttm_without_diarize", "peer_unsupported", "peer_bad_bool", "code_the_model_lacks", "speakers_outside_range"]
-BAD_OPTIONS = {"directory", "bad_format", "bad_batch", "bad_language", "bad_speakers", "bad_max_change", "not_a_number", "unknown_option",
-               "bad_threads", "bad_device", "missing_gpu", "bad_dtype", "half_on_cpu", "int8_in_bfloat16",
-               "rttm_without_diarize", "peer_unsupported", "peer_bad_bool", "code_the_model_lacks", "speakers_outside_range"}
+FAILED_FILES = {"missing", "empty", "text", "random", "zero_samples", "truncated", "low_rate", "too_long"}  # exit 1; the rest are options
 
 
 @pytest.mark.parametrize("case", CASES)
@@ -179,7 +177,7 @@ def test_bad_input_one_line_error(run_cli, tmp_path, case, capsys):
         code, out, err = run_cli(*argv, "-o", tmp_path / "out", "-q")
     except SystemExit as exc:  # argparse rejects the arguments before anything runs
         code, (out, err) = exc.code, capsys.readouterr()
-    assert code == (2 if case in BAD_OPTIONS else 1), (code, err)  # docs/transcription.md: 2 for bad options
+    assert code == (1 if case in FAILED_FILES else 2), (code, err)  # docs/transcription.md: 2 for bad options
     assert "Traceback" not in out, out  # the error goes to stderr alone
     line = _one_line_error(err)
     assert expected in line.lower(), line
