@@ -500,3 +500,15 @@ def test_a_captured_draw_gives_the_eager_draws_bits(base_engine, manifest):
     eager, captured = kept(False), kept(True)
     assert captured == eager
     assert all(t == 0.4 for t, _, _ in eager[0])
+
+
+def test_a_text_of_whispers_stock_phrases_alone_is_one_and_one_with_other_words_is_not():
+    from specwhisper.asr.decoding.fallback import is_stock_phrase
+
+    # what base wrote over the whispered clip, the noise and music of bench/noise.py and test_hallucination
+    for text in (" Thank you very much.", " Thank you. Thank you.", " Thanks for watching!", " you",
+                 " Subtitles by the Amara.org community"):
+        assert is_stock_phrase(text), text
+    # spoken: the end of the eval set's acoustic_corpus.wav, and a misheard sentence under pink noise
+    for text in (" And that should be all. Thanks.", " Thank you for the point communication. Thanks.", "", " ."):
+        assert not is_stock_phrase(text), text

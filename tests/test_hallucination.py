@@ -21,7 +21,7 @@ from specwhisper.audio.chunking import Chunk
 from specwhisper.audio.loading import SAMPLE_RATE, load_audio
 from specwhisper.evaluation.music_gap import MusicGap, music_gap
 from specwhisper.evaluation.noise import with_noise
-from specwhisper.evaluation.transcripts import build_long_file, deleted_share, normalize
+from specwhisper.evaluation.transcripts import build_long_file, deleted_share, normalize, read_textgrid_words
 from specwhisper.pipeline.core import RunOptions
 from specwhisper.results.transcript import Segment, Word
 
@@ -94,6 +94,26 @@ def test_noise_over_a_voice_too_quiet_to_hear_keeps_no_text(base_pipeline, tmp_p
     assert "thank you" not in got, got
     for kept in ("comparatively modern", "antecedents", "tedious to him", "capital letter"):
         assert kept in got, (kept, got)
+
+
+def test_a_stock_phrase_over_a_whispered_clip_goes_and_a_spoken_one_stays(base_pipeline, eval_root, tmp_path):
+    """bench/longform.py's talk, 125-145 s: MFA's "this is all very whispered" clip (132.3-138.0 s), of
+    which Whisper base reads the first words; the rest, decoded again alone, read "Thank you very
+    much." (no-speech 0.56, log-probability -1.04), the sign-off Whisper writes where it hears no
+    speech (``fallback.is_stock_phrase``): it goes, the speech around it stays. The spoken "Thanks!" that
+    ends MFA's corpus (from the pause before it, by its TextGrid), alone, 30 dB quieter, and under pink
+    noise 20 dB below it, stays."""
+    talk = load_audio(build_long_file("dense", tmp_path, 600).path)
+    got = normalize(base_pipeline.run(talk[125 * SAMPLE_RATE : 145 * SAMPLE_RATE], RunOptions(decode=DecodeOptions(language="en"))).text)
+    assert "thank you" not in got, got
+    for kept in ("comparatively modern", "whisper", "acoustic corpus"):
+        assert kept in got, (kept, got)
+    words = read_textgrid_words(eval_root / "mfa/acoustic_corpus.TextGrid")
+    (_, before, _), (start, _, said) = words[-2:]
+    assert said == "thanks"
+    thanks = load_audio(eval_root / "mfa/acoustic_corpus.wav")[round((before + start) / 2 * SAMPLE_RATE):]
+    for audio in (thanks, thanks * 10 ** (-30 / 20), with_noise(thanks, 20.0)):
+        assert normalize(base_pipeline.run(audio, RunOptions(decode=DecodeOptions(language="en"))).text) == "thanks"
 
 
 @pytest.mark.parametrize("value", [0, -1.0, float("nan"), float("inf"), "2", True])

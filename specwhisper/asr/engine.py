@@ -256,7 +256,7 @@ class AsrEngine:
         chunks, enc, language = first.chunks, first.failing.encoder_out, first.language
         per_chunk: list[list[Segment]] = []
         for chunk, a in zip(chunks, attempts):
-            if opts.quality.is_silence(a.seq, vad_speech=redecode.vad_speech(chunk)) or redecode.unheard(chunk, a.passed):
+            if opts.quality.is_silence(a.seq, vad_speech=redecode.vad_speech(chunk), stock=a.stock) or redecode.unheard(chunk, a.passed):
                 per_chunk.append([])
                 continue
             # a joined chunk's times are placed in the file below; a decode without timestamps has no

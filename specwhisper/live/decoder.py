@@ -15,7 +15,7 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
-from specwhisper.asr.decoding.fallback import QualityRules, repetitive
+from specwhisper.asr.decoding.fallback import QualityRules, is_stock_phrase, repetitive
 from specwhisper.asr.decoding.greedy import Decoder, GreedyDecoder
 from specwhisper.asr.decoding.language import detect_language
 from specwhisper.asr.decoding.segments import tokens_to_segments
@@ -131,8 +131,9 @@ class LiveDecoder:
         text = "".join(s.text for s in segments)
         if seq.hit_max_length or repetitive(text, LOOP_COMPRESSION_RATIO):
             return LiveDecode(offset, seconds, prompt, list(seq.tokens), enc, out.stats, [], max_len, looped=True)
-        if seq.no_speech_prob > SILENCE.no_speech_threshold and SILENCE.is_silence(seq, bool(eng.vad.speech_spans(audio))):
-            segments = []  # the VAD hears none and Whisper says no speech (offline's rule): silence read "you"
+        stock = is_stock_phrase(text)
+        if SILENCE.is_silence(seq, stock=stock) or (SILENCE.is_silence(seq, False, stock) and not eng.vad.speech_spans(audio)):
+            segments = []  # offline's rule: the VAD hears none and Whisper says no speech (silence read "you"), or a stock phrase
         t = time.perf_counter()
         eng.aligner.align(enc, [segments], [offset], [seconds], self.language, self.task)
         self.stats.alignment_seconds += time.perf_counter() - t

@@ -174,7 +174,7 @@ class ChunkCheckpoint:
 
             again.append([(chunk.part(a, b), standing(d)) for a, b, d in c["skipped"]])
             attempts.append(Attempt(SequenceResult(**c["seq"]), c["temperature"], c["compression_ratio"], c["loops"],
-                                    c["passed"]))
+                                    c["passed"], c.get("stock", False)))
         return per_chunk, again, attempts, DecodeStats(**rec["stats"])
 
     def record(self, batch: list[Item], prompt: list[int], per_chunk, again, attempts, stats: DecodeStats) -> None:
@@ -190,7 +190,7 @@ class ChunkCheckpoint:
 
             chunks.append({"segments": [asdict(s) for s in segs], "skipped": [[c.start, c.end, standing(st)] for c, st in skipped],
                            "seq": asdict(a.seq), "temperature": a.temperature, "compression_ratio": a.compression_ratio,
-                           "loops": a.loops, "passed": a.passed})
+                           "loops": a.loops, "passed": a.passed, "stock": a.stock})
         rec = {"batch": [_item_key(x) for x in batch], "prompt": list(prompt), "chunks": chunks,
                "stats": {f.name: getattr(stats, f.name) for f in fields(stats)}}
         self._write(json.dumps(rec, default=_plain) + "\n")

@@ -262,7 +262,8 @@ OPTIONS: tuple[Option, ...] = (
     Option("logprob_threshold", float, -1.0, "decode again when the average log-probability is below this; None: no "
            "check", group="quality", nullable=True, high=0.0),
     Option("no_speech_threshold", float, 0.6, "a chunk is silence when Whisper's no-speech probability is above this "
-           "and the log-probability is below --logprob-threshold; None: no check", group="quality", nullable=True,
+           "and the log-probability is below --logprob-threshold (lower bars for a text of Whisper's stock sign-offs "
+           "alone, such as 'Thank you.'); None: no check", group="quality", nullable=True,
            low=0.0, high=1.0),
     Option("hallucination_silence_threshold", float, None, "drop text Whisper probably invented over silence or "
            "music: a segment whose words look unlikely (improbable, too short or too long) with more than this many "

@@ -27,6 +27,7 @@ speculative decoder asks the check at the same tokens, so its text stays the pla
 
 from __future__ import annotations
 
+import re
 import zlib
 from dataclasses import dataclass, replace
 from typing import Callable
@@ -86,6 +87,33 @@ def ends_in_loop(text: str) -> bool:
     return False
 
 
+# The phrases Whisper writes where it hears no speech (its subtitle corpus' sign-offs and credits;
+# Barański et al., "Investigation of Whisper ASR Hallucinations Induced by Non-Speech Audio", ICASSP
+# 2025, list them as its most frequent hallucinations), each without case and punctuation.
+STOCK_PHRASES = frozenset({
+    "thank you", "thank you very much", "thank you so much", "thanks", "thanks for watching",
+    "thank you for watching", "thanks for listening", "thank you for listening", "please subscribe",
+    "subtitles by the amara org community", "you", "bye",
+})
+# A text made only of them is silence at a lower no-speech probability and a higher log-probability
+# than openai's (0.6 and -1.0). Measured with base on bench/noise.py's ten files: every "Thank you"
+# the references do not hold (11) was one of them alone, over a quiet clip Whisper could not read or
+# the edge of a stretch decoded again, at no-speech 0.30-0.83 and log-probability -0.88 to -1.23;
+# espeak-ng's "Thank you." / "Thanks." / "Thank you very much." / "Thanks for watching." at -20 to
+# -55 dBFS, under pink noise 20 dB below, and after JFK decoded at no-speech 0.03-0.43 and
+# log-probability -0.38 to -0.78 (one "Thanks." after JFK, sampled after its greedy text failed:
+# 0.57 and -1.00).
+STOCK_NO_SPEECH = 0.2
+STOCK_LOGPROB = -0.85
+
+
+def is_stock_phrase(text: str) -> bool:
+    """Whether ``text`` is made only of ``STOCK_PHRASES`` (one or more sentences, each one of them)."""
+    sentences = [" ".join(re.sub(r"[^\w\s]", " ", t).lower().split()) for t in re.split(r"[.!?]+(?:\s+|$)", text)]
+    sentences = [t for t in sentences if t]
+    return bool(sentences) and all(t in STOCK_PHRASES for t in sentences)
+
+
 def repetitive(text: str, limit: float) -> bool:
     """openai's repetition check (compression ratio above ``limit``) or a loop at the text's end."""
     return compression_ratio(text) > limit or ends_in_loop(text)
@@ -135,10 +163,16 @@ class QualityRules:
                    logprob_threshold=src.logprob_threshold, no_speech_threshold=src.no_speech_threshold,
                    best_of=src.best_of)
 
-    def is_silence(self, seq: SequenceResult, vad_speech: bool = True) -> bool:
+    def is_silence(self, seq: SequenceResult, vad_speech: bool = True, stock: bool = False) -> bool:
         """openai's rule: Whisper's no-speech probability is high and the text unlikely. For audio the
-        VAD already rejected, Whisper's no-speech probability alone is enough: both say no speech."""
-        if self.no_speech_threshold is None or seq.no_speech_prob <= self.no_speech_threshold:
+        VAD already rejected, Whisper's no-speech probability alone is enough: both say no speech. A
+        text of Whisper's stock phrases (``stock``: ``is_stock_phrase``) is silence at ``STOCK_NO_SPEECH``
+        and ``STOCK_LOGPROB``; switched off with the no-speech check."""
+        if self.no_speech_threshold is None:
+            return False
+        if stock and seq.no_speech_prob > STOCK_NO_SPEECH and seq.avg_logprob < STOCK_LOGPROB:
+            return True
+        if seq.no_speech_prob <= self.no_speech_threshold:
             return False
         if not vad_speech:
             return True
@@ -151,7 +185,7 @@ class QualityRules:
     def needs_fallback(self, attempt: Attempt) -> bool:
         too_repetitive = self.too_repetitive(attempt)
         too_unlikely = self.logprob_threshold is not None and attempt.seq.avg_logprob < self.logprob_threshold
-        if self.is_silence(attempt.seq):  # silence: no fallback, the chunk is dropped
+        if self.is_silence(attempt.seq, stock=attempt.stock):  # silence: no fallback, the chunk is dropped
             return False
         return too_repetitive or too_unlikely or _cut(attempt)
 
@@ -165,10 +199,11 @@ class Attempt:
     compression_ratio: float
     loops: bool = False  # the text ends in a loop (``ends_in_loop``)
     passed: bool = True  # False: the pick among attempts that all failed the checks
+    stock: bool = False  # the text is Whisper's stock phrases alone (``is_stock_phrase``)
 
     @classmethod
     def of(cls, seq: SequenceResult, temperature: float, text: str) -> "Attempt":
-        return cls(seq, temperature, compression_ratio(text), ends_in_loop(text))
+        return cls(seq, temperature, compression_ratio(text), ends_in_loop(text), stock=is_stock_phrase(text))
 
 
 def _cut(attempt: Attempt) -> bool:
