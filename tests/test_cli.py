@@ -159,6 +159,8 @@ def _bad_inputs(tmp_path):
         "peer_unsupported": ([tmp_path / "good.wav", "--return_char_alignments"], "--return_char_alignments (openai-whisper/whisperx) is not supported"),
         "peer_bad_bool": ([tmp_path / "good.wav", "--word_timestamps", "yes"], "must be true or false"),
         "code_the_model_lacks": ([tmp_path / "good.wav", "-l", "xx"], "unknown language code 'xx'"),
+        "bad_clips": ([tmp_path / "good.wav", "--clip-timestamps", "5,3"], "--clip-timestamps: each clip must end after it starts, got 5,3"),
+        "peer_bad_clips": ([tmp_path / "good.wav", "--clip_timestamps", "0,10,5,20"], "clips must be in order and not overlap: 5 starts before 10"),
         "speakers_outside_range": ([tmp_path / "good.wav", "--diarize", "--num-speakers", "2", "--min-speakers", "3"], "outside"),
     }
 
@@ -166,7 +168,8 @@ def _bad_inputs(tmp_path):
 CASES = ["missing", "directory", "empty", "text", "random", "zero_samples", "truncated", "low_rate", "too_long",
          "bad_format", "bad_batch", "bad_language", "bad_speakers", "bad_max_change", "not_a_number", "unknown_option",
          "bad_threads", "bad_device", "missing_gpu", "bad_dtype", "half_on_cpu", "int8_in_bfloat16",
-         "rttm_without_diarize", "peer_unsupported", "peer_bad_bool", "code_the_model_lacks", "speakers_outside_range"]
+         "rttm_without_diarize", "peer_unsupported", "peer_bad_bool", "code_the_model_lacks", "speakers_outside_range",
+         "bad_clips", "peer_bad_clips"]
 FAILED_FILES = {"missing", "empty", "text", "random", "zero_samples", "truncated", "low_rate", "too_long"}  # exit 1; the rest are options
 
 

@@ -135,6 +135,15 @@ def test_word_timestamps(client, jfk):
     assert 1.0 < americans.start < 3.5  # "And so my fellow Americans" is said in the first 3.5 s of the clip
 
 
+def test_clip_timestamps_through_the_openai_client(client, jfk):
+    """openai-whisper's clip_timestamps as an extra form field: the last 4.5 s of JFK alone, at the file's times."""
+    audio, _ = jfk
+    answer = client.audio.transcriptions.create(file=("jfk.wav", audio), model="whisper-1", response_format="verbose_json",
+                                                language="en", extra_body={"clip_timestamps": "6.5"})
+    assert "ask what you can do for your country" in answer.text.lower() and "americans" not in answer.text.lower()
+    assert answer.segments and all(6.5 <= s.start < s.end <= 11.0 for s in answer.segments), answer.segments
+
+
 def test_speakers_in_verbose_json(client, jfk):
     audio, reference = jfk
     answer = client.audio.transcriptions.create(file=("jfk.wav", audio), model="whisper-1", response_format="verbose_json",

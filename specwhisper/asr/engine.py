@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 import time
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -14,6 +15,7 @@ from specwhisper.asr.decoding.alignment import WordAligner
 from specwhisper.asr.batch_memory import fit_batch_size
 from specwhisper.audio.loading import SAMPLE_RATE
 from specwhisper.audio.chunking import Chunk, frame_levels, join_heard, join_spans, plan_chunks, to_decode
+from specwhisper.audio.clips import Clip, check_clips, clip_spans
 from specwhisper.asr.decoding.greedy import CapturedChoices, Decoder, GreedyDecoder, SamplingDecoder
 from specwhisper.asr.decoding.tokens import SpecialTokens
 from specwhisper.asr.decoding.rules import WhisperLogitRules
@@ -36,6 +38,7 @@ from specwhisper.audio.vad import FILTER_SETTINGS, VoiceActivityDetector
 
 Progress = Callable[[str, float], None]
 TASKS = ("transcribe", "translate")
+log = logging.getLogger(__name__)
 
 
 @dataclass
@@ -59,6 +62,9 @@ class DecodeOptions:
     # seconds of silence around a likely hallucination for it to be dropped (specwhisper.asr.hallucination);
     # None: off. Word timings are computed when it is set.
     hallucination_silence_threshold: float | None = None
+    # the stretches of each file to transcribe, (start, end) seconds, end None: to the file's end
+    # (specwhisper.audio.clips: openai-whisper's clip_timestamps); None: all of it
+    clips: tuple[Clip, ...] | None = None
 
     @property
     def needs_words(self) -> bool:
@@ -95,6 +101,8 @@ class DecodeOptions:
             raise ValueError(f"hallucination silence threshold must be a number of seconds > 0, got {threshold}")
         if threshold is not None and self.vad_filter:
             raise ValueError("hallucination silence threshold does not apply with vad filter: the silence it looks for is dropped before decoding")
+        if self.clips is not None:
+            self.clips = check_clips(self.clips)
         self.quality.validate()
         if special is None:
             return
@@ -216,9 +224,23 @@ class AsrEngine:
 
     def _plan(self, audio: np.ndarray, opts: DecodeOptions, progress: Callable[[float], None]) -> tuple[list[Chunk], float]:
         """The file's chunks to decode (all of it, cut in the VAD's pauses, but a piece of a pause under a
-        second: specwhisper.audio.chunking; with ``vad_filter`` its speech alone, joined) and the VAD's
-        seconds."""
+        second: specwhisper.audio.chunking; with ``vad_filter`` its speech alone, joined; with ``clips``
+        each clip's, planned as a file of its own) and the VAD's seconds."""
         t0 = time.perf_counter()
+        if opts.clips is None:
+            return self._plan_piece(audio, opts, progress), time.perf_counter() - t0
+        spans = clip_spans(opts.clips, len(audio))
+        if not spans:
+            log.warning(f"clip_timestamps: no clip is within the {len(audio) / SAMPLE_RATE:.1f} s of audio: nothing to transcribe")
+        total = sum(b - a for a, b in spans)
+        chunks, done = [], 0
+        for a, b in spans:
+            report = (lambda f, done=done, n=b - a: progress((done + f * n) / total))
+            chunks += [c.shifted(a) for c in self._plan_piece(audio[a:b], opts, report)]
+            done += b - a
+        return chunks, time.perf_counter() - t0
+
+    def _plan_piece(self, audio: np.ndarray, opts: DecodeOptions, progress: Callable[[float], None]) -> list[Chunk]:
         settings = FILTER_SETTINGS if opts.vad_filter else {}
         spans = self.vad.speech_spans(audio, opts.max_chunk_s, progress=progress, threshold=opts.vad_threshold, **settings)
         trim_heap()
@@ -228,7 +250,7 @@ class AsrEngine:
             levels = frame_levels(audio)
             spans = join_heard(spans, self.vad.rehear(audio, spans, opts.max_chunk_s, threshold=opts.vad_threshold), levels, opts.max_chunk_s)
             chunks = to_decode(plan_chunks(spans, len(audio), opts.max_chunk_s, levels), opts.max_chunk_s)
-        return chunks, time.perf_counter() - t0
+        return chunks
 
     def _first_decoder(self, opts: DecodeOptions, decoder: Decoder) -> Decoder:
         if opts.beam_size is None:

@@ -74,6 +74,11 @@ class Chunk:
             return sum(e - s for s, e in self.voiced) / SAMPLE_RATE
         return (self.end - self.start) / SAMPLE_RATE
 
+    def shifted(self, offset: int) -> "Chunk":
+        """This chunk ``offset`` samples later (a chunk of a piece of a file, in the file)."""
+        return Chunk(self.start + offset, self.end + offset, tuple((s + offset, e + offset) for s, e in self.voiced),
+                     self.depth, self.joined)
+
     def samples(self, audio: np.ndarray) -> np.ndarray:
         """The chunk's audio out of the file's ``audio``."""
         if self.joined:

@@ -104,6 +104,8 @@ class Option:
             if self.nullable or self.default is None:
                 return None
             raise OptionError(self, "needs a value")
+        if self.name == "clip_timestamps" and isinstance(value, (list, tuple)):
+            return _clips(self, value)  # the Python API's [0, 30, 60, 90], as faster-whisper takes it
         value = self._convert(value)
         if self.choices and value not in self.choices:
             raise OptionError(self, f"must be one of {', '.join(self.choices)}, got '{_short(value)}'")
@@ -115,6 +117,8 @@ class Option:
             raise OptionError(self, f"must be at most {self.max_chars} characters, got {len(value)}")
         if self.name == "language":
             return _language_code(self, value)
+        if self.name == "clip_timestamps":
+            return _clips(self, value)
         return value
 
     def _bounds(self) -> str:
@@ -162,6 +166,18 @@ def _language_code(option: Option, value: str) -> str | None:
 
     try:
         return normalize_language(value)
+    except ValueError as exc:
+        raise OptionError(option, str(exc)) from None
+
+
+def _clips(option: Option, value: Any) -> str:
+    """``clip_timestamps`` checked (``specwhisper.audio.clips.parse_clips``), written as it reads."""
+    from specwhisper.audio.clips import clips_text, parse_clips
+
+    if isinstance(value, str) and value.strip().lower() in ("none", "null"):
+        return None
+    try:
+        return clips_text(parse_clips(value))
     except ValueError as exc:
         raise OptionError(option, str(exc)) from None
 
@@ -247,6 +263,9 @@ OPTIONS: tuple[Option, ...] = (
            "misses is lost (off: every sample is decoded and skipped stretches are decoded again)"),
     Option("without_timestamps", bool, False, "decode without timestamp tokens: one segment per chunk (faster-whisper's "
            "batched pipeline's default); fewer tokens to decode, coarser subtitles, no re-decoding of skipped stretches"),
+    Option("clip_timestamps", str, None, "transcribe only these stretches of each file: start,end,start,end,... "
+           "seconds (a last start alone runs to the end); the rest is not heard, and times stay the file's "
+           "(openai-whisper's and faster-whisper's clip_timestamps)", nullable=True, max_chars=2000),
     # ---------------------------------------------------------------- decoding quality (openai-whisper's safeguards)
     Option("beam_size", int, None, "beam search with this many beams (default: greedy, speculative when a drafter "
            "runs; openai-whisper's CLI and faster-whisper use 5)", group="quality", nullable=True, low=1, high=16,
@@ -335,6 +354,7 @@ def run_options(values: dict[str, Any]):
     pipeline's: ``RunOptions.validate``."""
     from specwhisper.asr.decoding.fallback import QualityRules, temperature_schedule
     from specwhisper.asr.engine import DecodeOptions
+    from specwhisper.audio.clips import parse_clips
     from specwhisper.pipeline.core import RunOptions
 
     v = {**defaults(), **values}
@@ -351,7 +371,8 @@ def run_options(values: dict[str, Any]):
                            condition_on_previous_text=v["condition_on_previous_text"],
                            hallucination_silence_threshold=v["hallucination_silence_threshold"],
                            multilingual=v["multilingual"], language_threshold=v["language_threshold"],
-                           vad_filter=v["vad_filter"], without_timestamps=v["without_timestamps"])
+                           vad_filter=v["vad_filter"], without_timestamps=v["without_timestamps"],
+                           clips=None if v["clip_timestamps"] is None else parse_clips(v["clip_timestamps"]))
     opts = RunOptions(decode=decode, diarize=v["diarize"], num_speakers=v["num_speakers"],
                       min_speakers=v["min_speakers"], max_speakers=v["max_speakers"], postedit=v["postedit"],
                       max_audio_s=v["max_duration"], subtitles=subtitles)
@@ -385,7 +406,6 @@ REFUSED: dict[str, str] = {
     "--carry_initial_prompt": "--initial-prompt already precedes every chunk unless --condition-on-previous-text is on",
     "--prepend_punctuations": "word timestamps use openai-whisper's default punctuation merging",
     "--append_punctuations": "word timestamps use openai-whisper's default punctuation merging",
-    "--clip_timestamps": "the whole file is transcribed; cut it first (ffmpeg -ss/-to)",
     "--align_model": "word times come from Whisper's own cross-attention, not a wav2vec2 model",
     "--interpolate_method": "every word gets a time from Whisper's cross-attention",
     "--return_char_alignments": "there is no character alignment",

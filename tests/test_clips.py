@@ -1,0 +1,64 @@
+"""``clip_timestamps`` (openai-whisper's and faster-whisper's): only the clips of a file are heard, and
+the transcript keeps the file's times. On three public clips back to back with a second of silence
+between them, clipping the first and the last gives their words alone, dated inside the clips."""
+
+from __future__ import annotations
+
+import logging
+
+import numpy as np
+import pytest
+
+from specwhisper.audio.loading import SAMPLE_RATE, load_audio
+from specwhisper.evaluation.transcripts import normalize, wer
+from specwhisper.pipeline.api import Transcriber
+
+NAMES = ("coqui-tts-ljspeech/LJ001-0001.wav", "openai-whisper/jfk.flac", "cuttledoc-fleurs/fleurs-en-003.ogg")
+
+
+@pytest.fixture(scope="module")
+def three(manifest):
+    """The three clips with a second of silence after each: the audio, each clip's (start, end) and reference."""
+    items = {i.file: i for i in manifest}
+    pieces, where, t = [], [], 0.0
+    for name in NAMES:
+        audio = load_audio(items[name].path)
+        where.append((t, t + len(audio) / SAMPLE_RATE, items[name].reference))
+        pieces += [audio, np.zeros(SAMPLE_RATE, np.float32)]
+        t += len(audio) / SAMPLE_RATE + 1.0
+    return np.concatenate(pieces), where
+
+
+def test_only_the_clips_are_transcribed_at_the_files_times(base_pipeline, three):
+    audio, ((a0, b0, first), (_, _, middle), (a2, _, last)) = three
+    api = Transcriber(base_pipeline)
+    for clips in (f"{a0},{b0 + 0.5},{a2 - 0.5}", [a0, b0 + 0.5, a2 - 0.5]):  # the last clip runs to the end
+        got = api.transcribe(audio, sample_rate=SAMPLE_RATE, language="en", word_timestamps=True, clip_timestamps=clips)
+        assert wer([first + " " + last], [got.text]) <= 0.1, got.text
+        assert "fellow americans" not in normalize(got.text) and "fellow americans" in normalize(middle)
+        for seg in got.segments:
+            assert a0 <= seg.start < seg.end <= b0 + 0.5 or a2 - 0.5 <= seg.start < seg.end <= len(audio) / SAMPLE_RATE, seg
+            assert all(seg.start <= w.start <= w.end <= seg.end for w in seg.words), seg
+
+
+def test_a_clip_past_the_end_transcribes_nothing_and_says_so(base_pipeline, three, caplog):
+    audio, _ = three
+    with caplog.at_level(logging.WARNING):
+        got = Transcriber(base_pipeline).transcribe(audio, sample_rate=SAMPLE_RATE, language="en",
+                                                    clip_timestamps="500,600")
+    assert got.segments == [] and got.text == ""
+    assert any("no clip is within" in r.getMessage() for r in caplog.records), caplog.text
+
+
+@pytest.mark.parametrize("clips, message", [
+    ("", "needs start,end seconds (e.g. 0,30 or 0,30,60,90)"),
+    ("1,x", "must be start,end seconds separated by commas, got 'x'"),
+    ("-1,3", "must be finite seconds >= 0, got -1"),
+    ("5,3", "each clip must end after it starts, got 5,3"),
+    ("0,10,5,20", "clips must be in order and not overlap: 5 starts before 10"),
+    ([0, "nan"], "must be finite seconds >= 0, got nan"),
+])
+def test_bad_clips_are_a_one_line_error(base_pipeline, clips, message):
+    with pytest.raises(ValueError) as info:
+        Transcriber(base_pipeline).options(clip_timestamps=clips)
+    assert str(info.value) == f"clip_timestamps: {message}"
