@@ -7,7 +7,8 @@ Two layouts of the same nine clips (English, French, German, Spanish, Portuguese
 its speech; specwhisper.evaluation.transcripts.build_multilingual_file):
 - ``windows``: the pause after a clip is long enough that the next one starts a window of its own;
   each window holds one language, so the figures are those of the detection;
-- ``turns``: 1.5 s between clips, as a meeting's turns: a window may hold two languages and gets one.
+- ``turns``: 1.5 s between clips, as a meeting's turns: a window may hold two languages, and
+  ``--multilingual`` cuts it between them.
 
 Systems (one engine, base, greedy, plain decoding, taking turns file by file):
 - ``one language``: detected once per file (the default);

@@ -31,14 +31,15 @@ class WorkQueues:
     emptied before the next one starts, handed out ``batch_size`` at a time, the most VAD speech first
     (but ``in_order``).
 
-    Chunks given to ``wait`` (multilingual) get their language from ``detect``, in order and a batch at
-    a time, only while no queue holds a full batch; meanwhile only full batches are handed out."""
+    Chunks given to ``wait`` (multilingual) get their language from ``detect`` (which may cut a chunk
+    into several, each with its own), in order and a batch at a time, only while no queue holds a full
+    batch; meanwhile only full batches are handed out."""
 
     def __init__(
         self,
         batch_size: int,
         key: Callable[[Item, str | None], Hashable],
-        detect: Callable[[list[Item]], list[str | None]] | None = None,
+        detect: Callable[[list[Item]], list[tuple[Item, str | None]]] | None = None,
         in_order: bool = False,
     ):
         self.batch_size = batch_size
@@ -62,7 +63,7 @@ class WorkQueues:
         full = lambda: any(len(q) >= self.batch_size for q in self._queues.values())  # noqa: E731
         while self._waiting and not full():
             items = [self._waiting.popleft() for _ in range(min(self.batch_size, len(self._waiting)))]
-            for item, language in zip(items, self._detect(items)):
+            for item, language in self._detect(items):
                 self.add(item, language)
         if self._waiting:
             if self._current is None or len(self._queues[self._current]) < self.batch_size:

@@ -36,6 +36,8 @@ SOUNDING_HOLE_S = 0.15  # quieter gaps this short inside a sound are part of it
 LEVEL_STEP_DB = 20.0  # a span this much quieter or louder than the one before starts a new chunk (``merge_spans``)
 TOUCH_S = 0.1  # speech heard alone in a pause that ends (starts) this close to a span reaches it (``join_heard``)
 MIN_PIECE_S = 1.0  # a piece of a pause shorter than this, beside other chunks, is not decoded (``to_decode``)
+TURN_PAUSE_S = 0.5  # a pause this long inside a chunk may part two languages (``turns``)
+MIN_TURN_S = 2.0  # a turn shorter than this joins the one before it: Whisper's detection on less is unsure
 Span = tuple[int, int]
 
 
@@ -103,6 +105,36 @@ class Chunk:
         """The stretch ``[start, end)`` of this chunk, to decode on its own."""
         voiced = tuple((max(s, start), min(e, end)) for s, e in self.voiced if e > start and s < end)
         return Chunk(start, end, voiced, self.depth + 1)
+
+    def cut(self, at: list[int]) -> list[Chunk]:
+        """This chunk cut at the samples ``at`` (in its pauses, increasing) into chunks of the same depth."""
+        bounds = [self.start, *at, self.end]
+        return [Chunk(a, b, tuple((s, e) for s, e in self.voiced if a <= s < b), self.depth, self.joined)
+                for a, b in zip(bounds, bounds[1:])]
+
+
+def turns(chunk: Chunk) -> list[Span]:
+    """A chunk's speech as turns that may each be in a language of their own (``--multilingual``): its VAD
+    spans joined across pauses under ``TURN_PAUSE_S``; a turn under ``MIN_TURN_S`` joins the one before
+    it (the first joins the next)."""
+    out: list[list[int]] = []
+    for s, e in sorted(chunk.voiced):
+        if out and s - out[-1][1] < TURN_PAUSE_S * SAMPLE_RATE:
+            out[-1][1] = e
+        else:
+            out.append([s, e])
+    short = lambda t: t[1] - t[0] < MIN_TURN_S * SAMPLE_RATE  # noqa: E731
+    k = 0
+    while len(out) > 1 and k < len(out):
+        if short(out[k]):
+            if k == 0:
+                out[1][0] = out[0][0]
+            else:
+                out[k - 1][1] = out[k][1]
+            del out[k]
+        else:
+            k += 1
+    return [(s, e) for s, e in out]
 
 
 def merge_spans(spans: list[Span], max_chunk_s: float = WHISPER_WINDOW_S, levels: np.ndarray | None = None) -> list[Chunk]:

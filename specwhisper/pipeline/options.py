@@ -254,7 +254,8 @@ OPTIONS: tuple[Option, ...] = (
            "at a time (off: chunks decode in batches, as faster-whisper's and WhisperX's batched pipelines)",
            generate_names=("condition_on_prev_tokens",)),
     Option("multilingual", bool, False, "detect the language of every chunk (a window of up to 30 s, cut in a pause), "
-           "not once per file, for audio that changes language; each segment's language is in the json"),
+           "not once per file, for audio that changes language; a window whose turns speak two languages is cut "
+           "between them; each segment's language is in the json"),
     Option("language_threshold", float, 0.5, "with --multilingual: a chunk whose detected language has a lower "
            "probability than this keeps the language before it", low=0.0, high=1.0,
            peer_flags=("--language_detection_threshold",)),
