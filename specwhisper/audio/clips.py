@@ -6,6 +6,9 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
+from dataclasses import dataclass
+
+import numpy as np
 
 from specwhisper.audio.loading import SAMPLE_RATE
 
@@ -58,6 +61,37 @@ def clip_spans(clips: Sequence[Clip], n_samples: int) -> list[tuple[int, int]]:
         if a < b:
             spans.append((a, b))
     return spans
+
+
+@dataclass(frozen=True)
+class ClipMap:
+    """A file's clips (sample ``spans``, ``clip_spans``) back to back, as the diarization hears them, and
+    times between the file and that audio."""
+
+    spans: tuple[tuple[int, int], ...]
+
+    def joined(self, audio: np.ndarray) -> np.ndarray:
+        return np.concatenate([audio[a:b] for a, b in self.spans]) if self.spans else audio[:0]
+
+    def to_joined(self, start: float, end: float) -> list[tuple[float, float]]:
+        """The parts of the file's ``[start, end]`` (seconds) inside the clips, in the joined audio's time."""
+        out, before = [], 0
+        for a, b in self.spans:
+            lo, hi = max(start, a / SAMPLE_RATE), min(end, b / SAMPLE_RATE)
+            if lo <= hi:
+                out.append((lo - a / SAMPLE_RATE + before / SAMPLE_RATE, hi - a / SAMPLE_RATE + before / SAMPLE_RATE))
+            before += b - a
+        return out
+
+    def to_file(self, start: float, end: float) -> list[tuple[float, float]]:
+        """The joined audio's ``[start, end]`` (seconds) in the file's time, parted where two clips meet."""
+        out, before = [], 0
+        for a, b in self.spans:
+            lo, hi = max(start, before / SAMPLE_RATE), min(end, (before + b - a) / SAMPLE_RATE)
+            if lo < hi:
+                out.append((lo - before / SAMPLE_RATE + a / SAMPLE_RATE, hi - before / SAMPLE_RATE + a / SAMPLE_RATE))
+            before += b - a
+        return out
 
 
 def clips_text(clips: Sequence[Clip]) -> str:

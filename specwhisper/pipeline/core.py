@@ -11,7 +11,8 @@ import numpy as np
 
 from specwhisper.audio.loading import DEFAULT_MAX_SECONDS, SAMPLE_RATE, load_audio
 from specwhisper.asr.engine import AsrEngine, AsrResult, DecodeOptions
-from specwhisper.results.transcript import Transcript
+from specwhisper.audio.clips import ClipMap, clip_spans
+from specwhisper.results.transcript import SpeakerTurn, Transcript
 from specwhisper.pipeline.subtitles import SubtitleOptions
 
 Progress = Callable[[str, float], None]
@@ -191,14 +192,20 @@ class Pipeline:
             from specwhisper.diarize.attribution import assign_speakers, heard_spans
 
             t = time.perf_counter()
-            turns = self.diarizer()(
-                audio,
+            heard, words = audio, heard_spans(segments)  # words no turn covers get turns too (specwhisper.diarize.coverage)
+            clips = None if opts.decode.clips is None else ClipMap(tuple(clip_spans(opts.decode.clips, len(audio))))
+            if clips is not None:  # the clips alone, back to back, as the ASR heard them
+                heard, words = clips.joined(audio), [p for a, b in words for p in clips.to_joined(a, b)]
+            turns = [] if not len(heard) else self.diarizer()(
+                heard,
                 num_speakers=opts.num_speakers,
                 min_speakers=opts.min_speakers,
                 max_speakers=opts.max_speakers,
                 progress=report,
-                words=heard_spans(segments),  # words no turn covers get turns too (specwhisper.diarize.coverage)
+                words=words,
             )
+            if clips is not None:
+                turns = [SpeakerTurn(a, b, t.speaker) for t in turns for a, b in clips.to_file(t.start, t.end)]
             segments = assign_speakers(segments, turns)
             timings["diarization"] = time.perf_counter() - t
 
