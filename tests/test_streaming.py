@@ -4,6 +4,7 @@ confirmed stream is the offline transcript's words, each once, in time order."""
 
 from __future__ import annotations
 
+import zlib
 from dataclasses import dataclass
 
 import numpy as np
@@ -202,6 +203,11 @@ def test_cli_live_prints_confirmed_text_and_writes_formats(run_cli, eval_root, t
 
     tokenizer = load_whisper("base").tokenizer  # the segments' tokens spell their text, as offline ones do
     assert all(s["tokens"] and tokenizer.decode(s["tokens"]).strip() == s["text"].strip() for s in data["segments"]), data["segments"]
+    for s in data["segments"]:  # openai's repetition measure of the text, and the words' mean log-probability
+        raw = tokenizer.decode(s["tokens"]).encode()  # the text as written, its leading space too
+        assert s["compression_ratio"] == round(len(raw) / len(zlib.compress(raw)), 4), s
+        assert s["avg_logprob"] == pytest.approx(np.mean([np.log(w["probability"]) for w in s["words"]]), abs=1e-3), s
+        assert -1.0 < s["avg_logprob"] < 0.0, s  # clear speech: likely words, as offline
     assert "played live" in err
     code, _, err = run_cli("--live", eval_root / "whisper.cpp/jfk.wav", "--diarize", "-o", tmp_path)
     assert code == 2 and err.count("\n") == 1 and "--diarize does not apply to --live" in err

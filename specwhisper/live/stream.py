@@ -10,6 +10,7 @@ then trimmed (``specwhisper.live.buffer``); the end of the stream confirms the l
 
 from __future__ import annotations
 
+import math
 import time
 from dataclasses import dataclass
 from typing import Callable
@@ -17,6 +18,7 @@ from typing import Callable
 import numpy as np
 
 from specwhisper.asr.decoding.alignment import SENTENCE_END
+from specwhisper.asr.decoding.fallback import compression_ratio
 from specwhisper.asr.decoding.language import normalize_language
 from specwhisper.asr.engine import TASKS, AsrEngine
 from specwhisper.audio.loading import SAMPLE_RATE
@@ -192,6 +194,12 @@ class StreamingTranscriber:
         segments = words_to_segments(self.confirmed_words)
         for seg in segments:  # its text's tokens (offline segments carry the decoded ones)
             seg.tokens = self.engine.bundle.tokenizer.encode(seg.text, add_special_tokens=False)
+            # offline's per-token average is a decode's; a live segment's words come from several
+            # decodes, so it is their words' (each word's probability: its tokens' mean); a decode
+            # that reads as no speech confirms nothing (``live.decoder``), so no_speech_prob stays 0
+            seg.compression_ratio = compression_ratio(seg.text)
+            probabilities = [w.probability for w in seg.words if w.probability]
+            seg.avg_logprob = sum(map(math.log, probabilities)) / len(probabilities) if probabilities else 0.0
         return Transcript(segments, self.language, duration,
                           model={"asr": self.engine.model_name, "live": True,
                                  "drafter": self.drafter.name if self.opts.speculative else None},
