@@ -141,7 +141,7 @@ def test_a_batch_keeps_the_chosen_draft_length_where_a_lone_row_adapts(unpacked_
     drafter = dec.candidates["early-exit:3"].drafter
     longest = {}
     for rows in (1, 2):
-        feats, enc, _ = auto._encode(clips[:rows])
+        feats, enc, _ = auto.encode(clips[:rows])
         dec.costs[rows], dec.acceptance = forced, {"ngram": 0.1, "early-exit:3": 0.9}
         asked = []
         drafter.draft = lambda contexts, ks, draft=type(drafter).draft: asked.append(max(ks)) or draft(drafter, contexts, ks)

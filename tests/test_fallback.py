@@ -28,7 +28,7 @@ def _jfk(base_engine, eval_root):
 def _two_chunks(base_engine, manifest):
     items = {m.file: m for m in manifest}
     clips = [items["openai-whisper/jfk.flac"], items["cuttledoc-fleurs/fleurs-en-002.ogg"]]
-    feats, enc, _ = base_engine._encode([load_audio(m.path) for m in clips])
+    feats, enc, _ = base_engine.encode([load_audio(m.path) for m in clips])
     return clips, feats, enc, base_engine.special.prompt("en", "transcribe", True)
 
 
@@ -137,7 +137,7 @@ def test_failing_chunks_of_a_batch_draw_their_samples_together(base_engine, mani
     keeps a draw of its own audio."""
     items = {m.file: m for m in manifest}
     clips = [items["openai-whisper/jfk.flac"], items["cuttledoc-fleurs/fleurs-en-002.ogg"]] * 2
-    feats, enc, _ = base_engine._encode([load_audio(m.path) for m in clips])
+    feats, enc, _ = base_engine.encode([load_audio(m.path) for m in clips])
     prompt = base_engine.special.prompt("en", "transcribe", True)
     calls = []
 
@@ -308,7 +308,7 @@ def test_a_greedy_text_that_loops_stops_there_in_plain_and_speculative_decoding_
     e = tiny_engine
     talk = load_audio(build_long_file("speakers", tmp_path, 600, seed=0).path)
     jfk = load_audio(next(m for m in manifest if m.file == "openai-whisper/jfk.flac").path)
-    _, enc, _ = e._encode([talk[int(328.18 * 16000) : int(358.18 * 16000)], jfk])
+    _, enc, _ = e.encode([talk[int(328.18 * 16000) : int(358.18 * 16000)], jfk])
     prompt = e.special.prompt("en", "transcribe", True)
     plain = greedy.GreedyDecoder(e.runtime, e.special, e.rules)
     whole = plain.decode(enc, prompt).sequences

@@ -128,7 +128,7 @@ def test_a_captured_plain_step_chooses_what_the_eager_one_chooses(unpacked_engin
     e = unpacked_engine
     clips = [load_audio(eval_root / n) for n in ("openai-whisper/jfk.flac", "cuttledoc-fleurs/fleurs-en-002.ogg",
                                                   "cuttledoc-fleurs/fleurs-en-001.ogg")]
-    feats, enc, _ = e._encode(clips)
+    feats, enc, _ = e.encode(clips)
     prompt = e.special.prompt("en", "transcribe", True)
     runs = {}
     for captured in (False, True):

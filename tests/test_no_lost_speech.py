@@ -144,7 +144,7 @@ def test_speculation_after_a_text_prompt_is_token_identical(base_engine, eval_ro
     decoder = drafting_factory(draft)(base_engine)
     plain = GreedyDecoder(base_engine.runtime, base_engine.special, base_engine.rules)
     for name in ("openai-whisper/jfk.flac", "cuttledoc-fleurs/fleurs-en-002.ogg"):
-        feats, enc, _ = base_engine._encode([_clip(eval_root, name)])
+        feats, enc, _ = base_engine.encode([_clip(eval_root, name)])
         want = plain.decode(enc, prompt).sequences[0]
         got = decoder.decode(enc, prompt, features=feats).sequences[0]
         assert got.tokens == want.tokens and got.no_speech_prob == pytest.approx(want.no_speech_prob, abs=1e-5)

@@ -40,7 +40,7 @@ def test_chunks_waiting_for_their_language_leave_only_in_full_batches():
 
     def detect(items):
         seen.append([c.start // 16000 for _, c in items])
-        return ["de" if c.start // 16000 in (1, 2, 3) else "en" for _, c in items]
+        return [(item, "de" if item[1].start // 16000 in (1, 2, 3) else "en") for item in items]
 
     work = WorkQueues(2, key=lambda item, language: language, detect=detect)
     for k in range(5):
@@ -52,6 +52,24 @@ def test_chunks_waiting_for_their_language_leave_only_in_full_batches():
     assert work.language_of[first[0]] == "de"
     assert drain(work) == [[(0, 3)], [(0, 0), (0, 4)]]
     assert seen[-1] == [4]
+
+
+def test_a_chunk_detect_cuts_in_two_queues_both_parts_with_their_languages():
+    """``detect`` may cut a chunk (``--multilingual``: two languages in one window): its parts queue in
+    their own languages, the chunk itself not at all."""
+    from specwhisper.audio.chunking import Chunk
+
+    whole = Chunk(0, 20 * 16000, ((0, 8 * 16000), (12 * 16000, 20 * 16000)))
+    parts = whole.cut([10 * 16000])
+
+    def detect(items):
+        return [((0, parts[0]), "en"), ((0, parts[1]), "de")] if items == [(0, whole)] else [(i, "en") for i in items]
+
+    work = WorkQueues(1, key=lambda item, language: language, detect=detect)
+    work.wait((0, whole))
+    assert drain(work) == [[(0, 0)], [(0, 10)]]
+    assert [work.language_of[(0, p)] for p in parts] == ["en", "de"] and (0, whole) not in work.language_of
+    assert [p.voiced for p in parts] == [((0, 8 * 16000),), ((12 * 16000, 20 * 16000),)]
 
 
 def test_chunks_with_the_most_speech_decode_together_with_the_same_text(tiny_engine, manifest, monkeypatch):

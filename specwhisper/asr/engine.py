@@ -11,15 +11,14 @@ from typing import Callable
 import numpy as np
 import torch
 
-from specwhisper.asr.decoding.alignment import FRAME_S, WordAligner
+from specwhisper.asr.decoding.alignment import WordAligner
 from specwhisper.asr.batch_memory import fit_batch_size
 from specwhisper.audio.loading import SAMPLE_RATE
-from specwhisper.audio.chunking import Chunk, frame_levels, join_heard, join_spans, plan_chunks, to_decode, turns
+from specwhisper.audio.chunking import Chunk, frame_levels, join_heard, join_spans, plan_chunks, to_decode
 from specwhisper.audio.clips import Clip, check_clips, clip_spans
 from specwhisper.asr.decoding.greedy import CapturedChoices, Decoder, GreedyDecoder, SamplingDecoder
 from specwhisper.asr.decoding.tokens import SpecialTokens
 from specwhisper.asr.decoding.rules import WhisperLogitRules
-from specwhisper.asr.decoding.language import detect_language
 from specwhisper.hardware.device import resolve_device, resolve_dtype, synchronize
 from specwhisper.asr.features import LogMel
 from specwhisper.asr.decoding.fallback import POOL_BATCHES, Attempt, FallbackPool, Failing, QualityRules, first_attempts, kept
@@ -29,6 +28,7 @@ from specwhisper.asr.runtime.decoder import WhisperDecoderRuntime
 from specwhisper.asr.runtime.encoder import EncoderRuntime
 from specwhisper.asr.weights.loader import WhisperBundle, load_whisper
 from specwhisper.asr import hallucination, redecode
+from specwhisper.asr.languages import chunk_languages, file_languages
 from specwhisper.asr.redecode import Standing
 from specwhisper.asr.scheduling import FileResults, Item, WorkQueues
 from specwhisper.asr.decoding.segments import stitch, timed_by_words, tokens_to_segments
@@ -213,7 +213,7 @@ class AsrEngine:
         zero_pad = zero_pad if zero_pad is not None else [False] * len(pieces)
         return self.log_mel(pieces, zero_pad).to(self.bundle.model.dtype)
 
-    def _encode(self, pieces: list[np.ndarray], zero_pad: list[bool] | None = None) -> tuple[torch.Tensor, torch.Tensor, float]:
+    def encode(self, pieces: list[np.ndarray], zero_pad: list[bool] | None = None) -> tuple[torch.Tensor, torch.Tensor, float]:
         """Log-mel features and encoder output of audio pieces (one row each), and the seconds it took."""
         t = time.perf_counter()
         feats = self._features(pieces, zero_pad)
@@ -333,7 +333,7 @@ class AsrEngine:
 
         Each file is cut into chunks covering all of it (specwhisper.audio.chunking; with ``vad_filter``
         its speech alone, joined) and gets its language from its first chunk with VAD speech (with
-        ``multilingual`` each chunk gets its own: ``_detect``, the chunks of each language in queues of
+        ``multilingual`` each chunk gets its own: ``languages.chunk_languages``, the chunks of each language in queues of
         their own); then chunks of all files that share a prompt (language, task,
         initial prompt) are decoded in batches of ``batch_size`` (``specwhisper.asr.scheduling``); the
         stretches a decode skipped are queued again (``specwhisper.asr.redecode``). With ``condition_on_previous_text`` each file's chunks decode
@@ -361,7 +361,7 @@ class AsrEngine:
         if opts.multilingual:  # every chunk's own, detected as the work queues need it
             languages: list[tuple[str | None, float | None]] = [(opts.language, None)] * n
         else:
-            languages = self._languages(audios, plans, opts, rows, encoded, stats)
+            languages = file_languages(self, audios, plans, opts, rows, encoded, stats)
         initial = self._context(" ".join(t for t in (opts.hotwords, opts.initial_prompt) if t))
 
         def prompt_of(language: str | None, context: list[int]) -> tuple[int, ...]:
@@ -371,7 +371,7 @@ class AsrEngine:
         conditioning = opts.condition_on_previous_text
         work = WorkQueues(1 if conditioning else rows,
                           key=lambda item, language: item[0] if conditioning else prompt_of(language, initial),
-                          detect=lambda items: self._detect(audios, items, opts, encoded, stats, latest),
+                          detect=lambda items: chunk_languages(self, audios, items, opts, encoded, stats, latest),
                           in_order=conditioning)
         for i in range(n):
             for c in plans[i]:
@@ -451,7 +451,7 @@ class AsrEngine:
                     stats: list[DecodeStats]) -> FirstPass:
         """The batch's first decode (``first_attempts``) on its encoder rows: those kept from language
         detection, the rest encoded now."""
-        self._encode_items(audios, batch, encoded, stats)
+        self.encode_items(audios, batch, encoded, stats)
         kept_rows = [encoded.pop(item) for item in batch]
         feats, enc = torch.cat([f for f, _ in kept_rows]), torch.cat([e for _, e in kept_rows])
         chunks = [c for _, c in batch]
@@ -462,103 +462,7 @@ class AsrEngine:
         return FirstPass(batch, prompt, language, chunks, failing, batch_stats,
                          [len(audios[i]) / SAMPLE_RATE for i, _ in batch])
 
-    def _languages(
-        self,
-        audios: list[np.ndarray],
-        plans: list[list[Chunk]],
-        opts: DecodeOptions,
-        batch_size: int,
-        encoded: dict[Item, tuple[torch.Tensor, torch.Tensor]],
-        stats: list[DecodeStats],
-    ) -> list[tuple[str | None, float | None]]:
-        """Each file's language and its probability: the option, or detected on the file's first chunk
-        with VAD speech (its first chunk when the VAD found none), whose encoder rows are kept."""
-        languages: list[tuple[str | None, float | None]] = [(opts.language, None)] * len(audios)
-        if opts.language is not None:
-            return languages
-        firsts = [(i, next((c for c in plan if c.speech), plan[0])) for i, plan in enumerate(plans) if plan]
-        for b in range(0, len(firsts), batch_size):
-            rows = firsts[b : b + batch_size]
-            self._encode_items(audios, rows, encoded, stats)
-            for i, c in rows:
-                languages[i] = detect_language(self.runtime, self.special, encoded[(i, c)][1])
-        return languages
-
-    def _detect(
-        self,
-        audios: list[np.ndarray],
-        items: list[Item],
-        opts: DecodeOptions,
-        encoded: dict[Item, tuple[torch.Tensor, torch.Tensor]],
-        stats: list[DecodeStats],
-        latest: list[str | None],
-    ) -> list[tuple[Item, str | None]]:
-        """Each chunk's language (``multilingual``), in order; their encoder rows are kept. A detection
-        holds when its probability reaches ``language_threshold`` on a chunk with VAD speech; else the
-        file keeps its language so far (``latest``, updated here: the option, then the last detection
-        that held), or takes this detection when it has none yet. faster-whisper's ``multilingual``
-        takes every window's detection, however unsure (German called English at p=0.43). A chunk
-        whose turns speak two languages is cut between them (``_language_turns``), each part with its own."""
-        self._encode_items(audios, items, encoded, stats)
-        out: list[tuple[Item, str | None]] = []
-        for i, c in items:
-            enc = encoded[(i, c)][1]
-            code, p = detect_language(self.runtime, self.special, enc)
-            parts = self._language_turns(audios[i], c, enc, code, opts, stats[i], latest[i])
-            if parts:
-                encoded.pop((i, c))
-                for part, language in parts:
-                    latest[i] = language
-                    out.append(((i, part), language))
-                continue
-            if latest[i] is None or (c.speech and p >= opts.language_threshold):
-                latest[i] = code
-            out.append(((i, c), latest[i]))
-        return out
-
-    def _language_turns(self, audio: np.ndarray, chunk: Chunk, enc: torch.Tensor, language: str, opts: DecodeOptions,
-                        stats: DecodeStats, before: str | None) -> list[tuple[Chunk, str]]:
-        """``multilingual``: a chunk's parts of one language each, when its turns (``chunking.turns``)
-        speak two or more. Whisper's detection of a whole window takes its most spoken language, and
-        the decode then translates the rest: on bench/multilingual.py's turns (clips of five languages,
-        1.5 s apart) a window of a Spanish, an English and a Portuguese clip was detected Spanish at 0.96.
-
-        Each turn is screened on the window's own encoder output, its frames alone (the decoder attends
-        to them only: one decoder step a turn): on that window Spanish, English and Portuguese at
-        0.95-1.00. The screen also reads some English turns of one-language windows as another language
-        (Chinese at 0.63 on the built conversation), so where a turn screens as another language than
-        ``language`` (the window's) at ``language_threshold`` or more, every turn is detected on its
-        audio alone (one encoder batch; all English there at 0.94-1.00), and the chunk is cut in the
-        pause between two turns those detections put in different languages. A turn detected alone
-        below the threshold takes the language of the turn before it (the first: the file's language
-        so far, ``before``). Empty: one language. Not for a joined chunk (``--vad-filter``)."""
-        spans = turns(chunk) if not chunk.joined else []
-        if len(spans) < 2:
-            return []
-        hop = round(FRAME_S * SAMPLE_RATE)  # samples per encoder frame
-        frames = [((a - chunk.start) // hop, -(-(b - chunk.start) // hop)) for a, b in spans]
-        screened = [detect_language(self.runtime, self.special, enc[:, fa:fb]) for fa, fb in frames]
-        if all(code == language or p < opts.language_threshold for code, p in screened):
-            return []
-        languages: list[str] = []
-        for code, p in self._turn_languages(audio, spans, stats):
-            last = languages[-1] if languages else before
-            languages.append(code if p >= opts.language_threshold or last is None else last)
-        changes = [k for k in range(1, len(spans)) if languages[k] != languages[k - 1]]
-        if not changes:
-            return []
-        parts = chunk.cut([(spans[k - 1][1] + spans[k][0]) // 2 for k in changes])
-        return list(zip(parts, [languages[0], *(languages[k] for k in changes)]))
-
-    def _turn_languages(self, audio: np.ndarray, spans: list[tuple[int, int]], stats: DecodeStats) -> list[tuple[str, float]]:
-        """Each span's language detected on its audio alone (one encoder batch)."""
-        if not spans:
-            return []
-        _, enc, seconds = self._encode([audio[a:b] for a, b in spans])
-        stats.encoder_seconds += seconds
-        return [detect_language(self.runtime, self.special, enc[k : k + 1]) for k in range(len(spans))]
-
-    def _encode_items(
+    def encode_items(
         self,
         audios: list[np.ndarray],
         items: list[Item],
@@ -568,7 +472,7 @@ class AsrEngine:
         """Features and encoder output of the (file, chunk) items not kept yet, kept in ``encoded``."""
         todo = [item for item in items if item not in encoded]
         if todo:
-            feats, enc, seconds = self._encode(*_pieces(audios, todo))
+            feats, enc, seconds = self.encode(*_pieces(audios, todo))
             for j, (i, c) in enumerate(todo):
                 encoded[(i, c)] = (feats[j : j + 1], enc[j : j + 1])
                 stats[i].encoder_seconds += seconds / len(todo)

@@ -1,0 +1,108 @@
+"""Which language each file, or each chunk, is decoded in (``AsrEngine.transcribe_many``): detected
+once per file on its first chunk with speech, or per chunk with ``multilingual``, where a chunk whose
+turns speak two languages is cut between them."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+import numpy as np
+import torch
+
+from specwhisper.asr.decoding.alignment import FRAME_S
+from specwhisper.asr.decoding.language import detect_language
+from specwhisper.asr.scheduling import Item
+from specwhisper.audio.chunking import Chunk, turns
+from specwhisper.audio.loading import SAMPLE_RATE
+from specwhisper.results.stats import DecodeStats
+
+if TYPE_CHECKING:
+    from specwhisper.asr.engine import AsrEngine, DecodeOptions
+
+Encoded = dict[Item, tuple[torch.Tensor, torch.Tensor]]  # (file, chunk) -> its features and encoder rows, kept
+
+
+def file_languages(engine: AsrEngine, audios: list[np.ndarray], plans: list[list[Chunk]], opts: DecodeOptions,
+                   batch_size: int, encoded: Encoded, stats: list[DecodeStats]) -> list[tuple[str | None, float | None]]:
+    """Each file's language and its probability: the option, or detected on the file's first chunk
+    with VAD speech (its first chunk when the VAD found none), whose encoder rows are kept."""
+    languages: list[tuple[str | None, float | None]] = [(opts.language, None)] * len(audios)
+    if opts.language is not None:
+        return languages
+    firsts = [(i, next((c for c in plan if c.speech), plan[0])) for i, plan in enumerate(plans) if plan]
+    for b in range(0, len(firsts), batch_size):
+        rows = firsts[b : b + batch_size]
+        engine.encode_items(audios, rows, encoded, stats)
+        for i, c in rows:
+            languages[i] = detect_language(engine.runtime, engine.special, encoded[(i, c)][1])
+    return languages
+
+
+def chunk_languages(engine: AsrEngine, audios: list[np.ndarray], items: list[Item], opts: DecodeOptions,
+                    encoded: Encoded, stats: list[DecodeStats], latest: list[str | None]) -> list[tuple[Item, str | None]]:
+    """Each chunk's language (``multilingual``), in order; their encoder rows are kept. A detection
+    holds when its probability reaches ``language_threshold`` on a chunk with VAD speech; else the
+    file keeps its language so far (``latest``, updated here: the option, then the last detection
+    that held), or takes this detection when it has none yet. faster-whisper's ``multilingual``
+    takes every window's detection, however unsure (German called English at p=0.43). A chunk
+    whose turns speak two languages is cut between them (``language_turns``), each part with its own."""
+    engine.encode_items(audios, items, encoded, stats)
+    out: list[tuple[Item, str | None]] = []
+    for i, c in items:
+        enc = encoded[(i, c)][1]
+        code, p = detect_language(engine.runtime, engine.special, enc)
+        parts = language_turns(engine, audios[i], c, enc, code, opts, stats[i], latest[i])
+        if parts:
+            encoded.pop((i, c))
+            for part, language in parts:
+                latest[i] = language
+                out.append(((i, part), language))
+            continue
+        if latest[i] is None or (c.speech and p >= opts.language_threshold):
+            latest[i] = code
+        out.append(((i, c), latest[i]))
+    return out
+
+
+def language_turns(engine: AsrEngine, audio: np.ndarray, chunk: Chunk, enc: torch.Tensor, language: str,
+                   opts: DecodeOptions, stats: DecodeStats, before: str | None) -> list[tuple[Chunk, str]]:
+    """``multilingual``: a chunk's parts of one language each, when its turns (``chunking.turns``)
+    speak two or more. Whisper's detection of a whole window takes its most spoken language, and
+    the decode then translates the rest: on bench/multilingual.py's turns (clips of five languages,
+    1.5 s apart) a window of a Spanish, an English and a Portuguese clip was detected Spanish at 0.96.
+
+    Each turn is screened on the window's own encoder output, its frames alone (the decoder attends
+    to them only: one decoder step a turn): on that window Spanish, English and Portuguese at
+    0.95-1.00. The screen also reads some English turns of one-language windows as another language
+    (Chinese at 0.63 on the built conversation), so where a turn screens as another language than
+    ``language`` (the window's) at ``language_threshold`` or more, every turn is detected on its
+    audio alone (one encoder batch; all English there at 0.94-1.00), and the chunk is cut in the
+    pause between two turns those detections put in different languages. A turn detected alone
+    below the threshold takes the language of the turn before it (the first: the file's language
+    so far, ``before``). Empty: one language. Not for a joined chunk (``--vad-filter``)."""
+    spans = turns(chunk) if not chunk.joined else []
+    if len(spans) < 2:
+        return []
+    hop = round(FRAME_S * SAMPLE_RATE)  # samples per encoder frame
+    frames = [((a - chunk.start) // hop, -(-(b - chunk.start) // hop)) for a, b in spans]
+    screened = [detect_language(engine.runtime, engine.special, enc[:, fa:fb]) for fa, fb in frames]
+    if all(code == language or p < opts.language_threshold for code, p in screened):
+        return []
+    languages: list[str] = []
+    for code, p in _turn_languages(engine, audio, spans, stats):
+        last = languages[-1] if languages else before
+        languages.append(code if p >= opts.language_threshold or last is None else last)
+    changes = [k for k in range(1, len(spans)) if languages[k] != languages[k - 1]]
+    if not changes:
+        return []
+    parts = chunk.cut([(spans[k - 1][1] + spans[k][0]) // 2 for k in changes])
+    return list(zip(parts, [languages[0], *(languages[k] for k in changes)]))
+
+
+def _turn_languages(engine: AsrEngine, audio: np.ndarray, spans: list[tuple[int, int]], stats: DecodeStats) -> list[tuple[str, float]]:
+    """Each span's language detected on its audio alone (one encoder batch)."""
+    if not spans:
+        return []
+    _, enc, seconds = engine.encode([audio[a:b] for a, b in spans])
+    stats.encoder_seconds += seconds
+    return [detect_language(engine.runtime, engine.special, enc[k : k + 1]) for k in range(len(spans))]
