@@ -54,15 +54,17 @@ def test_each_window_gets_its_language(base_engine, mixed, audio):
 def test_a_window_of_two_languages_is_cut_between_them(base_engine, tmp_path):
     """An English clip, 1.5 s of silence, a German one: one window, detected English (p=0.79) as a whole,
     where Whisper then translates the German. Its turns, detected alone, part it: each clip is written
-    in its own language."""
+    in its own language, with --vad-filter's joined window too."""
     turns = build_multilingual_file(["lhotse/2412-153948-0000.flac", "cuttledoc-fleurs/fleurs-de-000.ogg"], tmp_path)
     from specwhisper.audio.loading import load_audio
 
-    result = _run(base_engine, load_audio(turns.path), multilingual=True)
-    assert all(got == want for got, want in _labelled(turns, result.segments)), _labelled(turns, result.segments)
-    for clip in turns.clips:
-        text = " ".join(s.text for s in result.segments if turns.clip_at(s.start, s.end) is clip)
-        assert wer([clip.reference], [text], clip.language) < 0.35, (clip.language, normalize(text, clip.language))
+    audio = load_audio(turns.path)
+    for vad_filter in (False, True):  # the window as planned, and the speech alone, joined
+        result = _run(base_engine, audio, multilingual=True, vad_filter=vad_filter)
+        assert all(got == want for got, want in _labelled(turns, result.segments)), (vad_filter, _labelled(turns, result.segments))
+        for clip in turns.clips:
+            text = " ".join(s.text for s in result.segments if turns.clip_at(s.start, s.end) is clip)
+            assert wer([clip.reference], [text], clip.language) < 0.35, (vad_filter, clip.language, normalize(text, clip.language))
 
 
 def test_below_the_floor_the_language_before_is_kept(base_engine, mixed, audio):

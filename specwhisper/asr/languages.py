@@ -79,17 +79,18 @@ def language_turns(engine: AsrEngine, audio: np.ndarray, chunk: Chunk, enc: torc
     audio alone (one encoder batch; all English there at 0.94-1.00), and the chunk is cut in the
     pause between two turns those detections put in different languages. A turn detected alone
     below the threshold takes the language of the turn before it (the first: the file's language
-    so far, ``before``). Empty: one language. Not for a joined chunk (``--vad-filter``)."""
-    spans = turns(chunk) if not chunk.joined else []
+    so far, ``before``). Empty: one language. A joined chunk (``--vad-filter``) is its speech back to
+    back: its turns' frames and audio are their spans' there."""
+    spans = turns(chunk)
     if len(spans) < 2:
         return []
     hop = round(FRAME_S * SAMPLE_RATE)  # samples per encoder frame
-    frames = [((a - chunk.start) // hop, -(-(b - chunk.start) // hop)) for a, b in spans]
+    frames = [(chunk.heard_at(a) // hop, -(-chunk.heard_at(b) // hop)) for a, b in spans]
     screened = [detect_language(engine.runtime, engine.special, enc[:, fa:fb]) for fa, fb in frames]
     if all(code == language or p < opts.language_threshold for code, p in screened):
         return []
     languages: list[str] = []
-    for code, p in _turn_languages(engine, audio, spans, stats):
+    for code, p in _turn_languages(engine, audio, chunk, spans, stats):
         last = languages[-1] if languages else before
         languages.append(code if p >= opts.language_threshold or last is None else last)
     changes = [k for k in range(1, len(spans)) if languages[k] != languages[k - 1]]
@@ -99,10 +100,13 @@ def language_turns(engine: AsrEngine, audio: np.ndarray, chunk: Chunk, enc: torc
     return list(zip(parts, [languages[0], *(languages[k] for k in changes)]))
 
 
-def _turn_languages(engine: AsrEngine, audio: np.ndarray, spans: list[tuple[int, int]], stats: DecodeStats) -> list[tuple[str, float]]:
-    """Each span's language detected on its audio alone (one encoder batch)."""
+def _turn_languages(engine: AsrEngine, audio: np.ndarray, chunk: Chunk, spans: list[tuple[int, int]], stats: DecodeStats
+                    ) -> list[tuple[str, float]]:
+    """Each span of ``chunk``'s language detected on its audio alone (one encoder batch)."""
     if not spans:
         return []
-    _, enc, seconds = engine.encode([audio[a:b] for a, b in spans])
+    pieces = [np.concatenate([audio[s:e] for s, e in chunk.voiced if a <= s < b]) if chunk.joined else audio[a:b]
+              for a, b in spans]
+    _, enc, seconds = engine.encode(pieces)
     stats.encoder_seconds += seconds
     return [detect_language(engine.runtime, engine.special, enc[k : k + 1]) for k in range(len(spans))]

@@ -107,10 +107,28 @@ class Chunk:
         return Chunk(start, end, voiced, self.depth + 1)
 
     def cut(self, at: list[int]) -> list[Chunk]:
-        """This chunk cut at the samples ``at`` (in its pauses, increasing) into chunks of the same depth."""
+        """This chunk cut at the samples ``at`` (in its pauses, increasing) into chunks of the same depth;
+        a joined chunk's parts are joined too, each from its first span's start to its last's end."""
         bounds = [self.start, *at, self.end]
-        return [Chunk(a, b, tuple((s, e) for s, e in self.voiced if a <= s < b), self.depth, self.joined)
-                for a, b in zip(bounds, bounds[1:])]
+        parts = []
+        for a, b in zip(bounds, bounds[1:]):
+            voiced = tuple((s, e) for s, e in self.voiced if a <= s < b)
+            if self.joined:
+                a, b = voiced[0][0], voiced[-1][1]
+            parts.append(Chunk(a, b, voiced, self.depth, self.joined))
+        return parts
+
+    def heard_at(self, sample: int) -> int:
+        """Where the file's ``sample`` is in the audio the decoder hears: ``sample - start``, or for a
+        joined chunk its place in the spans back to back (a sample in a dropped pause: the next span's start)."""
+        if not self.joined:
+            return sample - self.start
+        before = 0
+        for s, e in self.voiced:
+            if sample < e:
+                return before + max(0, sample - s)
+            before += e - s
+        return before
 
 
 def turns(chunk: Chunk) -> list[Span]:
