@@ -96,9 +96,10 @@ STOCK_PHRASES = frozenset({
     "subtitles by the amara org community", "you", "bye",
 })
 # A text made only of them is silence at a lower no-speech probability and a higher log-probability
-# than openai's (0.6 and -1.0). Measured with base on bench/noise.py's ten files: every "Thank you"
-# the references do not hold (11) was one of them alone, over a quiet clip Whisper could not read or
-# the edge of a stretch decoded again, at no-speech 0.30-0.83 and log-probability -0.88 to -1.23;
+# than openai's (0.6 and -1.0). Measured with base on bench/noise.py's ten files, whose references
+# hold no "thank you" and where base wrote 10: each was one of them alone (or, once, the fallback's
+# sample after one), over a quiet clip Whisper could not read or the edge of a stretch decoded again,
+# at no-speech 0.30-0.83 and log-probability -0.88 to -1.23;
 # espeak-ng's "Thank you." / "Thanks." / "Thank you very much." / "Thanks for watching." at -20 to
 # -55 dBFS, under pink noise 20 dB below, and after JFK decoded at no-speech 0.03-0.43 and
 # log-probability -0.38 to -0.78 (one "Thanks." after JFK, sampled after its greedy text failed:
