@@ -155,6 +155,23 @@ def test_folder_resume_changed_file_and_retry(run_cli, eval_root, tmp_path):
     assert {r: (v["attempts"], v["completions"]) for r, v in _rows(out).items()} == {
         r: (v["attempts"], v["completions"]) for r, v in rows.items()}
 
+    # A key stored by a release without an option (`clips`: absent, at its default now) holds the same settings;
+    # one holding another value of it is redone.
+    con = sqlite3.connect(out / DB_NAME)
+    for rel, stored in con.execute("SELECT rel, settings FROM files").fetchall():
+        settings = json.loads(stored)
+        if rel == "talk.mp3":
+            settings["decode"]["clips"] = [{"start": 0.0, "end": 2.0}]
+        else:
+            del settings["decode"]["clips"]
+        con.execute("UPDATE files SET settings = ? WHERE rel = ?", (json.dumps(settings), rel))
+    con.commit()
+    con.close()
+    code, _, err = run_cli(src, "-o", out, "-r", "-f", "txt,json")
+    assert code == 1 and "1 done, 2 already done, 1 failed" in err, err
+    assert {r: v["attempts"] for r, v in _rows(out).items()} == {"broken.wav": 1, "jfk.wav": 1, "sub/lj.wav": 1, "talk.mp3": 1}
+    assert _rows(out)["talk.mp3"]["completions"] == 1
+
     # Changed content under the same name is redone; --retry-failed runs the failed file again.
     shutil.copy(eval_root / "coqui-tts-ljspeech/LJ001-0003.wav", src / "jfk.wav")
     code, _, err = run_cli(src, "-o", out, "-r", "-f", "txt,json", "--retry-failed")

@@ -123,6 +123,34 @@ def settings_key(config: PipelineConfig, options: RunOptions, formats: list[str]
                       sort_keys=True, default=str)
 
 
+def same_settings(stored: str, now: str) -> bool:
+    """Whether a file's stored settings key holds the same settings as ``now``. A setting at its
+    default on one side and absent on the other is the same, so a release that adds an option (at
+    its default: what the release before it did) does not make every done file decode again."""
+    if stored == now:
+        return True
+    try:
+        old = json.loads(stored)
+    except ValueError:
+        return False
+    defaults = json.loads(settings_key(PipelineConfig(), RunOptions(), []))
+    return _set_apart(old, defaults) == _set_apart(json.loads(now), defaults)
+
+
+def _set_apart(settings: dict, defaults: dict) -> dict:
+    """``settings`` without the entries at their default (nested groups likewise; emptied ones go)."""
+    kept = {}
+    for name, value in settings.items():
+        default = defaults.get(name)
+        if isinstance(value, dict) and isinstance(default, dict):
+            value = _set_apart(value, default)
+            if value:
+                kept[name] = value
+        elif name not in defaults or value != default:
+            kept[name] = value
+    return kept
+
+
 @dataclass
 class Plan:
     todo: list[Job]
@@ -142,7 +170,7 @@ def plan_jobs(db: JobDB, jobs: list[Job], settings: str, retry_failed: bool) -> 
     plan = Plan([], [], [])
     for job in jobs:
         rec = db.get(job.key)
-        same = rec is not None and rec.settings == settings
+        same = rec is not None and same_settings(rec.settings, settings)
         if same and (rec.size, rec.mtime_ns) != (job.size, job.mtime_ns):
             same = rec.sha256 is not None and rec.sha256 == _sha256_or_none(job.path)  # touched, or changed?
             if same:
