@@ -7,14 +7,19 @@ and no upload may stay in the spool. One server for the module, short clips."""
 from __future__ import annotations
 
 import asyncio
+import io
 import json
+import logging
 import os
 import re
+import threading
 import time
 
 import httpx
+import numpy as np
 import openai
 import pytest
+import soundfile as sf
 from openai.types.audio import Transcription, TranscriptionDiarized, TranscriptionVerbose, TranslationVerbose
 from websockets.asyncio.client import connect
 from websockets.exceptions import InvalidStatus
@@ -158,6 +163,59 @@ def test_speakers_in_verbose_json(client, jfk):
     assert isinstance(diarized, TranscriptionDiarized) and diarized.task == "transcribe"
     assert [s.speaker for s in diarized.segments] == ["SPEAKER_00"] * len(diarized.segments)
     assert {s.type for s in diarized.segments} == {"transcript.text.segment"} and diarized.text == answer.text
+
+
+SHARED_PASS = ("whisper.cpp/jfk.wav", "coqui-tts-ljspeech/LJ001-0001.wav", "lhotse/2412-153948-0000.flac",
+               "mfa/61-70968-0000.flac")
+
+
+def _nan_wav() -> bytes:
+    """3 s of float samples that are all NaN: its header says 3 s, its decode fails."""
+    out = io.BytesIO()
+    sf.write(out, np.full(48000, np.nan, np.float32), 16000, format="WAV", subtype="FLOAT")
+    return out.getvalue()
+
+
+def test_uploads_waiting_together_share_a_pass(server, client, eval_root, caplog):
+    """Uploads with the same model and options that wait for the model together are transcribed in one pass,
+    their chunks batched across files: each answer is the one it gets alone (tokens and times), a bad upload
+    among them gets its own error, one with other options gets a pass of its own, and a client that goes away
+    during the pass does not stop the others'."""
+    caplog.set_level(logging.INFO, logger="specwhisper.serving.http.uploads")
+    items = [_item(eval_root, name) for name in SHARED_PASS]
+
+    def create(c, name: str, audio: bytes, **fields):
+        return c.audio.transcriptions.create(file=(name, audio), model="whisper-1", response_format="verbose_json",
+                                             language="en", **fields)
+
+    alone = [create(client, i.path.name, i.path.read_bytes()) for i in items]
+    release, held = threading.Event(), threading.Event()
+    server.worker.submit(lambda token: (held.set(), release.wait(60)))  # the model is busy while they arrive
+    assert held.wait(30)
+
+    async def together():
+        c = openai.AsyncOpenAI(base_url=server.url + "/v1", api_key=KEY, max_retries=0, timeout=300)
+        tasks = [asyncio.ensure_future(create(c, i.path.name, i.path.read_bytes())) for i in items]
+        tasks.append(asyncio.ensure_future(create(c, "nan.wav", _nan_wav())))
+        tasks.append(asyncio.ensure_future(create(c, "jfk.wav", items[0].path.read_bytes(), prompt="President Kennedy.")))
+        leaving = asyncio.ensure_future(create(c, "jfk.wav", items[0].path.read_bytes()))
+        while server.worker.waiting < len(tasks) + 1:
+            await asyncio.sleep(0.05)
+        release.set()
+        await asyncio.sleep(0.5)
+        leaving.cancel()  # its client goes away while the pass runs
+        return await asyncio.gather(*tasks, return_exceptions=True)
+
+    answers = asyncio.run(together())
+    passes = [r.getMessage() for r in caplog.records if "in one pass" in r.getMessage()]
+    assert passes == ["6 uploads in one pass"], passes  # the four, the bad one, the one that left; not the prompted one
+    for item, one, shared in zip(items, alone, answers):
+        assert isinstance(shared, TranscriptionVerbose), shared
+        assert [(s.tokens, s.start, s.end) for s in shared.segments] == [(s.tokens, s.start, s.end) for s in one.segments]
+        assert shared.text == one.text and wer([item.reference], [shared.text]) <= 0.1, (item.file, shared.text)
+    bad, prompted = answers[len(items):]
+    assert isinstance(bad, openai.BadRequestError) and "file: the audio holds NaN" in bad.message, bad
+    assert isinstance(prompted, TranscriptionVerbose) and wer([items[0].reference], [prompted.text]) <= MAX_WER
 
 
 @pytest.mark.filterwarnings("ignore:deprecated:DeprecationWarning")  # the client marks OpenAI's translations so

@@ -150,15 +150,17 @@ def _soundfile_decode(path: str, name: str, info, max_seconds: float) -> np.ndar
     return out.audio()
 
 
-def check_length(path: str | os.PathLike, max_seconds: float, name: str | None = None) -> None:
+def check_length(path: str | os.PathLike, max_seconds: float, name: str | None = None) -> float | None:
     """Refuse, without decoding it, a file that is missing or whose header or container claims more
-    than ``max_seconds`` of audio (errors name it ``name``). What it holds is checked while decoding."""
+    than ``max_seconds`` of audio (errors name it ``name``); the seconds it claims, None when it does not
+    say. What it holds is checked while decoding."""
     name = name or str(path)
     if not Path(path).is_file():
         raise AudioError(f"{name}: file not found" if not Path(path).exists() else f"{name}: is a directory, not an audio file")
     claimed = probe_duration(path)
     if claimed is not None and claimed > max_seconds:
         raise over_limit(name, max_seconds, claimed)
+    return claimed
 
 
 def load_audio(path: str | os.PathLike, max_seconds: float = DEFAULT_MAX_SECONDS, name: str | None = None) -> np.ndarray:

@@ -138,20 +138,46 @@ class PipelinePool:
     def transcribe_input(self, source: str | Path | bytes, name: str, params: TranscribeParams,
                          progress: Progress | None = None) -> Transcript:
         """Decode ``source`` then transcribe it (``timings['load_audio']`` included)."""
+        outcome = self.transcribe_inputs([(source, name)], params, progress)[0]
+        if isinstance(outcome, Exception):
+            raise outcome
+        return outcome
+
+    def transcribe_inputs(self, inputs: list[tuple[str | Path | bytes, str]], params: TranscribeParams,
+                          progress: Progress | None = None) -> list[Transcript | AudioError]:
+        """Decode each (source, name), then transcribe them together, their chunks batched across files
+        (``Pipeline.run_many``); a file that cannot be decoded gets its :class:`AudioError` in its place.
+        A failure of the pass itself (options the model refuses, a model that does not load) is raised."""
         params.run_options(self.settings.max_audio_s)  # refuse bad options before decoding anything
-        t = time.perf_counter()
-        audio = self.load(source, name)
-        load_s = time.perf_counter() - t
-        transcript = self.transcribe(audio, params, progress, source=name)
-        transcript.timings["load_audio"] = round(load_s, 3)
-        return transcript
+        outcomes: list[Transcript | AudioError | None] = [None] * len(inputs)
+        loaded: list[tuple[int, np.ndarray, float]] = []  # (place, audio, seconds to decode it)
+        for k, (source, name) in enumerate(inputs):
+            t = time.perf_counter()
+            try:
+                audio = self.load(source, name)
+            except AudioError as exc:
+                outcomes[k] = exc
+                continue
+            loaded.append((k, audio, time.perf_counter() - t))
+        if loaded:
+            transcripts = self.transcribe_many([a for _, a, _ in loaded], params, progress,
+                                               sources=[inputs[k][1] for k, _, _ in loaded])
+            for (k, _, seconds), transcript in zip(loaded, transcripts):
+                transcript.timings["load_audio"] = round(seconds, 3)
+                outcomes[k] = transcript
+        return outcomes
 
     def transcribe(self, audio: np.ndarray, params: TranscribeParams, progress: Progress | None = None,
                    source: str | None = None) -> Transcript:
         """Run the pipeline core on a 16 kHz waveform; waits for the requests ahead of it."""
+        return self.transcribe_many([audio], params, progress, sources=[source])[0]
+
+    def transcribe_many(self, audios: list[np.ndarray], params: TranscribeParams, progress: Progress | None = None,
+                        sources: list[str | None] | None = None) -> list[Transcript]:
+        """``transcribe`` for several waveforms with the same parameters, in one pass."""
         options = params.run_options(self.settings.max_audio_s)
         with self._lock:
             if progress:
                 progress("loading models", 0.0)
             pipeline = self._pipeline(params.pipeline_config(self.settings.base))
-            return pipeline.run(audio, options, progress, source=source)
+            return pipeline.run_many(audios, options, progress, sources=sources)

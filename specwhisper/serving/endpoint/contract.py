@@ -14,9 +14,11 @@ from __future__ import annotations
 import base64
 import binascii
 import io
+import json
 import logging
 import time
 from collections.abc import Mapping
+from dataclasses import asdict
 from pathlib import Path
 from typing import BinaryIO
 
@@ -144,6 +146,19 @@ def response(transcript: Transcript, params: TranscribeParams, request_s: float)
     return out
 
 
+def _request_error(exc: Exception) -> RequestError:
+    """A failure as the one-line error its requester gets (a traceback only in the log)."""
+    if isinstance(exc, RequestError):
+        return exc
+    if isinstance(exc, (AudioError, ValueError)):  # bad audio; options the model refuses (language, task)
+        return RequestError(one_line(exc), 400)
+    if isinstance(exc, (ModelError, OSError)):
+        log.error("model unavailable", exc_info=exc)
+        return RequestError(f"model unavailable: {one_line(exc)}", 503)
+    log.error("request failed", exc_info=exc)
+    return RequestError(f"internal error: {one_line(exc)}", 500)
+
+
 def is_error(result: dict) -> bool:
     return set(result) == {"error", "status"}
 
@@ -185,18 +200,31 @@ class Endpoint:
             name: str = "inputs") -> Transcript:
         """Transcribe an upload (bytes or a file, called ``name`` in messages) with checked parameters;
         any failure is raised as a :class:`RequestError` (one line, its status), never a traceback."""
+        outcome = self.run_many([(source, name)], params, progress)[0]
+        if isinstance(outcome, RequestError):
+            raise outcome
+        return outcome
+
+    def run_many(self, inputs: list[tuple[str | Path | bytes, str]], params: TranscribeParams,
+                 progress: Progress | None = None) -> list[Transcript | RequestError]:
+        """``run`` for several uploads with the same parameters, in one pass (their chunks batched across
+        files): each one's transcript, or its failure as a :class:`RequestError`."""
         try:
-            return self.transcriber.transcribe_input(source, name, params, progress)
-        except RequestError:
-            raise
-        except (AudioError, ValueError) as exc:  # bad audio; options the model refuses (language, task)
-            raise RequestError(one_line(exc), 400) from None
-        except (ModelError, OSError) as exc:
-            log.exception("model unavailable")
-            raise RequestError(f"model unavailable: {one_line(exc)}", 503) from None
+            outcomes = self.transcriber.transcribe_inputs(inputs, params, progress)
         except Exception as exc:  # noqa: BLE001 - the contract is an error answer, never a traceback
-            log.exception("request failed")
-            raise RequestError(f"internal error: {one_line(exc)}", 500) from None
+            if len(inputs) == 1:
+                return [_request_error(exc)]
+            log.warning("a pass of %d uploads failed (%s): each runs alone", len(inputs), one_line(exc))
+            return [self.run_many([item], params, progress)[0] for item in inputs]
+        return [_request_error(o) if isinstance(o, Exception) else o for o in outcomes]
+
+    def pass_key(self, params: TranscribeParams) -> str:
+        """What uploads must share to be transcribed in one pass (``run_many``): the model and the options
+        that shape the transcript, not the answer's form (formats, subtitle layout, timestamps asked)."""
+        config = params.pipeline_config(self.transcriber.settings.base)
+        options = asdict(params.run_options(self.transcriber.settings.max_audio_s))
+        options.pop("subtitles")
+        return json.dumps([asdict(config), options], sort_keys=True, default=str)
 
     def transcribe(self, source: str | Path | bytes, params: TranscribeParams, progress: Progress | None = None,
                    t0: float | None = None) -> dict:

@@ -21,6 +21,7 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+import time
 from collections.abc import Callable
 from pathlib import Path
 from urllib.parse import parse_qs
@@ -30,9 +31,9 @@ from fastapi.responses import JSONResponse, Response
 from starlette.exceptions import HTTPException
 
 from specwhisper.serving.http.auth import ApiKeyGuard
-from specwhisper.serving.endpoint.contract import Endpoint, base64_to_file
+from specwhisper.serving.endpoint.contract import Endpoint, base64_to_file, response
 from specwhisper.serving.http.live_ws import add_live_route
-from specwhisper.serving.http.worker import CancelToken, ModelWorker
+from specwhisper.serving.http.worker import ModelWorker
 from specwhisper.serving.http.openai_api import add_openai_routes, is_openai_path, openai_refused
 from specwhisper.serving.params import RequestError, TranscribeParams, clip
 from specwhisper.serving.spool import Spool
@@ -137,12 +138,9 @@ def create_app(endpoint: Endpoint, worker: ModelWorker, spool: Spool, limits: Re
     async def predict(request: Request) -> Response:
         async def handle(path: Path) -> Response:
             params = await upload(request, path)
-
-            def job(token: CancelToken) -> dict:
-                return endpoint.transcribe(path, params, progress=lambda stage, fraction: token.check())
-
-            result = await uploads.run(request, path, "inputs", job)
-            return JSONResponse(result, status_code=int(result.get("status", 400)) if "error" in result else 200)
+            t0 = time.perf_counter()
+            transcript = await uploads.transcribe(request, path, "inputs", params)
+            return JSONResponse(response(transcript, params, time.perf_counter() - t0))
 
         return await uploads.answer(handle, refused)
 

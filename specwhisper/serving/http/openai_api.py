@@ -36,7 +36,6 @@ from specwhisper.asr.decoding.language import LANGUAGES
 from specwhisper.results.transcript import Transcript, segments_to_dicts
 from specwhisper.pipeline.writers import render
 from specwhisper.serving.http.form_upload import FILE_FIELD, FORM_OVERHEAD, FormUpload
-from specwhisper.serving.http.worker import CancelToken
 from specwhisper.serving.params import Choices, RequestError, TranscribeParams, clip, parse_params
 from specwhisper.serving.http.uploads import Refusal, Uploads
 
@@ -225,12 +224,8 @@ def add_openai_routes(app: FastAPI, uploads: Uploads) -> None:
             if form.file_size == 0:
                 raise Refusal(400, "file: the upload is empty (0 bytes)", param=FILE_FIELD)
             req = openai_request(form.fields, task, choices)
-
-            def job(token: CancelToken) -> Transcript:
-                return uploads.endpoint.run(path, req.params, progress=lambda stage, fraction: token.check(), name=FILE_FIELD)
-
             try:
-                transcript = await uploads.run(request, path, FILE_FIELD, job)
+                transcript = await uploads.transcribe(request, path, FILE_FIELD, req.params)
             except RequestError as exc:
                 about_file = str(exc).startswith(f"{FILE_FIELD}:")
                 raise Refusal(exc.status, str(exc), param=FILE_FIELD if about_file else None) from None

@@ -45,7 +45,11 @@ class ServerConfig:
     port: int = 8080
     connections: ConnectionLimits = field(default_factory=ConnectionLimits)
     requests: RequestLimits = field(default_factory=RequestLimits)
-    max_waiting: int = 16  # requests waiting for the model beyond the one it runs
+    max_waiting: int = 16  # requests waiting for the model beyond the ones it runs
+    # uploads of the same model and options that wait together run in one pass, their chunks batched across
+    # files: at most this many, with this much audio together (a batch of 8 windows of 30 s; a longer one runs alone)
+    batch_requests: int = 16
+    batch_audio_s: float = 240.0
     spool_dir: Path = field(default_factory=default_spool_dir)
     access_log: bool = True
     api_key: str | None = field(default=None, repr=False)  # None: every route is open
@@ -58,7 +62,7 @@ class EndpointServer:
     def __init__(self, endpoint: Endpoint, config: ServerConfig):
         self.config = config
         self.spool = Spool.open(config.spool_dir)
-        self.worker = ModelWorker(config.max_waiting)
+        self.worker = ModelWorker(config.max_waiting, max_group=config.batch_requests, max_group_s=config.batch_audio_s)
         app = create_app(endpoint, self.worker, self.spool, config.requests, api_key=config.api_key)
         self.socket = socket.create_server((config.host, config.port), backlog=max(128, config.connections.max_connections))
         # WebSockets (/v1/live) on the websockets package's sans-I/O protocol, which stops reading the socket
@@ -119,6 +123,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--threads", type=int, help="CPU threads for torch (default: SPECWHISPER_THREADS, else one per core)")
     limits = [  # flag, type, default, what it bounds
         ("--queue", int, d.max_waiting, "requests that may wait for the model; more get 503 with Retry-After"),
+        ("--batch-requests", int, d.batch_requests, "uploads with the same model and options that wait together are "
+                                                    "transcribed in one pass, up to this many (1: one at a time)"),
+        ("--batch-audio", float, d.batch_audio_s, "seconds of audio such a pass takes at most (a longer upload runs alone)"),
         ("--max-connections", int, c.max_connections, "open connections; more get 503"),
         ("--request-timeout", float, r.request_timeout_s, "seconds from a request's arrival to its answer; later: 504"),
         ("--body-timeout", float, r.body_timeout_s, "seconds to send a request body; later: 408"),
@@ -155,6 +162,8 @@ def config_from_args(args: argparse.Namespace, max_upload_bytes: int, api_key: s
         requests=RequestLimits(max_upload_bytes=max_upload_bytes, body_timeout_s=args.body_timeout,
                                request_timeout_s=args.request_timeout, retry_after_s=args.retry_after),
         max_waiting=args.queue,
+        batch_requests=args.batch_requests,
+        batch_audio_s=args.batch_audio,
         spool_dir=args.spool_dir,
         access_log=not args.quiet,
         api_key=api_key,

@@ -4,8 +4,9 @@
 * its body received as it arrives, refused as soon as it passes the size limit (413) or when it has not
   arrived within ``body_timeout_s`` (408), both closing the connection;
 * the audio's length checked from its container before it is decoded;
-* the job run on the model worker (503 with Retry-After when its queue is full), dropped or stopped at
-  its next progress report when the client goes away;
+* the transcription run on the model worker (503 with Retry-After when its queue is full), in one pass
+  with the uploads of the same model and options waiting there, dropped or stopped at its pass's next
+  progress report when the client goes away (a pass of several: when all of its clients have gone);
 * all of it within ``request_timeout_s`` of the request's arrival (504);
 * every failure turned into one :class:`Refusal`, which each contract renders in its own error body.
 """
@@ -14,10 +15,12 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import math
 from collections.abc import Awaitable, Callable
+from concurrent.futures import Future
 from dataclasses import dataclass
 from pathlib import Path
-from typing import BinaryIO, TypeVar
+from typing import BinaryIO
 
 from fastapi import Request
 from fastapi.responses import Response
@@ -25,12 +28,12 @@ from starlette.requests import ClientDisconnect
 
 from specwhisper.audio.loading import AudioError, check_length
 from specwhisper.serving.endpoint.contract import Endpoint
-from specwhisper.serving.http.worker import Cancelled, CancelToken, ModelWorker, QueueFull
-from specwhisper.serving.params import RequestError
+from specwhisper.results.transcript import Transcript
+from specwhisper.serving.http.worker import Batching, Cancelled, CancelToken, ModelWorker, QueueFull
+from specwhisper.serving.params import RequestError, TranscribeParams
 from specwhisper.serving.spool import Spool
 
 log = logging.getLogger(__name__)
-T = TypeVar("T")
 JSON_OVERHEAD = 1 << 20  # room for the JSON around a base64 upload
 
 
@@ -134,16 +137,36 @@ class Uploads:
     async def receive(self, request: Request, sink: BinaryIO, max_bytes: int) -> int:
         return await receive_body(request, sink, max_bytes, self.limits.body_timeout_s)
 
-    async def run(self, request: Request, path: Path, name: str, job: Callable[[CancelToken], T]) -> T:
-        """Check the length of the audio in ``path`` (``name`` in messages), then run ``job(token)`` on the
-        model worker; the job is dropped, or stops at its next ``token.check()``, when the client goes away
-        or the deadline passes."""
+    async def transcribe(self, request: Request, path: Path, name: str, params: TranscribeParams) -> Transcript:
+        """Check the length of the audio in ``path`` (``name`` in messages), then transcribe it on the model
+        worker, in one pass with the uploads of the same model and options waiting there (``Batching``);
+        a :class:`RequestError` when it fails. It is dropped from the queue, or its pass stops at its next
+        progress report once none of its requesters is left, when the client goes away or the deadline
+        passes."""
+        seconds = await self._length(path, name)
+        endpoint = self.endpoint
+
+        def run_many(payloads: list[tuple[Path, str]], check: Callable[[], None]) -> list[Transcript | RequestError]:
+            if len(payloads) > 1:
+                log.info("%d uploads in one pass", len(payloads))
+            return endpoint.run_many(payloads, params, progress=lambda stage, fraction: check())
+
+        key = endpoint.pass_key(params)
+        batching = Batching(key, (path, name), math.inf if seconds is None else seconds, run_many)
+        outcome = await self._wait(request, lambda: self.worker.submit_batching(batching))
+        if isinstance(outcome, RequestError):
+            raise outcome
+        return outcome
+
+    async def _length(self, path: Path, name: str) -> float | None:
         try:
-            await asyncio.to_thread(check_length, path, self.endpoint.transcriber.settings.max_audio_s, name)
+            return await asyncio.to_thread(check_length, path, self.endpoint.transcriber.settings.max_audio_s, name)
         except AudioError as exc:
             raise RequestError(str(exc)) from None
+
+    async def _wait(self, request: Request, submit: Callable[[], tuple[Future, CancelToken]]):
         try:
-            future, token = self.worker.submit(job)
+            future, token = submit()
         except QueueFull as exc:
             raise Refusal(503, f"the server is busy ({exc}); try again later", retry_after_s=self.limits.retry_after_s) from None
         answer = asyncio.wrap_future(future)
@@ -152,9 +175,10 @@ class Uploads:
             await asyncio.wait({answer, gone}, return_when=asyncio.FIRST_COMPLETED)
         finally:
             gone.cancel()
-            if not answer.done():
+            left = not answer.done()
+            if left:  # the client went away, or the deadline passed (raised on its way out)
                 token.cancel()
                 answer.cancel()
-        if not answer.done():
+        if left:
             raise Refusal(499, "the client went away")
         return answer.result()

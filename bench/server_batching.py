@@ -1,0 +1,132 @@
+"""Server throughput and latency with uploads sharing a pass, against one upload per pass.
+
+Two servers as a user runs them (``python -m specwhisper.serving.http.serve``, model base, drafter none),
+one with ``--batch-requests 1`` (one upload per pass), one with the default (uploads of the same model
+and options that wait together are transcribed in one pass, their chunks batched across files). Each
+round sends the single-speaker English clips of the evaluation set (``english_set``, cycled to
+``--requests``) through the official ``openai`` client, ``--concurrency`` at a time, to one server then
+the other (alternated: this machine's speed drifts). Per setting: requests and audio seconds per
+second, latency percentiles (upload to answer), WER against the references; ``speedup`` is the
+throughput ratio of each round pair, averaged; ``token_identical``: every answer's segments have the
+tokens and times of the same file's answer from the other server.
+
+    .venv/bin/python bench/server_batching.py        # writes bench/results/server_batching.json
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import platform
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import numpy as np
+
+ROOT = Path(__file__).resolve().parents[1]
+if str(ROOT) not in sys.path:
+    sys.path.insert(0, str(ROOT))
+
+from bench.abuse import Server  # noqa: E402
+from specwhisper.evaluation.transcripts import english_set, wer  # noqa: E402
+
+RESULTS = ROOT / "bench" / "results" / "server_batching.json"
+SETTINGS = {"one upload per pass (--batch-requests 1)": ["--batch-requests", "1"],
+            "uploads waiting together share a pass (default)": []}
+
+
+async def one_round(port: int, items: list, requests: int, concurrency: int) -> dict:
+    import openai
+
+    client = openai.AsyncOpenAI(base_url=f"http://127.0.0.1:{port}/v1", api_key="bench", max_retries=0, timeout=600)
+    turn = asyncio.Semaphore(concurrency)
+    audio = {i.file: i.path.read_bytes() for i in items}
+
+    async def send(k: int):
+        item = items[k % len(items)]
+        async with turn:
+            t = time.perf_counter()
+            answer = await client.audio.transcriptions.create(file=(item.path.name, audio[item.file]), model="whisper-1",
+                                                              response_format="verbose_json", language="en")
+            return item, time.perf_counter() - t, answer
+
+    t0 = time.perf_counter()
+    answers = await asyncio.gather(*(send(k) for k in range(requests)))
+    wall = time.perf_counter() - t0
+    await client.close()
+    return {"wall": wall, "audio_s": sum(i.duration for i, _, _ in answers), "latencies": [s for _, s, _ in answers],
+            "texts": {i.file: a.text for i, _, a in answers},
+            "tokens": {i.file: [(s.tokens, s.start, s.end) for s in a.segments] for i, _, a in answers},
+            "references": [i.reference for i, _, _ in answers], "hypotheses": [a.text for _, _, a in answers]}
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--requests", type=int, default=32, help="requests per round (default: 32)")
+    p.add_argument("--concurrency", type=int, default=8, help="requests in flight at a time (default: 8)")
+    p.add_argument("--rounds", type=int, default=2, help="rounds per setting, alternated (default: 2)")
+    p.add_argument("--port", type=int, default=18790)
+    p.add_argument("--out", type=Path, default=RESULTS)
+    args = p.parse_args(argv)
+    items = english_set()
+    os.environ.update({"SPECWHISPER_MODELS": "base", "SPECWHISPER_DRAFTERS": "none"})
+    work = Path(tempfile.mkdtemp(prefix="server-batching-"))
+    servers = {}
+    try:
+        for k, (name, extra) in enumerate(SETTINGS.items()):
+            (work / str(k)).mkdir()
+            servers[name] = Server(work / str(k), args.port + k, extra)
+        asyncio.run(one_round(servers[next(iter(SETTINGS))].port, items, len(items), args.concurrency))  # warm both
+        asyncio.run(one_round(servers[list(SETTINGS)[1]].port, items, len(items), args.concurrency))
+        rounds: dict[str, list[dict]] = {name: [] for name in SETTINGS}
+        for r in range(args.rounds):
+            for name, server in servers.items():
+                out = asyncio.run(one_round(server.port, items, args.requests, args.concurrency))
+                rounds[name].append(out)
+                print(f"round {r + 1} {name}: {args.requests / out['wall']:.2f} requests/s, "
+                      f"p50 {np.percentile(out['latencies'], 50):.2f} s", flush=True)
+    finally:
+        for server in servers.values():
+            server.stop()
+    base_name, shared_name = list(SETTINGS)
+    runs = []
+    for name, outs in rounds.items():
+        lat = np.concatenate([o["latencies"] for o in outs])
+        ratios = [(args.requests / o["wall"]) / (args.requests / b["wall"]) for o, b in zip(outs, rounds[base_name])]
+        others = rounds[shared_name if name == base_name else base_name]
+        same = all(o["tokens"][f] == other["tokens"][f] for o in outs for other in others for f in o["tokens"])
+        runs.append({
+            "name": name, "batch": 1 if name == base_name else 16, "requests": args.requests * len(outs),
+            "concurrency": args.concurrency,
+            "requests_per_s": round(float(np.mean([args.requests / o["wall"] for o in outs])), 3),
+            "audio_s_per_s": round(float(np.mean([o["audio_s"] / o["wall"] for o in outs])), 2),
+            "rtf": round(float(np.mean([o["wall"] / o["audio_s"] for o in outs])), 4),
+            "latency_p50_s": round(float(np.percentile(lat, 50)), 2), "latency_p90_s": round(float(np.percentile(lat, 90)), 2),
+            "speedup": round(float(np.mean(ratios)), 3),
+            "wer": round(wer(sum((o["references"] for o in outs), []), sum((o["hypotheses"] for o in outs), [])), 4),
+            "token_identical": same,
+        })
+        print(json.dumps(runs[-1]), flush=True)
+    load_avg = ", ".join(f"{x:.1f}" for x in os.getloadavg())
+    result = {
+        "machine": f"{platform.processor() or platform.machine()}, {os.cpu_count()} cores, CPU only, shared with other jobs "
+                   f"(load average at the end {load_avg}); python {platform.python_version()}",
+        "setup": {"server": "python -m specwhisper.serving.http.serve, model base, drafter none, default limits",
+                  "load": f"the {len(items)} single-speaker English clips of the evaluation set "
+                          f"({sum(i.duration for i in items):.0f} s), cycled, POST /v1/audio/transcriptions through the "
+                          f"openai client (verbose_json, language en), {args.concurrency} at a time, "
+                          f"{args.rounds} alternated rounds of {args.requests} per setting"},
+        "runs": runs,
+    }
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    args.out.write_text(json.dumps(result, indent=2) + "\n")
+    print(f"wrote {args.out}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
