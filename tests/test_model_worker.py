@@ -41,13 +41,14 @@ def test_jobs_of_one_key_share_a_pass_within_its_limits():
     worker = ModelWorker(max_waiting=16, max_group=3, max_group_s=100.0)
     run = Recorder()
     release = _held(worker)
-    jobs = [("a", 1, 10.0), ("b", 2, 10.0), ("a", 3, 10.0), ("a", 4, 85.0), ("a", 5, 10.0), ("a", 6, 10.0),
-            ("a", 7, math.inf), ("a", 8, 10.0)]
+    jobs = [("a", 1, 10.0), ("b", 2, 10.0), ("a", 3, 10.0), ("a", 4, 85.0), ("a", 5, 500.0), ("a", 6, 10.0),
+            ("a", 7, math.inf), ("a", 8, 10.0), ("a", 9, 10.0)]
     futures = [worker.submit_batching(Batching(key, n, s, run))[0] for key, n, s in jobs]
     release.set()
-    assert [f.result(10) for f in futures] == [2, 4, 6, 8, 10, 12, 14, 16]
-    # the first waiting job takes the later ones of its key that fit: 3 jobs at most, 100 s together
-    assert run.passes == [[1, 3, 5], [2], [4, 6], [7], [8]]
+    assert [f.result(10) for f in futures] == [2, 4, 6, 8, 10, 12, 14, 16, 18]
+    # the first waiting job takes the later ones of its key that fit: 3 jobs at most, 100 s besides its own;
+    # one of unknown length joins no other's pass
+    assert run.passes == [[1, 3, 4], [2], [5, 6, 8], [7, 9]]
     worker.close(5)
 
 

@@ -47,7 +47,7 @@ class ServerConfig:
     requests: RequestLimits = field(default_factory=RequestLimits)
     max_waiting: int = 16  # requests waiting for the model beyond the ones it runs
     # uploads of the same model and options that wait together run in one pass, their chunks batched across
-    # files: at most this many, with this much audio together (a batch of 8 windows of 30 s; a longer one runs alone)
+    # files: at most this many, with this much audio besides the first's (a batch of 8 windows of 30 s)
     batch_requests: int = 16
     batch_audio_s: float = 240.0
     spool_dir: Path = field(default_factory=default_spool_dir)
@@ -125,7 +125,7 @@ def build_parser() -> argparse.ArgumentParser:
         ("--queue", int, d.max_waiting, "requests that may wait for the model; more get 503 with Retry-After"),
         ("--batch-requests", int, d.batch_requests, "uploads with the same model and options that wait together are "
                                                     "transcribed in one pass, up to this many (1: one at a time)"),
-        ("--batch-audio", float, d.batch_audio_s, "seconds of audio such a pass takes at most (a longer upload runs alone)"),
+        ("--batch-audio", float, d.batch_audio_s, "seconds of audio such a pass takes besides the first upload's"),
         ("--max-connections", int, c.max_connections, "open connections; more get 503"),
         ("--request-timeout", float, r.request_timeout_s, "seconds from a request's arrival to its answer; later: 504"),
         ("--body-timeout", float, r.body_timeout_s, "seconds to send a request body; later: 408"),

@@ -7,10 +7,11 @@ yet is dropped, and a running one stops at its next progress report (:class:`Can
 through the pipeline from its progress callback).
 
 A job submitted with a :class:`Batching` runs in one pass with the jobs of the same ``key`` that
-wait when it starts (at most ``max_group`` jobs, ``max_group_s`` seconds of audio together, unless
-the first alone is longer): transcription requests with the same model and options, whose chunks
-the engine then batches across files (8 short clips on a 2-core CPU: 1.4x the requests per second,
-the same text). A pass of several stops only when every one of its requesters has gone.
+wait when it starts (at most ``max_group`` jobs, and ``max_group_s`` seconds of audio besides the
+first's: they would have waited for the first anyway, and the first waits for at most that much more):
+transcription requests with the same model and options, whose chunks the engine then batches across
+files (bench/server_batching.py: 1.29x the requests per second on a 2-core CPU, the same tokens). A
+pass of several stops only when every one of its requesters has gone.
 """
 
 from __future__ import annotations
@@ -57,7 +58,7 @@ class Batching:
     """How a job may share a pass with others: the jobs of one ``key`` run as one call,
     ``run_many(payloads, check)``, which returns each payload's result or exception in order and calls
     ``check()`` at its progress reports (it raises :class:`Cancelled` once every requester has gone).
-    ``seconds``: the job's audio, as far as known (``math.inf``: unknown, never joined to others)."""
+    ``seconds``: the job's audio, as far as known (``math.inf``: unknown, never joins another's pass)."""
 
     key: Hashable
     payload: Any
@@ -120,7 +121,7 @@ class ModelWorker:
         self._thread.join(timeout)
 
     def _next_pass(self) -> list[_Job] | None:
-        """The first job waiting and, when it may share its pass, those of its key that fit; None once closed."""
+        """The first job waiting and, when it may share its pass, the later ones of its key that fit; None once closed."""
         with self._ready:
             while not self._jobs and not self._closed:
                 self._ready.wait()
@@ -129,7 +130,7 @@ class ModelWorker:
             first = self._jobs.popleft()
             group = [first]
             if first.batching is not None and self.max_group > 1:
-                seconds = first.batching.seconds
+                seconds = 0.0  # the companions' audio
                 for job in list(self._jobs):
                     if len(group) == self.max_group:
                         break
