@@ -12,6 +12,7 @@ import json
 import logging
 import os
 import re
+import subprocess
 import threading
 import time
 
@@ -176,12 +177,25 @@ def _nan_wav() -> bytes:
     return out.getvalue()
 
 
-def test_uploads_waiting_together_share_a_pass(server, client, eval_root, caplog):
+def _lying_adts(folder) -> bytes:
+    """2 s of noise at 128 kb/s, then 40 s of silence at 8 kb/s: ffprobe reads 4.3 s from its first frames."""
+    parts = []
+    for name, source, seconds, rate in (("head", "anoisesrc=r=16000:a=0.5", 2, "128k"), ("tail", "anullsrc=r=16000:cl=mono", 40, "8k")):
+        out = folder / f"{name}.aac"
+        subprocess.run(["ffmpeg", "-nostdin", "-v", "error", "-y", "-f", "lavfi", "-i", source, "-t", str(seconds),
+                        "-c:a", "aac", "-b:a", rate, "-f", "adts", str(out)], check=True)
+        parts.append(out.read_bytes())
+    return b"".join(parts)
+
+
+def test_uploads_waiting_together_share_a_pass(server, client, eval_root, caplog, tmp_path):
     """Uploads with the same model and options that wait for the model together are transcribed in one pass,
     their chunks batched across files: each answer is the one it gets alone (tokens and times), a bad upload
-    among them gets its own error, one with other options gets a pass of its own, and a client that goes away
-    during the pass does not stop the others'."""
-    caplog.set_level(logging.INFO, logger="specwhisper.serving.http.uploads")
+    among them gets its own error, one holding far more audio than its container claims is transcribed alone
+    after the pass (whole), one with other options gets a pass of its own, and a client that goes away during
+    the pass does not stop the others'."""
+    caplog.set_level(logging.INFO, logger="specwhisper.serving")
+    liar = _lying_adts(tmp_path)
     items = [_item(eval_root, name) for name in SHARED_PASS]
 
     def create(c, name: str, audio: bytes, **fields):
@@ -195,8 +209,12 @@ def test_uploads_waiting_together_share_a_pass(server, client, eval_root, caplog
 
     async def together():
         c = openai.AsyncOpenAI(base_url=server.url + "/v1", api_key=KEY, max_retries=0, timeout=300)
-        tasks = [asyncio.ensure_future(create(c, i.path.name, i.path.read_bytes())) for i in items]
+        tasks = [asyncio.ensure_future(create(c, items[0].path.name, items[0].path.read_bytes()))]
+        while server.worker.waiting < 1:  # the first in line: the others join its pass
+            await asyncio.sleep(0.05)
+        tasks += [asyncio.ensure_future(create(c, i.path.name, i.path.read_bytes())) for i in items[1:]]
         tasks.append(asyncio.ensure_future(create(c, "nan.wav", _nan_wav())))
+        tasks.append(asyncio.ensure_future(create(c, "liar.aac", liar)))
         tasks.append(asyncio.ensure_future(create(c, "jfk.wav", items[0].path.read_bytes(), prompt="President Kennedy.")))
         leaving = asyncio.ensure_future(create(c, "jfk.wav", items[0].path.read_bytes()))
         while server.worker.waiting < len(tasks) + 1:
@@ -208,13 +226,16 @@ def test_uploads_waiting_together_share_a_pass(server, client, eval_root, caplog
 
     answers = asyncio.run(together())
     passes = [r.getMessage() for r in caplog.records if "in one pass" in r.getMessage()]
-    assert passes == ["6 uploads in one pass"], passes  # the four, the bad one, the one that left; not the prompted one
+    assert passes == ["7 uploads in one pass"], passes  # the four, the bad one, the liar, the one that left; not the prompted one
+    assert ["file holds more audio than its container says: transcribed alone, after the others"] == [
+        r.getMessage() for r in caplog.records if "container" in r.getMessage()]
     for item, one, shared in zip(items, alone, answers):
         assert isinstance(shared, TranscriptionVerbose), shared
         assert [(s.tokens, s.start, s.end) for s in shared.segments] == [(s.tokens, s.start, s.end) for s in one.segments]
         assert shared.text == one.text and wer([item.reference], [shared.text]) <= 0.1, (item.file, shared.text)
-    bad, prompted = answers[len(items):]
+    bad, lying, prompted = answers[len(items):]
     assert isinstance(bad, openai.BadRequestError) and "file: the audio holds NaN" in bad.message, bad
+    assert isinstance(lying, TranscriptionVerbose) and lying.duration == pytest.approx(42.2, abs=0.3), lying
     assert isinstance(prompted, TranscriptionVerbose) and wer([items[0].reference], [prompted.text]) <= MAX_WER
 
 

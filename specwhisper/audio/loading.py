@@ -26,6 +26,10 @@ class AudioError(ValueError):
     """The input cannot be used as audio. The message is one line, meant for users."""
 
 
+class AudioTooLong(AudioError):
+    """The input holds (or claims) more audio than the limit it was read under."""
+
+
 def _to_mono_16k(audio: np.ndarray, rate: int, name: str) -> np.ndarray:
     if rate < MIN_SOURCE_RATE:
         raise AudioError(f"{name}: sample rate {rate} Hz is too low to hold speech")
@@ -46,10 +50,10 @@ def _check(audio: np.ndarray, name: str) -> np.ndarray:
     return audio
 
 
-def over_limit(name: str, max_seconds: float, seconds: float | None = None) -> AudioError:
+def over_limit(name: str, max_seconds: float, seconds: float | None = None) -> AudioTooLong:
     """The error for audio past ``max_seconds`` (``seconds``: what the file claims, when known)."""
     claim = f"{seconds:.0f} s of audio is" if seconds is not None else "the audio is"
-    return AudioError(f"{name}: {claim} over the limit of {max_seconds:.0f} s")
+    return AudioTooLong(f"{name}: {claim} over the limit of {max_seconds:.0f} s")
 
 
 class _Samples:

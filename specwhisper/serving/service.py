@@ -8,6 +8,8 @@ KV cache is per pipeline and the CPU is the bottleneck anyway, so concurrent req
 
 from __future__ import annotations
 
+import logging
+import math
 import threading
 import time
 from collections import OrderedDict
@@ -18,7 +20,7 @@ from typing import Iterator
 
 import numpy as np
 
-from specwhisper.audio.loading import DEFAULT_MAX_SECONDS, AudioError, load_audio
+from specwhisper.audio.loading import DEFAULT_MAX_SECONDS, AudioError, AudioTooLong, load_audio
 from specwhisper.hardware.device import resolve_device, resolve_dtype
 from specwhisper.asr.drafters.choice import decoder_factory
 from specwhisper.asr.engine import AsrEngine
@@ -27,6 +29,8 @@ from specwhisper.results.transcript import Transcript
 from specwhisper.pipeline.core import Pipeline, PipelineConfig, Progress
 from specwhisper.serving.params import Choices, TranscribeParams
 from specwhisper.serving.spool import Spool, default_spool_dir
+
+log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
@@ -118,22 +122,23 @@ class PipelinePool:
         with self._lock:
             self._pipeline(params.pipeline_config(self.settings.base))
 
-    def load(self, source: str | Path | bytes, name: str) -> np.ndarray:
-        """Decode a file or in-memory upload; errors name it ``name``, never a temp path."""
+    def load(self, source: str | Path | bytes, name: str, max_seconds: float | None = None) -> np.ndarray:
+        """Decode a file or in-memory upload, at most ``max_seconds`` of it (default: the deployment's limit);
+        errors name it ``name``, never a temp path."""
         if isinstance(source, (bytes, bytearray, memoryview)):
             if not len(source):
                 raise AudioError(f"{name}: the upload is empty (0 bytes)")
             path = self._spool().new_path()
             try:
                 path.write_bytes(source)
-                return self.load(path, name)
+                return self.load(path, name, max_seconds)
             finally:
                 path.unlink(missing_ok=True)
         try:
-            return load_audio(source, max_seconds=self.settings.max_audio_s)
+            return load_audio(source, max_seconds=min(max_seconds or math.inf, self.settings.max_audio_s))
         except AudioError as exc:
             message = str(exc).replace(f"({source}: ", "(")  # ffmpeg repeats the path in its reason
-            raise AudioError(message.replace(str(source), name)) from None
+            raise type(exc)(message.replace(str(source), name)) from None  # AudioTooLong stays itself
 
     def transcribe_input(self, source: str | Path | bytes, name: str, params: TranscribeParams,
                          progress: Progress | None = None) -> Transcript:
@@ -144,27 +149,39 @@ class PipelinePool:
         return outcome
 
     def transcribe_inputs(self, inputs: list[tuple[str | Path | bytes, str]], params: TranscribeParams,
-                          progress: Progress | None = None) -> list[Transcript | AudioError]:
+                          progress: Progress | None = None, most_s: list[float] | None = None) -> list[Transcript | AudioError]:
         """Decode each (source, name), then transcribe them together, their chunks batched across files
         (``Pipeline.run_many``); a file that cannot be decoded gets its :class:`AudioError` in its place.
-        A failure of the pass itself (options the model refuses, a model that does not load) is raised."""
+        ``most_s``: the most audio each may hold to be in the batch; one that holds more is decoded and
+        transcribed alone afterwards (within the deployment's limit), so that files whose containers
+        claim less than they hold cannot multiply the memory of a batch. A failure of the batch itself
+        (options the model refuses, a model that does not load) is raised."""
         params.run_options(self.settings.max_audio_s)  # refuse bad options before decoding anything
         outcomes: list[Transcript | AudioError | None] = [None] * len(inputs)
         loaded: list[tuple[int, np.ndarray, float]] = []  # (place, audio, seconds to decode it)
+        alone: list[int] = []
         for k, (source, name) in enumerate(inputs):
             t = time.perf_counter()
+            most = most_s[k] if most_s else math.inf
             try:
-                audio = self.load(source, name)
+                loaded.append((k, self.load(source, name, most), time.perf_counter() - t))
+            except AudioTooLong as exc:
+                if most < self.settings.max_audio_s:
+                    log.info("%s holds more audio than its container says: transcribed alone, after the others", name)
+                    alone.append(k)
+                else:
+                    outcomes[k] = exc
             except AudioError as exc:
                 outcomes[k] = exc
-                continue
-            loaded.append((k, audio, time.perf_counter() - t))
         if loaded:
             transcripts = self.transcribe_many([a for _, a, _ in loaded], params, progress,
                                                sources=[inputs[k][1] for k, _, _ in loaded])
             for (k, _, seconds), transcript in zip(loaded, transcripts):
                 transcript.timings["load_audio"] = round(seconds, 3)
                 outcomes[k] = transcript
+        del loaded
+        for k in alone:
+            outcomes[k] = self.transcribe_inputs([inputs[k]], params, progress)[0]
         return outcomes
 
     def transcribe(self, audio: np.ndarray, params: TranscribeParams, progress: Progress | None = None,

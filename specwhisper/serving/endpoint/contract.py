@@ -206,11 +206,12 @@ class Endpoint:
         return outcome
 
     def run_many(self, inputs: list[tuple[str | Path | bytes, str]], params: TranscribeParams,
-                 progress: Progress | None = None) -> list[Transcript | RequestError]:
+                 progress: Progress | None = None, most_s: list[float] | None = None) -> list[Transcript | RequestError]:
         """``run`` for several uploads with the same parameters, in one pass (their chunks batched across
-        files): each one's transcript, or its failure as a :class:`RequestError`."""
+        files; ``most_s``: ``PipelinePool.transcribe_inputs``): each one's transcript, or its failure as a
+        :class:`RequestError`."""
         try:
-            outcomes = self.transcriber.transcribe_inputs(inputs, params, progress)
+            outcomes = self.transcriber.transcribe_inputs(inputs, params, progress, most_s)
         except Exception as exc:  # noqa: BLE001 - the contract is an error answer, never a traceback
             if len(inputs) == 1:
                 return [_request_error(exc)]
