@@ -19,7 +19,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 ENTRY_POINTS = ("cli", "http", "api", "ui")
 SCOPES = ("load", "run", "output")
@@ -58,6 +58,9 @@ class Option:
     peer_names: tuple[str, ...] = ()  # request names of transformers' ASR pipeline (chunk_length_s)
     generate_names: tuple[str, ...] = ()  # names in transformers' generate_kwargs (num_beams)
     not_in: dict[str, str] = field(default_factory=dict)  # entry point -> why it does not take this option
+    # the option's own reading of a value that passed the checks above (a language name to its code)
+    parse: Callable[[Option, Any], Any] | None = None
+    takes_list: bool = False  # a list or tuple goes to ``parse`` as it is (the Python API's clip_timestamps=[0, 30])
 
     def __post_init__(self):
         assert self.scope in SCOPES and set(self.not_in) <= set(ENTRY_POINTS), self.name  # noqa: S101
@@ -104,8 +107,8 @@ class Option:
             if self.nullable or self.default is None:
                 return None
             raise OptionError(self, "needs a value")
-        if self.name == "clip_timestamps" and isinstance(value, (list, tuple)):
-            return _clips(self, value)  # the Python API's [0, 30, 60, 90], as faster-whisper takes it
+        if self.takes_list and isinstance(value, (list, tuple)):
+            return self.parse(self, value)
         value = self._convert(value)
         if self.choices and value not in self.choices:
             raise OptionError(self, f"must be one of {', '.join(self.choices)}, got '{_short(value)}'")
@@ -115,11 +118,7 @@ class Option:
                 raise OptionError(self, f"must be {self._bounds()}, got {_num(value)}")
         if self.max_chars is not None and isinstance(value, str) and len(value) > self.max_chars:
             raise OptionError(self, f"must be at most {self.max_chars} characters, got {len(value)}")
-        if self.name == "language":
-            return _language_code(self, value)
-        if self.name == "clip_timestamps":
-            return _clips(self, value)
-        return value
+        return self.parse(self, value) if self.parse else value
 
     def _bounds(self) -> str:
         lo, hi = self.low, self.high
@@ -233,7 +232,7 @@ OPTIONS: tuple[Option, ...] = (
            group="post-edit", low=0.0, high=1.0, not_in=NOT_HTTP_LOAD),
     # ---------------------------------------------------------------- transcription
     Option("language", str, None, "language code or name: en, English (default: detect)", nullable=True,
-           flags=("-l", "--language")),
+           flags=("-l", "--language"), parse=_language_code),
     Option("task", str, "transcribe", "transcribe, or translate to English", choices=("transcribe", "translate")),
     Option("batch_size", int, None, "chunks decoded together (default: 8 on the CPU; on a GPU as many as its free "
            "memory holds, up to 32; a larger value shrinks to what the memory holds, with a warning)", nullable=True,
@@ -266,7 +265,8 @@ OPTIONS: tuple[Option, ...] = (
            "batched pipeline's default); fewer tokens to decode, coarser subtitles, no re-decoding of skipped stretches"),
     Option("clip_timestamps", str, None, "transcribe only these stretches of each file: start,end,start,end,... "
            "seconds (a last start alone runs to the end); the rest is not heard, and times stay the file's "
-           "(openai-whisper's and faster-whisper's clip_timestamps)", nullable=True, max_chars=2000),
+           "(openai-whisper's and faster-whisper's clip_timestamps)", nullable=True, max_chars=2000, parse=_clips,
+           takes_list=True),  # [0, 30, 60, 90] from Python, as faster-whisper takes it
     # ---------------------------------------------------------------- decoding quality (openai-whisper's safeguards)
     Option("beam_size", int, None, "beam search with this many beams (default: greedy, speculative when a drafter "
            "runs; openai-whisper's CLI and faster-whisper use 5)", group="quality", nullable=True, low=1, high=16,
