@@ -21,11 +21,12 @@ import numpy as np
 import openai
 import pytest
 import soundfile as sf
-from openai.types.audio import Transcription, TranscriptionDiarized, TranscriptionVerbose, TranslationVerbose
+from openai.types.audio import (Transcription, TranscriptionDiarized, TranscriptionTextDeltaEvent, TranscriptionTextDoneEvent,
+                                TranscriptionVerbose, TranslationVerbose)
 from websockets.asyncio.client import connect
 from websockets.exceptions import InvalidStatus
 
-from specwhisper.evaluation.transcripts import load_manifest, wer
+from specwhisper.evaluation.transcripts import build_long_file, load_manifest, wer
 from specwhisper.serving.http import serve
 from specwhisper.serving.endpoint.contract import Endpoint
 from specwhisper.serving.params import Choices
@@ -166,6 +167,34 @@ def test_speakers_in_verbose_json(client, jfk):
     assert {s.type for s in diarized.segments} == {"transcript.text.segment"} and diarized.text == answer.text
 
 
+def test_streamed_transcription(server, client, tmp_path):
+    """stream=true: OpenAI's transcription events through the client, the text of each segment as it becomes
+    final (a window per batch here: several deltas), then the whole text; the deltas joined are that text, and
+    it is the answer without stream."""
+    long = build_long_file("dense", tmp_path, 55, seed=0)  # 57 s of the public clips, two windows and more
+    audio = long.path.read_bytes()
+    plain = client.audio.transcriptions.create(file=("talk.wav", audio), model="whisper-1", extra_body={"batch_size": 1})
+    t = time.perf_counter()
+    events = list(client.audio.transcriptions.create(file=("talk.wav", audio), model="whisper-1", stream=True,
+                                                     extra_body={"batch_size": 1}))
+    whole_s = time.perf_counter() - t
+    assert all(isinstance(e, TranscriptionTextDeltaEvent) for e in events[:-1]) and len(events) >= 4, events
+    done = events[-1]
+    assert isinstance(done, TranscriptionTextDoneEvent) and done.text == plain.text
+    assert "".join(e.delta for e in events[:-1]) == done.text and wer([long.reference], [done.text]) <= 0.15, done.text
+
+    # a client that leaves after the first event: the transcription stops at its next progress report
+    with httpx.stream("POST", server.url + "/v1/audio/transcriptions", files={"file": ("talk.wav", audio)},
+                      data={"model": "whisper-1", "stream": "true", "batch_size": "1"},
+                      headers={"Authorization": f"Bearer {KEY}"}, timeout=60) as answer:
+        assert answer.headers["content-type"].startswith("text/event-stream")
+        assert next(answer.iter_lines()).startswith('data: {"type": "transcript.text.delta"')
+    left = time.perf_counter()
+    while server.worker.busy and time.perf_counter() - left < whole_s:
+        time.sleep(0.05)
+    assert time.perf_counter() - left < 0.6 * whole_s, whole_s  # a window or so, not the rest of the file
+
+
 SHARED_PASS = ("whisper.cpp/jfk.wav", "coqui-tts-ljspeech/LJ001-0001.wav", "lhotse/2412-153948-0000.flac",
                "mfa/61-70968-0000.flac")
 
@@ -284,7 +313,11 @@ def _create(client, **overrides):
     ({"prompt": "x" * 2001}, 400, "prompt: must be at most 2000 characters, got 2001", "prompt", None),
     ({"extra_body": {"num_speakers": "two"}}, 400, "num_speakers: must be a whole number, got 'two'", "num_speakers", None),
     ({"extra_body": {"colour": "blue"}}, 400, "Unrecognized request argument supplied: colour", "colour", "unknown_parameter"),
-    ({"stream": True}, 400, "streamed answers are not offered here", "stream", "unsupported_value"),
+    ({"stream": True, "response_format": "verbose_json"}, 400, "streamed answers are transcriptions' text events",
+     "stream", "unsupported_value"),
+    ({"stream": True, "extra_body": {"diarize": True}}, 400, "speakers and the post-edit need the whole file", "stream",
+     "unsupported_value"),
+    ({"stream": True, "file": ("notes.txt", b"not audio")}, 400, "file: not a readable audio file", "file", None),  # JSON, not events
     ({"file": ("notes.txt", b"these are not the droids you are looking for")}, 400, "file: not a readable audio file", "file", None),
     ({"file": ("empty.wav", b"")}, 400, "file: the upload is empty", "file", None),
     ({"file": ("big.wav", os.urandom(MAX_UPLOAD + 1))}, 413, f"file: the upload is larger than {MAX_UPLOAD} bytes", "file", None),

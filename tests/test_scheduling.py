@@ -109,3 +109,26 @@ def test_chunks_with_the_most_speech_decode_together_with_the_same_text(tiny_eng
     in_order, _, steps_in_order = transcribe()
     assert tokens == in_order
     assert steps < steps_in_order, (steps, steps_in_order)
+
+
+def test_segments_given_as_they_become_final_are_the_transcript(base_engine, tmp_path, caplog):
+    """``on_final`` (a streamed answer): a 2-minute conversation built from the public clips, two windows a
+    batch, word timings on. The segments come in several runs while the rest decodes; joined, they are the
+    transcript (tokens, times, word times), and that is the transcript without ``on_final`` (the CPU's rows
+    are exact whatever the order the chunks decode in)."""
+    from specwhisper.asr.engine import DecodeOptions
+    from specwhisper.audio.loading import load_audio
+    from specwhisper.evaluation.transcripts import build_long_file
+
+    audio = load_audio(build_long_file("speakers", tmp_path, 120, seed=1).path)
+    opts = DecodeOptions(language="en", batch_size=2, word_timestamps=True)
+    plain = base_engine.transcribe_many([audio], opts)[0]
+    given: list[tuple[int, list]] = []
+    streamed = base_engine.transcribe_many([audio], opts, on_final=lambda i, segments: given.append((i, segments)))[0]
+
+    def key(segments):
+        return [(s.tokens, s.start, s.end, [(w.start, w.end) for w in s.words]) for s in segments]
+
+    assert len(given) >= 3 and {i for i, _ in given} == {0}, [len(s) for _, s in given]
+    assert key([s for _, segments in given for s in segments]) == key(streamed.segments) == key(plain.segments)
+    assert "differ" not in caplog.text

@@ -30,7 +30,7 @@ from specwhisper.asr.weights.loader import WhisperBundle, load_whisper
 from specwhisper.asr import hallucination, redecode
 from specwhisper.asr.languages import chunk_languages, file_languages
 from specwhisper.asr.redecode import Standing
-from specwhisper.asr.scheduling import FileResults, Item, WorkQueues
+from specwhisper.asr.scheduling import FileResults, FinalSegments, Item, WorkQueues
 from specwhisper.asr.decoding.segments import stitch, timed_by_words, tokens_to_segments
 from specwhisper.results.stats import DecodeStats
 from specwhisper.results.transcript import Segment
@@ -328,6 +328,7 @@ class AsrEngine:
         progress: Progress | None = None,
         decoder: Decoder | None = None,
         journal=None,
+        on_final: Callable[[int, list[Segment]], None] | None = None,
     ) -> list[AsrResult]:
         """Transcribe several 16 kHz waveforms with their chunks batched together.
 
@@ -342,7 +343,9 @@ class AsrEngine:
         time and pass counts are split by each file's rows (encoder) or generated tokens (decoder,
         alignment). ``journal`` (specwhisper.pipeline.checkpoint) replays the batches an interrupted
         run finished and records the ones decoded; progress is the share of the audio to decode that is
-        decoded (stretches queued again add to both), never reported lower than before."""
+        decoded (stretches queued again add to both), never reported lower than before. ``on_final(file,
+        segments)`` gets each file's segments in order as they become final (``scheduling.FinalSegments``),
+        the chunks then decoded in the files' order."""
         decoder = decoder or self.decoder
         opts = options or DecodeOptions()
         opts.validate(self.special)
@@ -372,11 +375,12 @@ class AsrEngine:
         work = WorkQueues(1 if conditioning else rows,
                           key=lambda item, language: item[0] if conditioning else prompt_of(language, initial),
                           detect=lambda items: chunk_languages(self, audios, items, opts, encoded, stats, latest),
-                          in_order=conditioning)
+                          in_order=conditioning or on_final is not None)
         for i in range(n):
             for c in plans[i]:
                 work.wait((i, c)) if opts.multilingual else work.add((i, c), languages[i][0])
         files = FileResults(n, initial, conditioning)
+        final = None if on_final is None else FinalSegments(n, self.bundle.tokenizer, opts.word_timestamps, on_final)
         # samples of audio to decode (the whole file, but what --vad-filter drops between windows), decoded
         total, done, shown = sum(c.end - c.start for plan in plans for c in plan) or 1, 0, 0.0
         report("transcribe", 0.0)
@@ -401,9 +405,9 @@ class AsrEngine:
                             most_batches=self.fallback_pool if self.fallback_ahead and not conditioning else 1)
         waiting: list[FirstPass | Replayed] = []
 
-        def finish() -> None:
+        def finish(holding: list[Item] | None = None) -> None:
             """The pool's batches sampled again where they failed, then finished in the order they came
-            (a replayed one as it was recorded)."""
+            (a replayed one as it was recorded); ``holding``: a batch taken from the queues, not begun."""
             shares = iter(pool.sample(waiting[0].prompt))
             trim_heap()  # the samples' caches are freed
             for w in waiting:
@@ -417,6 +421,8 @@ class AsrEngine:
                     journal.record(w.batch, w.prompt, per_chunk, again, attempts, w.stats)
                 take(w.batch, w.language, per_chunk, again, attempts, w.stats, replayed=False)
             waiting.clear()
+            if final is not None:
+                final.update(files, work.pending() + (holding or []))
 
         while (batch := work.next_batch()) is not None or waiting:
             if batch is None:
@@ -425,7 +431,7 @@ class AsrEngine:
             language = work.language_of[batch[0]]
             prompt = list(prompt_of(language, files.contexts[batch[0][0]]))
             if waiting and prompt != waiting[0].prompt:  # one stream samples after one prompt
-                finish()
+                finish(holding=batch)
             recorded = journal.replay(batch, prompt) if journal else None
             if recorded:  # an interrupted run's batch
                 for item in batch:
@@ -441,6 +447,8 @@ class AsrEngine:
         for i in range(n):
             segments = stitch(files.segments[i], files.redecoded, self.bundle.tokenizer)
             segments = timed_by_words(segments) if opts.word_timestamps else segments
+            if final is not None:
+                final.finish(i, segments)
             language, probability = _main_language(segments) if opts.multilingual else languages[i]
             results.append(AsrResult(segments, language, probability, stats[i], sorted(files.decoded[i], key=lambda c: c.start),
                                      vad_seconds[i]))

@@ -11,17 +11,21 @@ next chunk follows."""
 
 from __future__ import annotations
 
+import logging
+import math
 from collections import deque
+from dataclasses import replace
 from typing import Callable, Hashable
 
 from specwhisper.asr import redecode
 from specwhisper.asr.redecode import Standing
 from specwhisper.asr.decoding.fallback import Attempt
-from specwhisper.asr.decoding.segments import repeats
+from specwhisper.asr.decoding.segments import repeats, stitch, timed_by_words
 from specwhisper.asr.decoding.tokens import SpecialTokens
 from specwhisper.audio.chunking import Chunk
 from specwhisper.results.transcript import Segment
 
+log = logging.getLogger(__name__)
 Item = tuple[int, Chunk]  # (file, chunk)
 PROMPT_RESET_TEMPERATURE = 0.5  # openai/whisper: previous text is not carried past a decode this random
 
@@ -83,6 +87,10 @@ class WorkQueues:
         queue.extend(item for j, item in enumerate(items) if j not in most)
         return [item for j, item in enumerate(items) if j in most]
 
+    def pending(self) -> list[Item]:
+        """Every chunk still to decode (queued, or waiting for its language)."""
+        return [item for q in self._queues.values() for item in q] + list(self._waiting)
+
     def again(self, items: list[Item], language: str | None) -> None:
         """Stretches of a batch to decode again, with its language, into its queue (first, ``in_order``)."""
         for item in reversed(items) if self._in_order else items:
@@ -106,6 +114,10 @@ class FileResults:
         self.redecoded: set[int] = set()  # ids of the segments of re-decoded stretches
         self._conditioning = conditioning
         self._replaces: dict[Item, Standing] = {}  # a stretch queued again -> the text it may replace
+
+    def standing(self, item: Item) -> Standing | None:
+        """The text a stretch still to decode may replace."""
+        return self._replaces.get(item)
 
     def take(self, item: Item, segments: list[Segment], skipped: list[tuple[Chunk, Standing | None]],
              attempt: Attempt) -> list[Item]:
@@ -144,3 +156,50 @@ class FileResults:
             following = self.contexts[i] + [t for s in segments for t in s.tokens]
             self.contexts[i] = [] if reset else following[-SpecialTokens.MAX_CONTEXT :]
         return [(i, c) for c, _ in skipped]
+
+
+class FinalSegments:
+    """Each file's segments handed to ``show(file, segments)`` as they become final while the rest
+    decodes (a streamed answer). A segment is final once no work left on its file can change it: every
+    chunk or stretch still to decode starts after it ends (a decode's segments start in its chunk), and
+    so do the segments that work may replace (its ``Standing``); a re-decoded segment also waits for the
+    segment after it, which ``stitch`` trims it against. What ``show`` gets is the start of the final
+    transcript, in order; ``finish`` gives the rest (and logs a warning if the start differs)."""
+
+    def __init__(self, n: int, tokenizer, word_timestamps: bool, show: Callable[[int, list[Segment]], None]):
+        self._tokenizer, self._word_timestamps, self._show = tokenizer, word_timestamps, show
+        self.shown: list[list[Segment]] = [[] for _ in range(n)]
+
+    def update(self, files: FileResults, pending: list[Item]) -> None:
+        bound: dict[int, float] = {}  # file -> seconds from which work left may write or remove text
+        for item in pending:
+            standing = files.standing(item)
+            starts = [item[1].start_s] + ([s.start for s in standing.segments] if standing else [])
+            bound[item[0]] = min(bound.get(item[0], math.inf), *starts)
+        for i, until in bound.items():
+            ordered = sorted(files.segments[i], key=lambda s: s.start)
+            safe = next((k for k, s in enumerate(ordered) if s.end >= until), len(ordered))
+            for k, seg in enumerate(ordered[:safe]):  # a re-decoded segment is trimmed against the next one
+                if id(seg) in files.redecoded:
+                    nxt = next((j for j in range(k + 1, len(ordered)) if id(ordered[j]) not in files.redecoded), len(ordered))
+                    if nxt >= safe:
+                        safe = k
+                        break
+            final = stitch(ordered[:safe], files.redecoded, self._tokenizer)
+            self._give(i, final)
+
+    def finish(self, i: int, segments: list[Segment]) -> None:
+        """File ``i``'s final segments: those not shown yet are shown."""
+        shown = self.shown[i]
+        if [(s.tokens, s.start, s.end) for s in segments[: len(shown)]] != [(s.tokens, s.start, s.end) for s in shown]:
+            log.warning("file %d: the segments streamed differ from the final transcript's", i)
+        self._give(i, segments, timed=True)
+
+    def _give(self, i: int, segments: list[Segment], timed: bool = False) -> None:
+        new = [replace(s) for s in segments[len(self.shown[i]) :]]  # copies: the rules read the originals' times
+        if not new:
+            return
+        if self._word_timestamps and not timed:
+            new = timed_by_words(new)
+        self.shown[i] += new
+        self._show(i, new)

@@ -12,7 +12,7 @@ import numpy as np
 from specwhisper.audio.loading import DEFAULT_MAX_SECONDS, SAMPLE_RATE, load_audio
 from specwhisper.asr.engine import AsrEngine, AsrResult, DecodeOptions
 from specwhisper.audio.clips import ClipMap, clip_spans
-from specwhisper.results.transcript import SpeakerTurn, Transcript
+from specwhisper.results.transcript import Segment, SpeakerTurn, Transcript
 from specwhisper.pipeline.subtitles import SubtitleOptions
 
 Progress = Callable[[str, float], None]
@@ -156,17 +156,20 @@ class Pipeline:
         options: RunOptions | None = None,
         progress: Progress | None = None,
         sources: list[str | None] | None = None,
+        on_segments: Callable[[int, list[Segment]], None] | None = None,
     ) -> list[Transcript]:
         """``run`` for several waveforms, their ASR chunks batched together across files.
 
         Each file's ``asr`` time is its share of the shared ASR wall time, in proportion to the
-        engine time (VAD, encoder, decoder, alignment) attributed to it."""
+        engine time (VAD, encoder, decoder, alignment) attributed to it. ``on_segments(file, segments)``
+        gets each file's segments as the ASR makes them final, in order (before diarization and the
+        post-edit, which need the whole file; ``AsrEngine.transcribe_many``'s ``on_final``)."""
         opts = options or RunOptions()
         opts.validate()
         report = progress or (lambda stage, frac: None)
         sources = sources or [None] * len(audios)
         t = time.perf_counter()
-        results = self.asr.transcribe_many(audios, opts.decode_options(), report)
+        results = self.asr.transcribe_many(audios, opts.decode_options(), report, on_final=on_segments)
         wall = time.perf_counter() - t
         work = [r.vad_seconds + r.stats.encoder_seconds + r.stats.decoder_seconds + r.stats.alignment_seconds for r in results]
         total = sum(work) or 1.0

@@ -16,7 +16,7 @@ from collections import OrderedDict
 from contextlib import contextmanager
 from dataclasses import astuple, dataclass, field
 from pathlib import Path
-from typing import Iterator
+from typing import Callable, Iterator
 
 import numpy as np
 
@@ -25,7 +25,7 @@ from specwhisper.hardware.device import resolve_device, resolve_dtype
 from specwhisper.asr.drafters.choice import decoder_factory
 from specwhisper.asr.engine import AsrEngine
 from specwhisper.asr.weights.loader import WhisperBundle, load_whisper
-from specwhisper.results.transcript import Transcript
+from specwhisper.results.transcript import Segment, Transcript
 from specwhisper.pipeline.core import Pipeline, PipelineConfig, Progress
 from specwhisper.serving.params import Choices, TranscribeParams
 from specwhisper.serving.spool import Spool, default_spool_dir
@@ -149,13 +149,15 @@ class PipelinePool:
         return outcome
 
     def transcribe_inputs(self, inputs: list[tuple[str | Path | bytes, str]], params: TranscribeParams,
-                          progress: Progress | None = None, most_s: list[float] | None = None) -> list[Transcript | AudioError]:
+                          progress: Progress | None = None, most_s: list[float] | None = None,
+                          on_segments: Callable[[int, list[Segment]], None] | None = None) -> list[Transcript | AudioError]:
         """Decode each (source, name), then transcribe them together, their chunks batched across files
         (``Pipeline.run_many``); a file that cannot be decoded gets its :class:`AudioError` in its place.
         ``most_s``: the most audio each may hold to be in the batch; one that holds more is decoded and
         transcribed alone afterwards (within the deployment's limit), so that files whose containers
-        claim less than they hold cannot multiply the memory of a batch. A failure of the batch itself
-        (options the model refuses, a model that does not load) is raised."""
+        claim less than they hold cannot multiply the memory of a batch. ``on_segments(input, segments)``:
+        ``Pipeline.run_many``'s. A failure of the batch itself (options the model refuses, a model that
+        does not load) is raised."""
         params.run_options(self.settings.max_audio_s)  # refuse bad options before decoding anything
         outcomes: list[Transcript | AudioError | None] = [None] * len(inputs)
         loaded: list[tuple[int, np.ndarray, float]] = []  # (place, audio, seconds to decode it)
@@ -174,14 +176,17 @@ class PipelinePool:
             except AudioError as exc:
                 outcomes[k] = exc
         if loaded:
+            places = [k for k, _, _ in loaded]
+            show = None if on_segments is None else (lambda j, segments: on_segments(places[j], segments))
             transcripts = self.transcribe_many([a for _, a, _ in loaded], params, progress,
-                                               sources=[inputs[k][1] for k, _, _ in loaded])
+                                               sources=[inputs[k][1] for k, _, _ in loaded], on_segments=show)
             for (k, _, seconds), transcript in zip(loaded, transcripts):
                 transcript.timings["load_audio"] = round(seconds, 3)
                 outcomes[k] = transcript
-        del loaded
+        del loaded  # the audio is freed before an upload transcribed alone
         for k in alone:
-            outcomes[k] = self.transcribe_inputs([inputs[k]], params, progress)[0]
+            show = None if on_segments is None else (lambda j, segments, k=k: on_segments(k, segments))
+            outcomes[k] = self.transcribe_inputs([inputs[k]], params, progress, on_segments=show)[0]
         return outcomes
 
     def transcribe(self, audio: np.ndarray, params: TranscribeParams, progress: Progress | None = None,
@@ -190,11 +195,13 @@ class PipelinePool:
         return self.transcribe_many([audio], params, progress, sources=[source])[0]
 
     def transcribe_many(self, audios: list[np.ndarray], params: TranscribeParams, progress: Progress | None = None,
-                        sources: list[str | None] | None = None) -> list[Transcript]:
-        """``transcribe`` for several waveforms with the same parameters, in one pass."""
+                        sources: list[str | None] | None = None,
+                        on_segments: Callable[[int, list[Segment]], None] | None = None) -> list[Transcript]:
+        """``transcribe`` for several waveforms with the same parameters, in one pass (``on_segments``:
+        ``Pipeline.run_many``'s)."""
         options = params.run_options(self.settings.max_audio_s)
         with self._lock:
             if progress:
                 progress("loading models", 0.0)
             pipeline = self._pipeline(params.pipeline_config(self.settings.base))
-            return pipeline.run_many(audios, options, progress, sources=sources)
+            return pipeline.run_many(audios, options, progress, sources=sources, on_segments=on_segments)

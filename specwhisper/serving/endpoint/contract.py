@@ -17,7 +17,7 @@ import io
 import json
 import logging
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import asdict
 from pathlib import Path
 from typing import BinaryIO
@@ -25,7 +25,7 @@ from typing import BinaryIO
 from specwhisper.audio.loading import AudioError
 from specwhisper.hardware.device import resolve_device, resolve_dtype
 from specwhisper.asr.weights.loader import ModelError
-from specwhisper.results.transcript import Transcript
+from specwhisper.results.transcript import Segment, Transcript
 from specwhisper.pipeline.core import PipelineConfig, Progress
 from specwhisper.serving.params import Choices, RequestError, TranscribeParams, clip, one_line, parse_params
 from specwhisper.serving.service import LiveLimits, ServiceSettings, PipelinePool
@@ -197,21 +197,24 @@ class Endpoint:
         return result
 
     def run(self, source: str | Path | bytes, params: TranscribeParams, progress: Progress | None = None,
-            name: str = "inputs") -> Transcript:
+            name: str = "inputs", on_segments: Callable[[list[Segment]], None] | None = None) -> Transcript:
         """Transcribe an upload (bytes or a file, called ``name`` in messages) with checked parameters;
-        any failure is raised as a :class:`RequestError` (one line, its status), never a traceback."""
-        outcome = self.run_many([(source, name)], params, progress)[0]
+        any failure is raised as a :class:`RequestError` (one line, its status), never a traceback.
+        ``on_segments`` gets the segments as they become final (``Pipeline.run_many``'s)."""
+        show = None if on_segments is None else (lambda k, segments: on_segments(segments))
+        outcome = self.run_many([(source, name)], params, progress, on_segments=show)[0]
         if isinstance(outcome, RequestError):
             raise outcome
         return outcome
 
     def run_many(self, inputs: list[tuple[str | Path | bytes, str]], params: TranscribeParams,
-                 progress: Progress | None = None, most_s: list[float] | None = None) -> list[Transcript | RequestError]:
+                 progress: Progress | None = None, most_s: list[float] | None = None,
+                 on_segments: Callable[[int, list[Segment]], None] | None = None) -> list[Transcript | RequestError]:
         """``run`` for several uploads with the same parameters, in one pass (their chunks batched across
         files; ``most_s``: ``PipelinePool.transcribe_inputs``): each one's transcript, or its failure as a
         :class:`RequestError`."""
         try:
-            outcomes = self.transcriber.transcribe_inputs(inputs, params, progress, most_s)
+            outcomes = self.transcriber.transcribe_inputs(inputs, params, progress, most_s, on_segments)
         except Exception as exc:  # noqa: BLE001 - the contract is an error answer, never a traceback
             if len(inputs) == 1:
                 return [_request_error(exc)]

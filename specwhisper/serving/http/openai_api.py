@@ -16,13 +16,15 @@ Answers follow OpenAI's: ``json`` is ``{"text", "usage"}``; ``verbose_json`` is 
 (the full name, e.g. "english"), "duration", "text", "segments", "words", "usage"}`` (``segments``
 unless only ``word`` was asked for, ``words`` when it was); ``diarized_json`` is ``{"task", "duration",
 "text", "segments": [{"type", "id", "start", "end", "text", "speaker"}], "usage"}``; ``text``, ``srt`` and
-``vtt`` come as ``text/plain``. Every error is ``{"error": {"message", "type", "param", "code"}}`` with
+``vtt`` come as ``text/plain``. With ``stream=true`` (transcriptions, ``json`` or ``text``) the answer is
+OpenAI's server-sent events (``stream_events``), the text of each segment once it is final. Every error is ``{"error": {"message", "type", "param", "code"}}`` with
 its HTTP status. Uploads go through the same steps, limits, queue and deadline as ``POST /``
 (:mod:`specwhisper.serving.http.uploads`).
 """
 
 from __future__ import annotations
 
+import json
 import math
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -37,12 +39,13 @@ from specwhisper.results.transcript import Transcript, segments_to_dicts
 from specwhisper.pipeline.writers import render
 from specwhisper.serving.http.form_upload import FILE_FIELD, FORM_OVERHEAD, FormUpload
 from specwhisper.serving.params import Choices, RequestError, TranscribeParams, clip, parse_params
-from specwhisper.serving.http.uploads import Refusal, Uploads
+from specwhisper.serving.http.uploads import Refusal, StreamEvents, Uploads
 
 ALIAS = "whisper-1"  # what OpenAI's clients and the apps built on them name by default
 OWNER = "specwhisper"
 FORMATS = ("json", "text", "srt", "verbose_json", "vtt", "diarized_json")
 TEXT_FORMATS = ("text", "srt", "vtt")
+STREAM_FORMATS = ("json", "text")  # OpenAI's: a streamed answer is text events, whatever format was asked
 GRANULARITIES = ("word", "segment")
 GRANULARITY_FIELDS = ("timestamp_granularities[]", "timestamp_granularities")
 OPENAI_FIELDS = ("model", "language", "prompt", "response_format", "temperature", "stream", *GRANULARITY_FIELDS)
@@ -77,6 +80,7 @@ class OpenAIRequest:
     response_format: str
     granularities: frozenset[str]
     params: TranscribeParams
+    stream: bool = False  # server-sent events: the text as it becomes final, then the whole (``stream_events``)
 
 
 def _one(fields: Mapping[str, list[str]], name: str) -> str | None:
@@ -125,8 +129,9 @@ def openai_request(fields: Mapping[str, list[str]], task: str, choices: Choices)
     if granularities and response_format != "verbose_json":
         raise Refusal(400, "`response_format` must be `verbose_json` if `timestamp_granularities[]` is provided",
                       param="timestamp_granularities[]", code="invalid_value")
-    if (_one(fields, "stream") or "false").lower() not in ("false", "0"):
-        raise Refusal(400, "stream: streamed answers are not offered here (send stream=false, or use the WebSocket /v1/live)",
+    stream = (_one(fields, "stream") or "false").lower() not in ("false", "0")
+    if stream and (task != "transcribe" or response_format not in STREAM_FORMATS):
+        raise Refusal(400, "stream: streamed answers are transcriptions' text events (response_format json or text)",
                       param="stream", code="unsupported_value")
     raw: dict[str, object] = {name: value for name in EXTRA_FIELDS if (value := _one(fields, name)) is not None}
     raw.update(model=_model(_one(fields, "model"), choices), task=task)
@@ -142,7 +147,10 @@ def openai_request(fields: Mapping[str, list[str]], task: str, choices: Choices)
         params = parse_params(raw, choices)
     except RequestError as exc:
         raise _parameter_error(exc) from None
-    return OpenAIRequest(task, response_format, frozenset(granularities), params)
+    if stream and (params.diarize or params.postedit):
+        raise Refusal(400, "stream: speakers and the post-edit need the whole file first (send stream=false)",
+                      param="stream", code="unsupported_value")
+    return OpenAIRequest(task, response_format, frozenset(granularities), params, stream)
 
 
 def language_name(code: str | None) -> str:
@@ -203,6 +211,31 @@ def openai_answer(t: Transcript, req: OpenAIRequest) -> Response:
     return JSONResponse(out)
 
 
+def _event(data: dict) -> bytes:
+    return f"data: {json.dumps(data, ensure_ascii=False)}\n\n".encode()
+
+
+def stream_events() -> StreamEvents:
+    """OpenAI's transcription events: ``transcript.text.delta`` for each final segment's text (the deltas
+    joined are the text), ``transcript.text.done`` with the whole text and ``usage``, and an error as
+    ``{"error": {...}}``, which the ``openai`` client raises."""
+    started = [False]
+
+    def segments(segs: list) -> bytes:
+        out = b""
+        for seg in segs:
+            if text := seg.text.strip():
+                out += _event({"type": "transcript.text.delta", "delta": (" " if started[0] else "") + text})
+                started[0] = True
+        return out
+
+    def error(refusal: Refusal) -> bytes:
+        return _event({"type": "error", "error": {"message": clip(str(refusal)), "type": error_type(refusal.status),
+                                                  "param": refusal.param, "code": refusal.code}})
+
+    return StreamEvents(segments, lambda t: _event({"type": "transcript.text.done", "text": t.text, "usage": usage(t)}), error)
+
+
 def model_object(name: str) -> dict:
     return {"id": name, "object": "model", "created": 0, "owned_by": OWNER}
 
@@ -225,6 +258,8 @@ def add_openai_routes(app: FastAPI, uploads: Uploads) -> None:
                 raise Refusal(400, "file: the upload is empty (0 bytes)", param=FILE_FIELD)
             req = openai_request(form.fields, task, choices)
             try:
+                if req.stream:
+                    return await uploads.stream(request, path, FILE_FIELD, req.params, stream_events())
                 transcript = await uploads.transcribe(request, path, FILE_FIELD, req.params)
             except RequestError as exc:
                 about_file = str(exc).startswith(f"{FILE_FIELD}:")

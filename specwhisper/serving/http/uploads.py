@@ -23,12 +23,12 @@ from pathlib import Path
 from typing import BinaryIO
 
 from fastapi import Request
-from fastapi.responses import Response
+from fastapi.responses import Response, StreamingResponse
 from starlette.requests import ClientDisconnect
 
 from specwhisper.audio.loading import AudioError, check_length
 from specwhisper.serving.endpoint.contract import Endpoint
-from specwhisper.results.transcript import Transcript
+from specwhisper.results.transcript import Segment, Transcript
 from specwhisper.serving.http.worker import Batching, Cancelled, CancelToken, ModelWorker, QueueFull
 from specwhisper.serving.params import RequestError, TranscribeParams
 from specwhisper.serving.spool import Spool
@@ -38,6 +38,15 @@ JSON_OVERHEAD = 1 << 20  # room for the JSON around a base64 upload
 # an upload that joined another's pass may hold this much more than its container claimed (x 1.1 + 2 s), or it is
 # transcribed alone after the pass: a pass's decoded audio stays bounded by the first's plus --batch-audio's
 CLAIM_SLACK = (1.1, 2.0)
+
+
+@dataclass(frozen=True)
+class StreamEvents:
+    """How a streamed answer words its events (``Uploads.stream``): each the bytes of one server-sent event."""
+
+    segments: Callable[[list[Segment]], bytes]
+    done: Callable[[Transcript], bytes]
+    error: Callable[[Refusal], bytes]
 
 
 @dataclass(frozen=True)
@@ -158,10 +167,65 @@ class Uploads:
             return endpoint.run_many([(p, n) for p, n, _ in payloads], params, lambda stage, fraction: check(), most_s)
 
         batching = Batching(endpoint.pass_key(params), (path, name, seconds), seconds, run_many)
-        outcome = await self._wait(request, lambda: self.worker.submit_batching(batching))
-        if isinstance(outcome, RequestError):
-            raise outcome
-        return outcome
+        return await self._wait(request, lambda: self.worker.submit_batching(batching))  # a RequestError is raised
+
+    async def stream(self, request: Request, path: Path, name: str, params: TranscribeParams,
+                     events: StreamEvents) -> StreamingResponse:
+        """Check and transcribe as ``transcribe`` does, alone on the model worker, and answer with server-sent
+        events: ``events.segments`` for each run of segments as the transcript makes them final (in order),
+        then ``events.done`` with the transcript, or ``events.error`` for a failure once the answer began. A
+        failure before the audio is decoded (the length, the queue, bad audio) is raised, as ``transcribe``'s."""
+        started = asyncio.get_running_loop().time()
+        await self._length(path, name)
+        loop = asyncio.get_running_loop()
+        queue: asyncio.Queue[list[Segment]] = asyncio.Queue()
+        decoded = asyncio.Event()  # the first progress report comes once the audio is decoded: the upload may go
+
+        def job(token: CancelToken) -> Transcript:
+            def progress(stage: str, fraction: float) -> None:
+                loop.call_soon_threadsafe(decoded.set)
+                token.check()
+
+            return self.endpoint.run(path, params, progress, name,
+                                     on_segments=lambda segments: loop.call_soon_threadsafe(queue.put_nowait, segments))
+
+        try:
+            future, token = self.worker.submit(job)
+        except QueueFull as exc:
+            raise Refusal(503, f"the server is busy ({exc}); try again later", retry_after_s=self.limits.retry_after_s) from None
+        answer = asyncio.wrap_future(future)
+        began = asyncio.ensure_future(decoded.wait())
+        gone = asyncio.ensure_future(_until_disconnected(request))
+        try:
+            await asyncio.wait({answer, began, gone}, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            began.cancel()
+            gone.cancel()
+        if gone.done() and not answer.done():
+            token.cancel()
+            raise Refusal(499, "the client went away")
+        if answer.done() and not decoded.is_set():
+            answer.result()  # the failure (a RequestError) before any audio was decoded
+
+        async def body():
+            try:
+                async with asyncio.timeout(max(0.0, self.limits.request_timeout_s - (loop.time() - started))):
+                    while not answer.done() or not queue.empty():
+                        get = asyncio.ensure_future(queue.get())
+                        await asyncio.wait({get, answer}, return_when=asyncio.FIRST_COMPLETED)
+                        if get.done():
+                            yield events.segments(get.result())
+                        else:
+                            get.cancel()
+                    yield events.done(answer.result())
+            except (Exception, Cancelled) as exc:  # noqa: BLE001 - the stream ends with an error event
+                yield events.error(as_refusal(exc, self.limits))
+            finally:
+                if not answer.done():  # the client went away (the event could not be sent) or the deadline passed
+                    token.cancel()
+                    answer.cancel()
+
+        return StreamingResponse(body(), media_type="text/event-stream", headers={"cache-control": "no-cache"})
 
     async def _length(self, path: Path, name: str) -> float | None:
         try:
