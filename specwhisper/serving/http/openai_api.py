@@ -17,9 +17,9 @@ Answers follow OpenAI's: ``json`` is ``{"text", "usage"}``; ``verbose_json`` is 
 unless only ``word`` was asked for, ``words`` when it was); ``diarized_json`` is ``{"task", "duration",
 "text", "segments": [{"type", "id", "start", "end", "text", "speaker"}], "usage"}``; ``text``, ``srt`` and
 ``vtt`` come as ``text/plain``. With ``stream=true`` (transcriptions, ``json`` or ``text``) the answer is
-OpenAI's server-sent events (``stream_events``), the text of each segment once it is final. Every error is ``{"error": {"message", "type", "param", "code"}}`` with
-its HTTP status. Uploads go through the same steps, limits, queue and deadline as ``POST /``
-(:mod:`specwhisper.serving.http.uploads`).
+OpenAI's server-sent events (``stream_events``), the text of each segment once it is final. Every error
+is ``{"error": {"message", "type", "param", "code"}}`` with its HTTP status. Uploads go through the same
+steps, limits, queue and deadline as ``POST /`` (:mod:`specwhisper.serving.http.uploads`).
 """
 
 from __future__ import annotations
