@@ -3,7 +3,9 @@
 Each distinct (model, drafter) config gets a pipeline once and keeps it; at most ``max_loaded``
 stay in memory (least recently used goes first), and pipelines of the same model share its
 weights. One lock serialises loading and running: the decoder's
-KV cache is per pipeline and the CPU is the bottleneck anyway, so concurrent requests queue.
+KV cache is per pipeline and the CPU is the bottleneck anyway, so concurrent requests queue; several
+uploads may run in one pass, their chunks batched across files (``transcribe_inputs``: the HTTP server's
+model worker hands it the uploads waiting with the same options).
 """
 
 from __future__ import annotations
