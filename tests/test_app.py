@@ -79,7 +79,7 @@ def _parse_srt(text: str) -> list[tuple[int, float, float, str]]:
 @pytest.mark.integration
 def test_transcribe_upload(page):
     _transcribe(page, JFK)
-    _wait_for_text(page, "#transcript", "Transcribing")  # the stage progress bar, fed by the pipeline
+    _wait_for_text(page, "#player", "Transcribing")  # the stage progress bar, fed by the pipeline (the table fills above it)
     screenshot(page, "app-progress")
     _wait_for_text(page, "#transcript", "ask not what your country")
     _wait_for_text(page, "#facts", "RTF")
@@ -142,6 +142,26 @@ def test_speaker_timeline_and_row_click_plays_from_there(page):
                       return null; };
                     const a = find(document.getElementById('player')); return a && Math.abs(a.currentTime - t) < 1.0; }""",
         arg=start, timeout=30_000)
+
+
+@pytest.mark.integration
+def test_table_fills_while_the_file_is_transcribed(page, tmp_path):
+    """A 100 s file of the public clips, "More options" open and a window per batch: rows appear while the
+    run goes on (no speed facts yet), and the finished table holds them, in order, with the rest. The
+    options left empty in the open accordion are their defaults."""
+    from specwhisper.evaluation.transcripts import build_long_file
+
+    long = build_long_file("dense", tmp_path, 100, seed=0)
+    page.click("#more-options button, #more-options .label-wrap")
+    page.locator("#opt-batch-size textarea, #opt-batch-size input").first.fill("1")
+    _transcribe(page, long.path)
+    page.wait_for_function("() => document.querySelectorAll('#transcript div[role=row] [role=gridcell]').length > 0",
+                           timeout=RUN_TIMEOUT_MS, polling=100)
+    early = _table(page)
+    assert "RTF" not in page.inner_text("#facts"), "the rows came with the finished run"
+    _wait_for_text(page, "#facts", "RTF")
+    final = _table(page)
+    assert early and len(final) > len(early) and final[: len(early)] == early, (early, final)
 
 
 def test_bad_upload_shows_message(page, tmp_path):

@@ -143,9 +143,12 @@ class PipelinePool:
             raise type(exc)(message.replace(str(source), name)) from None  # AudioTooLong stays itself
 
     def transcribe_input(self, source: str | Path | bytes, name: str, params: TranscribeParams,
-                         progress: Progress | None = None) -> Transcript:
-        """Decode ``source`` then transcribe it (``timings['load_audio']`` included)."""
-        outcome = self.transcribe_inputs([(source, name)], params, progress)[0]
+                         progress: Progress | None = None,
+                         on_segments: Callable[[list[Segment]], None] | None = None) -> Transcript:
+        """Decode ``source`` then transcribe it (``timings['load_audio']`` included); ``on_segments`` gets
+        the segments as they become final (``Pipeline.run_many``'s)."""
+        show = None if on_segments is None else (lambda k, segments: on_segments(segments))
+        outcome = self.transcribe_inputs([(source, name)], params, progress, on_segments=show)[0]
         if isinstance(outcome, Exception):
             raise outcome
         return outcome

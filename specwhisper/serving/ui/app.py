@@ -9,9 +9,12 @@ speculative acceptance, tokens per target pass). The "Live" tab
 
 from __future__ import annotations
 
+import contextvars
 import html
 import logging
+import queue
 import shutil
+import threading
 import time
 import uuid
 from dataclasses import dataclass
@@ -216,7 +219,8 @@ def request_values(names: list[str], values: tuple) -> dict:
 
 def make_transcribe(service: PipelinePool, ui: UiConfig, names: list[str]):
     """The click handler: the audio and the option controls (``names``, in order) in; speaker timeline,
-    table, its rows' start times, player, downloads and speed facts out."""
+    table, its rows' start times, player, downloads and speed facts out. The table fills as the
+    transcript's segments become final (speakers come with the whole), then everything comes."""
 
     def transcribe(audio_path, *values, progress=gr.Progress()):
         if not audio_path:
@@ -225,23 +229,47 @@ def make_transcribe(service: PipelinePool, ui: UiConfig, names: list[str]):
         bar = StageProgress(progress)
         try:
             params = parse_params(request_values(names, values), service.settings.choices)
-            bar("loading audio", 0.0)
-            transcript = service.transcribe_input(audio_path, name, params, bar)
-        except (RequestError, ValueError) as exc:  # AudioError is a ValueError: bad upload, bad option
-            log.warning("refused %s: %s", name, one_line(exc))  # the toast's message, in the server's log too
-            raise user_error(exc) from None
-        except Exception as exc:
-            log.exception("transcription failed")
+        except (RequestError, ValueError) as exc:
+            raise _refused(name, exc) from None
+        bar("loading audio", 0.0)
+        finals: queue.Queue[list | None] = queue.Queue()
+        outcome: dict[str, object] = {}
+
+        def work() -> None:  # on a thread of its own, in this event's context (gr.Progress reads it)
+            try:
+                outcome["transcript"] = service.transcribe_input(audio_path, name, params, bar, on_segments=finals.put)
+            except BaseException as exc:  # noqa: BLE001 - raised below, on the handler's thread
+                outcome["error"] = exc
+            finally:
+                finals.put(None)
+
+        threading.Thread(target=contextvars.copy_context().run, args=(work,), daemon=True).start()
+        shown: list = []
+        while (segments := finals.get()) is not None:
+            shown += segments
+            partial = Transcript(segments=shown, language=None, duration=0.0)
+            yield gr.skip(), transcript_table(partial), [s.start for s in shown], gr.skip(), gr.skip(), gr.skip()
+        if "error" in outcome:
+            exc = outcome["error"]
+            if isinstance(exc, (RequestError, ValueError)):  # AudioError is a ValueError: bad upload, bad option
+                raise _refused(name, exc) from None
+            log.error("transcription failed", exc_info=exc)
             raise gr.Error(f"internal error: {one_line(exc)}", duration=None, print_exception=False) from None
+        transcript = outcome["transcript"]
         formats = [f for f in ALL_FORMATS if f != "rttm" or params.diarize]
         files = write_outputs(transcript, fresh_output_dir(ui), Path(name).stem, formats, params.layout())
         vtt = next(p for p in files if p.suffix == ".vtt")
         player = gr.Audio(value=audio_path, subtitles=str(vtt) if transcript.segments else None)
         timeline = speaker_timeline(transcript)
-        return (gr.HTML(timeline, visible=bool(timeline)), transcript_table(transcript), [s.start for s in transcript.segments],
-                player, [str(p) for p in files], speed_facts(transcript))
+        yield (gr.HTML(timeline, visible=bool(timeline)), transcript_table(transcript), [s.start for s in transcript.segments],
+               player, [str(p) for p in files], speed_facts(transcript))
 
     return transcribe
+
+
+def _refused(name: str, exc: BaseException) -> gr.Error:
+    log.warning("refused %s: %s", name, one_line(exc))  # the toast's message, in the server's log too
+    return user_error(exc)
 
 
 def language_choices() -> list[tuple[str, str]]:
@@ -273,6 +301,10 @@ def control(option: Option, choices: Choices) -> gr.components.Component:
                            elem_id=elem_id)
     if option.choices:
         return gr.Radio(list(option.choices), value=option.default, label=label, elem_id=elem_id)
+    if option.kind in (int, float) and option.default is None:
+        # a text field, empty for the default: an empty gr.Number shows 0 once its accordion opens, and its
+        # minimum then refuses the run in the page ("Value 0 is less than minimum value 1")
+        return gr.Textbox("", label=label, info=option.describe(), placeholder="default", elem_id=elem_id)
     if option.kind in (int, float):
         return gr.Number(option.default, label=label, info=option.describe(), precision=0 if option.kind is int else None,
                          minimum=option.low, maximum=option.high, elem_id=elem_id)
@@ -307,7 +339,7 @@ def build_demo(service: PipelinePool, ui: UiConfig) -> gr.Blocks:
                     facts = gr.Markdown(elem_id="facts")
             names = [o.name for o in main + more]
             run.click(make_transcribe(service, ui, names), [audio, *controls], [timeline, table, starts, player, files, facts],
-                      concurrency_limit=1, concurrency_id="model", show_progress_on=[table])
+                      concurrency_limit=1, concurrency_id="model", show_progress_on=[player])
             # a click on a row plays from its start: the start comes from the server, the seek runs in the page
             table.select(row_start, [starts], [seek], concurrency_limit=None, show_progress="hidden").then(
                 None, [seek], None, js=SEEK_JS)
