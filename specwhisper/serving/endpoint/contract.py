@@ -201,11 +201,10 @@ class Endpoint:
         """Transcribe an upload (bytes or a file, called ``name`` in messages) with checked parameters;
         any failure is raised as a :class:`RequestError` (one line, its status), never a traceback.
         ``on_segments`` gets the segments as they become final (``Pipeline.run_many``'s)."""
-        show = None if on_segments is None else (lambda k, segments: on_segments(segments))
-        outcome = self.run_many([(source, name)], params, progress, on_segments=show)[0]
-        if isinstance(outcome, RequestError):
-            raise outcome
-        return outcome
+        try:
+            return self.transcriber.transcribe_input(source, name, params, progress, on_segments)
+        except Exception as exc:  # noqa: BLE001 - the contract is an error answer, never a traceback
+            raise _request_error(exc) from None
 
     def run_many(self, inputs: list[tuple[str | Path | bytes, str]], params: TranscribeParams,
                  progress: Progress | None = None, most_s: list[float] | None = None,
