@@ -175,9 +175,9 @@ class Uploads:
         events: ``events.segments`` for each run of segments as the transcript makes them final (in order),
         then ``events.done`` with the transcript, or ``events.error`` for a failure once the answer began. A
         failure before the audio is decoded (the length, the queue, bad audio) is raised, as ``transcribe``'s."""
-        started = asyncio.get_running_loop().time()
-        await self._length(path, name)
         loop = asyncio.get_running_loop()
+        t0 = loop.time()
+        await self._length(path, name)
         queue: asyncio.Queue[list[Segment]] = asyncio.Queue()
         decoded = asyncio.Event()  # the first progress report comes once the audio is decoded: the upload may go
 
@@ -189,27 +189,13 @@ class Uploads:
             return self.endpoint.run(path, params, progress, name,
                                      on_segments=lambda segments: loop.call_soon_threadsafe(queue.put_nowait, segments))
 
-        try:
-            future, token = self.worker.submit(job)
-        except QueueFull as exc:
-            raise Refusal(503, f"the server is busy ({exc}); try again later", retry_after_s=self.limits.retry_after_s) from None
-        answer = asyncio.wrap_future(future)
-        began = asyncio.ensure_future(decoded.wait())
-        gone = asyncio.ensure_future(_until_disconnected(request))
-        try:
-            await asyncio.wait({answer, began, gone}, return_when=asyncio.FIRST_COMPLETED)
-        finally:
-            began.cancel()
-            gone.cancel()
-        if gone.done() and not answer.done():
-            token.cancel()
-            raise Refusal(499, "the client went away")
+        answer, token = await self._submit(request, lambda: self.worker.submit(job), decoded)
         if answer.done() and not decoded.is_set():
             answer.result()  # the failure (a RequestError) before any audio was decoded
 
         async def body():
             try:
-                async with asyncio.timeout(max(0.0, self.limits.request_timeout_s - (loop.time() - started))):
+                async with asyncio.timeout(max(0.0, self.limits.request_timeout_s - (loop.time() - t0))):
                     while not answer.done() or not queue.empty():
                         get = asyncio.ensure_future(queue.get())
                         await asyncio.wait({get, answer}, return_when=asyncio.FIRST_COMPLETED)
@@ -234,20 +220,31 @@ class Uploads:
             raise RequestError(str(exc)) from None
 
     async def _wait(self, request: Request, submit: Callable[[], tuple[Future, CancelToken]]):
+        answer, _ = await self._submit(request, submit)
+        return answer.result()
+
+    async def _submit(self, request: Request, submit: Callable[[], tuple[Future, CancelToken]],
+                      started: asyncio.Event | None = None) -> tuple[asyncio.Future, CancelToken]:
+        """``submit()`` a job to the model worker and wait until it is done (or, with ``started``, until that is
+        set); the job is dropped, or stops at its next progress report, when the client goes away (499) or the
+        deadline passes (raised on its way out)."""
         try:
             future, token = submit()
         except QueueFull as exc:
             raise Refusal(503, f"the server is busy ({exc}); try again later", retry_after_s=self.limits.retry_after_s) from None
         answer = asyncio.wrap_future(future)
-        gone = asyncio.ensure_future(_until_disconnected(request))
+        waits = {answer, asyncio.ensure_future(_until_disconnected(request))}
+        if started is not None:
+            waits.add(asyncio.ensure_future(started.wait()))
         try:
-            await asyncio.wait({answer, gone}, return_when=asyncio.FIRST_COMPLETED)
+            await asyncio.wait(waits, return_when=asyncio.FIRST_COMPLETED)
         finally:
-            gone.cancel()
-            left = not answer.done()
-            if left:  # the client went away, or the deadline passed (raised on its way out)
+            for w in waits - {answer}:
+                w.cancel()
+            left = not answer.done() and not (started is not None and started.is_set())
+            if left:  # the client went away, or the deadline passed
                 token.cancel()
                 answer.cancel()
         if left:
             raise Refusal(499, "the client went away")
-        return answer.result()
+        return answer, token
