@@ -96,6 +96,14 @@ def status_kb(pid: int, field: str) -> int:
     return 0
 
 
+def server_machine() -> str:
+    """This machine in words for a server bench's results, with the load average at the end (other jobs on a
+    small shared CPU skew absolute times)."""
+    load = ", ".join(f"{x:.1f}" for x in os.getloadavg())
+    return (f"{platform.processor() or platform.machine()}, {os.cpu_count()} cores, CPU only, shared with other jobs "
+            f"(load average at the end {load}); python {platform.python_version()}")
+
+
 class Server:
     """``python -m specwhisper.serving.http.serve`` in its own process, its log in a file."""
 
@@ -343,10 +351,8 @@ def main(argv: list[str] | None = None) -> int:
         row.setdefault("latency_p50_s", None)
         row.setdefault("latency_p90_s", None)
     leftovers = sorted(p.name for p in (args.work / "spool").glob("*"))
-    load_avg = ", ".join(f"{x:.1f}" for x in os.getloadavg())
     result = {
-        "machine": f"{platform.processor() or platform.machine()}, {os.cpu_count()} cores, CPU only, shared with other jobs "
-                   f"(load average at the end {load_avg}); python {platform.python_version()}",
+        "machine": server_machine(),
         "setup": {"server": "python -m specwhisper.serving.http.serve, default limits (4 h audio, 200 MB upload, queue 16, 64 connections), "
                             "--body-timeout 5 --head-timeout 5, model base preloaded",
                   "load": "a 3.5 s clip of samples/jfk.wav as the raw body (POST /) or the multipart file "

@@ -13,7 +13,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import platform
 import sys
 import tempfile
 import time
@@ -23,7 +22,7 @@ ROOT = Path(__file__).resolve().parents[1]
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
-from bench.abuse import Server  # noqa: E402
+from bench.abuse import Server, server_machine  # noqa: E402
 from specwhisper.evaluation.transcripts import build_long_file, wer  # noqa: E402
 
 RESULTS = ROOT / "bench" / "results" / "http_stream.json"
@@ -81,10 +80,8 @@ def main(argv: list[str] | None = None) -> int:
                      "wer": round(wer([long.reference], [outs[0]["text"]]), 4),
                      "token_identical": all(o["text"] == rows[False][0]["text"] for o in outs)})
         print(json.dumps(runs[-1]), flush=True)
-    load_avg = ", ".join(f"{x:.1f}" for x in os.getloadavg())
     result = {
-        "machine": f"{platform.processor() or platform.machine()}, {os.cpu_count()} cores, CPU only, shared with other jobs "
-                   f"(load average at the end {load_avg}); python {platform.python_version()}",
+        "machine": server_machine(),
         "setup": {"server": "python -m specwhisper.serving.http.serve, model base, drafter none, default limits",
                   "file": f"build_long_file('speakers', seed 0): {long.duration:.0f} s, the public clips as a conversation",
                   "load": f"POST /v1/audio/transcriptions through the openai client (language en), with and without "

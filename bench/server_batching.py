@@ -19,7 +19,6 @@ import argparse
 import asyncio
 import json
 import os
-import platform
 import sys
 import tempfile
 import time
@@ -31,7 +30,7 @@ ROOT = Path(__file__).resolve().parents[1]
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
-from bench.abuse import Server  # noqa: E402
+from bench.abuse import Server, server_machine  # noqa: E402
 from specwhisper.evaluation.transcripts import english_set, wer  # noqa: E402
 
 RESULTS = ROOT / "bench" / "results" / "server_batching.json"
@@ -111,10 +110,8 @@ def main(argv: list[str] | None = None) -> int:
             "token_identical": same,
         })
         print(json.dumps(runs[-1]), flush=True)
-    load_avg = ", ".join(f"{x:.1f}" for x in os.getloadavg())
     result = {
-        "machine": f"{platform.processor() or platform.machine()}, {os.cpu_count()} cores, CPU only, shared with other jobs "
-                   f"(load average at the end {load_avg}); python {platform.python_version()}",
+        "machine": server_machine(),
         "setup": {"server": "python -m specwhisper.serving.http.serve, model base, drafter none, default limits",
                   "load": f"the {len(items)} single-speaker English clips of the evaluation set "
                           f"({sum(i.duration for i in items):.0f} s), cycled, POST /v1/audio/transcriptions through the "
