@@ -104,6 +104,40 @@ def server_machine() -> str:
             f"(load average at the end {load}); python {platform.python_version()}")
 
 
+# the server benches' server: base alone, no drafter (``SPECWHISPER_*`` variables set by ``alternated``)
+SERVER_SETUP = "python -m specwhisper.serving.http.serve, model base, drafter none, default limits"
+
+
+def alternated(settings: dict[str, list[str]], port: int, rounds: int, warm, one_round) -> dict[str, list]:
+    """A server per setting (name -> extra flags; ports from ``port`` on), ``warm(server)`` once each, then
+    ``one_round(server)`` ``rounds`` times per setting, the settings alternated round by round (this
+    machine's speed drifts): each setting's round outcomes, in order."""
+    os.environ.update({"SPECWHISPER_MODELS": "base", "SPECWHISPER_DRAFTERS": "none"})
+    work = Path(tempfile.mkdtemp(prefix="server-bench-"))
+    servers = {}
+    try:
+        for k, (name, extra) in enumerate(settings.items()):
+            (work / str(k)).mkdir()
+            servers[name] = Server(work / str(k), port + k, extra)
+            warm(servers[name])
+        outcomes: dict[str, list] = {name: [] for name in settings}
+        for r in range(rounds):
+            for name, server in servers.items():
+                outcomes[name].append(one_round(server))
+                print(f"round {r + 1} {name}: done", flush=True)
+        return outcomes
+    finally:
+        for server in servers.values():
+            server.stop()
+
+
+def write_server_results(out: Path, setup: dict, runs: list[dict]) -> None:
+    """``{"machine", "setup", "runs"}`` to ``out`` (bench/results/)."""
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(json.dumps({"machine": server_machine(), "setup": setup, "runs": runs}, indent=2) + "\n")
+    print(f"wrote {out}")
+
+
 class Server:
     """``python -m specwhisper.serving.http.serve`` in its own process, its log in a file."""
 

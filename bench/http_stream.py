@@ -22,7 +22,7 @@ ROOT = Path(__file__).resolve().parents[1]
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
-from bench.abuse import Server, server_machine  # noqa: E402
+from bench.abuse import SERVER_SETUP, Server, write_server_results  # noqa: E402
 from specwhisper.evaluation.transcripts import build_long_file, wer  # noqa: E402
 
 RESULTS = ROOT / "bench" / "results" / "http_stream.json"
@@ -80,18 +80,12 @@ def main(argv: list[str] | None = None) -> int:
                      "wer": round(wer([long.reference], [outs[0]["text"]]), 4),
                      "token_identical": all(o["text"] == rows[False][0]["text"] for o in outs)})
         print(json.dumps(runs[-1]), flush=True)
-    result = {
-        "machine": server_machine(),
-        "setup": {"server": "python -m specwhisper.serving.http.serve, model base, drafter none, default limits",
-                  "file": f"build_long_file('speakers', seed 0): {long.duration:.0f} s, the public clips as a conversation",
-                  "load": f"POST /v1/audio/transcriptions through the openai client (language en), with and without "
-                          f"stream, {args.rounds} alternated rounds; speedup: time to the first text, stream=false's "
-                          f"over this row's; token_identical: the same text as stream=false's"},
-        "runs": runs,
-    }
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(json.dumps(result, indent=2) + "\n")
-    print(f"wrote {args.out}")
+    write_server_results(args.out, {
+        "server": SERVER_SETUP,
+        "file": f"build_long_file('speakers', seed 0): {long.duration:.0f} s, the public clips as a conversation",
+        "load": f"POST /v1/audio/transcriptions through the openai client (language en), with and without "
+                f"stream, {args.rounds} alternated rounds; speedup: time to the first text, stream=false's "
+                f"over this row's; token_identical: the same text as stream=false's"}, runs)
     return 0
 
 

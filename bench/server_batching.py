@@ -18,9 +18,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
-import os
 import sys
-import tempfile
 import time
 from pathlib import Path
 
@@ -30,7 +28,7 @@ ROOT = Path(__file__).resolve().parents[1]
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
-from bench.abuse import Server, server_machine  # noqa: E402
+from bench.abuse import SERVER_SETUP, alternated, write_server_results  # noqa: E402
 from specwhisper.evaluation.transcripts import english_set, wer  # noqa: E402
 
 RESULTS = ROOT / "bench" / "results" / "server_batching.json"
@@ -72,25 +70,10 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--out", type=Path, default=RESULTS)
     args = p.parse_args(argv)
     items = english_set()
-    os.environ.update({"SPECWHISPER_MODELS": "base", "SPECWHISPER_DRAFTERS": "none"})
-    work = Path(tempfile.mkdtemp(prefix="server-batching-"))
-    servers = {}
-    try:
-        for k, (name, extra) in enumerate(SETTINGS.items()):
-            (work / str(k)).mkdir()
-            servers[name] = Server(work / str(k), args.port + k, extra)
-        asyncio.run(one_round(servers[next(iter(SETTINGS))].port, items, len(items), args.concurrency))  # warm both
-        asyncio.run(one_round(servers[list(SETTINGS)[1]].port, items, len(items), args.concurrency))
-        rounds: dict[str, list[dict]] = {name: [] for name in SETTINGS}
-        for r in range(args.rounds):
-            for name, server in servers.items():
-                out = asyncio.run(one_round(server.port, items, args.requests, args.concurrency))
-                rounds[name].append(out)
-                print(f"round {r + 1} {name}: {args.requests / out['wall']:.2f} requests/s, "
-                      f"p50 {np.percentile(out['latencies'], 50):.2f} s", flush=True)
-    finally:
-        for server in servers.values():
-            server.stop()
+    rounds = alternated(
+        SETTINGS, args.port, args.rounds,
+        warm=lambda server: asyncio.run(one_round(server.port, items, len(items), args.concurrency)),
+        one_round=lambda server: asyncio.run(one_round(server.port, items, args.requests, args.concurrency)))
     base_name, shared_name = list(SETTINGS)
     runs = []
     for name, outs in rounds.items():
@@ -110,18 +93,12 @@ def main(argv: list[str] | None = None) -> int:
             "token_identical": same,
         })
         print(json.dumps(runs[-1]), flush=True)
-    result = {
-        "machine": server_machine(),
-        "setup": {"server": "python -m specwhisper.serving.http.serve, model base, drafter none, default limits",
-                  "load": f"the {len(items)} single-speaker English clips of the evaluation set "
-                          f"({sum(i.duration for i in items):.0f} s), cycled, POST /v1/audio/transcriptions through the "
-                          f"openai client (verbose_json, language en), {args.concurrency} at a time, "
-                          f"{args.rounds} alternated rounds of {args.requests} per setting"},
-        "runs": runs,
-    }
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(json.dumps(result, indent=2) + "\n")
-    print(f"wrote {args.out}")
+    write_server_results(args.out, {
+        "server": SERVER_SETUP,
+        "load": f"the {len(items)} single-speaker English clips of the evaluation set "
+                f"({sum(i.duration for i in items):.0f} s), cycled, POST /v1/audio/transcriptions through the "
+                f"openai client (verbose_json, language en), {args.concurrency} at a time, "
+                f"{args.rounds} alternated rounds of {args.requests} per setting"}, runs)
     return 0
 
 

@@ -1,8 +1,9 @@
 """The model worker's passes (specwhisper.serving.http.worker): jobs of one key that wait together run
 in one pass, within its limits of jobs and seconds; other keys, plain jobs and jobs of unknown length
 keep their own passes, in arrival order; a pass that fails fails each of its jobs; a pass stops only
-when all of its requesters have gone; a full queue refuses. The transcription passes themselves run
-on real audio in tests/test_openai_api.py."""
+when all of its requesters have gone; a full queue refuses; short jobs run inside a long pass at its
+reports between batches. The transcription passes themselves run on real audio in tests/test_openai_api.py
+and tests/test_http_overtake.py."""
 
 from __future__ import annotations
 
@@ -129,6 +130,76 @@ def test_a_full_queue_refuses_and_bad_limits_are_refused():
     release.set()
     assert [f.result(10) for f in futures] == [2, 4]
     worker.close(5)
-    for bad in ({"max_waiting": 0}, {"max_waiting": 1, "max_group": 0}, {"max_waiting": 1, "max_group_s": -1.0}):
+    for bad in ({"max_waiting": 0}, {"max_waiting": 1, "max_group": 0}, {"max_waiting": 1, "max_group_s": -1.0},
+                {"max_waiting": 1, "overtake_s": -1.0}, {"max_waiting": 1, "overtake_s": math.nan}):
         with pytest.raises(ValueError):
             ModelWorker(**bad)
+
+
+class Batches:
+    """A long pass of three batches that records them in ``log``, reports between batches, and waits for
+    ``go`` after its first batch (so that the test can queue jobs behind it)."""
+
+    def __init__(self, log: list):
+        self.log, self.started, self.go = log, threading.Event(), threading.Event()
+
+    def __call__(self, payloads: list, check) -> list:
+        for b in range(3):
+            self.log.append(f"long {b}")
+            if b == 0:
+                self.started.set()
+                self.go.wait(10)
+            check(between_batches=True)
+        return payloads
+
+
+def _logged(log: list, name: str, then=None):
+    def run(payloads, check):
+        log.append(name)
+        check(between_batches=True)  # a pass run inside another lets none in
+        if then is not None:
+            then()
+        return payloads
+    return run
+
+
+def test_short_jobs_run_inside_a_long_pass_between_its_batches():
+    worker = ModelWorker(max_waiting=16, max_group=4, max_group_s=100.0, overtake_s=30.0)
+    log: list = []
+    long = Batches(log)
+    later: list = []
+    first = worker.submit_batching(Batching("long", "L", 600.0, long, model="m"))[0]
+    assert long.started.wait(10)
+    jobs = [
+        worker.submit_batching(Batching("other model", "O", 5.0, _logged(log, "other model"), model="n"))[0],
+        worker.submit_batching(Batching("long too", "T", 100.0, _logged(log, "100 s"), model="m"))[0],
+        # two short uploads of one key share their pass; one arriving while it runs waits for the next report
+        worker.submit_batching(Batching("short", "A", 5.0, _logged(log, "short pass", then=lambda: later.append(
+            worker.submit_batching(Batching("late", "C", 5.0, _logged(log, "late"), model="m"))[0])), model="m"))[0],
+        worker.submit_batching(Batching("short", "B", 5.0, _logged(log, "never alone"), model="m"))[0],
+        worker.submit(lambda token: log.append("live update"), seconds=0.0)[0],  # a live stream's: no model to load
+        worker.submit(lambda token: log.append("unknown length"))[0],
+    ]
+    long.go.set()
+    assert first.result(10) == "L"
+    for f in jobs + later:
+        f.result(10)
+    assert log == ["long 0", "short pass", "live update", "long 1", "late", "long 2",
+                   "other model", "100 s", "unknown length"]
+    worker.close(5)
+
+
+def test_a_long_plain_job_lets_short_ones_in_and_overtaking_can_be_off():
+    for overtake_s, expected in ((30.0, ["long 0", "short", "update", "long 1", "long 2"]),
+                                 (0.0, ["long 0", "long 1", "long 2", "short", "update"])):
+        worker = ModelWorker(max_waiting=8, overtake_s=overtake_s)
+        log: list = []
+        long = Batches(log)
+        first = worker.submit(lambda token: long([], token.check), seconds=600.0, model="m")[0]
+        assert long.started.wait(10)
+        short = worker.submit_batching(Batching("short", "A", 5.0, _logged(log, "short"), model="m"))[0]
+        update = worker.submit(lambda token: log.append("update"), seconds=0.0)[0]  # no audio: still waits when off
+        long.go.set()
+        first.result(10), short.result(10), update.result(10)
+        assert log == expected, overtake_s
+        worker.close(5)

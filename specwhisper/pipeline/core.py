@@ -16,6 +16,26 @@ from specwhisper.results.transcript import Segment, SpeakerTurn, Transcript
 from specwhisper.pipeline.subtitles import SubtitleOptions
 
 Progress = Callable[[str, float], None]
+# stages whose progress reports come between decoder batches, when nothing of the run is on the model: a
+# caller may run other work on the same model inside such a report (the HTTP server's short requests do);
+# the time spent inside any report is not the run's (``timings``)
+BETWEEN_BATCHES = frozenset({"transcribe", "resume"})
+
+
+class TimedReports:
+    """The caller's progress callback, with the seconds spent inside it counted (``seconds``)."""
+
+    def __init__(self, progress: Progress | None):
+        self.progress = progress
+        self.seconds = 0.0
+
+    def __call__(self, stage: str, fraction: float) -> None:
+        if self.progress is not None:
+            t = time.perf_counter()
+            try:
+                self.progress(stage, fraction)
+            finally:
+                self.seconds += time.perf_counter() - t
 
 
 @dataclass
@@ -129,7 +149,7 @@ class Pipeline:
         removes it once the transcript is safe."""
         opts = options or RunOptions()
         opts.validate()
-        report = progress or (lambda stage, frac: None)
+        report = TimedReports(progress)
         t = time.perf_counter()
         if checkpoint is not None:  # a batch no memory holds fails before any checkpoint is written
             from specwhisper.asr.batch_memory import fit_batch_size
@@ -139,7 +159,7 @@ class Pipeline:
         asr = self.asr.transcribe(audio, opts.decode_options(), report, journal=journal)
         if journal is not None:
             asr.stats.resumed_chunks = journal.resumed_chunks
-        return self._finish(audio, asr, time.perf_counter() - t, opts, report, source)
+        return self._finish(audio, asr, time.perf_counter() - t - report.seconds, opts, report, source)
 
     def _journal(self, path: Path, audio: np.ndarray, opts: RunOptions):
         from specwhisper.pipeline.checkpoint import ChunkCheckpoint, audio_identity, checkpoint_key
@@ -166,11 +186,11 @@ class Pipeline:
         post-edit, which need the whole file; ``AsrEngine.transcribe_many``'s ``on_final``)."""
         opts = options or RunOptions()
         opts.validate()
-        report = progress or (lambda stage, frac: None)
+        report = TimedReports(progress)
         sources = sources or [None] * len(audios)
         t = time.perf_counter()
         results = self.asr.transcribe_many(audios, opts.decode_options(), report, on_final=on_segments)
-        wall = time.perf_counter() - t
+        wall = time.perf_counter() - t - report.seconds
         work = [r.vad_seconds + r.stats.encoder_seconds + r.stats.decoder_seconds + r.stats.alignment_seconds for r in results]
         total = sum(work) or 1.0
         return [

@@ -15,16 +15,17 @@ class OneLineParser(argparse.ArgumentParser):
         self.exit(2, f"{self.prog}: error: {message} (see --help)\n")
 
 
-def positive(kind):
-    """argparse type: a number of ``kind`` above zero."""
+def positive(kind, or_zero: bool = False):
+    """argparse type: a number of ``kind`` above zero (``or_zero``: or zero; never NaN)."""
+    what = f"a {'non-negative' if or_zero else 'positive'} {kind.__name__}"
 
     def parse(text: str):
         try:
             value = kind(text)
         except ValueError:
-            raise argparse.ArgumentTypeError(f"expected a positive {kind.__name__}, got '{text}'") from None
-        if value <= 0:
-            raise argparse.ArgumentTypeError(f"expected a positive {kind.__name__}, got '{text}'")
+            raise argparse.ArgumentTypeError(f"expected {what}, got '{text}'") from None
+        if not (value >= 0 if or_zero else value > 0):  # NaN fails both
+            raise argparse.ArgumentTypeError(f"expected {what}, got '{text}'")
         return value
 
     return parse

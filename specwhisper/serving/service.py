@@ -3,20 +3,23 @@
 Each distinct (model, drafter) config gets a pipeline once and keeps it; at most ``max_loaded``
 stay in memory (least recently used goes first), and pipelines of the same model share its
 weights. One lock serialises loading and running: the decoder's
-KV cache is per pipeline and the CPU is the bottleneck anyway, so concurrent requests queue; several
+KV cache is per pipeline and the CPU is the bottleneck anyway, so concurrent requests queue (the lock is
+re-entrant: the HTTP server's model worker runs short requests inside a long one's progress reports
+between batches, on its own thread: specwhisper.serving.http.worker); several
 uploads may run in one pass, their chunks batched across files (``transcribe_inputs``: the HTTP server's
 model worker hands it the uploads waiting with the same options).
 """
 
 from __future__ import annotations
 
+import json
 import logging
 import math
 import threading
 import time
 from collections import OrderedDict
 from contextlib import contextmanager
-from dataclasses import astuple, dataclass, field
+from dataclasses import asdict, astuple, dataclass, field
 from pathlib import Path
 from typing import Callable, Iterator
 
@@ -69,7 +72,7 @@ class PipelinePool:
         self.settings = settings or ServiceSettings()
         self._pipelines: OrderedDict[tuple, Pipeline] = OrderedDict()
         self._bundles: dict[tuple, WhisperBundle] = {}  # (model, device, dtype) -> weights, shared by its pipelines
-        self._lock = threading.Lock()
+        self._lock = threading.RLock()  # re-entrant: a pass run inside another's report between batches
         self._uploads: Spool | None = None  # opened (and swept of a killed process's files) on first use
 
     def _spool(self) -> Spool:
@@ -96,6 +99,10 @@ class PipelinePool:
                            decoder_factory=decoder_factory(config.draft, config.cache_dir))
         pipeline = self._pipelines[key] = Pipeline(config, asr=engine)
         return pipeline
+
+    def pipeline_key(self, params: TranscribeParams) -> str:
+        """Which pipeline a request runs on: requests of one key need no other loaded."""
+        return json.dumps(asdict(params.pipeline_config(self.settings.base)), sort_keys=True, default=str)
 
     def engine(self, params: TranscribeParams) -> AsrEngine:
         """The loaded ASR engine of a request's model (a live stream's); the caller keeps the model

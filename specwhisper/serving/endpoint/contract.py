@@ -224,10 +224,9 @@ class Endpoint:
     def pass_key(self, params: TranscribeParams) -> str:
         """What uploads must share to be transcribed in one pass (``run_many``): the model and the options
         that shape the transcript, not the answer's form (formats, subtitle layout, timestamps asked)."""
-        config = params.pipeline_config(self.transcriber.settings.base)
         options = asdict(params.run_options(self.transcriber.settings.max_audio_s))
         options.pop("subtitles")
-        return json.dumps([asdict(config), options], sort_keys=True, default=str)
+        return json.dumps([self.transcriber.pipeline_key(params), options], sort_keys=True, default=str)
 
     def transcribe(self, source: str | Path | bytes, params: TranscribeParams, progress: Progress | None = None,
                    t0: float | None = None) -> dict:

@@ -45,8 +45,9 @@ The model. Every update, like every HTTP request, runs on the server's one model
 (:mod:`specwhisper.serving.http.worker`), so a live stream never runs the model at the same time as a
 batch request or another stream and nothing runs on the event loop. A lock would serialise them too,
 but it would let a stream and a batch job each hold a thread and race for the lock outside the bounded
-queue; through the worker, updates wait in the same FIFO as requests (an update waits for the request
-in front of it; its audio keeps arriving meanwhile and the next update takes it all). A full queue
+queue; through the worker, updates wait in the same FIFO as requests (its audio keeps arriving meanwhile
+and the next update takes it all), but an update is short: it runs inside a long request's pass at its
+next report between batches rather than after it (the worker's overtaking). A full queue
 refuses a new stream (503); a running stream's update retries until there is room.
 """
 
@@ -240,7 +241,7 @@ class LiveStream:
     async def _on_worker(self, job: Callable[[], StreamUpdate]) -> StreamUpdate:
         while True:
             try:
-                future, _ = self.worker.submit(lambda token: job())
+                future, _ = self.worker.submit(lambda token: job(), seconds=0.0)  # short: it overtakes a long pass
                 break
             except QueueFull:
                 await asyncio.sleep(QUEUE_RETRY_S)
@@ -311,7 +312,9 @@ class LiveRoute:
         try:
             query = parse_query(dict(ws.query_params), self.transcriber)
             try:
-                future, _ = self.worker.submit(lambda token: open_stream(self.transcriber, query.params))
+                # it loads no model when a pass of the request's runs: then it too overtakes a long one
+                future, _ = self.worker.submit(lambda token: open_stream(self.transcriber, query.params), seconds=0.0,
+                                               model=self.transcriber.pipeline_key(query.params))
             except QueueFull as exc:
                 raise LiveError(status=503, message=f"the server is busy ({exc}); try again later") from None
             live = await asyncio.wrap_future(future)

@@ -50,6 +50,9 @@ class ServerConfig:
     # files: at most this many, with this much audio besides the first's (a batch of 8 windows of 30 s)
     batch_requests: int = 16
     batch_audio_s: float = 240.0
+    # an upload of at most this much audio (and a live stream's update) that waits while a pass of more runs is
+    # transcribed inside it, at its next report between batches (0: it waits for the pass)
+    overtake_s: float = 60.0
     spool_dir: Path = field(default_factory=default_spool_dir)
     access_log: bool = True
     api_key: str | None = field(default=None, repr=False)  # None: every route is open
@@ -62,7 +65,8 @@ class EndpointServer:
     def __init__(self, endpoint: Endpoint, config: ServerConfig):
         self.config = config
         self.spool = Spool.open(config.spool_dir)
-        self.worker = ModelWorker(config.max_waiting, max_group=config.batch_requests, max_group_s=config.batch_audio_s)
+        self.worker = ModelWorker(config.max_waiting, max_group=config.batch_requests, max_group_s=config.batch_audio_s,
+                                  overtake_s=config.overtake_s)
         app = create_app(endpoint, self.worker, self.spool, config.requests, api_key=config.api_key)
         self.socket = socket.create_server((config.host, config.port), backlog=max(128, config.connections.max_connections))
         # WebSockets (/v1/live) on the websockets package's sans-I/O protocol, which stops reading the socket
@@ -135,6 +139,10 @@ def build_parser() -> argparse.ArgumentParser:
     ]
     for flag, kind, default, text in limits:
         p.add_argument(flag, type=positive(kind), default=default, help=f"{text} (default: {default:g})")
+    p.add_argument("--overtake-audio", type=positive(float, or_zero=True), default=d.overtake_s,
+                   help="an upload of at most this many seconds of audio, and a live stream's update, is transcribed "
+                        "inside a longer one's pass at its next batch instead of after it (0: never; "
+                        f"default: {d.overtake_s:g})")
     p.add_argument("--spool-dir", type=Path, default=d.spool_dir, help=f"folder for uploads in flight (default: {d.spool_dir})")
     p.add_argument("--api-key", help=f"a key every request must send as 'Authorization: Bearer KEY' (all routes but /health; "
                                      f"default: the {API_KEY_ENV} variable, which keeps it out of the process list; "
@@ -164,6 +172,7 @@ def config_from_args(args: argparse.Namespace, max_upload_bytes: int, api_key: s
         max_waiting=args.queue,
         batch_requests=args.batch_requests,
         batch_audio_s=args.batch_audio,
+        overtake_s=args.overtake_audio,
         spool_dir=args.spool_dir,
         access_log=not args.quiet,
         api_key=api_key,

@@ -27,6 +27,7 @@ from fastapi.responses import Response, StreamingResponse
 from starlette.requests import ClientDisconnect
 
 from specwhisper.audio.loading import AudioError, check_length
+from specwhisper.pipeline.core import BETWEEN_BATCHES
 from specwhisper.serving.endpoint.contract import Endpoint
 from specwhisper.results.transcript import Segment, Transcript
 from specwhisper.serving.http.worker import Batching, Cancelled, CancelToken, ModelWorker, QueueFull
@@ -159,14 +160,15 @@ class Uploads:
         seconds = math.inf if claimed is None else claimed
         endpoint = self.endpoint
 
-        def run_many(payloads: list[tuple[Path, str, float]], check: Callable[[], None]) -> list[Transcript | RequestError]:
+        def run_many(payloads: list[tuple[Path, str, float]], check: Callable[..., None]) -> list[Transcript | RequestError]:
             if len(payloads) > 1:
                 log.info("%d uploads in one pass", len(payloads))
             # the first holds what the deployment allows; one that joined it, what it claimed (a liar runs alone)
             most_s = [math.inf] + [s * CLAIM_SLACK[0] + CLAIM_SLACK[1] for _, _, s in payloads[1:]]
-            return endpoint.run_many([(p, n) for p, n, _ in payloads], params, lambda stage, fraction: check(), most_s)
+            return endpoint.run_many([(p, n) for p, n, _ in payloads], params,
+                                     lambda stage, fraction: check(stage in BETWEEN_BATCHES), most_s)
 
-        batching = Batching(endpoint.pass_key(params), (path, name, seconds), seconds, run_many)
+        batching = Batching(endpoint.pass_key(params), (path, name, seconds), seconds, run_many, endpoint.transcriber.pipeline_key(params))
         return await self._wait(request, lambda: self.worker.submit_batching(batching))  # a RequestError is raised
 
     async def stream(self, request: Request, path: Path, name: str, params: TranscribeParams,
@@ -177,19 +179,21 @@ class Uploads:
         failure before the audio is decoded (the length, the queue, bad audio) is raised, as ``transcribe``'s."""
         loop = asyncio.get_running_loop()
         t0 = loop.time()
-        await self._length(path, name)
+        claimed = await self._length(path, name)
         queue: asyncio.Queue[list[Segment]] = asyncio.Queue()
         decoded = asyncio.Event()  # the first progress report comes once the audio is decoded: the upload may go
 
         def job(token: CancelToken) -> Transcript:
             def progress(stage: str, fraction: float) -> None:
                 loop.call_soon_threadsafe(decoded.set)
-                token.check()
+                token.check(stage in BETWEEN_BATCHES)
 
             return self.endpoint.run(path, params, progress, name,
                                      on_segments=lambda segments: loop.call_soon_threadsafe(queue.put_nowait, segments))
 
-        answer, token = await self._submit(request, lambda: self.worker.submit(job), decoded)
+        seconds = math.inf if claimed is None else claimed
+        answer, token = await self._submit(
+            request, lambda: self.worker.submit(job, seconds, self.endpoint.transcriber.pipeline_key(params)), decoded)
         if answer.done() and not decoded.is_set():
             answer.result()  # the failure (a RequestError) before any audio was decoded
 
