@@ -22,7 +22,7 @@ import openai
 import pytest
 import soundfile as sf
 from openai.types.audio import (Transcription, TranscriptionDiarized, TranscriptionTextDeltaEvent, TranscriptionTextDoneEvent,
-                                TranscriptionVerbose, TranslationVerbose)
+                                TranscriptionTextSegmentEvent, TranscriptionVerbose, TranslationVerbose)
 from websockets.asyncio.client import connect
 from websockets.exceptions import InvalidStatus
 
@@ -195,6 +195,28 @@ def test_streamed_transcription(server, client, tmp_path):
     assert time.perf_counter() - left < 0.6 * whole_s, whole_s  # a window or so, not the rest of the file
 
 
+def test_streamed_diarized_transcription(client, tmp_path):
+    """stream=true with diarized_json: the text deltas as the segments become final, then, once the file is
+    diarized, a transcript.text.segment event for each segment (the diarized_json answer's segments, speakers
+    included), then the whole text."""
+    talk = build_long_file("speakers", tmp_path, 40, seed=0)  # a conversation, every clip another voice
+    audio = talk.path.read_bytes()
+    whole = client.audio.transcriptions.create(file=("talk.wav", audio), model="whisper-1", response_format="diarized_json",
+                                               extra_body={"batch_size": 1})
+    events = list(client.audio.transcriptions.create(file=("talk.wav", audio), model="whisper-1", stream=True,
+                                                     response_format="diarized_json", extra_body={"batch_size": 1}))
+    kinds = [e.type for e in events]
+    deltas = kinds.count("transcript.text.delta")
+    assert deltas >= 2 and kinds == ["transcript.text.delta"] * deltas + ["transcript.text.segment"] * len(whole.segments) + [
+        "transcript.text.done"], kinds
+    segments = [e for e in events if isinstance(e, TranscriptionTextSegmentEvent)]
+    assert [s.model_dump(exclude={"type"}) for s in segments] == [s.model_dump(exclude={"type"}) for s in whole.segments]
+    assert len({s.speaker for s in segments}) >= 2, segments
+    done = events[-1]
+    assert isinstance(done, TranscriptionTextDoneEvent) and done.text == whole.text
+    assert "".join(e.delta for e in events[:deltas]) == done.text and wer([talk.reference], [done.text]) <= 0.15
+
+
 SHARED_PASS = ("whisper.cpp/jfk.wav", "coqui-tts-ljspeech/LJ001-0001.wav", "lhotse/2412-153948-0000.flac",
                "mfa/61-70968-0000.flac")
 
@@ -315,8 +337,10 @@ def _create(client, **overrides):
     ({"extra_body": {"colour": "blue"}}, 400, "Unrecognized request argument supplied: colour", "colour", "unknown_parameter"),
     ({"stream": True, "response_format": "verbose_json"}, 400, "streamed answers are transcriptions' text events",
      "stream", "unsupported_value"),
-    ({"stream": True, "extra_body": {"diarize": True}}, 400, "speakers and the post-edit need the whole file", "stream",
-     "unsupported_value"),
+    ({"stream": True, "extra_body": {"diarize": True}}, 400, "speakers come only in diarized_json's segment events",
+     "stream", "unsupported_value"),
+    ({"stream": True, "response_format": "diarized_json", "extra_body": {"postedit": True}}, 400,
+     "the post-edit needs the whole file first", "stream", "unsupported_value"),
     ({"stream": True, "file": ("notes.txt", b"not audio")}, 400, "file: not a readable audio file", "file", None),  # JSON, not events
     ({"file": ("notes.txt", b"these are not the droids you are looking for")}, 400, "file: not a readable audio file", "file", None),
     ({"file": ("empty.wav", b"")}, 400, "file: the upload is empty", "file", None),

@@ -16,8 +16,9 @@ Answers follow OpenAI's: ``json`` is ``{"text", "usage"}``; ``verbose_json`` is 
 (the full name, e.g. "english"), "duration", "text", "segments", "words", "usage"}`` (``segments``
 unless only ``word`` was asked for, ``words`` when it was); ``diarized_json`` is ``{"task", "duration",
 "text", "segments": [{"type", "id", "start", "end", "text", "speaker"}], "usage"}``; ``text``, ``srt`` and
-``vtt`` come as ``text/plain``. With ``stream=true`` (transcriptions, ``json`` or ``text``) the answer is
-OpenAI's server-sent events (``stream_events``), the text of each segment once it is final. Every error
+``vtt`` come as ``text/plain``. With ``stream=true`` (transcriptions, ``json``, ``text`` or ``diarized_json``)
+the answer is OpenAI's server-sent events (``stream_events``), the text of each segment once it is final
+(``diarized_json``: then each segment with its speaker, once the file is diarized). Every error
 is ``{"error": {"message", "type", "param", "code"}}`` with its HTTP status. Uploads go through the same
 steps, limits, queue and deadline as ``POST /`` (:mod:`specwhisper.serving.http.uploads`).
 """
@@ -45,7 +46,7 @@ ALIAS = "whisper-1"  # what OpenAI's clients and the apps built on them name by 
 OWNER = "specwhisper"
 FORMATS = ("json", "text", "srt", "verbose_json", "vtt", "diarized_json")
 TEXT_FORMATS = ("text", "srt", "vtt")
-STREAM_FORMATS = ("json", "text")  # OpenAI's: a streamed answer is text events, whatever format was asked
+STREAM_FORMATS = ("json", "text", "diarized_json")  # OpenAI's: text events (diarized: segment events too)
 GRANULARITIES = ("word", "segment")
 GRANULARITY_FIELDS = ("timestamp_granularities[]", "timestamp_granularities")
 OPENAI_FIELDS = ("model", "language", "prompt", "response_format", "temperature", "stream", *GRANULARITY_FIELDS)
@@ -131,7 +132,7 @@ def openai_request(fields: Mapping[str, list[str]], task: str, choices: Choices)
                       param="timestamp_granularities[]", code="invalid_value")
     stream = (_one(fields, "stream") or "false").lower() not in ("false", "0")
     if stream and (task != "transcribe" or response_format not in STREAM_FORMATS):
-        raise Refusal(400, "stream: streamed answers are transcriptions' text events (response_format json or text)",
+        raise Refusal(400, "stream: streamed answers are transcriptions' text events (response_format json, text or diarized_json)",
                       param="stream", code="unsupported_value")
     raw: dict[str, object] = {name: value for name in EXTRA_FIELDS if (value := _one(fields, name)) is not None}
     raw.update(model=_model(_one(fields, "model"), choices), task=task)
@@ -147,8 +148,9 @@ def openai_request(fields: Mapping[str, list[str]], task: str, choices: Choices)
         params = parse_params(raw, choices)
     except RequestError as exc:
         raise _parameter_error(exc) from None
-    if stream and (params.diarize or params.postedit):
-        raise Refusal(400, "stream: speakers and the post-edit need the whole file first (send stream=false)",
+    if stream and (params.postedit or (params.diarize and response_format != "diarized_json")):
+        raise Refusal(400, "stream: the post-edit needs the whole file first, and speakers come only in diarized_json's "
+                           "segment events (send stream=false, or response_format diarized_json without postedit)",
                       param="stream", code="unsupported_value")
     return OpenAIRequest(task, response_format, frozenset(granularities), params, stream)
 
@@ -186,6 +188,12 @@ def _words(t: Transcript) -> list[dict]:
     return words
 
 
+def _diarized(t: Transcript) -> list[dict]:
+    """``diarized_json``'s segments, which are also its streamed segment events."""
+    return [{"type": "transcript.text.segment", "id": f"seg_{i}", "start": round(s.start, 3), "end": round(s.end, 3),
+             "text": s.text.strip(), "speaker": s.speaker or "unknown"} for i, s in enumerate(t.segments)]
+
+
 def openai_answer(t: Transcript, req: OpenAIRequest) -> Response:
     fmt = req.response_format
     if fmt == "text":
@@ -195,9 +203,7 @@ def openai_answer(t: Transcript, req: OpenAIRequest) -> Response:
     if fmt == "json":
         return JSONResponse({"text": t.text, "usage": usage(t)})
     if fmt == "diarized_json":
-        segments = [{"type": "transcript.text.segment", "id": f"seg_{i}", "start": round(s.start, 3), "end": round(s.end, 3),
-                     "text": s.text.strip(), "speaker": s.speaker or "unknown"} for i, s in enumerate(t.segments)]
-        return JSONResponse({"task": "transcribe", "duration": round(t.duration, 3), "text": t.text, "segments": segments,
+        return JSONResponse({"task": "transcribe", "duration": round(t.duration, 3), "text": t.text, "segments": _diarized(t),
                              "usage": usage(t)})
     translated = req.task == "translate"
     out = {"task": req.task, "language": "english" if translated else language_name(t.language),
@@ -215,10 +221,12 @@ def _event(data: dict) -> bytes:
     return f"data: {json.dumps(data, ensure_ascii=False)}\n\n".encode()
 
 
-def stream_events() -> StreamEvents:
+def stream_events(diarized: bool = False) -> StreamEvents:
     """OpenAI's transcription events: ``transcript.text.delta`` for each final segment's text (the deltas
-    joined are the text), ``transcript.text.done`` with the whole text and ``usage``, and an error as
-    ``{"error": {...}}``, which the ``openai`` client raises."""
+    joined are the text), with ``diarized`` a ``transcript.text.segment`` for each segment of the diarized
+    transcript (``diarized_json``'s segments, speakers included) once it is whole, then
+    ``transcript.text.done`` with the whole text and ``usage``, and an error as ``{"error": {...}}``,
+    which the ``openai`` client raises."""
     started = [False]
 
     def segments(segs: list) -> bytes:
@@ -229,11 +237,15 @@ def stream_events() -> StreamEvents:
                 started[0] = True
         return out
 
+    def done(t: Transcript) -> bytes:
+        spoken = b"".join(_event(segment) for segment in _diarized(t)) if diarized else b""
+        return spoken + _event({"type": "transcript.text.done", "text": t.text, "usage": usage(t)})
+
     def error(refusal: Refusal) -> bytes:
         return _event({"type": "error", "error": {"message": clip(str(refusal)), "type": error_type(refusal.status),
                                                   "param": refusal.param, "code": refusal.code}})
 
-    return StreamEvents(segments, lambda t: _event({"type": "transcript.text.done", "text": t.text, "usage": usage(t)}), error)
+    return StreamEvents(segments, done, error)
 
 
 def model_object(name: str) -> dict:
@@ -259,7 +271,8 @@ def add_openai_routes(app: FastAPI, uploads: Uploads) -> None:
             req = openai_request(form.fields, task, choices)
             try:
                 if req.stream:
-                    return await uploads.stream(request, path, FILE_FIELD, req.params, stream_events())
+                    events = stream_events(diarized=req.response_format == "diarized_json")
+                    return await uploads.stream(request, path, FILE_FIELD, req.params, events)
                 transcript = await uploads.transcribe(request, path, FILE_FIELD, req.params)
             except RequestError as exc:
                 about_file = str(exc).startswith(f"{FILE_FIELD}:")
