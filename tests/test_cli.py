@@ -72,6 +72,40 @@ def test_several_inputs_and_stdout(run_cli, eval_root, tmp_path):
     assert "fellow Americans" in out[: out.index(head2)] and "fellow Americans" not in out[out.index(head2):]
 
 
+def _whisper_clock(seconds: float) -> str:
+    """openai-whisper's format_timestamp (no hours under an hour), written out here."""
+    ms = round(seconds * 1000)
+    return f"{ms // 60000:02d}:{ms // 1000 % 60:02d}.{ms % 1000:03d}"
+
+
+def test_verbose_prints_segments_as_they_become_final(run_cli, eval_root, tmp_path, monkeypatch):
+    """--verbose (openai-whisper's --verbose True): each segment with its times on stdout while the file
+    is still being transcribed (its outputs not yet written), the same transcript as without it; with
+    --diarize, once the file is done, with its speakers; a folder refuses it."""
+    import specwhisper.serving.cli.main as cli
+    from specwhisper.evaluation.transcripts import build_long_file
+
+    talk = build_long_file("dense", tmp_path / "in", 55, seed=0)
+    printed, print_timed = [], cli._print_timed
+    json_out = tmp_path / "v" / f"{talk.path.stem}.json"
+    monkeypatch.setattr(cli, "_print_timed", lambda segs: (printed.append((len(segs), json_out.exists())), print_timed(segs)))
+    code, out, err = run_cli(talk.path, "-o", tmp_path / "v", "-f", "json", "--batch-size", "1", "--verbose")
+    assert code == 0, err
+    segments = json.loads(json_out.read_text())["segments"]
+    assert out.splitlines() == [f"[{_whisper_clock(s['start'])} --> {_whisper_clock(s['end'])}] {s['text'].strip()}"
+                                for s in segments]
+    assert len(printed) >= 2 and not any(written for _, written in printed), printed  # in runs, before the end
+    code, _, err = run_cli(talk.path, "-o", tmp_path / "q", "-f", "json", "--batch-size", "1", "-q")
+    assert code == 0 and json.loads((tmp_path / "q" / json_out.name).read_text())["segments"] == segments
+
+    code, out, err = run_cli(eval_root / "whisper.cpp/jfk.wav", "-o", tmp_path / "d", "-f", "txt", "--diarize",
+                             "--verbose", "True")
+    assert code == 0, err
+    assert re.fullmatch(r"(\[00:\d\d\.\d{3} --> 00:\d\d\.\d{3}\] \[SPEAKER_00\]: \S.*\n)+", out), out
+    code, out, err = run_cli(tmp_path / "in", "-o", tmp_path / "f", "--verbose")
+    assert code == 2 and "--verbose prints files' segments" in _one_line_error(err)
+
+
 def test_no_drafter_is_said_so(run_cli, eval_root, tmp_path):
     """Plain decoding (the session pipeline drafts nothing): 'no drafter', not 'acceptance 0%'."""
     code, out, err = run_cli(eval_root / "whisper.cpp/jfk.wav", "-o", tmp_path, "-f", "json", "--draft", "none")
@@ -271,7 +305,7 @@ def test_peer_spellings_are_documented_and_parsed():
 
     reference = (Path(__file__).resolve().parents[1] / "docs" / "cli.md").read_text()
     peers = [f for o in OPTIONS for f in o.peer_flags] + [f for f, _, _ in PEER_MEANINGS] + list(REFUSED)
-    assert len(peers) >= 25
+    assert len(peers) >= 24  # and --verbose, one of ours
     for option in peers:
         assert f"`{option}`" in reference, option
     a = parse_args(["x.wav", "--output_format", "srt", "--output_dir", "o", "--word_timestamps", "False",
@@ -286,6 +320,8 @@ def test_peer_spellings_are_documented_and_parsed():
             x.word_timestamps) == (True, 2, 4, "t", "base:int8", 4, 0.4, False)
     d = parse_args(["x.wav"])  # the hidden spellings change no default
     assert (d.formats, d.word_timestamps, d.quiet, d.dtype, d.model, d.vad_threshold) == ("all", None, False, "auto", "base", 0.5)
+    assert d.verbose is None and parse_args(["x.wav", "--verbose"]).verbose is True
+    assert parse_args(["x.wav", "--verbose", "True"]).verbose is True
 
 
 def test_version(capsys):

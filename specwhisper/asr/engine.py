@@ -317,9 +317,12 @@ class AsrEngine:
         progress: Progress | None = None,
         decoder: Decoder | None = None,
         journal=None,
+        on_final: Callable[[list[Segment]], None] | None = None,
     ) -> AsrResult:
-        """Transcribe a 16 kHz waveform; ``decoder`` overrides the engine's own (tests, benchmarks)."""
-        return self.transcribe_many([audio], options, progress, decoder, journal)[0]
+        """Transcribe a 16 kHz waveform; ``decoder`` overrides the engine's own (tests, benchmarks);
+        ``on_final``: ``transcribe_many``'s, for the one file."""
+        show = None if on_final is None else (lambda i, segments: on_final(segments))
+        return self.transcribe_many([audio], options, progress, decoder, journal, on_final=show)[0]
 
     def transcribe_many(
         self,

@@ -127,12 +127,13 @@ class Pipeline:
         return self._post_editor
 
     def run_file(
-        self, path: str | Path, options: RunOptions | None = None, progress: Progress | None = None, checkpoint: Path | None = None
+        self, path: str | Path, options: RunOptions | None = None, progress: Progress | None = None, checkpoint: Path | None = None,
+        on_segments: Callable[[list[Segment]], None] | None = None,
     ) -> Transcript:
         t = time.perf_counter()
         audio = load_audio(path, max_seconds=(options or RunOptions()).max_audio_s)
         load_s = time.perf_counter() - t
-        result = self.run(audio, options, progress, source=str(path), checkpoint=checkpoint)
+        result = self.run(audio, options, progress, source=str(path), checkpoint=checkpoint, on_segments=on_segments)
         result.timings["load_audio"] = round(load_s, 3)
         return result
 
@@ -143,10 +144,11 @@ class Pipeline:
         progress: Progress | None = None,
         source: str | None = None,
         checkpoint: Path | None = None,
+        on_segments: Callable[[list[Segment]], None] | None = None,
     ) -> Transcript:
         """``checkpoint``: a file that keeps the ASR's finished chunks, so that an interrupted run of
         the same audio and settings resumes there (specwhisper.pipeline.checkpoint); the caller
-        removes it once the transcript is safe."""
+        removes it once the transcript is safe. ``on_segments``: ``run_many``'s, for the one file."""
         opts = options or RunOptions()
         opts.validate()
         report = TimedReports(progress)
@@ -156,7 +158,7 @@ class Pipeline:
 
             fit_batch_size(opts.decode.batch_size, self.asr.runtime, warn=False)
         journal = self._journal(checkpoint, audio, opts) if checkpoint is not None else None
-        asr = self.asr.transcribe(audio, opts.decode_options(), report, journal=journal)
+        asr = self.asr.transcribe(audio, opts.decode_options(), report, journal=journal, on_final=on_segments)
         if journal is not None:
             asr.stats.resumed_chunks = journal.resumed_chunks
         return self._finish(audio, asr, time.perf_counter() - t - report.seconds, opts, report, source)

@@ -31,6 +31,11 @@ def _clock(seconds: float, sep: str, always_hours: bool) -> str:
     return f"{hours}{m:02d}:{s:02d}{sep}{ms:03d}"
 
 
+def timed_line(s: Segment) -> str:
+    """openai-whisper's ``--verbose`` line: ``[00:01.000 --> 00:04.500] text`` (the speaker label as in txt)."""
+    return f"[{_clock(s.start, '.', False)} --> {_clock(s.end, '.', False)}] {_labelled(s)}"
+
+
 def _labelled(s: Segment) -> str:
     """WhisperX's speaker label: ``[SPEAKER_00]: text`` (txt, srt, vtt); no label where none was assigned."""
     return f"[{s.speaker}]: {s.text.strip()}" if s.speaker is not None else s.text.strip()

@@ -28,7 +28,6 @@ def str2bool(text: str) -> bool:
 PEER_MEANINGS: list[tuple[str, str, dict]] = [
     ("--output_dir", "output_dir", {"type": Path}),
     ("--no_align", "word_timestamps", {"action": "store_const", "const": False}),
-    ("--verbose", "verbose", {"type": str2bool}),
     ("--fp16", "fp16", {"type": str2bool}),
     ("--compute_type", "compute_type", {"choices": ["default", "float16", "float32", "int8"]}),
     ("--device_index", "device_index", {"type": int}),
@@ -62,6 +61,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--live-chunk", type=positive(float), default=1.0, metavar="SECONDS",
                    help="--live audio piece length (default: 1.0)")
     p.add_argument("-q", "--quiet", action="store_true", help="no progress bars and no transcript on stdout")
+    p.add_argument("--verbose", nargs="?", const=True, type=str2bool, metavar="True|False",
+                   help="print each segment with its times on stdout as soon as nothing left to decode can change it "
+                        "(the chunks then decode in the file's order; with --diarize or --postedit, once the file is done); "
+                        "openai-whisper's --verbose True; --verbose False is --quiet")
     b = p.add_argument_group("folder input", "a job database in the output folder lets an interrupted batch resume")
     b.add_argument("-r", "--recursive", action="store_true", help="also transcribe files in subfolders")
     b.add_argument("--glob", action="append", metavar="PATTERN",

@@ -12,7 +12,7 @@ from specwhisper.batch.runner import BatchError
 from specwhisper.batch.inputs import output_stems
 from specwhisper.serving.params import one_line
 from specwhisper.batch.ray_engine import RayEngineError
-from specwhisper.pipeline.writers import check_output_dir, parse_formats, render, write_outputs
+from specwhisper.pipeline.writers import check_output_dir, parse_formats, render, timed_line, write_outputs
 from specwhisper.pipeline.options import options_for, pipeline_config, run_options
 from specwhisper.serving.arguments import option_values
 from specwhisper.serving.cli.args import PROG, parse_args
@@ -155,6 +155,8 @@ def run(args) -> int:
     if folders:
         if len(args.inputs) > 1:
             raise CliError(f"{folders[0]}: a folder must be the only input")
+        if args.verbose:
+            raise CliError("--verbose prints files' segments as they come; a folder's transcripts go to its output folder")
         return run_folder(args, formats, opts)
     used = [f for f in BATCH_FLAGS if getattr(args, f)] + [f for f, v in BATCH_DEFAULTS.items() if getattr(args, f) != v]
     used = [f"--{f.replace('_', '-')}" for f in used]
@@ -181,7 +183,7 @@ def run(args) -> int:
     for i, (path, stem) in enumerate(todo):
         if not args.quiet and len(inputs) > 1:  # which transcript is which on stdout, as `tail` labels files
             print(f"{'' if i == 0 else chr(10)}==> {path} <==")
-        failures += not _transcribe_one(pipeline, path, stem, out_dir, formats, opts, args.quiet)
+        failures += not _transcribe_one(pipeline, path, stem, out_dir, formats, opts, args.quiet, bool(args.verbose))
     return 1 if failures else 0
 
 
@@ -189,8 +191,20 @@ def _error(exc: Exception) -> None:
     print(f"{PROG}: error: {one_line(exc)}", file=sys.stderr)
 
 
-def _transcribe_one(pipeline, path: str, stem: str, out_dir: Path, formats: list[str], opts, quiet: bool) -> bool:
-    """Transcribe one input and write its outputs; a failure is one line on stderr and False.
+def _print_timed(segments) -> None:
+    """openai-whisper's verbose lines on stdout, above the progress bar (tqdm clears and redraws it)."""
+    from tqdm import tqdm
+
+    for s in segments:
+        tqdm.write(timed_line(s), file=sys.stdout)
+    sys.stdout.flush()
+
+
+def _transcribe_one(pipeline, path: str, stem: str, out_dir: Path, formats: list[str], opts, quiet: bool,
+                    verbose: bool = False) -> bool:
+    """Transcribe one input and write its outputs; a failure is one line on stderr and False. ``verbose``:
+    each segment with its times on stdout as soon as it is final (the ASR's; with diarization or the
+    post-edit, which change them, the finished transcript's), in place of the text at the end.
 
     The ASR's finished chunks are kept in ``<out_dir>/.<stem>.partial.jsonl`` until the outputs are
     written, so an interrupted run of a long file resumes there (specwhisper.pipeline.checkpoint)."""
@@ -200,8 +214,10 @@ def _transcribe_one(pipeline, path: str, stem: str, out_dir: Path, formats: list
     enabled = not quiet and sys.stderr.isatty()
     progress = _Progress(Path(path).name, enabled, probe_duration(path) if enabled else None)
     checkpoint = checkpoint_path(out_dir, stem)
+    streamed = verbose and not quiet and not (opts.diarize or opts.postedit)
     try:
-        transcript = pipeline.run_file(path, opts, progress, checkpoint=checkpoint)
+        transcript = pipeline.run_file(path, opts, progress, checkpoint=checkpoint,
+                                       on_segments=_print_timed if streamed else None)
     except (AudioError, ValueError) as exc:
         _error(exc)
         return False
@@ -219,7 +235,12 @@ def _transcribe_one(pipeline, path: str, stem: str, out_dir: Path, formats: list
         return False
     checkpoint.unlink(missing_ok=True)
     if not quiet:
-        print(render(transcript, "txt"), end="" if transcript.segments else "(no speech found)\n")
+        if not transcript.segments:
+            print("(no speech found)")
+        elif verbose and not streamed:
+            _print_timed(transcript.segments)
+        elif not verbose:
+            print(render(transcript, "txt"), end="")
         s = transcript.stats
         speculative = (f"acceptance {s.acceptance_rate:.0%}, {s.tokens_per_target_pass:.2f} tokens/target pass"
                        if s.drafted else "no drafter")

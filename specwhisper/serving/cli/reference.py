@@ -60,7 +60,7 @@ def render() -> str:
         for flag in o.peer_flags:
             out.append(f"| `{flag}` | `{o.cli_flags[-1]}` |")
     meanings = {"--output_dir": "`--output-dir`", "--no_align": "`--no-word-timestamps`",
-                "--verbose": "`--verbose False` is `--quiet`", "--fp16": "`--fp16 False` is `--dtype float32`",
+                "--fp16": "`--fp16 False` is `--dtype float32`",
                 "--compute_type": "`--dtype` (int8: `-m MODEL:int8`)", "--device_index": "`--device cuda:N`"}
     for flag, _, _ in PEER_MEANINGS:
         out.append(f"| `{flag}` | {meanings[flag]} |")
