@@ -178,10 +178,13 @@ def test_short_jobs_run_inside_a_long_pass_between_its_batches():
             worker.submit_batching(Batching("late", "C", 5.0, _logged(log, "late"), model="m"))[0])), model="m"))[0],
         worker.submit_batching(Batching("short", "B", 5.0, _logged(log, "never alone"), model="m"))[0],
         worker.submit(lambda token: log.append("live update"), seconds=0.0)[0],  # a live stream's: no model to load
+        worker.submit_batching(Batching("bad", "X", 5.0, Recorder(fail=True), model="m"))[0],  # fails alone
         worker.submit(lambda token: log.append("unknown length"))[0],
     ]
     long.go.set()
     assert first.result(10) == "L"
+    with pytest.raises(ValueError, match="the pass failed"):
+        jobs.pop(-2).result(10)
     for f in jobs + later:
         f.result(10)
     assert log == ["long 0", "short pass", "live update", "long 1", "late", "long 2",
