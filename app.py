@@ -1,7 +1,7 @@
 """Web UI: ``python app.py [--host 127.0.0.1] [--port 7860]`` serves the Gradio app over the pipeline core.
 
-Models load once per process (kept by the shared PipelinePool); requests queue for the model one
-at a time.
+Models load once per process (kept by the shared PipelinePool); requests take turns on the page's
+model worker, short ones inside long ones' runs (specwhisper.serving.worker).
 """
 
 from __future__ import annotations

@@ -164,6 +164,35 @@ def test_table_fills_while_the_file_is_transcribed(page, tmp_path):
     assert early and len(final) > len(early) and final[: len(early)] == early, (early, final)
 
 
+@pytest.mark.integration
+def test_a_short_file_is_transcribed_inside_a_long_one(browser, app_url, tmp_path):
+    """Two users: one transcribes a 118 s file a window per batch; the other's jfk.wav, sent once the long
+    run's first rows are in, gets its transcript while the long run goes on (no speed facts yet: it ran between
+    two of the long run's batches), and the long one finishes whole."""
+    from specwhisper.evaluation.transcripts import build_long_file, wer
+
+    long = build_long_file("dense", tmp_path, 110, seed=0)  # 118 s: within the app's 120 s
+    contexts = [browser.new_context(viewport={"width": 1400, "height": 1000}) for _ in range(2)]
+    try:
+        slow, quick = (c.new_page() for c in contexts)
+        for pg in (slow, quick):
+            pg.goto(app_url)
+            pg.wait_for_selector("#audio-input input[type=file]", state="attached")
+        slow.click("#more-options button, #more-options .label-wrap")
+        slow.locator("#opt-batch-size textarea, #opt-batch-size input").first.fill("1")
+        _transcribe(slow, long.path)
+        slow.wait_for_function("() => document.querySelectorAll('#transcript div[role=row] [role=gridcell]').length > 0",
+                               timeout=RUN_TIMEOUT_MS, polling=50)  # its first window is done: the rest to go
+        _transcribe(quick, JFK)
+        _wait_for_text(quick, "#transcript", "ask not what your country")
+        assert "RTF" not in slow.inner_text("#facts"), "the short file waited for the long one"
+        _wait_for_text(slow, "#facts", "RTF")
+        assert wer([long.reference], [" ".join(row[-1] for row in _table(slow))]) <= 0.15
+    finally:
+        for c in contexts:
+            c.close()
+
+
 def test_bad_upload_shows_message(page, tmp_path):
     fake = tmp_path / "notes.wav"
     fake.write_text("this is a text file with a .wav name, not audio\n")

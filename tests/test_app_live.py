@@ -19,6 +19,7 @@ from specwhisper.pipeline.core import PipelineConfig
 from specwhisper.serving.params import Choices
 from specwhisper.serving.service import LiveLimits, ServiceSettings, PipelinePool
 from specwhisper.serving.ui.live import LiveError, LiveHandlers, LiveSlot, LiveView, PieceResampler, encode_payload
+from specwhisper.serving.worker import ModelWorker
 from tests.browser import chromium, fake_microphone_flags, running_app, screenshot
 
 MIC_RATE = 48000
@@ -48,7 +49,7 @@ def handlers(tmp_path_factory):
     out = tmp_path_factory.mktemp("live-out")
     service = PipelinePool(ServiceSettings(base=PipelineConfig(), choices=Choices(models=("tiny.en",), drafters=("none",)), max_audio_s=60))
     folders = iter(range(1000))
-    return LiveHandlers(service, lambda: out / str(next(folders)))
+    return LiveHandlers(service, lambda: out / str(next(folders)), ModelWorker(max_waiting=4, overtake_s=60.0))
 
 
 def test_callbacks_confirm_text_as_pieces_arrive(handlers, speech):
@@ -120,7 +121,7 @@ def test_live_recordings_are_capped(tmp_path):
     limits = LiveLimits(max_streams=2, idle_timeout_s=0.5)
     service = PipelinePool(ServiceSettings(base=PipelineConfig(), choices=Choices(models=("tiny.en",), drafters=("none",)),
                                           max_audio_s=60, live=limits))
-    capped = LiveHandlers(service, lambda: tmp_path)
+    capped = LiveHandlers(service, lambda: tmp_path, ModelWorker(max_waiting=4))
     first, second = fresh(capped), fresh(capped)
     with pytest.raises(gr.Error, match=r"2 live recordings are running, the most this server takes \(2\)"):
         fresh(capped)

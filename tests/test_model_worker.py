@@ -1,4 +1,4 @@
-"""The model worker's passes (specwhisper.serving.http.worker): jobs of one key that wait together run
+"""The model worker's passes (specwhisper.serving.worker): jobs of one key that wait together run
 in one pass, within its limits of jobs and seconds; other keys, plain jobs and jobs of unknown length
 keep their own passes, in arrival order; a pass that fails fails each of its jobs; a pass stops only
 when all of its requesters have gone; a full queue refuses; short jobs run inside a long pass at its
@@ -12,7 +12,7 @@ import threading
 
 import pytest
 
-from specwhisper.serving.http.worker import Batching, Cancelled, ModelWorker, QueueFull
+from specwhisper.serving.worker import Batching, Cancelled, ModelWorker, QueueFull
 
 
 class Recorder:

@@ -5,7 +5,7 @@ stay in memory (least recently used goes first), and pipelines of the same model
 weights. One lock serialises loading and running: the decoder's
 KV cache is per pipeline and the CPU is the bottleneck anyway, so concurrent requests queue (the lock is
 re-entrant: the HTTP server's model worker runs short requests inside a long one's progress reports
-between batches, on its own thread: specwhisper.serving.http.worker); several
+between batches, on its own thread: specwhisper.serving.worker); several
 uploads may run in one pass, their chunks batched across files (``transcribe_inputs``: the HTTP server's
 model worker hands it the uploads waiting with the same options).
 """
@@ -18,10 +18,9 @@ import math
 import threading
 import time
 from collections import OrderedDict
-from contextlib import contextmanager
 from dataclasses import asdict, astuple, dataclass, field
 from pathlib import Path
-from typing import Callable, Iterator
+from typing import Callable
 
 import numpy as np
 
@@ -113,14 +112,6 @@ class PipelinePool:
     def _engine(self, params: TranscribeParams) -> AsrEngine:
         """Called with the lock held."""
         return self._pipeline(params.pipeline_config(self.settings.base)).asr
-
-    @contextmanager
-    def held_engine(self, params: TranscribeParams) -> Iterator[AsrEngine]:
-        """``engine`` with the model kept to the caller while the block runs, for callers on many
-        threads (the web UI's Live tab on Gradio's): a live update takes turns with the file
-        requests, and shares their weights."""
-        with self._lock:
-            yield self._engine(params)
 
     def loaded(self) -> list[tuple[str, str]]:
         """(model, drafter) of the pipelines in memory, oldest first."""

@@ -33,7 +33,7 @@ from starlette.exceptions import HTTPException
 from specwhisper.serving.http.auth import ApiKeyGuard
 from specwhisper.serving.endpoint.contract import Endpoint, base64_to_file, response
 from specwhisper.serving.http.live_ws import add_live_route
-from specwhisper.serving.http.worker import ModelWorker
+from specwhisper.serving.worker import ModelWorker
 from specwhisper.serving.http.openai_api import add_openai_routes, is_openai_path, openai_refused
 from specwhisper.serving.params import RequestError, TranscribeParams, clip
 from specwhisper.serving.spool import Spool

@@ -42,7 +42,7 @@ the wall clock since its first frame, the server stops reading until the clock c
 protocol reads no further frame before the application took the last one, so TCP holds the sender).
 
 The model. Every update, like every HTTP request, runs on the server's one model worker thread
-(:mod:`specwhisper.serving.http.worker`), so a live stream never runs the model at the same time as a
+(:mod:`specwhisper.serving.worker`), so a live stream never runs the model at the same time as a
 batch request or another stream and nothing runs on the event loop. A lock would serialise them too,
 but it would let a stream and a batch job each hold a thread and race for the lock outside the bounded
 queue; through the worker, updates wait in the same FIFO as requests (its audio keeps arriving meanwhile
@@ -71,7 +71,7 @@ from specwhisper.results.transcript import word_to_dict
 from specwhisper.audio.loading import SAMPLE_RATE
 from specwhisper.live.stream import LiveError, StreamingTranscriber, StreamOptions, StreamUpdate
 from specwhisper.serving.endpoint.contract import response
-from specwhisper.serving.http.worker import ModelWorker, QueueFull
+from specwhisper.serving.worker import ModelWorker, QueueFull
 from specwhisper.serving.params import RequestError, TranscribeParams, clip, one_line, parse_params, short_repr
 from specwhisper.serving.service import LiveLimits, PipelinePool
 

@@ -3,7 +3,7 @@
 Routes and answers: :mod:`specwhisper.serving.http.app` (OpenAI's audio API: :mod:`specwhisper.serving.http.openai_api`;
 the live WebSocket: :mod:`specwhisper.serving.http.live_ws`). Below the application, connections are capped and
 request heads must arrive in time (:mod:`specwhisper.serving.http.protocol`); one worker thread runs the model
-with a bounded queue in front (:mod:`specwhisper.serving.http.worker`); uploads live in a spool folder
+with a bounded queue in front (:mod:`specwhisper.serving.worker`); uploads live in a spool folder
 (:mod:`specwhisper.serving.spool`) that a starting server clears of what a killed one left. With an API key
 (``--api-key``, or the ``SPECWHISPER_API_KEY`` variable) every route but ``/health`` wants
 ``Authorization: Bearer <key>`` (:mod:`specwhisper.serving.http.auth`).
@@ -29,7 +29,7 @@ from specwhisper.serving.http.auth import check_api_key
 from specwhisper.serving.endpoint.contract import Endpoint
 from specwhisper.serving.http.app import RequestLimits, create_app
 from specwhisper.serving.http.protocol import ConnectionLimits, RefusingWebSocketProtocol, protocol_factory
-from specwhisper.serving.http.worker import ModelWorker
+from specwhisper.serving.worker import ModelWorker
 from specwhisper.serving.spool import Spool, default_spool_dir
 
 

@@ -30,7 +30,7 @@ from specwhisper.audio.loading import AudioError, check_length
 from specwhisper.pipeline.core import BETWEEN_BATCHES
 from specwhisper.serving.endpoint.contract import Endpoint
 from specwhisper.results.transcript import Segment, Transcript
-from specwhisper.serving.http.worker import Batching, Cancelled, CancelToken, ModelWorker, QueueFull
+from specwhisper.serving.worker import Batching, Cancelled, CancelToken, ModelWorker, QueueFull
 from specwhisper.serving.params import RequestError, TranscribeParams
 from specwhisper.serving.spool import Spool
 

@@ -12,9 +12,9 @@ from __future__ import annotations
 import contextvars
 import html
 import logging
+import math
 import queue
 import shutil
-import threading
 import time
 import uuid
 from dataclasses import dataclass
@@ -23,11 +23,14 @@ from pathlib import Path
 import gradio as gr
 import pandas as pd
 
+from specwhisper.audio.loading import AudioError, check_length
+from specwhisper.pipeline.core import BETWEEN_BATCHES
 from specwhisper.results.transcript import Transcript
 from specwhisper.pipeline.options import Option, options_for
 from specwhisper.serving.params import Choices, RequestError, one_line, parse_params
 from specwhisper.serving.service import PipelinePool
 from specwhisper.serving.ui.live import build_live_tab
+from specwhisper.serving.worker import Cancelled, CancelToken, ModelWorker, QueueFull
 from specwhisper.pipeline.writers import ALL_FORMATS, write_outputs
 
 log = logging.getLogger(__name__)
@@ -185,6 +188,10 @@ class StageProgress:
 class UiConfig:
     output_dir: Path  # download files go to a fresh folder under it per request
     keep_outputs_s: float = 3600.0  # request folders older than this are removed
+    # a file of at most this much audio, and a live update, runs inside a longer file's pass between two of
+    # its batches rather than after it (specwhisper.serving.worker; 0: it waits for the pass)
+    overtake_s: float = 60.0
+    files_at_once: int = 8  # file runs that wait on the model worker; more wait in Gradio's queue
 
 
 def prune(root: Path, max_age_s: float) -> None:
@@ -217,10 +224,12 @@ def request_values(names: list[str], values: tuple) -> dict:
     return out
 
 
-def make_transcribe(service: PipelinePool, ui: UiConfig, names: list[str]):
+def make_transcribe(service: PipelinePool, ui: UiConfig, names: list[str], worker: ModelWorker):
     """The click handler: the audio and the option controls (``names``, in order) in; speaker timeline,
     table, its rows' start times, player, downloads and speed facts out. The table fills as the
-    transcript's segments become final (speakers come with the whole), then everything comes."""
+    transcript's segments become final (speakers come with the whole), then everything comes. The
+    transcription runs on the page's model worker: a short file runs inside a long one's pass, between
+    two of its batches; a page that goes away stops its run at the next progress report."""
 
     def transcribe(audio_path, *values, progress=gr.Progress()):
         if not audio_path:
@@ -231,24 +240,44 @@ def make_transcribe(service: PipelinePool, ui: UiConfig, names: list[str]):
             params = parse_params(request_values(names, values), service.settings.choices)
         except (RequestError, ValueError) as exc:
             raise _refused(name, exc) from None
-        bar("loading audio", 0.0)
+        try:
+            seconds = check_length(audio_path, service.settings.max_audio_s, name)
+        except AudioError as exc:
+            raise _refused(name, exc) from None
+        bar("waiting for the model" if worker.busy else "loading audio", 0.0)
         finals: queue.Queue[list | None] = queue.Queue()
         outcome: dict[str, object] = {}
 
-        def work() -> None:  # on a thread of its own, in this event's context (gr.Progress reads it)
+        def work(token: CancelToken) -> None:  # on the model worker, in this event's context (gr.Progress reads it)
+            def report(stage: str, fraction: float) -> None:
+                bar(stage, fraction)
+                token.check(stage in BETWEEN_BATCHES)  # short files run here; a page gone stops the run
+
             try:
-                outcome["transcript"] = service.transcribe_input(audio_path, name, params, bar, on_segments=finals.put)
+                outcome["transcript"] = service.transcribe_input(audio_path, name, params, report, on_segments=finals.put)
             except BaseException as exc:  # noqa: BLE001 - raised below, on the handler's thread
                 outcome["error"] = exc
             finally:
                 finals.put(None)
 
-        threading.Thread(target=contextvars.copy_context().run, args=(work,), daemon=True).start()
+        context = contextvars.copy_context()
+        try:
+            future, token = worker.submit(lambda token: context.run(work, token), math.inf if seconds is None else seconds,
+                                          service.pipeline_key(params))
+        except QueueFull as exc:
+            raise gr.Error(f"the server is busy ({exc}); try again later", print_exception=False) from None
         shown: list = []
-        while (segments := finals.get()) is not None:
-            shown += segments
-            partial = Transcript(segments=shown, language=None, duration=0.0)
-            yield gr.skip(), transcript_table(partial), [s.start for s in shown], gr.skip(), gr.skip(), gr.skip()
+        try:
+            while (segments := finals.get()) is not None:
+                shown += segments
+                partial = Transcript(segments=shown, language=None, duration=0.0)
+                yield gr.skip(), transcript_table(partial), [s.start for s in shown], gr.skip(), gr.skip(), gr.skip()
+        finally:
+            if not future.done():  # the page went away (Gradio closed this generator)
+                token.cancel()
+                future.cancel()
+        if isinstance(outcome.get("error"), Cancelled):
+            return
         if "error" in outcome:
             exc = outcome["error"]
             if isinstance(exc, (RequestError, ValueError)):  # AudioError is a ValueError: bad upload, bad option
@@ -317,6 +346,9 @@ def build_demo(service: PipelinePool, ui: UiConfig) -> gr.Blocks:
     offered = [o for o in options_for("ui") if o.scope != "output"]
     main = [o for o in offered if o.name in MAIN_CONTROLS]
     more = [o for o in offered if o.name not in MAIN_CONTROLS]
+    # the page's one model worker: file runs and live updates take turns on it (short ones inside long passes)
+    worker = ModelWorker(max_waiting=ui.files_at_once + 2 * service.settings.live.max_streams, name="ui-model-worker",
+                         overtake_s=ui.overtake_s)
     with gr.Blocks(title="specwhisper", analytics_enabled=False, delete_cache=(3600, 3600)) as demo:
         gr.Markdown("## specwhisper\nWhisper with exact speculative decoding, speaker diarization and an optional LLM post-edit.")
         with gr.Tab("File", id="file"):
@@ -338,13 +370,13 @@ def build_demo(service: PipelinePool, ui: UiConfig) -> gr.Blocks:
                     files = gr.File(label="Downloads", file_count="multiple", interactive=False, elem_id="downloads")
                     facts = gr.Markdown(elem_id="facts")
             names = [o.name for o in main + more]
-            run.click(make_transcribe(service, ui, names), [audio, *controls], [timeline, table, starts, player, files, facts],
-                      concurrency_limit=1, concurrency_id="model", show_progress_on=[player])
+            run.click(make_transcribe(service, ui, names, worker), [audio, *controls], [timeline, table, starts, player, files, facts],
+                      concurrency_limit=ui.files_at_once, concurrency_id="model", show_progress_on=[player])
             # a click on a row plays from its start: the start comes from the server, the seek runs in the page
             table.select(row_start, [starts], [seek], concurrency_limit=None, show_progress="hidden").then(
                 None, [seek], None, js=SEEK_JS)
         with gr.Tab("Live", id="live", elem_id="live-tab", render_children=True):
-            build_live_tab(service, language_choices(), lambda: fresh_output_dir(ui))
+            build_live_tab(service, language_choices(), lambda: fresh_output_dir(ui), worker)
     demo.option_names = names  # what the form sends (tests/test_options.py checks it against the schema)
     return demo
 

@@ -11,7 +11,9 @@ arrived even with a handler that only buffered, and the transcript was nonsense.
 
 Confirmed words are shown as they are, the partial hypothesis after them in grey. Stopping takes
 the last samples, decodes the rest, confirms the last hypothesis and offers the usual files. Live
-updates use the engine the file tab's pipeline loaded (``PipelinePool.held_engine``) and take turns with it.
+updates use the engine the file tab's pipeline loaded and run on the page's model worker
+(specwhisper.serving.worker) with the file tab's jobs: an update is short, so it runs inside a long
+file's pass, between two of its batches, rather than after it.
 """
 
 from __future__ import annotations
@@ -36,6 +38,7 @@ from specwhisper.live.stream import LiveError, StreamingTranscriber, StreamOptio
 from specwhisper.pipeline.writers import write_outputs
 from specwhisper.serving.params import RequestError, TranscribeParams, one_line, parse_params
 from specwhisper.serving.service import PipelinePool
+from specwhisper.serving.worker import ModelWorker, QueueFull
 
 log = logging.getLogger(__name__)
 PIECE_S = 0.5  # the page hands its samples over this often, when the update before has ended
@@ -143,8 +146,9 @@ class LiveView:
 class LiveSession:
     """One recording: ``take`` the samples each tick hands over (and run an update), ``stop`` at the end."""
 
-    def __init__(self, service: PipelinePool, params: TranscribeParams, max_seconds: float):
+    def __init__(self, service: PipelinePool, params: TranscribeParams, max_seconds: float, worker: ModelWorker):
         self.service = service
+        self.worker = worker
         self.params = params
         self.max_seconds = max_seconds
         self.options = StreamOptions(language=params.language, task=params.task)
@@ -152,7 +156,7 @@ class LiveSession:
         self.lock = threading.Lock()  # one update at a time: a tick's and the stop's
         self.pending: list[np.ndarray] = []  # 16 kHz audio not pushed yet
         self.stopped = False
-        self.live: StreamingTranscriber | None = None  # made by the first update, under the engine's lock
+        self.live: StreamingTranscriber | None = None  # made by the first update, on the model worker
         self.words: list[Word] = []
         self.view = LiveView()
         self.received_s = 0.0
@@ -177,14 +181,23 @@ class LiveSession:
             self.view.status = self._status("Listening")
 
     def _step(self, audio: np.ndarray, final: bool) -> StreamUpdate | None:
-        """Push ``audio`` and run an update (``final``: finish the stream) with the engine held."""
-        with self.service.held_engine(self.params) as engine:
+        """Push ``audio`` and run an update (``final``: finish the stream) on the model worker: a short job
+        (the first, which may load the model, only while a pass of that model runs)."""
+        def run(token) -> StreamUpdate | None:
             if self.live is None:
                 if final and not audio.size:
                     return None
-                self.live = StreamingTranscriber(engine, self.options)
+                self.live = StreamingTranscriber(self.service.engine(self.params), self.options)
             self.live.push(audio)
-            update = self.live.finish() if final else self.live.update()
+            return self.live.finish() if final else self.live.update()
+
+        model = self.service.pipeline_key(self.params) if self.live is None else None
+        try:
+            update = self.worker.submit(run, seconds=0.0, model=model)[0].result()
+        except QueueFull as exc:
+            raise LiveError(f"the server is busy ({exc}); stop and try again later", status=503) from None
+        if update is None:
+            return None
         self.updates += 1
         self.compute_s += update.seconds
         self.words.extend(update.confirmed.words)
@@ -252,6 +265,7 @@ class LiveHandlers:
 
     service: PipelinePool
     new_output_dir: Callable[[], Path]  # a fresh folder for one recording's download files
+    worker: ModelWorker  # the page's: the file tab's jobs run on it too
     # Recordings running, by session, with when each last handed audio over: at most
     # ``settings.live.max_streams`` (the WebSocket's limit: each re-decodes every second or two on the
     # one model); one whose page stopped ticking (a closed tab) counts until ``idle_timeout_s`` passes.
@@ -289,7 +303,7 @@ class LiveHandlers:
         except RequestError as exc:
             raise live_error(exc) from None
         self._release(slot.session)
-        session = LiveSession(self.service, params, self.service.settings.max_audio_s)
+        session = LiveSession(self.service, params, self.service.settings.max_audio_s, self.worker)
         self._admit(session)
         slot.session = session
         return session.view.html(), gr.Timer(active=True), None, gr.Button("Recording…", interactive=False)
@@ -338,10 +352,11 @@ def internal_error(exc: BaseException) -> gr.Error:
     return gr.Error(f"internal error: {one_line(exc)}", duration=None, print_exception=False)
 
 
-def build_live_tab(service: PipelinePool, languages: list[tuple[str, str]], new_output_dir: Callable[[], Path]) -> None:
+def build_live_tab(service: PipelinePool, languages: list[tuple[str, str]], new_output_dir: Callable[[], Path],
+                   worker: ModelWorker) -> None:
     """The tab's widgets and events, inside the caller's ``gr.Blocks`` (a ``gr.Tab`` is open)."""
     choices = service.settings.choices
-    handlers = LiveHandlers(service, new_output_dir)
+    handlers = LiveHandlers(service, new_output_dir, worker)
     slot = gr.State(LiveSlot())
     payload = gr.Textbox(visible=False)  # the page's samples travel in it (``take()``)
     timer = gr.Timer(PIECE_S, active=False)
