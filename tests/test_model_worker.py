@@ -187,13 +187,13 @@ def test_short_jobs_run_inside_a_long_pass_between_its_batches():
         jobs.pop(-2).result(10)
     for f in jobs + later:
         f.result(10)
-    assert log == ["long 0", "short pass", "live update", "long 1", "late", "long 2",
+    assert log == ["long 0", "live update", "short pass", "long 1", "late", "long 2",  # least audio first
                    "other model", "100 s", "unknown length"]
     worker.close(5)
 
 
 def test_a_long_plain_job_lets_short_ones_in_and_overtaking_can_be_off():
-    for overtake_s, expected in ((30.0, ["long 0", "short", "update", "long 1", "long 2"]),
+    for overtake_s, expected in ((30.0, ["long 0", "update", "short", "long 1", "long 2"]),
                                  (0.0, ["long 0", "long 1", "long 2", "short", "update"])):
         worker = ModelWorker(max_waiting=8, overtake_s=overtake_s)
         log: list = []

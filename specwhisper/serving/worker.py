@@ -17,8 +17,8 @@ Short jobs overtake long passes: a job holding at most ``overtake_s`` seconds of
 holds none) that waits while a pass of more than that runs is run inside it, at the pass's next report
 between decoder batches (``check(between_batches=True)``: nothing of the pass is on the model then), when
 it needs no other model than the pass's (``model``: the pipeline it runs on; ``None``: one already open).
-Those that waited at that report run, grouped by key as above, then the long pass goes on; a pass run
-inside another lets none in. Without it a short request, or a live stream's next update, waits for the
+Those that waited at that report run, least audio first, grouped by key as above, then the long pass goes
+on; a pass run inside another lets none in. Without it a short request, or a live stream's next update, waits for the
 whole of an hour's upload (bench/server_overtake.py).
 """
 
@@ -155,10 +155,13 @@ class ModelWorker:
                 self._ready.wait()
             return None if self._closed else self._take(lambda job: True)
 
-    def _take(self, may: Callable[[_Job], bool]) -> list[_Job] | None:
-        """Called with the lock held: the first waiting job that ``may`` run and, when it may share its pass,
-        the later ones of its key that fit (and ``may`` run); None when no job may."""
+    def _take(self, may: Callable[[_Job], bool], shortest: bool = False) -> list[_Job] | None:
+        """Called with the lock held: the first waiting job that ``may`` run (``shortest``: the first of the
+        least audio) and, when it may share its pass, the later ones of its key that fit (and ``may`` run);
+        None when no job may."""
         first = next((job for job in self._jobs if may(job)), None)
+        if shortest and first is not None:
+            first = min((job for job in self._jobs if may(job)), key=lambda job: job.seconds)
         if first is None:
             return None
         self._jobs.remove(first)
@@ -208,7 +211,8 @@ class ModelWorker:
 
     def _overtake(self, running: list[_Job]) -> None:
         """Run the short jobs waiting now (not those that arrive while they run: the long pass goes on
-        after them), in passes of their own, inside the running pass."""
+        after them), in passes of their own, inside the running pass, those of least audio first (a live
+        update, which holds none, before the uploads: else it waits for every short upload at each report)."""
         model = running[0].model
         with self._ready:
             now = {id(job) for job in self._jobs
@@ -220,7 +224,7 @@ class ModelWorker:
         try:
             while True:
                 with self._ready:
-                    group = None if self._closed else self._take(lambda job: id(job) in now)
+                    group = None if self._closed else self._take(lambda job: id(job) in now, shortest=True)
                 if group is None:
                     return
                 self._run(group)
