@@ -18,8 +18,9 @@ holds none) that waits while a pass of more than that runs is run inside it, at 
 between decoder batches (``check(between_batches=True)``: nothing of the pass is on the model then), when
 it needs no other model than the pass's (``model``: the pipeline it runs on; ``None``: one already open).
 Those that waited at that report run, least audio first, grouped by key as above, then the long pass goes
-on; a pass run inside another lets none in. Without it a short request, or a live stream's next update, waits for the
-whole of an hour's upload (bench/server_overtake.py).
+on; a pass run inside another lets none in. Without it a short request, or a live stream's next update,
+waits for the whole of an hour's upload (bench/server_overtake.py). Not inside a batch: a drafter keeps
+its decode's state between the steps of a batch, so another decode on the same model would clobber it.
 """
 
 from __future__ import annotations
@@ -159,11 +160,10 @@ class ModelWorker:
         """Called with the lock held: the first waiting job that ``may`` run (``shortest``: the first of the
         least audio) and, when it may share its pass, the later ones of its key that fit (and ``may`` run);
         None when no job may."""
-        first = next((job for job in self._jobs if may(job)), None)
-        if shortest and first is not None:
-            first = min((job for job in self._jobs if may(job)), key=lambda job: job.seconds)
-        if first is None:
+        eligible = [job for job in self._jobs if may(job)]
+        if not eligible:
             return None
+        first = min(eligible, key=lambda job: job.seconds) if shortest else eligible[0]
         self._jobs.remove(first)
         group = [first]
         if first.batching is not None and self.max_group > 1:
