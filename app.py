@@ -12,7 +12,9 @@ import tempfile
 from pathlib import Path
 
 from specwhisper.pipeline.core import PipelineConfig
+from specwhisper.serving.arguments import positive
 from specwhisper.serving.params import Choices
+from specwhisper.serving.worker import OVERTAKE_S
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -29,6 +31,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--max-file-mb", type=float, default=200, help="largest upload in MB (default: 200)")
     p.add_argument("--output-dir", type=Path, help="where download files are written (default: a temporary folder)")
     p.add_argument("--live-streams", type=int, default=2, help="live recordings (the Live tab) at once (default: 2)")
+    p.add_argument("--overtake-audio", type=positive(float, or_zero=True), default=OVERTAKE_S,
+                   help="a file of at most this many seconds, and a live update, runs inside another user's longer run "
+                        f"between two of its batches instead of after it (0: never; default: {OVERTAKE_S:g})")
     p.add_argument("--no-preload", action="store_true", help="load the default model on the first request, not at start")
     return p
 
@@ -70,7 +75,7 @@ def main(argv: list[str] | None = None) -> int:
     if not args.no_preload:
         service.preload(parse_params({}, settings.choices))
     output_dir = args.output_dir or Path(tempfile.mkdtemp(prefix="specwhisper-ui-"))
-    demo = build_demo(service, UiConfig(output_dir=output_dir))
+    demo = build_demo(service, UiConfig(output_dir=output_dir, overtake_s=args.overtake_audio))
     demo.queue(default_concurrency_limit=1, max_size=32)
     try:
         demo.launch(server_name=args.host, server_port=args.port, theme=theme(), max_file_size=settings.max_upload_bytes,

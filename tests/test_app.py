@@ -295,3 +295,15 @@ def test_timeline_draws_a_lane_per_speaker_and_marks_overlap():
     overlaps = [r.find("s:title", ns).text for r in svg.findall(".//s:rect[@class='overlap']", ns)]
     assert overlaps == ["overlap 0:04.0–0:05.0"]  # turns that only touch (20.0) do not overlap
     assert speaker_timeline(Transcript([], "en", 30.0)) == ""  # no diarization: no timeline
+
+
+def test_overtake_audio_flag(capsys):
+    """--overtake-audio: 0 turns overtaking off; a negative or NaN value is one line, exit 2."""
+    import app
+
+    parser = app.build_parser()
+    assert parser.parse_args([]).overtake_audio == 60 and parser.parse_args(["--overtake-audio", "0"]).overtake_audio == 0
+    for bad in ("-1", "nan"):
+        with pytest.raises(SystemExit) as exc:
+            parser.parse_args(["--overtake-audio", bad])
+        assert exc.value.code == 2 and f"expected a non-negative float, got '{bad}'" in capsys.readouterr().err

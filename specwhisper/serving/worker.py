@@ -36,6 +36,7 @@ from typing import Any, Generic, TypeVar
 
 T = TypeVar("T")
 log = logging.getLogger(__name__)
+OVERTAKE_S = 60.0  # the servers' default: an upload of at most this much audio is a short one
 
 
 class QueueFull(Exception):

@@ -29,7 +29,7 @@ from specwhisper.serving.http.auth import check_api_key
 from specwhisper.serving.endpoint.contract import Endpoint
 from specwhisper.serving.http.app import RequestLimits, create_app
 from specwhisper.serving.http.protocol import ConnectionLimits, RefusingWebSocketProtocol, protocol_factory
-from specwhisper.serving.worker import ModelWorker
+from specwhisper.serving.worker import OVERTAKE_S, ModelWorker
 from specwhisper.serving.spool import Spool, default_spool_dir
 
 
@@ -52,7 +52,7 @@ class ServerConfig:
     batch_audio_s: float = 240.0
     # an upload of at most this much audio (and a live stream's update) that waits while a pass of more runs is
     # transcribed inside it, at its next report between batches (0: it waits for the pass)
-    overtake_s: float = 60.0
+    overtake_s: float = OVERTAKE_S
     spool_dir: Path = field(default_factory=default_spool_dir)
     access_log: bool = True
     api_key: str | None = field(default=None, repr=False)  # None: every route is open

@@ -30,7 +30,7 @@ from specwhisper.pipeline.options import Option, options_for
 from specwhisper.serving.params import Choices, RequestError, one_line, parse_params
 from specwhisper.serving.service import PipelinePool
 from specwhisper.serving.ui.live import build_live_tab
-from specwhisper.serving.worker import Cancelled, CancelToken, ModelWorker, QueueFull
+from specwhisper.serving.worker import OVERTAKE_S, Cancelled, CancelToken, ModelWorker, QueueFull
 from specwhisper.pipeline.writers import ALL_FORMATS, write_outputs
 
 log = logging.getLogger(__name__)
@@ -190,7 +190,7 @@ class UiConfig:
     keep_outputs_s: float = 3600.0  # request folders older than this are removed
     # a file of at most this much audio, and a live update, runs inside a longer file's pass between two of
     # its batches rather than after it (specwhisper.serving.worker; 0: it waits for the pass)
-    overtake_s: float = 60.0
+    overtake_s: float = OVERTAKE_S
     files_at_once: int = 8  # file runs that wait on the model worker; more wait in Gradio's queue
 
 
