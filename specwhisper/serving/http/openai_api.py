@@ -5,7 +5,8 @@ them) use it as they use OpenAI's: set the client's base URL to ``http://HOST:PO
   ``multipart/form-data`` body with ``file`` (any audio or video file ffmpeg reads), ``model``,
   ``language`` (of the speech; optional, detected without it), ``prompt``, ``response_format`` (``json``, the default, ``text``,
   ``srt``, ``verbose_json``, ``vtt``; transcriptions also ``diarized_json``), ``temperature`` and
-  ``timestamp_granularities[]`` (``segment``, ``word``: only with ``verbose_json``, as OpenAI's).
+  ``timestamp_granularities[]`` (``segment``, ``word``: only with ``verbose_json``, as OpenAI's) and
+  ``chunking_strategy`` (``auto``, what is done anyway, or ``server_vad`` with a ``threshold``).
   ``model`` is ``whisper-1`` (this deployment's default model) or one of the models it offers.
   Our own options are further form fields under the names of ``POST /``'s parameters (``diarize``,
   ``num_speakers``, ``min_speakers``, ``max_speakers``, ``draft``, ``beam_size``, ``hotwords``...);
@@ -49,7 +50,11 @@ TEXT_FORMATS = ("text", "srt", "vtt")
 STREAM_FORMATS = ("json", "text", "diarized_json")  # OpenAI's: text events (diarized: segment events too)
 GRANULARITIES = ("word", "segment")
 GRANULARITY_FIELDS = ("timestamp_granularities[]", "timestamp_granularities")
-OPENAI_FIELDS = ("model", "language", "prompt", "response_format", "temperature", "stream", *GRANULARITY_FIELDS)
+OPENAI_FIELDS = ("model", "language", "prompt", "response_format", "temperature", "stream", "chunking_strategy",
+                 *GRANULARITY_FIELDS)
+# chunking_strategy's object form, as the clients send it in a form: chunking_strategy[type]=server_vad ...
+VAD_CONFIG = "chunking_strategy["
+VAD_KEYS = ("type", "threshold", "prefix_padding_ms", "silence_duration_ms")
 # TranscribeParams fields an OpenAI field or the route sets; the others are our extra form fields
 SET_HERE = {"model", "language", "temperature", "initial_prompt", "task", "word_timestamps", "return_timestamps", "formats"}
 EXTRA_FIELDS = tuple(name for name in TranscribeParams.model_fields if name not in SET_HERE)
@@ -102,14 +107,16 @@ def _model(name: str | None, choices: Choices) -> str:
     return name
 
 
-def _parameter_error(exc: RequestError) -> Refusal:
-    """parse_params' error, its parameter named as the client named it (``prompt``, not ``initial_prompt``)."""
+def _parameter_error(exc: RequestError, names: Mapping[str, str] | None = None) -> Refusal:
+    """parse_params' error, its parameter named as the client named it (``prompt``, not ``initial_prompt``;
+    ``names``: more of ours -> theirs for this request)."""
+    names = {**OPENAI_NAMES, **(names or {})}
     cause, param = exc.__cause__, None
     if isinstance(cause, ValidationError) and cause.errors() and cause.errors()[0]["loc"]:
         param = str(cause.errors()[0]["loc"][0])
-        param = OPENAI_NAMES.get(param, param)
+        param = names.get(param, param)
     message = str(exc).removeprefix("parameters.").removeprefix("parameters: ")
-    for ours, theirs in OPENAI_NAMES.items():
+    for ours, theirs in names.items():
         message = message.replace(ours, theirs)
     return Refusal(exc.status, message, param=param)
 
@@ -117,7 +124,7 @@ def _parameter_error(exc: RequestError) -> Refusal:
 def openai_request(fields: Mapping[str, list[str]], task: str, choices: Choices) -> OpenAIRequest:
     """The one mapping of OpenAI's form fields (and our extra ones) onto our request parameters."""
     for name in fields:
-        if name not in OPENAI_FIELDS and name not in EXTRA_FIELDS:
+        if name not in OPENAI_FIELDS and name not in EXTRA_FIELDS and not name.startswith(VAD_CONFIG):
             raise Refusal(400, f"Unrecognized request argument supplied: {clip(name, 60)}", param=name, code="unknown_parameter")
     formats = FORMATS if task == "transcribe" else FORMATS[:-1]
     response_format = _one(fields, "response_format") or "json"
@@ -135,6 +142,11 @@ def openai_request(fields: Mapping[str, list[str]], task: str, choices: Choices)
         raise Refusal(400, "stream: streamed answers are transcriptions' text events (response_format json, text or diarized_json)",
                       param="stream", code="unsupported_value")
     raw: dict[str, object] = {name: value for name in EXTRA_FIELDS if (value := _one(fields, name)) is not None}
+    chunking = _chunking(fields)
+    if "vad_threshold" in chunking and "vad_threshold" in raw:
+        raise Refusal(400, "vad_threshold: given twice (and as chunking_strategy[threshold]); send one",
+                      param="chunking_strategy[threshold]")
+    raw.update(chunking)
     raw.update(model=_model(_one(fields, "model"), choices), task=task)
     for field, name in (("language", "language"), ("prompt", "initial_prompt"), ("temperature", "temperature")):
         if (value := _one(fields, field)) is not None:
@@ -147,12 +159,38 @@ def openai_request(fields: Mapping[str, list[str]], task: str, choices: Choices)
     try:
         params = parse_params(raw, choices)
     except RequestError as exc:
-        raise _parameter_error(exc) from None
+        raise _parameter_error(exc, {"vad_threshold": "chunking_strategy[threshold]"} if chunking else {}) from None
     if stream and (params.postedit or (params.diarize and response_format != "diarized_json")):
         raise Refusal(400, "stream: the post-edit needs the whole file first, and speakers come only in diarized_json's "
                            "segment events (send stream=false, or response_format diarized_json without postedit)",
                       param="stream", code="unsupported_value")
     return OpenAIRequest(task, response_format, frozenset(granularities), params, stream)
+
+
+def _chunking(fields: Mapping[str, list[str]]) -> dict[str, object]:
+    """OpenAI's ``chunking_strategy`` as our parameters. Every file is cut into chunks at the pauses the
+    VAD finds, so ``auto`` (which OpenAI's diarizing model wants for audio over 30 s) is what we do; the
+    ``server_vad`` object's ``threshold`` (speech sensitivity, 0 to 1) is our ``vad_threshold``, and its
+    padding and silence lengths, which our chunks do not take, are refused by name."""
+    strategy = _one(fields, "chunking_strategy")
+    config = {name[len(VAD_CONFIG):-1]: _one(fields, name) for name in fields if name.startswith(VAD_CONFIG)}
+    if strategy is not None and config:
+        raise Refusal(400, "chunking_strategy: 'auto' or a server_vad object, not both", param="chunking_strategy")
+    if strategy is not None and strategy != "auto":
+        raise invalid_value("chunking_strategy", strategy, ("auto",))
+    if not config:
+        return {}
+    for key, value in config.items():
+        if key not in VAD_KEYS:
+            raise Refusal(400, f"Unrecognized request argument supplied: chunking_strategy[{clip(key, 40)}]",
+                          param=f"chunking_strategy[{clip(key, 40)}]", code="unknown_parameter")
+        if key in ("prefix_padding_ms", "silence_duration_ms") and value is not None:
+            raise Refusal(400, f"chunking_strategy[{key}]: not offered; chunks are cut at the pauses the VAD finds "
+                               "(send 'auto', or the threshold alone)", param=f"chunking_strategy[{key}]",
+                          code="unsupported_value")
+    if config.get("type") != "server_vad":
+        raise invalid_value("chunking_strategy[type]", config.get("type") or "", ("server_vad",))
+    return {"vad_threshold": config["threshold"]} if config.get("threshold") is not None else {}
 
 
 def language_name(code: str | None) -> str:
