@@ -156,8 +156,7 @@ class Uploads:
         a :class:`RequestError` when it fails. It is dropped from the queue, or its pass stops at its next
         progress report once none of its requesters is left, when the client goes away or the deadline
         passes."""
-        claimed = await self._length(path, name)
-        seconds = math.inf if claimed is None else claimed
+        seconds = await self._length(path, name)
         endpoint = self.endpoint
 
         def run_many(payloads: list[tuple[Path, str, float]], check: Callable[..., None]) -> list[Transcript | RequestError]:
@@ -179,7 +178,7 @@ class Uploads:
         failure before the audio is decoded (the length, the queue, bad audio) is raised, as ``transcribe``'s."""
         loop = asyncio.get_running_loop()
         t0 = loop.time()
-        claimed = await self._length(path, name)
+        seconds = await self._length(path, name)
         queue: asyncio.Queue[list[Segment]] = asyncio.Queue()
         decoded = asyncio.Event()  # the first progress report comes once the audio is decoded: the upload may go
 
@@ -191,7 +190,6 @@ class Uploads:
             return self.endpoint.run(path, params, progress, name,
                                      on_segments=lambda segments: loop.call_soon_threadsafe(queue.put_nowait, segments))
 
-        seconds = math.inf if claimed is None else claimed
         answer, token = await self._submit(
             request, lambda: self.worker.submit(job, seconds, self.endpoint.transcriber.pipeline_key(params)), decoded)
         if answer.done() and not decoded.is_set():
@@ -217,11 +215,14 @@ class Uploads:
 
         return StreamingResponse(body(), media_type="text/event-stream", headers={"cache-control": "no-cache"})
 
-    async def _length(self, path: Path, name: str) -> float | None:
+    async def _length(self, path: Path, name: str) -> float:
+        """The seconds of audio the file's container claims (``math.inf`` when it does not say), after
+        ``check_length`` refused what it can before decoding."""
         try:
-            return await asyncio.to_thread(check_length, path, self.endpoint.transcriber.settings.max_audio_s, name)
+            claimed = await asyncio.to_thread(check_length, path, self.endpoint.transcriber.settings.max_audio_s, name)
         except AudioError as exc:
             raise RequestError(str(exc)) from None
+        return math.inf if claimed is None else claimed
 
     async def _wait(self, request: Request, submit: Callable[[], tuple[Future, CancelToken]]):
         answer, _ = await self._submit(request, submit)
