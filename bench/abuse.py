@@ -131,6 +131,30 @@ def alternated(settings: dict[str, list[str]], port: int, rounds: int, warm, one
             server.stop()
 
 
+async def timed_clip(client, item, audio: bytes) -> tuple:
+    """One eval clip through OpenAI's route (the ``openai`` async client, verbose_json, English):
+    (item, seconds from upload to answer, answer)."""
+    t = time.perf_counter()
+    answer = await client.audio.transcriptions.create(file=(item.path.name, audio), model="whisper-1",
+                                                      response_format="verbose_json", language="en")
+    return item, time.perf_counter() - t, answer
+
+
+def answer_facts(answers: list[tuple]) -> dict:
+    """What a round keeps of its ``timed_clip`` answers: latencies, each file's segments (tokens and times),
+    references and hypotheses."""
+    return {"latencies": [s for _, s, _ in answers],
+            "tokens": {i.file: [(s.tokens, s.start, s.end) for s in a.segments] for i, _, a in answers},
+            "references": [i.reference for i, _, _ in answers], "hypotheses": [a.text for _, _, a in answers]}
+
+
+def pooled_wer(outs: list[dict]) -> float:
+    """The WER of all the rounds' answers together (``answer_facts``)."""
+    from specwhisper.evaluation.transcripts import wer
+
+    return round(wer(sum((o["references"] for o in outs), []), sum((o["hypotheses"] for o in outs), [])), 4)
+
+
 def write_server_results(out: Path, setup: dict, runs: list[dict]) -> None:
     """``{"machine", "setup", "runs"}`` to ``out`` (bench/results/)."""
     out.parent.mkdir(parents=True, exist_ok=True)

@@ -28,8 +28,8 @@ ROOT = Path(__file__).resolve().parents[1]
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
-from bench.abuse import SERVER_SETUP, alternated, write_server_results  # noqa: E402
-from specwhisper.evaluation.transcripts import english_set, wer  # noqa: E402
+from bench.abuse import SERVER_SETUP, alternated, answer_facts, pooled_wer, timed_clip, write_server_results  # noqa: E402
+from specwhisper.evaluation.transcripts import english_set  # noqa: E402
 
 RESULTS = ROOT / "bench" / "results" / "server_batching.json"
 SETTINGS = {"one upload per pass (--batch-requests 1)": ["--batch-requests", "1"],
@@ -46,19 +46,13 @@ async def one_round(port: int, items: list, requests: int, concurrency: int) -> 
     async def send(k: int):
         item = items[k % len(items)]
         async with turn:
-            t = time.perf_counter()
-            answer = await client.audio.transcriptions.create(file=(item.path.name, audio[item.file]), model="whisper-1",
-                                                              response_format="verbose_json", language="en")
-            return item, time.perf_counter() - t, answer
+            return await timed_clip(client, item, audio[item.file])
 
     t0 = time.perf_counter()
     answers = await asyncio.gather(*(send(k) for k in range(requests)))
     wall = time.perf_counter() - t0
     await client.close()
-    return {"wall": wall, "audio_s": sum(i.duration for i, _, _ in answers), "latencies": [s for _, s, _ in answers],
-            "texts": {i.file: a.text for i, _, a in answers},
-            "tokens": {i.file: [(s.tokens, s.start, s.end) for s in a.segments] for i, _, a in answers},
-            "references": [i.reference for i, _, _ in answers], "hypotheses": [a.text for _, _, a in answers]}
+    return {"wall": wall, "audio_s": sum(i.duration for i, _, _ in answers), **answer_facts(answers)}
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -89,7 +83,7 @@ def main(argv: list[str] | None = None) -> int:
             "rtf": round(float(np.mean([o["wall"] / o["audio_s"] for o in outs])), 4),
             "latency_p50_s": round(float(np.percentile(lat, 50)), 2), "latency_p90_s": round(float(np.percentile(lat, 90)), 2),
             "speedup": round(float(np.mean(ratios)), 3),
-            "wer": round(wer(sum((o["references"] for o in outs), []), sum((o["hypotheses"] for o in outs), [])), 4),
+            "wer": pooled_wer(outs),
             "token_identical": same,
         })
         print(json.dumps(runs[-1]), flush=True)

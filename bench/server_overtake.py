@@ -34,7 +34,7 @@ ROOT = Path(__file__).resolve().parents[1]
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
-from bench.abuse import SERVER_SETUP, alternated, write_server_results  # noqa: E402
+from bench.abuse import SERVER_SETUP, alternated, answer_facts, pooled_wer, timed_clip, write_server_results  # noqa: E402
 from specwhisper.audio.loading import load_audio  # noqa: E402
 from specwhisper.evaluation.transcripts import build_long_file, english_set, wer  # noqa: E402
 
@@ -91,10 +91,7 @@ async def one_round(port: int, long_audio: bytes, items: list, clients: int, liv
             while not long_task.done():
                 item = items[k % len(items)]
                 k += clients
-                t = time.perf_counter()
-                answer = await client.audio.transcriptions.create(
-                    file=(item.path.name, audio[item.file]), model="whisper-1", response_format="verbose_json", language="en")
-                shorts.append((item, time.perf_counter() - t, answer))
+                shorts.append(await timed_clip(client, item, audio[item.file]))
 
         gaps = asyncio.ensure_future(live_gaps(port, live_audio, long_task))
         await asyncio.gather(*(sender(c) for c in range(clients)))
@@ -104,9 +101,7 @@ async def one_round(port: int, long_audio: bytes, items: list, clients: int, liv
     await client.close()
     return {"long_s": answer["timings"]["request"], "long_wall_s": long_s, "long_text": answer["text"],
             "long_segments": [(s["text"], s["start"], s["end"]) for s in answer["segments"]],
-            "latencies": [s for _, s, _ in shorts], "live_gaps": waits,
-            "tokens": {i.file: [(s.tokens, s.start, s.end) for s in a.segments] for i, _, a in shorts},
-            "references": [i.reference for i, _, _ in shorts], "hypotheses": [a.text for _, _, a in shorts]}
+            "live_gaps": waits, **answer_facts(shorts)}
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -141,7 +136,7 @@ def main(argv: list[str] | None = None) -> int:
             "live_updates": int(sum(len(o["live_gaps"]) for o in outs)),
             "live_gap_max_s": round(float(max((g for o in outs for g in o["live_gaps"]), default=math.nan)), 1),
             "speedup": round(float(np.mean(ratios)), 3),
-            "wer": round(wer(sum((o["references"] for o in outs), []), sum((o["hypotheses"] for o in outs), [])), 4),
+            "wer": pooled_wer(outs),
             "long_wer": round(wer([long.reference] * len(outs), [o["long_text"] for o in outs]), 4),
             "token_identical": same,
         })
