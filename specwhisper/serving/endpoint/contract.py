@@ -207,13 +207,12 @@ class Endpoint:
             raise _request_error(exc) from None
 
     def run_many(self, inputs: list[tuple[str | Path | bytes, str]], params: TranscribeParams,
-                 progress: Progress | None = None, most_s: list[float] | None = None,
-                 on_segments: Callable[[int, list[Segment]], None] | None = None) -> list[Transcript | RequestError]:
+                 progress: Progress | None = None, most_s: list[float] | None = None) -> list[Transcript | RequestError]:
         """``run`` for several uploads with the same parameters, in one pass (their chunks batched across
         files; ``most_s``: ``PipelinePool.transcribe_inputs``): each one's transcript, or its failure as a
         :class:`RequestError`."""
         try:
-            outcomes = self.transcriber.transcribe_inputs(inputs, params, progress, most_s, on_segments)
+            outcomes = self.transcriber.transcribe_inputs(inputs, params, progress, most_s)
         except Exception as exc:  # noqa: BLE001 - the contract is an error answer, never a traceback
             if len(inputs) == 1:
                 return [_request_error(exc)]
