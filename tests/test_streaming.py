@@ -167,9 +167,7 @@ def test_more_than_a_window_at_once_loses_nothing(base_engine, tmp_path, eval_ro
     long = build_long_file("dense", tmp_path, min_seconds=50.0)
     audio = load_audio(long.path)
     tr = StreamingTranscriber(base_engine, StreamOptions(language="en"))
-    assert tr.room_s == 30.0
     tr.push(audio)
-    assert tr.room_s == 0.0
     tr.update()
     first = tr.confirmed  # one hypothesis: nothing agreed yet, and the window is not cut unconfirmed
     last = tr.finish()

@@ -48,11 +48,6 @@ class LiveBuffer:
     decoded_to: float = 0.0  # end of the audio the last update decoded
     previous: list[int] = field(default_factory=list)  # the last hypothesis, buffer-relative timestamps
 
-    @property
-    def room_s(self) -> float:
-        """Seconds of audio the buffer takes before it holds a whole window (more waits for later updates)."""
-        return max(0.0, WINDOW_S - len(self.buffer) / SAMPLE_RATE)
-
     def push(self, audio: np.ndarray) -> None:
         self.buffer = np.concatenate([self.buffer, audio])
         self.received += len(audio) / SAMPLE_RATE

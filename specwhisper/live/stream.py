@@ -129,11 +129,6 @@ class StreamingTranscriber:
     def confirmed(self) -> list[Word]:
         return list(self.confirmed_words)
 
-    @property
-    def room_s(self) -> float:
-        """Seconds of audio the buffer takes before it holds a whole window (more waits for later updates)."""
-        return self.state.room_s
-
     def push(self, audio: np.ndarray) -> None:
         """Append 16 kHz mono float32 samples (any length); nothing is decoded until ``update``, which
         decodes the buffer's first ``WINDOW_S`` seconds (the rest waits for the next updates)."""
