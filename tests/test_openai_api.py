@@ -414,6 +414,13 @@ def test_api_key_on_every_route(server, client, jfk, server_log):  # noqa: F811
     with pytest.raises(InvalidStatus):
         asyncio.run(live({"Authorization": "Bearer sk-wrong"}))
     assert asyncio.run(live({"Authorization": f"Bearer {KEY}"}))[-1] == "final"
+    realtime = openai.OpenAI(base_url=server.url + "/v1", api_key=KEY).realtime  # the Realtime API's handshake too
+    with realtime.connect(extra_query={"intent": "transcription"}) as connection:
+        assert connection.recv().type == "session.created"
+    with pytest.raises(InvalidStatus) as refused:
+        with openai.OpenAI(base_url=server.url + "/v1", api_key="sk-wrong").realtime.connect(extra_query={"intent": "transcription"}):
+            pass
+    assert refused.value.response.status_code == 401
     assert not [line for line in server_log.lines if "handshake" in line], server_log.lines  # a refusal is no server error
 
 

@@ -135,3 +135,38 @@ def test_pieces_heard_apart_in_one_pass_get_their_own_probabilities(vad, eval_ro
     pieces = [jfk[: 3 * 16000 + 100], quiet, jfk[5 * 16000 :]]
     for apart, alone in zip(vad.speech_probs_apart(pieces), [vad.speech_probs(p) for p in pieces]):
         assert len(apart) == len(alone) and np.abs(np.array(apart) - np.array(alone)).max() < 1e-5
+
+
+def test_a_stream_in_pieces_gets_silero_loop_probabilities(vad, eval_root):
+    """Audio fed in pieces of odd lengths (as a live client's frames) gets each whole window's
+    probability as silero's own loop gives it over the whole clip."""
+    audio = load_audio(eval_root / "pyannote-audio/tests_data/dev00.wav")
+    stream, probs = vad.stream(), []
+    rng = np.random.default_rng(0)
+    at = 0
+    while at < len(audio):
+        size = int(rng.integers(1, 6000))
+        probs += stream.feed(audio[at : at + size])
+        at += size
+    ref = _silero_loop_probs(vad, audio)
+    assert len(probs) == len(audio) // 512 == stream.windows
+    assert np.abs(np.array(probs) - ref[: len(probs)]).max() < 1e-4
+
+
+def test_turns_start_at_speech_and_stop_after_the_pause(vad, eval_root):
+    """Two clips 2 s apart, fed in 0.1 s pieces: two turns, each started at its speech and stopped
+    one pause length after it, as OpenAI's server_vad reports them (``specwhisper.live.turns``)."""
+    from specwhisper.live.turns import TurnDetector, TurnSettings
+
+    items = [i for i in english_set(eval_root) if i.category == "single" and 4 <= i.duration <= 12 and "jfk" not in i.file]
+    a, b = (load_audio(i.path) for i in items[:2])
+    gap = np.zeros(32000, np.float32)
+    audio = np.concatenate([gap[:8000], a, gap, b, gap])
+    turns = TurnDetector(vad, TurnSettings(silence_duration_ms=1200))
+    events = [e for i in range(0, len(audio), 1600) for e in turns.feed(audio[i : i + 1600])]
+    assert [e.kind for e in events] == ["started", "stopped", "started", "stopped"]
+    a_end, b_start, b_end = 8000 + len(a), 8000 + len(a) + len(gap), 8000 + len(a) + len(gap) + len(b)
+    assert 8000 <= events[0].sample <= 8000 + 16000  # the first speech, within a second of the clip's start
+    assert a_end - 16000 <= events[1].sample - 1.2 * 16000 <= a_end + 1600  # 1.2 s after its last speech window
+    assert b_start <= events[2].sample <= b_start + 16000
+    assert b_end - 16000 <= events[3].sample - 1.2 * 16000 <= b_end + 1600

@@ -84,13 +84,24 @@ class VoiceActivityDetector:
                     piece = torch.nn.functional.pad(piece, (0, WINDOW - len(piece) % WINDOW))
                 w = piece.view(-1, WINDOW)
                 before = x[start - CONTEXT : start][None].to(self.device) if i else w.new_zeros(1, CONTEXT)
-                ctx = torch.cat([before, w[:-1, -CONTEXT:]])
-                feats = self._net.encoder(self._net.run_extractors(torch.cat([ctx, w], 1)))  # (b, 128, 1)
-                h, state = self._lstm(feats.squeeze(-1).unsqueeze(1), state)  # the windows as a sequence
-                out.append(self._net.decoder.decoder(h.squeeze(1).unsqueeze(-1)).squeeze(1).mean(1))
+                probs, state = self._windows(w, before, state)
+                out.append(probs)
                 if progress:
                     progress(min(1.0, (i + len(w)) / n))
         return torch.cat(out).tolist() if out else []
+
+    def _windows(self, w: torch.Tensor, before: torch.Tensor, state):
+        """The probabilities of consecutive windows ``w`` [n, WINDOW] whose stream held ``before`` [1, CONTEXT]
+        just ahead of them, from the LSTM ``state`` the windows before left (None at the start); and the
+        state they leave."""
+        ctx = torch.cat([before, w[:-1, -CONTEXT:]])
+        feats = self._net.encoder(self._net.run_extractors(torch.cat([ctx, w], 1)))  # (n, 128, 1)
+        h, state = self._lstm(feats.squeeze(-1).unsqueeze(1), state)  # the windows as a sequence
+        return self._net.decoder.decoder(h.squeeze(1).unsqueeze(-1)).squeeze(1).mean(1), state
+
+    def stream(self) -> SpeechProbStream:
+        """Probabilities of a stream that arrives in pieces (:class:`SpeechProbStream`)."""
+        return SpeechProbStream(self)
 
     @torch.inference_mode()
     def speech_probs_apart(self, pieces: list[np.ndarray]) -> list[list[float]]:
@@ -164,3 +175,33 @@ class VoiceActivityDetector:
         pauses = [(a, b) for a, b in zip(bounds[::2], bounds[1::2]) if b - a >= REHEAR_S * SAMPLE_RATE]
         probs = self.speech_probs_apart([audio[a:b] for a, b in pauses])
         return [(a + s, a + e) for (a, b), p in zip(pauses, probs) for s, e in self._spans_of(p, b - a, max_span_s, threshold)]
+
+
+class SpeechProbStream:
+    """Silero's speech probability of each 512-sample window of audio that arrives in pieces of any
+    length: the windows' probabilities are those ``speech_probs`` gives the whole stream at once (the
+    LSTM state and the last window's tail carried from piece to piece; a window waits until it is
+    whole). For turn detection on live audio (``specwhisper.live.turns``)."""
+
+    def __init__(self, vad: VoiceActivityDetector):
+        self.vad = vad
+        self.windows = 0  # windows scored so far: the next one starts at sample windows * WINDOW
+        self._rest = np.zeros(0, np.float32)  # samples short of a whole window
+        self._before = np.zeros(CONTEXT, np.float32)  # the last window's tail (zeros at the start, as speech_probs)
+        self._state = None
+
+    @torch.inference_mode()
+    def feed(self, audio: np.ndarray) -> list[float]:
+        """The probabilities of the windows ``audio`` completes, in order."""
+        x = np.concatenate([self._rest, np.asarray(audio, dtype=np.float32)])
+        n = len(x) // WINDOW
+        self._rest = x[n * WINDOW :]
+        if not n:
+            return []
+        device = self.vad.device
+        w = torch.from_numpy(x[: n * WINDOW]).view(n, WINDOW).to(device)
+        with one_thread(), _no_tf32():
+            probs, self._state = self.vad._windows(w, torch.from_numpy(self._before)[None].to(device), self._state)
+        self._before = x[n * WINDOW - CONTEXT : n * WINDOW].copy()
+        self.windows += n
+        return probs.tolist()

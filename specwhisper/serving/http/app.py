@@ -7,7 +7,9 @@
 * ``POST /v1/audio/transcriptions``, ``POST /v1/audio/translations``, ``GET /v1/models``: OpenAI's audio
   API (:mod:`specwhisper.serving.http.openai_api`), with its own answers and error body;
 * ``GET /health``: ``{"status": "ok"}``;
-* ``/v1/live``: live transcription over a WebSocket (:mod:`specwhisper.serving.http.live_ws`).
+* ``/v1/live``: live transcription over a WebSocket (:mod:`specwhisper.serving.http.live_ws`);
+* ``/v1/realtime?intent=transcription``: OpenAI's Realtime API's transcription sessions over a WebSocket
+  (:mod:`specwhisper.serving.http.realtime_ws`).
 
 Every answer of ours is JSON; every error is ``{"error": "<one line>", "status": N}`` with that HTTP
 status. With an API key set, every route but ``/health`` wants ``Authorization: Bearer <key>``
@@ -33,6 +35,7 @@ from starlette.exceptions import HTTPException
 from specwhisper.serving.http.auth import ApiKeyGuard
 from specwhisper.serving.endpoint.contract import Endpoint, base64_to_file, response
 from specwhisper.serving.http.live_ws import add_live_route
+from specwhisper.serving.http.realtime_ws import add_realtime_route
 from specwhisper.serving.worker import ModelWorker
 from specwhisper.serving.http.openai_api import add_openai_routes, is_openai_path, openai_refused
 from specwhisper.serving.params import RequestError, TranscribeParams, clip
@@ -41,7 +44,7 @@ from specwhisper.serving.http.uploads import Refusal, RequestLimits, Uploads
 
 log = logging.getLogger(__name__)
 POST_PATHS = ("/", "/predict")
-ROUTES_HINT = "POST / with audio, POST /v1/audio/transcriptions, GET /health, WebSocket /v1/live"
+ROUTES_HINT = "POST / with audio, POST /v1/audio/transcriptions, GET /health, WebSockets /v1/live and /v1/realtime"
 __all__ = ["RequestLimits", "create_app"]
 
 
@@ -147,7 +150,8 @@ def create_app(endpoint: Endpoint, worker: ModelWorker, spool: Spool, limits: Re
     for route in POST_PATHS:
         app.add_api_route(route, predict, methods=["POST"])
     add_openai_routes(app, uploads)
-    add_live_route(app, endpoint.transcriber, worker)
+    slots = add_live_route(app, endpoint.transcriber, worker)
+    add_realtime_route(app, endpoint.transcriber, worker, slots)
     if api_key is not None:
         app.add_middleware(ApiKeyGuard, key=api_key, refuser=refuser)
     return app

@@ -57,7 +57,7 @@ import asyncio
 import json
 import logging
 import time
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import TypeVar
 
@@ -180,15 +180,10 @@ class LiveStream:
 
     async def receive(self) -> None:
         """Read frames into the inbox until the end, the length limit, an error or the client's close."""
-        box, loop = self.inbox, asyncio.get_running_loop()
-        first: float | None = None
+        box, pacing = self.inbox, Pacing(self.limits.max_ahead_s)
         try:
             while not box.ended:
-                try:
-                    async with asyncio.timeout(self.limits.idle_timeout_s):
-                        message = await self.ws.receive()
-                except TimeoutError:
-                    raise LiveError(status=408, message=f"no audio for {self.limits.idle_timeout_s:g} s") from None
+                message = await next_message(self.ws, self.limits.idle_timeout_s, "audio")
                 if message["type"] == "websocket.disconnect":
                     box.gone = True
                     return
@@ -196,10 +191,7 @@ class LiveStream:
                     box.ended = is_end(message["text"])
                 elif message.get("bytes") is not None:
                     self._add(to_samples(message["bytes"], self.dtype))
-                    first = loop.time() if first is None else first
-                    ahead = box.received_s - (loop.time() - first)
-                    if ahead > self.limits.max_ahead_s:  # throttle: read nothing until the clock catches up
-                        await asyncio.sleep(ahead - self.limits.max_ahead_s)
+                    await pacing.hold(box.received_s)
                 box.changed.set()
         except LiveError as exc:
             box.error = exc
@@ -242,13 +234,7 @@ class LiveStream:
                 return await self._on_worker(live.finish)
 
     async def _on_worker(self, job: Callable[[], StreamUpdate]) -> StreamUpdate:
-        while True:
-            try:
-                future, _ = self.worker.submit(lambda token: job(), seconds=0.0)  # short: it overtakes a long pass
-                break
-            except QueueFull:
-                await asyncio.sleep(QUEUE_RETRY_S)
-        update = await asyncio.wrap_future(future)
+        update = await on_worker(self.worker, job)
         self.compute_s += update.seconds
         return update
 
@@ -259,6 +245,69 @@ class LiveStream:
         p = update.partial
         await send_json(self.ws, {"type": "partial", "text": p.text, "start": p.start, "end": p.end})
 
+
+
+async def next_message(ws: WebSocket, idle_s: float, what: str) -> dict:
+    """The socket's next message; LiveError 408 when none comes for ``idle_s`` seconds."""
+    try:
+        async with asyncio.timeout(idle_s):
+            return await ws.receive()
+    except TimeoutError:
+        raise LiveError(status=408, message=f"no {what} for {idle_s:g} s") from None
+
+
+@dataclass
+class Pacing:
+    """A client faster than real time is throttled: once its audio runs ``max_ahead_s`` ahead of the
+    wall clock since its first audio, the reader waits (reading nothing) until the clock catches up."""
+
+    max_ahead_s: float
+    first: float | None = None
+
+    async def hold(self, received_s: float) -> None:
+        now = asyncio.get_running_loop().time()
+        self.first = now if self.first is None else self.first
+        ahead = received_s - (now - self.first)
+        if ahead > self.max_ahead_s:
+            await asyncio.sleep(ahead - self.max_ahead_s)
+
+
+async def on_worker(worker: ModelWorker, job: Callable[[], T]) -> T:
+    """``job()`` on the model worker as a short job (it runs inside a long pass, between two of its
+    batches); while the queue is full, it tries again."""
+    while True:
+        try:
+            future, _ = worker.submit(lambda token: job(), seconds=0.0)
+            break
+        except QueueFull:
+            await asyncio.sleep(QUEUE_RETRY_S)
+    return await asyncio.wrap_future(future)
+
+
+async def opened(worker: ModelWorker, job: Callable[[], T], model: str) -> T:
+    """A stream's opening on the model worker (``model``: the pipeline it loads, for overtaking: it loads no
+    model when a pass of that one runs, and then runs inside it); a full queue refuses it (503)."""
+    try:
+        future, _ = worker.submit(lambda token: job(), seconds=0.0, model=model)
+    except QueueFull as exc:
+        raise LiveError(status=503, message=f"the server is busy ({exc}); try again later") from None
+    return await asyncio.wrap_future(future)
+
+
+async def guarded(ws: WebSocket, session: Callable[[], Awaitable[None]],
+                  end: Callable[[WebSocket, LiveError], Awaitable[None]], what: str) -> None:
+    """Runs a socket's ``session``; whatever stops it ends the socket with one error (``end``), never a
+    traceback to the client (the log has it)."""
+    try:
+        await session()
+    except LiveError as exc:
+        await end(ws, exc)
+    except (ModelError, OSError) as exc:
+        log.exception("%s: model unavailable", what)
+        await end(ws, LiveError(status=503, message=f"model unavailable: {one_line(exc)}"))
+    except Exception as exc:  # noqa: BLE001 - an error message, never a traceback to the client
+        log.exception("%s failed", what)
+        await end(ws, LiveError(status=500, message=f"internal error: {one_line(exc)}"))
 
 
 def step(live: StreamingTranscriber, audio: np.ndarray) -> StreamUpdate:
@@ -298,42 +347,51 @@ def open_stream(transcriber: PipelinePool, params: TranscribeParams) -> Streamin
     return StreamingTranscriber(engine, StreamOptions(language=params.language, task=params.task))
 
 
-class LiveRoute:
-    """The ``/v1/live`` handler; counts its open sockets against ``limits.max_streams``."""
+@dataclass
+class StreamSlots:
+    """The live sockets open (``/v1/live`` and ``/v1/realtime`` together), at most ``limit``; used on the
+    event loop only."""
 
-    def __init__(self, transcriber: PipelinePool, worker: ModelWorker):
-        self.transcriber, self.worker = transcriber, worker
+    limit: int
+    open: int = 0
+
+    def take(self) -> bool:
+        if self.open >= self.limit:
+            return False
+        self.open += 1
+        return True
+
+    def release(self) -> None:
+        self.open -= 1
+
+
+class LiveRoute:
+    """The ``/v1/live`` handler; its sockets count against ``limits.max_streams`` (``slots``)."""
+
+    def __init__(self, transcriber: PipelinePool, worker: ModelWorker, slots: StreamSlots):
+        self.transcriber, self.worker, self.slots = transcriber, worker, slots
         self.limits = transcriber.settings.live
-        self.open = 0
 
     async def __call__(self, ws: WebSocket) -> None:
         await ws.accept()
-        if self.open >= self.limits.max_streams:
-            await send_error(ws, LiveError(status=503, message=f"too many live streams (at most {self.limits.max_streams}); try again later"))
+        if not self.slots.take():
+            await send_error(ws, LiveError(status=503, message=f"too many live streams (at most {self.slots.limit}); try again later"))
             return
-        self.open += 1
         try:
-            query = parse_query(dict(ws.query_params), self.transcriber)
-            try:
-                # it loads no model when a pass of the request's runs: then it too overtakes a long one
-                future, _ = self.worker.submit(lambda token: open_stream(self.transcriber, query.params), seconds=0.0,
-                                               model=self.transcriber.pipeline_key(query.params))
-            except QueueFull as exc:
-                raise LiveError(status=503, message=f"the server is busy ({exc}); try again later") from None
-            live = await asyncio.wrap_future(future)
-            stream = LiveStream(ws, self.worker, self.limits, self.transcriber.settings.max_audio_s, query.dtype)
-            await stream.run(live, query.params)
-        except LiveError as exc:
-            await send_error(ws, exc)
-        except (ModelError, OSError) as exc:
-            log.exception("live stream: model unavailable")
-            await send_error(ws, LiveError(status=503, message=f"model unavailable: {one_line(exc)}"))
-        except Exception as exc:  # noqa: BLE001 - an error message, never a traceback to the client
-            log.exception("live stream failed")
-            await send_error(ws, LiveError(status=500, message=f"internal error: {one_line(exc)}"))
+            await guarded(ws, lambda: self._session(ws), send_error, "live stream")
         finally:
-            self.open -= 1
+            self.slots.release()
+
+    async def _session(self, ws: WebSocket) -> None:
+        query = parse_query(dict(ws.query_params), self.transcriber)
+        live = await opened(self.worker, lambda: open_stream(self.transcriber, query.params),
+                            self.transcriber.pipeline_key(query.params))
+        stream = LiveStream(ws, self.worker, self.limits, self.transcriber.settings.max_audio_s, query.dtype)
+        await stream.run(live, query.params)
 
 
-def add_live_route(app: FastAPI, transcriber: PipelinePool, worker: ModelWorker) -> None:
-    app.add_api_websocket_route(LIVE_PATH, LiveRoute(transcriber, worker))
+def add_live_route(app: FastAPI, transcriber: PipelinePool, worker: ModelWorker) -> StreamSlots:
+    """``/v1/live``; the slots it counts its sockets in, for the other live routes to share."""
+    slots = StreamSlots(transcriber.settings.live.max_streams)
+    app.add_api_websocket_route(LIVE_PATH, LiveRoute(transcriber, worker, slots))
+    return slots

@@ -1,0 +1,82 @@
+"""Speech turns in live audio: where a speaker starts and where a pause long enough ends the turn, as
+OpenAI's Realtime API's ``server_vad`` turn detection reports them (``specwhisper.serving.http.realtime_ws``).
+
+The speech probabilities are silero-vad's, window by window as the audio arrives
+(``specwhisper.audio.vad.SpeechProbStream``), read with silero's own streaming rule (its ``VADIterator``):
+a turn starts at the first window at or over the threshold; a pause begins at a window under the
+threshold less 0.15 and is forgotten at the next window at or over the threshold; a pause of
+``silence_duration_ms`` ends the turn where it reaches that length.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from specwhisper.audio.loading import SAMPLE_RATE
+from specwhisper.audio.vad import WINDOW, VoiceActivityDetector
+
+HYSTERESIS = 0.15  # silero's: a pause needs a probability this far under the threshold
+
+
+@dataclass(frozen=True)
+class TurnSettings:
+    """OpenAI's ``server_vad`` settings, with its defaults."""
+
+    threshold: float = 0.5
+    prefix_padding_ms: int = 300  # audio before the turn's first speech that the turn takes along
+    silence_duration_ms: int = 500  # a pause this long ends the turn
+
+    def __post_init__(self) -> None:
+        if not 0.0 < self.threshold < 1.0:
+            raise ValueError(f"threshold must be between 0 and 1 (exclusive), got {self.threshold:g}")
+        if not 0 <= self.prefix_padding_ms <= 10_000:
+            raise ValueError(f"prefix_padding_ms must be 0 to 10000, got {self.prefix_padding_ms}")
+        if not 0 <= self.silence_duration_ms <= 10_000:
+            raise ValueError(f"silence_duration_ms must be 0 to 10000, got {self.silence_duration_ms}")
+
+
+@dataclass(frozen=True)
+class TurnEvent:
+    """``kind``: "started" or "stopped"; ``sample``: where, in samples from the stream's start (16 kHz):
+    a start's first speech window, a stop's end of the pause that ended the turn."""
+
+    kind: str
+    sample: int
+
+
+class TurnDetector:
+    """Feed 16 kHz audio in pieces of any length; each call gives the turns' starts and stops it completed."""
+
+    def __init__(self, vad: VoiceActivityDetector, settings: TurnSettings):
+        self.settings = settings
+        self.probs = vad.stream()
+        self.speaking = False
+        self._pause_from: int | None = None  # where the current pause began (samples)
+        self._silence = int(settings.silence_duration_ms * SAMPLE_RATE / 1000)
+
+    def feed(self, audio: np.ndarray) -> list[TurnEvent]:
+        first = self.probs.windows
+        events = []
+        on, off = self.settings.threshold, self.settings.threshold - HYSTERESIS
+        for i, p in enumerate(self.probs.feed(audio)):
+            start = (first + i) * WINDOW
+            if not self.speaking:
+                if p >= on:
+                    self.speaking, self._pause_from = True, None
+                    events.append(TurnEvent("started", start))
+                continue
+            if p >= on:
+                self._pause_from = None
+            elif p < off and self._pause_from is None:
+                self._pause_from = start
+            end = start + WINDOW
+            if self._pause_from is not None and end - self._pause_from >= self._silence:
+                self.speaking, self._pause_from = False, None
+                events.append(TurnEvent("stopped", end))
+        return events
+
+    def reset(self) -> None:
+        """The turn ended elsewhere (the client committed or cleared the buffer): the next speech starts one."""
+        self.speaking, self._pause_from = False, None

@@ -1,0 +1,515 @@
+"""``/v1/realtime``: OpenAI's Realtime API for transcription sessions (``?intent=transcription``), so the
+official ``openai`` clients (``client.realtime.connect(extra_query={"intent": "transcription"})``) and
+the apps built on them transcribe live speech with this server.
+
+What a session speaks (OpenAI's event names and fields):
+
+* server -> client, at once: ``session.created`` with the session (``{"type": "transcription", "audio":
+  {"input": {"format", "transcription", "turn_detection", "noise_reduction"}}, ...}``);
+* ``session.update`` (``session.type`` "transcription"): ``audio.input.format`` (``audio/pcm`` at 24 kHz,
+  OpenAI's only PCM rate), ``audio.input.transcription`` (``model``: ``whisper-1`` or one the deployment
+  offers; ``language``; ``prompt`` empty), ``audio.input.turn_detection`` (``server_vad`` with
+  ``threshold``, ``prefix_padding_ms``, ``silence_duration_ms``; or null: the client commits);
+  answered by ``session.updated`` with the session in effect;
+* ``input_audio_buffer.append`` (``audio``: base64 of 16-bit little-endian mono PCM at 24 kHz);
+  ``input_audio_buffer.commit`` (the turn so far becomes an item: ``input_audio_buffer.committed``);
+  ``input_audio_buffer.clear`` (``input_audio_buffer.cleared``: the turn is dropped);
+* with ``server_vad``: ``input_audio_buffer.speech_started`` (``audio_start_ms``: the first speech less
+  the prefix padding) and ``input_audio_buffer.speech_stopped`` (``audio_end_ms``), then ``committed``;
+  audio outside the turns is not transcribed;
+* each item's text: ``conversation.item.input_audio_transcription.delta`` events, then ``...completed``
+  (``transcript``: the deltas joined; ``usage``: ``{"type": "duration", "seconds"}``).
+
+The turn is transcribed by the live engine (:mod:`specwhisper.live.stream`: every re-decode drafted by
+the one before, token-identical to plain decoding), so its words arrive as deltas while the speaker
+talks, each word once and never revised, rather than after the commit as OpenAI's models send them.
+
+Errors. A bad client event (not JSON, an unknown type, bad base64, a bad setting, a commit of under
+100 ms of audio) is answered with OpenAI's ``error`` event (``error``: ``type``, ``code``, ``message``,
+``param``, ``event_id`` of the event at fault) and the session goes on, as OpenAI's does. What ends the
+session (an error event, then the close, as ``/v1/live``): a session that is not a transcription one
+(400, close 1008), no message for ``idle_timeout_s`` (408), audio past ``max_audio_s`` (413, 1009), too
+many live sockets or a full queue (503, 1013). The limits are ``/v1/live``'s
+(:class:`specwhisper.serving.service.LiveLimits`, counted together), audio ahead of the clock included.
+Every decode runs on the model worker, as ``/v1/live``'s updates: in its queue, overtaking long passes.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import binascii
+import json
+import logging
+import uuid
+from dataclasses import dataclass, field, replace
+
+import numpy as np
+import soxr
+from fastapi import FastAPI, WebSocket
+
+from specwhisper.audio.loading import SAMPLE_RATE
+from specwhisper.live.stream import LiveError, StreamingTranscriber, StreamUpdate
+from specwhisper.live.turns import TurnDetector, TurnSettings
+from specwhisper.serving.http.live_ws import (CLOSE_CODES, Pacing, StreamSlots, close, guarded, next_message, on_worker,
+                                              open_stream, opened, send_json)
+from specwhisper.serving.http.openai_api import ALIAS
+from specwhisper.serving.params import RequestError, TranscribeParams, clip, one_line, parse_params, short_repr
+from specwhisper.serving.service import PipelinePool
+from specwhisper.serving.worker import ModelWorker
+
+log = logging.getLogger(__name__)
+REALTIME_PATH = "/v1/realtime"
+INPUT_RATE = 24_000  # OpenAI's PCM rate
+MIN_COMMIT_S = 0.1  # OpenAI refuses to commit less
+CLIENT_EVENTS = ("session.update", "input_audio_buffer.append", "input_audio_buffer.commit", "input_audio_buffer.clear")
+
+
+class EventError(ValueError):
+    """A client event refused: OpenAI's ``error`` event, the session goes on."""
+
+    def __init__(self, message: str, code: str = "invalid_value", param: str | None = None, event_id: str | None = None):
+        super().__init__(message)
+        self.code, self.param, self.event_id = code, param, event_id
+
+
+@dataclass(frozen=True)
+class SessionConfig:
+    """A transcription session's settings (``session.update`` changes them)."""
+
+    model: str = ALIAS  # as the client named it: ``whisper-1`` is the deployment's default model
+    language: str | None = None
+    turns: TurnSettings | None = field(default_factory=TurnSettings)  # None: the client commits
+    params: TranscribeParams | None = None  # the model and language, checked
+
+    def to_json(self) -> dict:
+        detection = None if self.turns is None else {
+            "type": "server_vad", "threshold": self.turns.threshold,
+            "prefix_padding_ms": self.turns.prefix_padding_ms, "silence_duration_ms": self.turns.silence_duration_ms}
+        return {"type": "transcription", "object": "realtime.transcription_session", "include": None, "audio": {"input": {
+            "format": {"type": "audio/pcm", "rate": INPUT_RATE},
+            "transcription": {"model": self.model, "language": self.language, "prompt": ""},
+            "turn_detection": detection, "noise_reduction": None}}}
+
+
+def checked(config: SessionConfig, choices) -> SessionConfig:
+    """``config`` with its request parameters checked (EventError on a model or language not offered)."""
+    fields = {"model": None if config.model == ALIAS else config.model, "language": config.language}
+    try:
+        params = parse_params({k: v for k, v in fields.items() if v is not None}, choices)
+    except RequestError as exc:
+        message = str(exc).removeprefix("parameters.")
+        name = "model" if message.startswith("model") else "language"
+        raise EventError(message, param=f"session.audio.input.transcription.{name}") from None
+    return replace(config, params=params)
+
+
+def updated(config: SessionConfig, session: object, choices) -> SessionConfig:
+    """The config a ``session.update``'s ``session`` asks for (what it leaves out is kept)."""
+    if not isinstance(session, dict):
+        raise EventError(f"session must be an object, got {short_repr(session)}", param="session")
+    if session.get("type", "transcription") != "transcription":
+        raise EventError(f"this server holds transcription sessions only (session.type 'transcription'), got "
+                         f"{short_repr(session.get('type'))}", param="session.type")
+    audio = _object(session, "audio", "session")
+    entry = _object(audio, "input", "session.audio")
+    fmt = entry.get("format")
+    if fmt is not None and (not isinstance(fmt, dict) or fmt.get("type") != "audio/pcm" or fmt.get("rate", INPUT_RATE) != INPUT_RATE):
+        raise EventError(f"the input format must be audio/pcm at {INPUT_RATE} Hz, got {short_repr(fmt)}",
+                         param="session.audio.input.format")
+    if "transcription" in entry:
+        t = entry["transcription"]
+        if not isinstance(t, dict):
+            raise EventError("transcription must be an object (this session always transcribes)",
+                             param="session.audio.input.transcription")
+        if t.get("prompt"):
+            raise EventError("a prompt is not taken in realtime sessions", param="session.audio.input.transcription.prompt")
+        config = replace(config, model=t.get("model") or ALIAS, language=t.get("language") or None)
+    if "turn_detection" in entry:
+        config = replace(config, turns=_turns(entry["turn_detection"]))
+    return checked(config, choices)
+
+
+def _object(parent: dict, key: str, where: str) -> dict:
+    value = parent.get(key)
+    if value is None:
+        return {}
+    if not isinstance(value, dict):
+        raise EventError(f"{key} must be an object, got {short_repr(value)}", param=f"{where}.{key}")
+    return value
+
+
+def _turns(detection: object) -> TurnSettings | None:
+    param = "session.audio.input.turn_detection"
+    if detection is None:
+        return None
+    if not isinstance(detection, dict) or detection.get("type") != "server_vad":
+        raise EventError(f"turn_detection must be null or of type server_vad, got {short_repr(detection)}", param=param)
+    kept = {k: detection[k] for k in ("threshold", "prefix_padding_ms", "silence_duration_ms") if detection.get(k) is not None}
+    try:
+        return TurnSettings(**{k: (float(v) if k == "threshold" else int(v)) for k, v in kept.items()})
+    except (TypeError, ValueError) as exc:
+        raise EventError(f"turn_detection: {one_line(exc)}", param=param) from None
+
+
+def pcm16(audio: object) -> np.ndarray:
+    """An append's ``audio`` (base64 of s16le samples) as float32 samples in [-1, 1]."""
+    if not isinstance(audio, str):
+        raise EventError("audio must be a base64 string of 16-bit PCM", param="audio")
+    try:
+        raw = base64.b64decode(audio, validate=True)
+    except (binascii.Error, ValueError):
+        raise EventError("audio is not valid base64", param="audio") from None
+    if len(raw) % 2:
+        raise EventError(f"audio of {len(raw)} bytes is not whole 16-bit samples", param="audio")
+    return np.frombuffer(raw, "<i2").astype(np.float32) / 32768.0
+
+
+# ------------------------------------------------------------------------------ the session's state
+
+
+@dataclass
+class Item:
+    """A turn being transcribed: its own live stream (opened on its first audio)."""
+
+    id: str
+    start_ms: int
+    live: StreamingTranscriber | None = None
+    samples: int = 0
+    fresh: bool = False  # audio pushed since the last decode
+    text: str = ""  # the deltas sent
+
+
+class Turns:
+    """The session's audio, turns and items, on the model worker only: ``handle`` takes the client's
+    actions in order and gives the server events they make."""
+
+    def __init__(self, transcriber: PipelinePool, config: SessionConfig):
+        self.transcriber = transcriber
+        self.config = config
+        self.position = 0  # samples (16 kHz) received
+        self.origin = 0  # where the turn detector's stream began (a session.update makes another)
+        self.detector = self._detector()
+        self.resampler = soxr.ResampleStream(INPUT_RATE, SAMPLE_RATE, 1, dtype="float32", quality="HQ")
+        self.prefix = np.zeros(0, np.float32)  # the latest prefix padding's audio, outside any turn
+        self.item: Item | None = None
+        self.previous: str | None = None  # the last committed item
+        self.compute_s = 0.0
+
+    def _detector(self) -> TurnDetector | None:
+        turns, self.origin = self.config.turns, self.position
+        return None if turns is None else TurnDetector(self.transcriber.engine(self.config.params).vad, turns)
+
+    def handle(self, actions: list[tuple]) -> list[dict]:
+        """``actions``: ("audio", 24 kHz samples), ("commit", event id), ("clear", event id), ("update",
+        session, event id), ("end",): the audio stops (the open turn is committed), ("event", event):
+        sent as it is (an error the receiver found), in the order the client's events came."""
+        events: list[dict] = []
+        for action in actions:
+            kind = action[0]
+            try:
+                if kind == "audio":
+                    self._audio(self.resampler.resample_chunk(action[1]), events)
+                elif kind == "commit":
+                    self._commit(action[1], events)
+                elif kind == "clear":
+                    self.item, self.prefix = None, self.prefix[:0]
+                    if self.detector is not None:
+                        self.detector.reset()
+                    events.append({"type": "input_audio_buffer.cleared"})
+                elif kind == "update":
+                    self._update(action[1], action[2], events)
+                elif kind == "end":
+                    if self.item is not None and self.item.samples:
+                        self._close(events)
+                elif kind == "event":
+                    events.append(action[1])
+            except EventError as exc:
+                events.append(error_event(exc))
+        if self.item is not None and self.item.fresh:
+            self._decode(self.item, events)
+        return events
+
+    def _update(self, session: object, event_id: str | None, events: list[dict]) -> None:
+        """A ``session.update``: the next turns use the new model and language (a turn open goes on as
+        it began); a new turn detector follows the audio from here."""
+        try:
+            config = updated(self.config, session, self.transcriber.settings.choices)
+            open_stream(self.transcriber, config.params)  # the model loads, the language is one it knows
+        except LiveError as exc:
+            raise EventError(str(exc), param="session.audio.input.transcription.language", event_id=event_id) from None
+        except EventError as exc:
+            exc.event_id = event_id
+            raise
+        self.config = config
+        self.detector = self._detector()
+        events.append({"type": "session.updated"})
+
+    def _audio(self, audio: np.ndarray, events: list[dict]) -> None:
+        if self.detector is None:
+            self._into_item(audio, events)
+            self.position += len(audio)
+            return
+        at = 0
+        for turn in self.detector.feed(audio):
+            cut = min(max(self.origin + turn.sample - self.position, at), len(audio))
+            self._route(audio[at:cut], events)
+            at = cut
+            if turn.kind == "started":
+                self._start(self.origin + turn.sample, events)
+            elif self.item is not None:
+                events.append({"type": "input_audio_buffer.speech_stopped", "item_id": self.item.id,
+                               "audio_end_ms": _ms(self.origin + turn.sample)})
+                self._close(events)
+        self._route(audio[at:], events)
+        self.position += len(audio)
+
+    def _route(self, audio: np.ndarray, events: list[dict]) -> None:
+        if self.item is not None:
+            self._into_item(audio, events)
+        elif len(audio):  # outside a turn: kept as the next turn's prefix padding
+            keep = int(self.config.turns.prefix_padding_ms * SAMPLE_RATE / 1000)
+            self.prefix = np.concatenate([self.prefix, audio])[-keep:] if keep else self.prefix[:0]
+
+    def _start(self, sample: int, events: list[dict]) -> None:
+        if self.item is not None:  # a turn the client began (or a detector before a session.update): it goes on
+            return
+        self._new_item(_ms(sample - len(self.prefix)))
+        events.append({"type": "input_audio_buffer.speech_started", "item_id": self.item.id,
+                       "audio_start_ms": self.item.start_ms})
+        prefix, self.prefix = self.prefix, self.prefix[:0]
+        self._into_item(prefix, events)
+
+    def _new_item(self, start_ms: int) -> None:
+        self.item = Item(f"item_{uuid.uuid4().hex[:20]}", start_ms)
+
+    def _into_item(self, audio: np.ndarray, events: list[dict]) -> None:
+        if not len(audio):
+            return
+        if self.item is None:
+            self._new_item(_ms(self.position))
+        item = self.item
+        if item.live is None:
+            item.live = open_stream(self.transcriber, self.config.params)
+        item.live.push(audio)  # all of it: an update decodes the first window and knows that more waits
+        item.samples += len(audio)
+        item.fresh = True
+
+    def _commit(self, event_id: str | None, events: list[dict]) -> None:
+        item = self.item
+        if item is None or item.samples < MIN_COMMIT_S * SAMPLE_RATE:
+            held = 0.0 if item is None else item.samples / SAMPLE_RATE
+            raise EventError(f"buffer too small: at least {MIN_COMMIT_S * 1000:.0f} ms of audio are needed to commit, "
+                             f"it holds {held * 1000:.0f} ms", code="input_audio_buffer_commit_empty", event_id=event_id)
+        if self.detector is not None:
+            self.detector.reset()
+        self._close(events)
+
+    def _close(self, events: list[dict]) -> None:
+        """The current turn becomes an item: committed, then its last words and its whole transcript."""
+        item, self.item = self.item, None
+        events.append({"type": "input_audio_buffer.committed", "item_id": item.id, "previous_item_id": self.previous})
+        self.previous = item.id
+        if item.live is not None:
+            self._send_words(item, item.live.finish(), events)
+        events.append({"type": "conversation.item.input_audio_transcription.completed", "item_id": item.id,
+                       "content_index": 0, "transcript": item.text,
+                       "usage": {"type": "duration", "seconds": round(item.samples / SAMPLE_RATE, 3)}})
+
+    def _decode(self, item: Item, events: list[dict]) -> None:
+        item.fresh = False
+        self._send_words(item, item.live.update(), events)
+
+    def _send_words(self, item: Item, update: StreamUpdate, events: list[dict]) -> None:
+        self.compute_s += update.seconds
+        words = "".join(w.text for w in update.confirmed.words)
+        delta = words.lstrip() if not item.text else words
+        if delta:
+            item.text += delta
+            events.append({"type": "conversation.item.input_audio_transcription.delta", "item_id": item.id,
+                           "content_index": 0, "delta": delta})
+
+
+def _ms(sample: int) -> int:
+    return max(0, round(sample * 1000 / SAMPLE_RATE))
+
+
+def error_event(exc: EventError) -> dict:
+    return {"type": "error", "error": {"type": "invalid_request_error", "code": exc.code, "message": clip(str(exc)),
+                                       "param": exc.param, "event_id": exc.event_id}}
+
+
+async def end_with(ws: WebSocket, error: LiveError) -> None:
+    """The session's last event, an error, then the close (``/v1/live``'s codes)."""
+    kind = "server_error" if error.status >= 500 else "invalid_request_error"
+    await send_json(ws, {"type": "error", "error": {"type": kind, "code": str(error.status), "message": clip(str(error)),
+                                                    "param": None, "event_id": None}})
+    await close(ws, CLOSE_CODES.get(error.status, 1011))
+
+
+# ------------------------------------------------------------------------------ the socket
+
+
+@dataclass
+class ClientEvents:
+    """What the receiver hands the session's loop: the client's events as ``Turns.handle``'s actions,
+    and how the input ended."""
+
+    actions: list[tuple] = field(default_factory=list)
+    received_s: float = 0.0
+    over_limit: bool = False
+    gone: bool = False
+    error: LiveError | None = None
+    changed: asyncio.Event = field(default_factory=asyncio.Event)
+
+
+class RealtimeSession:
+    """One socket: a receiver task turns client events into actions; this coroutine hands them to the
+    model worker in order and sends the events they make."""
+
+    def __init__(self, ws: WebSocket, worker: ModelWorker, transcriber: PipelinePool):
+        self.ws, self.worker, self.transcriber = ws, worker, transcriber
+        self.limits, self.max_audio_s = transcriber.settings.live, transcriber.settings.max_audio_s
+        self.inbox = ClientEvents()
+        self.session_id = f"sess_{uuid.uuid4().hex[:20]}"
+        self.config: SessionConfig | None = None  # the session's, as the model worker last took it
+        self.events = 0
+
+    async def run(self, turns: Turns) -> None:
+        self.config = turns.config
+        await self.send({"type": "session.created", "session": self._session()})
+        receiver = asyncio.create_task(self.receive())
+        try:
+            await self._work(turns)
+        finally:
+            receiver.cancel()
+        box = self.inbox
+        if box.error is not None:
+            await end_with(self.ws, box.error)
+        elif box.over_limit:
+            await end_with(self.ws, LiveError(status=413, message=f"the session passed the limit of {self.max_audio_s:g} s of audio"),
+                             )
+
+    def _session(self) -> dict:
+        return {"id": self.session_id, **self.config.to_json()}
+
+    async def send(self, event: dict) -> None:
+        if event["type"].startswith("session."):
+            event = {**event, "session": self._session()}
+        self.events += 1
+        await send_json(self.ws, {"event_id": f"event_{self.events}", **event})
+
+    async def _work(self, turns: Turns) -> None:
+        box = self.inbox
+        while True:
+            await box.changed.wait()
+            box.changed.clear()
+            if box.actions:
+                actions, box.actions = box.actions, []
+                events = await on_worker(self.worker, lambda: turns.handle(actions))
+                for event in events:
+                    if event["type"] == "session.updated":
+                        self.config = turns.config
+                    await self.send(event)
+            if box.error is not None or box.gone or (box.over_limit and not box.actions):
+                return
+
+    async def receive(self) -> None:
+        box, pacing = self.inbox, Pacing(self.limits.max_ahead_s)
+        try:
+            while not box.over_limit:
+                message = await next_message(self.ws, self.limits.idle_timeout_s, "event")
+                if message["type"] == "websocket.disconnect":
+                    box.gone = True
+                    return
+                try:
+                    action = self._action(message)
+                except EventError as exc:
+                    action = ("event", error_event(exc))
+                if action[0] == "audio":
+                    action = self._within_limit(action)
+                    await pacing.hold(box.received_s)
+                box.actions.append(action)
+                if box.over_limit:
+                    box.actions.append(("end",))
+                box.changed.set()
+        except LiveError as exc:
+            box.error = exc
+        except Exception as exc:  # noqa: BLE001 - the session ends with an error event, the server goes on
+            log.exception("realtime session: receiving failed")
+            box.error = LiveError(status=500, message=f"internal error: {one_line(exc)}")
+        finally:
+            box.changed.set()
+
+    def _action(self, message: dict) -> tuple:
+        """A client event as an action for ``Turns.handle`` (EventError for a bad one)."""
+        text = message.get("text")
+        if text is None:
+            raise EventError("events are JSON text messages (audio travels base64 in input_audio_buffer.append)",
+                             code="invalid_event")
+        try:
+            event = json.loads(text)
+        except (json.JSONDecodeError, RecursionError):
+            raise EventError(f"an event must be a JSON object, got {short_repr(text)}", code="invalid_json") from None
+        if not isinstance(event, dict):
+            raise EventError(f"an event must be a JSON object, got {short_repr(event)}", code="invalid_json")
+        kind, event_id = event.get("type"), event.get("event_id") if isinstance(event.get("event_id"), str) else None
+        try:
+            if kind == "input_audio_buffer.append":
+                return ("audio", pcm16(event.get("audio")))
+            if kind == "input_audio_buffer.commit":
+                return ("commit", event_id)
+            if kind == "input_audio_buffer.clear":
+                return ("clear", event_id)
+            if kind == "session.update":
+                return ("update", event.get("session"), event_id)
+        except EventError as exc:
+            exc.event_id = event_id
+            raise
+        raise EventError(f"unknown event type {short_repr(kind)} (this server takes: {', '.join(CLIENT_EVENTS)})",
+                         code="invalid_event", param="type", event_id=event_id)
+
+    def _within_limit(self, action: tuple) -> tuple:
+        box = self.inbox
+        samples = action[1]
+        room = int(round((self.max_audio_s - box.received_s) * INPUT_RATE))
+        if len(samples) > room:
+            samples, box.over_limit = samples[: max(0, room)], True
+        box.received_s += len(samples) / INPUT_RATE
+        return ("audio", samples)
+
+
+class RealtimeRoute:
+    """The ``/v1/realtime`` handler; its sockets count against ``/v1/live``'s ``max_streams`` (``slots``)."""
+
+    def __init__(self, transcriber: PipelinePool, worker: ModelWorker, slots: StreamSlots):
+        self.transcriber, self.worker, self.slots = transcriber, worker, slots
+
+    async def __call__(self, ws: WebSocket) -> None:
+        await ws.accept()
+        query = dict(ws.query_params)
+        if query.get("intent", "transcription") != "transcription":
+            await end_with(ws, LiveError(status=400, message="this server holds transcription sessions only: "
+                                                              "connect with ?intent=transcription"))
+            return
+        if not self.slots.take():
+            await end_with(ws, LiveError(status=503, message=f"too many live streams (at most {self.slots.limit}); "
+                                                               "try again later"))
+            return
+        try:
+            await guarded(ws, lambda: self._session(ws, query.get("model")), end_with, "realtime session")
+        finally:
+            self.slots.release()
+            await close(ws, 1000)
+
+    async def _session(self, ws: WebSocket, model: str | None) -> None:
+        try:  # a model named on the URL is the transcription model (speaches reads it so too)
+            config = checked(SessionConfig(model=model or ALIAS), self.transcriber.settings.choices)
+        except EventError as exc:
+            raise LiveError(status=400, message=str(exc)) from None
+        turns = await opened(self.worker, lambda: Turns(self.transcriber, config), self.transcriber.pipeline_key(config.params))
+        await RealtimeSession(ws, self.worker, self.transcriber).run(turns)
+
+
+def add_realtime_route(app: FastAPI, transcriber: PipelinePool, worker: ModelWorker, slots: StreamSlots) -> None:
+    app.add_api_websocket_route(REALTIME_PATH, RealtimeRoute(transcriber, worker, slots))

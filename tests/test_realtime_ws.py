@@ -1,0 +1,265 @@
+"""OpenAI's Realtime API's transcription sessions (/v1/realtime) over loopback, with a real uvicorn
+server and the official ``openai`` client (its typed events parse every event we send): real speech at
+24 kHz comes back as turns (server VAD) or committed items with their transcripts; every bad client
+event gets OpenAI's error event and the session goes on; what ends a session ends it with one error
+event and the close code, and the server goes on serving without a traceback in its log."""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import json
+import threading
+import time
+
+import numpy as np
+import pytest
+import soxr
+from openai import OpenAI
+from openai.types.realtime import (ConversationItemInputAudioTranscriptionCompletedEvent,
+                                   InputAudioBufferCommittedEvent, InputAudioBufferSpeechStartedEvent,
+                                   InputAudioBufferSpeechStoppedEvent, RealtimeErrorEvent, SessionCreatedEvent)
+from websockets.asyncio.client import connect
+from websockets.exceptions import ConnectionClosed
+
+from specwhisper.audio.loading import load_audio
+from specwhisper.evaluation.transcripts import english_set, wer
+from specwhisper.serving.endpoint.contract import Endpoint
+from specwhisper.serving.params import Choices
+from specwhisper.serving.http.serve import ServerConfig, serving
+from specwhisper.serving.service import LiveLimits, ServiceSettings
+from tests.test_abuse import _request, server_log  # noqa: F401 - server_log is a fixture: no traceback in the log
+
+RATE, INPUT_RATE = 16000, 24000
+LIMITS = LiveLimits(max_streams=2, idle_timeout_s=2.0, max_ahead_s=120.0)  # no pacing: the clips go in at once
+MAX_AUDIO_S = 60.0
+DELTA = "conversation.item.input_audio_transcription.delta"
+COMPLETED = "conversation.item.input_audio_transcription.completed"
+
+
+@pytest.fixture(scope="module")
+def server(server_log, tmp_path_factory):  # noqa: F811
+    settings = ServiceSettings(choices=Choices(models=("tiny.en",), drafters=("none",)), max_audio_s=MAX_AUDIO_S, live=LIMITS)
+    config = ServerConfig(port=0, access_log=False, spool_dir=tmp_path_factory.mktemp("spool"))
+    with serving(Endpoint(settings), config) as srv:
+        yield srv
+
+
+@pytest.fixture(scope="module")
+def clips(eval_root):
+    """Two public single-speaker clips of 4-12 s with their references (LibriSpeech, LJSpeech)."""
+    items = [i for i in english_set(eval_root) if i.category == "single" and 4 <= i.duration <= 12 and "jfk" not in i.file]
+    return [(load_audio(i.path), i.reference) for i in items[:2]]
+
+
+@pytest.fixture(autouse=True)
+def still_serving(request):
+    yield
+    if "server" in request.fixturenames:
+        assert _request(request.getfixturevalue("server"), "GET", "/health")[:2] == (200, {"status": "ok"})
+
+
+def _pcm24(audio: np.ndarray) -> bytes:
+    return (np.clip(soxr.resample(audio, RATE, INPUT_RATE, quality="HQ"), -1, 1) * 32767).astype("<i2").tobytes()
+
+
+def _appends(pcm: bytes, piece_s: float = 0.2) -> list[str]:
+    step = int(piece_s * INPUT_RATE) * 2
+    return [base64.b64encode(pcm[i : i + step]).decode() for i in range(0, len(pcm), step)]
+
+
+def _paced(connection, pieces: list[str], speed: float, piece_s: float = 0.2) -> None:
+    """Append ``pieces`` at ``speed`` times real time, then commit (from a thread beside the reader)."""
+    for piece in pieces:
+        connection.input_audio_buffer.append(audio=piece)
+        time.sleep(piece_s / speed)
+    connection.input_audio_buffer.commit()
+
+
+def _collect(connection, until: int) -> list:
+    """The typed events until ``until`` items are completed."""
+    events = []
+    for event in connection:
+        events.append(event)
+        if sum(e.type == COMPLETED for e in events) == until:
+            return events
+    raise AssertionError(f"the session ended first: {[e.type for e in events]}")
+
+
+def _check_items(events: list, references: list[str]) -> list:
+    """Each completed item: its deltas join to its transcript, the transcript is the speech, the
+    items chain in order; returns the committed events."""
+    committed = [e for e in events if isinstance(e, InputAudioBufferCommittedEvent)]
+    completed = [e for e in events if isinstance(e, ConversationItemInputAudioTranscriptionCompletedEvent)]
+    assert [c.item_id for c in committed] == [c.item_id for c in completed]
+    assert [c.previous_item_id for c in committed] == [None] + [c.item_id for c in committed[:-1]]
+    for item, reference in zip(completed, references):
+        deltas = [e.delta for e in events if e.type == DELTA and e.item_id == item.item_id]
+        assert "".join(deltas) == item.transcript and item.transcript == item.transcript.strip()
+        assert wer([reference], [item.transcript]) <= 0.25, (reference, item.transcript)
+        assert item.usage.type == "duration" and item.usage.seconds > 1
+    return committed
+
+
+def test_server_vad_turns(server, clips):
+    """Two clips with 2 s of silence between, the default session but for a longer pause ending a turn
+    (a clip's own pauses stay inside it): two turns, each started, stopped, committed and transcribed."""
+    (a, ref_a), (b, ref_b) = clips
+    gap = np.zeros(2 * RATE, np.float32)
+    audio = np.concatenate([gap[: RATE // 2], a, gap, b, gap])
+    client = OpenAI(base_url=server.url + "/v1", api_key="unused")
+    with client.realtime.connect(extra_query={"intent": "transcription"}) as connection:
+        created = connection.recv()
+        assert isinstance(created, SessionCreatedEvent) and created.session.type == "transcription"
+        assert created.session.audio.input.turn_detection.type == "server_vad"
+        connection.session.update(session={"type": "transcription", "audio": {"input": {
+            "turn_detection": {"type": "server_vad", "silence_duration_ms": 1200}}}})
+        for piece in _appends(_pcm24(audio)):
+            connection.input_audio_buffer.append(audio=piece)
+        events = _collect(connection, 2)
+    updated = next(e for e in events if e.type == "session.updated")
+    assert updated.session.audio.input.turn_detection.silence_duration_ms == 1200
+    committed = _check_items(events, [ref_a, ref_b])
+    started = [e for e in events if isinstance(e, InputAudioBufferSpeechStartedEvent)]
+    stopped = [e for e in events if isinstance(e, InputAudioBufferSpeechStoppedEvent)]
+    assert [e.item_id for e in started] == [e.item_id for e in stopped] == [c.item_id for c in committed]
+    a_end_ms, b_start_ms = 500 + len(a) / RATE * 1000, 500 + (len(a) + len(gap)) / RATE * 1000
+    assert 0 <= started[0].audio_start_ms <= 900  # the speech at 0.5 s, less the prefix padding
+    assert a_end_ms - 1000 <= stopped[0].audio_end_ms <= a_end_ms + 1200 + 300
+    assert stopped[0].audio_end_ms < started[1].audio_start_ms <= b_start_ms + 500
+
+
+def test_commits_and_bad_events(server, clips):
+    """Without turn detection the client commits: bad events in between get error events and the
+    session goes on; the words come as deltas while the audio still arrives (at twice real time)."""
+    (a, ref_a), _ = clips
+    pieces = _appends(_pcm24(a))
+    client = OpenAI(base_url=server.url + "/v1", api_key="unused")
+    with client.realtime.connect(extra_query={"intent": "transcription"}) as connection:
+        connection.recv()  # session.created
+        connection.session.update(session={"type": "transcription", "audio": {"input": {"turn_detection": None}}})
+        assert connection.recv().session.audio.input.turn_detection is None
+        bad = [({"type": "input_audio_buffer.commit", "event_id": "c0"}, "input_audio_buffer_commit_empty", None),
+               ({"type": "response.create", "event_id": "r1"}, "invalid_event", "type"),
+               ({"type": "input_audio_buffer.append", "audio": "%%%", "event_id": "a2"}, "invalid_value", "audio"),
+               ({"type": "input_audio_buffer.append", "audio": "AAAA", "event_id": "a3"}, "invalid_value", "audio"),
+               ({"type": "session.update", "event_id": "s4", "session": {"type": "transcription", "audio": {"input": {
+                   "format": {"type": "audio/pcm", "rate": 16000}}}}}, "invalid_value", "session.audio.input.format"),
+               ({"type": "session.update", "event_id": "s5", "session": {"type": "transcription", "audio": {"input": {
+                   "transcription": {"model": "gpt-4o-transcribe"}}}}}, "invalid_value", "session.audio.input.transcription.model"),
+               ({"type": "session.update", "event_id": "s6", "session": {"type": "transcription", "audio": {"input": {
+                   "transcription": {"model": "whisper-1", "language": "de"}}}}}, "invalid_value",
+                "session.audio.input.transcription.language")]
+        for event, _, _ in bad:
+            connection.send(event)
+        for (event, code, param) in bad:
+            error = connection.recv()
+            assert isinstance(error, RealtimeErrorEvent), error
+            assert (error.error.code, error.error.param, error.error.event_id) == (code, param, event["event_id"]), error
+            assert error.error.type == "invalid_request_error" and "\n" not in error.error.message
+        sender = threading.Thread(target=_paced, args=(connection, pieces, 2.0))
+        sender.start()
+        events = _collect(connection, 1)
+        sender.join()
+    first_delta = next(i for i, e in enumerate(events) if e.type == DELTA)
+    assert first_delta < next(i for i, e in enumerate(events) if e.type == "input_audio_buffer.committed")
+    _check_items(events, [ref_a])
+
+
+def test_clear_drops_the_turn(server, clips):
+    (a, ref_a), (b, ref_b) = clips
+    client = OpenAI(base_url=server.url + "/v1", api_key="unused")
+    with client.realtime.connect(extra_query={"intent": "transcription"}) as connection:
+        connection.recv()
+        connection.session.update(session={"type": "transcription", "audio": {"input": {"turn_detection": None}}})
+        for piece in _appends(_pcm24(a)):
+            connection.input_audio_buffer.append(audio=piece)
+        connection.input_audio_buffer.clear()
+        for piece in _appends(_pcm24(b)):
+            connection.input_audio_buffer.append(audio=piece)
+        connection.input_audio_buffer.commit()
+        events = _collect(connection, 1)
+    assert any(e.type == "input_audio_buffer.cleared" for e in events)
+    _check_items(events, [ref_b])
+
+
+def _raw(server, query: str, messages: list[str]) -> tuple[list[dict], int | None]:
+    async def session():
+        url = server.url.replace("http://", "ws://") + "/v1/realtime" + query
+        async with connect(url, open_timeout=60, close_timeout=10) as ws:
+            for message in messages:
+                await ws.send(message)
+            received = []
+            try:
+                async for raw in ws:
+                    received.append(json.loads(raw))
+            except ConnectionClosed:
+                pass
+            return received, ws.close_code
+
+    return asyncio.run(session())
+
+
+def _fatal(received: list[dict], code: int | None, close: int, fragment: str) -> None:
+    error = received[-1]
+    assert error["type"] == "error" and fragment in error["error"]["message"], received
+    assert "\n" not in error["error"]["message"] and code == close, (code, received)
+
+
+@pytest.mark.parametrize("query, fragment", [("?intent=conversation", "transcription sessions only"),
+                                             ("?intent=transcription&model=gpt-realtime", "model")])
+def test_refused_sessions(server, query, fragment):
+    received, code = _raw(server, query, [])
+    _fatal(received, code, 1008, fragment)
+
+
+def test_idle_session_is_closed_and_a_binary_frame_is_refused(server):
+    received, code = _raw(server, "?intent=transcription", [b"\x00\x01"])
+    assert received[0]["type"] == "session.created"
+    assert received[1]["type"] == "error" and received[1]["error"]["code"] == "invalid_event"
+    _fatal(received, code, 1008, "no event for 2 s")
+
+
+def test_sessions_share_the_live_streams_limit(server):
+    """/v1/live and /v1/realtime sockets count together (2 here): a third is refused with 503."""
+    opened = threading.Event()
+    release = threading.Event()
+
+    async def hold():
+        async with connect(server.url.replace("http://", "ws://") + "/v1/live"):
+            async with connect(server.url.replace("http://", "ws://") + "/v1/realtime?intent=transcription") as ws:
+                await ws.recv()  # session.created
+                opened.set()
+                while not release.is_set():
+                    await asyncio.sleep(0.05)
+
+    holder = threading.Thread(target=asyncio.run, args=(hold(),))
+    holder.start()
+    try:
+        assert opened.wait(60)
+        received, code = _raw(server, "?intent=transcription", [])
+        _fatal(received, code, 1013, "too many live streams")
+    finally:
+        release.set()
+        holder.join(30)
+
+
+def test_past_the_audio_limit_the_open_turn_is_transcribed_then_the_session_ends(server, eval_root):
+    """Distinct clips back to back past the limit, sent at once: the turn up to the limit is transcribed,
+    then the session ends with 413's error event."""
+    items = [i for i in english_set(eval_root) if i.category == "single" and 4 <= i.duration <= 15 and "jfk" not in i.file]
+    clips, references, seconds = [], [], 0.0
+    for item in items:
+        if seconds > MAX_AUDIO_S:
+            break
+        clips.append(load_audio(item.path))
+        if seconds + item.duration <= MAX_AUDIO_S:
+            references.append(item.reference)
+        seconds += len(clips[-1]) / RATE
+    events = [json.dumps({"type": "session.update", "session": {"type": "transcription", "audio": {"input": {"turn_detection": None}}}})]
+    events += [json.dumps({"type": "input_audio_buffer.append", "audio": p}) for p in _appends(_pcm24(np.concatenate(clips)), piece_s=2.0)]
+    received, code = _raw(server, "?intent=transcription", events)
+    completed = [e for e in received if e["type"] == COMPLETED]
+    assert len(completed) == 1 and abs(completed[0]["usage"]["seconds"] - MAX_AUDIO_S) < 0.5
+    assert wer([" ".join(references)], [completed[0]["transcript"]]) <= 0.35, completed[0]["transcript"]
+    _fatal(received, code, 1009, f"limit of {MAX_AUDIO_S:g} s")
