@@ -170,3 +170,18 @@ def test_turns_start_at_speech_and_stop_after_the_pause(vad, eval_root):
     assert a_end - 16000 <= events[1].sample - 1.2 * 16000 <= a_end + 1600  # 1.2 s after its last speech window
     assert b_start <= events[2].sample <= b_start + 16000
     assert b_end - 16000 <= events[3].sample - 1.2 * 16000 <= b_end + 1600
+
+
+def test_turns_do_not_depend_on_the_piece_size(vad, tmp_path):
+    """The turns of the 48 s talk of bench/realtime.py (a -67 dB clip after a loud one, heard as a turn
+    only because the stream restarts after a turn) are the same fed in 0.1 s pieces or all at once: a
+    stop takes back the windows after it that the piece scored, and hears them again alone."""
+    from specwhisper.evaluation.transcripts import build_long_file
+    from specwhisper.live.turns import TurnDetector, TurnSettings
+
+    audio = load_audio(build_long_file("dense", tmp_path, min_seconds=40).path)
+    pieces = TurnDetector(vad, TurnSettings())
+    small = [e for i in range(0, len(audio), 1600) for e in pieces.feed(audio[i : i + 1600])]
+    assert small == TurnDetector(vad, TurnSettings()).feed(audio)
+    starts = [e.sample / 16000 for e in small if e.kind == "started"]
+    assert any(33.0 <= s <= 34.0 for s in starts), starts  # the quiet clip, 33.04-37.36 s

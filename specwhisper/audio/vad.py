@@ -189,17 +189,31 @@ class SpeechProbStream:
         self._rest = np.zeros(0, np.float32)  # samples short of a whole window
         self._before = np.zeros(CONTEXT, np.float32)  # the last window's tail (zeros at the start, as speech_probs)
         self._state = None
+        self._last = np.zeros(0, np.float32)  # the whole windows the last call scored
+
+    def restart(self, after: int) -> None:
+        """Hear the stream from window ``after + 1`` on alone, as from a stream's start (silero's state
+        reset): the windows after it that the last call scored are taken back, and the next call scores
+        them again first."""
+        keep = (after + 1 - (self.windows - len(self._last) // WINDOW)) * WINDOW
+        if not 0 <= keep <= len(self._last):
+            raise ValueError(f"window {after} is not one the last call scored")
+        self._rest = np.concatenate([self._last[keep:], self._rest])
+        self.windows -= (len(self._last) - keep) // WINDOW
+        self._last = self._last[:keep]
+        self._before[:] = 0.0
+        self._state = None
 
     @torch.inference_mode()
     def feed(self, audio: np.ndarray) -> list[float]:
         """The probabilities of the windows ``audio`` completes, in order."""
         x = np.concatenate([self._rest, np.asarray(audio, dtype=np.float32)])
         n = len(x) // WINDOW
-        self._rest = x[n * WINDOW :]
+        self._rest, self._last = x[n * WINDOW :], x[: n * WINDOW]
         if not n:
             return []
         device = self.vad.device
-        w = torch.from_numpy(x[: n * WINDOW]).view(n, WINDOW).to(device)
+        w = torch.from_numpy(self._last).view(n, WINDOW).to(device)
         with one_thread(), _no_tf32():
             probs, self._state = self.vad._windows(w, torch.from_numpy(self._before)[None].to(device), self._state)
         self._before = x[n * WINDOW - CONTEXT : n * WINDOW].copy()
