@@ -27,8 +27,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--dtype", default="auto", help="auto (float16 on a GPU, float32 on the CPU), float32, float16 or bfloat16 (default: auto)")
     p.add_argument("--threads", type=int, help="CPU threads for torch (default: one per core)")
     p.add_argument("--cache-dir", type=Path, help="where converted models are kept (default: ~/.cache/specwhisper)")
-    p.add_argument("--max-duration", type=float, default=4 * 3600, help="refuse audio longer than this many seconds (default: 14400)")
-    p.add_argument("--max-file-mb", type=float, default=200, help="largest upload in MB (default: 200)")
+    p.add_argument("--max-duration", type=positive(float), default=4 * 3600, help="refuse audio longer than this many seconds (default: 14400)")
+    p.add_argument("--max-file-mb", type=positive(float), default=200, help="largest upload in MB (default: 200)")
     p.add_argument("--output-dir", type=Path, help="where download files are written (default: a temporary folder)")
     p.add_argument("--live-streams", type=int, default=2, help="live recordings (the Live tab) at once (default: 2)")
     p.add_argument("--overtake-audio", type=positive(float, or_zero=True), default=OVERTAKE_S,
@@ -60,20 +60,26 @@ def main(argv: list[str] | None = None) -> int:
     except ValueError as exc:
         print(f"app: error: {exc}", file=sys.stderr)
         return 2
-    from specwhisper.serving.params import parse_params
+    from specwhisper.serving.params import one_line, parse_params
     from specwhisper.serving.service import LiveLimits, ServiceSettings, PipelinePool
     from specwhisper.serving.ui.app import UiConfig, build_demo, theme
 
-    settings = ServiceSettings(
-        base=PipelineConfig(device=args.device, dtype=args.dtype, threads=args.threads, cache_dir=args.cache_dir),
-        choices=Choices(models=split(args.models), drafters=split(args.drafters)),
-        max_audio_s=args.max_duration,
-        max_upload_bytes=int(args.max_file_mb * 2**20),
-        live=LiveLimits(max_streams=args.live_streams),
-    )
-    service = PipelinePool(settings)
-    if not args.no_preload:
-        service.preload(parse_params({}, settings.choices))
+    from specwhisper.asr.weights.loader import ModelError
+
+    try:
+        settings = ServiceSettings(
+            base=PipelineConfig(device=args.device, dtype=args.dtype, threads=args.threads, cache_dir=args.cache_dir),
+            choices=Choices(models=split(args.models), drafters=split(args.drafters)),
+            max_audio_s=args.max_duration,
+            max_upload_bytes=int(args.max_file_mb * 2**20),
+            live=LiveLimits(max_streams=args.live_streams),
+        )
+        service = PipelinePool(settings)
+        if not args.no_preload:
+            service.preload(parse_params({}, settings.choices))
+    except (ValueError, OSError, ModelError) as exc:  # a bad limit, a model that does not load (a bad name)
+        print(f"app: error: {one_line(exc)}", file=sys.stderr)
+        return 2
     output_dir = args.output_dir or Path(tempfile.mkdtemp(prefix="specwhisper-ui-"))
     demo = build_demo(service, UiConfig(output_dir=output_dir, overtake_s=args.overtake_audio))
     demo.queue(default_concurrency_limit=1, max_size=32)

@@ -187,6 +187,12 @@ def test_lying_container_stops_at_the_limit(server, media):
     _is_error(status, body, 400, f"over the limit of {MAX_AUDIO_S} s")
 
 
+def test_a_form_upload_to_the_plain_route_is_pointed_to_the_openai_one(server):
+    body = b"--xyz\r\nContent-Disposition: form-data; name=\"file\"; filename=\"a.wav\"\r\n\r\nRIFF\r\n--xyz--\r\n"
+    status, answer, _ = _request(server, "POST", "/", body, {"Content-Type": "multipart/form-data; boundary=xyz"})
+    _is_error(status, answer, 400, "a form upload (curl -F file=@FILE) goes to POST /v1/audio/transcriptions")
+
+
 @pytest.mark.integration
 def test_deeply_nested_json(server):
     status, body, _ = _request(server, "POST", "/", b"[" * 200_000 + b"]" * 200_000, {"Content-Type": "application/json"})

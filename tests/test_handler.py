@@ -422,3 +422,19 @@ def test_ctranslate2_repository_is_converted_once(tmp_path):
     assert whisper_folder(ct2, cache_dir=tmp_path / "cache") == first and time.perf_counter() - t < 1.0
     bundle = load_whisper(first)
     assert bundle.model.config.vocab_size == load_whisper("tiny.en").model.config.vocab_size
+
+
+@pytest.mark.parametrize("argv, env, expected", [
+    (["-m", "specwhisper.serving.http.serve", "--port", "0"], {"SPECWHISPER_MODELS": "nope"},
+     "serve: error: model 'nope' is not an embedded model"),
+    (["-m", "specwhisper.serving.http.serve", "--port", "0"], {"SPECWHISPER_MAX_AUDIO_S": "-1"},
+     "serve: error: SPECWHISPER_MAX_AUDIO_S must be more than 0, got -1"),
+    (["app.py", "--port", "0", "--drafters", "bogus"], {}, "app: error: model 'bogus' is not an embedded model"),
+])
+def test_a_server_that_cannot_start_says_why_in_one_line(argv, env, expected):
+    """A bad model name or limit at start: one line and exit 2, not a traceback (nor a server that
+    refuses every request)."""
+    proc = subprocess.run([sys.executable, *argv], cwd=ROOT, env={**os.environ, "HF_HUB_OFFLINE": "1", **env},
+                          capture_output=True, text=True, timeout=300)
+    lines = [line for line in proc.stderr.splitlines() if line.strip()]
+    assert proc.returncode == 2 and len(lines) == 1 and lines[0].startswith(expected), proc.stderr

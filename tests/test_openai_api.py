@@ -344,9 +344,14 @@ def _create(client, **overrides):
     ({"prompt": "x" * 2001}, 400, "prompt: must be at most 2000 characters, got 2001", "prompt", None),
     ({"extra_body": {"num_speakers": "two"}}, 400, "num_speakers: must be a whole number, got 'two'", "num_speakers", None),
     ({"extra_body": {"colour": "blue"}}, 400, "Unrecognized request argument supplied: colour", "colour", "unknown_parameter"),
-    ({"stream": True, "response_format": "verbose_json"}, 400, "streamed answers are transcriptions' text events",
+    ({"stream": True, "response_format": "verbose_json"}, 400, "for response_format json, text or diarized_json (got verbose_json)",
      "stream", "unsupported_value"),
+    ({"extra_body": {"stream": "no"}}, 400, "stream: must be true or false, got 'no'", "stream", "invalid_value"),
+    ({"extra_body": {"word_timestamps": True}}, 400, "send timestamp_granularities[]=word", "word_timestamps", "unknown_parameter"),
+    ({"extra_body": {"task": "translate"}}, 400, "send the /v1/audio/translations route", "task", "unknown_parameter"),
     ({"stream": True, "extra_body": {"diarize": True}}, 400, "speakers come only in diarized_json's segment events",
+     "stream", "unsupported_value"),
+    ({"stream": True, "extra_body": {"diarize": True, "postedit": False}}, 400, "send response_format diarized_json, or stream=false",
      "stream", "unsupported_value"),
     ({"stream": True, "response_format": "diarized_json", "extra_body": {"postedit": True}}, 400,
      "the post-edit needs the whole file first", "stream", "unsupported_value"),
@@ -433,3 +438,13 @@ def test_serve_takes_the_key_from_the_flag_or_the_environment(capsys):
     assert serve.main(["--api-key", "two words"]) == 2
     err = capsys.readouterr().err
     assert err == "serve: error: --api-key: the API key must be non-empty printable ASCII without spaces\n"
+    assert serve.main(["--api-key", ""]) == 2  # "$KEY" with KEY unset: refused, not an open server
+    assert capsys.readouterr().err == "serve: error: --api-key: the API key must be non-empty printable ASCII without spaces\n"
+    with pytest.raises(ValueError, match="SPECWHISPER_API_KEY: the API key must be non-empty"):
+        serve.api_key_from(parse([]), {"SPECWHISPER_API_KEY": ""})
+
+
+def test_translations_do_not_stream(client):
+    with pytest.raises(openai.APIStatusError) as info:
+        client.audio.translations.create(file=("jfk.wav", b"RIFF"), model="whisper-1", extra_body={"stream": True})
+    _openai_error(info.value, 400, "translations do not stream", "stream", "unsupported_value")

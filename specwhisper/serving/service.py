@@ -65,6 +65,14 @@ class ServiceSettings:
     spool_dir: Path = field(default_factory=default_spool_dir)
     live: LiveLimits = field(default_factory=LiveLimits)
 
+    def __post_init__(self) -> None:
+        if not self.max_audio_s > 0:  # NaN too
+            raise ValueError(f"the audio limit must be more than 0 seconds, got {self.max_audio_s:g}")
+        if self.max_upload_bytes < 1:
+            raise ValueError(f"the upload limit must be at least 1 byte, got {self.max_upload_bytes}")
+        if self.max_loaded < 1:
+            raise ValueError(f"at least 1 pipeline must stay loaded, got {self.max_loaded}")
+
 
 class PipelinePool:
     def __init__(self, settings: ServiceSettings | None = None):

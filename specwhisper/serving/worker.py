@@ -138,7 +138,7 @@ class ModelWorker:
     def _put(self, job: _Job) -> tuple[Future, CancelToken]:
         with self._ready:
             if len(self._jobs) >= self.max_waiting:
-                raise QueueFull(f"{self.max_waiting} requests are already waiting for the model")
+                raise QueueFull(f"{self.max_waiting} request{'s are' if self.max_waiting > 1 else ' is'} already waiting for the model")
             self._jobs.append(job)
             self._ready.notify()
         return job.future, job.token

@@ -63,16 +63,21 @@ def settings_from_env(env: Mapping[str, str]) -> ServiceSettings:
         resolve_dtype(dtype, resolved)
     except ValueError as exc:
         raise ValueError(f"SPECWHISPER_DTYPE: {exc}") from None
+    max_audio_s, max_upload_mb = number("SPECWHISPER_MAX_AUDIO_S", 4 * 3600), number("SPECWHISPER_MAX_UPLOAD_MB", 200)
+    if not (max_audio_s > 0 and max_upload_mb > 0):
+        name, value = ("SPECWHISPER_MAX_AUDIO_S", max_audio_s) if not max_audio_s > 0 else ("SPECWHISPER_MAX_UPLOAD_MB", max_upload_mb)
+        raise ValueError(f"{name} must be more than 0, got {value:g}")
+    try:
+        live = LiveLimits(max_streams=int(number("SPECWHISPER_LIVE_STREAMS", LiveLimits.max_streams)),
+                          idle_timeout_s=number("SPECWHISPER_LIVE_IDLE_S", LiveLimits.idle_timeout_s),
+                          max_ahead_s=number("SPECWHISPER_LIVE_AHEAD_S", LiveLimits.max_ahead_s))
+    except ValueError as exc:
+        raise ValueError(f"SPECWHISPER_LIVE_*: {exc}") from None
     return ServiceSettings(
         base=PipelineConfig(device=device, dtype=dtype, threads=int(threads) if threads else None,
                             cache_dir=Path(cache) if cache else None),
         choices=Choices(models=items("SPECWHISPER_MODELS", Choices.models), drafters=items("SPECWHISPER_DRAFTERS", Choices.drafters)),
-        max_audio_s=number("SPECWHISPER_MAX_AUDIO_S", 4 * 3600),
-        max_upload_bytes=int(number("SPECWHISPER_MAX_UPLOAD_MB", 200) * 2**20),
-        live=LiveLimits(max_streams=int(number("SPECWHISPER_LIVE_STREAMS", LiveLimits.max_streams)),
-                        idle_timeout_s=number("SPECWHISPER_LIVE_IDLE_S", LiveLimits.idle_timeout_s),
-                        max_ahead_s=number("SPECWHISPER_LIVE_AHEAD_S", LiveLimits.max_ahead_s)),
-    )
+        max_audio_s=max_audio_s, max_upload_bytes=max(1, int(max_upload_mb * 2**20)), live=live)
 
 
 def base64_to_file(text: str, out: BinaryIO, max_bytes: int) -> int:

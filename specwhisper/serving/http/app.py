@@ -44,7 +44,8 @@ from specwhisper.serving.http.uploads import Refusal, RequestLimits, Uploads
 
 log = logging.getLogger(__name__)
 POST_PATHS = ("/", "/predict")
-ROUTES_HINT = "POST / with audio, POST /v1/audio/transcriptions, GET /health, WebSockets /v1/live and /v1/realtime"
+ROUTES_HINT = ("POST / with audio, POST /v1/audio/transcriptions and /v1/audio/translations, GET /v1/models, GET /health, "
+               "WebSockets /v1/live and /v1/realtime")
 __all__ = ["RequestLimits", "create_app"]
 
 
@@ -126,6 +127,9 @@ def create_app(endpoint: Endpoint, worker: ModelWorker, spool: Spool, limits: Re
 
     async def upload(request: Request, path: Path) -> TranscribeParams:
         ctype = (request.headers.get("content-type") or "").split(";")[0].strip().lower()
+        if ctype == "multipart/form-data":  # refused unread: the connection closes
+            raise Refusal(400, "POST / takes the audio file itself as the body (curl --data-binary @FILE); a form "
+                               "upload (curl -F file=@FILE) goes to POST /v1/audio/transcriptions", close=True)
         is_json = ctype == "application/json"
         max_bytes = limits.max_json_bytes if is_json else limits.max_upload_bytes
         with path.open("wb") as f:

@@ -40,7 +40,7 @@ from specwhisper.asr.decoding.language import LANGUAGES
 from specwhisper.results.transcript import Transcript, segments_to_dicts
 from specwhisper.pipeline.writers import render
 from specwhisper.serving.http.form_upload import FILE_FIELD, FORM_OVERHEAD, FormUpload
-from specwhisper.serving.params import Choices, RequestError, TranscribeParams, clip, parse_params
+from specwhisper.serving.params import Choices, RequestError, TranscribeParams, clip, parse_params, short_repr
 from specwhisper.serving.http.uploads import Refusal, StreamEvents, Uploads
 
 ALIAS = "whisper-1"  # what OpenAI's clients and the apps built on them name by default
@@ -59,6 +59,10 @@ VAD_KEYS = ("type", "threshold", "prefix_padding_ms", "silence_duration_ms")
 SET_HERE = {"model", "language", "temperature", "initial_prompt", "task", "word_timestamps", "return_timestamps", "formats"}
 EXTRA_FIELDS = tuple(name for name in TranscribeParams.model_fields if name not in SET_HERE)
 OPENAI_NAMES = {"initial_prompt": "prompt"}  # our parameter -> the OpenAI field that sets it
+# our parameters that OpenAI's own fields set here, and which field to send instead
+SET_BY = {"initial_prompt": "prompt", "word_timestamps": "timestamp_granularities[]=word with verbose_json",
+          "return_timestamps": "response_format verbose_json", "formats": "response_format",
+          "task": "the /v1/audio/translations route to translate"}
 
 
 def is_openai_path(path: str) -> bool:
@@ -124,6 +128,9 @@ def _parameter_error(exc: RequestError, names: Mapping[str, str] | None = None) 
 def openai_request(fields: Mapping[str, list[str]], task: str, choices: Choices) -> OpenAIRequest:
     """The one mapping of OpenAI's form fields (and our extra ones) onto our request parameters."""
     for name in fields:
+        if name in SET_BY:
+            raise Refusal(400, f"{name} is set by OpenAI's own fields here: send {SET_BY[name]}", param=name,
+                          code="unknown_parameter")
         if name not in OPENAI_FIELDS and name not in EXTRA_FIELDS and not name.startswith(VAD_CONFIG):
             raise Refusal(400, f"Unrecognized request argument supplied: {clip(name, 60)}", param=name, code="unknown_parameter")
     formats = FORMATS if task == "transcribe" else FORMATS[:-1]
@@ -137,10 +144,15 @@ def openai_request(fields: Mapping[str, list[str]], task: str, choices: Choices)
     if granularities and response_format != "verbose_json":
         raise Refusal(400, "`response_format` must be `verbose_json` if `timestamp_granularities[]` is provided",
                       param="timestamp_granularities[]", code="invalid_value")
-    stream = (_one(fields, "stream") or "false").lower() not in ("false", "0")
-    if stream and (task != "transcribe" or response_format not in STREAM_FORMATS):
-        raise Refusal(400, "stream: streamed answers are transcriptions' text events (response_format json, text or diarized_json)",
-                      param="stream", code="unsupported_value")
+    stream = (_one(fields, "stream") or "false").lower()
+    if stream not in ("true", "1", "false", "0"):
+        raise Refusal(400, f"stream: must be true or false, got {short_repr(stream)}", param="stream", code="invalid_value")
+    stream = stream in ("true", "1")
+    if stream and task != "transcribe":
+        raise Refusal(400, "stream: translations do not stream (send stream=false)", param="stream", code="unsupported_value")
+    if stream and response_format not in STREAM_FORMATS:
+        raise Refusal(400, f"stream: streamed answers are text events, for response_format json, text or diarized_json "
+                           f"(got {response_format})", param="stream", code="unsupported_value")
     raw: dict[str, object] = {name: value for name in EXTRA_FIELDS if (value := _one(fields, name)) is not None}
     chunking = _chunking(fields)
     if "vad_threshold" in chunking and "vad_threshold" in raw:
@@ -160,10 +172,12 @@ def openai_request(fields: Mapping[str, list[str]], task: str, choices: Choices)
         params = parse_params(raw, choices)
     except RequestError as exc:
         raise _parameter_error(exc, {"vad_threshold": "chunking_strategy[threshold]"} if chunking else {}) from None
-    if stream and (params.postedit or (params.diarize and response_format != "diarized_json")):
-        raise Refusal(400, "stream: the post-edit needs the whole file first, and speakers come only in diarized_json's "
-                           "segment events (send stream=false, or response_format diarized_json without postedit)",
+    if stream and params.postedit:
+        raise Refusal(400, "stream: the post-edit needs the whole file first (send stream=false, or no postedit)",
                       param="stream", code="unsupported_value")
+    if stream and params.diarize and response_format != "diarized_json":
+        raise Refusal(400, "stream: speakers come only in diarized_json's segment events (send response_format "
+                           "diarized_json, or stream=false)", param="stream", code="unsupported_value")
     return OpenAIRequest(task, response_format, frozenset(granularities), params, stream)
 
 

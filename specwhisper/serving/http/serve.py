@@ -24,7 +24,9 @@ from pathlib import Path
 
 import uvicorn
 
+from specwhisper.asr.weights.loader import ModelError
 from specwhisper.serving.arguments import OneLineParser, positive
+from specwhisper.serving.params import one_line
 from specwhisper.serving.http.auth import check_api_key
 from specwhisper.serving.endpoint.contract import Endpoint
 from specwhisper.serving.http.app import RequestLimits, create_app
@@ -151,9 +153,10 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def api_key_from(args: argparse.Namespace, env: Mapping[str, str]) -> str | None:
-    """The key of --api-key, else of SPECWHISPER_API_KEY; None when neither is set (or both are empty)."""
+    """The key of --api-key, else of SPECWHISPER_API_KEY; None when neither is set. One set but empty is an
+    error, not an open server (``--api-key "$KEY"`` with KEY unset)."""
     key = args.api_key if args.api_key is not None else env.get(API_KEY_ENV)
-    if not key:
+    if key is None:
         return None
     try:
         return check_api_key(key)
@@ -193,8 +196,8 @@ def main(argv: list[str] | None = None) -> int:
             settings.base.threads = args.threads
         config = config_from_args(args, settings.max_upload_bytes, api_key_from(args, os.environ))
         server = EndpointServer(Endpoint(settings), config)
-    except (ValueError, OSError) as exc:
-        print(f"serve: error: {exc}", file=sys.stderr)
+    except (ValueError, OSError, ModelError) as exc:  # a bad setting, a model that does not load (a bad name)
+        print(f"serve: error: {one_line(exc)}", file=sys.stderr)
         return 2
     if config.api_key is None and config.host not in LOOPBACK:
         log.warning("no API key (--api-key or %s): anyone who reaches %s may use the server", API_KEY_ENV, server.url)
