@@ -166,8 +166,12 @@ def _bad_inputs(tmp_path):
     (tmp_path / "truncated.flac").write_bytes(b"fLaC" + data[4:200])
     sf.write(tmp_path / "lowrate.wav", np.zeros(400, dtype=np.int16), 400, subtype="PCM_16")
     (tmp_path / "no-audio").mkdir(exist_ok=True)  # a folder is a batch input (tests/test_batch.py)
+    subprocess.run(["ffmpeg", "-loglevel", "error", "-y", "-f", "lavfi", "-i", "testsrc=duration=1:size=32x32:rate=5",
+                    "-pix_fmt", "yuv420p", str(tmp_path / "silent-video.mp4")], check=True)
     return {
         "missing": ([tmp_path / "nope.wav"], "file not found"),
+        "device_file": (["/dev/null"], "/dev/null: not a regular file (a device, pipe or socket)"),
+        "video_without_sound": ([tmp_path / "silent-video.mp4"], "silent-video.mp4: the file has no audio stream"),
         "directory": ([tmp_path / "no-audio"], "no input files found"),
         "empty": ([tmp_path / "empty.wav"], "empty"),
         "text": ([tmp_path / "notes.wav"], "not a readable audio file"),
@@ -341,3 +345,20 @@ def test_rttm_without_diarize_is_refused_before_models_load(monkeypatch, capsys,
     assert cli.main([str(tmp_path / "a.wav"), "-o", str(tmp_path / "out"), "-f", "rttm"]) == 2
     assert "rttm needs --diarize" in _one_line_error(capsys.readouterr().err)
     assert not (tmp_path / "out").exists()
+
+
+def test_contradictions_failed_files_and_warnings_say_so(run_cli, eval_root, tmp_path):
+    jfk = eval_root / "whisper.cpp/jfk.wav"
+    for argv, fragment in [(["--verbose", "-q"], "--verbose prints every segment and --quiet prints nothing"),
+                           (["--verbose", "--live"], "--live prints the confirmed text as it comes"),
+                           (["--num-speakers", "2"], "--num-speakers needs --diarize")]:
+        code, out, err = run_cli(jfk, "-o", tmp_path, *argv)
+        assert code == 2 and fragment in _one_line_error(err), err
+    (tmp_path / "empty.wav").write_bytes(b"")  # passes the check before the model loads, fails to decode
+    code, out, err = run_cli(jfk, tmp_path / "empty.wav", "-o", tmp_path / "o", "--verbose")
+    assert code == 1 and out.startswith(f"==> {jfk} <==\n[00:") and "empty.wav" not in out, out  # no header for it
+    assert "empty.wav: the file is empty" in err
+    code, out, err = run_cli(jfk, "--clip-timestamps", "60,90", "-o", tmp_path / "c", "-f", "txt")
+    lines = err.strip().splitlines()
+    assert lines[0] == "transcribe: warning: clip_timestamps: no clip is within the 11.0 s of audio: nothing to transcribe"
+    assert "language not detected" in lines[-1] and "(auto: )" not in lines[-1], lines

@@ -126,7 +126,10 @@ def _ffmpeg_decode(path: str, name: str, max_seconds: float, claimed_s: float | 
         if out.over:
             raise over_limit(name, max_seconds)
         if code != 0:
-            raise AudioError(f"{name}: not a readable audio file ({_ffmpeg_reason(stderr, path)})")
+            reason = _ffmpeg_reason(stderr, path)
+            if "does not contain any stream" in reason:  # "-vn" left nothing: a video without sound, or subtitles
+                raise AudioError(f"{name}: the file has no audio stream")
+            raise AudioError(f"{name}: not a readable audio file ({reason})")
     return out.audio()
 
 
@@ -160,7 +163,7 @@ def check_length(path: str | os.PathLike, max_seconds: float, name: str | None =
     say. What it holds is checked while decoding."""
     name = name or str(path)
     if not Path(path).is_file():
-        raise AudioError(f"{name}: file not found" if not Path(path).exists() else f"{name}: is a directory, not an audio file")
+        raise _not_a_file(Path(path), name)
     claimed = probe_duration(path)
     if claimed is not None and claimed > max_seconds:
         raise over_limit(name, max_seconds, claimed)
@@ -178,10 +181,8 @@ def load_audio(path: str | os.PathLike, max_seconds: float = DEFAULT_MAX_SECONDS
     path = str(path)
     name = name or path
     p = Path(path)
-    if not p.exists():
-        raise AudioError(f"{name}: file not found")
-    if p.is_dir():
-        raise AudioError(f"{name}: is a directory, not an audio file")
+    if not p.is_file():
+        raise _not_a_file(p, name)
     if p.stat().st_size == 0:
         raise AudioError(f"{name}: the file is empty (0 bytes)")
     info = soundfile_info(path)
@@ -197,6 +198,14 @@ def load_audio(path: str | os.PathLike, max_seconds: float = DEFAULT_MAX_SECONDS
             raise over_limit(name, max_seconds, claimed)
         audio = _ffmpeg_decode(path, name, max_seconds, claimed)
     return _check(audio, name)
+
+
+def _not_a_file(p: Path, name: str) -> AudioError:
+    if not p.exists():
+        return AudioError(f"{name}: file not found")
+    if p.is_dir():
+        return AudioError(f"{name}: is a directory, not an audio file")
+    return AudioError(f"{name}: not a regular file (a device, pipe or socket), not an audio file")
 
 
 def load_audio_bytes(data: bytes, name: str = "upload", max_seconds: float = DEFAULT_MAX_SECONDS) -> np.ndarray:

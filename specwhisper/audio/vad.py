@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import warnings
 from typing import Callable
 
 import numpy as np
@@ -56,7 +57,9 @@ class VoiceActivityDetector:
         if not 0.0 < threshold < 1.0:
             raise ValueError(f"VAD threshold must be between 0 and 1, got {threshold}")
         self.device = torch.device(device)
-        self.model = load_silero_vad(onnx=False)
+        with warnings.catch_warnings():  # silero's loader calls torch.jit.load, which torch 2.11 calls deprecated at every start
+            warnings.filterwarnings("ignore", message=r".*torch\.jit\.load", category=FutureWarning)
+            self.model = load_silero_vad(onnx=False)
         self.threshold = threshold
         self.min_silence_ms = min_silence_ms
         self.speech_pad_ms = speech_pad_ms

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 import shutil
 import sys
 from pathlib import Path
@@ -135,6 +136,17 @@ def output_formats(spec: str | None, diarize: bool) -> list[str]:
     return [f for f in formats if f != "rttm"]
 
 
+def _check_combination(args) -> None:
+    """Options that ask for opposite things, or for what another option they lack would do."""
+    speakers = [f"--{n.replace('_', '-')}" for n in ("num_speakers", "min_speakers", "max_speakers") if getattr(args, n) is not None]
+    if speakers and not args.diarize:
+        raise CliError(f"{speakers[0]} needs --diarize (the number of speakers is the diarizer's)")
+    if args.verbose and args.quiet:
+        raise CliError("--verbose prints every segment and --quiet prints nothing: give one of them")
+    if args.verbose and args.live:
+        raise CliError("--live prints the confirmed text as it comes; --verbose is for transcribing files")
+
+
 def run(args) -> int:
     from specwhisper.hardware.device import resolve_device, resolve_dtype
     from specwhisper.asr.weights.loader import check_int8
@@ -142,6 +154,7 @@ def run(args) -> int:
     from specwhisper.pipeline.core import Pipeline
 
     check_threads(args.threads)
+    _check_combination(args)
     device = resolve_device(args.device)  # a GPU that is not there: one line, before any model loads
     check_int8(args.model, device, resolve_dtype(args.dtype, device))
     formats = output_formats(args.formats, args.diarize)
@@ -181,9 +194,9 @@ def run(args) -> int:
     pipeline = Pipeline(_pipeline_config(args))
     opts.decode_options().validate(pipeline.asr.special)  # what the model decides (a language, translation): exit 2
     for i, (path, stem) in enumerate(todo):
-        if not args.quiet and len(inputs) > 1:  # which transcript is which on stdout, as `tail` labels files
-            print(f"{'' if i == 0 else chr(10)}==> {path} <==")
-        failures += not _transcribe_one(pipeline, path, stem, out_dir, formats, opts, args.quiet, bool(args.verbose))
+        # which transcript is which on stdout, as `tail` labels files: printed with its first line (none if it fails)
+        header = f"{'' if i == 0 else chr(10)}==> {path} <==" if not args.quiet and len(inputs) > 1 else None
+        failures += not _transcribe_one(pipeline, path, stem, out_dir, formats, opts, args.quiet, bool(args.verbose), header)
     return 1 if failures else 0
 
 
@@ -201,7 +214,7 @@ def _print_timed(segments) -> None:
 
 
 def _transcribe_one(pipeline, path: str, stem: str, out_dir: Path, formats: list[str], opts, quiet: bool,
-                    verbose: bool = False) -> bool:
+                    verbose: bool = False, header: str | None = None) -> bool:
     """Transcribe one input and write its outputs; a failure is one line on stderr and False. ``verbose``:
     each segment with its times on stdout as soon as it is final (the ASR's; with diarization or the
     post-edit, which change them, the finished transcript's), in place of the text at the end.
@@ -215,9 +228,18 @@ def _transcribe_one(pipeline, path: str, stem: str, out_dir: Path, formats: list
     progress = _Progress(Path(path).name, enabled, probe_duration(path) if enabled else None)
     checkpoint = checkpoint_path(out_dir, stem)
     streamed = verbose and not quiet and not (opts.diarize or opts.postedit)
+    pending_header = [header] if header else []
+
+    def stdout_begins() -> None:
+        if pending_header:
+            print(pending_header.pop())
+
+    def timed(segments) -> None:
+        stdout_begins()
+        _print_timed(segments)
+
     try:
-        transcript = pipeline.run_file(path, opts, progress, checkpoint=checkpoint,
-                                       on_segments=_print_timed if streamed else None)
+        transcript = pipeline.run_file(path, opts, progress, checkpoint=checkpoint, on_segments=timed if streamed else None)
     except (AudioError, ValueError) as exc:
         _error(exc)
         return False
@@ -235,6 +257,7 @@ def _transcribe_one(pipeline, path: str, stem: str, out_dir: Path, formats: list
         return False
     checkpoint.unlink(missing_ok=True)
     if not quiet:
+        stdout_begins()
         if not transcript.segments:
             print("(no speech found)")
         elif verbose and not streamed:
@@ -244,15 +267,25 @@ def _transcribe_one(pipeline, path: str, stem: str, out_dir: Path, formats: list
         s = transcript.stats
         speculative = (f"acceptance {s.acceptance_rate:.0%}, {s.tokens_per_target_pass:.2f} tokens/target pass"
                        if s.drafted else "no drafter")
-        if hasattr(pipeline.asr.decoder, "describe"):  # --draft auto: what it chose and why
-            speculative += f" (auto: {pipeline.asr.decoder.describe()})"
+        if getattr(pipeline.asr.decoder, "describe", None) and (chosen := pipeline.asr.decoder.describe()):
+            speculative += f" (auto: {chosen})"  # --draft auto: what it chose and why (nothing when it never ran)
         resumed = f", {s.resumed_chunks} chunk{'s' * (s.resumed_chunks > 1)} resumed" if s.resumed_chunks else ""
         print(f"{PROG}: {path}: {transcript.duration:.1f} s audio{resumed}, RTF {transcript.timings.get('rtf', 0):.3f}, "
-              f"language {transcript.language}, {speculative}; wrote {', '.join(p.name for p in written)}", file=sys.stderr)
+              f"language {transcript.language or 'not detected'}, {speculative}; wrote {', '.join(p.name for p in written)}", file=sys.stderr)
     return True
 
 
+class _WarningLines(logging.Handler):
+    """The package's warnings as ``transcribe: warning: ...`` lines on the stderr of the moment."""
+
+    def emit(self, record: logging.LogRecord) -> None:
+        print(f"{PROG}: warning: {one_line(Exception(record.getMessage()))}", file=sys.stderr)
+
+
 def main(argv: list[str] | None = None) -> int:
+    package = logging.getLogger("specwhisper")
+    if not any(isinstance(h, _WarningLines) for h in package.handlers):
+        package.addHandler(_WarningLines(logging.WARNING))
     args = parse_args(argv)
     try:
         return run(args)
