@@ -67,6 +67,9 @@ MIN_COMMIT_S = 0.1  # OpenAI refuses to commit less
 # each turn's first update (a fraction of a second), base heard Chinese and Korean in bench/realtime.py's
 # English talk (its turns' WER 0.431, with the quiet clip missed too; both mended: 0.086, offline 0.069).
 DETECT_S = 2.0
+# Each turn is decoded on its own, without the turns before as context: given their last 200 characters
+# (as /v1/live gives the confirmed text that left its buffer), bench/realtime.py's 130 s talk, a second at a
+# time, went from WER 0.1255 (the offline transcript's) to 0.1381.
 CLIENT_EVENTS = ("session.update", "input_audio_buffer.append", "input_audio_buffer.commit", "input_audio_buffer.clear")
 
 
