@@ -62,11 +62,6 @@ log = logging.getLogger(__name__)
 REALTIME_PATH = "/v1/realtime"
 INPUT_RATE = 24_000  # OpenAI's PCM rate
 MIN_COMMIT_S = 0.1  # OpenAI refuses to commit less
-# Without a language set, a session's language is detected once, on its first turn's first DETECT_S
-# seconds (or the whole turn if shorter), and kept, as /v1/live keeps its first update's. Detected on
-# each turn's first update (a fraction of a second), base heard Chinese and Korean in bench/realtime.py's
-# English talk (its turns' WER 0.431, with the quiet clip missed too; both mended: 0.086, offline 0.069).
-DETECT_S = 2.0
 # Each turn is decoded on its own, without the turns before as context: given their last 200 characters
 # (as /v1/live gives the confirmed text that left its buffer), bench/realtime.py's 130 s talk, a second at a
 # time, went from WER 0.1255 (the offline transcript's) to 0.1381.
@@ -184,7 +179,6 @@ class Item:
     start_ms: int
     live: StreamingTranscriber | None = None
     samples: int = 0
-    held: list[np.ndarray] = field(default_factory=list)  # audio not handed to the live stream yet
     fresh: bool = False  # audio pushed since the last decode
     text: str = ""  # the deltas sent
 
@@ -204,7 +198,6 @@ class Turns:
         self.item: Item | None = None
         self.previous: str | None = None  # the last committed item
         self.detected: str | None = None  # the language the first turn was heard in (no language set)
-        self.compute_s = 0.0
 
     def _detector(self) -> TurnDetector | None:
         turns, self.origin = self.config.turns, self.position
@@ -299,22 +292,15 @@ class Turns:
         if self.item is None:
             self._new_item(_ms(self.position))
         item = self.item
-        item.held.append(audio)
-        item.samples += len(audio)
-        if item.live is None and self._language() is None and item.samples < DETECT_S * SAMPLE_RATE:
-            return  # the session's language is heard on the first turn's first DETECT_S seconds
-        self._open(item)
-
-    def _language(self) -> str | None:
-        return self.config.params.language or self.detected
-
-    def _open(self, item: Item) -> None:
-        """Hands the turn's audio held so far to its live stream (opened first, in the session's language)."""
         if item.live is None:
-            item.live = open_stream(self.transcriber, self.config.params.model_copy(update={"language": self._language()}))
-        if item.held:
-            item.live.push(np.concatenate(item.held))  # all of it: an update decodes the first window, more waits
-            item.held, item.fresh = [], True
+            # without a language set, the session's is the first turn's (its live stream detects it on its
+            # first 2 s, ``StreamOptions.detect_s``), as /v1/live keeps its first update's: each turn's own
+            # detection heard Chinese and Korean in bench/realtime.py's English talk (WER 0.431)
+            language = self.config.params.language or self.detected
+            item.live = open_stream(self.transcriber, self.config.params.model_copy(update={"language": language}))
+        item.live.push(audio)  # all of it: an update decodes the first window, more waits
+        item.samples += len(audio)
+        item.fresh = True
 
     def _commit(self, event_id: str | None, events: list[dict]) -> None:
         item = self.item
@@ -331,8 +317,6 @@ class Turns:
         item, self.item = self.item, None
         events.append({"type": "input_audio_buffer.committed", "item_id": item.id, "previous_item_id": self.previous})
         self.previous = item.id
-        if item.held:
-            self._open(item)
         if item.live is not None:
             self._send_words(item, item.live.finish(), events)
             self.detected = self.detected or (item.live.language if item.text else None)
@@ -345,7 +329,6 @@ class Turns:
         self._send_words(item, item.live.update(), events)
 
     def _send_words(self, item: Item, update: StreamUpdate, events: list[dict]) -> None:
-        self.compute_s += update.seconds
         words = "".join(w.text for w in update.confirmed.words)
         delta = words.lstrip() if not item.text else words
         if delta:
@@ -411,8 +394,7 @@ class RealtimeSession:
         if box.error is not None:
             await end_with(self.ws, box.error)
         elif box.over_limit:
-            await end_with(self.ws, LiveError(status=413, message=f"the session passed the limit of {self.max_audio_s:g} s of audio"),
-                             )
+            await end_with(self.ws, LiveError(status=413, message=f"the session passed the limit of {self.max_audio_s:g} s of audio"))
 
     def _session(self) -> dict:
         return {"id": self.session_id, **self.config.to_json()}
