@@ -286,3 +286,24 @@ def test_a_talk_in_turns_with_base(eval_root, tmp_path):
     assert turns.detected == "en" and len(texts) >= 6
     assert any("feathers" in t for t in texts), texts  # the quiet clip (33-37 s)
     assert wer([long.reference], [" ".join(texts)]) <= 0.15, texts  # measured 0.086 (offline: 0.069)
+
+
+def test_the_beta_form_of_the_session_update(server, clips):
+    """Apps written for the API's beta send ``transcription_session.update`` (``input_audio_format``,
+    ``input_audio_transcription``, ``turn_detection`` at the session's top) and read its answer in that form."""
+    (a, ref_a), _ = clips
+    update = {"type": "transcription_session.update", "event_id": "u1", "session": {
+        "input_audio_format": "pcm16", "input_audio_transcription": {"model": "whisper-1", "language": "en", "prompt": ""},
+        "turn_detection": None}}
+    bad = {"type": "transcription_session.update", "event_id": "u2", "session": {"input_audio_format": "g711_ulaw"}}
+    events = [json.dumps(update), json.dumps(bad)]
+    events += [json.dumps({"type": "input_audio_buffer.append", "audio": p}) for p in _appends(_pcm24(a))]
+    events += [json.dumps({"type": "input_audio_buffer.commit"})]
+    received, _ = _raw(server, "?intent=transcription", events)  # ends at the idle limit, after the transcript
+    answer = next(e for e in received if e["type"] == "transcription_session.updated")
+    assert answer["session"]["input_audio_format"] == "pcm16" and answer["session"]["turn_detection"] is None
+    assert answer["session"]["input_audio_transcription"] == {"model": "whisper-1", "language": "en", "prompt": ""}
+    error = next(e for e in received if e["type"] == "error")
+    assert error["error"]["event_id"] == "u2" and "audio/pcm at 24000 Hz" in error["error"]["message"]
+    completed = next(e for e in received if e["type"] == COMPLETED)
+    assert wer([ref_a], [completed["transcript"]]) <= 0.25

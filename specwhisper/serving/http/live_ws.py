@@ -228,7 +228,8 @@ class LiveStream:
                 update = await self._on_worker(lambda: step(live, audio))
                 if box.error is not None or box.gone:
                     return None
-                await self._send_update(update)
+                if update.decode is not None:  # not when it waited for more audio: nothing changed
+                    await self._send_update(update)
                 box.changed.set()  # what arrived meanwhile, or the end
             elif box.ended:
                 return await self._on_worker(live.finish)

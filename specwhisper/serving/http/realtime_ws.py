@@ -6,7 +6,9 @@ What a session speaks (OpenAI's event names and fields):
 
 * server -> client, at once: ``session.created`` with the session (``{"type": "transcription", "audio":
   {"input": {"format", "transcription", "turn_detection", "noise_reduction"}}, ...}``);
-* ``session.update`` (``session.type`` "transcription"): ``audio.input.format`` (``audio/pcm`` at 24 kHz,
+* ``session.update`` (``session.type`` "transcription"; the API's beta form, ``transcription_session.update``
+  with ``input_audio_format`` "pcm16", ``input_audio_transcription`` and ``turn_detection``, is answered by
+  ``transcription_session.updated`` in that form): ``audio.input.format`` (``audio/pcm`` at 24 kHz,
   OpenAI's only PCM rate), ``audio.input.transcription`` (``model``: ``whisper-1`` or one the deployment
   offers; ``language``; ``prompt`` empty), ``audio.input.turn_detection`` (``server_vad`` with
   ``threshold``, ``prefix_padding_ms``, ``silence_duration_ms``; or null: the client commits);
@@ -65,7 +67,8 @@ MIN_COMMIT_S = 0.1  # OpenAI refuses to commit less
 # Each turn is decoded on its own, without the turns before as context: given their last 200 characters
 # (as /v1/live gives the confirmed text that left its buffer), bench/realtime.py's 130 s talk, a second at a
 # time, went from WER 0.1255 (the offline transcript's) to 0.1381.
-CLIENT_EVENTS = ("session.update", "input_audio_buffer.append", "input_audio_buffer.commit", "input_audio_buffer.clear")
+CLIENT_EVENTS = ("session.update", "transcription_session.update", "input_audio_buffer.append", "input_audio_buffer.commit",
+                 "input_audio_buffer.clear")
 
 
 class EventError(ValueError):
@@ -84,6 +87,13 @@ class SessionConfig:
     language: str | None = None
     turns: TurnSettings | None = field(default_factory=TurnSettings)  # None: the client commits
     params: TranscribeParams | None = None  # the model and language, checked
+
+    def to_beta_json(self) -> dict:
+        """The session in the API's beta form (``transcription_session.updated``)."""
+        ga = self.to_json()["audio"]["input"]
+        return {"object": "realtime.transcription_session", "input_audio_format": "pcm16",
+                "input_audio_transcription": ga["transcription"], "turn_detection": ga["turn_detection"],
+                "input_audio_noise_reduction": None, "include": None}
 
     def to_json(self) -> dict:
         detection = None if self.turns is None else {
@@ -131,6 +141,22 @@ def updated(config: SessionConfig, session: object, choices) -> SessionConfig:
     if "turn_detection" in entry:
         config = replace(config, turns=_turns(entry["turn_detection"]))
     return checked(config, choices)
+
+
+def from_beta(session: object) -> object:
+    """A ``transcription_session.update``'s session (the API's beta form: ``input_audio_format``,
+    ``input_audio_transcription``, ``turn_detection`` at its top) in the form ``updated`` reads."""
+    if not isinstance(session, dict):
+        return session
+    entry: dict = {}
+    if session.get("input_audio_format") is not None:
+        fmt = session["input_audio_format"]
+        entry["format"] = {"type": "audio/pcm", "rate": INPUT_RATE} if fmt == "pcm16" else {"type": fmt}
+    if "input_audio_transcription" in session:
+        entry["transcription"] = session["input_audio_transcription"]
+    if "turn_detection" in session:
+        entry["turn_detection"] = session["turn_detection"]
+    return {"type": "transcription", "audio": {"input": entry}}
 
 
 def _object(parent: dict, key: str, where: str) -> dict:
@@ -205,7 +231,7 @@ class Turns:
 
     def handle(self, actions: list[tuple]) -> list[dict]:
         """``actions``: ("audio", 24 kHz samples), ("commit", event id), ("clear", event id), ("update",
-        session, event id), ("end",): the audio stops (the open turn is committed), ("event", event):
+        session, event id, "session" or the beta form's "transcription_session"), ("end",): the audio stops (the open turn is committed), ("event", event):
         sent as it is (an error the receiver found), in the order the client's events came."""
         events: list[dict] = []
         for action in actions:
@@ -221,7 +247,7 @@ class Turns:
                         self.detector.reset()
                     events.append({"type": "input_audio_buffer.cleared"})
                 elif kind == "update":
-                    self._update(action[1], action[2], events)
+                    self._update(action[1], action[2], events, dialect=action[3])
                 elif kind == "end":
                     if self.item is not None and self.item.samples:
                         self._close(events)
@@ -233,9 +259,10 @@ class Turns:
             self._decode(self.item, events)
         return events
 
-    def _update(self, session: object, event_id: str | None, events: list[dict]) -> None:
-        """A ``session.update``: the next turns use the new model and language (a turn open goes on as
-        it began); a new turn detector follows the audio from here."""
+    def _update(self, session: object, event_id: str | None, events: list[dict], dialect: str) -> None:
+        """A ``session.update`` (``dialect`` "session") or the beta form's ``transcription_session.update``
+        (answered in its own form): the next turns use the new model and language (a turn open goes on as it
+        began); a new turn detector follows the audio from here."""
         try:
             config = updated(self.config, session, self.transcriber.settings.choices)
             open_stream(self.transcriber, config.params)  # the model loads, the language is one it knows
@@ -246,7 +273,7 @@ class Turns:
             raise
         self.config, self.detected = config, None
         self.detector = self._detector()
-        events.append({"type": "session.updated"})
+        events.append({"type": f"{dialect}.updated"})
 
     def _audio(self, audio: np.ndarray, events: list[dict]) -> None:
         if self.detector is None:
@@ -402,6 +429,8 @@ class RealtimeSession:
     async def send(self, event: dict) -> None:
         if event["type"].startswith("session."):
             event = {**event, "session": self._session()}
+        elif event["type"].startswith("transcription_session."):
+            event = {**event, "session": {"id": self.session_id, **self.config.to_beta_json()}}
         self.events += 1
         await send_json(self.ws, {"event_id": f"event_{self.events}", **event})
 
@@ -414,7 +443,7 @@ class RealtimeSession:
                 actions, box.actions = box.actions, []
                 events = await on_worker(self.worker, lambda: turns.handle(actions))
                 for event in events:
-                    if event["type"] == "session.updated":
+                    if event["type"].endswith("session.updated"):
                         self.config = turns.config
                     await self.send(event)
             if box.error is not None or box.gone or (box.over_limit and not box.actions):
@@ -468,7 +497,9 @@ class RealtimeSession:
             if kind == "input_audio_buffer.clear":
                 return ("clear", event_id)
             if kind == "session.update":
-                return ("update", event.get("session"), event_id)
+                return ("update", event.get("session"), event_id, "session")
+            if kind == "transcription_session.update":  # the API's beta form, which many apps still speak
+                return ("update", from_beta(event.get("session")), event_id, "transcription_session")
         except EventError as exc:
             exc.event_id = event_id
             raise
