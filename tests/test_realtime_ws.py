@@ -16,7 +16,8 @@ import numpy as np
 import pytest
 import soxr
 from openai import OpenAI
-from openai.types.realtime import (ConversationItemInputAudioTranscriptionCompletedEvent,
+from openai.types.realtime import (ConversationItemAdded, ConversationItemDone,
+                                   ConversationItemInputAudioTranscriptionCompletedEvent,
                                    InputAudioBufferCommittedEvent, InputAudioBufferSpeechStartedEvent,
                                    InputAudioBufferSpeechStoppedEvent, RealtimeErrorEvent, SessionCreatedEvent)
 from websockets.asyncio.client import connect
@@ -77,11 +78,11 @@ def _paced(connection, pieces: list[str], speed: float, piece_s: float = 0.2) ->
 
 
 def _collect(connection, until: int) -> list:
-    """The typed events until ``until`` items are completed."""
+    """The typed events until ``until`` items are done (their last event)."""
     events = []
     for event in connection:
         events.append(event)
-        if sum(e.type == COMPLETED for e in events) == until:
+        if sum(e.type == "conversation.item.done" for e in events) == until:
             return events
     raise AssertionError(f"the session ended first: {[e.type for e in events]}")
 
@@ -91,7 +92,11 @@ def _check_items(events: list, references: list[str]) -> list:
     items chain in order; returns the committed events."""
     committed = [e for e in events if isinstance(e, InputAudioBufferCommittedEvent)]
     completed = [e for e in events if isinstance(e, ConversationItemInputAudioTranscriptionCompletedEvent)]
-    assert [c.item_id for c in committed] == [c.item_id for c in completed]
+    added = [e for e in events if isinstance(e, ConversationItemAdded)]
+    done = [e for e in events if isinstance(e, ConversationItemDone)]
+    assert [c.item_id for c in committed] == [c.item_id for c in completed] == [e.item.id for e in added] == [e.item.id for e in done]
+    assert [e.item.content[0].transcript for e in done] == [c.transcript for c in completed]
+    assert all(e.item.role == "user" and e.item.content[0].type == "input_audio" for e in added + done)
     assert [c.previous_item_id for c in committed] == [None] + [c.item_id for c in committed[:-1]]
     for item, reference in zip(completed, references):
         deltas = [e.delta for e in events if e.type == DELTA and e.item_id == item.item_id]

@@ -19,8 +19,10 @@ What a session speaks (OpenAI's event names and fields):
 * with ``server_vad``: ``input_audio_buffer.speech_started`` (``audio_start_ms``: the first speech less
   the prefix padding) and ``input_audio_buffer.speech_stopped`` (``audio_end_ms``), then ``committed``;
   audio outside the turns is not transcribed;
-* each item's text: ``conversation.item.input_audio_transcription.delta`` events, then ``...completed``
-  (``transcript``: the deltas joined; ``usage``: ``{"type": "duration", "seconds"}``).
+* each item: ``conversation.item.added`` after the commit, its text's
+  ``conversation.item.input_audio_transcription.delta`` events, then ``...completed`` (``transcript``: the
+  deltas joined; ``usage``: ``{"type": "duration", "seconds"}``) and ``conversation.item.done`` (the
+  user message item with that transcript).
 
 The turn is transcribed by the live engine (:mod:`specwhisper.live.stream`: every re-decode drafted by
 the one before, token-identical to plain decoding), so its words arrive as deltas while the speaker
@@ -342,14 +344,16 @@ class Turns:
     def _close(self, events: list[dict]) -> None:
         """The current turn becomes an item: committed, then its last words and its whole transcript."""
         item, self.item = self.item, None
-        events.append({"type": "input_audio_buffer.committed", "item_id": item.id, "previous_item_id": self.previous})
-        self.previous = item.id
+        previous, self.previous = self.previous, item.id
+        events.append({"type": "input_audio_buffer.committed", "item_id": item.id, "previous_item_id": previous})
+        events.append({"type": "conversation.item.added", "previous_item_id": previous, "item": _user_item(item.id, None)})
         if item.live is not None:
             self._send_words(item, item.live.finish(), events)
             self.detected = self.detected or (item.live.language if item.text else None)
         events.append({"type": "conversation.item.input_audio_transcription.completed", "item_id": item.id,
                        "content_index": 0, "transcript": item.text,
                        "usage": {"type": "duration", "seconds": round(item.samples / SAMPLE_RATE, 3)}})
+        events.append({"type": "conversation.item.done", "previous_item_id": previous, "item": _user_item(item.id, item.text)})
 
     def _decode(self, item: Item, events: list[dict]) -> None:
         item.fresh = False
@@ -362,6 +366,12 @@ class Turns:
             item.text += delta
             events.append({"type": "conversation.item.input_audio_transcription.delta", "item_id": item.id,
                            "content_index": 0, "delta": delta})
+
+
+def _user_item(item_id: str, transcript: str | None) -> dict:
+    """The conversation item a committed turn is (OpenAI's user message with its audio's transcript)."""
+    return {"id": item_id, "object": "realtime.item", "type": "message", "role": "user", "status": "completed",
+            "content": [{"type": "input_audio", "transcript": transcript}]}
 
 
 def _ms(sample: int) -> int:
