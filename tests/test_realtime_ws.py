@@ -312,3 +312,15 @@ def test_the_beta_form_of_the_session_update(server, clips):
     assert error["error"]["event_id"] == "u2" and "audio/pcm at 24000 Hz" in error["error"]["message"]
     completed = next(e for e in received if e["type"] == COMPLETED)
     assert wer([ref_a], [completed["transcript"]]) <= 0.25
+
+
+def test_a_short_turn_sent_at_once_is_transcribed(server, eval_root):
+    """A 1.5 s turn, sent at once and committed: its one decode sees the whole window as offline (the
+    buffer's frames alone made tiny.en loop on "In 18 13." and the turn came back empty)."""
+    item = next(i for i in english_set(eval_root) if i.file.endswith("LJ002-0020.wav"))
+    events = [json.dumps({"type": "session.update", "session": {"type": "transcription", "audio": {"input": {"turn_detection": None}}}})]
+    events += [json.dumps({"type": "input_audio_buffer.append", "audio": p}) for p in _appends(_pcm24(load_audio(item.path)))]
+    events += [json.dumps({"type": "input_audio_buffer.commit"})]
+    received, _ = _raw(server, "?intent=transcription", events)  # ends at the idle limit, after the transcript
+    completed = next(e for e in received if e["type"] == COMPLETED)
+    assert wer([item.reference], [completed["transcript"]]) == 0, completed  # "IN EIGHTEEN THIRTEEN": "In 1813."

@@ -96,14 +96,16 @@ class LiveDecoder:
         self.stats = DecodeStats()
 
     @torch.inference_mode()
-    def decode(self, audio: np.ndarray, offset: float, context: list[int], previous: list[int]) -> LiveDecode:
+    def decode(self, audio: np.ndarray, offset: float, context: list[int], previous: list[int],
+               window: bool = False) -> LiveDecode:
         """Decode ``audio`` (the buffer, starting at ``offset`` s) after ``context`` (tokens of confirmed
-        text), drafting from ``previous`` (the last hypothesis, buffer-relative timestamps)."""
+        text), drafting from ``previous`` (the last hypothesis, buffer-relative timestamps); ``window``:
+        the encoder over the whole 30 s window, whatever ``encoder`` says."""
         eng = self.engine
         seconds = len(audio) / SAMPLE_RATE
         t = time.perf_counter()
         feats = eng.features(audio, [Chunk(0, len(audio))])
-        enc = eng.encoder.encode(feats) if self.encoder == "window" else eng.encoder.encode_audio_part(feats)
+        enc = eng.encoder.encode(feats) if window or self.encoder == "window" else eng.encoder.encode_audio_part(feats)
         trim_heap()
         synchronize(eng.device)
         self.stats.encoder_seconds += time.perf_counter() - t

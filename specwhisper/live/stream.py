@@ -146,16 +146,17 @@ class StreamingTranscriber:
             raise ValueError(f"live audio must be mono samples (one dimension), got shape {audio.shape}")
         self.state.push(audio)
 
-    def update(self, final: bool = False) -> StreamUpdate:
+    def update(self, final: bool = False, window: bool = False) -> StreamUpdate:
         """Re-decode the buffer, confirm what two hypotheses agree on, trim the buffer (nothing before
-        ``min_step_s`` of new audio, unless ``final``: the stream ends)."""
+        ``min_step_s`` of new audio, unless ``final``: the stream ends; ``window``: the encoder over the
+        whole 30 s window, as offline)."""
         t0 = time.perf_counter()
         st = self.state
         early = self.decoder.language is None and self.engine.special.multilingual and st.received < self.opts.detect_s
         if len(st.buffer) < self.opts.min_update_s * SAMPLE_RATE or (
                 not final and (early or st.received - st.decoded_to < self.opts.min_step_s - 1e-9)):
             return StreamUpdate(Confirmed([]), self._partial(), time.perf_counter() - t0)
-        decode = self.decoder.decode(st.window(), st.offset, self._context(), st.previous)
+        decode = self.decoder.decode(st.window(), st.offset, self._context(), st.previous, window=window)
         committed: list[Word] = []
         if not decode.looped:
             st.previous = list(decode.tokens)
@@ -186,6 +187,13 @@ class StreamingTranscriber:
             if st.received <= st.decoded_to + 1e-6:
                 break
             update = self.update(final=True)
+            words += update.confirmed.words
+        # the last look at what is not confirmed, with the encoder over the whole window as offline: the
+        # buffer's frames alone show Whisper no end of audio, and a short turn's decode looped on its text
+        # ("In 18 13. In 18 13. ...": nothing confirmed) or left its last word out (OpenAI Realtime turns
+        # of 1.5-3 s, tests/test_realtime_ws.py)
+        if st.offset + len(st.buffer) / SAMPLE_RATE - max(self.agreement.last_time, st.offset) > self.opts.min_update_s:
+            update = self.update(final=True, window=True)
             words += update.confirmed.words
         rest = self.agreement.pending()
         self.agreement.tail = []
