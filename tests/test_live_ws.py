@@ -25,7 +25,7 @@ from specwhisper.serving.service import LiveLimits, ServiceSettings
 from tests.test_abuse import _request, server_log  # noqa: F401 - server_log is a fixture: no traceback in the log
 
 RATE = 16000
-LIVE = LiveLimits(max_streams=2, idle_timeout_s=1.0, max_ahead_s=3.0)
+LIVE = LiveLimits(max_streams=2, idle_timeout_s=1.0, max_ahead_s=3.0, max_frame_bytes=2**20)  # a frame past 1 MiB: closed
 STRICT = LiveLimits(max_streams=2, idle_timeout_s=1.0, max_ahead_s=1.0)
 STRICT_AUDIO_S = 6.0
 WORD_KEYS = {"word", "start", "end", "probability", "overlap"}
