@@ -88,8 +88,7 @@ def realtime(port: int, audio: np.ndarray) -> dict:
     latencies = [done[i] - ends[i] for i in done if i in ends]
     first_words = [first[i] - starts[i] for i in first if i in starts]
     return {"latencies": latencies, "first_words": first_words, "turns": len(done),
-            "text": " ".join(texts[i] for i in done),
-            "items": [(starts.get(i), ends.get(i), texts[i]) for i in done]}
+            "text": " ".join(texts[i] for i in done)}
 
 
 def live(port: int, audio: np.ndarray) -> dict:

@@ -42,7 +42,7 @@ class TurnSettings:
 
 @dataclass(frozen=True)
 class TurnEvent:
-    """``kind``: "started" or "stopped"; ``sample``: where, in samples from the stream's start (16 kHz):
+    """``kind``: "started" or "stopped"; ``sample``: where, in samples (16 kHz) from the detector's ``start``:
     a start's first speech window, a stop's end of the pause that ended the turn."""
 
     kind: str
@@ -50,10 +50,12 @@ class TurnEvent:
 
 
 class TurnDetector:
-    """Feed 16 kHz audio in pieces of any length; each call gives the turns' starts and stops it completed."""
+    """Feed 16 kHz audio in pieces of any length; each call gives the turns' starts and stops it completed.
+    ``start``: the sample of the stream where the detector's audio begins (its events are in the stream's time)."""
 
-    def __init__(self, vad: VoiceActivityDetector, settings: TurnSettings):
+    def __init__(self, vad: VoiceActivityDetector, settings: TurnSettings, start: int = 0):
         self.settings = settings
+        self.start = start
         self.probs = vad.stream()
         self.speaking = False
         self._pause_from: int | None = None  # where the current pause began (samples)
@@ -65,7 +67,7 @@ class TurnDetector:
         probs = self.probs.feed(audio)
         first, i = self.probs.windows - len(probs), 0
         while i < len(probs):
-            p, start = probs[i], (first + i) * WINDOW
+            p, start = probs[i], self.start + (first + i) * WINDOW
             if not self.speaking:
                 if p >= on:
                     self.speaking, self._pause_from = True, None

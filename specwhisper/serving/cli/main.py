@@ -11,7 +11,7 @@ from specwhisper.audio.loading import AudioError, check_length
 from specwhisper.asr.weights.loader import ModelError
 from specwhisper.batch.runner import BatchError
 from specwhisper.batch.inputs import output_stems
-from specwhisper.serving.params import one_line
+from specwhisper.serving.params import clip, one_line
 from specwhisper.batch.ray_engine import RayEngineError
 from specwhisper.pipeline.writers import check_output_dir, parse_formats, render, timed_line, write_outputs
 from specwhisper.pipeline.options import options_for, pipeline_config, run_options
@@ -279,7 +279,7 @@ class _WarningLines(logging.Handler):
     """The package's warnings as ``transcribe: warning: ...`` lines on the stderr of the moment."""
 
     def emit(self, record: logging.LogRecord) -> None:
-        print(f"{PROG}: warning: {one_line(Exception(record.getMessage()))}", file=sys.stderr)
+        print(f"{PROG}: warning: {clip(record.getMessage())}", file=sys.stderr)
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -54,10 +54,11 @@ refuses a new stream (503); a running stream's update retries until there is roo
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import logging
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Iterator
 from dataclasses import dataclass, field
 from typing import TypeVar
 
@@ -65,7 +66,7 @@ import numpy as np
 from fastapi import FastAPI, WebSocket
 from starlette.websockets import WebSocketDisconnect, WebSocketState
 
-from specwhisper.asr.engine import DecodeOptions
+from specwhisper.asr.engine import AsrEngine, DecodeOptions
 from specwhisper.asr.weights.loader import ModelError
 from specwhisper.results.transcript import word_to_dict
 from specwhisper.audio.loading import SAMPLE_RATE
@@ -181,7 +182,7 @@ class LiveStream:
     async def receive(self) -> None:
         """Read frames into the inbox until the end, the length limit, an error or the client's close."""
         box, pacing = self.inbox, Pacing(self.limits.max_ahead_s)
-        try:
+        with receiving(box, "live stream"):
             while not box.ended:
                 message = await next_message(self.ws, self.limits.idle_timeout_s, "audio")
                 if message["type"] == "websocket.disconnect":
@@ -193,13 +194,6 @@ class LiveStream:
                     self._add(to_samples(message["bytes"], self.dtype))
                     await pacing.hold(box.received_s)
                 box.changed.set()
-        except LiveError as exc:
-            box.error = exc
-        except Exception as exc:  # noqa: BLE001 - the stream ends with an error message, the server goes on
-            log.exception("live stream: receiving failed")
-            box.error = LiveError(status=500, message=f"internal error: {one_line(exc)}")
-        finally:
-            box.changed.set()
 
     def _add(self, samples: np.ndarray) -> None:
         box = self.inbox
@@ -246,6 +240,22 @@ class LiveStream:
         p = update.partial
         await send_json(self.ws, {"type": "partial", "text": p.text, "start": p.start, "end": p.end})
 
+
+
+@contextlib.contextmanager
+def receiving(box, what: str) -> Iterator[None]:
+    """A receiver task's body (``box``: its inbox, with ``error`` and ``changed``): what stops it becomes
+    ``box.error`` (an unexpected failure a logged 500: the stream ends with an error message, the server
+    goes on), and the stream's loop is woken whatever happened."""
+    try:
+        yield
+    except LiveError as exc:
+        box.error = exc
+    except Exception as exc:  # noqa: BLE001 - an error message, never a traceback to the client
+        log.exception("%s: receiving failed", what)
+        box.error = LiveError(status=500, message=f"internal error: {one_line(exc)}")
+    finally:
+        box.changed.set()
 
 
 async def next_message(ws: WebSocket, idle_s: float, what: str) -> dict:
@@ -338,14 +348,20 @@ async def send_error(ws: WebSocket, error: LiveError) -> None:
     await close(ws, CLOSE_CODES.get(error.status, 1011))
 
 
-def open_stream(transcriber: PipelinePool, params: TranscribeParams) -> StreamingTranscriber:
-    """The request's model (loaded if it is not) and a live transcriber on it (on the model worker)."""
+def stream_engine(transcriber: PipelinePool, params: TranscribeParams) -> AsrEngine:
+    """The request's model (loaded if it is not; on the model worker), once it takes the request's language
+    and task (LiveError 400 when it does not)."""
     engine = transcriber.engine(params)
     try:
         DecodeOptions(language=params.language, task=params.task).validate(engine.special)
     except ValueError as exc:
         raise LiveError(status=400, message=one_line(exc)) from None
-    return StreamingTranscriber(engine, StreamOptions(language=params.language, task=params.task))
+    return engine
+
+
+def open_stream(transcriber: PipelinePool, params: TranscribeParams) -> StreamingTranscriber:
+    """A live transcriber on the request's model (``stream_engine``)."""
+    return StreamingTranscriber(stream_engine(transcriber, params), StreamOptions(language=params.language, task=params.task))
 
 
 @dataclass

@@ -60,7 +60,7 @@ SET_HERE = {"model", "language", "temperature", "initial_prompt", "task", "word_
 EXTRA_FIELDS = tuple(name for name in TranscribeParams.model_fields if name not in SET_HERE)
 OPENAI_NAMES = {"initial_prompt": "prompt"}  # our parameter -> the OpenAI field that sets it
 # our parameters that OpenAI's own fields set here, and which field to send instead
-SET_BY = {"initial_prompt": "prompt", "word_timestamps": "timestamp_granularities[]=word with verbose_json",
+SET_BY = {**OPENAI_NAMES, "word_timestamps": "timestamp_granularities[]=word with verbose_json",
           "return_timestamps": "response_format verbose_json", "formats": "response_format",
           "task": "the /v1/audio/translations route to translate"}
 

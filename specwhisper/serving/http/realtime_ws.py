@@ -57,7 +57,7 @@ from specwhisper.audio.loading import SAMPLE_RATE
 from specwhisper.live.stream import LiveError, StreamingTranscriber, StreamUpdate
 from specwhisper.live.turns import TurnDetector, TurnSettings
 from specwhisper.serving.http.live_ws import (CLOSE_CODES, Pacing, StreamSlots, close, guarded, next_message, on_worker,
-                                              open_stream, opened, send_json)
+                                              open_stream, opened, receiving, send_json, stream_engine)
 from specwhisper.serving.http.openai_api import ALIAS
 from specwhisper.serving.params import RequestError, TranscribeParams, clip, one_line, parse_params, short_repr
 from specwhisper.serving.service import PipelinePool
@@ -220,7 +220,6 @@ class Turns:
         self.transcriber = transcriber
         self.config = config
         self.position = 0  # samples (16 kHz) received
-        self.origin = 0  # where the turn detector's stream began (a session.update makes another)
         self.detector = self._detector()
         self.resampler = soxr.ResampleStream(INPUT_RATE, SAMPLE_RATE, 1, dtype="float32", quality="HQ")
         self.prefix = np.zeros(0, np.float32)  # the latest prefix padding's audio, outside any turn
@@ -229,8 +228,8 @@ class Turns:
         self.detected: str | None = None  # the language the first turn was heard in (no language set)
 
     def _detector(self) -> TurnDetector | None:
-        turns, self.origin = self.config.turns, self.position
-        return None if turns is None else TurnDetector(self.transcriber.engine(self.config.params).vad, turns)
+        turns = self.config.turns  # a session.update makes another, from the audio to come
+        return None if turns is None else TurnDetector(self.transcriber.engine(self.config.params).vad, turns, self.position)
 
     def handle(self, actions: list[tuple]) -> list[dict]:
         """``actions``: ("audio", 24 kHz samples), ("commit", event id), ("clear", event id), ("update",
@@ -268,7 +267,7 @@ class Turns:
         began); a new turn detector follows the audio from here."""
         try:
             config = updated(self.config, session, self.transcriber.settings.choices)
-            open_stream(self.transcriber, config.params)  # the model loads, the language is one it knows
+            stream_engine(self.transcriber, config.params)  # the model loads, the language is one it knows
         except LiveError as exc:
             raise EventError(str(exc), param="session.audio.input.transcription.language", event_id=event_id) from None
         except EventError as exc:
@@ -285,14 +284,14 @@ class Turns:
             return
         at = 0
         for turn in self.detector.feed(audio):
-            cut = min(max(self.origin + turn.sample - self.position, at), len(audio))
+            cut = min(max(turn.sample - self.position, at), len(audio))
             self._route(audio[at:cut], events)
             at = cut
             if turn.kind == "started":
-                self._start(self.origin + turn.sample, events)
+                self._start(turn.sample, events)
             elif self.item is not None:
                 events.append({"type": "input_audio_buffer.speech_stopped", "item_id": self.item.id,
-                               "audio_end_ms": _ms(self.origin + turn.sample)})
+                               "audio_end_ms": _ms(turn.sample)})
                 self._close(events)
         self._route(audio[at:], events)
         self.position += len(audio)
@@ -462,7 +461,7 @@ class RealtimeSession:
 
     async def receive(self) -> None:
         box, pacing = self.inbox, Pacing(self.limits.max_ahead_s)
-        try:
+        with receiving(box, "realtime session"):
             while not box.over_limit:
                 message = await next_message(self.ws, self.limits.idle_timeout_s, "event")
                 if message["type"] == "websocket.disconnect":
@@ -479,13 +478,6 @@ class RealtimeSession:
                 if box.over_limit:
                     box.actions.append(("end",))
                 box.changed.set()
-        except LiveError as exc:
-            box.error = exc
-        except Exception as exc:  # noqa: BLE001 - the session ends with an error event, the server goes on
-            log.exception("realtime session: receiving failed")
-            box.error = LiveError(status=500, message=f"internal error: {one_line(exc)}")
-        finally:
-            box.changed.set()
 
     def _action(self, message: dict) -> tuple:
         """A client event as an action for ``Turns.handle`` (EventError for a bad one)."""
