@@ -9,6 +9,7 @@ from __future__ import annotations
 import asyncio
 import base64
 import json
+import subprocess
 import threading
 import time
 
@@ -16,6 +17,7 @@ import numpy as np
 import pytest
 import soxr
 from openai import OpenAI
+from openai.types.realtime import SessionUpdatedEvent
 from openai.types.realtime import (ConversationItemAdded, ConversationItemDone,
                                    ConversationItemInputAudioTranscriptionCompletedEvent,
                                    InputAudioBufferCommittedEvent, InputAudioBufferSpeechStartedEvent,
@@ -276,7 +278,8 @@ def test_a_talk_in_turns_with_base(eval_root, tmp_path):
     defaults: the language heard once on the first turn (English; each turn's own first update heard
     Chinese and Korean: WER 0.431), the quiet clip its own turn (the stream restarts after a turn)."""
     from specwhisper.evaluation.transcripts import build_long_file
-    from specwhisper.serving.http.realtime_ws import SessionConfig, Turns, checked
+    from specwhisper.serving.http.realtime_config import PCM, SessionConfig, checked
+    from specwhisper.serving.http.realtime_ws import Turns
     from specwhisper.serving.service import PipelinePool
 
     long = build_long_file("dense", tmp_path, min_seconds=40)
@@ -285,8 +288,8 @@ def test_a_talk_in_turns_with_base(eval_root, tmp_path):
     turns = Turns(pool, checked(SessionConfig(), pool.settings.choices))
     events, step = [], INPUT_RATE // 10
     for i in range(0, 3 * INPUT_RATE, step):  # the first 3 s a tenth of a second at a time, each handle an update
-        events += turns.handle([("audio", audio[i : i + step])])
-    events += turns.handle([("audio", audio[3 * INPUT_RATE :]), ("end",)])
+        events += turns.handle([("audio", audio[i : i + step], PCM)])
+    events += turns.handle([("audio", audio[3 * INPUT_RATE :], PCM), ("end",)])
     texts = [e["transcript"] for e in events if e["type"] == COMPLETED]
     assert turns.detected == "en" and len(texts) >= 6
     assert any("feathers" in t for t in texts), texts  # the quiet clip (33-37 s)
@@ -300,7 +303,7 @@ def test_the_beta_form_of_the_session_update(server, clips):
     update = {"type": "transcription_session.update", "event_id": "u1", "session": {
         "input_audio_format": "pcm16", "input_audio_transcription": {"model": "whisper-1", "language": "en", "prompt": ""},
         "turn_detection": None}}
-    bad = {"type": "transcription_session.update", "event_id": "u2", "session": {"input_audio_format": "g711_ulaw"}}
+    bad = {"type": "transcription_session.update", "event_id": "u2", "session": {"input_audio_format": "opus"}}
     events = [json.dumps(update), json.dumps(bad)]
     events += [json.dumps({"type": "input_audio_buffer.append", "audio": p}) for p in _appends(_pcm24(a))]
     events += [json.dumps({"type": "input_audio_buffer.commit"})]
@@ -309,7 +312,7 @@ def test_the_beta_form_of_the_session_update(server, clips):
     assert answer["session"]["input_audio_format"] == "pcm16" and answer["session"]["turn_detection"] is None
     assert answer["session"]["input_audio_transcription"] == {"model": "whisper-1", "language": "en", "prompt": ""}
     error = next(e for e in received if e["type"] == "error")
-    assert error["error"]["event_id"] == "u2" and "audio/pcm at 24000 Hz" in error["error"]["message"]
+    assert error["error"]["event_id"] == "u2" and "audio/pcm, audio/pcmu, audio/pcma" in error["error"]["message"]
     completed = next(e for e in received if e["type"] == COMPLETED)
     assert wer([ref_a], [completed["transcript"]]) <= 0.25
 
@@ -338,3 +341,53 @@ def test_a_file_in_one_append(server, eval_root):
                                                           json.dumps({"type": "input_audio_buffer.commit"})])
     completed = next(e for e in received if e["type"] == COMPLETED)
     assert wer([" ".join(i.reference for i in items)], [completed["transcript"]]) <= 0.3, completed
+
+
+def _g711(audio: np.ndarray, codec: str) -> bytes:
+    """``audio`` (16 kHz) as telephony sends it: 8 kHz G.711 (``codec``: "mulaw" or "alaw"), ffmpeg's encoder."""
+    pcm = (np.clip(audio, -1, 1) * 32767).astype("<i2").tobytes()
+    return subprocess.run(["ffmpeg", "-nostdin", "-v", "error", "-f", "s16le", "-ar", str(RATE), "-ac", "1", "-i", "pipe:",
+                           "-ar", "8000", "-f", codec, "pipe:"], input=pcm, capture_output=True, check=True).stdout
+
+
+def _appends_of(raw: bytes, piece: int) -> list[str]:
+    return [json.dumps({"type": "input_audio_buffer.append", "audio": base64.b64encode(raw[i : i + piece]).decode()})
+            for i in range(0, len(raw), piece)]
+
+
+@pytest.mark.parametrize("update, codec", [
+    ({"type": "session.update", "session": {"type": "transcription", "audio": {"input": {
+        "format": {"type": "audio/pcmu"}, "turn_detection": None}}}}, "mulaw"),
+    ({"type": "transcription_session.update", "session": {"input_audio_format": "g711_alaw", "turn_detection": None}}, "alaw")])
+def test_g711_input_as_telephony_sends_it(server, clips, update, codec):
+    """A phone bridge (Twilio's media streams, SIP gateways) sends 8 kHz G.711: mu-law as ``audio/pcmu``
+    (the beta's ``g711_ulaw``), A-law as ``audio/pcma`` (``g711_alaw``); ffmpeg's encoding of a clip, in
+    20 ms pieces as they come on a call, is transcribed as its reference."""
+    (a, ref_a), _ = clips
+    events = [json.dumps(update), *_appends_of(_g711(a, codec), 160), json.dumps({"type": "input_audio_buffer.commit"})]
+    received, _ = _raw(server, "?intent=transcription", events)
+    answer = next(e for e in received if e["type"].endswith("session.updated"))
+    if update["type"] == "session.update":
+        assert SessionUpdatedEvent.model_validate(answer).session.audio.input.format.type == "audio/pcmu"
+    else:
+        assert answer["session"]["input_audio_format"] == "g711_alaw"
+    assert [e["error"]["code"] for e in received if e["type"] == "error"] == ["408"], received  # the idle end alone
+    completed = next(e for e in received if e["type"] == COMPLETED)
+    assert wer([ref_a], [completed["transcript"]]) <= 0.25, completed
+    assert abs(completed["usage"]["seconds"] - len(a) / RATE) < 0.05, (completed["usage"], len(a) / RATE)
+
+
+def test_the_format_changes_between_appends(server, clips):
+    """A session.update naming another format applies to the appends after it: a clip's first half as
+    24 kHz PCM, its second as mu-law, in one turn, is one transcript of the whole clip."""
+    (a, ref_a), _ = clips
+    half = len(a) // 2
+    to_ulaw = {"type": "session.update", "session": {"type": "transcription", "audio": {"input": {"format": {"type": "audio/pcmu"}}}}}
+    events = [json.dumps({"type": "session.update", "session": {"type": "transcription", "audio": {"input": {"turn_detection": None}}}})]
+    events += [json.dumps({"type": "input_audio_buffer.append", "audio": p}) for p in _appends(_pcm24(a[:half]))]
+    events += [json.dumps(to_ulaw), *_appends_of(_g711(a[half:], "mulaw"), 1600), json.dumps({"type": "input_audio_buffer.commit"})]
+    received, _ = _raw(server, "?intent=transcription", events)
+    assert [e["error"]["code"] for e in received if e["type"] == "error"] == ["408"], received  # the idle end alone
+    completed = next(e for e in received if e["type"] == COMPLETED)
+    assert wer([ref_a], [completed["transcript"]]) <= 0.25, completed
+    assert abs(completed["usage"]["seconds"] - len(a) / RATE) < 0.05, (completed["usage"], len(a) / RATE)

@@ -7,13 +7,13 @@ What a session speaks (OpenAI's event names and fields):
 * server -> client, at once: ``session.created`` with the session (``{"type": "transcription", "audio":
   {"input": {"format", "transcription", "turn_detection", "noise_reduction"}}, ...}``);
 * ``session.update`` (``session.type`` "transcription"; the API's beta form, ``transcription_session.update``
-  with ``input_audio_format`` "pcm16", ``input_audio_transcription`` and ``turn_detection``, is answered by
-  ``transcription_session.updated`` in that form): ``audio.input.format`` (``audio/pcm`` at 24 kHz,
-  OpenAI's only PCM rate), ``audio.input.transcription`` (``model``: ``whisper-1`` or one the deployment
+  with ``input_audio_format``, ``input_audio_transcription`` and ``turn_detection``, is answered by
+  ``transcription_session.updated`` in that form): ``audio.input.format`` (``audio/pcm`` at 24 kHz, or
+  G.711 at 8 kHz, ``audio/pcmu`` or ``audio/pcma``: :mod:`specwhisper.serving.http.realtime_config`), ``audio.input.transcription`` (``model``: ``whisper-1`` or one the deployment
   offers; ``language``; ``prompt`` empty), ``audio.input.turn_detection`` (``server_vad`` with
   ``threshold``, ``prefix_padding_ms``, ``silence_duration_ms``; or null: the client commits);
   answered by ``session.updated`` with the session in effect;
-* ``input_audio_buffer.append`` (``audio``: base64 of 16-bit little-endian mono PCM at 24 kHz);
+* ``input_audio_buffer.append`` (``audio``: base64 of the input format's bytes);
   ``input_audio_buffer.commit`` (the turn so far becomes an item: ``input_audio_buffer.committed``);
   ``input_audio_buffer.clear`` (``input_audio_buffer.cleared``: the turn is dropped);
 * with ``server_vad``: ``input_audio_buffer.speech_started`` (``audio_start_ms``: the first speech less
@@ -42,8 +42,6 @@ Every decode runs on the model worker, as ``/v1/live``'s updates: in its queue, 
 from __future__ import annotations
 
 import asyncio
-import base64
-import binascii
 import json
 import logging
 import uuid
@@ -55,146 +53,24 @@ from fastapi import FastAPI, WebSocket
 
 from specwhisper.audio.loading import SAMPLE_RATE
 from specwhisper.live.stream import LiveError, StreamingTranscriber, StreamUpdate
-from specwhisper.live.turns import TurnDetector, TurnSettings
+from specwhisper.live.turns import TurnDetector
 from specwhisper.serving.http.live_ws import (CLOSE_CODES, Pacing, StreamSlots, close, guarded, next_message, on_worker,
                                               open_stream, opened, receiving, send_json, stream_engine)
 from specwhisper.serving.http.openai_api import ALIAS
-from specwhisper.serving.params import RequestError, TranscribeParams, clip, one_line, parse_params, short_repr
+from specwhisper.serving.http.realtime_config import (EventError, InputFormat, SessionConfig, checked, format_of, from_beta,
+                                                       updated)
+from specwhisper.serving.params import clip, short_repr
 from specwhisper.serving.service import PipelinePool
 from specwhisper.serving.worker import ModelWorker
 
 log = logging.getLogger(__name__)
 REALTIME_PATH = "/v1/realtime"
-INPUT_RATE = 24_000  # OpenAI's PCM rate
 MIN_COMMIT_S = 0.1  # OpenAI refuses to commit less
 # Each turn is decoded on its own, without the turns before as context: given their last 200 characters
 # (as /v1/live gives the confirmed text that left its buffer), bench/realtime.py's 130 s talk, a second at a
 # time, went from WER 0.1255 (the offline transcript's) to 0.1381.
 CLIENT_EVENTS = ("session.update", "transcription_session.update", "input_audio_buffer.append", "input_audio_buffer.commit",
                  "input_audio_buffer.clear")
-
-
-class EventError(ValueError):
-    """A client event refused: OpenAI's ``error`` event, the session goes on."""
-
-    def __init__(self, message: str, code: str = "invalid_value", param: str | None = None, event_id: str | None = None):
-        super().__init__(message)
-        self.code, self.param, self.event_id = code, param, event_id
-
-
-@dataclass(frozen=True)
-class SessionConfig:
-    """A transcription session's settings (``session.update`` changes them)."""
-
-    model: str = ALIAS  # as the client named it: ``whisper-1`` is the deployment's default model
-    language: str | None = None
-    turns: TurnSettings | None = field(default_factory=TurnSettings)  # None: the client commits
-    params: TranscribeParams | None = None  # the model and language, checked
-
-    def to_beta_json(self) -> dict:
-        """The session in the API's beta form (``transcription_session.updated``)."""
-        ga = self.to_json()["audio"]["input"]
-        return {"object": "realtime.transcription_session", "input_audio_format": "pcm16",
-                "input_audio_transcription": ga["transcription"], "turn_detection": ga["turn_detection"],
-                "input_audio_noise_reduction": None, "include": None}
-
-    def to_json(self) -> dict:
-        detection = None if self.turns is None else {
-            "type": "server_vad", "threshold": self.turns.threshold,
-            "prefix_padding_ms": self.turns.prefix_padding_ms, "silence_duration_ms": self.turns.silence_duration_ms}
-        return {"type": "transcription", "object": "realtime.transcription_session", "include": None, "audio": {"input": {
-            "format": {"type": "audio/pcm", "rate": INPUT_RATE},
-            "transcription": {"model": self.model, "language": self.language, "prompt": ""},
-            "turn_detection": detection, "noise_reduction": None}}}
-
-
-def checked(config: SessionConfig, choices) -> SessionConfig:
-    """``config`` with its request parameters checked (EventError on a model or language not offered)."""
-    fields = {"model": None if config.model == ALIAS else config.model, "language": config.language}
-    try:
-        params = parse_params({k: v for k, v in fields.items() if v is not None}, choices)
-    except RequestError as exc:
-        message = str(exc).removeprefix("parameters.")
-        name = "model" if message.startswith("model") else "language"
-        raise EventError(message, param=f"session.audio.input.transcription.{name}") from None
-    return replace(config, params=params)
-
-
-def updated(config: SessionConfig, session: object, choices) -> SessionConfig:
-    """The config a ``session.update``'s ``session`` asks for (what it leaves out is kept)."""
-    if not isinstance(session, dict):
-        raise EventError(f"session must be an object, got {short_repr(session)}", param="session")
-    if session.get("type", "transcription") != "transcription":
-        raise EventError(f"this server holds transcription sessions only (session.type 'transcription'), got "
-                         f"{short_repr(session.get('type'))}", param="session.type")
-    audio = _object(session, "audio", "session")
-    entry = _object(audio, "input", "session.audio")
-    fmt = entry.get("format")
-    if fmt is not None and (not isinstance(fmt, dict) or fmt.get("type") != "audio/pcm" or fmt.get("rate", INPUT_RATE) != INPUT_RATE):
-        raise EventError(f"the input format must be audio/pcm at {INPUT_RATE} Hz, got {short_repr(fmt)}",
-                         param="session.audio.input.format")
-    if "transcription" in entry:
-        t = entry["transcription"]
-        if not isinstance(t, dict):
-            raise EventError("transcription must be an object (this session always transcribes)",
-                             param="session.audio.input.transcription")
-        if t.get("prompt"):
-            raise EventError("a prompt is not taken in realtime sessions", param="session.audio.input.transcription.prompt")
-        config = replace(config, model=t.get("model") or ALIAS, language=t.get("language") or None)
-    if "turn_detection" in entry:
-        config = replace(config, turns=_turns(entry["turn_detection"]))
-    return checked(config, choices)
-
-
-def from_beta(session: object) -> object:
-    """A ``transcription_session.update``'s session (the API's beta form: ``input_audio_format``,
-    ``input_audio_transcription``, ``turn_detection`` at its top) in the form ``updated`` reads."""
-    if not isinstance(session, dict):
-        return session
-    entry: dict = {}
-    if session.get("input_audio_format") is not None:
-        fmt = session["input_audio_format"]
-        entry["format"] = {"type": "audio/pcm", "rate": INPUT_RATE} if fmt == "pcm16" else {"type": fmt}
-    if "input_audio_transcription" in session:
-        entry["transcription"] = session["input_audio_transcription"]
-    if "turn_detection" in session:
-        entry["turn_detection"] = session["turn_detection"]
-    return {"type": "transcription", "audio": {"input": entry}}
-
-
-def _object(parent: dict, key: str, where: str) -> dict:
-    value = parent.get(key)
-    if value is None:
-        return {}
-    if not isinstance(value, dict):
-        raise EventError(f"{key} must be an object, got {short_repr(value)}", param=f"{where}.{key}")
-    return value
-
-
-def _turns(detection: object) -> TurnSettings | None:
-    param = "session.audio.input.turn_detection"
-    if detection is None:
-        return None
-    if not isinstance(detection, dict) or detection.get("type") != "server_vad":
-        raise EventError(f"turn_detection must be null or of type server_vad, got {short_repr(detection)}", param=param)
-    kept = {k: detection[k] for k in ("threshold", "prefix_padding_ms", "silence_duration_ms") if detection.get(k) is not None}
-    try:
-        return TurnSettings(**{k: (float(v) if k == "threshold" else int(v)) for k, v in kept.items()})
-    except (TypeError, ValueError) as exc:
-        raise EventError(f"turn_detection: {one_line(exc)}", param=param) from None
-
-
-def pcm16(audio: object) -> np.ndarray:
-    """An append's ``audio`` (base64 of s16le samples) as float32 samples in [-1, 1]."""
-    if not isinstance(audio, str):
-        raise EventError("audio must be a base64 string of 16-bit PCM", param="audio")
-    try:
-        raw = base64.b64decode(audio, validate=True)
-    except (binascii.Error, ValueError):
-        raise EventError("audio is not valid base64", param="audio") from None
-    if len(raw) % 2:
-        raise EventError(f"audio of {len(raw)} bytes is not whole 16-bit samples", param="audio")
-    return np.frombuffer(raw, "<i2").astype(np.float32) / 32768.0
 
 
 # ------------------------------------------------------------------------------ the session's state
@@ -221,7 +97,7 @@ class Turns:
         self.config = config
         self.position = 0  # samples (16 kHz) received
         self.detector = self._detector()
-        self.resampler = soxr.ResampleStream(INPUT_RATE, SAMPLE_RATE, 1, dtype="float32", quality="HQ")
+        self.resampler, self.resampling = _resampler(config.format), config.format
         self.prefix = np.zeros(0, np.float32)  # the latest prefix padding's audio, outside any turn
         self.item: Item | None = None
         self.previous: str | None = None  # the last committed item
@@ -232,7 +108,7 @@ class Turns:
         return None if turns is None else TurnDetector(self.transcriber.engine(self.config.params).vad, turns, self.position)
 
     def handle(self, actions: list[tuple]) -> list[dict]:
-        """``actions``: ("audio", 24 kHz samples), ("commit", event id), ("clear", event id), ("update",
+        """``actions``: ("audio", samples, their InputFormat), ("commit", event id), ("clear", event id), ("update",
         session, event id, "session" or the beta form's "transcription_session"), ("end",): the audio stops (the open turn is committed), ("event", event):
         sent as it is (an error the receiver found), in the order the client's events came."""
         events: list[dict] = []
@@ -240,7 +116,7 @@ class Turns:
             kind = action[0]
             try:
                 if kind == "audio":
-                    self._audio(self.resampler.resample_chunk(action[1]), events)
+                    self._audio(self._resampled(action[1], action[2]), events)
                 elif kind == "commit":
                     self._commit(action[1], events)
                 elif kind == "clear":
@@ -260,6 +136,15 @@ class Turns:
         if self.item is not None and self.item.fresh:
             self._decode(self.item, events)
         return events
+
+    def _resampled(self, samples: np.ndarray, fmt: InputFormat) -> np.ndarray:
+        """An append's samples at 16 kHz; the appends' format changes with a ``session.update`` naming another
+        (the session takes it from the audio on: the receiver decoded them so)."""
+        if fmt == self.resampling:
+            return self.resampler.resample_chunk(samples)
+        tail = self.resampler.resample_chunk(np.zeros(0, np.float32), last=True)
+        self.resampler, self.resampling, self.config = _resampler(fmt), fmt, replace(self.config, format=fmt)
+        return np.concatenate([tail, self.resampler.resample_chunk(samples)])
 
     def _update(self, session: object, event_id: str | None, events: list[dict], dialect: str) -> None:
         """A ``session.update`` (``dialect`` "session") or the beta form's ``transcription_session.update``
@@ -368,6 +253,10 @@ class Turns:
                            "content_index": 0, "delta": delta})
 
 
+def _resampler(fmt: InputFormat) -> soxr.ResampleStream:
+    return soxr.ResampleStream(fmt.rate, SAMPLE_RATE, 1, dtype="float32", quality="HQ")
+
+
 def _user_item(item_id: str, transcript: str | None) -> dict:
     """The conversation item a committed turn is (OpenAI's user message with its audio's transcript)."""
     return {"id": item_id, "object": "realtime.item", "type": "message", "role": "user", "status": "completed",
@@ -417,10 +306,11 @@ class RealtimeSession:
         self.inbox = ClientEvents()
         self.session_id = f"sess_{uuid.uuid4().hex[:20]}"
         self.config: SessionConfig | None = None  # the session's, as the model worker last took it
+        self.format: InputFormat | None = None  # the appends' format, as the receiver reads them
         self.events = 0
 
     async def run(self, turns: Turns) -> None:
-        self.config = turns.config
+        self.config, self.format = turns.config, turns.config.format
         await self.send({"type": "session.created", "session": self._session()})
         receiver = asyncio.create_task(self.receive())
         try:
@@ -494,15 +384,18 @@ class RealtimeSession:
         kind, event_id = event.get("type"), event.get("event_id") if isinstance(event.get("event_id"), str) else None
         try:
             if kind == "input_audio_buffer.append":
-                return ("audio", pcm16(event.get("audio")))
+                return ("audio", self.format.decode(event.get("audio")), self.format)
             if kind == "input_audio_buffer.commit":
                 return ("commit", event_id)
             if kind == "input_audio_buffer.clear":
                 return ("clear", event_id)
-            if kind == "session.update":
-                return ("update", event.get("session"), event_id, "session")
-            if kind == "transcription_session.update":  # the API's beta form, which many apps still speak
-                return ("update", from_beta(event.get("session")), event_id, "transcription_session")
+            if kind in ("session.update", "transcription_session.update"):  # the latter: the API's beta form
+                beta = kind == "transcription_session.update"
+                session = from_beta(event.get("session")) if beta else event.get("session")
+                # the appends after an update naming a format are in that format, from the receiver's reading on
+                # (the model worker follows the audio: a model refused on the worker leaves the format changed)
+                self.format = format_of(session) or self.format
+                return ("update", session, event_id, "transcription_session" if beta else "session")
         except EventError as exc:
             exc.event_id = event_id
             raise
@@ -511,12 +404,12 @@ class RealtimeSession:
 
     def _within_limit(self, action: tuple) -> tuple:
         box = self.inbox
-        samples = action[1]
-        room = int(round((self.max_audio_s - box.received_s) * INPUT_RATE))
+        samples, fmt = action[1], action[2]
+        room = int(round((self.max_audio_s - box.received_s) * fmt.rate))
         if len(samples) > room:
             samples, box.over_limit = samples[: max(0, room)], True
-        box.received_s += len(samples) / INPUT_RATE
-        return ("audio", samples)
+        box.received_s += len(samples) / fmt.rate
+        return ("audio", samples, fmt)
 
 
 class RealtimeRoute:
