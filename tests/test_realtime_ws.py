@@ -156,7 +156,10 @@ def test_commits_and_bad_events(server, clips):
                    "transcription": {"model": "gpt-4o-transcribe"}}}}}, "invalid_value", "session.audio.input.transcription.model"),
                ({"type": "session.update", "event_id": "s6", "session": {"type": "transcription", "audio": {"input": {
                    "transcription": {"model": "whisper-1", "language": "de"}}}}}, "invalid_value",
-                "session.audio.input.transcription.language")]
+                "session.audio.input.transcription.language"),
+               ({"type": "session.update", "event_id": "s7", "session": {"type": "transcription", "audio": {"input": {
+                   "turn_detection": {"type": "semantic_vad", "eagerness": "eager"}}}}}, "invalid_value",
+                "session.audio.input.turn_detection.eagerness")]
         for event, _, _ in bad:
             connection.send(event)
         for (event, code, param) in bad:
@@ -391,3 +394,36 @@ def test_the_format_changes_between_appends(server, clips):
     completed = next(e for e in received if e["type"] == COMPLETED)
     assert wer([ref_a], [completed["transcript"]]) <= 0.25, completed
     assert abs(completed["usage"]["seconds"] - len(a) / RATE) < 0.05, (completed["usage"], len(a) / RATE)
+
+
+def test_semantic_vad_waits_for_an_unfinished_sentence(eval_root):
+    """OpenAI's semantic_vad ends a turn at a pause once its text ends a sentence, and waits out a pause
+    in the middle of one: JFK's "And so my fellow Americans ... ask not ..." at server_vad's 500 ms is four
+    turns, its first cut before "ask not"; with semantic_vad the first turn is the whole first sentence.
+    An unfinished last sentence ends the turn after the eagerness's wait: 2 s high; 8 s low (still open
+    after 5 s of silence)."""
+    from dataclasses import replace
+
+    from specwhisper.live.turns import TurnSettings
+    from specwhisper.serving.http.realtime_config import PCM, SessionConfig, checked
+    from specwhisper.serving.http.realtime_ws import Turns
+    from specwhisper.serving.service import PipelinePool
+
+    jfk = next(i for i in english_set(eval_root) if i.file.endswith("jfk.wav"))
+    audio = np.concatenate([np.zeros(RATE // 2, np.float32), load_audio(jfk.path), np.zeros(5 * RATE, np.float32)])
+    audio = soxr.resample(audio, RATE, INPUT_RATE, quality="HQ").astype(np.float32)
+    pool = PipelinePool(ServiceSettings(choices=Choices(models=("tiny.en",), drafters=("none",))))
+    texts = {}
+    for eagerness in (None, "high", "low"):
+        turns = Turns(pool, checked(replace(SessionConfig(), turns=TurnSettings(eagerness=eagerness)), pool.settings.choices))
+        events, step = [], INPUT_RATE // 10
+        for i in range(0, len(audio), step):
+            events += turns.handle([("audio", audio[i : i + step], PCM)])
+        texts[eagerness] = [e["transcript"] for e in events if e["type"] == COMPLETED]
+        echo = SessionConfig(turns=TurnSettings(eagerness=eagerness)).to_json()["audio"]["input"]["turn_detection"]
+        assert echo["type"] == ("server_vad" if eagerness is None else "semantic_vad")
+    plain, high, low = texts[None], texts["high"], texts["low"]
+    assert len(plain) >= 3 and "not" not in plain[0].lower(), plain
+    assert "americans" in high[0].lower() and "not" in high[0].lower() and "for your country" not in high[0].lower(), high
+    assert len(high) == 2 and wer([jfk.reference], [" ".join(high)]) <= 0.1, high
+    assert low == high[:1], low

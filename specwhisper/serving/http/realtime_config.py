@@ -18,7 +18,7 @@ from dataclasses import dataclass, field, replace
 import numpy as np
 import soundfile as sf
 
-from specwhisper.live.turns import TurnSettings
+from specwhisper.live.turns import EAGERNESS_WAIT_MS, TurnSettings
 from specwhisper.serving.http.openai_api import ALIAS
 from specwhisper.serving.params import RequestError, TranscribeParams, one_line, parse_params, short_repr
 
@@ -91,9 +91,10 @@ class SessionConfig:
                 "input_audio_noise_reduction": None, "include": None}
 
     def to_json(self) -> dict:
-        detection = None if self.turns is None else {
-            "type": "server_vad", "threshold": self.turns.threshold,
-            "prefix_padding_ms": self.turns.prefix_padding_ms, "silence_duration_ms": self.turns.silence_duration_ms}
+        turns = self.turns
+        detection = None if turns is None else {"type": "semantic_vad", "eagerness": turns.eagerness} if turns.eagerness else {
+            "type": "server_vad", "threshold": turns.threshold,
+            "prefix_padding_ms": turns.prefix_padding_ms, "silence_duration_ms": turns.silence_duration_ms}
         return {"type": "transcription", "object": "realtime.transcription_session", "include": None, "audio": {"input": {
             "format": self.format.to_json(),
             "transcription": {"model": self.model, "language": self.language, "prompt": ""},
@@ -185,8 +186,15 @@ def _turns(detection: object) -> TurnSettings | None:
     param = "session.audio.input.turn_detection"
     if detection is None:
         return None
-    if not isinstance(detection, dict) or detection.get("type") != "server_vad":
-        raise EventError(f"turn_detection must be null or of type server_vad, got {short_repr(detection)}", param=param)
+    if not isinstance(detection, dict) or detection.get("type") not in ("server_vad", "semantic_vad"):
+        raise EventError(f"turn_detection must be null or of type server_vad or semantic_vad, got {short_repr(detection)}",
+                         param=param)
+    if detection["type"] == "semantic_vad":  # create_response, interrupt_response: a transcription session makes no responses
+        eagerness = detection.get("eagerness") or "auto"
+        if eagerness not in EAGERNESS_WAIT_MS:
+            raise EventError(f"eagerness must be one of {', '.join(EAGERNESS_WAIT_MS)}, got {short_repr(eagerness)}",
+                             param=f"{param}.eagerness")
+        return TurnSettings(eagerness=eagerness)
     kept = {k: detection[k] for k in ("threshold", "prefix_padding_ms", "silence_duration_ms") if detection.get(k) is not None}
     try:
         return TurnSettings(**{k: (float(v) if k == "threshold" else int(v)) for k, v in kept.items()})

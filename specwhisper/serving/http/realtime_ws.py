@@ -11,12 +11,13 @@ What a session speaks (OpenAI's event names and fields):
   ``transcription_session.updated`` in that form): ``audio.input.format`` (``audio/pcm`` at 24 kHz, or
   G.711 at 8 kHz, ``audio/pcmu`` or ``audio/pcma``: :mod:`specwhisper.serving.http.realtime_config`), ``audio.input.transcription`` (``model``: ``whisper-1`` or one the deployment
   offers; ``language``; ``prompt`` empty), ``audio.input.turn_detection`` (``server_vad`` with
-  ``threshold``, ``prefix_padding_ms``, ``silence_duration_ms``; or null: the client commits);
+  ``threshold``, ``prefix_padding_ms``, ``silence_duration_ms``; ``semantic_vad`` with ``eagerness``:
+  :mod:`specwhisper.live.turns`; or null: the client commits);
   answered by ``session.updated`` with the session in effect;
 * ``input_audio_buffer.append`` (``audio``: base64 of the input format's bytes);
   ``input_audio_buffer.commit`` (the turn so far becomes an item: ``input_audio_buffer.committed``);
   ``input_audio_buffer.clear`` (``input_audio_buffer.cleared``: the turn is dropped);
-* with ``server_vad``: ``input_audio_buffer.speech_started`` (``audio_start_ms``: the first speech less
+* with turn detection: ``input_audio_buffer.speech_started`` (``audio_start_ms``: the first speech less
   the prefix padding) and ``input_audio_buffer.speech_stopped`` (``audio_end_ms``), then ``committed``;
   audio outside the turns is not transcribed;
 * each item: ``conversation.item.added`` after the commit, its text's
@@ -86,6 +87,7 @@ class Item:
     samples: int = 0
     fresh: bool = False  # audio pushed since the last decode
     text: str = ""  # the deltas sent
+    partial: str = ""  # the latest hypothesis past them
 
 
 class Turns:
@@ -105,7 +107,15 @@ class Turns:
 
     def _detector(self) -> TurnDetector | None:
         turns = self.config.turns  # a session.update makes another, from the audio to come
-        return None if turns is None else TurnDetector(self.transcriber.engine(self.config.params).vad, turns, self.position)
+        if turns is None:
+            return None
+        return TurnDetector(self.transcriber.engine(self.config.params).vad, turns, self.position, finished=self._finished)
+
+    def _finished(self) -> bool:
+        """Whether the open turn's text so far (its words sent and the hypothesis past them) ends a sentence;
+        nothing heard yet is no sentence to wait for."""
+        text = "" if self.item is None else (self.item.text + self.item.partial).strip()
+        return not text or text.endswith((".", "?", "!"))
 
     def handle(self, actions: list[tuple]) -> list[dict]:
         """``actions``: ("audio", samples, their InputFormat), ("commit", event id), ("clear", event id), ("update",
@@ -245,6 +255,7 @@ class Turns:
         self._send_words(item, item.live.update(), events)
 
     def _send_words(self, item: Item, update: StreamUpdate, events: list[dict]) -> None:
+        item.partial = update.partial.text
         words = "".join(w.text for w in update.confirmed.words)
         delta = words.lstrip() if not item.text else words
         if delta:
