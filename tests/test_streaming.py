@@ -180,6 +180,18 @@ def test_more_than_a_window_at_once_loses_nothing(base_engine, tmp_path, eval_ro
     assert wer([long.reference], ["".join(w.text for w in words)]) <= 0.4
 
 
+def test_the_last_hypothesis_stands_when_the_end_reads_nothing_new(base_engine, tmp_path):
+    """The end of bench/realtime.py's talk (its last 19 s, then 4 s of silence) in 0.1 s pieces: " a liner."
+    is the hypothesis past the confirmed words for the last 6 s, whose decodes loop, and the end's whole-window
+    look reads only speech already confirmed. The stream ends with that hypothesis, as LocalAgreement ends a
+    stream (the end returned nothing)."""
+    long = build_long_file("dense", tmp_path, min_seconds=120.0)
+    audio = load_audio(long.path)[112 * 16000 : 131 * 16000]
+    tr = StreamingTranscriber(base_engine, StreamOptions(language="en"))
+    play(tr, np.concatenate([audio, np.zeros(4 * 16000, np.float32)]), chunk_s=0.1)
+    assert normalize("".join(w.text for w in tr.confirmed)).endswith("liner")
+
+
 def test_bad_audio_is_a_one_line_error(base_engine):
     tr = StreamingTranscriber(base_engine, StreamOptions(language="en"))
     with pytest.raises(ValueError, match="mono"):
