@@ -10,6 +10,7 @@ import asyncio
 import io
 import json
 import logging
+import math
 import os
 import re
 import subprocess
@@ -140,6 +141,28 @@ def test_word_timestamps(client, jfk):
     assert all(a.start <= b.start for a, b in zip(answer.words, answer.words[1:]))
     americans = next(w for w in answer.words if w.word.startswith("Americans"))
     assert 1.0 < americans.start < 3.5  # "And so my fellow Americans" is said in the first 3.5 s of the clip
+
+
+def test_logprobs_when_included(client, jfk):
+    """include[]=logprobs (OpenAI's, json only): a log-probability per word, read by the client's own types;
+    the entries' tokens joined are the text, their bytes its UTF-8; a clean clip is heard with confidence
+    (base on JFK: the mean over 0.8) but for the word it doubts; streamed or not."""
+    audio, reference = jfk
+    answer = client.audio.transcriptions.create(file=("jfk.wav", audio), model="whisper-1", include=["logprobs"], language="en")
+    entries = answer.logprobs
+    assert wer([reference], [answer.text]) <= MAX_WER and len(entries) >= 20
+    assert "".join(e.token for e in entries).strip() == answer.text.strip()
+    assert all(bytes(map(int, e.bytes)).decode() == e.token and e.logprob <= 0 for e in entries)  # its type: floats
+    assert sum(e.logprob for e in entries) / len(entries) > math.log(0.8)
+    assert min(entries, key=lambda e: e.logprob).token == " ask"  # "ask not" or "asked not": base's doubt (0.28)
+    plain = client.audio.transcriptions.create(file=("jfk.wav", audio), model="whisper-1", language="en")
+    assert plain.text == answer.text and plain.logprobs is None  # asked for only
+    events = list(client.audio.transcriptions.create(file=("jfk.wav", audio), model="whisper-1", include=["logprobs"],
+                                                     language="en", stream=True))
+    done = events[-1]
+    assert isinstance(done, TranscriptionTextDoneEvent) and done.text == answer.text
+    assert [e.token for e in done.logprobs] == [e.token for e in entries]
+    assert [e.token for d in events[:-1] for e in d.logprobs] == [e.token for e in entries]
 
 
 def test_clip_timestamps_through_the_openai_client(client, jfk):
@@ -335,6 +358,9 @@ def _create(client, **overrides):
 
 @pytest.mark.parametrize("overrides, status, fragment, param, code", [
     ({"response_format": "xml"}, 400, "Invalid value: 'xml'", "response_format", "invalid_value"),
+    ({"include": ["logprobs"], "response_format": "verbose_json"}, 400, "must be `json` if `include[]=logprobs`", "include[]",
+     "invalid_value"),
+    ({"include": ["tokens"]}, 400, "Invalid value: 'tokens'", "include[]", "invalid_value"),
     ({"response_format": "verbose_json", "timestamp_granularities": ["char"]}, 400, "Invalid value: 'char'",
      "timestamp_granularities[]", "invalid_value"),
     ({"timestamp_granularities": ["word"]}, 400, "must be `verbose_json`", "timestamp_granularities[]", "invalid_value"),

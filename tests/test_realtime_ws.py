@@ -427,3 +427,28 @@ def test_semantic_vad_waits_for_an_unfinished_sentence(eval_root):
     assert "americans" in high[0].lower() and "not" in high[0].lower() and "for your country" not in high[0].lower(), high
     assert len(high) == 2 and wer([jfk.reference], [" ".join(high)]) <= 0.1, high
     assert low == high[:1], low
+
+
+def test_logprobs_when_included(server, clips):
+    """``include: ["item.input_audio_transcription.logprobs"]``: the deltas and the transcript carry the words'
+    log-probabilities, read by the client's own types; the entries' tokens joined are the transcript, and
+    the deltas' entries joined are the transcript's."""
+    from openai.types.realtime import ConversationItemInputAudioTranscriptionDeltaEvent as Delta
+
+    (a, ref_a), _ = clips
+    update = {"type": "session.update", "session": {"type": "transcription", "include": ["item.input_audio_transcription.logprobs"],
+                                                    "audio": {"input": {"turn_detection": None}}}}
+    bad = {"type": "session.update", "event_id": "i1", "session": {"type": "transcription", "include": ["item.input_audio"]}}
+    events = [json.dumps(update), json.dumps(bad)]
+    events += [json.dumps({"type": "input_audio_buffer.append", "audio": p}) for p in _appends(_pcm24(a))]
+    received, _ = _raw(server, "?intent=transcription", [*events, json.dumps({"type": "input_audio_buffer.commit"})])
+    answer = SessionUpdatedEvent.model_validate(next(e for e in received if e["type"] == "session.updated"))
+    assert answer.session.include == ["item.input_audio_transcription.logprobs"]
+    error = next(e for e in received if e["type"] == "error")
+    assert error["error"]["event_id"] == "i1" and error["error"]["param"] == "session.include"
+    completed = ConversationItemInputAudioTranscriptionCompletedEvent.model_validate(next(e for e in received if e["type"] == COMPLETED))
+    deltas = [Delta.model_validate(e) for e in received if e["type"] == DELTA]
+    assert wer([ref_a], [completed.transcript]) <= 0.25 and len(completed.logprobs) >= 10
+    assert "".join(e.token for e in completed.logprobs) == completed.transcript
+    assert [e.token for d in deltas for e in d.logprobs] == [e.token for e in completed.logprobs]
+    assert all(bytes(e.bytes).decode() == e.token and e.logprob <= 0 for e in completed.logprobs)

@@ -6,14 +6,15 @@ them) use it as they use OpenAI's: set the client's base URL to ``http://HOST:PO
   ``language`` (of the speech; optional, detected without it), ``prompt``, ``response_format`` (``json``, the default, ``text``,
   ``srt``, ``verbose_json``, ``vtt``; transcriptions also ``diarized_json``), ``temperature`` and
   ``timestamp_granularities[]`` (``segment``, ``word``: only with ``verbose_json``, as OpenAI's) and
-  ``chunking_strategy`` (``auto``, what is done anyway, or ``server_vad`` with a ``threshold``).
+  ``chunking_strategy`` (``auto``, what is done anyway, or ``server_vad`` with a ``threshold``) and
+  ``include[]=logprobs`` (``json`` only, as OpenAI's: ``logprobs``, one entry per word, ``logprob_entries``).
   ``model`` is ``whisper-1`` (this deployment's default model) or one of the models it offers.
   Our own options are further form fields under the names of ``POST /``'s parameters (``diarize``,
   ``num_speakers``, ``min_speakers``, ``max_speakers``, ``draft``, ``beam_size``, ``hotwords``...);
   with ``diarize=true`` the ``verbose_json`` segments and words carry ``speaker``.
 * ``GET /v1/models`` and ``GET /v1/models/{model}``: ``whisper-1`` and the models offered.
 
-Answers follow OpenAI's: ``json`` is ``{"text", "usage"}``; ``verbose_json`` is ``{"task", "language"
+Answers follow OpenAI's: ``json`` is ``{"text", "usage"}`` (and ``logprobs`` when included); ``verbose_json`` is ``{"task", "language"
 (the full name, e.g. "english"), "duration", "text", "segments", "words", "usage"}`` (``segments``
 unless only ``word`` was asked for, ``words`` when it was); ``diarized_json`` is ``{"task", "duration",
 "text", "segments": [{"type", "id", "start", "end", "text", "speaker"}], "usage"}``; ``text``, ``srt`` and
@@ -28,7 +29,7 @@ from __future__ import annotations
 
 import json
 import math
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -37,7 +38,7 @@ from fastapi.responses import JSONResponse, PlainTextResponse, Response
 from pydantic import ValidationError
 
 from specwhisper.asr.decoding.language import LANGUAGES
-from specwhisper.results.transcript import Transcript, segments_to_dicts
+from specwhisper.results.transcript import Transcript, Word, segments_to_dicts
 from specwhisper.pipeline.writers import render
 from specwhisper.serving.http.form_upload import FILE_FIELD, FORM_OVERHEAD, FormUpload
 from specwhisper.serving.params import Choices, RequestError, TranscribeParams, clip, parse_params, short_repr
@@ -50,8 +51,10 @@ TEXT_FORMATS = ("text", "srt", "vtt")
 STREAM_FORMATS = ("json", "text", "diarized_json")  # OpenAI's: text events (diarized: segment events too)
 GRANULARITIES = ("word", "segment")
 GRANULARITY_FIELDS = ("timestamp_granularities[]", "timestamp_granularities")
+INCLUDE_FIELDS = ("include[]", "include")
+INCLUDABLE = ("logprobs",)
 OPENAI_FIELDS = ("model", "language", "prompt", "response_format", "temperature", "stream", "chunking_strategy",
-                 *GRANULARITY_FIELDS)
+                 *GRANULARITY_FIELDS, *INCLUDE_FIELDS)
 # chunking_strategy's object form, as the clients send it in a form: chunking_strategy[type]=server_vad ...
 VAD_CONFIG = "chunking_strategy["
 VAD_KEYS = ("type", "threshold", "prefix_padding_ms", "silence_duration_ms")
@@ -91,6 +94,7 @@ class OpenAIRequest:
     granularities: frozenset[str]
     params: TranscribeParams
     stream: bool = False  # server-sent events: the text as it becomes final, then the whole (``stream_events``)
+    logprobs: bool = False  # include[]=logprobs: the words' log-probabilities (``logprob_entries``)
 
 
 def _one(fields: Mapping[str, list[str]], name: str) -> str | None:
@@ -144,6 +148,13 @@ def openai_request(fields: Mapping[str, list[str]], task: str, choices: Choices)
     if granularities and response_format != "verbose_json":
         raise Refusal(400, "`response_format` must be `verbose_json` if `timestamp_granularities[]` is provided",
                       param="timestamp_granularities[]", code="invalid_value")
+    included = [i for name in INCLUDE_FIELDS for i in fields.get(name, [])]
+    for i in included:
+        if i not in INCLUDABLE:
+            raise invalid_value("include[]", i, INCLUDABLE)
+    if included and response_format != "json":
+        raise Refusal(400, "`response_format` must be `json` if `include[]=logprobs` is provided", param="include[]",
+                      code="invalid_value")
     stream = (_one(fields, "stream") or "false").lower()
     if stream not in ("true", "1", "false", "0"):
         raise Refusal(400, f"stream: must be true or false, got {short_repr(stream)}", param="stream", code="invalid_value")
@@ -163,7 +174,7 @@ def openai_request(fields: Mapping[str, list[str]], task: str, choices: Choices)
     for field, name in (("language", "language"), ("prompt", "initial_prompt"), ("temperature", "temperature")):
         if (value := _one(fields, field)) is not None:
             raw[name] = value
-    if "word" in granularities:
+    if "word" in granularities or included:  # a word's probability comes with its timing
         raw["word_timestamps"] = True
     if response_format == "diarized_json":
         if str(raw.setdefault("diarize", True)).lower() in ("false", "0"):
@@ -178,7 +189,7 @@ def openai_request(fields: Mapping[str, list[str]], task: str, choices: Choices)
     if stream and params.diarize and response_format != "diarized_json":
         raise Refusal(400, "stream: speakers come only in diarized_json's segment events (send response_format "
                            "diarized_json, or stream=false)", param="stream", code="unsupported_value")
-    return OpenAIRequest(task, response_format, frozenset(granularities), params, stream)
+    return OpenAIRequest(task, response_format, frozenset(granularities), params, stream, bool(included))
 
 
 def _chunking(fields: Mapping[str, list[str]]) -> dict[str, object]:
@@ -240,6 +251,15 @@ def _words(t: Transcript) -> list[dict]:
     return words
 
 
+def logprob_entries(words: Iterable[Word]) -> list[dict]:
+    """OpenAI's ``logprobs`` (``{"token", "logprob", "bytes"}``), one entry per word where OpenAI's models give
+    one per token: ``token`` the word's text as decoded (its leading space included), ``logprob`` the log of
+    Whisper's word probability (the mean of its tokens' probabilities, openai-whisper's word timing rule),
+    ``bytes`` the text's UTF-8 bytes. The entries' tokens joined are the words' text."""
+    return [{"token": w.text, "logprob": round(math.log(max(w.probability, 1e-12)), 4), "bytes": list(w.text.encode())}
+            for w in words if w.probability is not None]
+
+
 def _diarized(t: Transcript) -> list[dict]:
     """``diarized_json``'s segments, which are also its streamed segment events."""
     return [{"type": "transcript.text.segment", "id": f"seg_{i}", "start": round(s.start, 3), "end": round(s.end, 3),
@@ -253,7 +273,8 @@ def openai_answer(t: Transcript, req: OpenAIRequest) -> Response:
     if fmt in TEXT_FORMATS:
         return PlainTextResponse(render(t, fmt, req.params.layout()))
     if fmt == "json":
-        return JSONResponse({"text": t.text, "usage": usage(t)})
+        words = logprob_entries(w for s in t.segments for w in s.words) if req.logprobs else None
+        return JSONResponse({"text": t.text, **({"logprobs": words} if req.logprobs else {}), "usage": usage(t)})
     if fmt == "diarized_json":
         return JSONResponse({"task": "transcribe", "duration": round(t.duration, 3), "text": t.text, "segments": _diarized(t),
                              "usage": usage(t)})
@@ -273,9 +294,9 @@ def _event(data: dict) -> bytes:
     return f"data: {json.dumps(data, ensure_ascii=False)}\n\n".encode()
 
 
-def stream_events(diarized: bool = False) -> StreamEvents:
+def stream_events(diarized: bool = False, logprobs: bool = False) -> StreamEvents:
     """OpenAI's transcription events: ``transcript.text.delta`` for each final segment's text (the deltas
-    joined are the text), with ``diarized`` a ``transcript.text.segment`` for each segment of the diarized
+    joined are the text; with ``logprobs`` its words' entries, and all of them in the last event), with ``diarized`` a ``transcript.text.segment`` for each segment of the diarized
     transcript (``diarized_json``'s segments, speakers included) once it is whole, then
     ``transcript.text.done`` with the whole text and ``usage``, and an error as ``{"error": {...}}``,
     which the ``openai`` client raises."""
@@ -285,13 +306,15 @@ def stream_events(diarized: bool = False) -> StreamEvents:
         out = b""
         for seg in segs:
             if text := seg.text.strip():
-                out += _event({"type": "transcript.text.delta", "delta": (" " if started[0] else "") + text})
+                delta = {"type": "transcript.text.delta", "delta": (" " if started[0] else "") + text}
+                out += _event({**delta, "logprobs": logprob_entries(seg.words)} if logprobs else delta)
                 started[0] = True
         return out
 
     def done(t: Transcript) -> bytes:
         spoken = b"".join(_event(segment) for segment in _diarized(t)) if diarized else b""
-        return spoken + _event({"type": "transcript.text.done", "text": t.text, "usage": usage(t)})
+        words = {"logprobs": logprob_entries(w for s in t.segments for w in s.words)} if logprobs else {}
+        return spoken + _event({"type": "transcript.text.done", "text": t.text, **words, "usage": usage(t)})
 
     def error(refusal: Refusal) -> bytes:
         return _event({"type": "error", "error": {"message": clip(str(refusal)), "type": error_type(refusal.status),
@@ -323,7 +346,7 @@ def add_openai_routes(app: FastAPI, uploads: Uploads) -> None:
             req = openai_request(form.fields, task, choices)
             try:
                 if req.stream:
-                    events = stream_events(diarized=req.response_format == "diarized_json")
+                    events = stream_events(diarized=req.response_format == "diarized_json", logprobs=req.logprobs)
                     return await uploads.stream(request, path, FILE_FIELD, req.params, events)
                 transcript = await uploads.transcribe(request, path, FILE_FIELD, req.params)
             except RequestError as exc:

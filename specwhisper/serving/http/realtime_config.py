@@ -24,6 +24,7 @@ from specwhisper.serving.params import RequestError, TranscribeParams, one_line,
 
 INPUT_RATE = 24_000  # OpenAI's PCM rate
 G711_RATE = 8_000
+LOGPROBS = "item.input_audio_transcription.logprobs"  # what a session may ``include`` (OpenAI's one value)
 
 
 class EventError(ValueError):
@@ -81,6 +82,7 @@ class SessionConfig:
     language: str | None = None
     turns: TurnSettings | None = field(default_factory=TurnSettings)  # None: the client commits
     format: InputFormat = PCM
+    logprobs: bool = False  # ``include``: the words' log-probabilities in the deltas and the transcript
     params: TranscribeParams | None = None  # the model and language, checked
 
     def to_beta_json(self) -> dict:
@@ -88,17 +90,21 @@ class SessionConfig:
         ga = self.to_json()["audio"]["input"]
         return {"object": "realtime.transcription_session", "input_audio_format": self.format.beta,
                 "input_audio_transcription": ga["transcription"], "turn_detection": ga["turn_detection"],
-                "input_audio_noise_reduction": None, "include": None}
+                "input_audio_noise_reduction": None, "include": self._include()}
 
     def to_json(self) -> dict:
         turns = self.turns
         detection = None if turns is None else {"type": "semantic_vad", "eagerness": turns.eagerness} if turns.eagerness else {
             "type": "server_vad", "threshold": turns.threshold,
             "prefix_padding_ms": turns.prefix_padding_ms, "silence_duration_ms": turns.silence_duration_ms}
-        return {"type": "transcription", "object": "realtime.transcription_session", "include": None, "audio": {"input": {
+        return {"type": "transcription", "object": "realtime.transcription_session", "include": self._include(), "audio": {"input": {
             "format": self.format.to_json(),
             "transcription": {"model": self.model, "language": self.language, "prompt": ""},
             "turn_detection": detection, "noise_reduction": None}}}
+
+
+    def _include(self) -> list[str] | None:
+        return [LOGPROBS] if self.logprobs else None
 
 
 def checked(config: SessionConfig, choices) -> SessionConfig:
@@ -129,6 +135,8 @@ def updated(config: SessionConfig, session: object, choices) -> SessionConfig:
         config = replace(config, model=t.get("model") or ALIAS, language=t.get("language") or None)
     if "turn_detection" in entry:
         config = replace(config, turns=_turns(entry["turn_detection"]))
+    if "include" in session:
+        config = replace(config, logprobs=_include(session["include"]))
     return checked(config, choices)
 
 
@@ -160,7 +168,7 @@ def from_beta(session: object) -> object:
         entry["transcription"] = session["input_audio_transcription"]
     if "turn_detection" in session:
         entry["turn_detection"] = session["turn_detection"]
-    return {"type": "transcription", "audio": {"input": entry}}
+    return {"type": "transcription", "audio": {"input": entry}, **({"include": session["include"]} if "include" in session else {})}
 
 
 def _input(session: object) -> dict:
@@ -180,6 +188,14 @@ def _object(parent: dict, key: str, where: str) -> dict:
     if not isinstance(value, dict):
         raise EventError(f"{key} must be an object, got {short_repr(value)}", param=f"{where}.{key}")
     return value
+
+
+def _include(include: object) -> bool:
+    if include is None:
+        return False
+    if not isinstance(include, list) or any(i != LOGPROBS for i in include):
+        raise EventError(f"include may hold {LOGPROBS!r} alone, got {short_repr(include)}", param="session.include")
+    return bool(include)
 
 
 def _turns(detection: object) -> TurnSettings | None:

@@ -57,7 +57,7 @@ from specwhisper.live.stream import LiveError, StreamingTranscriber, StreamUpdat
 from specwhisper.live.turns import TurnDetector
 from specwhisper.serving.http.live_ws import (CLOSE_CODES, Pacing, StreamSlots, close, guarded, next_message, on_worker,
                                               open_stream, opened, receiving, send_json, stream_engine)
-from specwhisper.serving.http.openai_api import ALIAS
+from specwhisper.serving.http.openai_api import ALIAS, logprob_entries
 from specwhisper.serving.http.realtime_config import (EventError, InputFormat, SessionConfig, checked, format_of, from_beta,
                                                        updated)
 from specwhisper.serving.params import clip, short_repr
@@ -88,6 +88,7 @@ class Item:
     fresh: bool = False  # audio pushed since the last decode
     text: str = ""  # the deltas sent
     partial: str = ""  # the latest hypothesis past them
+    logprobs: list[dict] = field(default_factory=list)  # the words sent, as OpenAI's logprobs (``include``)
 
 
 class Turns:
@@ -247,6 +248,7 @@ class Turns:
             self.detected = self.detected or (item.live.language if item.text else None)
         events.append({"type": "conversation.item.input_audio_transcription.completed", "item_id": item.id,
                        "content_index": 0, "transcript": item.text,
+                       **({"logprobs": item.logprobs} if self.config.logprobs else {}),
                        "usage": {"type": "duration", "seconds": round(item.samples / SAMPLE_RATE, 3)}})
         events.append({"type": "conversation.item.done", "previous_item_id": previous, "item": _user_item(item.id, item.text)})
 
@@ -260,8 +262,16 @@ class Turns:
         delta = words.lstrip() if not item.text else words
         if delta:
             item.text += delta
-            events.append({"type": "conversation.item.input_audio_transcription.delta", "item_id": item.id,
-                           "content_index": 0, "delta": delta})
+            event = {"type": "conversation.item.input_audio_transcription.delta", "item_id": item.id, "content_index": 0,
+                     "delta": delta}
+            if self.config.logprobs:
+                entries = logprob_entries(update.confirmed.words)
+                if not item.logprobs and entries:  # the transcript starts without its first word's space
+                    entries[0] = {**entries[0], "token": entries[0]["token"].lstrip(),
+                                  "bytes": list(entries[0]["token"].lstrip().encode())}
+                item.logprobs += entries
+                event["logprobs"] = entries
+            events.append(event)
 
 
 def _resampler(fmt: InputFormat) -> soxr.ResampleStream:
