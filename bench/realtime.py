@@ -1,6 +1,6 @@
 """Live speech through the server's two live routes, played at real time as a microphone sends it:
-OpenAI's Realtime API transcription session (``/v1/realtime``, server VAD at OpenAI's defaults, through
-the official ``openai`` client) and our ``/v1/live`` WebSocket, on the same recording, against the same
+OpenAI's Realtime API transcription session (``/v1/realtime``, server VAD at OpenAI's defaults and
+semantic VAD at eagerness auto, through the official ``openai`` client) and our ``/v1/live`` WebSocket, on the same recording, against the same
 server's offline transcript of it.
 
 The server as a user runs it (``python -m specwhisper.serving.http.serve``, model base, drafter none,
@@ -48,7 +48,7 @@ def _p(values: list[float], q: float) -> float | None:
     return round(float(np.percentile(values, q)), 3) if values else None
 
 
-def realtime(port: int, audio: np.ndarray) -> dict:
+def realtime(port: int, audio: np.ndarray, detection: dict | None = None) -> dict:
     import soxr
     from openai import OpenAI
 
@@ -57,6 +57,9 @@ def realtime(port: int, audio: np.ndarray) -> dict:
     client = OpenAI(base_url=f"http://127.0.0.1:{port}/v1", api_key="unused")
     with client.realtime.connect(extra_query={"intent": "transcription"}) as connection:
         connection.recv()  # session.created
+        if detection is not None:
+            connection.session.update(session={"type": "transcription", "audio": {"input": {"turn_detection": detection}}})
+            connection.recv()  # session.updated
         t0 = time.perf_counter()
 
         def send() -> None:
@@ -137,6 +140,7 @@ def main() -> int:
         status, offline, _ = server.request("POST", "/", long.path.read_bytes())
         assert status == 200, offline
         rt = realtime(args.port, audio)
+        semantic = realtime(args.port, audio, {"type": "semantic_vad", "eagerness": "auto"})
         lv = live(args.port, audio)
     finally:
         server.stop()
@@ -146,6 +150,10 @@ def main() -> int:
          "latency_p50_s": _p(rt["latencies"], 50), "latency_p90_s": _p(rt["latencies"], 90),
          "first_words_p50_s": _p(rt["first_words"], 50), "turns": rt["turns"],
          "wer": round(wer([reference], [rt["text"]]), 4), "audio_s": seconds},
+        {"name": "/v1/realtime, semantic_vad (eagerness auto): a turn's transcript after its last audio",
+         "latency_p50_s": _p(semantic["latencies"], 50), "latency_p90_s": _p(semantic["latencies"], 90),
+         "first_words_p50_s": _p(semantic["first_words"], 50), "turns": semantic["turns"],
+         "wer": round(wer([reference], [semantic["text"]]), 4), "audio_s": seconds},
         {"name": "/v1/live: a word's confirmation after its end in the audio",
          "latency_p50_s": _p(lv["latencies"], 50), "latency_p90_s": _p(lv["latencies"], 90),
          "wer": round(wer([reference], [lv["text"]]), 4), "audio_s": seconds},
