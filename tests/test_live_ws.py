@@ -16,7 +16,7 @@ from websockets.asyncio.client import connect
 from websockets.exceptions import ConnectionClosed
 
 from specwhisper.audio.loading import load_audio
-from specwhisper.evaluation.transcripts import english_set, wer
+from specwhisper.evaluation.transcripts import english_set, load_manifest, wer
 from specwhisper.serving.endpoint.contract import Endpoint
 from specwhisper.serving.params import Choices
 from specwhisper.serving.http.serve import EndpointServer, ServerConfig, serving
@@ -147,6 +147,18 @@ def test_streams_real_speech(server, speech):
     assert wer([reference], [final["text"]]) < 0.35, final["text"]  # measured: 0.0 (tiny.en)
 
 
+def test_a_prompt_spells_the_names(server, eval_root):
+    """``?initial_prompt=`` (or ``hotwords``): names a stream should spell, in every re-decode's context, as
+    offline's --initial-prompt: the meeting's "Abigail Claflin", which tiny.en hears as "Abigail Classroom"."""
+    item = next(i for i in load_manifest(eval_root) if i.file == "lhotse/ES2011a.Headset-0-40s-46s.wav")
+    frames = _pcm(load_audio(item.path)) + [END]
+    plain, _ = _stream(server, frames)
+    for query in ("?initial_prompt=Claflin", "?hotwords=Claflin"):
+        prompted, _ = _stream(server, frames, query)
+        assert "Claflin" in prompted[-1]["text"] and "Claflin" not in plain[-1]["text"], (plain[-1]["text"], prompted[-1]["text"])
+        assert wer([item.reference], [prompted[-1]["text"]]) < wer([item.reference], [plain[-1]["text"]])
+
+
 BAD_QUERIES = [
     ("?format=mp3", 400, "format must be s16le or f32le"),
     ("?sample_rate=44100", 400, "sample_rate must be 16000"),
@@ -154,6 +166,7 @@ BAD_QUERIES = [
     ("?model=large-v3", 400, "is not offered here"),
     ("?language=de", 400, "English-only"),
     ("?task=dance", 400, "parameters.task"),
+    ("?initial_prompt=" + "x" * 2001, 400, "at most 2000 characters"),
 ]
 
 

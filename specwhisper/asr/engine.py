@@ -67,6 +67,11 @@ class DecodeOptions:
     clips: tuple[Clip, ...] | None = None
 
     @property
+    def prompt_text(self) -> str | None:
+        """The text before every chunk's decode: the hotwords, then the initial prompt."""
+        return " ".join(t for t in (self.hotwords, self.initial_prompt) if t) or None
+
+    @property
     def needs_words(self) -> bool:
         """Whether the decode aligns words: asked for, or needed by the hallucination rules."""
         return self.word_timestamps or self.hallucination_silence_threshold is not None
@@ -368,7 +373,7 @@ class AsrEngine:
             languages: list[tuple[str | None, float | None]] = [(opts.language, None)] * n
         else:
             languages = file_languages(self, audios, plans, opts, rows, encoded, stats)
-        initial = self._context(" ".join(t for t in (opts.hotwords, opts.initial_prompt) if t))
+        initial = self._context(opts.prompt_text)
 
         def prompt_of(language: str | None, context: list[int]) -> tuple[int, ...]:
             return tuple(self.special.prompt(language, opts.task, timestamps=not opts.without_timestamps, context=context))

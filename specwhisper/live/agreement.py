@@ -103,9 +103,17 @@ class LocalAgreement:
         self.in_buffer.extend(commit)
         return commit
 
+    def confirm_tail(self) -> list[Word]:
+        """Confirm the last hypothesis's unconfirmed words as they are (the stream ends with them)."""
+        commit, self.tail = self.tail, []
+        if commit:
+            self.last_time = max(self.last_time, commit[-1].end)
+        self.in_buffer.extend(commit)
+        return commit
+
     def drop_before(self, time: float) -> None:
         """The buffer now starts at ``time``: forget the words whose audio is gone."""
-        self.in_buffer = [w for w in self.in_buffer if w.end > time]
+        self.in_buffer = [w for w in self.in_buffer if w.end > time + 1e-6]  # a cut at a word's end drops it
         self.tail = [w for w in self.tail if w.start >= time]
 
     def pending(self) -> list[Word]:

@@ -87,6 +87,15 @@ class LiveBuffer:
             return False
         return self.speech_seconds(done, end) >= SKIP_SPEECH_S  # speech, not a pause, went untranscribed
 
+    def unheard_after(self, agreement: LocalAgreement) -> float | None:
+        """Where the last hypothesis (its confirmed and unconfirmed words) ends, when ``STALL_S`` or more of
+        the buffer follow it with speech in them: Whisper ended its text before that speech."""
+        pending = agreement.pending()
+        end = max(agreement.last_time, pending[-1].end if pending else 0.0, self.offset)
+        if self.offset + len(self.buffer) / SAMPLE_RATE - end < STALL_S:
+            return None
+        return end if self.speech_seconds(end, self.offset + len(self.buffer) / SAMPLE_RATE) >= SKIP_SPEECH_S else None
+
     def trim(self, segments: list[Segment], agreement: LocalAgreement, trim_s: float, waiting: bool = False,
              committed: bool = False) -> None:
         """Cut the buffer at the end of the last segment inside the confirmed words once it passes

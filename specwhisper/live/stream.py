@@ -20,7 +20,7 @@ import numpy as np
 from specwhisper.asr.decoding.alignment import SENTENCE_END
 from specwhisper.asr.decoding.fallback import compression_ratio
 from specwhisper.asr.decoding.language import normalize_language
-from specwhisper.asr.engine import TASKS, AsrEngine
+from specwhisper.asr.engine import TASKS, AsrEngine, DecodeOptions
 from specwhisper.audio.loading import SAMPLE_RATE
 from specwhisper.live.agreement import LocalAgreement, before_squeezed_run
 from specwhisper.live.buffer import WINDOW_S, LiveBuffer
@@ -54,11 +54,19 @@ class StreamOptions:
     # kept after (base heard Chinese in the first 0.3-0.5 s of an English talk: bench/realtime.py)
     detect_s: float = 2.0
     speculative: bool = True  # False: plain greedy re-decodes (the reference of the speed-up)
+    # text before the stream (names, a glossary: offline's initial prompt and hotwords), in every re-decode's
+    # context ahead of the confirmed text; a realtime turn's prompt
+    initial_prompt: str | None = None
     # "audio": the encoder over the buffer's frames only (``encode_audio_part``, an approximation);
     # "window": over the whole 30 s window, as offline. In 0.5 s pieces (the web page's), bench file,
     # one thread, CPU clock: "window" fell behind real time (1.02 s per audio s, p50 2.75 s, WER
     # 0.260), "audio" kept up (0.77, p50 1.41 s, WER 0.103; offline 0.185).
     encoder: str = "audio"
+
+    @classmethod
+    def of(cls, decode: DecodeOptions, **live) -> StreamOptions:
+        """The live stream of a request's decode options: its language, task and prompt text."""
+        return cls(language=decode.language, task=decode.task, initial_prompt=decode.prompt_text, **live)
 
     def validate(self) -> None:
         self.language = normalize_language(self.language)
@@ -122,6 +130,7 @@ class StreamingTranscriber:
         self.state = LiveBuffer(engine.vad, engine.special.timestamp_begin)
         self.confirmed_words: list[Word] = []
         self.looped = False  # the last decode looped (no hypothesis)
+        self.prompt = self._tokens(self.opts.initial_prompt)
 
     @property
     def language(self) -> str | None:
@@ -185,9 +194,18 @@ class StreamingTranscriber:
         update, words, tail = None, [], self.agreement.pending()
         # more than a window may be waiting (a client that sent faster than the updates ran): each
         # update decodes a window and trims it; bounded, as a window that cannot be cut stays
-        for _ in range(int(len(st.buffer) / SAMPLE_RATE / self.opts.trim_s) + 2):
+        for _ in range(int(len(st.buffer) / SAMPLE_RATE / self.opts.trim_s) + 3):
             if st.received <= st.decoded_to + 1e-6:
-                break
+                # all of it decoded, but the last hypothesis may end before speech that follows it (Whisper
+                # wrote its end of text early: 48 s sent at once to a realtime turn, tiny.en stopped at "in
+                # 1813." with 15 s of speech after it, WER 0.526): its words stand, the rest is decoded after them
+                at = st.unheard_after(self.agreement)
+                if at is None or at <= st.offset + 1e-6:  # nothing, or nothing heard yet: a decode again reads the same
+                    break
+                last = self.agreement.confirm_tail()
+                self.confirmed_words.extend(last)
+                words += last
+                st.cut(at, self.agreement)
             update = self.update(final=True)
             words += update.confirmed.words
         # when the last decode looped, or nothing was heard yet: one more look at what is not confirmed, with
@@ -234,7 +252,8 @@ class StreamingTranscriber:
     # ------------------------------------------------------------------ internals
 
     def _context(self) -> list[int]:
-        """The confirmed text that has left the buffer, its last ``prompt_chars`` characters (whole words)."""
+        """The initial prompt, then the confirmed text that has left the buffer, its last ``prompt_chars``
+        characters (whole words)."""
         st, text = self.state, ""
         for w in reversed(self.confirmed_words):
             if w.end > st.offset + 1e-6:
@@ -242,7 +261,10 @@ class StreamingTranscriber:
             if len(text) + len(w.text) > self.opts.prompt_chars:
                 break
             text = w.text + text
-        return self.engine.bundle.tokenizer.encode(" " + text.strip(), add_special_tokens=False) if text.strip() else []
+        return self.prompt + self._tokens(text)
+
+    def _tokens(self, text: str | None) -> list[int]:
+        return self.engine.bundle.tokenizer.encode(" " + text.strip(), add_special_tokens=False) if text and text.strip() else []
 
     def _partial(self) -> Partial:
         pending = self.agreement.pending()

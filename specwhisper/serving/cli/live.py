@@ -23,7 +23,7 @@ def run_live(args, formats: list[str], opts, pipeline_factory) -> int:
     out_dir = args.output_dir or Path(".")
     check_output_dir(out_dir)
     check_length(path, args.max_duration)
-    options = StreamOptions(language=args.language, task=args.task, speculative=args.draft != "none")
+    options = StreamOptions.of(opts.decode, speculative=args.draft != "none")
     options.validate()
     audio = load_audio(path, max_seconds=args.max_duration)
     engine = pipeline_factory().asr

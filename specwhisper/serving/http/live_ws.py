@@ -80,7 +80,8 @@ log = logging.getLogger(__name__)
 T = TypeVar("T")
 LIVE_PATH = "/v1/live"
 FORMATS = {"s16le": np.dtype("<i2"), "f32le": np.dtype("<f4")}
-QUERY_KEYS = ("model", "language", "task", "format", "sample_rate")
+PARAM_KEYS = ("model", "language", "task", "initial_prompt", "hotwords")  # request parameters a stream takes
+QUERY_KEYS = (*PARAM_KEYS, "format", "sample_rate")
 CLOSE_CODES = {400: 1008, 408: 1008, 413: 1009, 503: 1013}  # anything else: 1011 (internal error)
 QUEUE_RETRY_S = 0.25  # a running stream's update waits this long when the model's queue is full
 
@@ -103,7 +104,7 @@ def parse_query(query: dict[str, str], transcriber: PipelinePool) -> LiveQuery:
     if rate != str(SAMPLE_RATE):
         raise LiveError(status=400, message=f"sample_rate must be {SAMPLE_RATE} (resample on the client), got {short_repr(rate)}")
     try:
-        params = parse_params({k: query[k] for k in ("model", "language", "task") if k in query},
+        params = parse_params({k: query[k] for k in PARAM_KEYS if k in query},
                               transcriber.settings.choices)
     except RequestError as exc:
         raise LiveError(status=exc.status, message=str(exc)) from None
@@ -258,13 +259,19 @@ def receiving(box, what: str) -> Iterator[None]:
         box.changed.set()
 
 
-async def next_message(ws: WebSocket, idle_s: float, what: str) -> dict:
-    """The socket's next message; LiveError 408 when none comes for ``idle_s`` seconds."""
+async def next_message(ws: WebSocket, idle_s: float, what: str, busy: Callable[[], bool] = lambda: False) -> dict:
+    """The socket's next message; LiveError 408 when none comes for ``idle_s`` seconds while not ``busy``
+    (the server has work of this socket's in hand: the client waits for it, it is not idle)."""
+    receive = asyncio.ensure_future(ws.receive())
     try:
-        async with asyncio.timeout(idle_s):
-            return await ws.receive()
-    except TimeoutError:
-        raise LiveError(status=408, message=f"no {what} for {idle_s:g} s") from None
+        while True:
+            done, _ = await asyncio.wait({receive}, timeout=idle_s)
+            if done:
+                return receive.result()
+            if not busy():
+                raise LiveError(status=408, message=f"no {what} for {idle_s:g} s")
+    finally:
+        receive.cancel()
 
 
 @dataclass
@@ -361,7 +368,8 @@ def stream_engine(transcriber: PipelinePool, params: TranscribeParams) -> AsrEng
 
 def open_stream(transcriber: PipelinePool, params: TranscribeParams) -> StreamingTranscriber:
     """A live transcriber on the request's model (``stream_engine``)."""
-    return StreamingTranscriber(stream_engine(transcriber, params), StreamOptions(language=params.language, task=params.task))
+    options = StreamOptions.of(params.run_options(transcriber.settings.max_audio_s).decode)
+    return StreamingTranscriber(stream_engine(transcriber, params), options)
 
 
 @dataclass

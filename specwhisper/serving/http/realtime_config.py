@@ -80,6 +80,7 @@ class SessionConfig:
 
     model: str = ALIAS  # as the client named it: ``whisper-1`` is the deployment's default model
     language: str | None = None
+    prompt: str = ""  # each turn's initial prompt (names, a glossary)
     turns: TurnSettings | None = field(default_factory=TurnSettings)  # None: the client commits
     format: InputFormat = PCM
     logprobs: bool = False  # ``include``: the words' log-probabilities in the deltas and the transcript
@@ -99,7 +100,7 @@ class SessionConfig:
             "prefix_padding_ms": turns.prefix_padding_ms, "silence_duration_ms": turns.silence_duration_ms}
         return {"type": "transcription", "object": "realtime.transcription_session", "include": self._include(), "audio": {"input": {
             "format": self.format.to_json(),
-            "transcription": {"model": self.model, "language": self.language, "prompt": ""},
+            "transcription": {"model": self.model, "language": self.language, "prompt": self.prompt},
             "turn_detection": detection, "noise_reduction": None}}}
 
 
@@ -109,12 +110,13 @@ class SessionConfig:
 
 def checked(config: SessionConfig, choices) -> SessionConfig:
     """``config`` with its request parameters checked (EventError on a model or language not offered)."""
-    fields = {"model": None if config.model == ALIAS else config.model, "language": config.language}
+    fields = {"model": None if config.model == ALIAS else config.model, "language": config.language,
+              "initial_prompt": config.prompt or None}
     try:
         params = parse_params({k: v for k, v in fields.items() if v is not None}, choices)
     except RequestError as exc:
-        message = str(exc).removeprefix("parameters.")
-        name = "model" if message.startswith("model") else "language"
+        message = str(exc).removeprefix("parameters.").replace("initial_prompt", "prompt")
+        name = next((n for n in ("model", "language") if message.startswith(n)), "prompt")
         raise EventError(message, param=f"session.audio.input.transcription.{name}") from None
     return replace(config, params=params)
 
@@ -130,9 +132,10 @@ def updated(config: SessionConfig, session: object, choices) -> SessionConfig:
         if not isinstance(t, dict):
             raise EventError("transcription must be an object (this session always transcribes)",
                              param="session.audio.input.transcription")
-        if t.get("prompt"):
-            raise EventError("a prompt is not taken in realtime sessions", param="session.audio.input.transcription.prompt")
-        config = replace(config, model=t.get("model") or ALIAS, language=t.get("language") or None)
+        prompt = t.get("prompt") or ""
+        if not isinstance(prompt, str):
+            raise EventError(f"prompt must be a string, got {short_repr(prompt)}", param="session.audio.input.transcription.prompt")
+        config = replace(config, model=t.get("model") or ALIAS, language=t.get("language") or None, prompt=prompt)
     if "turn_detection" in entry:
         config = replace(config, turns=_turns(entry["turn_detection"]))
     if "include" in session:

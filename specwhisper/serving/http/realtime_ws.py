@@ -10,7 +10,7 @@ What a session speaks (OpenAI's event names and fields):
   with ``input_audio_format``, ``input_audio_transcription`` and ``turn_detection``, is answered by
   ``transcription_session.updated`` in that form): ``audio.input.format`` (``audio/pcm`` at 24 kHz, or
   G.711 at 8 kHz, ``audio/pcmu`` or ``audio/pcma``: :mod:`specwhisper.serving.http.realtime_config`), ``audio.input.transcription`` (``model``: ``whisper-1`` or one the deployment
-  offers; ``language``; ``prompt`` empty), ``audio.input.turn_detection`` (``server_vad`` with
+  offers; ``language``; ``prompt``: each turn's initial prompt), ``audio.input.turn_detection`` (``server_vad`` with
   ``threshold``, ``prefix_padding_ms``, ``silence_duration_ms``; ``semantic_vad`` with ``eagerness``:
   :mod:`specwhisper.live.turns`; or null: the client commits);
   answered by ``session.updated`` with the session in effect;
@@ -33,9 +33,10 @@ Errors. A bad client event (not JSON, an unknown type, bad base64, a bad setting
 100 ms of audio) is answered with OpenAI's ``error`` event (``error``: ``type``, ``code``, ``message``,
 ``param``, ``event_id`` of the event at fault) and the session goes on, as OpenAI's does. What ends the
 session (an error event, then the close, as ``/v1/live``): a session that is not a transcription one
-(400, close 1008), no message for ``idle_timeout_s`` (408), audio past ``max_audio_s`` (413, 1009), too
-many live sockets or a full queue (503, 1013); an event over ``max_frame_bytes`` (16 MiB: OpenAI takes appends of
-up to 15 MiB) is closed by the WebSocket protocol (1009, no event). The limits are ``/v1/live``'s
+(400, close 1008), no message for ``idle_timeout_s`` while none of its work is in hand (408), audio
+past ``max_audio_s`` (413, 1009), too many live sockets or a full queue (503, 1013); an event over
+``max_frame_bytes`` (16 MiB: OpenAI takes appends of up to 15 MiB) is closed by the WebSocket protocol
+(1009, no event). The limits are ``/v1/live``'s
 (:class:`specwhisper.serving.service.LiveLimits`, counted together), audio ahead of the clock included.
 Every decode runs on the model worker, as ``/v1/live``'s updates: in its queue, overtaking long passes.
 """
@@ -313,6 +314,7 @@ class ClientEvents:
     received_s: float = 0.0
     over_limit: bool = False
     gone: bool = False
+    working: bool = False  # the model worker has actions of the session in hand
     error: LiveError | None = None
     changed: asyncio.Event = field(default_factory=asyncio.Event)
 
@@ -361,8 +363,11 @@ class RealtimeSession:
             await box.changed.wait()
             box.changed.clear()
             if box.actions:
-                actions, box.actions = box.actions, []
-                events = await on_worker(self.worker, lambda: turns.handle(actions))
+                actions, box.actions, box.working = box.actions, [], True
+                try:
+                    events = await on_worker(self.worker, lambda: turns.handle(actions))
+                finally:
+                    box.working = False
                 for event in events:
                     if event["type"].endswith("session.updated"):
                         self.config = turns.config
@@ -374,7 +379,9 @@ class RealtimeSession:
         box, pacing = self.inbox, Pacing(self.limits.max_ahead_s)
         with receiving(box, "realtime session"):
             while not box.over_limit:
-                message = await next_message(self.ws, self.limits.idle_timeout_s, "event")
+                # a client waiting for its transcript is not idle
+                message = await next_message(self.ws, self.limits.idle_timeout_s, "event",
+                                             busy=lambda: box.working or bool(box.actions))
                 if message["type"] == "websocket.disconnect":
                     box.gone = True
                     return

@@ -151,7 +151,7 @@ class LiveSession:
         self.worker = worker
         self.params = params
         self.max_seconds = max_seconds
-        self.options = StreamOptions(language=params.language, task=params.task)
+        self.options = StreamOptions.of(params.run_options(max_seconds).decode)
         self.resample = PieceResampler()
         self.lock = threading.Lock()  # one update at a time: a tick's and the stop's
         self.pending: list[np.ndarray] = []  # 16 kHz audio not pushed yet
