@@ -251,13 +251,19 @@ def _words(t: Transcript) -> list[dict]:
     return words
 
 
-def logprob_entries(words: Iterable[Word]) -> list[dict]:
+def logprob_entries(words: Iterable[Word], starts_text: bool = False) -> list[dict]:
     """OpenAI's ``logprobs`` (``{"token", "logprob", "bytes"}``), one entry per word where OpenAI's models give
-    one per token: ``token`` the word's text as decoded (its leading space included), ``logprob`` the log of
-    Whisper's word probability (the mean of its tokens' probabilities, openai-whisper's word timing rule),
-    ``bytes`` the text's UTF-8 bytes. The entries' tokens joined are the words' text."""
-    return [{"token": w.text, "logprob": round(math.log(max(w.probability, 1e-12)), 4), "bytes": list(w.text.encode())}
-            for w in words if w.probability is not None]
+    one per token: ``token`` the word's text as decoded (its leading space included but where the words
+    ``starts_text``, as the text starts without it), ``logprob`` the log of Whisper's word probability (the
+    mean of its tokens' probabilities, openai-whisper's word timing rule), ``bytes`` the token's UTF-8
+    bytes. The entries' tokens joined are the words' text."""
+    entries = []
+    for w in words:
+        if w.probability is not None:
+            token = w.text.lstrip() if starts_text and not entries else w.text
+            entries.append({"token": token, "logprob": round(math.log(max(w.probability, 1e-12)), 4),
+                            "bytes": list(token.encode())})
+    return entries
 
 
 def _diarized(t: Transcript) -> list[dict]:
@@ -273,7 +279,7 @@ def openai_answer(t: Transcript, req: OpenAIRequest) -> Response:
     if fmt in TEXT_FORMATS:
         return PlainTextResponse(render(t, fmt, req.params.layout()))
     if fmt == "json":
-        words = logprob_entries(w for s in t.segments for w in s.words) if req.logprobs else None
+        words = logprob_entries((w for s in t.segments for w in s.words), starts_text=True) if req.logprobs else None
         return JSONResponse({"text": t.text, **({"logprobs": words} if req.logprobs else {}), "usage": usage(t)})
     if fmt == "diarized_json":
         return JSONResponse({"task": "transcribe", "duration": round(t.duration, 3), "text": t.text, "segments": _diarized(t),
@@ -307,13 +313,13 @@ def stream_events(diarized: bool = False, logprobs: bool = False) -> StreamEvent
         for seg in segs:
             if text := seg.text.strip():
                 delta = {"type": "transcript.text.delta", "delta": (" " if started[0] else "") + text}
-                out += _event({**delta, "logprobs": logprob_entries(seg.words)} if logprobs else delta)
+                out += _event({**delta, "logprobs": logprob_entries(seg.words, not started[0])} if logprobs else delta)
                 started[0] = True
         return out
 
     def done(t: Transcript) -> bytes:
         spoken = b"".join(_event(segment) for segment in _diarized(t)) if diarized else b""
-        words = {"logprobs": logprob_entries(w for s in t.segments for w in s.words)} if logprobs else {}
+        words = {"logprobs": logprob_entries((w for s in t.segments for w in s.words), starts_text=True)} if logprobs else {}
         return spoken + _event({"type": "transcript.text.done", "text": t.text, **words, "usage": usage(t)})
 
     def error(refusal: Refusal) -> bytes:

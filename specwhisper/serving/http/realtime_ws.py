@@ -266,12 +266,8 @@ class Turns:
             event = {"type": "conversation.item.input_audio_transcription.delta", "item_id": item.id, "content_index": 0,
                      "delta": delta}
             if self.config.logprobs:
-                entries = logprob_entries(update.confirmed.words)
-                if not item.logprobs and entries:  # the transcript starts without its first word's space
-                    entries[0] = {**entries[0], "token": entries[0]["token"].lstrip(),
-                                  "bytes": list(entries[0]["token"].lstrip().encode())}
-                item.logprobs += entries
-                event["logprobs"] = entries
+                event["logprobs"] = logprob_entries(update.confirmed.words, starts_text=not item.logprobs)
+                item.logprobs += event["logprobs"]
             events.append(event)
 
 
