@@ -497,3 +497,21 @@ def test_a_client_waiting_for_its_transcript_is_not_idle(server_log, tmp_path_fa
     assert completed is not None and wer([long.reference], [completed["transcript"]]) <= 0.4, received[-2:]
     assert "similar process" in completed["transcript"]  # the clip that ends the audio
     assert received[-1]["type"] == "error" and received[-1]["error"]["code"] == "408" and code == 1008
+
+
+def test_each_update_is_answered_with_the_session_it_made(server):
+    """Updates sent at once (one job for the model worker) are each answered with the session as that update
+    left it, in their order and form: the echo was the session after the last, for every one of them."""
+    def update(ms: int, beta: bool = False) -> str:
+        if beta:
+            return json.dumps({"type": "transcription_session.update", "session": {"turn_detection": {"type": "server_vad", "silence_duration_ms": ms}}})
+        return json.dumps({"type": "session.update", "session": {"type": "transcription", "audio": {"input": {
+            "turn_detection": {"type": "server_vad", "silence_duration_ms": ms}}}}})
+
+    received, _ = _raw(server, "?intent=transcription", [update(700), update(900, beta=True), update(1100)])
+    answers = [e for e in received if e["type"].endswith("session.updated")]
+    assert [e["type"] for e in answers] == ["session.updated", "transcription_session.updated", "session.updated"]
+    assert [SessionUpdatedEvent.model_validate(answers[0]).session.audio.input.turn_detection.silence_duration_ms,
+            answers[1]["session"]["turn_detection"]["silence_duration_ms"],
+            SessionUpdatedEvent.model_validate(answers[2]).session.audio.input.turn_detection.silence_duration_ms] == [700, 900, 1100]
+    assert len({e["session"]["id"] for e in answers}) == 1

@@ -172,7 +172,8 @@ class Turns:
             raise
         self.config, self.detected = config, None
         self.detector = self._detector()
-        events.append({"type": f"{dialect}.updated"})
+        session = self.config.to_beta_json() if dialect == "transcription_session" else self.config.to_json()
+        events.append({"type": f"{dialect}.updated", "session": session})  # as it is now: two updates, two sessions
 
     def _audio(self, audio: np.ndarray, events: list[dict]) -> None:
         if self.detector is None:
@@ -324,13 +325,12 @@ class RealtimeSession:
         self.limits, self.max_audio_s = transcriber.settings.live, transcriber.settings.max_audio_s
         self.inbox = ClientEvents()
         self.session_id = f"sess_{uuid.uuid4().hex[:20]}"
-        self.config: SessionConfig | None = None  # the session's, as the model worker last took it
         self.format: InputFormat | None = None  # the appends' format, as the receiver reads them
         self.events = 0
 
     async def run(self, turns: Turns) -> None:
-        self.config, self.format = turns.config, turns.config.format
-        await self.send({"type": "session.created", "session": self._session()})
+        self.format = turns.config.format
+        await self.send({"type": "session.created", "session": turns.config.to_json()})
         receiver = asyncio.create_task(self.receive())
         try:
             await self._work(turns)
@@ -342,14 +342,9 @@ class RealtimeSession:
         elif box.over_limit:
             await end_with(self.ws, LiveError(status=413, message=f"the session passed the limit of {self.max_audio_s:g} s of audio"))
 
-    def _session(self) -> dict:
-        return {"id": self.session_id, **self.config.to_json()}
-
     async def send(self, event: dict) -> None:
-        if event["type"].startswith("session."):
-            event = {**event, "session": self._session()}
-        elif event["type"].startswith("transcription_session."):
-            event = {**event, "session": {"id": self.session_id, **self.config.to_beta_json()}}
+        if "session" in event:  # the session as the event left the model worker, with its id
+            event = {**event, "session": {"id": self.session_id, **event["session"]}}
         self.events += 1
         await send_json(self.ws, {"event_id": f"event_{self.events}", **event})
 
@@ -365,8 +360,6 @@ class RealtimeSession:
                 finally:
                     box.working = False
                 for event in events:
-                    if event["type"].endswith("session.updated"):
-                        self.config = turns.config
                     await self.send(event)
             if box.error is not None or box.gone or (box.over_limit and not box.actions):
                 return
