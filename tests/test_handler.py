@@ -430,6 +430,10 @@ def test_ctranslate2_repository_is_converted_once(tmp_path):
     (["-m", "specwhisper.serving.http.serve", "--port", "0"], {"SPECWHISPER_MAX_AUDIO_S": "-1"},
      "serve: error: SPECWHISPER_MAX_AUDIO_S must be more than 0, got -1"),
     (["app.py", "--port", "0", "--drafters", "bogus"], {}, "app: error: model 'bogus' is not an embedded model"),
+    (["-m", "specwhisper.serving.http.serve", "--port", "0"], {"SPECWHISPER_MODEL_ALIASES": "gpt-4o-transcribe=large-v3"},
+     "serve: error: SPECWHISPER_MODEL_ALIASES: the alias 'gpt-4o-transcribe' names 'large-v3', which is not offered"),
+    (["-m", "specwhisper.serving.http.serve", "--port", "0"], {"SPECWHISPER_MODEL_ALIASES": "gpt-4o-transcribe"},
+     "serve: error: SPECWHISPER_MODEL_ALIASES: each item is NAME=MODEL"),
 ])
 def test_a_server_that_cannot_start_says_why_in_one_line(argv, env, expected):
     """A bad model name or limit at start: one line and exit 2, not a traceback (nor a server that

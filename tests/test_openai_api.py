@@ -53,7 +53,8 @@ def jfk(eval_root):
 
 @pytest.fixture(scope="module")
 def server(server_log, tmp_path_factory):  # noqa: F811
-    settings = ServiceSettings(choices=Choices(models=("base", "tiny.en"), drafters=("auto", "none")), max_audio_s=60,
+    settings = ServiceSettings(choices=Choices(models=("base", "tiny.en"), drafters=("auto", "none"),
+                                               aliases=(("gpt-4o-mini-transcribe", "tiny.en"),)), max_audio_s=60,
                                max_upload_bytes=MAX_UPLOAD)
     config = ServerConfig(port=0, requests=RequestLimits(max_upload_bytes=MAX_UPLOAD), access_log=False,
                           spool_dir=tmp_path_factory.mktemp("spool"), api_key=KEY)
@@ -340,8 +341,20 @@ def test_translation_and_language_names(client, eval_root):
     assert text.endswith("\n") and "accident" in text.lower() and "montagneux" not in text, text
 
 
+def test_a_deployment_alias_names_an_offered_model(client, eval_root):
+    """SPECWHISPER_MODEL_ALIASES: an app written for OpenAI's model names (here gpt-4o-mini-transcribe, set to
+    tiny.en) gets that model's transcript (the meeting clip's "Claflin": tiny.en "Claphlin", base, the default,
+    "Claferm"); a name neither offered nor aliased is still OpenAI's 404."""
+    audio = _item(eval_root, "lhotse/ES2011a.Headset-0-40s-46s.wav").path.read_bytes()
+    aliased, named, default = (client.audio.transcriptions.create(file=("clip.wav", audio), model=m, language="en")
+                               for m in ("gpt-4o-mini-transcribe", "tiny.en", "whisper-1"))
+    assert aliased.text == named.text != default.text, (aliased.text, default.text)
+    _openai_error(_create(client, model="gpt-4o-transcribe"), 404, "offered: whisper-1, gpt-4o-mini-transcribe, base, tiny.en",
+                  "model", "model_not_found")
+
+
 def test_models(client):
-    assert [m.id for m in client.models.list().data] == ["whisper-1", "base", "tiny.en"]
+    assert [m.id for m in client.models.list().data] == ["whisper-1", "gpt-4o-mini-transcribe", "base", "tiny.en"]
     model = client.models.retrieve("tiny.en")
     assert (model.id, model.object, model.owned_by) == ("tiny.en", "model", "specwhisper")
     with pytest.raises(openai.NotFoundError) as info:

@@ -42,7 +42,8 @@ COMPLETED = "conversation.item.input_audio_transcription.completed"
 
 @pytest.fixture(scope="module")
 def server(server_log, tmp_path_factory):  # noqa: F811
-    settings = ServiceSettings(choices=Choices(models=("tiny.en",), drafters=("none",)), max_audio_s=MAX_AUDIO_S, live=LIMITS)
+    settings = ServiceSettings(choices=Choices(models=("tiny.en",), drafters=("none",), aliases=(("gpt-4o-mini-transcribe", "tiny.en"),)),
+                               max_audio_s=MAX_AUDIO_S, live=LIMITS)
     config = ServerConfig(port=0, access_log=False, spool_dir=tmp_path_factory.mktemp("spool"))
     with serving(Endpoint(settings), config) as srv:
         yield srv
@@ -463,7 +464,7 @@ def test_a_prompt_spells_the_names(server, eval_root):
     texts = {}
     for prompt in ("", "Claflin", "x" * 2001):
         update = {"type": "session.update", "event_id": "p", "session": {"type": "transcription", "audio": {"input": {
-            "transcription": {"model": "whisper-1", "prompt": prompt}, "turn_detection": None}}}}
+            "transcription": {"model": "gpt-4o-mini-transcribe", "prompt": prompt}, "turn_detection": None}}}}
         received, _ = _raw(server, "?intent=transcription", [json.dumps(update), *appends, json.dumps({"type": "input_audio_buffer.commit"})])
         if len(prompt) > 2000:
             error = next(e for e in received if e["type"] == "error")
@@ -471,6 +472,7 @@ def test_a_prompt_spells_the_names(server, eval_root):
             continue
         answer = SessionUpdatedEvent.model_validate(next(e for e in received if e["type"] == "session.updated"))
         assert answer.session.audio.input.transcription.prompt == prompt
+        assert answer.session.audio.input.transcription.model == "gpt-4o-mini-transcribe"  # the deployment's alias
         texts[prompt] = next(e for e in received if e["type"] == COMPLETED)["transcript"]
     assert "Claflin" in texts["Claflin"] and "Claflin" not in texts[""], texts
     assert wer([item.reference], [texts["Claflin"]]) < wer([item.reference], [texts[""]])

@@ -66,6 +66,15 @@ class Choices:
 
     models: tuple[str, ...] = ("base", "tiny.en")
     drafters: tuple[str, ...] = ("auto", "none", "ngram", "tiny.en")
+    # other names the OpenAI routes take for offered models (an app written for "gpt-4o-transcribe"): name -> model
+    aliases: tuple[tuple[str, str], ...] = ()
+
+    def __post_init__(self) -> None:
+        for name, model in self.aliases:
+            if model not in self.models:
+                raise ValueError(f"the alias {name!r} names {model!r}, which is not offered (offered: {', '.join(self.models)})")
+            if name in self.models:
+                raise ValueError(f"the alias {name!r} is the name of an offered model")
 
 
 class _ParamsBase(BaseModel):

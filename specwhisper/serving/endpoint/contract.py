@@ -73,10 +73,21 @@ def settings_from_env(env: Mapping[str, str]) -> ServiceSettings:
                           max_ahead_s=number("SPECWHISPER_LIVE_AHEAD_S", LiveLimits.max_ahead_s))
     except ValueError as exc:
         raise ValueError(f"SPECWHISPER_LIVE_*: {exc}") from None
+    aliases = []
+    for item in items("SPECWHISPER_MODEL_ALIASES", ()):
+        name, _, model = (part.strip() for part in item.partition("="))
+        if not (name and model):
+            raise ValueError(f"SPECWHISPER_MODEL_ALIASES: each item is NAME=MODEL (gpt-4o-transcribe=base), got {item!r}")
+        aliases.append((name, model))
+    try:
+        choices = Choices(models=items("SPECWHISPER_MODELS", Choices.models), drafters=items("SPECWHISPER_DRAFTERS", Choices.drafters),
+                          aliases=tuple(aliases))
+    except ValueError as exc:
+        raise ValueError(f"SPECWHISPER_MODEL_ALIASES: {exc}") from None
     return ServiceSettings(
         base=PipelineConfig(device=device, dtype=dtype, threads=int(threads) if threads else None,
                             cache_dir=Path(cache) if cache else None),
-        choices=Choices(models=items("SPECWHISPER_MODELS", Choices.models), drafters=items("SPECWHISPER_DRAFTERS", Choices.drafters)),
+        choices=choices,
         max_audio_s=max_audio_s, max_upload_bytes=max(1, int(max_upload_mb * 2**20)), live=live)
 
 

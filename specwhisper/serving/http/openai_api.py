@@ -105,14 +105,26 @@ def _one(fields: Mapping[str, list[str]], name: str) -> str | None:
     return values[0].strip() or None if values else None
 
 
-def _model(name: str | None, choices: Choices) -> str:
+def offered_names(choices: Choices) -> tuple[str, ...]:
+    """The model names the OpenAI routes take: ``whisper-1`` (the default model), the deployment's aliases,
+    the offered models."""
+    return (ALIAS, *(name for name, _ in choices.aliases), *choices.models)
+
+
+def model_named(name: str | None, choices: Choices) -> str | None:
+    """The offered model an OpenAI route's model name stands for (``whisper-1`` and the aliases; an offered
+    model's own name); None for a name not offered."""
     if name is None or name == ALIAS:
         return choices.models[0]
-    if name not in choices.models:
-        offered = ", ".join((ALIAS, *choices.models))
-        raise Refusal(404, f"The model '{clip(name, 60)}' does not exist here (offered: {offered}).", param="model",
-                      code="model_not_found")
-    return name
+    return dict(choices.aliases).get(name, name if name in choices.models else None)
+
+
+def _model(name: str | None, choices: Choices) -> str:
+    model = model_named(name, choices)
+    if model is None:
+        raise Refusal(404, f"The model '{clip(name, 60)}' does not exist here (offered: {', '.join(offered_names(choices))}).",
+                      param="model", code="model_not_found")
+    return model
 
 
 def _parameter_error(exc: RequestError, names: Mapping[str, str] | None = None) -> Refusal:
@@ -335,7 +347,7 @@ def model_object(name: str) -> dict:
 
 def add_openai_routes(app: FastAPI, uploads: Uploads) -> None:
     choices = uploads.endpoint.transcriber.settings.choices
-    offered = (ALIAS, *choices.models)
+    offered = offered_names(choices)
 
     async def audio(request: Request, task: str) -> Response:
         async def handle(path: Path) -> Response:

@@ -19,8 +19,8 @@ import numpy as np
 import soundfile as sf
 
 from specwhisper.live.turns import EAGERNESS_WAIT_MS, TurnSettings
-from specwhisper.serving.http.openai_api import ALIAS
-from specwhisper.serving.params import RequestError, TranscribeParams, one_line, parse_params, short_repr
+from specwhisper.serving.http.openai_api import ALIAS, model_named, offered_names
+from specwhisper.serving.params import RequestError, TranscribeParams, clip, one_line, parse_params, short_repr
 
 INPUT_RATE = 24_000  # OpenAI's PCM rate
 G711_RATE = 8_000
@@ -110,8 +110,11 @@ class SessionConfig:
 
 def checked(config: SessionConfig, choices) -> SessionConfig:
     """``config`` with its request parameters checked (EventError on a model or language not offered)."""
-    fields = {"model": None if config.model == ALIAS else config.model, "language": config.language,
-              "initial_prompt": config.prompt or None}
+    model = model_named(config.model, choices)
+    if model is None:
+        raise EventError(f"model '{clip(config.model, 60)}' is not offered here (offered: {', '.join(offered_names(choices))})",
+                         param="session.audio.input.transcription.model")
+    fields = {"model": model, "language": config.language, "initial_prompt": config.prompt or None}
     try:
         params = parse_params({k: v for k, v in fields.items() if v is not None}, choices)
     except RequestError as exc:
