@@ -78,23 +78,30 @@ class LiveBuffer:
         probs = self.vad.speech_probs(st.buffer[a:b])  # ~10 ms for 2-5 s of audio
         return sum(p >= self.vad.threshold for p in probs) * VAD_WINDOW / SAMPLE_RATE
 
+    @property
+    def end(self) -> float:
+        """Absolute time of the buffer's last sample."""
+        return self.offset + len(self.buffer) / SAMPLE_RATE
+
+    def _untranscribed(self, start: float, end: float) -> bool:
+        """``STALL_S`` or more of audio from ``start`` to ``end`` with speech in it: speech, not a pause,
+        went untranscribed."""
+        return end - start >= STALL_S and self.speech_seconds(start, end) >= SKIP_SPEECH_S
+
     def stalled(self, agreement: LocalAgreement) -> bool:
         """Nothing past the confirmed words in this hypothesis though ``STALL_S`` of audio with speech
         in it follow them (reason 2 above)."""
-        st, done = self, agreement.last_time
-        end = st.offset + min(len(st.buffer) / SAMPLE_RATE, WINDOW_S)
-        if done <= st.offset or agreement.pending() or end - done < STALL_S:
+        done = agreement.last_time
+        if done <= self.offset or agreement.pending():
             return False
-        return self.speech_seconds(done, end) >= SKIP_SPEECH_S  # speech, not a pause, went untranscribed
+        return self._untranscribed(done, self.offset + min(len(self.buffer) / SAMPLE_RATE, WINDOW_S))
 
     def unheard_after(self, agreement: LocalAgreement) -> float | None:
         """Where the last hypothesis (its confirmed and unconfirmed words) ends, when ``STALL_S`` or more of
         the buffer follow it with speech in them: Whisper ended its text before that speech."""
         pending = agreement.pending()
         end = max(agreement.last_time, pending[-1].end if pending else 0.0, self.offset)
-        if self.offset + len(self.buffer) / SAMPLE_RATE - end < STALL_S:
-            return None
-        return end if self.speech_seconds(end, self.offset + len(self.buffer) / SAMPLE_RATE) >= SKIP_SPEECH_S else None
+        return end if self._untranscribed(end, self.end) else None
 
     def trim(self, segments: list[Segment], agreement: LocalAgreement, trim_s: float, waiting: bool = False,
              committed: bool = False) -> None:

@@ -213,7 +213,7 @@ class StreamingTranscriber:
         # audio: a short turn sent at once looped on its text ("In 18 13. In 18 13. ...") and came back empty
         # (an OpenAI Realtime turn of 1.5 s, tests/test_realtime_ws.py). Not at every end: bench/realtime.py's
         # turns, 0.1 s at a time, went from WER 0.075 to 0.105 that way (laughter written as "Ha ha ha!")
-        unread = st.offset + len(st.buffer) / SAMPLE_RATE - max(self.agreement.last_time, st.offset) > self.opts.min_update_s
+        unread = st.end - max(self.agreement.last_time, st.offset) > self.opts.min_update_s
         if unread and (self.looped or not (self.confirmed_words or self.agreement.pending())):
             update = self.update(final=True, window=True)
             words += update.confirmed.words
