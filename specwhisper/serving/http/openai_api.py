@@ -8,14 +8,15 @@ them) use it as they use OpenAI's: set the client's base URL to ``http://HOST:PO
   ``timestamp_granularities[]`` (``segment``, ``word``: only with ``verbose_json``, as OpenAI's) and
   ``chunking_strategy`` (``auto``, what is done anyway, or ``server_vad`` with a ``threshold``) and
   ``include[]=logprobs`` (``json`` only, as OpenAI's: ``logprobs``, one entry per word, ``logprob_entries``).
-  ``model`` is ``whisper-1`` (this deployment's default model) or one of the models it offers.
+  ``model`` is ``whisper-1`` (this deployment's default model), one of the models it offers, or one of its
+  aliases for them (``Choices.aliases``: an app's "gpt-4o-transcribe").
   Our own options are further form fields under the names of ``POST /``'s parameters (``diarize``,
   ``num_speakers``, ``min_speakers``, ``max_speakers``, ``draft``, ``beam_size``, ``hotwords``...);
   with ``diarize=true`` the ``verbose_json`` segments and words carry ``speaker``.
-* ``GET /v1/models`` and ``GET /v1/models/{model}``: ``whisper-1`` and the models offered.
+* ``GET /v1/models`` and ``GET /v1/models/{model}``: ``whisper-1``, the aliases and the models offered.
 
-Answers follow OpenAI's: ``json`` is ``{"text", "usage"}`` (and ``logprobs`` when included); ``verbose_json`` is ``{"task", "language"
-(the full name, e.g. "english"), "duration", "text", "segments", "words", "usage"}`` (``segments``
+Answers follow OpenAI's: ``json`` is ``{"text", "usage"}`` (and ``logprobs`` when included);
+``verbose_json`` is ``{"task", "language" (the full name, e.g. "english"), "duration", "text", "segments", "words", "usage"}`` (``segments``
 unless only ``word`` was asked for, ``words`` when it was); ``diarized_json`` is ``{"task", "duration",
 "text", "segments": [{"type", "id", "start", "end", "text", "speaker"}], "usage"}``; ``text``, ``srt`` and
 ``vtt`` come as ``text/plain``. With ``stream=true`` (transcriptions, ``json``, ``text`` or ``diarized_json``)
@@ -278,6 +279,11 @@ def logprob_entries(words: Iterable[Word], starts_text: bool = False) -> list[di
     return entries
 
 
+def _logprobs(t: Transcript) -> dict:
+    """The whole transcript's ``logprobs`` (a json answer's, the last streamed event's)."""
+    return {"logprobs": logprob_entries((w for s in t.segments for w in s.words), starts_text=True)}
+
+
 def _diarized(t: Transcript) -> list[dict]:
     """``diarized_json``'s segments, which are also its streamed segment events."""
     return [{"type": "transcript.text.segment", "id": f"seg_{i}", "start": round(s.start, 3), "end": round(s.end, 3),
@@ -291,8 +297,7 @@ def openai_answer(t: Transcript, req: OpenAIRequest) -> Response:
     if fmt in TEXT_FORMATS:
         return PlainTextResponse(render(t, fmt, req.params.layout()))
     if fmt == "json":
-        words = logprob_entries((w for s in t.segments for w in s.words), starts_text=True) if req.logprobs else None
-        return JSONResponse({"text": t.text, **({"logprobs": words} if req.logprobs else {}), "usage": usage(t)})
+        return JSONResponse({"text": t.text, **(_logprobs(t) if req.logprobs else {}), "usage": usage(t)})
     if fmt == "diarized_json":
         return JSONResponse({"task": "transcribe", "duration": round(t.duration, 3), "text": t.text, "segments": _diarized(t),
                              "usage": usage(t)})
@@ -314,8 +319,8 @@ def _event(data: dict) -> bytes:
 
 def stream_events(diarized: bool = False, logprobs: bool = False) -> StreamEvents:
     """OpenAI's transcription events: ``transcript.text.delta`` for each final segment's text (the deltas
-    joined are the text; with ``logprobs`` its words' entries, and all of them in the last event), with ``diarized`` a ``transcript.text.segment`` for each segment of the diarized
-    transcript (``diarized_json``'s segments, speakers included) once it is whole, then
+    joined are the text; with ``logprobs`` its words' entries, and all of them in the last event), with
+    ``diarized`` a ``transcript.text.segment`` for each segment of the diarized transcript (``diarized_json``'s segments, speakers included) once it is whole, then
     ``transcript.text.done`` with the whole text and ``usage``, and an error as ``{"error": {...}}``,
     which the ``openai`` client raises."""
     started = [False]
@@ -331,8 +336,8 @@ def stream_events(diarized: bool = False, logprobs: bool = False) -> StreamEvent
 
     def done(t: Transcript) -> bytes:
         spoken = b"".join(_event(segment) for segment in _diarized(t)) if diarized else b""
-        words = {"logprobs": logprob_entries((w for s in t.segments for w in s.words), starts_text=True)} if logprobs else {}
-        return spoken + _event({"type": "transcript.text.done", "text": t.text, **words, "usage": usage(t)})
+        return spoken + _event({"type": "transcript.text.done", "text": t.text, **(_logprobs(t) if logprobs else {}),
+                                "usage": usage(t)})
 
     def error(refusal: Refusal) -> bytes:
         return _event({"type": "error", "error": {"message": clip(str(refusal)), "type": error_type(refusal.status),

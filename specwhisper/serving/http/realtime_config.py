@@ -94,15 +94,19 @@ class SessionConfig:
                 "input_audio_noise_reduction": None, "include": self._include()}
 
     def to_json(self) -> dict:
-        turns = self.turns
-        detection = None if turns is None else {"type": "semantic_vad", "eagerness": turns.eagerness} if turns.eagerness else {
-            "type": "server_vad", "threshold": turns.threshold,
-            "prefix_padding_ms": turns.prefix_padding_ms, "silence_duration_ms": turns.silence_duration_ms}
         return {"type": "transcription", "object": "realtime.transcription_session", "include": self._include(), "audio": {"input": {
             "format": self.format.to_json(),
             "transcription": {"model": self.model, "language": self.language, "prompt": self.prompt},
-            "turn_detection": detection, "noise_reduction": None}}}
+            "turn_detection": self._detection(), "noise_reduction": None}}}
 
+    def _detection(self) -> dict | None:
+        turns = self.turns
+        if turns is None:
+            return None
+        if turns.eagerness is not None:
+            return {"type": "semantic_vad", "eagerness": turns.eagerness}
+        return {"type": "server_vad", "threshold": turns.threshold, "prefix_padding_ms": turns.prefix_padding_ms,
+                "silence_duration_ms": turns.silence_duration_ms}
 
     def _include(self) -> list[str] | None:
         return [LOGPROBS] if self.logprobs else None

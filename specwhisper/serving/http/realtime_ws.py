@@ -8,9 +8,10 @@ What a session speaks (OpenAI's event names and fields):
   {"input": {"format", "transcription", "turn_detection", "noise_reduction"}}, ...}``);
 * ``session.update`` (``session.type`` "transcription"; the API's beta form, ``transcription_session.update``
   with ``input_audio_format``, ``input_audio_transcription`` and ``turn_detection``, is answered by
-  ``transcription_session.updated`` in that form): ``audio.input.format`` (``audio/pcm`` at 24 kHz, or
-  G.711 at 8 kHz, ``audio/pcmu`` or ``audio/pcma``: :mod:`specwhisper.serving.http.realtime_config`), ``audio.input.transcription`` (``model``: ``whisper-1`` or one the deployment
-  offers; ``language``; ``prompt``: each turn's initial prompt), ``audio.input.turn_detection`` (``server_vad`` with
+  ``transcription_session.updated`` in that form; :mod:`specwhisper.serving.http.realtime_config` reads it):
+  ``audio.input.format`` (``audio/pcm`` at 24 kHz, or G.711 at 8 kHz, ``audio/pcmu`` or ``audio/pcma``),
+  ``audio.input.transcription`` (``model``: ``whisper-1``, one the deployment offers or an alias of one;
+  ``language``; ``prompt``: each turn's initial prompt), ``audio.input.turn_detection`` (``server_vad`` with
   ``threshold``, ``prefix_padding_ms``, ``silence_duration_ms``; ``semantic_vad`` with ``eagerness``:
   :mod:`specwhisper.live.turns`; or null: the client commits);
   answered by ``session.updated`` with the session in effect;
