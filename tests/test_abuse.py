@@ -25,7 +25,7 @@ import pytest
 import soundfile as sf
 
 from specwhisper.serving.endpoint.contract import Endpoint
-from specwhisper.serving.http.form_upload import FORM_OVERHEAD, MAX_FIELD_BYTES, MAX_FIELDS
+from specwhisper.serving.http.form_upload import FORM_OVERHEAD, MAX_CLIP_FIELD_BYTES, MAX_FIELD_BYTES, MAX_FIELDS
 from specwhisper.serving.http.app import RequestLimits
 from specwhisper.serving.http.protocol import ConnectionLimits
 from specwhisper.serving.params import Choices
@@ -264,6 +264,8 @@ def test_openai_route_bodies_over_the_limit_and_slow(server):
     (b"--xyz\r\nContent-Disposition: form-data\r\n\r\nx\r\n--xyz--\r\n", "a multipart part has no name"),
     (b"".join(_form_part(f"f{i}", b"1") for i in range(MAX_FIELDS + 1)) + b"--xyz--\r\n", f"more than {MAX_FIELDS} fields"),
     (_form_part("prompt", b"x" * (MAX_FIELD_BYTES + 1)) + b"--xyz--\r\n", f"larger than {MAX_FIELD_BYTES} bytes"),
+    (_form_part("known_speaker_references[]", b"x" * (MAX_CLIP_FIELD_BYTES + 1)) + b"--xyz--\r\n",
+     f"larger than {MAX_CLIP_FIELD_BYTES} bytes"),  # a reference clip's data URL may be larger than a prompt, not more
     (_form_part("prompt", b"\xff\xfe") + b"--xyz--\r\n", "not UTF-8"),
 ])
 def test_openai_route_malformed_forms(server, body, fragment):

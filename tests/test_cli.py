@@ -162,6 +162,7 @@ def _bad_inputs(tmp_path):
     with wave.open(str(tmp_path / "zero.wav"), "wb") as w:  # a valid header with no samples
         w.setnchannels(1), w.setsampwidth(2), w.setframerate(16000)
     sf.write(tmp_path / "good.wav", np.zeros(16000, dtype=np.float32), 16000)
+    sf.write(tmp_path / "short.wav", np.random.default_rng(0).normal(0, 0.1, 8000).astype(np.float32), 16000)
     data = (tmp_path / "good.wav").read_bytes()
     (tmp_path / "truncated.flac").write_bytes(b"fLaC" + data[4:200])
     sf.write(tmp_path / "lowrate.wav", np.zeros(400, dtype=np.int16), 400, subtype="PCM_16")
@@ -200,6 +201,11 @@ def _bad_inputs(tmp_path):
         "bad_clips": ([tmp_path / "good.wav", "--clip-timestamps", "5,3"], "--clip-timestamps: each clip must end after it starts, got 5,3"),
         "peer_bad_clips": ([tmp_path / "good.wav", "--clip_timestamps", "0,10,5,20"], "clips must be in order and not overlap: 5 starts before 10"),
         "speakers_outside_range": ([tmp_path / "good.wav", "--diarize", "--num-speakers", "2", "--min-speakers", "3"], "outside"),
+        "known_speaker_missing": ([tmp_path / "good.wav", "--known-speakers", f"ann={tmp_path / 'nope.wav'}"],
+                                  "known speaker 'ann'"),
+        "known_speaker_too_short": ([tmp_path / "good.wav", "--known-speakers", f"ann={tmp_path / 'short.wav'}"],
+                                    "the reference clip is 0.5 s (give 2 to 30 s of the voice alone)"),
+        "known_speaker_no_file": ([tmp_path / "good.wav", "--known-speakers", "ann"], "give name=file,name=file"),
     }
 
 
@@ -207,7 +213,7 @@ CASES = ["missing", "directory", "empty", "text", "random", "zero_samples", "tru
          "bad_format", "bad_batch", "bad_language", "bad_speakers", "bad_max_change", "not_a_number", "unknown_option",
          "bad_threads", "bad_device", "missing_gpu", "bad_dtype", "half_on_cpu", "int8_in_bfloat16",
          "rttm_without_diarize", "peer_unsupported", "peer_bad_bool", "code_the_model_lacks", "speakers_outside_range",
-         "bad_clips", "peer_bad_clips"]
+         "bad_clips", "peer_bad_clips", "known_speaker_missing", "known_speaker_too_short", "known_speaker_no_file"]
 FAILED_FILES = {"missing", "empty", "text", "random", "zero_samples", "truncated", "low_rate", "too_long"}  # exit 1; the rest are options
 
 

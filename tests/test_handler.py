@@ -131,6 +131,14 @@ def test_diarized_segments_carry_speakers(handler, jfk_bytes):
     assert out["outputs"]["rttm"].startswith("SPEAKER ")
 
 
+def test_known_speakers_name_the_speakers(handler, jfk_bytes, eval_root):
+    clip = "data:audio/flac;base64," + base64.b64encode((eval_root / "openai-whisper/jfk.flac").read_bytes()).decode()
+    out = handler({"inputs": jfk_bytes, "parameters": {"known_speakers": {"president": clip}, "formats": ["rttm"]}})
+    assert "error" not in out, out
+    assert out["speakers"] == ["president"] and {s["speaker"] for s in out["segments"]} == {"president"}
+    assert out["outputs"]["rttm"].split()[7] == "president"
+
+
 def test_postedit_reports_its_decode(handler, jfk_bytes):
     out = handler({"inputs": jfk_bytes, "parameters": {"model": "tiny.en", "postedit": True}})
     assert "error" not in out, out
@@ -154,6 +162,8 @@ def test_postedit_reports_its_decode(handler, jfk_bytes):
         ({"inputs": b"RIFF", "parameters": {"formats": ["docx"]}}, 400, "parameters.formats.0"),
         ({"inputs": b"RIFF", "parameters": {"min_speakers": 3, "max_speakers": 2}}, 400, "min-speakers (3) is larger than max-speakers (2)"),
         ({"inputs": b"RIFF", "parameters": "fast"}, 400, "parameters must be an object"),
+        ({"inputs": b"RIFF", "parameters": {"known_speakers": {"ann": "/etc/passwd"}}}, 400,
+         "parameters.known_speakers: 'ann': send the clip itself as a data URL"),  # never a server's file
         ({"inputs": "not base64!"}, 400, "not valid base64"),
         ({"inputs": b""}, 400, "empty"),
         ({"inputs": 42}, 400, "expected audio bytes or a base64 string"),

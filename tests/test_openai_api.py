@@ -7,6 +7,7 @@ and no upload may stay in the spool. One server for the module, short clips."""
 from __future__ import annotations
 
 import asyncio
+import base64
 import io
 import json
 import logging
@@ -27,8 +28,11 @@ from openai.types.audio import (Transcription, TranscriptionDiarized, Transcript
 from websockets.asyncio.client import connect
 from websockets.exceptions import InvalidStatus
 
+from specwhisper.audio.loading import load_audio
+from specwhisper.evaluation.diarization import EVAL_DIR
 from specwhisper.evaluation.transcripts import build_long_file, load_manifest, wer
 from specwhisper.serving.http import serve
+from specwhisper.serving.http.form_upload import FORM_OVERHEAD
 from specwhisper.serving.endpoint.contract import Endpoint
 from specwhisper.serving.params import Choices
 from specwhisper.serving.http.serve import ServerConfig, serving
@@ -190,6 +194,33 @@ def test_speakers_in_verbose_json(client, jfk):
     assert isinstance(diarized, TranscriptionDiarized) and diarized.task == "transcribe"
     assert [s.speaker for s in diarized.segments] == ["SPEAKER_00"] * len(diarized.segments)
     assert {s.type for s in diarized.segments} == {"transcript.text.segment"} and diarized.text == answer.text
+
+
+def _data_url(path) -> str:
+    return "data:audio/wav;base64," + base64.b64encode(path.read_bytes()).decode()
+
+
+def test_known_speakers_named_from_reference_clips(client, eval_root):
+    """OpenAI's known_speaker_names[] / known_speaker_references[]: a reader and a president, each named after
+    another clip of the voice (data URLs, as the client sends them); the diarized segments carry the names."""
+    parts = ["coqui-tts-ljspeech/LJ001-0003.wav", "whisper.cpp/jfk.wav", "coqui-tts-ljspeech/LJ001-0004.wav"]
+    audio = np.concatenate([np.concatenate([load_audio(eval_root / p), np.zeros(8000, np.float32)]) for p in parts])
+    wav = io.BytesIO()
+    sf.write(wav, audio, 16000, format="WAV", subtype="PCM_16")
+    answer = client.audio.transcriptions.create(
+        file=("talk.wav", wav.getvalue()), model="whisper-1", response_format="diarized_json",
+        known_speaker_names=["reader", "president"],
+        known_speaker_references=[_data_url(eval_root / "coqui-tts-ljspeech/LJ001-0001.wav"),
+                                  _data_url(eval_root / "openai-whisper/jfk.flac")])
+    assert isinstance(answer, TranscriptionDiarized)
+    who = [s.speaker for s in answer.segments]
+    assert [k for i, k in enumerate(who) if i == 0 or who[i - 1] != k] == ["reader", "president", "reader"], who
+    president = " ".join(s.text for s in answer.segments if s.speaker == "president")
+    assert "fellow Americans" in president and president.count("your country") == 2, president
+    unknown = client.audio.transcriptions.create(  # a clip of nobody in the file names nobody
+        file=("talk.wav", wav.getvalue()), model="whisper-1", response_format="diarized_json",
+        known_speaker_names=["somebody"], known_speaker_references=[_data_url(eval_root / "mfa/mfa_uhum.flac")])
+    assert {s.speaker for s in unknown.segments} == {"SPEAKER_00", "SPEAKER_01"}
 
 
 def test_streamed_transcription(server, client, tmp_path):
@@ -403,11 +434,23 @@ def _create(client, **overrides):
      "chunking_strategy[threshold]", None),
     ({"chunking_strategy": {"type": "server_vad", "threshold": 0.6}, "extra_body": {"vad_threshold": 0.6}}, 400,
      "given twice", "chunking_strategy[threshold]", None),
+    ({"known_speaker_names": ["ann"]}, 400, "must be as many (got 1 names and 0 references)",
+     "known_speaker_references[]", "invalid_value"),
+    ({"known_speaker_names": ["ann"], "known_speaker_references": ["/etc/passwd"]}, 400,
+     "send the clip itself as a data URL", "known_speaker_references[]", None),
+    ({"known_speaker_names": ["ann"], "known_speaker_references": ["data:audio/wav;base64,AAAA"],
+      "file": ("jfk.wav", (EVAL_DIR / "whisper.cpp/jfk.wav").read_bytes())}, 400,
+     "known speaker 'ann': not a readable audio file", "known_speaker_references[]", None),
+    ({"known_speaker_names": list("abcde"), "known_speaker_references": ["data:audio/wav;base64,AAAA"] * 5}, 400,
+     "at most 4 reference clips", "known_speaker_references[]", None),
+    ({"extra_body": {"known_speakers": "ann=/etc/passwd"}}, 400, "send known_speaker_names[] and known_speaker_references[]",
+     "known_speakers", "unknown_parameter"),
     ({"stream": True, "file": ("notes.txt", b"not audio")}, 400, "file: not a readable audio file", "file", None),  # JSON, not events
     ({"file": ("notes.txt", b"these are not the droids you are looking for")}, 400, "file: not a readable audio file", "file", None),
     ({"file": ("empty.wav", b"")}, 400, "file: the upload is empty", "file", None),
     ({"file": ("big.wav", os.urandom(MAX_UPLOAD + 1))}, 413, f"file: the upload is larger than {MAX_UPLOAD} bytes", "file", None),
-    ({"file": ("huge.wav", os.urandom(3 * MAX_UPLOAD))}, 413, "the request body is larger than", None, None),  # refused unread
+    ({"file": ("huge.wav", os.urandom(MAX_UPLOAD + FORM_OVERHEAD + 1))}, 413, "the request body is larger than", None,
+     None),  # refused unread
 ])
 def test_bad_requests_get_openai_errors(client, overrides, status, fragment, param, code):
     _openai_error(_create(client, **overrides), status, fragment, param, code)

@@ -70,6 +70,8 @@ BAD = [  # (option, value, the message every entry point gives; written out, not
     ("batch_size", "many", "must be a whole number, got 'many'"),
     ("no_speech_threshold", "1.5", "must be between 0 and 1, got 1.5"),
     ("chunk_length", "45", "must be between 1 and 30, got 45"),
+    ("known_speakers", "ann=a.wav,ann=b.wav", "'ann' is named twice"),
+    ("known_speakers", "SPEAKER_01=a.wav", "'SPEAKER_01' is how an unnamed speaker is labelled: choose another name"),
 ]
 
 

@@ -131,4 +131,10 @@ def embedding_of(pipeline) -> Embed | None:
     model = getattr(pipeline, "_embedding", None)
     if model is None:
         return None
-    return lambda piece: model(torch.from_numpy(np.ascontiguousarray(piece, dtype=np.float32))[None, None])[0]
+    def embed(piece: np.ndarray) -> np.ndarray:
+        x = torch.from_numpy(np.ascontiguousarray(piece, dtype=np.float32))[None, None]
+        with torch.inference_mode():
+            out = model(x.to(getattr(model, "device", "cpu")))[0]
+        return out.float().cpu().numpy() if isinstance(out, torch.Tensor) else np.asarray(out)
+
+    return embed

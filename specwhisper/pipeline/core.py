@@ -12,6 +12,7 @@ import numpy as np
 from specwhisper.audio.loading import DEFAULT_MAX_SECONDS, SAMPLE_RATE, load_audio
 from specwhisper.asr.engine import AsrEngine, AsrResult, DecodeOptions
 from specwhisper.audio.clips import ClipMap, clip_spans
+from specwhisper.diarize.known import KnownSpeaker, load_known_speakers
 from specwhisper.results.transcript import Segment, SpeakerTurn, Transcript
 from specwhisper.pipeline.subtitles import SubtitleOptions
 
@@ -61,6 +62,7 @@ class RunOptions:
 
     decode: DecodeOptions = field(default_factory=DecodeOptions)
     diarize: bool = False
+    known_speakers: tuple[tuple[str, str], ...] = ()  # (name, reference clip: a path or a data URL); diarize.known
     num_speakers: int | None = None
     min_speakers: int | None = None
     max_speakers: int | None = None
@@ -75,6 +77,8 @@ class RunOptions:
             v = getattr(self, name)
             if v is not None and v < 1:
                 raise ValueError(f"{name.replace('_', '-')} must be >= 1, got {v}")
+        if self.known_speakers and not self.diarize:
+            raise ValueError("known speakers are named by the diarizer: turn diarization on")
         if self.min_speakers and self.max_speakers and self.min_speakers > self.max_speakers:
             raise ValueError(f"min-speakers ({self.min_speakers}) is larger than max-speakers ({self.max_speakers})")
         if self.num_speakers and not (self.min_speakers or 1) <= self.num_speakers <= (self.max_speakers or self.num_speakers):
@@ -151,6 +155,7 @@ class Pipeline:
         removes it once the transcript is safe. ``on_segments``: ``run_many``'s, for the one file."""
         opts = options or RunOptions()
         opts.validate()
+        known = load_known_speakers(opts.known_speakers)  # a bad clip fails before the ASR runs
         report = TimedReports(progress)
         t = time.perf_counter()
         if checkpoint is not None:  # a batch no memory holds fails before any checkpoint is written
@@ -161,7 +166,7 @@ class Pipeline:
         asr = self.asr.transcribe(audio, opts.decode_options(), report, journal=journal, on_final=on_segments)
         if journal is not None:
             asr.stats.resumed_chunks = journal.resumed_chunks
-        return self._finish(audio, asr, time.perf_counter() - t - report.seconds, opts, report, source)
+        return self._finish(audio, asr, time.perf_counter() - t - report.seconds, opts, report, source, known)
 
     def _journal(self, path: Path, audio: np.ndarray, opts: RunOptions):
         from specwhisper.pipeline.checkpoint import ChunkCheckpoint, audio_identity, checkpoint_key
@@ -188,6 +193,7 @@ class Pipeline:
         post-edit, which need the whole file; ``AsrEngine.transcribe_many``'s ``on_final``)."""
         opts = options or RunOptions()
         opts.validate()
+        known = load_known_speakers(opts.known_speakers)
         report = TimedReports(progress)
         sources = sources or [None] * len(audios)
         t = time.perf_counter()
@@ -196,12 +202,13 @@ class Pipeline:
         work = [r.vad_seconds + r.stats.encoder_seconds + r.stats.decoder_seconds + r.stats.alignment_seconds for r in results]
         total = sum(work) or 1.0
         return [
-            self._finish(audio, asr, wall * w / total, opts, report, source)
+            self._finish(audio, asr, wall * w / total, opts, report, source, known)
             for audio, asr, w, source in zip(audios, results, work, sources)
         ]
 
     def _finish(
-        self, audio: np.ndarray, asr: AsrResult, asr_seconds: float, opts: RunOptions, report: Progress, source: str | None
+        self, audio: np.ndarray, asr: AsrResult, asr_seconds: float, opts: RunOptions, report: Progress, source: str | None,
+        known: tuple[KnownSpeaker, ...] = (),
     ) -> Transcript:
         """The stages after ASR (diarization, post-edit) and the Transcript with its timings."""
         duration = len(audio) / SAMPLE_RATE
@@ -228,6 +235,7 @@ class Pipeline:
                 max_speakers=opts.max_speakers,
                 progress=report,
                 words=words,
+                known=known,
             )
             if clips is not None:
                 turns = [SpeakerTurn(a, b, t.speaker) for t in turns for a, b in clips.to_file(t.start, t.end)]

@@ -23,6 +23,7 @@ from typing import Any, Callable
 
 ENTRY_POINTS = ("cli", "http", "api", "ui")
 SCOPES = ("load", "run", "output")
+MAX_KNOWN_SPEAKERS = 8
 DEFAULT_MAX_SECONDS = 12 * 3600.0  # specwhisper.audio.loading.DEFAULT_MAX_SECONDS (test_options checks they agree)
 
 DEPLOYMENT = "a deployment setting (the server's SPECWHISPER_* variables, app.py's flags), not a request's"
@@ -60,7 +61,7 @@ class Option:
     not_in: dict[str, str] = field(default_factory=dict)  # entry point -> why it does not take this option
     # the option's own reading of a value that passed the checks above (a language name to its code)
     parse: Callable[[Option, Any], Any] | None = None
-    takes_list: bool = False  # a list or tuple goes to ``parse`` as it is (the Python API's clip_timestamps=[0, 30])
+    takes_list: bool = False  # a list, tuple or dict goes to ``parse`` as it is (the Python API's clip_timestamps=[0, 30])
 
     def __post_init__(self):
         assert self.scope in SCOPES and set(self.not_in) <= set(ENTRY_POINTS), self.name  # noqa: S101
@@ -107,7 +108,7 @@ class Option:
             if self.nullable or self.default is None:
                 return None
             raise OptionError(self, "needs a value")
-        if self.takes_list and isinstance(value, (list, tuple)):
+        if self.takes_list and isinstance(value, (list, tuple, dict)):
             return self.parse(self, value)
         value = self._convert(value)
         if self.choices and value not in self.choices:
@@ -179,6 +180,55 @@ def _clips(option: Option, value: Any) -> str:
         return clips_text(parse_clips(value))
     except ValueError as exc:
         raise OptionError(option, str(exc)) from None
+
+
+def _known_speakers(option: Option, value: Any) -> str:
+    """``known_speakers`` checked and written as JSON, ``[["name", "path or data URL"], ...]``. Taken as a
+    mapping or a list of pairs (Python, JSON bodies, the OpenAI route's fields) or as text, ``NAME=FILE,NAME=FILE``
+    (the command line) or that JSON."""
+    import json
+
+    from specwhisper.diarize.known import check_name
+
+    if isinstance(value, str) and value.strip()[:1] in ("[", "{"):
+        try:
+            value = json.loads(value)
+        except json.JSONDecodeError:
+            raise OptionError(option, "is not valid JSON (give NAME=FILE,NAME=FILE or [[name, file], ...])") from None
+    if isinstance(value, str):
+        pairs = [part.partition("=")[::2] for part in value.split(",") if part.strip()]
+        if any(not source.strip() for _, source in pairs):
+            raise OptionError(option, f"give NAME=FILE,NAME=FILE (got '{_short(value)}')")
+    elif isinstance(value, dict):
+        pairs = list(value.items())
+    elif isinstance(value, (list, tuple)) and all(isinstance(p, (list, tuple)) and len(p) == 2 for p in value):
+        pairs = [tuple(p) for p in value]
+    else:
+        raise OptionError(option, f"give NAME=FILE,NAME=FILE, a mapping of names to clips or (name, clip) pairs "
+                                  f"(got {type(value).__name__})")
+    if not pairs:
+        return None
+    out = []
+    for name, source in pairs:
+        try:
+            name = check_name(name)
+        except ValueError as exc:
+            raise OptionError(option, str(exc)) from None
+        if not isinstance(source, str) or not source.strip():
+            raise OptionError(option, f"'{name}': give a clip's file or data URL")
+        if name in (n for n, _ in out):
+            raise OptionError(option, f"'{name}' is named twice")
+        out.append((name, source.strip()))
+    if len(out) > MAX_KNOWN_SPEAKERS:
+        raise OptionError(option, f"at most {MAX_KNOWN_SPEAKERS} known speakers, got {len(out)}")
+    return json.dumps(out, ensure_ascii=False)
+
+
+def known_speaker_pairs(text: str | None) -> tuple[tuple[str, str], ...]:
+    """``known_speakers``' checked value as (name, path or data URL) pairs."""
+    import json
+
+    return tuple((name, source) for name, source in json.loads(text)) if text else ()
 
 
 def _whole(value: Any) -> int:
@@ -305,6 +355,11 @@ OPTIONS: tuple[Option, ...] = (
            high=32),
     Option("min_speakers", int, None, "at least this many speakers", group="speakers", nullable=True, low=1, high=32),
     Option("max_speakers", int, None, "at most this many speakers", group="speakers", nullable=True, low=1, high=32),
+    Option("known_speakers", str, None, "name speakers after clips of their voices: NAME=FILE,NAME=FILE (2 to 30 s of "
+           "one voice each; turns diarization on); a speaker whose voice matches no clip keeps its SPEAKER_NN label",
+           group="speakers", nullable=True, parse=_known_speakers, takes_list=True,
+           not_in={"ui": "the page has no upload for reference clips: the CLI, the Python API and the HTTP routes "
+                         "(clips as data URLs) take them"}),
     Option("postedit", bool, False, "fix casing and punctuation with a text LLM (speculatively decoded)",
            group="post-edit"),
     # ---------------------------------------------------------------- limits and outputs
@@ -363,7 +418,9 @@ def run_options(values: dict[str, Any]):
                            compression_ratio_threshold=v["compression_ratio_threshold"],
                            logprob_threshold=v["logprob_threshold"], no_speech_threshold=v["no_speech_threshold"],
                            best_of=v["best_of"])
-    word_ts = v["diarize"] if v["word_timestamps"] is None else v["word_timestamps"]
+    known = known_speaker_pairs(v["known_speakers"])
+    diarize = v["diarize"] or bool(known)
+    word_ts = diarize if v["word_timestamps"] is None else v["word_timestamps"]
     subtitles = subtitle_options(v)
     decode = DecodeOptions(language=v["language"], task=v["task"], batch_size=v["batch_size"],
                            vad_threshold=v["vad_threshold"], max_chunk_s=v["chunk_length"], word_timestamps=word_ts,
@@ -374,7 +431,7 @@ def run_options(values: dict[str, Any]):
                            multilingual=v["multilingual"], language_threshold=v["language_threshold"],
                            vad_filter=v["vad_filter"], without_timestamps=v["without_timestamps"],
                            clips=None if v["clip_timestamps"] is None else parse_clips(v["clip_timestamps"]))
-    opts = RunOptions(decode=decode, diarize=v["diarize"], num_speakers=v["num_speakers"],
+    opts = RunOptions(decode=decode, diarize=diarize, known_speakers=known, num_speakers=v["num_speakers"],
                       min_speakers=v["min_speakers"], max_speakers=v["max_speakers"], postedit=v["postedit"],
                       max_audio_s=v["max_duration"], subtitles=subtitles)
     opts.validate()

@@ -20,8 +20,8 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, ValidationIn
 from specwhisper.asr.decoding.fallback import temperature_schedule
 from specwhisper.asr.decoding.language import normalize_language
 from specwhisper.pipeline.core import PipelineConfig, RunOptions
-from specwhisper.pipeline.options import (BY_NAME, Option, OptionError, options_for, pipeline_config, run_options,
-                                          subtitle_options)
+from specwhisper.pipeline.options import (BY_NAME, Option, OptionError, known_speaker_pairs, options_for, pipeline_config,
+                                          run_options, subtitle_options)
 from specwhisper.pipeline.subtitles import SubtitleOptions
 from specwhisper.pipeline.writers import ALL_FORMATS
 
@@ -104,6 +104,16 @@ class _ParamsBase(BaseModel):
         allowed = choices.models if info.field_name == "model" else choices.drafters
         if value not in allowed:
             raise ValueError(f"'{clip(value, 60)}' is not offered here (choose from {', '.join(allowed)})")
+        return value
+
+    @field_validator("known_speakers", check_fields=False)
+    @classmethod
+    def _clips_sent(cls, value: str | None) -> str | None:
+        """A request's reference clips come in it, as data URLs: a path would read the server's files."""
+        for name, source in known_speaker_pairs(value):
+            if not source.startswith("data:"):
+                raise ValueError(f"'{clip(name, 40)}': send the clip itself as a data URL (data:audio/wav;base64,...), "
+                                 "not a file name")
         return value
 
     @field_validator("formats", mode="before")

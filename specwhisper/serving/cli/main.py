@@ -8,6 +8,7 @@ import sys
 from pathlib import Path
 
 from specwhisper.audio.loading import AudioError, check_length
+from specwhisper.diarize.known import load_known_speakers
 from specwhisper.asr.weights.loader import ModelError
 from specwhisper.batch.runner import BatchError
 from specwhisper.batch.inputs import output_stems
@@ -132,7 +133,7 @@ def output_formats(spec: str | None, diarize: bool) -> list[str]:
     if diarize:
         return formats
     if "rttm" in [n.strip().lower() for n in (spec or "").split(",")]:
-        raise CliError("-f rttm needs --diarize: rttm holds the diarizer's speaker turns")
+        raise CliError("-f rttm needs --diarize (or --known-speakers): rttm holds the diarizer's speaker turns")
     return [f for f in formats if f != "rttm"]
 
 
@@ -157,8 +158,9 @@ def run(args) -> int:
     _check_combination(args)
     device = resolve_device(args.device)  # a GPU that is not there: one line, before any model loads
     check_int8(args.model, device, resolve_dtype(args.dtype, device))
-    formats = output_formats(args.formats, args.diarize)
     opts = _options(args)
+    formats = output_formats(args.formats, opts.diarize)  # known speakers turn diarization on
+    load_known_speakers(opts.known_speakers)  # a bad reference clip: one line, before any model loads
     if args.live:
         from specwhisper.serving.cli.live import run_live
 

@@ -23,7 +23,12 @@ from specwhisper.serving.http.uploads import Refusal
 FILE_FIELD = "file"
 MAX_FIELDS = 64  # text fields in one request
 MAX_FIELD_BYTES = 64 * 1024  # one text field (a prompt is at most a few hundred tokens)
-FORM_OVERHEAD = 1 << 20  # room for the text fields and part headers around the file
+# OpenAI's known speakers' reference clips come as data URLs in text fields: up to 4, of 2 to 10 s each
+# (a 10 s 48 kHz stereo WAV is 2.6 MB in base64)
+CLIP_FIELDS = ("known_speaker_references[]", "known_speaker_references")
+MAX_CLIP_FIELDS = 4
+MAX_CLIP_FIELD_BYTES = 4 << 20
+FORM_OVERHEAD = (1 << 20) + MAX_CLIP_FIELDS * MAX_CLIP_FIELD_BYTES  # room for the text fields around the file
 
 
 def bad_form(message: str, status: int = 400, param: str | None = None) -> Refusal:
@@ -48,6 +53,7 @@ class FormUpload:
         self.fields: dict[str, list[str]] = defaultdict(list)
         self.has_file, self.file_size, self.file_name = False, 0, None
         self._count = 0
+        self._clips = 0
         self._out: BinaryIO | None = None
         self._name: str | None = None
         self._data = bytearray()
@@ -108,6 +114,10 @@ class FormUpload:
         self._count += 1
         if self._count > MAX_FIELDS:
             raise bad_form(f"the form has more than {MAX_FIELDS} fields")
+        if self._name in CLIP_FIELDS:
+            self._clips += 1
+            if self._clips > MAX_CLIP_FIELDS:
+                raise bad_form(f"{self._name}: at most {MAX_CLIP_FIELDS} reference clips", param=self._name)
 
     def _part_data(self, data: bytes, start: int, end: int) -> None:
         if self._out is not None:
@@ -117,8 +127,9 @@ class FormUpload:
             self._out.write(data[start:end])
             return
         self._data.extend(data[start:end])
-        if len(self._data) > MAX_FIELD_BYTES:
-            raise bad_form(f"{clip(str(self._name), 60)}: the field is larger than {MAX_FIELD_BYTES} bytes", param=self._name)
+        most = MAX_CLIP_FIELD_BYTES if self._name in CLIP_FIELDS else MAX_FIELD_BYTES
+        if len(self._data) > most:
+            raise bad_form(f"{clip(str(self._name), 60)}: the field is larger than {most} bytes", param=self._name)
 
     def _part_end(self) -> None:
         if self._out is not None:

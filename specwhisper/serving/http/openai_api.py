@@ -7,7 +7,9 @@ them) use it as they use OpenAI's: set the client's base URL to ``http://HOST:PO
   ``srt``, ``verbose_json``, ``vtt``; transcriptions also ``diarized_json``), ``temperature`` and
   ``timestamp_granularities[]`` (``segment``, ``word``: only with ``verbose_json``, as OpenAI's) and
   ``chunking_strategy`` (``auto``, what is done anyway, or ``server_vad`` with a ``threshold``) and
-  ``include[]=logprobs`` (``json`` only, as OpenAI's: ``logprobs``, one entry per word, ``logprob_entries``).
+  ``include[]=logprobs`` (``json`` only, as OpenAI's: ``logprobs``, one entry per word, ``logprob_entries``)
+  and ``known_speaker_names[]`` with ``known_speaker_references[]`` (up to 4 clips of one voice, 2 to 30 s, as data URLs: the
+  speakers who sound like them are named so, the others keep ``SPEAKER_NN``; diarization turns on).
   ``model`` is ``whisper-1`` (this deployment's default model), one of the models it offers, or one of its
   aliases for them (``Choices.aliases``: an app's "gpt-4o-transcribe").
   Our own options are further form fields under the names of ``POST /``'s parameters (``diarize``,
@@ -41,7 +43,7 @@ from pydantic import ValidationError
 from specwhisper.asr.decoding.language import LANGUAGES
 from specwhisper.results.transcript import Transcript, Word, segments_to_dicts
 from specwhisper.pipeline.writers import render
-from specwhisper.serving.http.form_upload import FILE_FIELD, FORM_OVERHEAD, FormUpload
+from specwhisper.serving.http.form_upload import CLIP_FIELDS, FILE_FIELD, FORM_OVERHEAD, FormUpload
 from specwhisper.serving.params import Choices, RequestError, TranscribeParams, clip, parse_params, short_repr
 from specwhisper.serving.http.uploads import Refusal, StreamEvents, Uploads
 
@@ -54,19 +56,22 @@ GRANULARITIES = ("word", "segment")
 GRANULARITY_FIELDS = ("timestamp_granularities[]", "timestamp_granularities")
 INCLUDE_FIELDS = ("include[]", "include")
 INCLUDABLE = ("logprobs",)
+SPEAKER_NAME_FIELDS = ("known_speaker_names[]", "known_speaker_names")
 OPENAI_FIELDS = ("model", "language", "prompt", "response_format", "temperature", "stream", "chunking_strategy",
-                 *GRANULARITY_FIELDS, *INCLUDE_FIELDS)
+                 *GRANULARITY_FIELDS, *INCLUDE_FIELDS, *SPEAKER_NAME_FIELDS, *CLIP_FIELDS)
 # chunking_strategy's object form, as the clients send it in a form: chunking_strategy[type]=server_vad ...
 VAD_CONFIG = "chunking_strategy["
 VAD_KEYS = ("type", "threshold", "prefix_padding_ms", "silence_duration_ms")
 # TranscribeParams fields an OpenAI field or the route sets; the others are our extra form fields
-SET_HERE = {"model", "language", "temperature", "initial_prompt", "task", "word_timestamps", "return_timestamps", "formats"}
+SET_HERE = {"model", "language", "temperature", "initial_prompt", "task", "word_timestamps", "return_timestamps", "formats",
+            "known_speakers"}
 EXTRA_FIELDS = tuple(name for name in TranscribeParams.model_fields if name not in SET_HERE)
 OPENAI_NAMES = {"initial_prompt": "prompt"}  # our parameter -> the OpenAI field that sets it
 # our parameters that OpenAI's own fields set here, and which field to send instead
 SET_BY = {**OPENAI_NAMES, "word_timestamps": "timestamp_granularities[]=word with verbose_json",
           "return_timestamps": "response_format verbose_json", "formats": "response_format",
-          "task": "the /v1/audio/translations route to translate"}
+          "task": "the /v1/audio/translations route to translate",
+          "known_speakers": "known_speaker_names[] and known_speaker_references[]"}
 
 
 def is_openai_path(path: str) -> bool:
@@ -187,6 +192,8 @@ def openai_request(fields: Mapping[str, list[str]], task: str, choices: Choices)
     for field, name in (("language", "language"), ("prompt", "initial_prompt"), ("temperature", "temperature")):
         if (value := _one(fields, field)) is not None:
             raw[name] = value
+    if known := _known_speakers(fields, task):
+        raw["known_speakers"] = known
     if "word" in granularities or included:  # a word's probability comes with its timing
         raw["word_timestamps"] = True
     if response_format == "diarized_json":
@@ -195,7 +202,8 @@ def openai_request(fields: Mapping[str, list[str]], task: str, choices: Choices)
     try:
         params = parse_params(raw, choices)
     except RequestError as exc:
-        raise _parameter_error(exc, {"vad_threshold": "chunking_strategy[threshold]"} if chunking else {}) from None
+        names = {"vad_threshold": "chunking_strategy[threshold]"} if chunking else {}
+        raise _parameter_error(exc, {**names, "known_speakers": "known_speaker_references[]"}) from None
     if stream and params.postedit:
         raise Refusal(400, "stream: the post-edit needs the whole file first (send stream=false, or no postedit)",
                       param="stream", code="unsupported_value")
@@ -203,6 +211,22 @@ def openai_request(fields: Mapping[str, list[str]], task: str, choices: Choices)
         raise Refusal(400, "stream: speakers come only in diarized_json's segment events (send response_format "
                            "diarized_json, or stream=false)", param="stream", code="unsupported_value")
     return OpenAIRequest(task, response_format, frozenset(granularities), params, stream, bool(included))
+
+
+def _known_speakers(fields: Mapping[str, list[str]], task: str) -> list[tuple[str, str]]:
+    """OpenAI's ``known_speaker_names[]`` with their ``known_speaker_references[]`` (data URLs), as pairs in
+    the order given (``specwhisper.diarize.known`` names the speakers after them)."""
+    names = [n for field in SPEAKER_NAME_FIELDS for n in fields.get(field, [])]
+    clips = [c for field in CLIP_FIELDS for c in fields.get(field, [])]
+    if not names and not clips:
+        return []
+    if task != "transcribe":
+        raise Refusal(400, "known_speaker_names[]: translations name no speakers", param="known_speaker_names[]",
+                      code="unsupported_value")
+    if len(names) != len(clips):
+        raise Refusal(400, f"known_speaker_names[] and known_speaker_references[] must be as many (got {len(names)} "
+                           f"names and {len(clips)} references)", param="known_speaker_references[]", code="invalid_value")
+    return list(zip(names, (c.strip() for c in clips)))
 
 
 def _chunking(fields: Mapping[str, list[str]]) -> dict[str, object]:
@@ -373,8 +397,9 @@ def add_openai_routes(app: FastAPI, uploads: Uploads) -> None:
                     return await uploads.stream(request, path, FILE_FIELD, req.params, events)
                 transcript = await uploads.transcribe(request, path, FILE_FIELD, req.params)
             except RequestError as exc:
-                about_file = str(exc).startswith(f"{FILE_FIELD}:")
-                raise Refusal(exc.status, str(exc), param=FILE_FIELD if about_file else None) from None
+                about = {f"{FILE_FIELD}:": FILE_FIELD, "known speaker": CLIP_FIELDS[0]}
+                param = next((p for start, p in about.items() if str(exc).startswith(start)), None)
+                raise Refusal(exc.status, str(exc), param=param) from None
             return openai_answer(transcript, req)
 
         return await uploads.answer(handle, openai_refused)
