@@ -9,7 +9,9 @@ import re
 from pathlib import Path
 
 import pytest
+import soundfile as sf
 
+from specwhisper.audio.loading import load_audio
 from tests.browser import ROOT, chromium, fake_microphone_flags, running_app, screenshot, wait_for_text
 
 JFK = ROOT / "samples" / "jfk.wav"
@@ -112,12 +114,20 @@ def _clock(text: str) -> float:
     return int(m) * 60 + float(s) + (3600 * int(text.split(":")[0]) if text.count(":") == 2 else 0)
 
 
-def test_speaker_timeline_and_row_click_plays_from_there(page):
-    """A diarized file: a lane per speaker above the transcript, with the turns in it; a click on a
+def test_speaker_timeline_and_row_click_plays_from_there(page, tmp_path, eval_root):
+    """A diarized file: a lane per speaker above the transcript, with the turns in it, each speaker named
+    after the known speakers' clips uploaded (cut from the meeting's other excerpt, dev01); a click on a
     transcript row moves the player to that row's start."""
     page.locator("#audio-input input[type=file]").set_input_files(str(MEETING))
     page.wait_for_selector("#audio-input button[aria-label='Clear']")
     page.locator("#opt-diarize input[type=checkbox]").check()
+    dev01 = load_audio(eval_root / "pyannote-audio/tests_data/dev01.wav")
+    for name, (a, b) in {"MEE009": (7.05, 11.75), "MEE012": (4.3, 6.75)}.items():
+        sf.write(tmp_path / f"{name}.wav", dev01[int(a * 16000):int(b * 16000)], 16000)
+    page.click("#more-options")
+    page.locator("#opt-known-speakers input[type=file]").set_input_files([str(tmp_path / "MEE009.wav"),
+                                                                         str(tmp_path / "MEE012.wav")])
+    page.wait_for_selector("#opt-known-speakers :text('MEE012')")  # the upload is in
     page.click("#run")
     _wait_for_text(page, "#facts", "RTF")
     screenshot(page, "app-timeline")
@@ -125,7 +135,7 @@ def test_speaker_timeline_and_row_click_plays_from_there(page):
     lanes = page.locator("#timeline g.lane").evaluate_all("gs => gs.map(g => g.dataset.speaker)")
     cells = _table(page)
     said = {c[2].removesuffix(" (overlap)") for c in cells if c[2]}
-    assert len(lanes) >= 2 and said and said <= set(lanes), (lanes, said)
+    assert sorted(lanes) == ["MEE009", "MEE012"] and said and said <= set(lanes), (lanes, said)
     turns = page.locator("#timeline rect.turn").evaluate_all(
         "rs => rs.map(r => [r.closest('g.lane').dataset.speaker, +r.dataset.start, +r.dataset.end])")
     assert {spk for spk, _, _ in turns} == set(lanes) and all(0 <= a < b <= 30.1 for _, a, b in turns), turns

@@ -357,9 +357,7 @@ OPTIONS: tuple[Option, ...] = (
     Option("max_speakers", int, None, "at most this many speakers", group="speakers", nullable=True, low=1, high=32),
     Option("known_speakers", str, None, "name speakers after clips of their voices: NAME=FILE,NAME=FILE (2 to 30 s of "
            "one voice each; turns diarization on); a speaker whose voice matches no clip keeps its SPEAKER_NN label",
-           group="speakers", nullable=True, parse=_known_speakers, takes_list=True,
-           not_in={"ui": "the page has no upload for reference clips: the CLI, the Python API and the HTTP routes "
-                         "(clips as data URLs) take them"}),
+           group="speakers", nullable=True, parse=_known_speakers, takes_list=True),
     Option("postedit", bool, False, "fix casing and punctuation with a text LLM (speculatively decoded)",
            group="post-edit"),
     # ---------------------------------------------------------------- limits and outputs

@@ -9,6 +9,7 @@ speculative acceptance, tokens per target pass). The "Live" tab
 
 from __future__ import annotations
 
+import base64
 import contextvars
 import html
 import logging
@@ -213,15 +214,29 @@ def user_error(exc: BaseException) -> gr.Error:
 
 def request_values(names: list[str], values: tuple) -> dict:
     """The form's values as request parameters: empty text and numbers, 'auto' language and 0
-    speakers mean the option's default."""
+    speakers mean the option's default; the known speakers' uploaded clips are sent as data URLs, each
+    named after its file (``ann.wav``: ann)."""
     out = {}
     for name, value in zip(names, values):
-        if value is None or (isinstance(value, str) and not value.strip()):
+        if value is None or (isinstance(value, (str, list)) and not (value.strip() if isinstance(value, str) else value)):
             continue
         if (name == "language" and value == "auto") or (name == "num_speakers" and not value):
             continue
-        out[name] = value
+        out[name] = known_speaker_clips(value) if name == "known_speakers" else value
     return out
+
+
+MAX_CLIP_BYTES = 16 << 20  # a known speaker's clip (2 to 30 s of audio)
+
+
+def known_speaker_clips(paths: list[str]) -> dict[str, str]:
+    """Uploaded reference clips -> {name: data URL}, each named after its file."""
+    clips = {}
+    for path in map(Path, paths):
+        if path.stat().st_size > MAX_CLIP_BYTES:
+            raise ValueError(f"known speakers: {path.name} is over {MAX_CLIP_BYTES >> 20} MB (give 2 to 30 s of one voice)")
+        clips[path.stem] = "data:application/octet-stream;base64," + base64.b64encode(path.read_bytes()).decode()
+    return clips
 
 
 def make_transcribe(service: PipelinePool, ui: UiConfig, names: list[str], worker: ModelWorker):
@@ -238,7 +253,7 @@ def make_transcribe(service: PipelinePool, ui: UiConfig, names: list[str], worke
         bar = StageProgress(progress)
         try:
             params = parse_params(request_values(names, values), service.settings.choices)
-        except (RequestError, ValueError) as exc:
+        except (RequestError, ValueError, OSError) as exc:
             raise _refused(name, exc) from None
         try:
             seconds = check_length(audio_path, service.settings.max_audio_s, name)
@@ -309,7 +324,8 @@ def language_choices() -> list[tuple[str, str]]:
 
 # The controls shown first; every other option the UI takes goes under "More options".
 MAIN_CONTROLS = ("model", "draft", "language", "task", "diarize", "num_speakers", "postedit")
-LABELS = {"draft": "Speculative drafter", "diarize": "Speakers (diarization)", "num_speakers": "Number of speakers (0 = detect)",
+LABELS = {"known_speakers": "Known speakers: a clip of each voice, 2 to 30 s, named after them (ann.wav)",
+          "draft": "Speculative drafter", "diarize": "Speakers (diarization)", "num_speakers": "Number of speakers (0 = detect)",
           "postedit": "Post-edit casing and punctuation with an LLM"}
 
 
@@ -325,6 +341,8 @@ def control(option: Option, choices: Choices) -> gr.components.Component:
         return gr.Dropdown(language_choices(), value="auto", label="Language", elem_id=elem_id)
     if option.name == "num_speakers":
         return gr.Slider(0, 10, value=0, step=1, label=label, elem_id=elem_id)
+    if option.name == "known_speakers":
+        return gr.File(file_count="multiple", file_types=["audio"], type="filepath", label=label, elem_id=elem_id)
     if option.kind is bool:
         return gr.Checkbox(bool(option.default), label=label, info=None if option.name in LABELS else option.help,
                            elem_id=elem_id)
