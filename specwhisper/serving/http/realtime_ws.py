@@ -54,6 +54,7 @@ import numpy as np
 import soxr
 from fastapi import FastAPI, WebSocket
 
+from specwhisper.asr.decoding.alignment import SENTENCE_END
 from specwhisper.audio.loading import SAMPLE_RATE
 from specwhisper.live.stream import LiveError, StreamingTranscriber, StreamUpdate
 from specwhisper.live.turns import TurnDetector
@@ -118,7 +119,7 @@ class Turns:
         """Whether the open turn's text so far (its words sent and the hypothesis past them) ends a sentence;
         nothing heard yet is no sentence to wait for."""
         text = "" if self.item is None else (self.item.text + self.item.partial).strip()
-        return not text or text.endswith((".", "?", "!"))
+        return not text or text[-1] in SENTENCE_END  # Chinese and Japanese full stops too
 
     def handle(self, actions: list[tuple]) -> list[dict]:
         """``actions``: ("audio", samples, their InputFormat), ("commit", event id), ("clear", event id), ("update",
