@@ -1,6 +1,6 @@
 """The pipeline's reports between decoder batches (pipeline.core.BETWEEN_BATCHES) are points where other
 work may use the model: the HTTP server and the web UI run short requests there, inside a long one's run.
-With the embedded Whisper base on real audio, for several option sets: a 57 s file transcribed with a
+With the embedded Whisper base on real audio, for several option sets: a 42 s file transcribed with a
 short transcription of jfk.wav run inside its first two reports between batches gets the segments it gets
 alone (tokens, times, words), and so does each short one; the time they took is not in its timings."""
 
@@ -32,17 +32,23 @@ def _facts(transcript) -> list[tuple]:
 
 @pytest.fixture(scope="module")
 def audio(eval_root, tmp_path_factory):
-    long = build_long_file("dense", tmp_path_factory.mktemp("long"), 55, seed=0)
+    long = build_long_file("dense", tmp_path_factory.mktemp("long"), 42, seed=0)
     return load_audio(long.path), load_audio(eval_root / "whisper.cpp/jfk.wav")
 
 
+INNER = RunOptions(decode=replace(OPTION_SETS["word timestamps"], language="en"))  # the short transcription's
+
+
+@pytest.fixture(scope="module")
+def short_alone(base_pipeline, audio):
+    return _facts(base_pipeline.run(audio[1], INNER))
+
+
 @pytest.mark.parametrize("name", list(OPTION_SETS))
-def test_work_run_between_batches_leaves_both_transcripts_as_alone(base_pipeline, audio, name):
+def test_work_run_between_batches_leaves_both_transcripts_as_alone(base_pipeline, audio, short_alone, name):
     long, short = audio
-    outer = RunOptions(decode=OPTION_SETS[name])
-    inner = RunOptions(decode=replace(OPTION_SETS["word timestamps"], language="en"))
+    outer, inner = RunOptions(decode=OPTION_SETS[name]), INNER
     alone = _facts(base_pipeline.run(long, outer))
-    short_alone = _facts(base_pipeline.run(short, inner))
     inside: list = []
     paused = [0.0]
 
