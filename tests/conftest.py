@@ -19,6 +19,20 @@ warnings.filterwarnings("ignore", category=UserWarning)
 # 122% CPU, 304 s on one)
 configure(max(1, 2 // int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1"))))
 
+# The heaviest files first (their summed test seconds on the 2-core CI machine, heaviest first): the
+# workers take whole files in collection order (``--no-loadscope-reorder``; xdist's own order is by
+# the number of tests, which put files of a few long tests last, one worker running them alone at the end)
+HEAVY_FIRST = ("test_fallback.py", "test_speculative.py", "test_fixed_shape.py", "test_streaming.py",
+               "test_between_batches.py", "test_openai_api.py", "test_app.py", "test_batch.py",
+               "test_batched_speculation.py", "test_hallucination.py", "test_no_lost_speech.py", "test_int8.py",
+               "test_http_overtake.py", "test_realtime_ws.py", "test_scheduling.py", "test_cli.py", "test_postedit.py",
+               "test_handler.py", "test_large_shapes.py", "test_transcribe.py", "test_resume.py", "test_auto_draft.py")
+
+
+def pytest_collection_modifyitems(config, items):
+    rank = {name: i for i, name in enumerate(HEAVY_FIRST)}
+    items.sort(key=lambda item: rank.get(item.path.name, len(rank)))  # stable: each file's own order kept
+
 
 @pytest.fixture(scope="session")
 def eval_root():
