@@ -182,7 +182,7 @@ def _clips(option: Option, value: Any) -> str:
         raise OptionError(option, str(exc)) from None
 
 
-def _known_speakers(option: Option, value: Any) -> str:
+def _known_speakers(option: Option, value: Any) -> str | None:
     """``known_speakers`` checked and written as JSON, ``[["name", "path or data URL"], ...]``. Taken as a
     mapping or a list of pairs (Python, JSON bodies, the OpenAI route's fields) or as text, ``NAME=FILE,NAME=FILE``
     (the command line) or that JSON."""
