@@ -12,11 +12,14 @@ pair is labelled by the voices' identities: same voice in another recording, sam
 reference is cut from the target's own audio; kept apart, it is not a test), or different voices. Then
 each target is named with ``specwhisper.diarize.known`` at ``SAME_SPEAKER``: ``named_share`` is the share
 of the reference speech (10 ms steps, overlaps left out) whose turn carries the right name, where a voice
-without a reference counts as right when it keeps a SPEAKER_NN label.
+without a reference counts as right when it keeps a SPEAKER_NN label. All of it four times: the reference
+clips as they are, and as recorded over another channel than the targets (a phone line, a reverberant
+room, pink noise at 10 dB SNR): a user's clip is rarely recorded where the meeting was.
 """
 
 from __future__ import annotations
 
+import io
 import json
 import sys
 import time
@@ -26,6 +29,8 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 import numpy as np  # noqa: E402
+import soundfile as sf  # noqa: E402
+import soxr  # noqa: E402
 
 from bench.common import machine  # noqa: E402
 from specwhisper.audio.loading import load_audio  # noqa: E402
@@ -33,6 +38,7 @@ from specwhisper.diarize.coverage import embedding_of  # noqa: E402
 from specwhisper.diarize.known import SAME_SPEAKER, KnownSpeaker, named_turns, similarities  # noqa: E402
 from specwhisper.diarize.pipeline import load_diarizer  # noqa: E402
 from specwhisper.evaluation.diarization import EVAL_DIR, _vad_turns, pyannote_dev_files, pyannote_sample_file  # noqa: E402
+from specwhisper.evaluation.noise import in_room, with_noise  # noqa: E402
 
 RESULTS = ROOT / "bench" / "results" / "known_speakers.json"
 SR = 16000
@@ -113,47 +119,68 @@ def named_share(turns, truth, names: dict[str, str], uem) -> float:
     return right / total if total else 0.0
 
 
+def phone_line(audio: np.ndarray) -> np.ndarray:
+    """``audio`` as a phone line carries it: 8 kHz, G.711 mu-law (soundfile's codec), back at 16 kHz."""
+    buf = io.BytesIO()
+    sf.write(buf, soxr.resample(audio, SR, 8000), 8000, format="WAV", subtype="ULAW")
+    buf.seek(0)
+    return soxr.resample(sf.read(buf, dtype="float32")[0], 8000, SR).astype(np.float32)
+
+
+# How the reference clips were recorded, against the targets as they are: the same channel, or another
+CHANNELS = {
+    "clean": lambda audio: audio,
+    "phone line (8 kHz mu-law)": phone_line,
+    "room (RT60 0.7 s)": lambda audio: in_room(audio, 0.7),
+    "pink noise (SNR 10 dB)": lambda audio: with_noise(audio, 10.0),
+}
+
+
 def main() -> None:
     diarizer = load_diarizer()
     embed = embedding_of(diarizer.pipeline)
     clips = {name: (voice, path, _audio(path, a, b)) for name, (voice, path, a, b) in REFERENCES.items()}
-    ref_embeddings = {name: embed(audio) for name, (_, _, audio) in clips.items()}
-    pairs = {"same voice, other recording": [], "same recording": [], "different voices": []}
-    runs = []
+    diarized = {}
     for name, (audio, truth, files, uem) in targets().items():
         t0 = time.perf_counter()
         turns, centroids = diarizer.diarize(audio)
-        seconds = time.perf_counter() - t0
-        voices = {label: _voice_of(label, turns, truth) for label in centroids}
-        for (label, ref), sim in similarities(centroids, ref_embeddings).items():
-            voice, path, _ = clips[ref]
-            kind = ("same recording" if path in files else "same voice, other recording") if voices[label] == voice \
-                else "different voices"
-            if kind == "different voices" and path in files and name.startswith("dev"):
-                kind = "same recording"  # the other speaker of the excerpt the clip is cut from: not independent
-            pairs[kind].append(round(sim, 4))
-        # name the target with the references of other recordings: one per voice (the first listed)
-        usable = {}
-        for ref, (voice, path, audio_ref) in clips.items():
-            if path not in files and voice not in {v for v, _ in usable.values()}:
-                usable[ref] = (voice, audio_ref)
-        known = [KnownSpeaker(voice, a) for voice, a in usable.values()]
-        t1 = time.perf_counter()
-        named = named_turns(turns, centroids, known, embed)
-        naming_s = time.perf_counter() - t1
-        present = {v for _, _, v in truth}
-        runs.append({"name": f"named: {name}", "voices": sorted(present),
-                     "references": len(known), "references_of_absent_voices": len({v for v, _ in usable.values()} - present),
-                     "named_share": round(named_share(named, truth, {v: v for v, _ in usable.values()}, uem), 4),
-                     "wrong_names": sorted({t.speaker for t in named} - present - {t.speaker for t in turns}),
-                     "diarization_s": round(seconds, 2), "naming_s": round(naming_s, 3)})
-        print(runs[-1], flush=True)
-    summary = []
-    for kind, sims in pairs.items():
-        summary.append({"name": f"similarity: {kind}", "pairs": len(sims), "similarity_min": min(sims),
-                        "similarity_mean": round(float(np.mean(sims)), 4), "similarity_max": max(sims),
-                        "threshold": SAME_SPEAKER})
-        print(summary[-1])
+        diarized[name] = (turns, centroids, truth, files, uem, time.perf_counter() - t0)
+    summary, runs = [], []
+    for channel, alter in CHANNELS.items():
+        altered = {name: (voice, path, alter(audio)) for name, (voice, path, audio) in clips.items()}
+        ref_embeddings = {name: embed(audio) for name, (_, _, audio) in altered.items()}
+        pairs = {"same voice, other recording": [], "same recording": [], "different voices": []}
+        for name, (turns, centroids, truth, files, uem, seconds) in diarized.items():
+            voices = {label: _voice_of(label, turns, truth) for label in centroids}
+            for (label, ref), sim in similarities(centroids, ref_embeddings).items():
+                voice, path, _ = altered[ref]
+                kind = ("same recording" if path in files else "same voice, other recording") if voices[label] == voice \
+                    else "different voices"
+                if kind == "different voices" and path in files and name.startswith("dev"):
+                    kind = "same recording"  # the other speaker of the excerpt the clip is cut from: not independent
+                pairs[kind].append(round(sim, 4))
+            # name the target with the references of other recordings: one per voice (the first listed)
+            usable = {}
+            for ref, (voice, path, audio_ref) in altered.items():
+                if path not in files and voice not in {v for v, _ in usable.values()}:
+                    usable[ref] = (voice, audio_ref)
+            known = [KnownSpeaker(voice, a) for voice, a in usable.values()]
+            t1 = time.perf_counter()
+            named = named_turns(turns, centroids, known, embed)
+            naming_s = time.perf_counter() - t1
+            present = {v for _, _, v in truth}
+            runs.append({"name": f"named: {name}; references: {channel}", "voices": sorted(present),
+                         "references": len(known),
+                         "references_of_absent_voices": len({v for v, _ in usable.values()} - present),
+                         "named_share": round(named_share(named, truth, {v: v for v, _ in usable.values()}, uem), 4),
+                         "wrong_names": sorted({t.speaker for t in named} - present - {t.speaker for t in turns}),
+                         "diarization_s": round(seconds, 2), "naming_s": round(naming_s, 3)})
+            print(runs[-1], flush=True)
+        for kind, sims in pairs.items():
+            summary.append({"name": f"similarity: {kind}; references: {channel}", "pairs": len(sims),
+                            "similarity_min": min(sims), "similarity_mean": round(float(np.mean(sims)), 4),
+                            "similarity_max": max(sims), "threshold": SAME_SPEAKER})
+            print(summary[-1], flush=True)
     RESULTS.write_text(json.dumps({"machine": machine(1), "runs": summary + runs}, indent=1) + "\n")
     print("wrote", RESULTS)
 
