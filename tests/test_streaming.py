@@ -221,6 +221,9 @@ def test_cli_live_prints_confirmed_text_and_writes_formats(run_cli, eval_root, t
     assert "played live" in err
     code, _, err = run_cli("--live", eval_root / "whisper.cpp/jfk.wav", "--diarize", "-o", tmp_path)
     assert code == 2 and err.count("\n") == 1 and "--diarize does not apply to --live" in err
+    jfk = eval_root / "whisper.cpp/jfk.wav"
+    code, _, err = run_cli("--live", jfk, "--known-speakers", f"ann={jfk}", "-o", tmp_path)
+    assert code == 2 and err.count("\n") == 1 and "--known-speakers does not apply to --live" in err
 
 
 def test_cli_live_takes_the_initial_prompt(run_cli, eval_root, tmp_path):

@@ -16,7 +16,7 @@ def run_live(args, formats: list[str], opts, pipeline_factory) -> int:
     """``pipeline_factory()`` loads the pipeline (its ASR engine is the live engine's model)."""
     if len(args.inputs) != 1 or Path(args.inputs[0]).is_dir():
         raise LiveError("--live plays one audio file")
-    for flag in ("diarize", "postedit", "hallucination_silence_threshold", "clip_timestamps"):
+    for flag in ("diarize", "known_speakers", "postedit", "hallucination_silence_threshold", "clip_timestamps"):
         if getattr(args, flag):
             raise LiveError(f"--{flag.replace('_', '-')} does not apply to --live")
     path = args.inputs[0]
