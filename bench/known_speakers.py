@@ -166,7 +166,7 @@ def main() -> None:
                     usable[ref] = (voice, audio_ref)
             known = [KnownSpeaker(voice, a) for voice, a in usable.values()]
             t1 = time.perf_counter()
-            named = named_turns(turns, centroids, known, embed)
+            named, _ = named_turns(turns, centroids, known, embed)
             naming_s = time.perf_counter() - t1
             present = {v for _, _, v in truth}
             runs.append({"name": f"named: {name}; references: {channel}", "voices": sorted(present),

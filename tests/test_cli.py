@@ -315,7 +315,7 @@ def test_peer_spellings_are_documented_and_parsed():
 
     reference = (Path(__file__).resolve().parents[1] / "docs" / "cli.md").read_text()
     peers = [f for o in OPTIONS for f in o.peer_flags] + [f for f, _, _ in PEER_MEANINGS] + list(REFUSED)
-    assert len(peers) >= 24  # and --verbose, one of ours
+    assert len(peers) >= 23  # and --verbose, one of ours
     for option in peers:
         assert f"`{option}`" in reference, option
     a = parse_args(["x.wav", "--output_format", "srt", "--output_dir", "o", "--word_timestamps", "False",
@@ -325,9 +325,9 @@ def test_peer_spellings_are_documented_and_parsed():
         "srt", "o", False, "Hi.", True)
     assert (a.beam_size, a.no_speech_threshold, a.quiet, a.language, a.dtype) == (5, None, True, "de", "float32")
     x = parse_args(["x.wav", "--diarize", "--min_speakers", "2", "--max_speakers", "4", "--hf_token", "t",
-                    "--compute_type", "int8", "--batch_size", "4", "--vad_onset", "0.4", "--no_align"])
+                    "--compute_type", "int8", "--batch_size", "4", "--vad_onset", "0.4", "--no_align", "--speaker_embeddings"])
     assert (x.diarize, x.min_speakers, x.max_speakers, x.hf_token, x.model, x.batch_size, x.vad_threshold,
-            x.word_timestamps) == (True, 2, 4, "t", "base:int8", 4, 0.4, False)
+            x.word_timestamps, x.speaker_embeddings) == (True, 2, 4, "t", "base:int8", 4, 0.4, False, True)
     d = parse_args(["x.wav"])  # the hidden spellings change no default
     assert (d.formats, d.word_timestamps, d.quiet, d.dtype, d.model, d.vad_threshold) == ("all", None, False, "auto", "base", 0.5)
     assert d.verbose is None and parse_args(["x.wav", "--verbose"]).verbose is True

@@ -133,10 +133,12 @@ def test_diarized_segments_carry_speakers(handler, jfk_bytes):
 
 def test_known_speakers_name_the_speakers(handler, jfk_bytes, eval_root):
     clip = "data:audio/flac;base64," + base64.b64encode((eval_root / "openai-whisper/jfk.flac").read_bytes()).decode()
-    out = handler({"inputs": jfk_bytes, "parameters": {"known_speakers": {"president": clip}, "formats": ["rttm"]}})
+    out = handler({"inputs": jfk_bytes, "parameters": {"known_speakers": {"president": clip}, "formats": ["rttm"],
+                                                       "speaker_embeddings": True}})
     assert "error" not in out, out
     assert out["speakers"] == ["president"] and {s["speaker"] for s in out["segments"]} == {"president"}
     assert out["outputs"]["rttm"].split()[7] == "president"
+    assert list(out["speaker_embeddings"]) == ["president"] and len(out["speaker_embeddings"]["president"]) == 192
 
 
 def test_postedit_reports_its_decode(handler, jfk_bytes):

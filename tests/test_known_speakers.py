@@ -92,6 +92,24 @@ def test_read_speech_named_and_unknown_voices_left_alone(diarizer, eval_root):
             assert main == who and heard[main] > 0.9 * sum(heard.values()), (who, heard)
 
 
+def test_speaker_embeddings_tell_the_same_voice_in_another_recording(diarizer):
+    """``Diarizer.run``'s embeddings (WhisperX's ``speaker_embeddings``): one unit vector per speaker of the
+    turns; each AMI speaker of dev00 is closer to the same speaker in dev01 than to the other one."""
+    by_voice = {}
+    for f in pyannote_dev_files():
+        turns, embeddings = diarizer.run(load_audio(f.audio))
+        assert set(embeddings) == {t.speaker for t in turns}
+        for label, vector in embeddings.items():
+            assert len(vector) == 192 and abs(np.linalg.norm(vector) - 1) < 1e-4
+            mine = [t for t in turns if t.speaker == label]
+            voice = max({r.speaker for r in f.reference}, key=lambda v: sum(
+                max(0.0, min(r.end, t.end) - max(r.start, t.start)) for r in f.reference if r.speaker == v for t in mine))
+            by_voice[f.uri, voice] = np.array(vector)
+    for voice, other in (("MEE009", "MEE012"), ("MEE012", "MEE009")):
+        same = by_voice["dev00", voice] @ by_voice["dev01", voice]
+        assert same > 0.5 and same > by_voice["dev00", voice] @ by_voice["dev01", other], voice
+
+
 def test_bad_reference_clips_are_one_line_errors(eval_root, tmp_path):
     jfk = (eval_root / "whisper.cpp/jfk.wav").read_bytes()
     url = "data:audio/wav;base64," + base64.b64encode(jfk).decode()

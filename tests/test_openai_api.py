@@ -219,8 +219,10 @@ def test_known_speakers_named_from_reference_clips(client, eval_root):
     assert "fellow Americans" in president and president.count("your country") == 2, president
     unknown = client.audio.transcriptions.create(  # a clip of nobody in the file names nobody
         file=("talk.wav", wav.getvalue()), model="whisper-1", response_format="diarized_json",
-        known_speaker_names=["somebody"], known_speaker_references=[_data_url(eval_root / "mfa/mfa_uhum.flac")])
+        known_speaker_names=["somebody"], known_speaker_references=[_data_url(eval_root / "mfa/mfa_uhum.flac")],
+        extra_body={"speaker_embeddings": True})  # WhisperX's, beside OpenAI's fields
     assert {s.speaker for s in unknown.segments} == {"SPEAKER_00", "SPEAKER_01"}
+    assert set(unknown.model_extra["speaker_embeddings"]) == {"SPEAKER_00", "SPEAKER_01"}
 
 
 def test_streamed_transcription(server, client, tmp_path):

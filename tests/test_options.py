@@ -104,6 +104,7 @@ def test_the_peers_spellings_reach_the_same_options():
                                       "--output_format", "srt", "--chunk_size", "20", "--model_dir", "/tmp/m"])
     assert (args.beam_size, args.word_timestamps, args.vad_threshold, args.formats, args.chunk_length) == (5, True, 0.3, "srt", 20.0)
     assert str(args.cache_dir) == "/tmp/m"
+    assert build_parser().parse_args(["a.wav", "--speaker_embeddings"]).speaker_embeddings is True  # WhisperX's switch
     p = parse_params({"chunk_length_s": 20, "generate_kwargs": {"num_beams": 4, "condition_on_prev_tokens": True}}, Choices())
     assert (p.chunk_length, p.beam_size, p.condition_on_previous_text) == (20.0, 4, True)
 

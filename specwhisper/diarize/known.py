@@ -150,7 +150,18 @@ def rename(turns: Sequence[SpeakerTurn], names: Mapping[str, str]) -> list[Speak
 
 
 def named_turns(turns: Sequence[SpeakerTurn], centroids: Mapping[str, np.ndarray], known: Sequence[KnownSpeaker],
-                embed: Embed) -> list[SpeakerTurn]:
-    """``turns`` with the speakers that match a known speaker's reference named after it."""
-    references = {k.name: embed(k.audio) for k in known}
-    return rename(turns, name_speakers(centroids, references))
+                embed: Embed) -> tuple[list[SpeakerTurn], dict[str, str]]:
+    """``turns`` with the speakers that match a known speaker's reference named after it, and the names given
+    (speaker label -> name)."""
+    names = name_speakers(centroids, {k.name: embed(k.audio) for k in known})
+    return rename(turns, names), names
+
+
+def voice_embeddings(centroids: Mapping[str, np.ndarray], names: Mapping[str, str]) -> dict[str, list[float]]:
+    """Each speaker's embedding under its final name, unit length: a centroid, or the mean of the centroids
+    one name was given to (a voice the diarizer split in two)."""
+    grouped: dict[str, list[np.ndarray]] = {}
+    for label, c in centroids.items():
+        if (u := _unit(c)) is not None:
+            grouped.setdefault(names.get(label, label), []).append(u)
+    return {name: [round(float(x), 6) for x in _unit(np.mean(units, axis=0))] for name, units in grouped.items()}

@@ -36,7 +36,7 @@ from pyannote.core import Annotation, SlidingWindow, SlidingWindowFeature  # noq
 from specwhisper.results.transcript import SpeakerTurn  # noqa: E402,F401 - the turn type lives in the lowest layer; re-exported here
 from specwhisper.diarize.clustering import SpectralClustering, check_speaker_counts  # noqa: E402,F401 - re-exported
 from specwhisper.diarize.coverage import cover_words, embedding_of, speech_heard_by  # noqa: E402
-from specwhisper.diarize.known import KnownSpeaker, named_turns  # noqa: E402
+from specwhisper.diarize.known import KnownSpeaker, named_turns, voice_embeddings  # noqa: E402
 from specwhisper.diarize.embedding import FRAME_SAMPLES, SAMPLE_RATE, CAMPPlusEmbedding, num_output_frames  # noqa: E402
 from specwhisper.diarize.models import campplus_checkpoint, segmentation_checkpoint  # noqa: E402
 
@@ -329,20 +329,28 @@ class Diarizer:
         """Turns of ``waveform``. ``words``: (start, end) seconds of the words a transcript heard; those
         that no turn overlaps get turns of their own (``specwhisper.diarize.coverage``). ``known``: the
         speakers to name after their reference clips (``specwhisper.diarize.known``)."""
+        return self.run(waveform, num_speakers, min_speakers, max_speakers, progress, uri, words, known)[0]
+
+    def run(self, waveform: np.ndarray, num_speakers: int | None = None, min_speakers: int | None = None,
+            max_speakers: int | None = None, progress: Progress | None = None, uri: str = "audio",
+            words: Sequence[tuple[float, float]] | None = None,
+            known: Sequence[KnownSpeaker] = ()) -> tuple[list[SpeakerTurn], dict[str, list[float]]]:
+        """``__call__``'s turns, and each speaker's voice embedding under its name (``known.voice_embeddings``)."""
         audio = np.asarray(waveform)
         turns, centroids = self.diarize(audio, num_speakers, min_speakers, max_speakers, progress, uri)
         if words and np.any(audio):
             duration = audio.size / self.sample_rate
             turns = cover_words(audio, turns, [(s, min(e, duration)) for s, e in words if s < duration],
                                 centroids, embedding_of(self.pipeline), speech_heard_by(self.pipeline))
+        names: dict[str, str] = {}
         if known:
             embed = embedding_of(self.pipeline)
             if embed is None:
                 raise ValueError(f"{self.name} has no speaker embedding model to match known speakers with")
-            turns = named_turns(turns, centroids, known, embed)
+            turns, names = named_turns(turns, centroids, known, embed)
         if progress is not None:
             progress("diarization", 1.0)
-        return turns
+        return turns, voice_embeddings(centroids, names)
 
     def diarize(self, audio: np.ndarray, num_speakers: int | None = None, min_speakers: int | None = None,
                 max_speakers: int | None = None, progress: Progress | None = None,

@@ -63,6 +63,7 @@ class RunOptions:
     decode: DecodeOptions = field(default_factory=DecodeOptions)
     diarize: bool = False
     known_speakers: tuple[tuple[str, str], ...] = ()  # (name, reference clip: a path or a data URL); diarize.known
+    speaker_embeddings: bool = False  # each speaker's voice embedding in the transcript
     num_speakers: int | None = None
     min_speakers: int | None = None
     max_speakers: int | None = None
@@ -77,8 +78,8 @@ class RunOptions:
             v = getattr(self, name)
             if v is not None and v < 1:
                 raise ValueError(f"{name.replace('_', '-')} must be >= 1, got {v}")
-        if self.known_speakers and not self.diarize:
-            raise ValueError("known speakers are named by the diarizer: turn diarization on")
+        if (self.known_speakers or self.speaker_embeddings) and not self.diarize:
+            raise ValueError("known speakers and speaker embeddings come from the diarizer: turn diarization on")
         if self.min_speakers and self.max_speakers and self.min_speakers > self.max_speakers:
             raise ValueError(f"min-speakers ({self.min_speakers}) is larger than max-speakers ({self.max_speakers})")
         if self.num_speakers and not (self.min_speakers or 1) <= self.num_speakers <= (self.max_speakers or self.num_speakers):
@@ -218,7 +219,7 @@ class Pipeline:
         timings["encoder"] = asr.stats.encoder_seconds
         timings["decoder"] = asr.stats.decoder_seconds
         segments = asr.segments
-        turns = None
+        turns, embeddings = None, None
 
         if opts.diarize:
             from specwhisper.diarize.attribution import assign_speakers, heard_spans
@@ -228,7 +229,7 @@ class Pipeline:
             clips = None if opts.decode.clips is None else ClipMap(tuple(clip_spans(opts.decode.clips, len(audio))))
             if clips is not None:  # the clips alone, back to back, as the ASR heard them
                 heard, words = clips.joined(audio), [p for a, b in words for p in clips.to_joined(a, b)]
-            turns = [] if not len(heard) else self.diarizer()(
+            turns, embeddings = ([], {}) if not len(heard) else self.diarizer().run(
                 heard,
                 num_speakers=opts.num_speakers,
                 min_speakers=opts.min_speakers,
@@ -263,6 +264,7 @@ class Pipeline:
             stats=asr.stats,
             source=source,
             turns=turns,  # kept whole: the RTTM and the speaker list come from them, not from the words
+            speaker_embeddings=embeddings if opts.speaker_embeddings else None,
         )
         if opts.postedit:
             t = time.perf_counter()

@@ -358,6 +358,9 @@ OPTIONS: tuple[Option, ...] = (
     Option("known_speakers", str, None, "name speakers after clips of their voices: NAME=FILE,NAME=FILE (2 to 30 s of "
            "one voice each; turns diarization on); a speaker whose voice matches no clip keeps its SPEAKER_NN label",
            group="speakers", nullable=True, parse=_known_speakers, takes_list=True),
+    Option("speaker_embeddings", bool, False, "each speaker's voice embedding in the json, as 'speaker_embeddings' "
+           "(WhisperX's; unit vectors of the diarizer's embedding model, comparable by cosine across files; turns "
+           "diarization on)", group="speakers"),
     Option("postedit", bool, False, "fix casing and punctuation with a text LLM (speculatively decoded)",
            group="post-edit"),
     # ---------------------------------------------------------------- limits and outputs
@@ -417,7 +420,7 @@ def run_options(values: dict[str, Any]):
                            logprob_threshold=v["logprob_threshold"], no_speech_threshold=v["no_speech_threshold"],
                            best_of=v["best_of"])
     known = known_speaker_pairs(v["known_speakers"])
-    diarize = v["diarize"] or bool(known)
+    diarize = v["diarize"] or bool(known) or v["speaker_embeddings"]
     word_ts = diarize if v["word_timestamps"] is None else v["word_timestamps"]
     subtitles = subtitle_options(v)
     decode = DecodeOptions(language=v["language"], task=v["task"], batch_size=v["batch_size"],
@@ -429,7 +432,8 @@ def run_options(values: dict[str, Any]):
                            multilingual=v["multilingual"], language_threshold=v["language_threshold"],
                            vad_filter=v["vad_filter"], without_timestamps=v["without_timestamps"],
                            clips=None if v["clip_timestamps"] is None else parse_clips(v["clip_timestamps"]))
-    opts = RunOptions(decode=decode, diarize=diarize, known_speakers=known, num_speakers=v["num_speakers"],
+    opts = RunOptions(decode=decode, diarize=diarize, known_speakers=known, speaker_embeddings=v["speaker_embeddings"],
+                      num_speakers=v["num_speakers"],
                       min_speakers=v["min_speakers"], max_speakers=v["max_speakers"], postedit=v["postedit"],
                       max_audio_s=v["max_duration"], subtitles=subtitles)
     opts.validate()
@@ -467,7 +471,6 @@ REFUSED: dict[str, str] = {
     "--return_char_alignments": "there is no character alignment",
     "--vad_method": "the VAD is silero-vad; --vad-threshold sets it",
     "--vad_offset": "silero-vad takes one threshold (--vad-threshold)",
-    "--speaker_embeddings": "the json does not carry speaker embeddings",
     "--suppress_numerals": "numerals are not suppressed",
     "--segment_resolution": "segments are Whisper's own",
 }

@@ -60,6 +60,8 @@ class Transcript:
     # the diarizer's turns, overlaps included: the source of speakers (RTTM, speaker list);
     # None when diarization did not run, [] when it ran and found nobody
     turns: list[SpeakerTurn] | None = None
+    # each speaker's voice embedding (the diarizer's model, unit length), when asked for: WhisperX's speaker_embeddings
+    speaker_embeddings: dict[str, list[float]] | None = None
 
     @property
     def text(self) -> str:
@@ -72,6 +74,7 @@ class Transcript:
         return sorted({s.speaker for s in self.segments if s.speaker})
 
     def to_dict(self) -> dict:
+        embeddings = {} if self.speaker_embeddings is None else {"speaker_embeddings": self.speaker_embeddings}
         return {
             "source": self.source,
             "text": self.text,
@@ -81,6 +84,7 @@ class Transcript:
             "segments": segments_to_dicts(self.segments),
             "speaker_turns": None if self.turns is None else [
                 {"start": round(t.start, 3), "end": round(t.end, 3), "speaker": t.speaker} for t in self.turns],
+            **embeddings,
             "model": self.model,
             "timings": self.timings,
             "speculative": self.stats.to_dict(),

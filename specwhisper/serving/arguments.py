@@ -61,9 +61,10 @@ def add_options(parser: argparse.ArgumentParser, options: list[Option]) -> None:
         taken = set(parser._option_string_actions)
         hidden = ["--" + option.name] if "_" in option.name else []
         for flag in [*hidden, *option.peer_flags]:
-            if flag not in taken:
+            if flag not in taken:  # a peer's switch alone (WhisperX's --speaker_embeddings) is true
+                extra = {"nargs": "?", "const": True} if option.kind is bool else {}
                 parser.add_argument(flag, dest=option.name, type=_typed(option), help=argparse.SUPPRESS,
-                                    default=argparse.SUPPRESS)
+                                    default=argparse.SUPPRESS, **extra)
 
 
 def option_values(args: argparse.Namespace, options: list[Option]) -> dict:

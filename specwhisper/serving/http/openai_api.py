@@ -322,9 +322,10 @@ def openai_answer(t: Transcript, req: OpenAIRequest) -> Response:
         return PlainTextResponse(render(t, fmt, req.params.layout()))
     if fmt == "json":
         return JSONResponse({"text": t.text, **(_logprobs(t) if req.logprobs else {}), "usage": usage(t)})
+    embeddings = {} if t.speaker_embeddings is None else {"speaker_embeddings": t.speaker_embeddings}  # asked for
     if fmt == "diarized_json":
         return JSONResponse({"task": "transcribe", "duration": round(t.duration, 3), "text": t.text, "segments": _diarized(t),
-                             "usage": usage(t)})
+                             **embeddings, "usage": usage(t)})
     translated = req.task == "translate"
     out = {"task": req.task, "language": "english" if translated else language_name(t.language),
            "duration": round(t.duration, 3), "text": t.text}
@@ -332,6 +333,7 @@ def openai_answer(t: Transcript, req: OpenAIRequest) -> Response:
         out["segments"] = _segments(t)
     if "word" in req.granularities:
         out["words"] = _words(t)
+    out.update(embeddings)
     if not translated:
         out["usage"] = usage(t)
     return JSONResponse(out)
