@@ -22,19 +22,19 @@ from __future__ import annotations
 import base64
 import binascii
 import re
-import tempfile
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 
 import numpy as np
 
-from specwhisper.audio.loading import SAMPLE_RATE, AudioError, AudioTooLong, load_audio
+from specwhisper.audio.loading import SAMPLE_RATE, AudioError, AudioTooLong, load_audio, load_audio_bytes
 from specwhisper.results.transcript import SpeakerTurn
 
 SAME_SPEAKER = 0.5  # cosine, reference clip vs a speaker's centroid (module docstring)
 MIN_REFERENCE_S = 2.0
 MAX_REFERENCE_S = 30.0
 MAX_NAME_CHARS = 64
+ERROR_PREFIX = "known speaker"  # how a clip's errors begin ("known speaker 'ann': ...")
 
 Embed = Callable[[np.ndarray], np.ndarray | None]  # 16 kHz mono audio -> one embedding
 
@@ -78,16 +78,13 @@ def _data_url(source: str, name: str) -> bytes:
 def load_reference(name: str, source: str) -> KnownSpeaker:
     """``name``'s reference clip from a file path or a base64 data URL, checked: audio of
     ``MIN_REFERENCE_S`` to ``MAX_REFERENCE_S`` seconds (AudioError, one line, otherwise)."""
-    label = f"known speaker '{name}'"
+    label = f"{ERROR_PREFIX} '{name}'"
     try:
         if source.startswith("data:"):
             data = _data_url(source, label)
             if not data:
                 raise AudioError(f"{label}: the data URL holds no bytes")
-            with tempfile.NamedTemporaryFile(suffix=".audio") as tmp:
-                tmp.write(data)
-                tmp.flush()
-                audio = load_audio(tmp.name, max_seconds=MAX_REFERENCE_S, name=label)
+            audio = load_audio_bytes(data, label, MAX_REFERENCE_S)
         else:
             audio = load_audio(source, max_seconds=MAX_REFERENCE_S, name=f"{label} ({source})")
     except AudioTooLong:

@@ -41,6 +41,7 @@ from fastapi.responses import JSONResponse, PlainTextResponse, Response
 from pydantic import ValidationError
 
 from specwhisper.asr.decoding.language import LANGUAGES
+from specwhisper.diarize.known import ERROR_PREFIX as KNOWN_SPEAKER_ERROR
 from specwhisper.results.transcript import Transcript, Word, segments_to_dicts
 from specwhisper.pipeline.writers import render
 from specwhisper.serving.http.form_upload import CLIP_FIELDS, FILE_FIELD, FORM_OVERHEAD, FormUpload
@@ -399,7 +400,7 @@ def add_openai_routes(app: FastAPI, uploads: Uploads) -> None:
                     return await uploads.stream(request, path, FILE_FIELD, req.params, events)
                 transcript = await uploads.transcribe(request, path, FILE_FIELD, req.params)
             except RequestError as exc:
-                about = {f"{FILE_FIELD}:": FILE_FIELD, "known speaker": CLIP_FIELDS[0]}
+                about = {f"{FILE_FIELD}:": FILE_FIELD, KNOWN_SPEAKER_ERROR: CLIP_FIELDS[0]}
                 param = next((p for start, p in about.items() if str(exc).startswith(start)), None)
                 raise Refusal(exc.status, str(exc), param=param) from None
             return openai_answer(transcript, req)

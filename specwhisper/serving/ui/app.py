@@ -218,7 +218,7 @@ def request_values(names: list[str], values: tuple) -> dict:
     named after its file (``ann.wav``: ann)."""
     out = {}
     for name, value in zip(names, values):
-        if value is None or (isinstance(value, (str, list)) and not (value.strip() if isinstance(value, str) else value)):
+        if value is None or value == [] or (isinstance(value, str) and not value.strip()):
             continue
         if (name == "language" and value == "auto") or (name == "num_speakers" and not value):
             continue
