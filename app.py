@@ -35,6 +35,8 @@ def build_parser() -> argparse.ArgumentParser:
                    help="a file of at most this many seconds, and a live update, runs inside another user's longer run "
                         f"between two of its batches instead of after it (0: never; default: {OVERTAKE_S:g})")
     p.add_argument("--no-preload", action="store_true", help="load the default model on the first request, not at start")
+    p.add_argument("--model-ttl", type=positive(float, or_zero=True),
+                   help="unload a model nobody used for this many seconds; the next request loads it again (default: keep it)")
     return p
 
 
@@ -73,6 +75,7 @@ def main(argv: list[str] | None = None) -> int:
             max_audio_s=args.max_duration,
             max_upload_bytes=int(args.max_file_mb * 2**20),
             live=LiveLimits(max_streams=args.live_streams),
+            model_ttl_s=args.model_ttl,
         )
         service = PipelinePool(settings)
         if not args.no_preload:

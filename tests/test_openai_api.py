@@ -395,6 +395,35 @@ def test_models(client):
     _openai_error(info.value, 404, "does not exist here", param="model", code="model_not_found")
 
 
+def test_models_in_memory_are_listed_loaded_and_unloaded(server, client, jfk):
+    """speaches' /api/ps: the models in memory; POST loads an offered one (by its name or an alias), DELETE
+    unloads it, and the next request loads it again; an unknown or unloaded model is a one-line 404."""
+    auth = {"Authorization": f"Bearer {KEY}"}
+
+    def ps(method: str, name: str = "") -> httpx.Response:
+        return httpx.request(method, server.url + "/api/ps" + (f"/{name}" if name else ""), headers=auth, timeout=120)
+
+    listing = ps("GET").json()
+    assert "base" in listing["models"] and listing["ttl_s"] is None
+    assert {"model": "base", "drafter": "auto"} in [{k: e[k] for k in ("model", "drafter")} for e in listing["loaded"]]
+    if "tiny.en" in listing["models"]:
+        assert ps("DELETE", "tiny.en").status_code == 200
+    missing = ps("DELETE", "tiny.en")
+    assert (missing.status_code, missing.json()) == (404, {"error": "the model 'tiny.en' is not loaded", "status": 404})
+    loaded = ps("POST", "gpt-4o-mini-transcribe")  # the deployment's alias of tiny.en
+    assert (loaded.status_code, loaded.json()) == (201, {"model": "tiny.en", "drafter": "auto", "loaded": True})
+    assert ps("POST", "tiny.en").status_code == 200  # already loaded
+    assert "tiny.en" in ps("GET").json()["models"]
+    unloaded = ps("DELETE", "tiny.en")
+    assert (unloaded.status_code, unloaded.json()) == (200, {"model": "tiny.en", "drafters": ["auto"], "loaded": False})
+    assert "tiny.en" not in ps("GET").json()["models"]
+    text = client.audio.transcriptions.create(file=("jfk.wav", jfk[0]), model="tiny.en").text  # loads it again
+    assert wer([jfk[1]], [text]) <= MAX_WER, text
+    unknown = ps("POST", "large-v9")
+    assert unknown.status_code == 404 and unknown.json()["error"].startswith("no model 'large-v9' here (offered: whisper-1,")
+    assert httpx.get(server.url + "/api/ps", timeout=30).status_code == 401  # the key guards these routes too
+
+
 def _create(client, **overrides):
     args = {"file": ("jfk.wav", b"RIFF"), "model": "whisper-1", **overrides}
     with pytest.raises(openai.APIStatusError) as info:

@@ -77,6 +77,23 @@ class Choices:
                 raise ValueError(f"the alias {name!r} is the name of an offered model")
 
 
+ALIAS = "whisper-1"  # what OpenAI's clients and the apps built on them name by default: the default model
+
+
+def offered_names(choices: Choices) -> tuple[str, ...]:
+    """The model names the OpenAI routes and ``/api/ps`` take: ``whisper-1`` (the default model), the
+    deployment's aliases, the offered models."""
+    return (ALIAS, *(name for name, _ in choices.aliases), *choices.models)
+
+
+def model_named(name: str | None, choices: Choices) -> str | None:
+    """The offered model a name stands for (``whisper-1`` and the aliases; an offered model's own name); None
+    for a name not offered."""
+    if name is None or name == ALIAS:
+        return choices.models[0]
+    return dict(choices.aliases).get(name, name if name in choices.models else None)
+
+
 class _ParamsBase(BaseModel):
     """What every request's parameters share: the checks of ``specwhisper.pipeline.options`` on each
     field, and the fields that shape the answer. Unknown names are refused."""

@@ -2,7 +2,10 @@
 
 Each distinct (model, drafter) config gets a pipeline once and keeps it; at most ``max_loaded``
 stay in memory (least recently used goes first), and pipelines of the same model share its
-weights. One lock serialises loading and running: the decoder's
+weights. With ``model_ttl_s`` a pipeline not used for that long is unloaded (speaches' ``ttl``, Ollama's
+``keep_alive``): its weights, drafter, diarizer and post-edit model go once nothing else holds them; a live
+stream keeps its engine, and the next request of that config gets the same engine back rather than a second
+copy. One lock serialises loading and running: the decoder's
 KV cache is per pipeline and the CPU is the bottleneck anyway, so concurrent requests queue (the lock is
 re-entrant: the HTTP server's model worker runs short requests inside a long one's progress reports
 between batches, on its own thread: specwhisper.serving.worker); several
@@ -12,12 +15,17 @@ model worker hands it the uploads waiting with the same options).
 
 from __future__ import annotations
 
+import contextlib
+import gc
 import json
 import logging
 import math
+import sys
 import threading
 import time
+import weakref
 from collections import OrderedDict
+from collections.abc import Iterator
 from dataclasses import asdict, astuple, dataclass, field
 from pathlib import Path
 from typing import Callable
@@ -28,7 +36,7 @@ from specwhisper.audio.loading import DEFAULT_MAX_SECONDS, AudioError, AudioTooL
 from specwhisper.hardware.device import resolve_device, resolve_dtype
 from specwhisper.asr.drafters.choice import decoder_factory
 from specwhisper.asr.engine import AsrEngine
-from specwhisper.asr.weights.loader import WhisperBundle, load_whisper
+from specwhisper.asr.weights.loader import load_whisper
 from specwhisper.results.transcript import Segment, Transcript
 from specwhisper.pipeline.core import Pipeline, PipelineConfig, Progress
 from specwhisper.serving.params import Choices, TranscribeParams
@@ -62,6 +70,7 @@ class ServiceSettings:
     max_audio_s: float = DEFAULT_MAX_SECONDS
     max_upload_bytes: int = 200 * 2**20
     max_loaded: int = 4  # pipelines kept; a model's weights are loaded once for all its drafters
+    model_ttl_s: float | None = None  # a pipeline idle this long is unloaded (None: kept; 0: after each use)
     # uploads decoded from memory (the endpoint handler, the UI) are written here while ffmpeg reads them:
     # a spool names each file after its process, so a killed handler's files go at the next start
     spool_dir: Path = field(default_factory=default_spool_dir)
@@ -74,14 +83,23 @@ class ServiceSettings:
             raise ValueError(f"the upload limit must be at least 1 byte, got {self.max_upload_bytes}")
         if self.max_loaded < 1:
             raise ValueError(f"at least 1 pipeline must stay loaded, got {self.max_loaded}")
+        if self.model_ttl_s is not None and not self.model_ttl_s >= 0:  # NaN too
+            raise ValueError(f"a model's idle time before unloading is 0 s or more, got {self.model_ttl_s:g}")
 
 
 class PipelinePool:
     def __init__(self, settings: ServiceSettings | None = None):
         self.settings = settings or ServiceSettings()
         self._pipelines: OrderedDict[tuple, Pipeline] = OrderedDict()
-        self._bundles: dict[tuple, WhisperBundle] = {}  # (model, device, dtype) -> weights, shared by its pipelines
+        self._used: dict[tuple, float] = {}  # pipeline key -> when a pass or a live stream last took it (monotonic)
+        # what an unloaded pipeline leaves while something still holds it (a live stream its engine, another
+        # pipeline the weights): found again here, never loaded twice
+        self._bundles: weakref.WeakValueDictionary = weakref.WeakValueDictionary()  # (model, device, dtype) -> weights
+        self._engines: weakref.WeakValueDictionary = weakref.WeakValueDictionary()  # pipeline key -> AsrEngine
         self._lock = threading.RLock()  # re-entrant: a pass run inside another's report between batches
+        self._listing: tuple[tuple[tuple, str, str], ...] = ()  # (key, model, drafter) loaded, read without the lock
+        self._pass_ended = threading.Event()  # wakes the unloader (model_ttl_s) when the lock is let go
+        self._unloader: threading.Thread | None = None
         self._uploads: Spool | None = None  # opened (and swept of a killed process's files) on first use
 
     def _spool(self) -> Spool:
@@ -92,22 +110,82 @@ class PipelinePool:
     def _pipeline(self, config: PipelineConfig) -> Pipeline:
         """Called with the lock held."""
         key = astuple(config)
+        self._used[key] = time.monotonic()
         if key in self._pipelines:
             self._pipelines.move_to_end(key)
             return self._pipelines[key]
-        while len(self._pipelines) >= max(1, self.settings.max_loaded):
-            self._pipelines.popitem(last=False)
-        device = resolve_device(config.device)
-        dtype = resolve_dtype(config.dtype, device)
-        weights = (config.model, device, dtype)  # one copy of a model's weights per device and dtype
-        in_use = {(p.config.model, p.asr.device, p.asr.bundle.model.dtype) for p in self._pipelines.values()}
-        self._bundles = {w: b for w, b in self._bundles.items() if w in in_use}
-        if weights not in self._bundles:
-            self._bundles[weights] = load_whisper(config.model, cache_dir=config.cache_dir, device=device, dtype=dtype)
-        engine = AsrEngine(config.model, cache_dir=config.cache_dir, device=device, bundle=self._bundles[weights],
-                           decoder_factory=decoder_factory(config.draft, config.cache_dir))
+        if len(self._pipelines) >= self.settings.max_loaded:
+            while len(self._pipelines) >= self.settings.max_loaded:
+                self._drop(next(iter(self._pipelines)))
+            self._free()  # the dropped weights go before the next load
+        engine = self._engines.get(key)
+        if engine is None:
+            device = resolve_device(config.device)
+            dtype = resolve_dtype(config.dtype, device)
+            weights = (config.model, device, dtype)  # one copy of a model's weights per device and dtype
+            bundle = self._bundles.get(weights)
+            if bundle is None:
+                bundle = self._bundles[weights] = load_whisper(config.model, cache_dir=config.cache_dir, device=device, dtype=dtype)
+            engine = self._engines[key] = AsrEngine(config.model, cache_dir=config.cache_dir, device=device, bundle=bundle,
+                                                    decoder_factory=decoder_factory(config.draft, config.cache_dir))
         pipeline = self._pipelines[key] = Pipeline(config, asr=engine)
+        self._listed()
+        if self.settings.model_ttl_s is not None and self._unloader is None:
+            self._unloader = threading.Thread(target=_unload_when_idle, args=(weakref.ref(self), self._pass_ended),
+                                              name="model-unloader", daemon=True)
+            self._unloader.start()
         return pipeline
+
+    def _listed(self) -> None:
+        self._listing = tuple((key, p.config.model, p.config.draft) for key, p in self._pipelines.items())
+
+    def _drop(self, key: tuple) -> None:
+        """Called with the lock held: the pool lets go of a pipeline (then ``_free``, ``_listed``)."""
+        pipeline = self._pipelines.pop(key)
+        self._used.pop(key, None)
+        log.info("unloaded %s (drafter %s)", pipeline.config.model, pipeline.config.draft)
+
+    def unload_idle(self) -> float | None:
+        """Unload the pipelines idle for ``model_ttl_s``, unless a pass runs; the seconds until the next one is
+        due (None: none is loaded, or no TTL)."""
+        ttl = self.settings.model_ttl_s
+        if ttl is None:
+            return None
+        if not self._lock.acquire(blocking=False):
+            return math.inf  # a pass runs: its end wakes the unloader
+        try:
+            now = time.monotonic()
+            idle = [key for key in self._pipelines if now - self._used.get(key, now) >= ttl]
+            for key in idle:
+                self._drop(key)
+            if idle:
+                self._free()
+                self._listed()  # once they are gone
+            waits = [self._used.get(key, now) + ttl - now for key in self._pipelines]
+            return max(0.0, min(waits)) if waits else None
+        finally:
+            self._lock.release()
+
+    def unload(self, model: str) -> list[str]:
+        """Unload every pipeline of ``model`` now (waits for a pass that runs); the drafters they had."""
+        try:
+            with self._lock:
+                keys = [key for key, p in self._pipelines.items() if p.config.model == model]
+                drafters = [self._pipelines[key].config.draft for key in keys]
+                for key in keys:
+                    self._drop(key)
+                if keys:
+                    self._free()
+                    self._listed()
+                return drafters
+        finally:
+            self._pass_ended.set()  # the unloader may have found the lock taken
+
+    def _free(self) -> None:
+        gc.collect()
+        torch = sys.modules.get("torch")
+        if torch is not None and torch.cuda.is_initialized():
+            torch.cuda.empty_cache()  # the allocator's cached blocks back to the device
 
     def pipeline_key(self, params: TranscribeParams) -> str:
         """Which pipeline a request runs on: requests of one key need no other loaded."""
@@ -116,21 +194,38 @@ class PipelinePool:
     def engine(self, params: TranscribeParams) -> AsrEngine:
         """The loaded ASR engine of a request's model (a live stream's); the caller keeps the model
         to itself while using it (the HTTP server: on its model worker)."""
-        with self._lock:
-            return self._engine(params)
+        with self._taken(params.pipeline_config(self.settings.base)) as pipeline:
+            return pipeline.asr
 
-    def _engine(self, params: TranscribeParams) -> AsrEngine:
-        """Called with the lock held."""
-        return self._pipeline(params.pipeline_config(self.settings.base)).asr
+    @contextlib.contextmanager
+    def _taken(self, config: PipelineConfig, progress: Progress | None = None) -> Iterator[Pipeline]:
+        """``config``'s pipeline (loaded if it is not), the lock held while the caller uses it; its idle time
+        starts when the caller is done, and the unloader hears of it once the lock is free."""
+        try:
+            with self._lock:
+                if progress:
+                    progress("loading models", 0.0)
+                pipeline = self._pipeline(config)
+                try:
+                    yield pipeline
+                finally:
+                    self._used[astuple(config)] = time.monotonic()
+        finally:
+            self._pass_ended.set()
 
     def loaded(self) -> list[tuple[str, str]]:
-        """(model, drafter) of the pipelines in memory, oldest first."""
-        with self._lock:
-            return [(p.config.model, p.config.draft) for p in self._pipelines.values()]
+        """(model, drafter) of the pipelines in memory, oldest first (without waiting for a pass)."""
+        return [(model, draft) for _, model, draft in self._listing]
+
+    def idle_seconds(self) -> list[tuple[str, str, float]]:
+        """(model, drafter, seconds since a pass ended on it or a live stream took it) of the pipelines loaded,
+        oldest first, without waiting for a pass (one that runs now counts from its start)."""
+        now = time.monotonic()
+        return [(model, draft, now - self._used.get(key, now)) for key, model, draft in self._listing]
 
     def preload(self, params: TranscribeParams) -> None:
-        with self._lock:
-            self._pipeline(params.pipeline_config(self.settings.base))
+        with self._taken(params.pipeline_config(self.settings.base)):
+            pass
 
     def load(self, source: str | Path | bytes, name: str, max_seconds: float | None = None) -> np.ndarray:
         """Decode a file or in-memory upload, at most ``max_seconds`` of it (default: the deployment's limit);
@@ -213,8 +308,15 @@ class PipelinePool:
         """``transcribe`` for several waveforms with the same parameters, in one pass (``on_segments``:
         ``Pipeline.run_many``'s)."""
         options = params.run_options(self.settings.max_audio_s)
-        with self._lock:
-            if progress:
-                progress("loading models", 0.0)
-            pipeline = self._pipeline(params.pipeline_config(self.settings.base))
+        with self._taken(params.pipeline_config(self.settings.base), progress) as pipeline:
             return pipeline.run_many(audios, options, progress, sources=sources, on_segments=on_segments)
+
+
+def _unload_when_idle(pool_ref: weakref.ref, pass_ended: threading.Event) -> None:
+    """The unloader thread (``model_ttl_s``): sleeps until the next pipeline is due or a pass ends, unloads
+    what is due; ends with the pool (it holds only a weak reference)."""
+    while (pool := pool_ref()) is not None:
+        pass_ended.clear()
+        wait = pool.unload_idle()
+        del pool
+        pass_ended.wait(60.0 if wait is None else min(wait, 60.0))  # a minute at most: the pool may have gone

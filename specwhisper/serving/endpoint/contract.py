@@ -27,7 +27,8 @@ from specwhisper.hardware.device import resolve_device, resolve_dtype
 from specwhisper.asr.weights.loader import ModelError
 from specwhisper.results.transcript import Segment, Transcript
 from specwhisper.pipeline.core import PipelineConfig, Progress
-from specwhisper.serving.params import Choices, RequestError, TranscribeParams, clip, one_line, parse_params
+from specwhisper.serving.params import (Choices, RequestError, TranscribeParams, clip, model_named, offered_names, one_line,
+                                       parse_params)
 from specwhisper.serving.service import LiveLimits, ServiceSettings, PipelinePool
 from specwhisper.pipeline.writers import render
 
@@ -84,11 +85,15 @@ def settings_from_env(env: Mapping[str, str]) -> ServiceSettings:
                           aliases=tuple(aliases))
     except ValueError as exc:
         raise ValueError(f"SPECWHISPER_MODEL_ALIASES: {exc}") from None
+    ttl = number("SPECWHISPER_MODEL_TTL", -1)
+    if not (ttl >= 0 or ttl == -1):
+        raise ValueError(f"SPECWHISPER_MODEL_TTL is seconds a model may stay idle before it is unloaded (-1: never), got {ttl:g}")
     return ServiceSettings(
         base=PipelineConfig(device=device, dtype=dtype, threads=int(threads) if threads else None,
                             cache_dir=Path(cache) if cache else None),
         choices=choices,
-        max_audio_s=max_audio_s, max_upload_bytes=max(1, int(max_upload_mb * 2**20)), live=live)
+        max_audio_s=max_audio_s, max_upload_bytes=max(1, int(max_upload_mb * 2**20)), live=live,
+        model_ttl_s=None if ttl == -1 else ttl)
 
 
 def base64_to_file(text: str, out: BinaryIO, max_bytes: int) -> int:
@@ -235,6 +240,33 @@ class Endpoint:
             log.warning("a pass of %d uploads failed (%s): each runs alone", len(inputs), one_line(exc))
             return [self.run_many([item], params, progress)[0] for item in inputs]
         return [_request_error(o) if isinstance(o, Exception) else o for o in outcomes]
+
+    def offered(self, name: str) -> str:
+        """The offered model ``name`` stands for (``model_named``); a 404 otherwise."""
+        model = model_named(name, self.transcriber.settings.choices)
+        if model is None:
+            raise RequestError(f"no model '{clip(name)}' here (offered: {', '.join(offered_names(self.transcriber.settings.choices))})", 404)
+        return model
+
+    def load_model(self, name: str) -> tuple[str, str, bool]:
+        """Load an offered model (with the deployment's default drafter) so that no request waits for it:
+        (model, drafter, whether it was loaded already)."""
+        params = parse_params({"model": self.offered(name)}, self.transcriber.settings.choices)
+        before = (params.model, params.draft) in self.transcriber.loaded()
+        try:
+            self.transcriber.preload(params)
+        except Exception as exc:  # noqa: BLE001 - the contract is an error answer, never a traceback
+            raise _request_error(exc) from None
+        return params.model, params.draft, before
+
+    def unload_model(self, name: str) -> tuple[str, list[str]]:
+        """Unload an offered model now, with every drafter it was loaded with: (model, those drafters); a 404
+        when it is not loaded."""
+        model = self.offered(name)
+        drafters = self.transcriber.unload(model)
+        if not drafters:
+            raise RequestError(f"the model '{model}' is not loaded", 404)
+        return model, drafters
 
     def pass_key(self, params: TranscribeParams) -> str:
         """What uploads must share to be transcribed in one pass (``run_many``): the model and the options

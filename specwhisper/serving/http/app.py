@@ -7,6 +7,9 @@
 * ``POST /v1/audio/transcriptions``, ``POST /v1/audio/translations``, ``GET /v1/models``: OpenAI's audio
   API (:mod:`specwhisper.serving.http.openai_api`), with its own answers and error body;
 * ``GET /health``: ``{"status": "ok"}``;
+* ``GET /api/ps``: the models in memory; ``POST /api/ps/{model}`` loads an offered model before its first
+  request, ``DELETE /api/ps/{model}`` unloads one now (speaches' routes; ``SPECWHISPER_MODEL_TTL`` unloads
+  a model idle for that many seconds);
 * ``/v1/live``: live transcription over a WebSocket (:mod:`specwhisper.serving.http.live_ws`);
 * ``/v1/realtime?intent=transcription``: OpenAI's Realtime API's transcription sessions over a WebSocket
   (:mod:`specwhisper.serving.http.realtime_ws`).
@@ -26,6 +29,7 @@ import logging
 import time
 from collections.abc import Callable
 from pathlib import Path
+from typing import TypeVar
 from urllib.parse import parse_qs
 
 from fastapi import FastAPI, Request
@@ -43,9 +47,10 @@ from specwhisper.serving.spool import Spool
 from specwhisper.serving.http.uploads import Refusal, RequestLimits, Uploads
 
 log = logging.getLogger(__name__)
+T = TypeVar("T")
 POST_PATHS = ("/", "/predict")
 ROUTES_HINT = ("POST / with audio, POST /v1/audio/transcriptions and /v1/audio/translations, GET /v1/models, GET /health, "
-               "WebSockets /v1/live and /v1/realtime")
+               "GET /api/ps, POST and DELETE /api/ps/MODEL, WebSockets /v1/live and /v1/realtime")
 __all__ = ["RequestLimits", "create_app"]
 
 
@@ -103,6 +108,44 @@ def json_upload(path: Path, endpoint: Endpoint, max_upload_bytes: int) -> Transc
     return params
 
 
+def add_model_routes(app: FastAPI, endpoint: Endpoint, uploads: Uploads) -> None:
+    """``/api/ps`` (speaches' routes, Ollama's ``ps``): what is in memory, and loading or unloading a model on
+    the model worker (after the passes queued ahead; one that runs keeps its model until it ends)."""
+    pool = endpoint.transcriber
+
+    async def listing() -> JSONResponse:
+        table = pool.idle_seconds()
+        return JSONResponse({"models": list(dict.fromkeys(model for model, _, _ in table)),
+                             "loaded": [{"model": model, "drafter": drafter, "idle_s": round(idle, 1)} for model, drafter, idle in table],
+                             "ttl_s": pool.settings.model_ttl_s})
+
+    async def steer(request: Request, name: str, job: Callable[[], T]) -> T:
+        """``job()`` on the model worker, once ``name`` is an offered model's (an unknown one is answered at once)."""
+        try:
+            endpoint.offered(name)
+        except RequestError as exc:
+            raise Refusal(exc.status, str(exc)) from None
+        return await uploads.on_worker(request, job)
+
+    async def load(request: Request, name: str) -> JSONResponse:
+        try:
+            model, drafter, before = await steer(request, name, lambda: endpoint.load_model(name))
+        except Refusal as exc:
+            return refused(exc)
+        return JSONResponse({"model": model, "drafter": drafter, "loaded": True}, status_code=200 if before else 201)
+
+    async def unload(request: Request, name: str) -> JSONResponse:
+        try:
+            model, drafters = await steer(request, name, lambda: endpoint.unload_model(name))
+        except Refusal as exc:
+            return refused(exc)
+        return JSONResponse({"model": model, "drafters": drafters, "loaded": False})
+
+    app.add_api_route("/api/ps", listing, methods=["GET"])
+    app.add_api_route("/api/ps/{name:path}", load, methods=["POST"])
+    app.add_api_route("/api/ps/{name:path}", unload, methods=["DELETE"])
+
+
 def create_app(endpoint: Endpoint, worker: ModelWorker, spool: Spool, limits: RequestLimits,
                api_key: str | None = None) -> FastAPI:
     app = FastAPI(title="specwhisper", docs_url=None, redoc_url=None, openapi_url=None)
@@ -153,6 +196,7 @@ def create_app(endpoint: Endpoint, worker: ModelWorker, spool: Spool, limits: Re
 
     for route in POST_PATHS:
         app.add_api_route(route, predict, methods=["POST"])
+    add_model_routes(app, endpoint, uploads)
     add_openai_routes(app, uploads)
     slots = add_live_route(app, endpoint.transcriber, worker)
     add_realtime_route(app, endpoint.transcriber, worker, slots)

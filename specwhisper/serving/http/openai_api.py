@@ -45,10 +45,10 @@ from specwhisper.diarize.known import ERROR_PREFIX as KNOWN_SPEAKER_ERROR
 from specwhisper.results.transcript import Transcript, Word, segments_to_dicts
 from specwhisper.pipeline.writers import render
 from specwhisper.serving.http.form_upload import CLIP_FIELDS, FILE_FIELD, FORM_OVERHEAD, FormUpload
-from specwhisper.serving.params import Choices, RequestError, TranscribeParams, clip, parse_params, short_repr
+from specwhisper.serving.params import (Choices, RequestError, TranscribeParams, clip, model_named, offered_names,
+                                       parse_params, short_repr)
 from specwhisper.serving.http.uploads import Refusal, StreamEvents, Uploads
 
-ALIAS = "whisper-1"  # what OpenAI's clients and the apps built on them name by default
 OWNER = "specwhisper"
 FORMATS = ("json", "text", "srt", "verbose_json", "vtt", "diarized_json")
 TEXT_FORMATS = ("text", "srt", "vtt")
@@ -110,20 +110,6 @@ def _one(fields: Mapping[str, list[str]], name: str) -> str | None:
     if len(values) > 1:
         raise Refusal(400, f"'{clip(name, 60)}' is given {len(values)} times (once at most)", param=name)
     return values[0].strip() or None if values else None
-
-
-def offered_names(choices: Choices) -> tuple[str, ...]:
-    """The model names the OpenAI routes take: ``whisper-1`` (the default model), the deployment's aliases,
-    the offered models."""
-    return (ALIAS, *(name for name, _ in choices.aliases), *choices.models)
-
-
-def model_named(name: str | None, choices: Choices) -> str | None:
-    """The offered model an OpenAI route's model name stands for (``whisper-1`` and the aliases; an offered
-    model's own name); None for a name not offered."""
-    if name is None or name == ALIAS:
-        return choices.models[0]
-    return dict(choices.aliases).get(name, name if name in choices.models else None)
 
 
 def _model(name: str | None, choices: Choices) -> str:

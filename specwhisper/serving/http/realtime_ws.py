@@ -60,10 +60,10 @@ from specwhisper.live.stream import LiveError, StreamingTranscriber, StreamUpdat
 from specwhisper.live.turns import TurnDetector
 from specwhisper.serving.http.live_ws import (CLOSE_CODES, Pacing, StreamSlots, close, guarded, next_message, on_worker,
                                               open_stream, opened, receiving, send_json, stream_engine)
-from specwhisper.serving.http.openai_api import ALIAS, logprob_entries
+from specwhisper.serving.http.openai_api import logprob_entries
 from specwhisper.serving.http.realtime_config import (EventError, InputFormat, SessionConfig, checked, format_of, from_beta,
                                                        updated)
-from specwhisper.serving.params import clip, short_repr
+from specwhisper.serving.params import ALIAS, clip, short_repr
 from specwhisper.serving.service import PipelinePool
 from specwhisper.serving.worker import ModelWorker
 

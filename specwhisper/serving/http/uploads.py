@@ -20,7 +20,7 @@ from collections.abc import Awaitable, Callable
 from concurrent.futures import Future
 from dataclasses import dataclass
 from pathlib import Path
-from typing import BinaryIO
+from typing import BinaryIO, TypeVar
 
 from fastapi import Request
 from fastapi.responses import Response, StreamingResponse
@@ -33,6 +33,8 @@ from specwhisper.results.transcript import Segment, Transcript
 from specwhisper.serving.worker import Batching, Cancelled, CancelToken, ModelWorker, QueueFull
 from specwhisper.serving.params import RequestError, TranscribeParams
 from specwhisper.serving.spool import Spool
+
+T = TypeVar("T")
 
 log = logging.getLogger(__name__)
 JSON_OVERHEAD = 1 << 20  # room for the JSON around a base64 upload
@@ -146,6 +148,16 @@ class Uploads:
         finally:
             if path is not None:
                 path.unlink(missing_ok=True)
+
+    async def on_worker(self, request: Request, job: Callable[[], T]) -> T:
+        """``job()`` on the model worker, after the passes ahead of it, within the deadline: its result, or its
+        failure as a :class:`Refusal` (the queue is full: 503, the client went away: 499, the deadline: 504, the
+        job's :class:`RequestError`: its status)."""
+        try:
+            async with asyncio.timeout(self.limits.request_timeout_s):
+                return await self._wait(request, lambda: self.worker.submit(lambda token: job()))
+        except (Exception, Cancelled) as exc:  # noqa: BLE001 - an answer, never a traceback to the client
+            raise as_refusal(exc, self.limits) from None
 
     async def receive(self, request: Request, sink: BinaryIO, max_bytes: int) -> int:
         return await receive_body(request, sink, max_bytes, self.limits.body_timeout_s)
