@@ -60,7 +60,7 @@ def jfk_run(base_pipeline, eval_root, tmp_path_factory):
     mp = pytest.MonkeyPatch()
     mp.setattr(specwhisper.pipeline.core, "Pipeline", lambda config: base_pipeline)
     try:
-        assert cli.main([str(eval_root / "openai-whisper/jfk.flac"), "-o", str(out / "plain"), "-f", "all", "-q"]) == 0
+        assert cli.main([str(eval_root / "openai-whisper/jfk.flac"), "-o", str(out / "plain"), "-f", "all,aud", "-q"]) == 0
         # openai-whisper's own spellings of the options
         assert cli.main([str(eval_root / "openai-whisper/jfk.flac"), "--output_dir", str(out / "words"),
                          "--output_format", "all", "--word_timestamps", "True", "--verbose", "False"]) == 0
@@ -81,7 +81,7 @@ def meeting_run(base_pipeline, diarizer, tmp_path_factory):
     mp.setattr(specwhisper.pipeline.core, "Pipeline", lambda config: base_pipeline)
     try:
         code = cli.main([str(ROOT / "samples/meeting-dev00.wav"), "--diarize", "--min_speakers", "1", "--max_speakers", "3",
-                         "--output_dir", str(out), "--output_format", "all", "--verbose", "False"])
+                         "--output_dir", str(out), "--output_format", "all,aud", "--verbose", "False"])
     finally:
         mp.undo()
     assert code == 0
@@ -202,3 +202,16 @@ def test_whisperx_writers_on_our_diarized_json_give_our_files(meeting_run):
     assert "[SPEAKER_00]: " in txt and "[SPEAKER_01]: " in txt
     # openai-whisper's writers know no speakers: its tsv is the same file
     assert _peer_output(openai_utils, "tsv", result) == _read(meeting_run, "meeting-dev00", "tsv")
+
+
+def test_whisperx_audacity_labels_of_our_json_are_our_aud(jfk_run, meeting_run):
+    """WhisperX's WriteAudacity (its ``--output_format aud``) on our json gives our aud byte for byte, with and
+    without speakers: Audacity's label rows, start and end in seconds, then the text."""
+    for folder, stem in ((jfk_run / "plain", "jfk"), (meeting_run, "meeting-dev00")):
+        result = json.loads(_read(folder, stem, "json"))
+        ours = _read(folder, stem, "aud")
+        assert _peer_output(whisperx_utils, "aud", result) == ours, stem
+        rows = [line.split("\t") for line in ours.splitlines()]
+        assert [(float(a), float(b)) for a, b, _ in rows] == [(s["start"], s["end"]) for s in result["segments"]]
+        labelled = [text.startswith("[[SPEAKER_") for _, _, text in rows]
+        assert all(labelled) if stem.startswith("meeting") else not any(labelled)

@@ -1,4 +1,4 @@
-"""Output writers: txt, srt, vtt, json, tsv, rttm; srt and vtt take a layout (specwhisper.pipeline.subtitles)."""
+"""Output writers: txt, srt, vtt, json, tsv, rttm, aud; srt and vtt take a layout (specwhisper.pipeline.subtitles)."""
 
 from __future__ import annotations
 
@@ -83,6 +83,15 @@ def write_tsv(t: Transcript, f: TextIO, layout: SubtitleOptions = NO_LAYOUT) -> 
         f.write(f"{_ms(s.start)}\t{_ms(s.end)}\t{text}\n")
 
 
+def write_aud(t: Transcript, f: TextIO, layout: SubtitleOptions = NO_LAYOUT) -> None:
+    """Audacity's label track, as WhisperX's ``aud`` writes it: start and end in seconds (as the json holds
+    them), the text, tab-separated, one label per segment; a speaker as ``[[SPEAKER_00]]`` before the text.
+    Audacity's File > Import > Labels reads it."""
+    for s in t.segments:
+        speaker = f"[[{s.speaker}]]" if s.speaker is not None else ""
+        f.write(f"{round(s.start, 3)}\t{round(s.end, 3)}\t{speaker}{s.text.strip().replace(chr(9), ' ')}\n")
+
+
 def write_rttm(t: Transcript, f: TextIO, layout: SubtitleOptions = NO_LAYOUT) -> None:
     """The diarizer's turns (overlapping turns included, whether or not any words fell in them).
 
@@ -100,21 +109,22 @@ WRITERS: dict[str, Callable[[Transcript, TextIO, SubtitleOptions], None]] = {
     "json": write_json,
     "tsv": write_tsv,
     "rttm": write_rttm,
+    "aud": write_aud,
 }
-ALL_FORMATS = tuple(WRITERS)
+ALL_FORMATS = tuple(f for f in WRITERS if f != "aud")  # what "all" writes: aud only by name, as in WhisperX
 
 
 def parse_formats(spec: str) -> list[str]:
-    """'srt,json' or 'all' -> validated list of format names."""
+    """'srt,json', 'all' or 'all,aud' -> validated list of format names."""
     names = [n.strip().lower() for n in spec.split(",") if n.strip()]
     if not names:
         raise ValueError("no output format given")
-    if "all" in names:
-        return list(ALL_FORMATS)
-    unknown = [n for n in names if n not in WRITERS]
+    unknown = [n for n in names if n not in WRITERS and n != "all"]
     if unknown:
-        raise ValueError(f"unknown output format '{unknown[0]}' (choose from {', '.join(ALL_FORMATS)}, all)")
-    return list(dict.fromkeys(names))
+        raise ValueError(f"unknown output format '{unknown[0]}' (choose from {', '.join(WRITERS)}, all)")
+    if "all" in names:
+        names = [*ALL_FORMATS, *names]
+    return [n for n in dict.fromkeys(names) if n != "all"]
 
 
 def render(t: Transcript, fmt: str, layout: SubtitleOptions = NO_LAYOUT) -> str:
