@@ -6,6 +6,9 @@
   query string (``/?language=en&diarize=true&formats=srt,vtt``);
 * ``POST /v1/audio/transcriptions``, ``POST /v1/audio/translations``, ``GET /v1/models``: OpenAI's audio
   API (:mod:`specwhisper.serving.http.openai_api`), with its own answers and error body;
+* ``POST /v1/jobs`` (the upload as ``POST /`` takes it), ``GET /v1/jobs/{id}``, ``GET /v1/jobs``,
+  ``DELETE /v1/jobs/{id}``: transcription jobs, answered at once and read later
+  (:mod:`specwhisper.serving.http.jobs`);
 * ``GET /health``: ``{"status": "ok"}``;
 * ``GET /api/ps``: the models in memory; ``POST /api/ps/{model}`` loads an offered model before its first
   request, ``DELETE /api/ps/{model}`` unloads one now (speaches' routes; ``SPECWHISPER_MODEL_TTL`` unloads
@@ -37,6 +40,7 @@ from fastapi.responses import JSONResponse, Response
 from starlette.exceptions import HTTPException
 
 from specwhisper.serving.http.auth import ApiKeyGuard
+from specwhisper.serving.http.jobs import Jobs
 from specwhisper.serving.endpoint.contract import Endpoint, base64_to_file, response
 from specwhisper.serving.http.live_ws import add_live_route
 from specwhisper.serving.http.realtime_ws import add_realtime_route
@@ -49,8 +53,10 @@ from specwhisper.serving.http.uploads import Refusal, RequestLimits, Uploads
 log = logging.getLogger(__name__)
 T = TypeVar("T")
 POST_PATHS = ("/", "/predict")
+JOBS_PATH = "/v1/jobs"
 ROUTES_HINT = ("POST / with audio, POST /v1/audio/transcriptions and /v1/audio/translations, GET /v1/models, GET /health, "
-               "GET /api/ps, POST and DELETE /api/ps/MODEL, WebSockets /v1/live and /v1/realtime")
+               "POST /v1/jobs, GET and DELETE /v1/jobs/ID, GET /api/ps, POST and DELETE /api/ps/MODEL, "
+               "WebSockets /v1/live and /v1/realtime")
 __all__ = ["RequestLimits", "create_app"]
 
 
@@ -147,7 +153,8 @@ def add_model_routes(app: FastAPI, endpoint: Endpoint, uploads: Uploads) -> None
 
 
 def create_app(endpoint: Endpoint, worker: ModelWorker, spool: Spool, limits: RequestLimits,
-               api_key: str | None = None) -> FastAPI:
+               api_key: str | None = None, jobs: Jobs | str = "this server runs no transcription jobs") -> FastAPI:
+    """``jobs``: the server's, or why it has none (the job routes answer 503 with it)."""
     app = FastAPI(title="specwhisper", docs_url=None, redoc_url=None, openapi_url=None)
     json_turn = asyncio.Lock()  # one JSON body in memory at a time
     uploads = Uploads(endpoint, worker, spool, limits)
@@ -194,8 +201,41 @@ def create_app(endpoint: Endpoint, worker: ModelWorker, spool: Spool, limits: Re
 
         return await uploads.answer(handle, refused)
 
+    async def submit_job(request: Request) -> Response:
+        if isinstance(jobs, str):
+            return refused(Refusal(503, jobs))
+
+        async def handle(path: Path) -> Response:
+            params = await upload(request, path)
+            seconds = await uploads.length(path, "inputs")  # too long: refused now, not when the job runs
+            job = await asyncio.to_thread(jobs.add, path, params, seconds)
+            return JSONResponse(job.public(), status_code=202, headers={"location": f"{JOBS_PATH}/{job.id}"})
+
+        return await uploads.answer(handle, refused)
+
+    async def on_job(call: Callable[[], dict]) -> Response:
+        if isinstance(jobs, str):
+            return refused(Refusal(503, jobs))
+        try:
+            return JSONResponse(await asyncio.to_thread(call))
+        except RequestError as exc:
+            return refused(Refusal(exc.status, str(exc)))
+
+    async def list_jobs() -> Response:
+        return await on_job(lambda: {"jobs": [job.public(with_result=False) for job in jobs.all()]})
+
+    async def read_job(job_id: str) -> Response:
+        return await on_job(lambda: jobs.get(job_id).public())
+
+    async def delete_job(job_id: str) -> Response:
+        return await on_job(lambda: {**jobs.delete(job_id).public(with_result=False), "deleted": True})
+
     for route in POST_PATHS:
         app.add_api_route(route, predict, methods=["POST"])
+    app.add_api_route(JOBS_PATH, submit_job, methods=["POST"])
+    app.add_api_route(JOBS_PATH, list_jobs, methods=["GET"])
+    app.add_api_route(JOBS_PATH + "/{job_id}", read_job, methods=["GET"])
+    app.add_api_route(JOBS_PATH + "/{job_id}", delete_job, methods=["DELETE"])
     add_model_routes(app, endpoint, uploads)
     add_openai_routes(app, uploads)
     slots = add_live_route(app, endpoint.transcriber, worker)

@@ -30,6 +30,7 @@ from specwhisper.serving.params import one_line
 from specwhisper.serving.http.auth import check_api_key
 from specwhisper.serving.endpoint.contract import Endpoint
 from specwhisper.serving.http.app import RequestLimits, create_app
+from specwhisper.serving.http.jobs import JobFolderInUse, JobLimits, Jobs
 from specwhisper.serving.http.protocol import ConnectionLimits, RefusingWebSocketProtocol, protocol_factory
 from specwhisper.serving.worker import OVERTAKE_S, ModelWorker
 from specwhisper.serving.spool import Spool, default_spool_dir
@@ -56,6 +57,8 @@ class ServerConfig:
     # transcribed inside it, at its next report between batches (0: it waits for the pass)
     overtake_s: float = OVERTAKE_S
     spool_dir: Path = field(default_factory=default_spool_dir)
+    jobs_dir: Path | None = None  # POST /v1/jobs's uploads and results (specwhisper.serving.http.jobs); None: spool_dir/jobs
+    jobs: JobLimits = field(default_factory=JobLimits)
     access_log: bool = True
     api_key: str | None = field(default=None, repr=False)  # None: every route is open
 
@@ -69,7 +72,13 @@ class EndpointServer:
         self.spool = Spool.open(config.spool_dir)
         self.worker = ModelWorker(config.max_waiting, max_group=config.batch_requests, max_group_s=config.batch_audio_s,
                                   overtake_s=config.overtake_s)
-        app = create_app(endpoint, self.worker, self.spool, config.requests, api_key=config.api_key)
+        self.jobs: Jobs | str  # or why there are none
+        try:
+            self.jobs = Jobs(config.jobs_dir or config.spool_dir / "jobs", endpoint, self.worker, config.jobs)
+        except JobFolderInUse as exc:  # a second server beside a first: it serves all but jobs
+            self.jobs = f"{exc}; start this one with its own --jobs-dir"
+            log.warning("no transcription jobs on this server: %s", self.jobs)
+        app = create_app(endpoint, self.worker, self.spool, config.requests, api_key=config.api_key, jobs=self.jobs)
         self.socket = socket.create_server((config.host, config.port), backlog=max(128, config.connections.max_connections))
         # WebSockets (/v1/live) on the websockets package's sans-I/O protocol, which stops reading the socket
         # until the application took the last message; no compression (PCM hardly compresses)
@@ -108,6 +117,8 @@ class EndpointServer:
 
     def close(self) -> None:
         self.socket.close()
+        if isinstance(self.jobs, Jobs):
+            self.jobs.close()
         self.worker.close(timeout=0)
 
 
@@ -146,6 +157,12 @@ def build_parser() -> argparse.ArgumentParser:
                         "inside a longer one's pass at its next batch instead of after it (0: never; "
                         f"default: {d.overtake_s:g})")
     p.add_argument("--spool-dir", type=Path, default=d.spool_dir, help=f"folder for uploads in flight (default: {d.spool_dir})")
+    p.add_argument("--jobs-dir", type=Path, help="folder of the jobs of POST /v1/jobs, taken up again by the next server "
+                                                  "started on it (default: the spool folder's jobs/)")
+    p.add_argument("--max-jobs", type=positive(int), default=d.jobs.max_jobs,
+                   help=f"jobs held at once, finished ones included; more get 429 (default: {d.jobs.max_jobs})")
+    p.add_argument("--job-ttl", type=positive(float), default=d.jobs.ttl_s,
+                   help=f"seconds a finished job's result is kept (default: {d.jobs.ttl_s:g})")
     p.add_argument("--api-key", help=f"a key every request must send as 'Authorization: Bearer KEY' (all routes but /health; "
                                      f"default: the {API_KEY_ENV} variable, which keeps it out of the process list; "
                                      f"neither: no key, anyone who reaches the port may use the server)")
@@ -177,6 +194,8 @@ def config_from_args(args: argparse.Namespace, max_upload_bytes: int, api_key: s
         batch_audio_s=args.batch_audio,
         overtake_s=args.overtake_audio,
         spool_dir=args.spool_dir,
+        jobs_dir=args.jobs_dir,
+        jobs=JobLimits(max_jobs=args.max_jobs, ttl_s=args.job_ttl),
         access_log=not args.quiet,
         api_key=api_key,
     )

@@ -168,7 +168,7 @@ class Uploads:
         a :class:`RequestError` when it fails. It is dropped from the queue, or its pass stops at its next
         progress report once none of its requesters is left, when the client goes away or the deadline
         passes."""
-        seconds = await self._length(path, name)
+        seconds = await self.length(path, name)
         endpoint = self.endpoint
 
         def run_many(payloads: list[tuple[Path, str, float]], check: Callable[..., None]) -> list[Transcript | RequestError]:
@@ -190,7 +190,7 @@ class Uploads:
         failure before the audio is decoded (the length, the queue, bad audio) is raised, as ``transcribe``'s."""
         loop = asyncio.get_running_loop()
         t0 = loop.time()
-        seconds = await self._length(path, name)
+        seconds = await self.length(path, name)
         queue: asyncio.Queue[list[Segment]] = asyncio.Queue()
         decoded = asyncio.Event()  # the first progress report comes once the audio is decoded: the upload may go
 
@@ -227,7 +227,7 @@ class Uploads:
 
         return StreamingResponse(body(), media_type="text/event-stream", headers={"cache-control": "no-cache"})
 
-    async def _length(self, path: Path, name: str) -> float:
+    async def length(self, path: Path, name: str) -> float:
         """The seconds of audio the file's container claims (``math.inf`` when it does not say), after
         ``check_length`` refused what it can before decoding."""
         try:
