@@ -37,6 +37,7 @@ from specwhisper.audio.loading import DEFAULT_MAX_SECONDS, AudioError, AudioTooL
 from specwhisper.hardware.device import resolve_device, resolve_dtype
 from specwhisper.asr.drafters.choice import decoder_factory
 from specwhisper.asr.engine import AsrEngine
+from specwhisper.live.stream import StreamingTranscriber, StreamOptions
 from specwhisper.asr.weights.loader import load_whisper
 from specwhisper.results.transcript import Segment, Transcript
 from specwhisper.pipeline.core import Pipeline, PipelineConfig, Progress
@@ -214,6 +215,12 @@ class PipelinePool:
                     self._used[astuple(config)] = time.monotonic()
         finally:
             self._pass_ended.set()
+
+    def open_stream(self, params: TranscribeParams) -> StreamingTranscriber:
+        """A live transcriber on the request's model (loaded if it is not), with the request's options; the
+        caller keeps the model to itself while using it, as with ``engine``."""
+        options = StreamOptions.of(params.run_options(self.settings.max_audio_s).decode)
+        return StreamingTranscriber(self.engine(params), options)
 
     def loaded(self) -> list[tuple[str, str]]:
         """(model, drafter) of the pipelines in memory, oldest first (without waiting for a pass)."""

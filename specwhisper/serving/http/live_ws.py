@@ -70,7 +70,7 @@ from specwhisper.asr.engine import AsrEngine, DecodeOptions
 from specwhisper.asr.weights.loader import ModelError
 from specwhisper.results.transcript import word_to_dict
 from specwhisper.audio.loading import SAMPLE_RATE
-from specwhisper.live.stream import LiveError, StreamingTranscriber, StreamOptions, StreamUpdate
+from specwhisper.live.stream import LiveError, StreamingTranscriber, StreamUpdate
 from specwhisper.serving.endpoint.contract import response
 from specwhisper.serving.worker import ModelWorker, QueueFull
 from specwhisper.serving.params import RequestError, TranscribeParams, clip, one_line, parse_params, short_repr
@@ -367,9 +367,9 @@ def stream_engine(transcriber: PipelinePool, params: TranscribeParams) -> AsrEng
 
 
 def open_stream(transcriber: PipelinePool, params: TranscribeParams) -> StreamingTranscriber:
-    """A live transcriber on the request's model (``stream_engine``)."""
-    options = StreamOptions.of(params.run_options(transcriber.settings.max_audio_s).decode)
-    return StreamingTranscriber(stream_engine(transcriber, params), options)
+    """A live transcriber on the request's model, once it takes the request's language and task (``stream_engine``)."""
+    stream_engine(transcriber, params)
+    return transcriber.open_stream(params)
 
 
 @dataclass

@@ -34,7 +34,7 @@ import soxr
 
 from specwhisper.results.transcript import Transcript, Word
 from specwhisper.audio.loading import MIN_SOURCE_RATE, SAMPLE_RATE
-from specwhisper.live.stream import LiveError, StreamingTranscriber, StreamOptions, StreamUpdate
+from specwhisper.live.stream import LiveError, StreamingTranscriber, StreamUpdate
 from specwhisper.pipeline.writers import write_outputs
 from specwhisper.serving.params import RequestError, TranscribeParams, one_line, parse_params
 from specwhisper.serving.service import PipelinePool
@@ -151,7 +151,6 @@ class LiveSession:
         self.worker = worker
         self.params = params
         self.max_seconds = max_seconds
-        self.options = StreamOptions.of(params.run_options(max_seconds).decode)
         self.resample = PieceResampler()
         self.lock = threading.Lock()  # one update at a time: a tick's and the stop's
         self.pending: list[np.ndarray] = []  # 16 kHz audio not pushed yet
@@ -174,7 +173,7 @@ class LiveSession:
                 raise LiveError(f"the recording passed the limit of {self.max_seconds:.0f} s; stop and start a new one")
             if audio.size:
                 self.pending.append(audio)
-            detecting = self.live is None and self.options.language is None and self.received_s < DETECT_AFTER_S
+            detecting = self.live is None and self.params.language is None and self.received_s < DETECT_AFTER_S
             if update and self.pending and not detecting:
                 self._step(np.concatenate(self.pending), final=False)
                 self.pending.clear()
@@ -187,7 +186,7 @@ class LiveSession:
             if self.live is None:
                 if final and not audio.size:
                     return None
-                self.live = StreamingTranscriber(self.service.engine(self.params), self.options)
+                self.live = self.service.open_stream(self.params)
             self.live.push(audio)
             return self.live.finish() if final else self.live.update()
 
