@@ -120,6 +120,7 @@ class PipelinePool:
             while len(self._pipelines) >= self.settings.max_loaded:
                 self._drop(next(iter(self._pipelines)))
             self._free()  # the dropped weights go before the next load
+            self._listed()
         engine = self._engines.get(key)
         if engine is None:
             device = resolve_device(config.device)

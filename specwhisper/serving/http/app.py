@@ -222,13 +222,13 @@ def create_app(endpoint: Endpoint, worker: ModelWorker, spool: Spool, limits: Re
             return refused(Refusal(exc.status, str(exc)))
 
     async def list_jobs() -> Response:
-        return await on_job(lambda: {"jobs": [job.public(with_result=False) for job in jobs.all()]})
+        return await on_job(lambda: {"jobs": [job.public() for job in jobs.all()]})
 
     async def read_job(job_id: str) -> Response:
-        return await on_job(lambda: jobs.get(job_id).public())
+        return await on_job(lambda: jobs.answer(job_id))
 
     async def delete_job(job_id: str) -> Response:
-        return await on_job(lambda: {**jobs.delete(job_id).public(with_result=False), "deleted": True})
+        return await on_job(lambda: {**jobs.delete(job_id).public(), "deleted": True})
 
     for route in POST_PATHS:
         app.add_api_route(route, predict, methods=["POST"])

@@ -62,17 +62,15 @@ class UploadJob:
     progress: float = 0.0
     error: str | None = None
     error_status: int | None = None  # the status POST / would have answered the failure with
-    result: dict | None = None
 
-    def public(self, with_result: bool = True) -> dict:
+    def public(self) -> dict:
+        """Its state for GET /v1/jobs (the result of a done one is in its state file: ``Jobs.answer``)."""
         out = {"id": self.id, "status": self.status, "created": self.created, "started": self.started,
                "finished": self.finished}
         if self.status == "running":
             out.update(stage=self.stage, progress=round(self.progress, 3))
         if self.status == "failed":
             out.update(error=self.error, error_status=self.error_status)
-        if self.status == "done" and with_result:
-            out["result"] = self.result
         return out
 
 
@@ -109,7 +107,7 @@ class Jobs:
                 raise RequestError(f"{self.limits.max_jobs} jobs are held already; delete finished ones "
                                    f"(DELETE /v1/jobs/ID) or try again later", 429)
             job = UploadJob(id="job_" + secrets.token_hex(12), params=params.model_dump(mode="json"), seconds=seconds,
-                      created=time.time())
+                            created=time.time())
             shutil.move(upload, self._upload(job.id))
             self._save(job)
             self._jobs[job.id] = job
@@ -123,6 +121,15 @@ class Jobs:
             if job is None:
                 raise RequestError(f"no job '{job_id[:60]}' here (finished jobs are kept {self.limits.ttl_s:g} s)", 404)
             return job
+
+    def answer(self, job_id: str) -> dict:
+        """A job's state, with its result once done (read from its file: results are not held in memory)."""
+        with self._lock:
+            job = self.get(job_id)
+            out = job.public()
+            if job.status == "done":
+                out["result"] = json.loads(self._state(job.id).read_text())["result"]
+            return out
 
     def all(self) -> list[UploadJob]:
         with self._lock:
@@ -198,15 +205,17 @@ class Jobs:
                 exc = future.exception()
                 if isinstance(exc, Cancelled):  # the worker closed (the server stops): it runs again at the next start
                     job.status = "queued"
+                    self._save(job)
                 else:
                     job.finished = time.time()
                     if exc is None:
-                        job.status, job.result = "done", future.result()
+                        job.status = "done"
+                        self._save(job, future.result())
                     else:
                         failure = exc if isinstance(exc, RequestError) else RequestError(f"internal error: {one_line(exc)}", 500)
                         job.status, job.error, job.error_status = "failed", str(failure), failure.status
+                        self._save(job)
                     self._upload(job.id).unlink(missing_ok=True)
-                self._save(job)
             self._hand_over()
 
     # ---------------------------------------------------------------- the folder
@@ -216,10 +225,15 @@ class Jobs:
     def _state(self, job_id: str) -> Path:
         return self.folder / f"{job_id}.json"
 
-    def _save(self, job: UploadJob) -> None:
+    def _save(self, job: UploadJob, result: dict | None = None) -> None:
+        """Write the job's state whole or not at all; a done job's, with its result, once."""
+        if job.status == "done" and result is None:
+            return
         tmp = self._state(job.id).with_suffix(".tmp")
         state = asdict(job)
         state["seconds"] = None if math.isinf(job.seconds) else job.seconds
+        if result is not None:
+            state["result"] = result
         tmp.write_text(json.dumps(state))
         os.replace(tmp, self._state(job.id))
 
@@ -238,6 +252,7 @@ class Jobs:
         for path in self.folder.glob("job_*.json"):
             try:
                 state = json.loads(path.read_text())
+                state.pop("result", None)  # read again when asked for (``answer``)
                 job = UploadJob(**{**state, "seconds": math.inf if state.get("seconds") is None else state["seconds"]})
             except (OSError, ValueError, TypeError) as exc:
                 log.warning("%s: not a job's state (%s): removed", path.name, one_line(exc))
