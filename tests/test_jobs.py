@@ -66,6 +66,9 @@ def test_a_jobs_result_is_the_answer_of_post(clips, tmp_path, server_log):  # no
         assert done["created"] <= done["started"] <= done["finished"]
         listed = httpx.get(f"{srv.url}/v1/jobs", timeout=30).json()["jobs"]
         assert [(j["id"], j["status"]) for j in listed] == [(job["id"], "done")] and "result" not in listed[0]
+        (tmp_path / "jobs" / f"{job['id']}.json").write_text("{")  # spoilt behind the server's back
+        spoilt = httpx.get(f"{srv.url}/v1/jobs/{job['id']}", timeout=30)
+        assert spoilt.status_code == 500 and spoilt.json()["error"].startswith(f"the result of job '{job['id']}' cannot be read")
         deleted = httpx.delete(f"{srv.url}/v1/jobs/{job['id']}", timeout=30)
         assert deleted.status_code == 200 and deleted.json()["deleted"] is True
         gone = httpx.get(f"{srv.url}/v1/jobs/{job['id']}", timeout=30)

@@ -128,7 +128,10 @@ class Jobs:
             job = self.get(job_id)
             out = job.public()
             if job.status == "done":
-                out["result"] = json.loads(self._state(job.id).read_text())["result"]
+                try:
+                    out["result"] = json.loads(self._state(job.id).read_text())["result"]
+                except (OSError, ValueError, KeyError) as exc:  # removed or spoilt behind the server's back
+                    raise RequestError(f"the result of job '{job.id}' cannot be read ({one_line(exc)})", 500) from None
             return out
 
     def all(self) -> list[UploadJob]:
