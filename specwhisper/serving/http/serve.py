@@ -116,10 +116,13 @@ class EndpointServer:
         self.close()
 
     def close(self) -> None:
+        """Stop: the running job is cancelled (the next server on its folder runs it again), and the model worker
+        gets ``SHUTDOWN_GRACE_S`` to reach its pass's next progress report and stop, so that the process does not
+        exit under a pass in flight (torch aborts the interpreter then)."""
         self.socket.close()
         if isinstance(self.jobs, Jobs):
             self.jobs.close()
-        self.worker.close(timeout=0)
+        self.worker.close(timeout=SHUTDOWN_GRACE_S)
 
 
 @contextlib.contextmanager
