@@ -10,7 +10,7 @@ a long job, as inside a long upload). A job lives in the jobs folder: its upload
 has run, its state (``<id>.json``, written whole or not at all) with the answer once done. A server started
 on the folder takes up what a stopped one left: finished jobs stay readable, queued and interrupted ones run
 (again). A finished job is kept ``ttl_s`` (24 h), and at most ``max_jobs`` are held (429 past it). One
-server per folder: a second one refuses to start.
+server per folder (a lock file): a second one started on it gets :class:`JobFolderInUse` and runs no jobs.
 """
 
 from __future__ import annotations
