@@ -34,8 +34,8 @@ RUN apt-get update \
     && python3.11 -m venv /opt/venv \
     && groupadd --gid 10001 app \
     && useradd --create-home --uid 10001 --gid 10001 app \
-    && mkdir -p /opt/cache \
-    && chown 10001:10001 /opt/cache
+    && mkdir -p /opt/cache /opt/jobs \
+    && chown 10001:10001 /opt/cache /opt/jobs
 
 WORKDIR /app
 COPY requirements.lock ./
@@ -49,7 +49,9 @@ RUN pip install --no-cache-dir --no-deps .
 USER 10001:10001
 RUN python -m specwhisper.asr.weights.loader --prepare base tiny.en
 
+# POST /v1/jobs's uploads and results: a volume, so that jobs outlive the container
+VOLUME ["/opt/jobs"]
 EXPOSE 8080
 HEALTHCHECK --interval=30s --timeout=5s --start-period=120s \
     CMD ["python", "-c", "import urllib.request; urllib.request.urlopen('http://127.0.0.1:8080/health', timeout=4)"]
-CMD ["python", "-m", "specwhisper.serving.http.serve", "--host", "0.0.0.0", "--port", "8080"]
+CMD ["python", "-m", "specwhisper.serving.http.serve", "--host", "0.0.0.0", "--port", "8080", "--jobs-dir", "/opt/jobs"]
