@@ -114,6 +114,13 @@ WRITERS: dict[str, Callable[[Transcript, TextIO, SubtitleOptions], None]] = {
 ALL_FORMATS = tuple(f for f in WRITERS if f != "aud")  # what "all" writes: aud only by name, as in WhisperX
 
 
+def with_all(names: list[str]) -> list[str]:
+    """``names`` with ``all`` standing for ``ALL_FORMATS`` (``all,aud``: every format and aud), each once."""
+    if "all" in names:
+        names = [*ALL_FORMATS, *names]
+    return [n for n in dict.fromkeys(names) if n != "all"]
+
+
 def parse_formats(spec: str) -> list[str]:
     """'srt,json', 'all' or 'all,aud' -> validated list of format names."""
     names = [n.strip().lower() for n in spec.split(",") if n.strip()]
@@ -122,9 +129,7 @@ def parse_formats(spec: str) -> list[str]:
     unknown = [n for n in names if n not in WRITERS and n != "all"]
     if unknown:
         raise ValueError(f"unknown output format '{unknown[0]}' (choose from {', '.join(WRITERS)}, all)")
-    if "all" in names:
-        names = [*ALL_FORMATS, *names]
-    return [n for n in dict.fromkeys(names) if n != "all"]
+    return with_all(names)
 
 
 def render(t: Transcript, fmt: str, layout: SubtitleOptions = NO_LAYOUT) -> str:

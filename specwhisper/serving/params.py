@@ -23,7 +23,7 @@ from specwhisper.pipeline.core import PipelineConfig, RunOptions
 from specwhisper.pipeline.options import (BY_NAME, Option, OptionError, known_speaker_pairs, options_for, pipeline_config,
                                           run_options, subtitle_options)
 from specwhisper.pipeline.subtitles import SubtitleOptions
-from specwhisper.pipeline.writers import ALL_FORMATS, WRITERS
+from specwhisper.pipeline.writers import WRITERS, with_all
 
 Format = Literal["txt", "srt", "vtt", "json", "tsv", "rttm", "aud"]
 assert set(Format.__args__) == set(WRITERS)  # noqa: S101 - the writers and the schema list the same formats
@@ -139,9 +139,7 @@ class _ParamsBase(BaseModel):
         """A query string's ``formats=srt,vtt`` arrives as one string; ``all`` is every format (the CLI's
         and the Python API's word)."""
         names = [f.strip() for f in value.split(",") if f.strip()] if isinstance(value, str) else value
-        if isinstance(names, list) and "all" in names:
-            return list(dict.fromkeys([*ALL_FORMATS, *(n for n in names if n != "all")]))  # unknown names: refused next
-        return names
+        return with_all(names) if isinstance(names, list) and "all" in names else names  # unknown names: refused next
 
     @field_validator("return_timestamps", mode="before")
     @classmethod
