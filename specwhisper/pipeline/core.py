@@ -70,6 +70,7 @@ class RunOptions:
     postedit: bool = False
     max_audio_s: float = DEFAULT_MAX_SECONDS
     subtitles: SubtitleOptions = field(default_factory=SubtitleOptions)  # srt/vtt layout, for the writers
+    align_text: str | None = None  # the words spoken: the transcript is this text, dated (asr.text_alignment)
 
     def validate(self) -> None:
         self.decode.validate()
@@ -80,11 +81,22 @@ class RunOptions:
                 raise ValueError(f"{name.replace('_', '-')} must be >= 1, got {v}")
         if (self.known_speakers or self.speaker_embeddings) and not self.diarize:
             raise ValueError("known speakers and speaker embeddings come from the diarizer: turn diarization on")
+        if self.align_text is not None:
+            self._check_alignment()
         if self.min_speakers and self.max_speakers and self.min_speakers > self.max_speakers:
             raise ValueError(f"min-speakers ({self.min_speakers}) is larger than max-speakers ({self.max_speakers})")
         if self.num_speakers and not (self.min_speakers or 1) <= self.num_speakers <= (self.max_speakers or self.num_speakers):
             raise ValueError(f"num-speakers ({self.num_speakers}) is outside min-speakers..max-speakers "
                              f"({self.min_speakers or 1}..{self.max_speakers or 'any'})")
+
+    def _check_alignment(self) -> None:
+        clash = {"postedit": self.postedit, "task translate": self.decode.task == "translate",
+                 "vad-filter": self.decode.vad_filter, "without-timestamps": self.decode.without_timestamps,
+                 "clip-timestamps": self.decode.clips is not None}
+        for name, on in clash.items():
+            if on:
+                raise ValueError(f"align-text keeps the text given, word for word, in the audio's language, and dates "
+                                 f"every word of the file: it does not go with {name}")
 
     def decode_options(self) -> DecodeOptions:
         """The ASR's options: ``decode``, with word timestamps on when the subtitle layout needs them."""
@@ -164,10 +176,27 @@ class Pipeline:
 
             fit_batch_size(opts.decode.batch_size, self.asr.runtime, warn=False)
         journal = self._journal(checkpoint, audio, opts) if checkpoint is not None else None
-        asr = self.asr.transcribe(audio, opts.decode_options(), report, journal=journal, on_final=on_segments)
+        final = None if opts.align_text is not None else on_segments  # the pass's text is not the transcript's
+        asr = self.asr.transcribe(audio, opts.decode_options(), report, journal=journal, on_final=final)
         if journal is not None:
             asr.stats.resumed_chunks = journal.resumed_chunks
-        return self._finish(audio, asr, time.perf_counter() - t - report.seconds, opts, report, source, known)
+        aligned = self._align(audio, asr, opts)
+        return self._finish(audio, asr, time.perf_counter() - t - report.seconds, opts, report, source, known, aligned)
+
+    def _align(self, audio: np.ndarray, asr: AsrResult, opts: RunOptions) -> dict | None:
+        """With ``align_text``: ``asr``'s segments replaced by the text's, dated (``asr.text_alignment``);
+        the alignment's summary for the transcript's ``model``."""
+        if opts.align_text is None:
+            return None
+        from specwhisper.asr.batch_memory import fit_batch_size
+        from specwhisper.asr.text_alignment import align_text
+
+        t = time.perf_counter()
+        aligned = align_text(self.asr, audio, opts.align_text, asr.segments, asr.chunks, asr.language,
+                             fit_batch_size(opts.decode.batch_size, self.asr.runtime, warn=False))
+        asr.segments = aligned.segments
+        asr.stats.alignment_seconds += time.perf_counter() - t
+        return aligned.summary()
 
     def _journal(self, path: Path, audio: np.ndarray, opts: RunOptions):
         from specwhisper.pipeline.checkpoint import ChunkCheckpoint, audio_identity, checkpoint_key
@@ -191,25 +220,28 @@ class Pipeline:
         Each file's ``asr`` time is its share of the shared ASR wall time, in proportion to the
         engine time (VAD, encoder, decoder, alignment) attributed to it. ``on_segments(file, segments)``
         gets each file's segments as the ASR makes them final, in order (before diarization and the
-        post-edit, which need the whole file; ``AsrEngine.transcribe_many``'s ``on_final``)."""
+        post-edit, which need the whole file; ``AsrEngine.transcribe_many``'s ``on_final``); none with
+        ``align_text``, whose segments come once the whole file is heard."""
         opts = options or RunOptions()
         opts.validate()
         known = load_known_speakers(opts.known_speakers)
         report = TimedReports(progress)
         sources = sources or [None] * len(audios)
         t = time.perf_counter()
-        results = self.asr.transcribe_many(audios, opts.decode_options(), report, on_final=on_segments)
+        final = None if opts.align_text is not None else on_segments
+        results = self.asr.transcribe_many(audios, opts.decode_options(), report, on_final=final)
+        aligned = [self._align(audio, asr, opts) for audio, asr in zip(audios, results)]
         wall = time.perf_counter() - t - report.seconds
         work = [r.vad_seconds + r.stats.encoder_seconds + r.stats.decoder_seconds + r.stats.alignment_seconds for r in results]
         total = sum(work) or 1.0
         return [
-            self._finish(audio, asr, wall * w / total, opts, report, source, known)
-            for audio, asr, w, source in zip(audios, results, work, sources)
+            self._finish(audio, asr, wall * w / total, opts, report, source, known, summary)
+            for audio, asr, w, source, summary in zip(audios, results, work, sources, aligned)
         ]
 
     def _finish(
         self, audio: np.ndarray, asr: AsrResult, asr_seconds: float, opts: RunOptions, report: Progress, source: str | None,
-        known: tuple[KnownSpeaker, ...] = (),
+        known: tuple[KnownSpeaker, ...] = (), aligned: dict | None = None,
     ) -> Transcript:
         """The stages after ASR (diarization, post-edit) and the Transcript with its timings."""
         duration = len(audio) / SAMPLE_RATE
@@ -258,6 +290,7 @@ class Pipeline:
                 "mode": "vad-filter" if opts.decode.vad_filter else "lossless",
                 "timestamps": not opts.decode.without_timestamps,
                 "diarization": (self.config.diarization_model or "embedded") if opts.diarize else None,
+                **({"aligned_text": aligned} if aligned is not None else {}),
                 # --draft auto: the candidates, the choice per batch size and why
                 **({"auto": self.asr.decoder.summary()} if hasattr(self.asr.decoder, "summary") else {}),
             },

@@ -24,6 +24,7 @@ from typing import Any, Callable
 ENTRY_POINTS = ("cli", "http", "api", "ui")
 SCOPES = ("load", "run", "output")
 MAX_KNOWN_SPEAKERS = 8
+MAX_ALIGN_CHARS = 1_000_000  # about 20 hours of speech
 DEFAULT_MAX_SECONDS = 12 * 3600.0  # specwhisper.audio.loading.DEFAULT_MAX_SECONDS (test_options checks they agree)
 
 DEPLOYMENT = "a deployment setting (the server's SPECWHISPER_* variables, app.py's flags), not a request's"
@@ -224,6 +225,13 @@ def _known_speakers(option: Option, value: Any) -> str | None:
     return json.dumps(out, ensure_ascii=False)
 
 
+def _align_text(option: Option, value: str) -> str:
+    """The text to align, with at least one word."""
+    if not value.strip():
+        raise OptionError(option, "the text to align is empty")
+    return value
+
+
 def known_speaker_pairs(text: str | None) -> tuple[tuple[str, str], ...]:
     """``known_speakers``' checked value as (name, path or data URL) pairs."""
     import json
@@ -317,6 +325,11 @@ OPTIONS: tuple[Option, ...] = (
            "seconds (a last start alone runs to the end); the rest is not heard, and times stay the file's "
            "(openai-whisper's and faster-whisper's clip_timestamps)", nullable=True, max_chars=2000, parse=_clips,
            takes_list=True),  # [0, 30, 60, 90] from Python, as faster-whisper takes it
+    Option("align_text", str, None, "the words spoken, when you have them: the transcript is this text, word for "
+           "word, and Whisper gives each word its time (forced alignment, as stable-ts's align; segments are its "
+           "sentences and lines). The command line takes a text file, or - for standard input", nullable=True,
+           max_chars=MAX_ALIGN_CHARS, parse=_align_text, peer_flags=("--align",),
+           not_in={"ui": "the page transcribes; align a text with the command line, the Python API or the server"}),
     # ---------------------------------------------------------------- decoding quality (openai-whisper's safeguards)
     Option("beam_size", int, None, "beam search with this many beams (default: greedy, speculative when a drafter "
            "runs; openai-whisper's CLI and faster-whisper use 5)", group="quality", nullable=True, low=1, high=16,
@@ -435,7 +448,7 @@ def run_options(values: dict[str, Any]):
     opts = RunOptions(decode=decode, diarize=diarize, known_speakers=known, speaker_embeddings=v["speaker_embeddings"],
                       num_speakers=v["num_speakers"],
                       min_speakers=v["min_speakers"], max_speakers=v["max_speakers"], postedit=v["postedit"],
-                      max_audio_s=v["max_duration"], subtitles=subtitles)
+                      max_audio_s=v["max_duration"], subtitles=subtitles, align_text=v["align_text"])
     opts.validate()
     return opts
 

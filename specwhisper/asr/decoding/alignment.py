@@ -13,6 +13,7 @@ from __future__ import annotations
 import functools
 import string
 from dataclasses import dataclass
+from typing import Callable
 
 import numpy as np
 import torch
@@ -152,8 +153,10 @@ class WordAligner:
         chunk_durations: list[float],
         language: str | None,
         task: str,
+        words_of: Callable[[Segment], list[WordTokens]] | None = None,
     ) -> None:
-        """Fill the words of every segment; row i of ``encoder_out`` is chunk i."""
+        """Fill the words of every segment; row i of ``encoder_out`` is chunk i. ``words_of``: a segment's
+        tokens grouped into words, when not the tokenizer's word split (``split_words``)."""
         from scipy.ndimage import median_filter  # imported on first use, like numba (``_compiled_dtw``)
 
         prompt = self.sot_sequence(language, task)
@@ -192,13 +195,13 @@ class WordAligner:
                 token_p = logprobs[r, at[0], at[1]].exp().cpu().numpy()
             else:
                 token_p = np.zeros(0)
-            self._assign(chunk_segments[i], text, jump_times, token_p, chunk_offsets[i], language)
+            self._assign(chunk_segments[i], text, jump_times, token_p, chunk_offsets[i], language, words_of)
 
-    def _assign(self, segments, text, jump_times, token_p, offset, language) -> None:
+    def _assign(self, segments, text, jump_times, token_p, offset, language, words_of=None) -> None:
         k = 0
         per_segment: list[list[Word]] = []
         for seg in segments:
-            words = split_words(seg.tokens, self.tokenizer, language)
+            words = words_of(seg) if words_of is not None else split_words(seg.tokens, self.tokenizer, language)
             out: list[Word] = []
             for w in words:
                 a, b = k, k + len(w.tokens)
