@@ -179,6 +179,19 @@ def test_clip_timestamps_through_the_openai_client(client, jfk):
     assert answer.segments and all(6.5 <= s.start < s.end <= 11.0 for s in answer.segments), answer.segments
 
 
+def test_a_text_aligned_through_the_openai_client(client, jfk):
+    """align_text as an extra form field: the answer's words are the text's, word for word (Whisper base hears
+    "Americans" where the text says "Martians"), dated in the clip; the text's lines are its segments."""
+    audio, _ = jfk
+    text = "And so, my fellow Martians:\nask not what your country can do for you;\nask what you can do for your country."
+    answer = client.audio.transcriptions.create(file=("jfk.wav", audio), model="whisper-1", response_format="verbose_json",
+                                                timestamp_granularities=["word", "segment"], extra_body={"align_text": text})
+    assert [w.word for w in answer.words] == text.split()
+    assert [s.text.strip() for s in answer.segments] == text.splitlines()
+    assert answer.text == " ".join(text.split())
+    assert 1.0 < answer.words[4].start < 3.5 and answer.words[-1].end <= 11.0  # "Martians" where "Americans" is said
+
+
 def test_speakers_in_verbose_json(client, jfk):
     audio, reference = jfk
     answer = client.audio.transcriptions.create(file=("jfk.wav", audio), model="whisper-1", response_format="verbose_json",
@@ -456,6 +469,8 @@ def _create(client, **overrides):
      "stream", "unsupported_value"),
     ({"stream": True, "response_format": "diarized_json", "extra_body": {"postedit": True}}, 400,
      "the post-edit needs the whole file first", "stream", "unsupported_value"),
+    ({"stream": True, "extra_body": {"align_text": "and so my fellow americans"}}, 400,
+     "the text's times come once the whole file is heard", "stream", "unsupported_value"),
     ({"chunking_strategy": "manual"}, 400, "Invalid value: 'manual'", "chunking_strategy", "invalid_value"),
     ({"chunking_strategy": {"type": "server_vad", "prefix_padding_ms": 300}}, 400, "chunks are cut at the pauses the VAD",
      "chunking_strategy[prefix_padding_ms]", "unsupported_value"),

@@ -83,7 +83,26 @@ def _quiet_libraries() -> None:
 
 def _options(args):
     """The run options of the parsed arguments (``specwhisper.pipeline.options``)."""
-    return run_options(option_values(args, options_for("cli", "run")))
+    values = option_values(args, options_for("cli", "run"))
+    if values["align_text"] is not None:
+        values["align_text"] = _text_to_align(values["align_text"])
+    return run_options(values)
+
+
+def _text_to_align(path: str) -> str:
+    """--align-text's file (- for standard input), read and checked as the option's text."""
+    from specwhisper.pipeline.options import BY_NAME, OptionError
+
+    try:
+        text = sys.stdin.read() if path == "-" else Path(path).read_text(encoding="utf-8")
+    except FileNotFoundError:
+        raise CliError(f"--align-text: {path}: file not found") from None
+    except (OSError, UnicodeDecodeError) as exc:
+        raise CliError(f"--align-text: {path}: cannot be read as UTF-8 text ({type(exc).__name__})") from None
+    try:
+        return BY_NAME["align_text"].check(text)
+    except OptionError as exc:
+        raise CliError(f"--align-text: {path}: {exc.problem}") from None
 
 
 def _pipeline_config(args):
@@ -146,6 +165,8 @@ def _check_combination(args) -> None:
         raise CliError("--verbose prints every segment and --quiet prints nothing: give one of them")
     if args.verbose and args.live:
         raise CliError("--live prints the confirmed text as it comes; --verbose is for transcribing files")
+    if args.align_text is not None and (args.live or len(args.inputs) > 1 or Path(args.inputs[0]).is_dir()):
+        raise CliError("--align-text gives its text the times of one audio file: give that file alone")
 
 
 def run(args) -> int:
@@ -229,7 +250,7 @@ def _transcribe_one(pipeline, path: str, stem: str, out_dir: Path, formats: list
     enabled = not quiet and sys.stderr.isatty()
     progress = _Progress(Path(path).name, enabled, probe_duration(path) if enabled else None)
     checkpoint = checkpoint_path(out_dir, stem)
-    streamed = verbose and not quiet and not (opts.diarize or opts.postedit)
+    streamed = verbose and not quiet and not (opts.diarize or opts.postedit or opts.align_text)
     pending_header = [header] if header else []
 
     def stdout_begins() -> None:
@@ -272,6 +293,8 @@ def _transcribe_one(pipeline, path: str, stem: str, out_dir: Path, formats: list
         if getattr(pipeline.asr.decoder, "describe", None) and (chosen := pipeline.asr.decoder.describe()):
             speculative += f" (auto: {chosen})"  # --draft auto: what it chose and why (nothing when it never ran)
         resumed = f", {s.resumed_chunks} chunk{'s' * (s.resumed_chunks > 1)} resumed" if s.resumed_chunks else ""
+        if aligned := transcript.model.get("aligned_text"):  # how far the text and what Whisper heard agree
+            resumed += f", text aligned ({aligned['matched_words']} of its {aligned['text_words']} words heard the same)"
         print(f"{PROG}: {path}: {transcript.duration:.1f} s audio{resumed}, RTF {transcript.timings.get('rtf', 0):.3f}, "
               f"language {transcript.language or 'not detected'}, {speculative}; wrote {', '.join(p.name for p in written)}", file=sys.stderr)
     return True

@@ -194,6 +194,9 @@ def openai_request(fields: Mapping[str, list[str]], task: str, choices: Choices)
     if stream and params.postedit:
         raise Refusal(400, "stream: the post-edit needs the whole file first (send stream=false, or no postedit)",
                       param="stream", code="unsupported_value")
+    if stream and params.align_text is not None:
+        raise Refusal(400, "stream: the text's times come once the whole file is heard (send stream=false)",
+                      param="stream", code="unsupported_value")
     if stream and params.diarize and response_format != "diarized_json":
         raise Refusal(400, "stream: speakers come only in diarized_json's segment events (send response_format "
                            "diarized_json, or stream=false)", param="stream", code="unsupported_value")
