@@ -131,6 +131,18 @@ def test_diarized_segments_carry_speakers(handler, jfk_bytes):
     assert out["outputs"]["rttm"].startswith("SPEAKER ")
 
 
+def test_an_aligned_text_carries_speakers(handler, jfk_bytes):
+    """A script aligned and diarized in one request (WhisperX's align-then-assign): the words are the
+    script's, each with a time and the speaker."""
+    said = "And so, my fellow Americans: ask not what your country can do for you; ask what you can do for your country."
+    out = handler({"inputs": jfk_bytes, "parameters": {"align_text": said, "diarize": True}})
+    assert "error" not in out, out
+    words = [w for s in out["segments"] for w in s["words"]]
+    assert [w["word"].strip() for w in words] == said.split()
+    assert all(0 <= w["start"] <= w["end"] <= 11.0 and w["speaker"] == "SPEAKER_00" for w in words)
+    assert out["model"]["aligned_text"] == {"text_words": 22, "matched_words": 22, "matched_share": 1.0}
+
+
 def test_known_speakers_name_the_speakers(handler, jfk_bytes, eval_root):
     clip = "data:audio/flac;base64," + base64.b64encode((eval_root / "openai-whisper/jfk.flac").read_bytes()).decode()
     out = handler({"inputs": jfk_bytes, "parameters": {"known_speakers": {"president": clip}, "formats": ["rttm"],
