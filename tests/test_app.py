@@ -174,6 +174,21 @@ def test_table_fills_while_the_file_is_transcribed(page, tmp_path):
     assert early and len(final) > len(early) and final[: len(early)] == early, (early, final)
 
 
+def test_a_script_pasted_under_more_options_is_the_transcript(page):
+    """The text under "More options" is aligned: a row per line of it, word for word, timed in the clip."""
+    script = ["And so, my fellow Americans:", "ask not what your country can do for you;",
+              "ask what you can do for your country."]
+    page.click("#more-options button, #more-options .label-wrap")
+    page.locator("#opt-align-text textarea").fill("\n".join(script))
+    _transcribe(page, JFK)
+    _wait_for_text(page, "#facts", "Text aligned")
+    rows = _table(page)
+    assert [r[3] for r in rows] == script
+    times = [_clock(t) for r in rows for t in r[:2]]
+    assert times == sorted(times) and 0 <= times[0] and times[-1] <= 11.0 and times[1] > times[0]
+    assert "22 words, 22 of them heard the same" in page.inner_text("#facts")
+
+
 @pytest.mark.integration
 def test_a_short_file_is_transcribed_inside_a_long_one(browser, app_url, tmp_path):
     """Two users: one transcribes a 118 s file a window per batch; the other's jfk.wav, sent once the long

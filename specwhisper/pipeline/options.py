@@ -328,8 +328,7 @@ OPTIONS: tuple[Option, ...] = (
     Option("align_text", str, None, "the words spoken, when you have them: the transcript is this text, word for "
            "word, and Whisper gives each word its time (forced alignment, as stable-ts's align; segments are its "
            "sentences and lines). The command line takes a text file, or - for standard input", nullable=True,
-           max_chars=MAX_ALIGN_CHARS, parse=_align_text, peer_flags=("--align",),
-           not_in={"ui": "the page transcribes; align a text with the command line, the Python API or the server"}),
+           max_chars=MAX_ALIGN_CHARS, parse=_align_text, peer_flags=("--align",)),
     # ---------------------------------------------------------------- decoding quality (openai-whisper's safeguards)
     Option("beam_size", int, None, "beam search with this many beams (default: greedy, speculative when a drafter "
            "runs; openai-whisper's CLI and faster-whisper use 5)", group="quality", nullable=True, low=1, high=16,

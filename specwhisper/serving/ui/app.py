@@ -159,6 +159,10 @@ def speed_facts(t: Transcript) -> str:
         ("Tokens per target pass", per_pass),
         ("Stages", stages),
     ]
+    aligned = m.get("aligned_text")
+    if isinstance(aligned, dict):
+        rows.append(("Text aligned", f"{aligned['text_words']} words, {aligned['matched_words']} of them heard the same "
+                                     "by the transcription"))
     pe = m.get("postedit")
     if isinstance(pe, dict):
         rows.append(("Post-edit", f"{pe.get('accepted', 0)} of {pe.get('accepted', 0) + pe.get('rejected', 0)} turns changed; "
@@ -326,7 +330,8 @@ def language_choices() -> list[tuple[str, str]]:
 MAIN_CONTROLS = ("model", "draft", "language", "task", "diarize", "num_speakers", "postedit")
 LABELS = {"known_speakers": "Known speakers: a clip of each voice, 2 to 30 s, named after them (ann.wav)",
           "draft": "Speculative drafter", "diarize": "Speakers (diarization)", "num_speakers": "Number of speakers (0 = detect)",
-          "postedit": "Post-edit casing and punctuation with an LLM"}
+          "postedit": "Post-edit casing and punctuation with an LLM",
+          "align_text": "Text to align: the words spoken, if you have them (a script, lyrics, a reading)"}
 
 
 def control(option: Option, choices: Choices) -> gr.components.Component:
@@ -343,6 +348,10 @@ def control(option: Option, choices: Choices) -> gr.components.Component:
         return gr.Slider(0, 10, value=0, step=1, label=label, elem_id=elem_id)
     if option.name == "known_speakers":
         return gr.File(file_count="multiple", file_types=["audio"], type="filepath", label=label, elem_id=elem_id)
+    if option.name == "align_text":  # a script: many lines, kept as pasted (sentences and lines are its segments)
+        return gr.Textbox("", label=label, info="the transcript is this text, word for word, each word timed; a row "
+                          "per sentence or line", lines=4, max_lines=12, placeholder="leave empty to transcribe",
+                          elem_id=elem_id)
     if option.kind is bool:
         return gr.Checkbox(bool(option.default), label=label, info=None if option.name in LABELS else option.help,
                            elem_id=elem_id)
