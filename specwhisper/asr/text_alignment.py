@@ -22,8 +22,9 @@ from dataclasses import dataclass, replace
 
 import numpy as np
 
-from specwhisper.asr.decoding.alignment import NO_SPACE_LANGUAGES, SENTENCE_END, WordTokens, split_words
+from specwhisper.asr.decoding.alignment import NO_SPACE_LANGUAGES, WordTokens, split_words
 from specwhisper.audio.chunking import Chunk
+from specwhisper.results.sentences import SENTENCE_END
 from specwhisper.results.transcript import Segment, Word
 
 log = logging.getLogger(__name__)

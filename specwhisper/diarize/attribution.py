@@ -23,6 +23,7 @@ import bisect
 from collections.abc import Sequence
 from dataclasses import replace
 
+from specwhisper.results.sentences import join_words
 from specwhisper.results.transcript import Segment, Word
 from specwhisper.results.transcript import SpeakerTurn
 
@@ -131,14 +132,6 @@ def _is_overlapped(turns: _Turns, start: float, end: float) -> bool:
     return both > 0.0 and both >= min(OVERLAP_MIN_SECONDS, OVERLAP_MIN_SHARE * duration)
 
 
-def _join(words: list[Word]) -> str:
-    """Rebuild text from Whisper-style words (which carry their own leading spaces)."""
-    text = "".join(w.text for w in words)
-    if words and not words[0].text.startswith(" ") and not text.startswith(" "):
-        text = " " + text
-    return text
-
-
 def assign_speakers(segments: list[Segment], turns: list[SpeakerTurn]) -> list[Segment]:
     """Return new segments with ``speaker``/``overlap`` set (and words' ``speaker``), split at speaker changes.
 
@@ -170,7 +163,7 @@ def assign_speakers(segments: list[Segment], turns: list[SpeakerTurn]) -> list[S
         for i, group in enumerate(groups):
             start = seg.start if i == 0 else group[0].start
             end = seg.end if i == len(groups) - 1 else group[-1].end
-            out.append(replace(seg, start=start, end=max(end, start), text=_join(group), words=group,
+            out.append(replace(seg, start=start, end=max(end, start), text=join_words(group), words=group,
                                tokens=[], speaker=group[0].speaker,
                                overlap=any(w.overlap for w in group)
                                or _is_overlapped(index, group[0].start, group[-1].end)))

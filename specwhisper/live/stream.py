@@ -17,7 +17,6 @@ from typing import Callable
 
 import numpy as np
 
-from specwhisper.asr.decoding.alignment import SENTENCE_END
 from specwhisper.asr.decoding.fallback import compression_ratio
 from specwhisper.asr.decoding.language import normalize_language
 from specwhisper.asr.engine import TASKS, AsrEngine, DecodeOptions
@@ -25,6 +24,7 @@ from specwhisper.audio.loading import SAMPLE_RATE
 from specwhisper.live.agreement import LocalAgreement, before_squeezed_run
 from specwhisper.live.buffer import WINDOW_S, LiveBuffer
 from specwhisper.live.decoder import ENCODERS, LiveDecode, LiveDecoder, WhisperHypothesisDrafter
+from specwhisper.results.sentences import SENTENCE_END
 from specwhisper.results.stats import DecodeStats
 from specwhisper.results.transcript import Segment, Transcript, Word
 

@@ -13,6 +13,7 @@ from specwhisper.audio.loading import DEFAULT_MAX_SECONDS, SAMPLE_RATE, load_aud
 from specwhisper.asr.engine import AsrEngine, AsrResult, DecodeOptions
 from specwhisper.audio.clips import ClipMap, clip_spans
 from specwhisper.diarize.known import KnownSpeaker, load_known_speakers
+from specwhisper.results.sentences import split_sentences
 from specwhisper.results.transcript import Segment, SpeakerTurn, Transcript
 from specwhisper.pipeline.subtitles import SubtitleOptions
 
@@ -71,6 +72,7 @@ class RunOptions:
     max_audio_s: float = DEFAULT_MAX_SECONDS
     subtitles: SubtitleOptions = field(default_factory=SubtitleOptions)  # srt/vtt layout, for the writers
     align_text: str | None = None  # the words spoken: the transcript is this text, dated (asr.text_alignment)
+    segment_resolution: str = "chunk"  # chunk: Whisper's segments; sentence: one per sentence (results.sentences)
 
     def validate(self) -> None:
         self.decode.validate()
@@ -83,6 +85,8 @@ class RunOptions:
             raise ValueError("known speakers and speaker embeddings come from the diarizer: turn diarization on")
         if self.align_text is not None:
             self._check_alignment()
+        if self.segment_resolution not in ("chunk", "sentence"):
+            raise ValueError(f"segment-resolution must be one of chunk, sentence, got {self.segment_resolution!r}")
         if self.min_speakers and self.max_speakers and self.min_speakers > self.max_speakers:
             raise ValueError(f"min-speakers ({self.min_speakers}) is larger than max-speakers ({self.max_speakers})")
         if self.num_speakers and not (self.min_speakers or 1) <= self.num_speakers <= (self.max_speakers or self.num_speakers):
@@ -99,8 +103,14 @@ class RunOptions:
                                  f"every word of the file: it does not go with {name}")
 
     def decode_options(self) -> DecodeOptions:
-        """The ASR's options: ``decode``, with word timestamps on when the subtitle layout needs them."""
-        return replace(self.decode, word_timestamps=True) if self.subtitles.active else self.decode
+        """The ASR's options: ``decode``, with word timestamps on when the subtitle layout or the sentences
+        need them."""
+        needed = self.subtitles.active or self.segment_resolution == "sentence"
+        return replace(self.decode, word_timestamps=True) if needed else self.decode
+
+    def resolved(self, segments: list[Segment]) -> list[Segment]:
+        """The ASR's segments at the asked resolution: as they are, or one per sentence."""
+        return split_sentences(segments) if self.segment_resolution == "sentence" else segments
 
 
 class Pipeline:
@@ -176,7 +186,9 @@ class Pipeline:
 
             fit_batch_size(opts.decode.batch_size, self.asr.runtime, warn=False)
         journal = self._journal(checkpoint, audio, opts) if checkpoint is not None else None
-        final = None if opts.align_text is not None else on_segments  # the pass's text is not the transcript's
+        final = None  # with align_text, the pass's text is not the transcript's
+        if on_segments is not None and opts.align_text is None:
+            final = lambda segments: on_segments(opts.resolved(segments))  # noqa: E731
         asr = self.asr.transcribe(audio, opts.decode_options(), report, journal=journal, on_final=final)
         if journal is not None:
             asr.stats.resumed_chunks = journal.resumed_chunks
@@ -228,7 +240,9 @@ class Pipeline:
         report = TimedReports(progress)
         sources = sources or [None] * len(audios)
         t = time.perf_counter()
-        final = None if opts.align_text is not None else on_segments
+        final = None
+        if on_segments is not None and opts.align_text is None:
+            final = lambda n, segments: on_segments(n, opts.resolved(segments))  # noqa: E731
         results = self.asr.transcribe_many(audios, opts.decode_options(), report, on_final=final)
         aligned = [self._align(audio, asr, opts) for audio, asr in zip(audios, results)]
         wall = time.perf_counter() - t - report.seconds
@@ -250,7 +264,7 @@ class Pipeline:
         timings["vad"] = asr.vad_seconds
         timings["encoder"] = asr.stats.encoder_seconds
         timings["decoder"] = asr.stats.decoder_seconds
-        segments = asr.segments
+        segments = opts.resolved(asr.segments)
         turns, embeddings = None, None
 
         if opts.diarize:

@@ -303,6 +303,9 @@ OPTIONS: tuple[Option, ...] = (
     Option("word_timestamps", bool, None, "per-word times and probabilities in the json, as a 'words' list in each "
            "segment, and each segment from its first word's start to its last word's end, as openai-whisper "
            "dates it (default: on with --diarize)", nullable=True),
+    Option("segment_resolution", str, "chunk", "segments as Whisper writes them (chunk) or one per sentence "
+           "(sentence: each segment cut at its sentence ends, WhisperX's default; turns word timestamps on)",
+           choices=("chunk", "sentence")),
     Option("initial_prompt", str, None, "text to put before every chunk (before the first with "
            "--condition-on-previous-text): spellings, names, style", nullable=True, max_chars=2000),
     Option("hotwords", str, None, "words or phrases to favour, put in every chunk's prompt", nullable=True,
@@ -447,7 +450,8 @@ def run_options(values: dict[str, Any]):
     opts = RunOptions(decode=decode, diarize=diarize, known_speakers=known, speaker_embeddings=v["speaker_embeddings"],
                       num_speakers=v["num_speakers"],
                       min_speakers=v["min_speakers"], max_speakers=v["max_speakers"], postedit=v["postedit"],
-                      max_audio_s=v["max_duration"], subtitles=subtitles, align_text=v["align_text"])
+                      max_audio_s=v["max_duration"], subtitles=subtitles, align_text=v["align_text"],
+                      segment_resolution=v["segment_resolution"])
     opts.validate()
     return opts
 
@@ -484,5 +488,4 @@ REFUSED: dict[str, str] = {
     "--vad_method": "the VAD is silero-vad; --vad-threshold sets it",
     "--vad_offset": "silero-vad takes one threshold (--vad-threshold)",
     "--suppress_numerals": "numerals are not suppressed",
-    "--segment_resolution": "segments are Whisper's own",
 }
