@@ -19,6 +19,7 @@ from specwhisper.audio.clips import Clip, check_clips, clip_spans
 from specwhisper.asr.decoding.greedy import CapturedChoices, Decoder, GreedyDecoder, SamplingDecoder
 from specwhisper.asr.decoding.tokens import SpecialTokens
 from specwhisper.asr.decoding.rules import WhisperLogitRules
+from specwhisper.asr.decoding.suppress import suppressed_tokens
 from specwhisper.hardware.device import resolve_device, resolve_dtype, synchronize
 from specwhisper.asr.features import LogMel
 from specwhisper.asr.decoding.fallback import POOL_BATCHES, Attempt, FallbackPool, Failing, QualityRules, first_attempts, kept
@@ -174,7 +175,10 @@ class AsrEngine:
         decoder_factory: DecoderFactory | None = None,
         bundle: WhisperBundle | None = None,
         dtype: str = "auto",
+        suppress_tokens: str = "-1",
+        suppress_numerals: bool = False,
     ):
+        """``suppress_tokens`` and ``suppress_numerals``: the tokens never written (``decoding.suppress``)."""
         device = resolve_device(device)
         if device == "cpu":
             release_gpu_library_pages()  # a CUDA build of torch: 279 MB resident for nothing (specwhisper.hardware.memory)
@@ -186,10 +190,12 @@ class AsrEngine:
         self.encoder = EncoderRuntime(self.bundle.model.model.encoder)
         self.runtime = WhisperDecoderRuntime(self.bundle.model)
         gc = self.bundle.generation_config
+        self.suppressed = suppressed_tokens(suppress_tokens, suppress_numerals, list(gc.suppress_tokens or []),
+                                            self.bundle.tokenizer, self.special.eot, self.runtime.vocab_size)
         self.rules = WhisperLogitRules(
             self.special,
             self.runtime.vocab_size,
-            list(gc.suppress_tokens or []),
+            self.suppressed,
             list(gc.begin_suppress_tokens or []),
             timestamps=True,
         )

@@ -55,6 +55,8 @@ class PipelineConfig:
     postedit_model: str | None = None  # None: the embedded SmolLM2
     postedit_drafter: str | None = "copy"
     postedit_max_change: float = 0.3  # an edit changing a larger share of words is rejected
+    suppress_tokens: str = "-1"  # token ids never written; -1: the model's own set (asr.decoding.suppress)
+    suppress_numerals: bool = False  # nor any token with a digit, %, $ or £: numbers come out spelled
 
 
 @dataclass
@@ -129,6 +131,8 @@ class Pipeline:
             device=self.config.device,
             dtype=self.config.dtype,
             decoder_factory=decoder_factory(self.config.draft, self.config.cache_dir),
+            suppress_tokens=self.config.suppress_tokens,
+            suppress_numerals=self.config.suppress_numerals,
         )
         self._diarizer = None
         self._post_editor = None

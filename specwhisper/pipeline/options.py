@@ -225,6 +225,17 @@ def _known_speakers(option: Option, value: Any) -> str | None:
     return json.dumps(out, ensure_ascii=False)
 
 
+def _suppress_tokens(option: Option, value: str) -> str:
+    """The ids as the engine reads them (``asr.decoding.suppress``), checked here for a one-line error."""
+    from specwhisper.asr.decoding.suppress import parse_suppress_tokens
+
+    try:
+        with_model, ids = parse_suppress_tokens(value)
+    except ValueError as exc:
+        raise OptionError(option, str(exc)) from None
+    return ",".join(["-1"] * with_model + [str(i) for i in ids])
+
+
 def _align_text(option: Option, value: str) -> str:
     """The text to align, with at least one word."""
     if not value.strip():
@@ -257,6 +268,8 @@ def _short(value: Any, limit: int = 60) -> str:
 
 
 NOT_HTTP_LOAD = {"http": LOADED_ONCE, "ui": LOADED_ONCE}
+SUPPRESS_WHERE = "built into the decoder when the model loads: the command line and the Python API take it"
+NOT_HTTP_SUPPRESS = {"http": SUPPRESS_WHERE, "ui": SUPPRESS_WHERE}
 
 OPTIONS: tuple[Option, ...] = (
     # ---------------------------------------------------------------- models (what loads)
@@ -288,6 +301,12 @@ OPTIONS: tuple[Option, ...] = (
            group="post-edit", not_in=NOT_HTTP_LOAD),
     Option("postedit_max_change", float, 0.3, "reject an edit that changes more than this share of words", scope="load",
            group="post-edit", low=0.0, high=1.0, not_in=NOT_HTTP_LOAD),
+    Option("suppress_tokens", str, "-1", "token ids the decoder never writes, separated by commas; -1: the model's "
+           "own set of symbols (openai-whisper's and faster-whisper's suppress_tokens; chosen when the model loads)",
+           scope="load", group="transcription", max_chars=20000, parse=_suppress_tokens, not_in=NOT_HTTP_SUPPRESS),
+    Option("suppress_numerals", bool, False, "never write a token holding a digit, %, $ or £: numbers and amounts "
+           "come out spelled, as speech corpora want them (WhisperX's; chosen when the model loads)", scope="load",
+           group="transcription", not_in=NOT_HTTP_SUPPRESS),
     # ---------------------------------------------------------------- transcription
     Option("language", str, None, "language code or name: en, English (default: detect)", nullable=True,
            flags=("-l", "--language"), parse=_language_code),
@@ -478,7 +497,6 @@ def pipeline_config(values: dict[str, Any], base=None):
 # Peer options with no meaning here, and why: the CLI refuses them by name (one line each).
 REFUSED: dict[str, str] = {
     "--length_penalty": "beam hypotheses are ranked by length-normalised log-probability, openai-whisper's default",
-    "--suppress_tokens": "the model's generation config chooses the suppressed tokens",
     "--carry_initial_prompt": "--initial-prompt already precedes every chunk unless --condition-on-previous-text is on",
     "--prepend_punctuations": "word timestamps use openai-whisper's default punctuation merging",
     "--append_punctuations": "word timestamps use openai-whisper's default punctuation merging",
@@ -487,5 +505,4 @@ REFUSED: dict[str, str] = {
     "--return_char_alignments": "there is no character alignment",
     "--vad_method": "the VAD is silero-vad; --vad-threshold sets it",
     "--vad_offset": "silero-vad takes one threshold (--vad-threshold)",
-    "--suppress_numerals": "numerals are not suppressed",
 }

@@ -123,9 +123,10 @@ def model_drafter(engine, name: str, cache_dir: Path | None = None, head_text_to
     # a drafter's numbers only shape its guesses: no need for the verify pass's per-query attention
     runtime = WhisperDecoderRuntime(bundle.model, num_layers=num_layers, row_exact=False)
     gc = bundle.generation_config
-    rules = WhisperLogitRules(special, runtime.vocab_size, list(gc.suppress_tokens or []),
-                              list(gc.begin_suppress_tokens or []), timestamps=True)
     same_vocab = bundle.tokenizer.get_vocab() == engine.bundle.tokenizer.get_vocab()
+    # the target's suppressed tokens too, where the ids mean the same: a draft the target would refuse is wasted
+    suppress = sorted(set(gc.suppress_tokens or []) | (set(engine.suppressed) if same_vocab else set()))
+    rules = WhisperLogitRules(special, runtime.vocab_size, suppress, list(gc.begin_suppress_tokens or []), timestamps=True)
     token_map = SameVocab() if same_vocab else Retokenize(engine.bundle.tokenizer, engine.special, bundle.tokenizer, special)
     shares = bundle is engine.bundle or same_encoder(bundle.model, engine.bundle.model)
     if shares and bundle is not engine.bundle:  # its own copy of the encoder is never run: the target's stands in
