@@ -315,7 +315,7 @@ def test_peer_spellings_are_documented_and_parsed():
 
     reference = (Path(__file__).resolve().parents[1] / "docs" / "cli.md").read_text()
     peers = [f for o in OPTIONS for f in o.peer_flags] + [f for f, _, _ in PEER_MEANINGS] + list(REFUSED)
-    assert len(peers) >= 23  # and --verbose, one of ours
+    assert len(peers) >= 20  # and --verbose, one of ours (three refused ones are options now, spelled below)
     for option in peers:
         assert f"`{option}`" in reference, option
     a = parse_args(["x.wav", "--output_format", "srt", "--output_dir", "o", "--word_timestamps", "False",
@@ -328,6 +328,8 @@ def test_peer_spellings_are_documented_and_parsed():
                     "--compute_type", "int8", "--batch_size", "4", "--vad_onset", "0.4", "--no_align", "--speaker_embeddings"])
     assert (x.diarize, x.min_speakers, x.max_speakers, x.hf_token, x.model, x.batch_size, x.vad_threshold,
             x.word_timestamps, x.speaker_embeddings) == (True, 2, 4, "t", "base:int8", 4, 0.4, False, True)
+    w = parse_args(["x.wav", "--suppress_numerals", "--segment_resolution", "sentence", "--suppress_tokens=-1,5"])
+    assert (w.suppress_numerals, w.segment_resolution, w.suppress_tokens) == (True, "sentence", "-1,5")
     d = parse_args(["x.wav"])  # the hidden spellings change no default
     assert (d.formats, d.word_timestamps, d.quiet, d.dtype, d.model, d.vad_threshold) == ("all", None, False, "auto", "base", 0.5)
     assert d.verbose is None and parse_args(["x.wav", "--verbose"]).verbose is True

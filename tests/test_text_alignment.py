@@ -124,4 +124,46 @@ def test_cli_aligns_a_text_file(run_cli, eval_root, tmp_path):
     code, out, err = run_cli(eval_root / "openai-whisper/jfk.flac", "--align-text", tmp_path / "missing.txt")
     assert code == 2 and err.strip() == f"transcribe: error: --align-text: {tmp_path / 'missing.txt'}: file not found"
     code, out, err = run_cli(eval_root / "openai-whisper/jfk.flac", eval_root / "whisper.cpp/jfk.wav", "--align-text", text)
-    assert code == 2 and "give that file alone" in err and "Traceback" not in err
+    assert code == 2 and "give that file or folder alone" in err and "Traceback" not in err
+
+
+def test_a_corpus_of_recordings_and_their_texts(run_cli, eval_root, tmp_path):
+    """The Montreal Forced Aligner's layout: a folder of recordings, each with its text beside it (.lab or .txt).
+    Every recording with a text gets its text's words, timed; one without fails alone; an edited text aligns its
+    recording again, and nothing else; outputs that would overwrite a text are refused before anything runs."""
+    import json
+    import shutil
+
+    corpus, out = tmp_path / "corpus", tmp_path / "out"
+    corpus.mkdir()
+    shutil.copy(eval_root / "mfa/acoustic_corpus.wav", corpus)
+    shutil.copy(eval_root / "mfa/acoustic_corpus.lab", corpus)
+    shutil.copy(eval_root / "openai-whisper/jfk.flac", corpus)
+    (corpus / "jfk.txt").write_text("And so, my fellow Americans: ask not what your country can do for you;\n"
+                                    "ask what you can do for your country.\n")
+    shutil.copy(eval_root / "coqui-tts-ljspeech/LJ001-0001.wav", corpus)  # no text
+    code, _, err = run_cli(corpus, "--align-text", corpus, "-o", out, "-f", "json,srt")
+    assert code == 1, err
+    assert [line for line in err.splitlines() if "error" in line] == [
+        f"transcribe: error: {corpus / 'LJ001-0001.wav'}: the text to align, {corpus / 'LJ001-0001.lab'}: file not found"]
+    for stem, text in (("acoustic_corpus", (corpus / "acoustic_corpus.lab").read_text()), ("jfk", (corpus / "jfk.txt").read_text())):
+        words = [w["word"].strip() for s in json.loads((out / f"{stem}.json").read_text())["segments"] for w in s["words"]]
+        assert words == text.split(), stem
+    assert not (out / "LJ001-0001.json").exists()
+    before = {p.name: p.stat().st_mtime_ns for p in out.glob("*.json")}
+
+    (corpus / "jfk.txt").write_text("And so my fellow Americans, ask not what your country can do for you, ask what you can do for your country.")
+    code, _, err = run_cli(corpus, "--align-text", corpus, "-o", out, "-f", "json,srt")
+    assert code == 1, err  # the recording without a text is still failed (kept, not retried)
+    assert (out / "acoustic_corpus.json").stat().st_mtime_ns == before["acoustic_corpus.json"]
+    assert (out / "jfk.json").stat().st_mtime_ns != before["jfk.json"]
+    assert len(json.loads((out / "jfk.json").read_text())["segments"]) == 1  # the new text: one sentence
+
+    kept = (corpus / "jfk.txt").read_text()
+    code, _, err = run_cli(corpus, "--align-text", corpus, "-f", "txt", "-o", corpus)
+    assert code == 2 and "the txt output would overwrite this text to align" in err and "Traceback" not in err
+    assert (corpus / "jfk.txt").read_text() == kept
+    code, _, err = run_cli(corpus, "--align-text", corpus / "jfk.txt", "-o", out)
+    assert code == 2 and "takes the folder of their texts" in err
+    code, _, err = run_cli(corpus / "jfk.flac", "--align-text", corpus, "-o", out)
+    assert code == 2 and "is a folder: give the text of this file" in err

@@ -11,7 +11,7 @@ from __future__ import annotations
 import threading
 import time
 from collections import deque
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Callable, Iterator
 
 import numpy as np
@@ -20,6 +20,7 @@ from specwhisper.audio.loading import SAMPLE_RATE, load_audio
 from specwhisper.results.transcript import Transcript
 from specwhisper.batch.inputs import Job
 from specwhisper.pipeline.core import PipelineConfig, RunOptions
+from specwhisper.pipeline.options import read_align_text
 from specwhisper.batch.jobs import file_sha256
 
 
@@ -55,20 +56,23 @@ def one_line(exc: BaseException, name: str) -> str:
     return msg if msg.startswith(name) else f"{name}: {msg}"
 
 
-def transcribe_group(pipeline, audios: list[np.ndarray], sources: list[str], options: RunOptions) -> list[Transcript | str]:
-    """Transcripts of several files with their chunks batched together; when the shared run fails,
-    each file is run alone so that only the failing one is lost (its entry is its one-line error)."""
+def transcribe_group(pipeline, audios: list[np.ndarray], sources: list[str], options: RunOptions,
+                     texts: list[str] | None = None) -> list[Transcript | str]:
+    """Transcripts of several files with their chunks batched together (``texts``: each one's text to
+    align); when the shared run fails, each file is run alone so that only the failing one is lost (its
+    entry is its one-line error)."""
     if not audios:
         return []
     try:
-        return list(pipeline.run_many(audios, options, sources=sources))
+        return list(pipeline.run_many(audios, options, sources=sources, texts=texts))
     except (KeyboardInterrupt, MemoryError):
         raise
     except Exception:
         outcomes: list[Transcript | str] = []
-        for audio, source in zip(audios, sources):
+        for n, (audio, source) in enumerate(zip(audios, sources)):
             try:
-                outcomes.append(pipeline.run(audio, options, source=source))
+                alone = options if texts is None else replace(options, align_text=texts[n])
+                outcomes.append(pipeline.run(audio, alone, source=source))
             except (KeyboardInterrupt, MemoryError):
                 raise
             except Exception as exc:
@@ -83,6 +87,7 @@ class Loaded:
     error: str | None
     sha256: str | None
     load_seconds: float
+    text: str | None = None  # the job's text to align
 
     @property
     def seconds(self) -> float:
@@ -99,7 +104,13 @@ def load_job(job: Job, max_seconds: float) -> Loaded:
         audio = load_audio(job.path, max_seconds=max_seconds)
     except Exception as exc:  # a bad file is recorded and never stops the others
         return Loaded(job, None, one_line(exc, str(job.path)), sha, time.perf_counter() - t)
-    return Loaded(job, audio, None, sha, time.perf_counter() - t)
+    text = None
+    if job.text is not None:
+        try:
+            text = read_align_text(job.text)
+        except ValueError as exc:
+            return Loaded(job, None, f"{job.path}: the text to align, {exc}", sha, time.perf_counter() - t)
+    return Loaded(job, audio, None, sha, time.perf_counter() - t, text)
 
 
 class AudioPrefetcher:
@@ -190,7 +201,8 @@ class LocalEngine:
                 for item in group:
                     if item.error is not None:
                         yield Finished(item.job, None, item.error, item.sha256)
-                outcomes = transcribe_group(pipeline, [i.audio for i in ok], [str(i.job.path) for i in ok], self.options)
+                texts = None if all(i.text is None for i in ok) else [i.text for i in ok]
+                outcomes = transcribe_group(pipeline, [i.audio for i in ok], [str(i.job.path) for i in ok], self.options, texts)
                 for item, outcome in zip(ok, outcomes):
                     if isinstance(outcome, str):
                         yield Finished(item.job, None, outcome, item.sha256)

@@ -5,7 +5,7 @@ from __future__ import annotations
 import fnmatch
 import os
 from collections import Counter
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 # What a folder walk picks up when no --glob is given: what specwhisper.audio.loading reads (soundfile or ffmpeg).
@@ -28,6 +28,7 @@ class Job:
     stem: str  # outputs are out_dir/stem.<format>
     size: int
     mtime_ns: int
+    text: Path | None = None  # the text to align to it (a corpus: ``with_texts``)
 
     @property
     def key(self) -> str:
@@ -71,6 +72,20 @@ def output_stems(files: list[Path]) -> list[str]:
         name = f.stem if stems[f.stem] == 1 else f.name
         seen[name] += 1
         out.append(name if seen[name] == 1 else f"{name}-{seen[name]}")
+    return out
+
+
+TEXT_EXTENSIONS = (".lab", ".txt")  # the Montreal Forced Aligner's corpus layout: talk.wav beside talk.lab
+
+
+def with_texts(jobs: list[Job], text_root: Path) -> list[Job]:
+    """Each job with its text to align: under ``text_root``, in the audio's subfolder, its stem with .lab or
+    .txt (.lab when both are there; the .lab, which its loader will not find, when neither is)."""
+    out = []
+    for job in jobs:
+        candidates = [text_root / job.rel.parent / (job.rel.stem + ext) for ext in TEXT_EXTENSIONS]
+        found = next((c for c in candidates if c.is_file()), candidates[0])
+        out.append(replace(job, text=Path(os.path.abspath(found))))
     return out
 
 

@@ -11,6 +11,7 @@ whose outputs are being written finishes first, so no half-written file is ever 
 from __future__ import annotations
 
 import json
+import os
 import shutil
 import signal
 import sys
@@ -20,7 +21,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from specwhisper.batch.engine import Finished, GroupLimits, LocalEngine, Started
-from specwhisper.batch.inputs import InputError, Job, find_inputs, make_jobs
+from specwhisper.batch.inputs import InputError, Job, find_inputs, make_jobs, with_texts
 from specwhisper.pipeline.core import PipelineConfig, RunOptions
 from specwhisper.batch.jobs import JobDB, JobRecord, file_sha256
 from specwhisper.pipeline.writers import OutputDirError, check_output_dir, write_outputs
@@ -47,6 +48,8 @@ class BatchConfig:
     ray_address: str | None = None
     workers: int | None = None  # ray actors (default: one per CPU of the cluster)
     limits: GroupLimits = field(default_factory=GroupLimits)
+    # a corpus: each audio file's text to align, named after it in this folder (batch.inputs.with_texts)
+    text_dir: Path | None = None
 
 
 @dataclass
@@ -165,10 +168,19 @@ def _sha256_or_none(path: Path) -> str | None:
         return None  # unreadable now: queued, and its loader records the error
 
 
+def with_text(settings: str, job: Job) -> str:
+    """A file's settings key with its text to align's digest (an edited text aligns the file again)."""
+    if job.text is None:
+        return settings
+    return json.dumps({**json.loads(settings), "align_text_sha256": _sha256_or_none(job.text)}, sort_keys=True)
+
+
 def plan_jobs(db: JobDB, jobs: list[Job], settings: str, retry_failed: bool) -> Plan:
     """Decide per file: skip (done, same content and settings, outputs present), keep failed, or queue."""
     plan = Plan([], [], [])
+    batch_settings = settings
     for job in jobs:
+        settings = with_text(batch_settings, job)
         rec = db.get(job.key)
         same = rec is not None and same_settings(rec.settings, settings)
         if same and (rec.size, rec.mtime_ns) != (job.size, job.mtime_ns):
@@ -193,6 +205,16 @@ def _make_engine(cfg: BatchConfig, pipeline_config: PipelineConfig, options: Run
     if cfg.engine != "local":
         raise BatchError(f"unknown engine '{cfg.engine}' (choose from {', '.join(ENGINES)})")
     return LocalEngine(pipeline_config, options, cfg.limits)
+
+
+def check_texts(jobs: list[Job], formats: list[str]) -> None:
+    """A corpus whose outputs would overwrite a text to align is refused before anything runs."""
+    for job in jobs:
+        for fmt in formats:
+            out = Path(os.path.abspath(job.out_dir / f"{job.stem}.{fmt}"))
+            if job.text is not None and out == job.text:
+                raise BatchError(f"{job.text}: the {fmt} output would overwrite this text to align: write the outputs "
+                                 f"to another folder (-o) or leave {fmt} out")
 
 
 def _open_output(folder: Path) -> JobDB:
@@ -264,6 +286,15 @@ def run_batch(
     """Transcribe every input file of ``cfg.input_dir`` that is not done yet; see the module doc.
     Per-file errors are printed as they happen (one line each) and recorded in the job database."""
     options.validate()
+    if cfg.text_dir is not None:
+        try:
+            options.check_alignment()
+        except ValueError as exc:
+            raise BatchError(str(exc)) from None
+        if cfg.engine != "local":
+            raise BatchError("a corpus of texts to align runs on the local engine (leave --engine ray out)")
+        if not cfg.text_dir.is_dir():
+            raise BatchError(f"{cfg.text_dir}: not a folder (the texts to align, named after the audio files)")
     try:
         files = find_inputs(cfg.input_dir, cfg.recursive, cfg.globs)
     except InputError as exc:
@@ -274,9 +305,12 @@ def run_batch(
         raise BatchError(f"{cfg.input_dir}: no input files found ({what}){hint}")
     engine = _make_engine(cfg, pipeline_config, options)
     report = BatchReport(files=len(files))
+    jobs = make_jobs(cfg.input_dir, files, cfg.output_dir)
+    if cfg.text_dir is not None:
+        jobs = with_texts(jobs, cfg.text_dir)
+        check_texts(jobs, cfg.formats)
     with _open_output(cfg.output_dir) as db:
         db.recover()
-        jobs = make_jobs(cfg.input_dir, files, cfg.output_dir)
         plan = plan_jobs(db, jobs, settings_key(pipeline_config, options, cfg.formats), cfg.retry_failed)
         report.done_before, report.failed_before = len(plan.done_before), len(plan.failed_before)
         if plan.todo:

@@ -86,7 +86,7 @@ class RunOptions:
         if (self.known_speakers or self.speaker_embeddings) and not self.diarize:
             raise ValueError("known speakers and speaker embeddings come from the diarizer: turn diarization on")
         if self.align_text is not None:
-            self._check_alignment()
+            self.check_alignment()
         if self.segment_resolution not in ("chunk", "sentence"):
             raise ValueError(f"segment-resolution must be one of chunk, sentence, got {self.segment_resolution!r}")
         if self.min_speakers and self.max_speakers and self.min_speakers > self.max_speakers:
@@ -95,7 +95,8 @@ class RunOptions:
             raise ValueError(f"num-speakers ({self.num_speakers}) is outside min-speakers..max-speakers "
                              f"({self.min_speakers or 1}..{self.max_speakers or 'any'})")
 
-    def _check_alignment(self) -> None:
+    def check_alignment(self) -> None:
+        """What an alignment of a text cannot go with (one line)."""
         clash = {"postedit": self.postedit, "task translate": self.decode.task == "translate",
                  "vad-filter": self.decode.vad_filter, "without-timestamps": self.decode.without_timestamps,
                  "clip-timestamps": self.decode.clips is not None}
@@ -230,8 +231,10 @@ class Pipeline:
         progress: Progress | None = None,
         sources: list[str | None] | None = None,
         on_segments: Callable[[int, list[Segment]], None] | None = None,
+        texts: list[str] | None = None,
     ) -> list[Transcript]:
-        """``run`` for several waveforms, their ASR chunks batched together across files.
+        """``run`` for several waveforms, their ASR chunks batched together across files; ``texts``: each
+        file's own ``align_text`` (a corpus of recordings and their texts).
 
         Each file's ``asr`` time is its share of the shared ASR wall time, in proportion to the
         engine time (VAD, encoder, decoder, alignment) attributed to it. ``on_segments(file, segments)``
@@ -240,21 +243,24 @@ class Pipeline:
         ``align_text``, whose segments come once the whole file is heard."""
         opts = options or RunOptions()
         opts.validate()
+        if texts is not None:
+            opts.check_alignment()
+        per_file = [opts] * len(audios) if texts is None else [replace(opts, align_text=text) for text in texts]
         known = load_known_speakers(opts.known_speakers)
         report = TimedReports(progress)
         sources = sources or [None] * len(audios)
         t = time.perf_counter()
         final = None
-        if on_segments is not None and opts.align_text is None:
+        if on_segments is not None and opts.align_text is None and texts is None:
             final = lambda n, segments: on_segments(n, opts.resolved(segments))  # noqa: E731
         results = self.asr.transcribe_many(audios, opts.decode_options(), report, on_final=final)
-        aligned = [self._align(audio, asr, opts) for audio, asr in zip(audios, results)]
+        aligned = [self._align(audio, asr, o) for audio, asr, o in zip(audios, results, per_file)]
         wall = time.perf_counter() - t - report.seconds
         work = [r.vad_seconds + r.stats.encoder_seconds + r.stats.decoder_seconds + r.stats.alignment_seconds for r in results]
         total = sum(work) or 1.0
         return [
-            self._finish(audio, asr, wall * w / total, opts, report, source, known, summary)
-            for audio, asr, w, source, summary in zip(audios, results, work, sources, aligned)
+            self._finish(audio, asr, wall * w / total, o, report, source, known, summary)
+            for audio, asr, w, source, summary, o in zip(audios, results, work, sources, aligned, per_file)
         ]
 
     def _finish(

@@ -243,6 +243,20 @@ def _align_text(option: Option, value: str) -> str:
     return value
 
 
+def read_align_text(path: Path) -> str:
+    """A text file to align, read and checked as the option's value; a ValueError of one line naming it."""
+    try:
+        text = Path(path).read_text(encoding="utf-8")
+    except FileNotFoundError:
+        raise ValueError(f"{path}: file not found") from None
+    except (OSError, UnicodeDecodeError) as exc:
+        raise ValueError(f"{path}: cannot be read as UTF-8 text ({type(exc).__name__})") from None
+    try:
+        return BY_NAME["align_text"].check(text)
+    except OptionError as exc:
+        raise ValueError(f"{path}: {exc.problem}") from None
+
+
 def known_speaker_pairs(text: str | None) -> tuple[tuple[str, str], ...]:
     """``known_speakers``' checked value as (name, path or data URL) pairs."""
     import json
@@ -304,8 +318,9 @@ OPTIONS: tuple[Option, ...] = (
     Option("suppress_tokens", str, "-1", "token ids the decoder never writes, separated by commas; -1: the model's "
            "own set of symbols (openai-whisper's and faster-whisper's suppress_tokens; chosen when the model loads)",
            scope="load", group="transcription", max_chars=20000, parse=_suppress_tokens, not_in=NOT_HTTP_SUPPRESS),
-    Option("suppress_numerals", bool, False, "never write a token holding a digit, %, $ or £: numbers and amounts "
-           "come out spelled, as speech corpora want them (WhisperX's; chosen when the model loads)", scope="load",
+    Option("suppress_numerals", bool, False, "never write a token holding a digit or a percent, dollar or pound "
+           "sign: numbers and amounts come out spelled, as speech corpora want them (WhisperX's; chosen when the "
+           "model loads)", scope="load",
            group="transcription", not_in=NOT_HTTP_SUPPRESS),
     # ---------------------------------------------------------------- transcription
     Option("language", str, None, "language code or name: en, English (default: detect)", nullable=True,
@@ -349,7 +364,8 @@ OPTIONS: tuple[Option, ...] = (
            takes_list=True),  # [0, 30, 60, 90] from Python, as faster-whisper takes it
     Option("align_text", str, None, "the words spoken, when you have them: the transcript is this text, word for "
            "word, and Whisper gives each word its time (forced alignment, as stable-ts's align; segments are its "
-           "sentences and lines). The command line takes a text file, or - for standard input", nullable=True,
+           "sentences and lines). The command line takes a text file, - for standard input, or, with a folder of audio, "
+           "the folder of their texts (talk.wav: talk.lab or talk.txt)", nullable=True,
            max_chars=MAX_ALIGN_CHARS, parse=_align_text, peer_flags=("--align",)),
     # ---------------------------------------------------------------- decoding quality (openai-whisper's safeguards)
     Option("beam_size", int, None, "beam search with this many beams (default: greedy, speculative when a drafter "

@@ -84,25 +84,26 @@ def _quiet_libraries() -> None:
 def _options(args):
     """The run options of the parsed arguments (``specwhisper.pipeline.options``)."""
     values = option_values(args, options_for("cli", "run"))
-    if values["align_text"] is not None:
-        values["align_text"] = _text_to_align(values["align_text"])
+    if values["align_text"] is not None:  # a folder of texts (a corpus) goes to the batch, file by file
+        values["align_text"] = None if _text_folder(args) else _text_to_align(values["align_text"])
     return run_options(values)
+
+
+def _text_folder(args) -> Path | None:
+    """--align-text's folder of texts named after the audio files, when it names a folder."""
+    return Path(args.align_text) if args.align_text not in (None, "-") and Path(args.align_text).is_dir() else None
 
 
 def _text_to_align(path: str) -> str:
     """--align-text's file (- for standard input), read and checked as the option's text."""
-    from specwhisper.pipeline.options import BY_NAME, OptionError
+    from specwhisper.pipeline.options import BY_NAME, OptionError, read_align_text
 
     try:
-        text = sys.stdin.read() if path == "-" else Path(path).read_text(encoding="utf-8")
-    except FileNotFoundError:
-        raise CliError(f"--align-text: {path}: file not found") from None
-    except (OSError, UnicodeDecodeError) as exc:
-        raise CliError(f"--align-text: {path}: cannot be read as UTF-8 text ({type(exc).__name__})") from None
-    try:
-        return BY_NAME["align_text"].check(text)
+        return BY_NAME["align_text"].check(sys.stdin.read()) if path == "-" else read_align_text(Path(path))
     except OptionError as exc:
         raise CliError(f"--align-text: {path}: {exc.problem}") from None
+    except ValueError as exc:
+        raise CliError(f"--align-text: {exc}") from None
 
 
 def _pipeline_config(args):
@@ -131,6 +132,7 @@ def run_folder(args, formats: list[str], opts) -> int:
         ray_address=args.ray_address,
         workers=args.workers,
         limits=GroupLimits(max_files=args.group_files),
+        text_dir=_text_folder(args),
     )
     _quiet_libraries()
     report = run_batch(cfg, _pipeline_config(args), opts, show_progress=not args.quiet and sys.stderr.isatty())
@@ -165,8 +167,17 @@ def _check_combination(args) -> None:
         raise CliError("--verbose prints every segment and --quiet prints nothing: give one of them")
     if args.verbose and args.live:
         raise CliError("--live prints the confirmed text as it comes; --verbose is for transcribing files")
-    if args.align_text is not None and (args.live or len(args.inputs) > 1 or Path(args.inputs[0]).is_dir()):
-        raise CliError("--align-text gives its text the times of one audio file: give that file alone")
+    if args.align_text is not None:
+        folder = Path(args.inputs[0]).is_dir()
+        if args.live or len(args.inputs) > 1:
+            raise CliError("--align-text gives its text the times of one audio file (a folder of texts, those of a "
+                           "folder of audio files): give that file or folder alone")
+        if folder and _text_folder(args) is None:
+            raise CliError("--align-text with a folder of audio takes the folder of their texts, named after them "
+                           "(talk.wav: talk.lab or talk.txt; it may be the audio's own folder)")
+        if not folder and _text_folder(args) is not None:
+            raise CliError(f"--align-text: {args.align_text} is a folder: give the text of this file, or a folder of "
+                           "audio files")
 
 
 def run(args) -> int:
