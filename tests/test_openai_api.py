@@ -471,6 +471,8 @@ def _create(client, **overrides):
      "the post-edit needs the whole file first", "stream", "unsupported_value"),
     ({"stream": True, "extra_body": {"align_text": "and so my fellow americans"}}, 400,
      "the text's times come once the whole file is heard", "stream", "unsupported_value"),
+    ({"stream": True, "extra_body": {"align_text": "and so my fellow americans " * 8000}}, 400,  # a 216 KB script passes the form
+     "the text's times come once the whole file is heard", "stream", "unsupported_value"),
     ({"chunking_strategy": "manual"}, 400, "Invalid value: 'manual'", "chunking_strategy", "invalid_value"),
     ({"chunking_strategy": {"type": "server_vad", "prefix_padding_ms": 300}}, 400, "chunks are cut at the pauses the VAD",
      "chunking_strategy[prefix_padding_ms]", "unsupported_value"),

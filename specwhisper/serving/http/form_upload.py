@@ -28,7 +28,9 @@ MAX_FIELD_BYTES = 64 * 1024  # one text field (a prompt is at most a few hundred
 CLIP_FIELDS = ("known_speaker_references[]", "known_speaker_references")
 MAX_CLIP_FIELDS = 4
 MAX_CLIP_FIELD_BYTES = 4 << 20
-FORM_OVERHEAD = (1 << 20) + MAX_CLIP_FIELDS * MAX_CLIP_FIELD_BYTES  # room for the text fields around the file
+# a text to align (align_text) is a script, up to the option's million characters: 4 MiB of UTF-8 at most
+ALIGN_FIELD, MAX_ALIGN_FIELD_BYTES = "align_text", 4 << 20
+FORM_OVERHEAD = (1 << 20) + MAX_CLIP_FIELDS * MAX_CLIP_FIELD_BYTES + MAX_ALIGN_FIELD_BYTES  # the text fields around the file
 
 
 def bad_form(message: str, status: int = 400, param: str | None = None) -> Refusal:
@@ -127,7 +129,8 @@ class FormUpload:
             self._out.write(data[start:end])
             return
         self._data.extend(data[start:end])
-        most = MAX_CLIP_FIELD_BYTES if self._name in CLIP_FIELDS else MAX_FIELD_BYTES
+        most = (MAX_CLIP_FIELD_BYTES if self._name in CLIP_FIELDS else MAX_ALIGN_FIELD_BYTES if self._name == ALIGN_FIELD
+                else MAX_FIELD_BYTES)
         if len(self._data) > most:
             raise bad_form(f"{clip(str(self._name), 60)}: the field is larger than {most} bytes", param=self._name)
 
