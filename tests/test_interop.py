@@ -60,7 +60,7 @@ def jfk_run(base_pipeline, eval_root, tmp_path_factory):
     mp = pytest.MonkeyPatch()
     mp.setattr(specwhisper.pipeline.core, "Pipeline", lambda config: base_pipeline)
     try:
-        assert cli.main([str(eval_root / "openai-whisper/jfk.flac"), "-o", str(out / "plain"), "-f", "all,aud", "-q"]) == 0
+        assert cli.main([str(eval_root / "openai-whisper/jfk.flac"), "-o", str(out / "plain"), "-f", "all,aud,textgrid", "-q"]) == 0
         # openai-whisper's own spellings of the options
         assert cli.main([str(eval_root / "openai-whisper/jfk.flac"), "--output_dir", str(out / "words"),
                          "--output_format", "all", "--word_timestamps", "True", "--verbose", "False"]) == 0
@@ -81,7 +81,7 @@ def meeting_run(base_pipeline, diarizer, tmp_path_factory):
     mp.setattr(specwhisper.pipeline.core, "Pipeline", lambda config: base_pipeline)
     try:
         code = cli.main([str(ROOT / "samples/meeting-dev00.wav"), "--diarize", "--min_speakers", "1", "--max_speakers", "3",
-                         "--output_dir", str(out), "--output_format", "all,aud", "--verbose", "False"])
+                         "--output_dir", str(out), "--output_format", "all,aud,textgrid", "--verbose", "False"])
     finally:
         mp.undo()
     assert code == 0
@@ -215,3 +215,133 @@ def test_whisperx_audacity_labels_of_our_json_are_our_aud(jfk_run, meeting_run):
         assert [(float(a), float(b)) for a, b, _ in rows] == [(s["start"], s["end"]) for s in result["segments"]]
         labelled = [text.startswith("[[SPEAKER_") for _, _, text in rows]
         assert all(labelled) if stem.startswith("meeting") else not any(labelled)
+
+
+def _textgrid(path: Path):
+    from praatio import textgrid
+
+    return textgrid.openTextgrid(str(path), includeEmptyIntervals=False, reportingMode="error")
+
+
+def test_praat_reads_our_textgrid(jfk_run, meeting_run):
+    """praatio (the Montreal Forced Aligner's TextGrid library) reads our TextGrid, strictly: jfk's segments at
+    the json's times; the meeting's segments and words in a pair of tiers per speaker, every word at its time."""
+    result = json.loads(_read(jfk_run / "plain", "jfk", "json"))
+    grid = _textgrid(jfk_run / "plain" / "jfk.TextGrid")
+    assert list(grid.tierNames) == ["segments"] and grid.maxTimestamp == 11.0
+    assert [tuple(e) for e in grid.getTier("segments").entries] == [(s["start"], s["end"], s["text"].strip())
+                                                                    for s in result["segments"]]
+    result = json.loads(_read(meeting_run, "meeting-dev00", "json"))
+    grid = _textgrid(meeting_run / "meeting-dev00.TextGrid")
+    speakers = sorted({s["speaker"] for s in result["segments"]})
+    assert len(speakers) == 2 and list(grid.tierNames) == [f"{p} - {k}" for p in speakers for k in ("segments", "words")]
+    for speaker in speakers:
+        words = [(w["start"], w["end"], w["word"].strip()) for s in result["segments"] if s["speaker"] == speaker
+                 for w in s["words"]]
+        assert [tuple(e) for e in grid.getTier(f"{speaker} - words").entries] == words
+
+
+def test_textgrid_of_odd_transcripts(tmp_path):
+    """Words without a length join the word before them (Praat has no empty interval), quotes are doubled,
+    a transcript without speech is one empty tier; praatio reads each."""
+    from specwhisper.pipeline.writers import render
+    from specwhisper.results.transcript import Segment, Transcript, Word
+
+    words = [Word(0.5, 0.9, ' "Stop"'), Word(0.9, 0.9, " now"), Word(0.9, 0.9, " please"), Word(1.2, 1.6, " go.")]
+    t = Transcript(segments=[Segment(0.4, 1.7, ' "Stop" now please go.', words=words)], language="en", duration=2.0)
+    (tmp_path / "odd.TextGrid").write_text(render(t, "textgrid"))
+    grid = _textgrid(tmp_path / "odd.TextGrid")
+    assert [tuple(e) for e in grid.getTier("words").entries] == [(0.5, 0.9, '"Stop" now please'), (1.2, 1.6, "go.")]
+    assert [tuple(e) for e in grid.getTier("segments").entries] == [(0.4, 1.7, '"Stop" now please go.')]
+    (tmp_path / "empty.TextGrid").write_text(render(Transcript(segments=[], language=None, duration=3.0), "textgrid"))
+    grid = _textgrid(tmp_path / "empty.TextGrid")
+    assert list(grid.tierNames) == ["segments"] and list(grid.getTier("segments").entries) == [] and grid.maxTimestamp == 3.0
+
+
+@pytest.fixture
+def no_model(monkeypatch):
+    """Building a pipeline fails the test: what runs must need no model."""
+    import specwhisper.pipeline.core
+
+    def refuse(*args, **kwargs):
+        raise AssertionError("a model was loaded")
+
+    monkeypatch.setattr(specwhisper.pipeline.core, "Pipeline", refuse)
+
+
+def test_a_json_is_written_again_byte_for_byte(jfk_run, meeting_run, tmp_path, no_model):
+    """`transcribe talk.json -f ...` writes, from the json alone, the very files the run wrote (words and
+    speakers, aud, TextGrid and RTTM included)."""
+    import specwhisper.serving.cli.main as cli
+    from specwhisper.pipeline.writers import file_name
+
+    for folder, stem, formats in ((jfk_run / "words", "jfk", "txt,srt,vtt,tsv"),
+                                  (jfk_run / "plain", "jfk", "txt,srt,vtt,tsv,aud,textgrid"),
+                                  (meeting_run, "meeting-dev00", "txt,srt,vtt,tsv,aud,textgrid,rttm")):
+        out = tmp_path / folder.name
+        assert cli.main([str(folder / f"{stem}.json"), "-o", str(out), "-f", formats, "-q"]) == 0
+        for fmt in formats.split(","):
+            assert (out / file_name(stem, fmt)).read_bytes() == (folder / file_name(stem, fmt)).read_bytes(), (stem, fmt)
+
+
+def test_openai_whispers_json_laid_out_again(jfk_run, tmp_path, no_model):
+    """openai-whisper's own json (its keys alone) in another subtitle layout: our srt and vtt are what its
+    writers write from that json with the same options."""
+    import specwhisper.serving.cli.main as cli
+
+    ours = json.loads(_read(jfk_run / "words", "jfk", "json"))
+    keys = ("id", "seek", "start", "end", "text", "tokens", "temperature", "avg_logprob", "compression_ratio", "no_speech_prob")
+    theirs = {"text": ours["text"], "language": ours["language"],
+              "segments": [{**{k: s[k] for k in keys}, "words": [{k: w[k] for k in ("word", "start", "end", "probability")}
+                                                                 for w in s["words"]]} for s in ours["segments"]]}
+    (tmp_path / "theirs.json").write_text(json.dumps(theirs))
+    assert cli.main([str(tmp_path / "theirs.json"), "-o", str(tmp_path / "out"), "-f", "srt,vtt", "--max_line_width", "20",
+                     "--max_line_count", "2", "-q"]) == 0
+    options = {**WRITER_OPTIONS, "max_line_width": 20, "max_line_count": 2}
+    for fmt in ("srt", "vtt"):
+        buf = io.StringIO()
+        openai_utils.get_writer(fmt, ".").write_result(theirs, file=buf, options=dict(options))
+        assert (tmp_path / "out" / f"theirs.{fmt}").read_text() == buf.getvalue(), fmt
+    assert len(buf.getvalue().split("\n\n")) > len(theirs["segments"]) + 2  # laid out anew: more cues than segments
+
+
+@pytest.mark.parametrize("argv, fragment, code", [
+    (["--diarize"], "--diarize does not apply to a json transcript", 2),
+    (["-f", "json"], "the input is the json", 2),
+    (["-f", "rttm"], "-f rttm needs speakers", 1),
+    (["EXTRA_AUDIO"], "json transcripts are rendered and audio transcribed", 2),
+    (["NOT_A_TRANSCRIPT"], "not a transcript: no 'segments' list", 1),
+])
+def test_bad_json_renders_are_one_line(jfk_run, tmp_path, capsys, no_model, eval_root, argv, fragment, code):
+    import specwhisper.serving.cli.main as cli
+
+    (tmp_path / "other.json").write_text('{"text": "hello"}')
+    argv = [{"EXTRA_AUDIO": str(eval_root / "openai-whisper/jfk.flac"), "NOT_A_TRANSCRIPT": str(tmp_path / "other.json")}.get(a, a)
+            for a in argv]
+    inputs = [a for a in argv if not a.startswith("-") and a not in ("json", "rttm")]
+    flags = [a for a in argv if a not in inputs]
+    assert cli.main([str(jfk_run / "plain" / "jfk.json"), *inputs, "-o", str(tmp_path / "out"), *flags]) == code
+    err = capsys.readouterr().err
+    assert fragment in err and "Traceback" not in err
+    assert len([line for line in err.splitlines() if "error" in line]) == 1
+
+
+def test_whisperxs_json_written_again(meeting_run, tmp_path, no_model):
+    """WhisperX's json (its keys: words without a leading space, a ``score``, a number it could not align left
+    without times) read back: the txt, srt and vtt WhisperX's own writers write from it, and a TextGrid whose
+    words are its words."""
+    import specwhisper.serving.cli.main as cli
+
+    ours = json.loads(_read(meeting_run, "meeting-dev00", "json"))
+    segments = [{"start": s["start"], "end": s["end"], "text": s["text"], "speaker": s["speaker"],
+                 "words": [{"word": w["word"].strip(), "start": w["start"], "end": w["end"], "score": w["probability"],
+                            "speaker": w["speaker"]} for w in s["words"]]} for s in ours["segments"]]
+    del segments[1]["words"][0]["start"], segments[1]["words"][0]["end"]  # as WhisperX leaves "25" unaligned
+    theirs = {"segments": segments, "word_segments": [w for s in segments for w in s["words"]], "language": "en"}
+    (tmp_path / "whisperx.json").write_text(json.dumps(theirs))
+    assert cli.main([str(tmp_path / "whisperx.json"), "-o", str(tmp_path), "-f", "txt,srt,vtt,textgrid", "-q"]) == 0
+    for fmt in TEXT_FORMATS[:3]:
+        assert (tmp_path / f"whisperx.{fmt}").read_text() == _peer_output(whisperx_utils, fmt, _without_words(theirs)), fmt
+    grid = _textgrid(tmp_path / "whisperx.TextGrid")
+    got = [e.label for name in grid.tierNames if name.endswith("words") for e in grid.getTier(name).entries]
+    assert sorted(" ".join(got).split()) == sorted(w["word"] for s in segments for w in s["words"])

@@ -134,6 +134,8 @@ def test_a_corpus_of_recordings_and_their_texts(run_cli, eval_root, tmp_path):
     import json
     import shutil
 
+    from praatio import textgrid
+
     corpus, out = tmp_path / "corpus", tmp_path / "out"
     corpus.mkdir()
     shutil.copy(eval_root / "mfa/acoustic_corpus.wav", corpus)
@@ -142,18 +144,21 @@ def test_a_corpus_of_recordings_and_their_texts(run_cli, eval_root, tmp_path):
     (corpus / "jfk.txt").write_text("And so, my fellow Americans: ask not what your country can do for you;\n"
                                     "ask what you can do for your country.\n")
     shutil.copy(eval_root / "coqui-tts-ljspeech/LJ001-0001.wav", corpus)  # no text
-    code, _, err = run_cli(corpus, "--align-text", corpus, "-o", out, "-f", "json,srt")
+    code, _, err = run_cli(corpus, "--align-text", corpus, "-o", out, "-f", "json,srt,textgrid")
     assert code == 1, err
     assert [line for line in err.splitlines() if "error" in line] == [
         f"transcribe: error: {corpus / 'LJ001-0001.wav'}: the text to align, {corpus / 'LJ001-0001.lab'}: file not found"]
     for stem, text in (("acoustic_corpus", (corpus / "acoustic_corpus.lab").read_text()), ("jfk", (corpus / "jfk.txt").read_text())):
         words = [w["word"].strip() for s in json.loads((out / f"{stem}.json").read_text())["segments"] for w in s["words"]]
         assert words == text.split(), stem
+    # Praat's TextGrid, as MFA writes one per recording, read by MFA's own TextGrid library
+    grid = textgrid.openTextgrid(str(out / "acoustic_corpus.TextGrid"), includeEmptyIntervals=False, reportingMode="error")
+    assert [e.label for e in grid.getTier("words").entries] == (corpus / "acoustic_corpus.lab").read_text().split()
     assert not (out / "LJ001-0001.json").exists()
     before = {p.name: p.stat().st_mtime_ns for p in out.glob("*.json")}
 
     (corpus / "jfk.txt").write_text("And so my fellow Americans, ask not what your country can do for you, ask what you can do for your country.")
-    code, _, err = run_cli(corpus, "--align-text", corpus, "-o", out, "-f", "json,srt")
+    code, _, err = run_cli(corpus, "--align-text", corpus, "-o", out, "-f", "json,srt,textgrid")
     assert code == 1, err  # the recording without a text is still failed (kept, not retried)
     assert (out / "acoustic_corpus.json").stat().st_mtime_ns == before["acoustic_corpus.json"]
     assert (out / "jfk.json").stat().st_mtime_ns != before["jfk.json"]

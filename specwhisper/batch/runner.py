@@ -24,7 +24,7 @@ from specwhisper.batch.engine import Finished, GroupLimits, LocalEngine, Started
 from specwhisper.batch.inputs import InputError, Job, find_inputs, make_jobs, with_texts
 from specwhisper.pipeline.core import PipelineConfig, RunOptions
 from specwhisper.batch.jobs import JobDB, JobRecord, file_sha256
-from specwhisper.pipeline.writers import OutputDirError, check_output_dir, write_outputs
+from specwhisper.pipeline.writers import OutputDirError, check_output_dir, file_name, write_outputs
 from specwhisper.pipeline.subtitles import SubtitleOptions
 
 ENGINES = ("local", "ray")
@@ -211,7 +211,7 @@ def check_texts(jobs: list[Job], formats: list[str]) -> None:
     """A corpus whose outputs would overwrite a text to align is refused before anything runs."""
     for job in jobs:
         for fmt in formats:
-            out = Path(os.path.abspath(job.out_dir / f"{job.stem}.{fmt}"))
+            out = Path(os.path.abspath(job.out_dir / file_name(job.stem, fmt)))
             if job.text is not None and out == job.text:
                 raise BatchError(f"{job.text}: the {fmt} output would overwrite this text to align: write the outputs "
                                  f"to another folder (-o) or leave {fmt} out")

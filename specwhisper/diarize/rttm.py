@@ -36,9 +36,12 @@ def _turns(items: Iterable) -> list[SpeakerTurn]:
 
 
 def format_rttm(turns_or_segments: Iterable, uri: str) -> str:
+    """RTTM lines, in milliseconds: a turn's duration is its end's millisecond less its start's, so that the
+    file holds the json's turns exactly (a json written again gives the same RTTM)."""
     uri = _safe_field(uri, "uri")
     lines = [
-        f"SPEAKER {uri} 1 {t.start:.3f} {t.end - t.start:.3f} <NA> <NA> {_safe_field(t.speaker, 'speaker')} <NA> <NA>"
+        f"SPEAKER {uri} 1 {t.start:.3f} {round(t.end, 3) - round(t.start, 3):.3f} <NA> <NA> "
+        f"{_safe_field(t.speaker, 'speaker')} <NA> <NA>"
         for t in _turns(turns_or_segments)
     ]
     return "".join(line + "\n" for line in lines)

@@ -417,7 +417,8 @@ OPTIONS: tuple[Option, ...] = (
     Option("max_duration", float, DEFAULT_MAX_SECONDS, "refuse audio longer than this many seconds", group="limits",
            low=0.0, low_open=True, not_in={"http": DEPLOYMENT, "ui": DEPLOYMENT}),
     Option("formats", str, "all", "comma-separated output formats: txt, srt, vtt, json, tsv, rttm, aud (Audacity "
-           "labels), or all (every one but aud; rttm only with diarization)", scope="output", group="outputs", flags=("-f", "--formats"),
+           "labels), textgrid (Praat's TextGrid: segments and words), or all (every one but aud and textgrid; rttm "
+           "only with diarization)", scope="output", group="outputs", flags=("-f", "--formats"),
            peer_flags=("--output_format",),
            not_in={"api": "a Transcription renders any format: .to('srt'), .write(folder, 'srt,json')",
                    "ui": "the page offers every format as a download"}),

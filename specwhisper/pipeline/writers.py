@@ -1,4 +1,5 @@
-"""Output writers: txt, srt, vtt, json, tsv, rttm, aud; srt and vtt take a layout (specwhisper.pipeline.subtitles)."""
+"""Output writers: txt, srt, vtt, json, tsv, rttm, aud, textgrid; srt and vtt take a layout
+(specwhisper.pipeline.subtitles)."""
 
 from __future__ import annotations
 
@@ -101,6 +102,59 @@ def write_rttm(t: Transcript, f: TextIO, layout: SubtitleOptions = NO_LAYOUT) ->
     f.write(format_rttm(t.turns if t.turns is not None else t.segments, uri))
 
 
+def _intervals(spans: list[tuple[float, float, str]], duration: float) -> list[tuple[float, float, str]]:
+    """Labelled spans as a Praat interval tier: in order, none shorter than a millisecond (a word without a
+    length joins the one before it), the gaps between them empty intervals, from 0 to ``duration``."""
+    out: list[tuple[float, float, str]] = []
+    end = 0.0
+    duration = round(duration, 3)
+    for start, stop, text in spans:  # in milliseconds, as the json's times
+        start, stop = min(max(round(start, 3), end), duration), min(round(stop, 3), duration)
+        if stop - start < 0.001:
+            if out and out[-1][2]:
+                out[-1] = (out[-1][0], out[-1][1], f"{out[-1][2]} {text}")
+                continue
+            stop = min(round(start + 0.001, 3), duration)
+            if stop <= start:
+                continue
+        if start > end:
+            out.append((end, start, ""))
+        out.append((start, stop, text))
+        end = stop
+    if end < duration or not out:
+        out.append((end, duration, ""))
+    return out
+
+
+def _praat(text: str) -> str:
+    return '"' + text.replace('"', '""') + '"'
+
+
+def write_textgrid(t: Transcript, f: TextIO, layout: SubtitleOptions = NO_LAYOUT) -> None:
+    """A Praat TextGrid (long text format, as Praat and the Montreal Forced Aligner write it): an interval tier
+    of the segments and one of the words (with word timestamps); diarized, a pair per speaker
+    (``SPEAKER_00 - segments``, ``SPEAKER_00 - words``)."""
+    duration = round(max([t.duration, *(s.end for s in t.segments)]), 3)
+    tiers = []
+    speakers = sorted({s.speaker for s in t.segments}, key=lambda s: (s is not None, s or "")) or [None]
+    for speaker in speakers:
+        segments = [s for s in t.segments if s.speaker == speaker]
+        prefix = f"{speaker} - " if speaker is not None else ""
+        tiers.append((prefix + "segments", [(s.start, s.end, s.text.strip()) for s in segments]))
+        words = [(w.start, w.end, w.text.strip()) for s in segments for w in s.words]
+        if words:
+            tiers.append((prefix + "words", words))
+    f.write(f'File type = "ooTextFile"\nObject class = "TextGrid"\n\nxmin = 0 \nxmax = {duration!r} \n')
+    f.write(f"tiers? <exists> \nsize = {len(tiers)} \nitem []: \n")
+    for n, (name, spans) in enumerate(tiers, 1):
+        intervals = _intervals(spans, duration)
+        f.write(f'    item [{n}]:\n        class = "IntervalTier" \n        name = {_praat(name)} \n'
+                f"        xmin = 0 \n        xmax = {duration!r} \n        intervals: size = {len(intervals)} \n")
+        for k, (start, stop, text) in enumerate(intervals, 1):
+            f.write(f"        intervals [{k}]:\n            xmin = {start!r} \n            xmax = {stop!r} \n"
+                    f"            text = {_praat(text)} \n")
+
+
 # every writer takes the layout; only srt and vtt use it (as openai-whisper's writers)
 WRITERS: dict[str, Callable[[Transcript, TextIO, SubtitleOptions], None]] = {
     "txt": write_txt,
@@ -110,8 +164,16 @@ WRITERS: dict[str, Callable[[Transcript, TextIO, SubtitleOptions], None]] = {
     "tsv": write_tsv,
     "rttm": write_rttm,
     "aud": write_aud,
+    "textgrid": write_textgrid,
 }
-ALL_FORMATS = tuple(f for f in WRITERS if f != "aud")  # what "all" writes: aud only by name, as in WhisperX
+# what "all" writes: aud only by name, as in WhisperX; textgrid too (Praat's, for phonetics and corpus work)
+ALL_FORMATS = tuple(f for f in WRITERS if f not in ("aud", "textgrid"))
+SUFFIXES = {"textgrid": "TextGrid"}  # a file's extension where it is not the format's name (Praat's spelling)
+
+
+def file_name(stem: str, fmt: str) -> str:
+    """The name of ``stem``'s output in format ``fmt``: talk.srt, talk.TextGrid."""
+    return f"{stem}.{SUFFIXES.get(fmt, fmt)}"
 
 
 def with_all(names: list[str]) -> list[str]:
@@ -211,7 +273,7 @@ def write_outputs(
     placed: list[Path] = []
     try:
         for fmt in formats:
-            path = out_dir / f"{stem}.{fmt}"
+            path = out_dir / file_name(stem, fmt)
             temps[path] = _write_temp(out_dir, path.name, render(t, fmt, layout))
         for path, tmp in temps.items():
             tmp.replace(path)

@@ -25,7 +25,7 @@ from specwhisper.pipeline.options import (BY_NAME, Option, OptionError, known_sp
 from specwhisper.pipeline.subtitles import SubtitleOptions
 from specwhisper.pipeline.writers import WRITERS, with_all
 
-Format = Literal["txt", "srt", "vtt", "json", "tsv", "rttm", "aud"]
+Format = Literal["txt", "srt", "vtt", "json", "tsv", "rttm", "aud", "textgrid"]
 assert set(Format.__args__) == set(WRITERS)  # noqa: S101 - the writers and the schema list the same formats
 
 

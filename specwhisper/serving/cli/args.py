@@ -14,6 +14,14 @@ from specwhisper.pipeline.options import REFUSED, options_for
 from specwhisper.serving.arguments import OneLineParser, add_options, positive
 
 PROG = "transcribe"
+BATCH_FLAGS = ("recursive", "glob", "retry_failed", "summary", "ray_address", "workers")
+BATCH_DEFAULTS = {"engine": "local", "group_files": 16}
+
+
+def batch_flags_used(args: argparse.Namespace) -> list[str]:
+    """The folder-only flags given (as --flags), for inputs that are not a folder."""
+    used = [f for f in BATCH_FLAGS if getattr(args, f)] + [f for f, v in BATCH_DEFAULTS.items() if getattr(args, f) != v]
+    return [f"--{f.replace('_', '-')}" for f in used]
 
 
 def str2bool(text: str) -> bool:

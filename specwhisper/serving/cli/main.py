@@ -17,7 +17,8 @@ from specwhisper.batch.ray_engine import RayEngineError
 from specwhisper.pipeline.writers import check_output_dir, parse_formats, render, timed_line, write_outputs
 from specwhisper.pipeline.options import options_for, pipeline_config, run_options
 from specwhisper.serving.arguments import option_values
-from specwhisper.serving.cli.args import PROG, parse_args
+from specwhisper.serving.cli.args import PROG, batch_flags_used, parse_args
+from specwhisper.serving.cli.rerender import is_json, rerender
 
 
 
@@ -25,8 +26,6 @@ class CliError(Exception):
     """A problem with what the user asked for; printed as one line."""
 
 
-BATCH_FLAGS = ("recursive", "glob", "retry_failed", "summary", "ray_address", "workers")
-BATCH_DEFAULTS = {"engine": "local", "group_files": 16}
 
 
 class _Progress:
@@ -187,6 +186,8 @@ def run(args) -> int:
     from specwhisper.pipeline.core import Pipeline
 
     check_threads(args.threads)
+    if any(is_json(p) for p in args.inputs):  # a transcript written again, no model run
+        return rerender(args, PROG)
     _check_combination(args)
     device = resolve_device(args.device)  # a GPU that is not there: one line, before any model loads
     check_int8(args.model, device, resolve_dtype(args.dtype, device))
@@ -205,9 +206,7 @@ def run(args) -> int:
         if args.verbose:
             raise CliError("--verbose prints files' segments as they come; a folder's transcripts go to its output folder")
         return run_folder(args, formats, opts)
-    used = [f for f in BATCH_FLAGS if getattr(args, f)] + [f for f, v in BATCH_DEFAULTS.items() if getattr(args, f) != v]
-    used = [f"--{f.replace('_', '-')}" for f in used]
-    if used:
+    if used := batch_flags_used(args):
         raise CliError(f"{used[0]} applies to a folder input")
     out_dir = args.output_dir or Path(".")
     check_output_dir(out_dir)  # before any model loads or any file is decoded
