@@ -66,6 +66,13 @@ def test_a_jobs_result_is_the_answer_of_post(clips, tmp_path, server_log):  # no
         assert done["created"] <= done["started"] <= done["finished"]
         listed = httpx.get(f"{srv.url}/v1/jobs", timeout=30).json()["jobs"]
         assert [(j["id"], j["status"]) for j in listed] == [(job["id"], "done")] and "result" not in listed[0]
+        # formats the submission did not ask for, written from the stored result: what POST / gives for them
+        again = httpx.get(f"{srv.url}/v1/jobs/{job['id']}?formats=vtt,tsv,textgrid", timeout=30).json()
+        more = httpx.post(f"{srv.url}/?language=en&formats=vtt,tsv,textgrid", content=audio,
+                          headers={"Content-Type": "audio/wav"}, timeout=120).json()
+        assert set(again["result"]["outputs"]) == {"vtt", "tsv", "textgrid"} and again["result"]["outputs"] == more["outputs"]
+        other = httpx.get(f"{srv.url}/v1/jobs/{job['id']}?formats=srt&diarize=true", timeout=30)
+        assert other.status_code == 400 and "diarize: GET /v1/jobs/ID writes the finished transcript again" in other.json()["error"]
         (tmp_path / "jobs" / f"{job['id']}.json").write_text("{")  # spoilt behind the server's back
         spoilt = httpx.get(f"{srv.url}/v1/jobs/{job['id']}", timeout=30)
         assert spoilt.status_code == 500 and spoilt.json()["error"].startswith(f"the result of job '{job['id']}' cannot be read")

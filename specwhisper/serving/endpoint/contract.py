@@ -167,6 +167,13 @@ def response(transcript: Transcript, params: TranscribeParams, request_s: float)
     return out
 
 
+def outputs_again(answer: dict, params: TranscribeParams) -> dict[str, str]:
+    """The formats ``params`` asks for, in its subtitle layout, rendered from an answer (``response``) read
+    back: a job's result, in formats its submission did not ask for."""
+    transcript = Transcript.from_dict(answer)
+    return {fmt: render(transcript, fmt, params.layout()) for fmt in params.formats}
+
+
 def _request_error(exc: Exception) -> RequestError:
     """A failure as the one-line error its requester gets (a traceback only in the log)."""
     if isinstance(exc, RequestError):

@@ -41,7 +41,8 @@ from starlette.exceptions import HTTPException
 
 from specwhisper.serving.http.auth import ApiKeyGuard
 from specwhisper.serving.http.jobs import Jobs
-from specwhisper.serving.endpoint.contract import Endpoint, base64_to_file, response
+from specwhisper.serving.endpoint.contract import Endpoint, base64_to_file, outputs_again, response
+from specwhisper.pipeline.options import options_for
 from specwhisper.serving.http.live_ws import add_live_route
 from specwhisper.serving.http.realtime_ws import add_realtime_route
 from specwhisper.serving.worker import ModelWorker
@@ -54,6 +55,8 @@ log = logging.getLogger(__name__)
 T = TypeVar("T")
 POST_PATHS = ("/", "/predict")
 JOBS_PATH = "/v1/jobs"
+# what GET /v1/jobs/ID takes: the formats, and the subtitle layout they are written in
+RENDERING = frozenset({"formats", *(o.name for o in options_for("http") if o.group == "subtitles")})
 ROUTES_HINT = ("POST / with audio, POST /v1/audio/transcriptions and /v1/audio/translations, GET /v1/models, GET /health, "
                "POST /v1/jobs, GET and DELETE /v1/jobs/ID, GET /api/ps, POST and DELETE /api/ps/MODEL, "
                "WebSockets /v1/live and /v1/realtime")
@@ -224,8 +227,25 @@ def create_app(endpoint: Endpoint, worker: ModelWorker, spool: Spool, limits: Re
     async def list_jobs() -> Response:
         return await on_job(lambda: {"jobs": [job.public() for job in jobs.all()]})
 
-    async def read_job(job_id: str) -> Response:
-        return await on_job(lambda: jobs.answer(job_id))
+    async def read_job(job_id: str, request: Request) -> Response:
+        query = query_parameters(request.url.query)
+        if not query:
+            return await on_job(lambda: jobs.answer(job_id))
+        if other := sorted(set(query) - RENDERING):
+            return refused(Refusal(400, f"{clip(other[0], 60)}: GET {JOBS_PATH}/ID writes the finished transcript again: "
+                                        f"it takes {', '.join(sorted(RENDERING))}"))
+        try:
+            params = endpoint.parse({"parameters": query})
+        except RequestError as exc:
+            return refused(Refusal(exc.status, str(exc)))
+
+        def again() -> dict:
+            answer = jobs.answer(job_id)
+            if "result" in answer:  # formats its submission did not ask for, or another layout
+                answer["result"]["outputs"] = outputs_again(answer["result"], params)
+            return answer
+
+        return await on_job(again)
 
     async def delete_job(job_id: str) -> Response:
         return await on_job(lambda: {**jobs.delete(job_id).public(), "deleted": True})
