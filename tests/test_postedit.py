@@ -15,7 +15,7 @@ import torch
 
 from specwhisper.asr.engine import DecodeOptions
 from specwhisper.evaluation.transcripts import english_set, wer
-from specwhisper.postedit.guard import word_key
+from specwhisper.results.words import word_key
 
 # A fixed subset of the public English set: one or two clips per source, 100 s of speech in all.
 WER_FILES = (

@@ -8,7 +8,7 @@ import pytest
 
 from specwhisper.evaluation.transcripts import normalize, read_textgrid_words
 from specwhisper.pipeline.options import run_options
-from specwhisper.results.sentences import split_sentences
+from specwhisper.results.words import split_sentences
 from specwhisper.results.transcript import Segment, Word
 
 

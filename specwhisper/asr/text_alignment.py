@@ -24,7 +24,7 @@ import numpy as np
 
 from specwhisper.asr.decoding.alignment import NO_SPACE_LANGUAGES, WordTokens, split_words
 from specwhisper.audio.chunking import Chunk
-from specwhisper.results.sentences import SENTENCE_END
+from specwhisper.results.words import SENTENCE_END, spread_words, word_key
 from specwhisper.results.transcript import Segment, Word
 
 log = logging.getLogger(__name__)
@@ -51,7 +51,8 @@ class TextAlignment:
 
 
 def match_key(text: str) -> str:
-    return "".join(ch for ch in unicodedata.normalize("NFKC", text).lower() if unicodedata.category(ch)[0] in "LN")
+    """A word's comparison form (``word_key``) after NFKC: full-width letters and digits match their own."""
+    return word_key(unicodedata.normalize("NFKC", text))
 
 
 def text_words(text: str, language: str | None) -> list[TextWord]:
@@ -87,21 +88,15 @@ def heard_words(segments: list[Segment], language: str | None) -> list[HeardWord
     middle of its time: a word's own with word timestamps, else its share of its segment's."""
     out = []
     for n, seg in enumerate(segments):
-        timed = [((w.start + w.end) / 2, w.text) for w in seg.words] or _spread(seg)
-        for mid, text in timed:
+        timed = [(w.start, w.end, w.text) for w in seg.words] or spread_words(seg)
+        for start, end, text in timed:
+            mid = (start + end) / 2
             key = match_key(text)
             if language in NO_SPACE_LANGUAGES:
                 out += [HeardWord(ch, mid, n) for ch in key]
             elif key:
                 out.append(HeardWord(key, mid, n))
     return out
-
-
-def _spread(seg: Segment) -> list[tuple[float, str]]:
-    """A segment's words, evenly over its time (which window they are in is all that is asked of it)."""
-    pieces = seg.text.split()
-    step = (seg.end - seg.start) / max(len(pieces), 1)
-    return [(seg.start + (i + 0.5) * step, p) for i, p in enumerate(pieces)]
 
 
 def anchor_words(words: list[TextWord], heard: list[HeardWord]) -> tuple[list[int], int]:
@@ -169,65 +164,81 @@ def align_text(engine, audio: np.ndarray, text: str, segments: list[Segment], ch
     per_window: dict[int, list[int]] = {}
     for i, t in enumerate(times):
         per_window.setdefault(max(0, bisect.bisect_right(starts, round(t * 16000)) - 1), []).append(i)
-    pieces: list[tuple[Chunk, list[Segment], list[int]]] = []  # a window, its segments, their sentences
+    # each word's tokens, once: as Whisper writes a word after a space (in languages written without spaces, a
+    # sentence's characters are tokenised together, and the tokenizer's split gives the words)
+    own = None if language in NO_SPACE_LANGUAGES else [
+        WordTokens(" " + w.text, engine.bundle.tokenizer.encode(" " + w.text, add_special_tokens=False)) for w in words]
+    pieces: list[_Piece] = []
     for k, idx in sorted(per_window.items()):
-        pieces += _fit(engine, windows[k], words, idx, language)
-    grouped = {id(seg): split for _, segs, _ in pieces for seg, split in zip(segs, _word_tokens(engine, segs, language))}
+        pieces += _fit(engine, windows[k], words, own, idx, language)
+    grouped = {id(seg): split for p in pieces for seg, split in zip(p.segments, p.words)}
     for start in range(0, len(pieces), batch_size):
         batch = pieces[start : start + batch_size]
-        pad = [c.start == 0 and c.end == len(audio) for c, _, _ in batch]
-        _, enc, _ = engine.encode([c.samples(audio) for c, _, _ in batch], pad)
-        engine.aligner.align(enc, [segs for _, segs, _ in batch], [c.start_s for c, _, _ in batch],
-                             [c.duration_s for c, _, _ in batch], language, "transcribe",
+        pad = [p.window.start == 0 and p.window.end == len(audio) for p in batch]
+        _, enc, _ = engine.encode([p.window.samples(audio) for p in batch], pad)
+        engine.aligner.align(enc, [p.segments for p in batch], [p.window.start_s for p in batch],
+                             [p.window.duration_s for p in batch], language, "transcribe",
                              words_of=lambda seg: grouped[id(seg)])
-        for _, segs, _ in batch:
-            for seg in segs:
-                _complete(seg, grouped[id(seg)])
-    joined = _join_sentences([(s, n) for _, segs, ns in pieces for s, n in zip(segs, ns)],
+        for p in batch:
+            for seg, split in zip(p.segments, p.words):
+                _complete(seg, split)
+    joined = _join_sentences([(s, n) for p in pieces for s, n in zip(p.segments, p.sentences)],
                              max_s=max(c.duration_s for c in windows))
     return TextAlignment(joined, len(words), matched)
 
 
-def _fit(engine, window: Chunk, words: list[TextWord], idx: list[int], language: str | None
-         ) -> list[tuple[Chunk, list[Segment], list[int]]]:
-    """A window's words as segments of tokens, one per sentence, with their sentences; a window given
-    more tokens than the decoder takes is halved, its words split in half, until each half's fit."""
-    segments, sentences = _segments(engine, window, words, idx, language)
+@dataclass
+class _Piece:
+    """A window (or a part of one) and the text's words in it: a segment per sentence, each segment's
+    sentence and its tokens grouped into the text's words."""
+
+    window: Chunk
+    segments: list[Segment]
+    sentences: list[int]
+    words: list[list[WordTokens]]
+
+
+def _fit(engine, window: Chunk, words: list[TextWord], own: list[WordTokens] | None, idx: list[int],
+         language: str | None) -> list[_Piece]:
+    """A window's words as segments of tokens, one per sentence; a window given more tokens than the decoder
+    takes is halved, its words split in half, until each half's fit. ``own``: each word's tokens (None in
+    languages written without spaces)."""
+    piece = _piece(engine, window, words, own, idx, language)
     limit = engine.runtime.max_len - len(engine.aligner.sot_sequence(language, "transcribe")) - 1
-    fits = sum(len(s.tokens) for s in segments) <= limit
+    fits = sum(len(s.tokens) for s in piece.segments) <= limit
     if fits or len(idx) < 2 or window.end - window.start < 2 * 16000:
         if not fits:
             log.warning(f"{len(idx)} words of the text at {window.start_s:.1f} s are more than the audio there can "
                         "hold: the last ones are put at the end of the others, undated")
-        return [(window, segments, sentences)]
+        return [piece]
     mid = (window.start + window.end) // 2
     half = len(idx) // 2
-    return (_fit(engine, Chunk(window.start, mid), words, idx[:half], language)
-            + _fit(engine, Chunk(mid, window.end), words, idx[half:], language))
+    return (_fit(engine, Chunk(window.start, mid), words, own, idx[:half], language)
+            + _fit(engine, Chunk(mid, window.end), words, own, idx[half:], language))
 
 
-def _segments(engine, window: Chunk, words: list[TextWord], idx: list[int], language: str | None
-              ) -> tuple[list[Segment], list[int]]:
+def _piece(engine, window: Chunk, words: list[TextWord], own: list[WordTokens] | None, idx: list[int],
+           language: str | None) -> _Piece:
     """The window's words as one segment per sentence, tokenised as Whisper writes them (a space before
-    each word, none in languages written without spaces), and each segment's sentence."""
+    each word, none in languages written without spaces)."""
     groups: list[list[int]] = []
     for i in idx:
         if groups and words[groups[-1][-1]].sentence == words[i].sentence:
             groups[-1].append(i)
         else:
             groups.append([i])
-    segments = []
+    segments, split = [], []
     for group in groups:
-        pieces = [words[i].text for i in group]
-        if language in NO_SPACE_LANGUAGES:
-            text = "".join(pieces)
+        if own is None:  # the tokenizer's split: a word is not what the text has between spaces
+            text = "".join(words[i].text for i in group)
             tokens = engine.bundle.tokenizer.encode(text, add_special_tokens=False)
-        else:  # word by word: a word's tokens are its own (the tokenizer splits at spaces anyway)
-            text = " " + " ".join(pieces)
-            tokens = [t for p in pieces for t in engine.bundle.tokenizer.encode(" " + p, add_special_tokens=False)]
+            split.append(split_words(tokens, engine.bundle.tokenizer, language))
+        else:  # the text's words (Whisper's own split would cut "you;" in two)
+            split.append([own[i] for i in group])
+            text, tokens = "".join(w.text for w in split[-1]), [t for w in split[-1] for t in w.tokens]
         segments.append(Segment(start=window.start_s, end=window.start_s + window.duration_s, text=text, tokens=tokens,
                                 seek=window.start // 160, language=language))
-    return segments, [words[g[0]].sentence for g in groups]
+    return _Piece(window, segments, [words[g[0]].sentence for g in groups], split)
 
 
 def _complete(seg: Segment, words: list[WordTokens]) -> None:
@@ -235,19 +246,6 @@ def _complete(seg: Segment, words: list[WordTokens]) -> None:
     word's end, with no probability: every word of the text is in the transcript."""
     end = seg.words[-1].end if seg.words else seg.start
     seg.words += [Word(start=end, end=end, text=w.text, probability=None) for w in words[len(seg.words):]]
-
-
-def _word_tokens(engine, segments: list[Segment], language: str | None) -> list[list[WordTokens]]:
-    """Each segment's tokens as the text's words: a word is what the text has between spaces (Whisper's
-    own split would cut "you;" in two); in languages written without spaces, the tokenizer's split."""
-    tokenizer = engine.bundle.tokenizer
-    out = []
-    for seg in segments:
-        if language in NO_SPACE_LANGUAGES:
-            out.append(split_words(seg.tokens, tokenizer, language))
-        else:
-            out.append([WordTokens(" " + w, tokenizer.encode(" " + w, add_special_tokens=False)) for w in seg.text.split()])
-    return out
 
 
 def _join_sentences(pieces: list[tuple[Segment, int]], max_s: float) -> list[Segment]:

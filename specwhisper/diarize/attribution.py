@@ -23,7 +23,7 @@ import bisect
 from collections.abc import Sequence
 from dataclasses import replace
 
-from specwhisper.results.sentences import join_words
+from specwhisper.results.words import join_words
 from specwhisper.results.transcript import Segment, Word
 from specwhisper.results.transcript import SpeakerTurn
 

@@ -14,7 +14,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from specwhisper.results.transcript import Word
-from specwhisper.postedit.guard import word_key
+from specwhisper.results.words import word_key
 
 TIME_SLACK_S = 0.1  # a new word starting this much before the last confirmed end is still new
 REPEAT_WINDOW_S = 1.0  # ... and if it starts this close to it, it may repeat the confirmed tail

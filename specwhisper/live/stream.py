@@ -24,9 +24,9 @@ from specwhisper.audio.loading import SAMPLE_RATE
 from specwhisper.live.agreement import LocalAgreement, before_squeezed_run
 from specwhisper.live.buffer import WINDOW_S, LiveBuffer
 from specwhisper.live.decoder import ENCODERS, LiveDecode, LiveDecoder, WhisperHypothesisDrafter
-from specwhisper.results.sentences import SENTENCE_END
 from specwhisper.results.stats import DecodeStats
 from specwhisper.results.transcript import Segment, Transcript, Word
+from specwhisper.results.words import SENTENCE_END
 
 
 class LiveError(ValueError):

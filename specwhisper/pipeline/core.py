@@ -13,7 +13,7 @@ from specwhisper.audio.loading import DEFAULT_MAX_SECONDS, SAMPLE_RATE, load_aud
 from specwhisper.asr.engine import AsrEngine, AsrResult, DecodeOptions
 from specwhisper.audio.clips import ClipMap, clip_spans
 from specwhisper.diarize.known import KnownSpeaker, load_known_speakers
-from specwhisper.results.sentences import split_sentences
+from specwhisper.results.words import split_sentences
 from specwhisper.results.transcript import Segment, SpeakerTurn, Transcript
 from specwhisper.pipeline.subtitles import SubtitleOptions
 
@@ -74,7 +74,7 @@ class RunOptions:
     max_audio_s: float = DEFAULT_MAX_SECONDS
     subtitles: SubtitleOptions = field(default_factory=SubtitleOptions)  # srt/vtt layout, for the writers
     align_text: str | None = None  # the words spoken: the transcript is this text, dated (asr.text_alignment)
-    segment_resolution: str = "chunk"  # chunk: Whisper's segments; sentence: one per sentence (results.sentences)
+    segment_resolution: str = "chunk"  # chunk: Whisper's segments; sentence: one per sentence (results.words)
 
     def validate(self) -> None:
         self.decode.validate()

@@ -22,7 +22,8 @@ from typing import Callable, Sequence
 from specwhisper.results.transcript import Segment, Transcript
 from specwhisper.postedit.drafting import DrafterFactory, parse_drafter
 from specwhisper.postedit.drafters import early_exit_model, same_tokenizer
-from specwhisper.postedit.guard import GuardResult, check_edit, lcs_length, word_key
+from specwhisper.postedit.guard import GuardResult, check_edit, lcs_length
+from specwhisper.results.words import word_key
 from specwhisper.postedit.lm_cache import forward, new_cache
 from specwhisper.postedit.models import DEFAULT_LLM, load_llm
 from specwhisper.postedit.realign import alignment_problem, apply_units, realign, word_units

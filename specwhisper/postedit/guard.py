@@ -3,14 +3,10 @@
 from __future__ import annotations
 
 import difflib
-import re
 from dataclasses import dataclass
 from typing import Sequence
 
-
-def word_key(w: str) -> str:
-    """Comparison form of a word: lower case, letters and digits only."""
-    return re.sub(r"[\W_]+", "", w.lower())
+from specwhisper.results.words import word_key
 
 
 def lcs_length(a: Sequence[str], b: Sequence[str]) -> int:

@@ -8,7 +8,7 @@ from dataclasses import dataclass
 from typing import Sequence
 
 from specwhisper.results.transcript import Segment, Word
-from specwhisper.postedit.guard import word_key
+from specwhisper.results.words import spread_words, word_key
 
 
 @dataclass
@@ -30,9 +30,7 @@ def word_units(segments: Sequence[Segment], idx: Sequence[int]) -> list[Unit]:
         if s.words:
             out += [Unit(i, w.start, w.end, w.text, w.probability, w.speaker or s.speaker) for w in s.words]
         else:  # spread the segment's words evenly (only used to assign edited words to segments)
-            ws = s.text.split()
-            step = (s.end - s.start) / max(1, len(ws))
-            out += [Unit(i, s.start + k * step, s.start + (k + 1) * step, w, None, s.speaker) for k, w in enumerate(ws)]
+            out += [Unit(i, start, end, w, None, s.speaker) for start, end, w in spread_words(s)]
     return out
 
 

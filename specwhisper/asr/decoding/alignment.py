@@ -21,7 +21,7 @@ import torch
 from specwhisper.asr.decoding.tokens import SpecialTokens
 from specwhisper.asr.runtime.decoder import WhisperDecoderRuntime
 from specwhisper.hardware.device import on_device
-from specwhisper.results.sentences import SENTENCE_END
+from specwhisper.results.words import SENTENCE_END
 from specwhisper.results.transcript import Segment, Word
 
 FRAME_S = 0.02  # seconds per encoder frame

@@ -57,7 +57,7 @@ from fastapi import FastAPI, WebSocket
 from specwhisper.audio.loading import SAMPLE_RATE
 from specwhisper.live.stream import LiveError, StreamingTranscriber, StreamUpdate
 from specwhisper.live.turns import TurnDetector
-from specwhisper.results.sentences import SENTENCE_END
+from specwhisper.results.words import SENTENCE_END
 from specwhisper.serving.http.live_ws import (CLOSE_CODES, Pacing, StreamSlots, close, guarded, next_message, on_worker,
                                               open_stream, opened, receiving, send_json, stream_engine)
 from specwhisper.serving.http.openai_api import logprob_entries

@@ -1,5 +1,6 @@
-"""Sentences of a transcript: where one ends, a segment's words as one segment per sentence (WhisperX's
-``--segment_resolution sentence``), and the text of a run of words.
+"""Words of a transcript as text: their comparison form, the text of a run of them, a segment's words spread
+over its time when it has none timed, and sentences (where one ends; a segment's words as one segment per
+sentence, WhisperX's ``--segment_resolution sentence``).
 
 A sentence ends at a word ending in . ! ? (or their full-width forms), closing quotes and brackets
 after it allowed, except where a full stop is not an end: an ellipsis, an initial ("J."), a dotted
@@ -9,6 +10,7 @@ WhisperX splits with nltk's Punkt model, whose data is a download; these rules n
 
 from __future__ import annotations
 
+import re
 from dataclasses import replace
 
 from specwhisper.results.transcript import Segment, Word
@@ -18,10 +20,17 @@ CLOSERS = "\"'”’»)]」』"
 TITLES = frozenset("mr mrs ms dr prof st jr sr vs mt no fig gen gov sen rep lt col capt sgt rev hon".split())
 
 
-def ends_sentence(text: str) -> bool:
-    """Whether ``text`` (a word, a segment) ends in a sentence-ending mark."""
-    t = text.strip().rstrip(CLOSERS)
-    return bool(t) and t[-1] in SENTENCE_END
+def word_key(w: str) -> str:
+    """Comparison form of a word: lower case, letters and digits only."""
+    return re.sub(r"[\W_]+", "", w.lower())
+
+
+def spread_words(seg: Segment) -> list[tuple[float, float, str]]:
+    """A segment's words (its text split at spaces), each given an equal share of its time: for a segment
+    without word timestamps, where only which segment or window a word falls in matters."""
+    pieces = seg.text.split()
+    step = (seg.end - seg.start) / max(1, len(pieces))
+    return [(seg.start + k * step, seg.start + (k + 1) * step, p) for k, p in enumerate(pieces)]
 
 
 def join_words(words: list[Word]) -> str:
