@@ -6,6 +6,7 @@ import os
 import shutil
 import subprocess
 import warnings
+from collections.abc import Mapping, Sequence
 
 import pytest
 
@@ -94,25 +95,66 @@ def tiny_engine():
     return AsrEngine("tiny.en")
 
 
+class Windows(Sequence):
+    """Per public file, in the manifest's order: (item, features, encoder output, prompt) of its first 30 s
+    window, made when first asked for (a worker running only some of the exactness files encodes only the
+    windows they read: all 35 take about 25 s on one thread)."""
+
+    def __init__(self, engine, items):
+        self.engine, self.items, self._made = engine, list(items), {}
+
+    def __len__(self) -> int:
+        return len(self.items)
+
+    def __getitem__(self, i):
+        if isinstance(i, slice):
+            return [self[j] for j in range(*i.indices(len(self)))]
+        if i not in self._made:
+            from specwhisper.audio.loading import load_audio
+
+            e, item = self.engine, self.items[i]
+            audio = load_audio(item.path)[: 30 * 16000]
+            feats = e.bundle.feature_extractor(audio, sampling_rate=16000, return_tensors="pt").input_features
+            self._made[i] = (item, feats, e.encoder.encode(feats), e.special.prompt(item.language or "en", "transcribe", timestamps=True))
+        return self._made[i]
+
+    def of(self, file: str):
+        return self[next(i for i, item in enumerate(self.items) if item.file == file)]
+
+    def english(self, n: int | None = None) -> list:
+        """The first ``n`` English files' windows (all of them when ``n`` is None)."""
+        return [self[i] for i in [i for i, item in enumerate(self.items) if (item.language or "en") == "en"][:n]]
+
+
+class PlainReference(Mapping):
+    """Plain greedy decode of each window, by file, made when first asked for: what every speculative
+    decode must reproduce."""
+
+    def __init__(self, engine, windows: Windows):
+        self.engine, self.windows, self._made = engine, windows, {}
+
+    def __getitem__(self, file: str):
+        if file not in self._made:
+            _, _, enc, prompt = self.windows.of(file)
+            self._made[file] = self.engine.decoder.decode(enc, prompt).sequences[0]
+        return self._made[file]
+
+    def __iter__(self):
+        return (item.file for item in self.windows.items)
+
+    def __len__(self) -> int:
+        return len(self.windows)
+
+
 @pytest.fixture(scope="session")
 def windows(base_engine, manifest):
-    """Per public file: (item, features, encoder output, prompt) of its first 30 s window (shared by the
-    exactness tests of every drafter)."""
-    from specwhisper.audio.loading import load_audio
-
-    e = base_engine
-    out = []
-    for item in manifest:
-        audio = load_audio(item.path)[: 30 * 16000]
-        feats = e.bundle.feature_extractor(audio, sampling_rate=16000, return_tensors="pt").input_features
-        out.append((item, feats, e.encoder.encode(feats), e.special.prompt(item.language or "en", "transcribe", timestamps=True)))
-    return out
+    """The public files' first windows (``Windows``), shared by the exactness tests of every drafter."""
+    return Windows(base_engine, manifest)
 
 
 @pytest.fixture(scope="session")
 def plain_reference(base_engine, windows):
-    """Plain greedy decode of each window: what every speculative decode must reproduce."""
-    return {item.file: base_engine.decoder.decode(enc, prompt).sequences[0] for item, _, enc, prompt in windows}
+    return PlainReference(base_engine, windows)
 
 
 @pytest.fixture(scope="session")

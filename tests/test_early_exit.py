@@ -24,8 +24,7 @@ FILES = ["openai-whisper/jfk.flac", "lhotse/2412-153948-0000.flac", "lhotse/LJ00
 @pytest.fixture(scope="module")
 def encoded(windows):
     """Per file of FILES: (item, encoder output, prompt), from the session's shared windows."""
-    by_file = {item.file: (item, enc, prompt) for item, _, enc, prompt in windows}
-    return [by_file[f] for f in FILES]
+    return [(item, enc, prompt) for item, _, enc, prompt in map(windows.of, FILES)]
 
 
 def decode_all(engine, drafter, encoded, reference, files=None):
