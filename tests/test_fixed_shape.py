@@ -86,36 +86,64 @@ def test_an_unpacked_head_stays_whole_under_a_compact_vocabulary(gpu_like_engine
         rt.whole_head()
 
 
+@pytest.fixture(scope="module")
+def plain_tokens(unpacked_engine, manifest):
+    """The fixed-shape engine's plain tokens of two English clips, by file, with the clips."""
+    opts = DecodeOptions(language="en", batch_size=4)
+    audios = {m.file: load_audio(m.path) for m in [m for m in manifest if m.language == "en"][:2]}
+    return {f: (a, [s.tokens for s in unpacked_engine.transcribe(a, opts).segments]) for f, a in audios.items()}
+
+
 @pytest.mark.parametrize("draft", ["ngram", "early-exit", "tiny.en"])
-def test_speculation_in_fixed_shapes_is_token_identical(unpacked_engine, manifest, draft):
+def test_speculation_in_fixed_shapes_is_token_identical(unpacked_engine, plain_tokens, draft):
     spec = AsrEngine("base", bundle=unpacked_engine.bundle, decoder_factory=decoder_factory(draft))
     opts = DecodeOptions(language="en", batch_size=4)
-    for item in [m for m in manifest if m.language == "en"][:2]:
-        audio = load_audio(item.path)
-        plain, fast = unpacked_engine.transcribe(audio, opts), spec.transcribe(audio, opts)
-        assert [s.tokens for s in fast.segments] == [s.tokens for s in plain.segments], item.file
+    for file, (audio, plain) in plain_tokens.items():
+        fast = spec.transcribe(audio, opts)
+        assert [s.tokens for s in fast.segments] == plain, file
         if draft != "ngram":
             assert fast.stats.accepted_tokens > 0
 
 
+def _transcribe_clips(unpacked_engine, manifest, draft: str, whole: bool = False, captured: bool = False):
+    """``english_clips`` in batches of 4 by a speculative engine of ``draft`` over the fixed-shape base:
+    (tokens, average log-probabilities, (drafted, accepted, target passes)). ``whole``: the drafter picks for
+    the whole batch in one call; ``captured``: the verify pass's verdict is one call."""
+    spec = AsrEngine("base", bundle=unpacked_engine.bundle, decoder_factory=drafting_factory(draft))
+    drafter = spec.decoder.drafter
+    (drafter if draft == "early-exit" else drafter.runtime).whole_batch = whole
+    spec.decoder.captured = captured
+    got = spec.transcribe(english_clips(manifest), DecodeOptions(language="en", batch_size=4))
+    if captured:
+        assert spec.decoder._verdicts
+    return ([s.tokens for s in got.segments], [s.avg_logprob for s in got.segments],
+            (got.stats.drafted_tokens, got.stats.accepted_tokens, got.stats.target_passes))
+
+
+@pytest.fixture(scope="module")
+def eager_clips(unpacked_engine, manifest):
+    """``_transcribe_clips`` with the CPU's defaults (each row's own picks, the eager verdict), per drafter,
+    made once for this module's tests."""
+    made = {}
+
+    def of(draft: str):
+        if draft not in made:
+            made[draft] = _transcribe_clips(unpacked_engine, manifest, draft)
+        return made[draft]
+
+    return of
+
+
 @pytest.mark.parametrize("draft", ["early-exit", "layers:4"])
-def test_whole_batch_picks_in_fixed_shapes(unpacked_engine, manifest, draft):
+def test_whole_batch_picks_in_fixed_shapes(unpacked_engine, manifest, eager_clips, draft):
     """A GPU's drafter picks for every row of the batch in one captured call (``WholeBatchPicks``), here
     run as without graphs: rows that ended stay in the fixed-shape cache at their physical rows and are
     picked for and ignored. Batches of 4 windows of four clips, whose rows end apart: the tokens and
     drafts of the rows' own picks (the same drafted and accepted counts; both are plain decoding's
     tokens: ``test_speculation_in_fixed_shapes_is_token_identical``).
     ``layers:4``: base's own first 4 layers as a model drafter."""
-    audio = english_clips(manifest)
-    opts = DecodeOptions(language="en", batch_size=4)
-    runs = {}
-    for whole in (False, True):
-        spec = AsrEngine("base", bundle=unpacked_engine.bundle, decoder_factory=drafting_factory(draft))
-        drafter = spec.decoder.drafter
-        (drafter if draft == "early-exit" else drafter.runtime).whole_batch = whole
-        fast = spec.transcribe(audio, opts)
-        runs[whole] = ([s.tokens for s in fast.segments], fast.stats.drafted_tokens, fast.stats.accepted_tokens)
-    assert runs[False][2] > 0 and runs[True] == runs[False], runs[True][1:] + runs[False][1:]
+    own, whole = eager_clips(draft), _transcribe_clips(unpacked_engine, manifest, draft, whole=True)
+    assert own[2][1] > 0 and (whole[0], whole[2][:2]) == (own[0], own[2][:2]), (whole[2], own[2])
 
 
 def test_a_captured_plain_step_chooses_what_the_eager_one_chooses(unpacked_engine, eval_root):
@@ -142,26 +170,16 @@ def test_a_captured_plain_step_chooses_what_the_eager_one_chooses(unpacked_engin
 
 
 @pytest.mark.parametrize("draft", ["tiny.en", "early-exit"])
-def test_a_captured_verdict_is_the_eager_one(unpacked_engine, manifest, draft):
+def test_a_captured_verdict_is_the_eager_one(unpacked_engine, manifest, eager_clips, draft):
     """On a GPU a verify pass's verdict (the rules and the pick at every drafted position) is one
     captured call over all W columns of every row (``CapturedVerdict``), run here op by op: batches of
     4 windows of four clips, whose rows end apart, decode to the eager verdict's tokens, with the same
     drafts accepted: drafts known on the host (tiny.en's, re-tokenised) and still on the device."""
-    audio = english_clips(manifest)
-    opts = DecodeOptions(language="en", batch_size=4)
-    runs = {}
-    for captured in (False, True):
-        spec = AsrEngine("base", bundle=unpacked_engine.bundle, decoder_factory=drafting_factory(draft))
-        spec.decoder.captured = captured
-        got = spec.transcribe(audio, opts)
-        runs[captured] = ([s.tokens for s in got.segments], [s.avg_logprob for s in got.segments],
-                          (got.stats.drafted_tokens, got.stats.accepted_tokens, got.stats.target_passes))
-        if captured:
-            assert spec.decoder._verdicts
-    assert runs[True][0] == runs[False][0] and runs[True][2] == runs[False][2]
-    assert runs[True][2][1] > 0
+    eager, captured = eager_clips(draft), _transcribe_clips(unpacked_engine, manifest, draft, captured=True)
+    assert captured[0] == eager[0] and captured[2] == eager[2]
+    assert captured[2][1] > 0
     # a log-probability's sum over the vocabulary may round differently over more rows at once
-    assert runs[True][1] == pytest.approx(runs[False][1], abs=1e-6)
+    assert captured[1] == pytest.approx(eager[1], abs=1e-6)
 
 
 def english_clips(manifest, n: int = 4) -> np.ndarray:

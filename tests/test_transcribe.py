@@ -16,8 +16,11 @@ BASE_WER_BOUND = 0.12
 
 @pytest.fixture(scope="module")
 def english_results(base_pipeline, eval_root):
+    """Every public English clip, their chunks decoded in shared batches (as a folder's are: the same
+    transcripts as one by one on this CPU, ``test_batch.test_transcribe_many_matches_transcribe``)."""
     items = english_set(eval_root)
-    return items, [base_pipeline.run_file(i.path, RunOptions(decode=DecodeOptions(language="en"))) for i in items]
+    audios = [load_audio(i.path) for i in items]
+    return items, base_pipeline.run_many(audios, RunOptions(decode=DecodeOptions(language="en")), sources=[str(i.path) for i in items])
 
 
 def test_wer_on_public_english_set(english_results):
