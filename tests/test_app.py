@@ -156,12 +156,12 @@ def test_speaker_timeline_and_row_click_plays_from_there(page, tmp_path, eval_ro
 
 @pytest.mark.integration
 def test_table_fills_while_the_file_is_transcribed(page, tmp_path):
-    """A 100 s file of the public clips, "More options" open and a window per batch: rows appear while the
+    """A 70 s file of the public clips, "More options" open and a window per batch: rows appear while the
     run goes on (no speed facts yet), and the finished table holds them, in order, with the rest. The
     options left empty in the open accordion are their defaults."""
     from specwhisper.evaluation.transcripts import build_long_file
 
-    long = build_long_file("dense", tmp_path, 100, seed=0)
+    long = build_long_file("dense", tmp_path, 65, seed=0)
     page.click("#more-options button, #more-options .label-wrap")
     page.locator("#opt-batch-size textarea, #opt-batch-size input").first.fill("1")
     _transcribe(page, long.path)
@@ -191,12 +191,12 @@ def test_a_script_pasted_under_more_options_is_the_transcript(page):
 
 @pytest.mark.integration
 def test_a_short_file_is_transcribed_inside_a_long_one(browser, app_url, tmp_path):
-    """Two users: one transcribes a 118 s file a window per batch; the other's jfk.wav, sent once the long
+    """Two users: one transcribes a 93 s file a window per batch; the other's jfk.wav, sent once the long
     run's first rows are in, gets its transcript while the long run goes on (no speed facts yet: it ran between
     two of the long run's batches), and the long one finishes whole."""
     from specwhisper.evaluation.transcripts import build_long_file, wer
 
-    long = build_long_file("dense", tmp_path, 110, seed=0)  # 118 s: within the app's 120 s
+    long = build_long_file("dense", tmp_path, 85, seed=0)
     contexts = [browser.new_context(viewport={"width": 1400, "height": 1000}) for _ in range(2)]
     try:
         slow, quick = (c.new_page() for c in contexts)

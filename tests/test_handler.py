@@ -38,7 +38,7 @@ from tests.hf_toolkit import toolkit_app
 ROOT = Path(__file__).resolve().parents[1]
 JFK = ROOT / "samples" / "jfk.wav"
 JFK_REF = "And so my fellow Americans ask not what your country can do for you, ask what you can do for your country."
-LOAD_REQUESTS, LOAD_CONCURRENCY = 50, 4
+LOAD_REQUESTS, LOAD_CONCURRENCY = 24, 4  # six rounds of four waiting together
 
 
 @pytest.fixture(scope="module")
@@ -451,18 +451,30 @@ def test_ctranslate2_repository_is_converted_once(tmp_path):
 @pytest.mark.parametrize("argv, env, expected", [
     (["-m", "specwhisper.serving.http.serve", "--port", "0"], {"SPECWHISPER_MODELS": "nope"},
      "serve: error: model 'nope' is not an embedded model"),
-    (["-m", "specwhisper.serving.http.serve", "--port", "0"], {"SPECWHISPER_MAX_AUDIO_S": "-1"},
-     "serve: error: SPECWHISPER_MAX_AUDIO_S must be more than 0, got -1"),
     (["app.py", "--port", "0", "--drafters", "bogus"], {}, "app: error: model 'bogus' is not an embedded model"),
-    (["-m", "specwhisper.serving.http.serve", "--port", "0"], {"SPECWHISPER_MODEL_ALIASES": "gpt-4o-transcribe=large-v3"},
-     "serve: error: SPECWHISPER_MODEL_ALIASES: the alias 'gpt-4o-transcribe' names 'large-v3', which is not offered"),
-    (["-m", "specwhisper.serving.http.serve", "--port", "0"], {"SPECWHISPER_MODEL_ALIASES": "gpt-4o-transcribe"},
-     "serve: error: SPECWHISPER_MODEL_ALIASES: each item is NAME=MODEL"),
 ])
 def test_a_server_that_cannot_start_says_why_in_one_line(argv, env, expected):
-    """A bad model name or limit at start: one line and exit 2, not a traceback (nor a server that
-    refuses every request)."""
+    """A bad model name at start: one line and exit 2, not a traceback (nor a server that refuses every
+    request), from a fresh process of each entry point."""
     proc = subprocess.run([sys.executable, *argv], cwd=ROOT, env={**os.environ, "HF_HUB_OFFLINE": "1", **env},
                           capture_output=True, text=True, timeout=300)
     lines = [line for line in proc.stderr.splitlines() if line.strip()]
     assert proc.returncode == 2 and len(lines) == 1 and lines[0].startswith(expected), proc.stderr
+
+
+@pytest.mark.parametrize("env, expected", [
+    ({"SPECWHISPER_MAX_AUDIO_S": "-1"}, "serve: error: SPECWHISPER_MAX_AUDIO_S must be more than 0, got -1"),
+    ({"SPECWHISPER_MODEL_ALIASES": "gpt-4o-transcribe=large-v3"},
+     "serve: error: SPECWHISPER_MODEL_ALIASES: the alias 'gpt-4o-transcribe' names 'large-v3', which is not offered"),
+    ({"SPECWHISPER_MODEL_ALIASES": "gpt-4o-transcribe"}, "serve: error: SPECWHISPER_MODEL_ALIASES: each item is NAME=MODEL"),
+])
+def test_a_bad_server_setting_is_one_line(env, expected, monkeypatch, capsys):
+    """A bad SPECWHISPER_* setting at start: one line and exit 2 (in this process: the entry point's own
+    process is the test above's)."""
+    from specwhisper.serving.http import serve
+
+    for name, value in env.items():
+        monkeypatch.setenv(name, value)
+    assert serve.main(["--port", "0"]) == 2
+    lines = [line for line in capsys.readouterr().err.splitlines() if line.strip()]
+    assert len(lines) == 1 and lines[0].startswith(expected), lines

@@ -1,5 +1,5 @@
 """Short requests overtake a long one on the HTTP server (the model worker's overtaking,
-specwhisper.serving.worker), with the embedded Whisper base on real audio: while a 150 s upload
+specwhisper.serving.worker), with the embedded Whisper base on real audio: while a 122 s upload
 decodes window by window, an 11 s upload through the `openai` client and a live stream of another clip
 sent after it get their answers before it ends; the short upload's answer has the tokens and times it
 gets alone, the long one's is the one it gets alone, and the time others ran inside its pass is not in
@@ -41,7 +41,7 @@ def _segments(answer: dict) -> list[tuple]:
 
 def test_short_requests_are_answered_inside_a_long_one(server, eval_root, tmp_path, caplog):
     caplog.set_level("INFO", logger="specwhisper.serving")
-    long = build_long_file("dense", tmp_path, 150, seed=1)
+    long = build_long_file("dense", tmp_path, 110, seed=1)
     long_bytes = long.path.read_bytes()
     short = next(i for i in load_manifest(eval_root) if i.file == "whisper.cpp/jfk.wav")
     spoken = next(i for i in english_set(eval_root) if i.category == "single" and 8 <= i.duration <= 15 and "jfk" not in i.file)
