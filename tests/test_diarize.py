@@ -92,7 +92,8 @@ def two_speaker_words(base_engine, dev_files):
     files = [(f, audio) for f, audio in dev_files]
     sample = pyannote_sample_file()
     files.append((sample, load_audio(sample.audio)))
-    return [(f, audio, base_engine.transcribe(audio, options).segments) for f, audio in files]
+    results = base_engine.transcribe_many([audio for _, audio in files], options)  # in shared batches: each file's own
+    return [(f, audio, res.segments) for (f, audio), res in zip(files, results)]
 
 
 def test_each_word_gets_the_reference_speaker_at_its_midpoint(diarizer, two_speaker_words):

@@ -50,17 +50,16 @@ def editor(llm):
 
 @pytest.fixture(scope="session")
 def transcripts(base_engine, eval_root):
-    """{file: (reference, Transcript)} of WER_FILES, Whisper base with word timings."""
+    """{file: (reference, Transcript)} of WER_FILES, Whisper base with word timings (their chunks decoded in
+    shared batches: each file's own transcript on this CPU, ``test_batch.test_transcribe_many_matches_transcribe``)."""
     from specwhisper.audio.loading import load_audio
     from specwhisper.results.transcript import Transcript
 
     items = {i.file: i for i in english_set(eval_root)}
-    out = {}
-    for f in WER_FILES:
-        audio = load_audio(items[f].path)
-        res = base_engine.transcribe(audio, DecodeOptions(language="en", word_timestamps=True))
-        out[f] = (items[f].reference, Transcript(segments=res.segments, language="en", duration=len(audio) / 16000))
-    return out
+    audios = [load_audio(items[f].path) for f in WER_FILES]
+    results = base_engine.transcribe_many(audios, DecodeOptions(language="en", word_timestamps=True))
+    return {f: (items[f].reference, Transcript(segments=res.segments, language="en", duration=len(audio) / 16000))
+            for f, audio, res in zip(WER_FILES, audios, results)}
 
 
 @pytest.fixture(scope="session")
