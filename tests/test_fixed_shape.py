@@ -6,6 +6,8 @@ also in bfloat16."""
 
 from __future__ import annotations
 
+import functools
+
 import numpy as np
 import pytest
 import torch
@@ -124,14 +126,7 @@ def _transcribe_clips(unpacked_engine, manifest, draft: str, whole: bool = False
 def eager_clips(unpacked_engine, manifest):
     """``_transcribe_clips`` with the CPU's defaults (each row's own picks, the eager verdict), per drafter,
     made once for this module's tests."""
-    made = {}
-
-    def of(draft: str):
-        if draft not in made:
-            made[draft] = _transcribe_clips(unpacked_engine, manifest, draft)
-        return made[draft]
-
-    return of
+    return functools.cache(lambda draft: _transcribe_clips(unpacked_engine, manifest, draft))
 
 
 @pytest.mark.parametrize("draft", ["early-exit", "layers:4"])

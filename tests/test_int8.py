@@ -3,6 +3,8 @@ included, and close to the float32 model on real speech."""
 
 from __future__ import annotations
 
+import functools
+
 import pytest
 import torch
 
@@ -23,14 +25,7 @@ def int8_engine():
 @pytest.fixture(scope="module")
 def int8_plain(int8_engine):
     """The int8 engine's own transcript of a manifest item (English), made once per file for this module."""
-    made = {}
-
-    def of(item):
-        if item.file not in made:
-            made[item.file] = int8_engine.transcribe(load_audio(item.path), DecodeOptions(language="en"))
-        return made[item.file]
-
-    return of
+    return functools.cache(lambda item: int8_engine.transcribe(load_audio(item.path), DecodeOptions(language="en")))
 
 
 def test_an_int8_rows_product_does_not_depend_on_the_rows_beside_it(base_engine):
