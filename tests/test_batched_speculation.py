@@ -12,6 +12,7 @@ checks on CUDA in float16 with CUDA graphs."""
 from __future__ import annotations
 
 import contextlib
+import functools
 import importlib.util
 import os
 
@@ -101,13 +102,27 @@ def make_drafter(engine: AsrEngine, folders, kind: str, references: list[list[in
     return replaying(drafter, Replay(references, acceptance, engine.special.eot, seed=len(references)))
 
 
+def plain_decode(engine: AsrEngine, rows: int, seed: int) -> tuple:
+    """``batch_inputs(engine, rows, seed)`` and their plain decoding (plain steps' choices one captured call
+    in the fixed-shape mode, as a GPU decodes), made once per engine, inputs and pass width: every drafter
+    kind's check of the same batch compares with the same plain decode."""
+    return _plain_decode(engine, rows, seed, engine.runtime.width_for(rows))
+
+
+@functools.cache
+def _plain_decode(engine: AsrEngine, rows: int, seed: int, width: int | None) -> tuple:
+    enc, feats, prompt, limits = batch_inputs(engine, rows, seed)
+    rt = engine.runtime
+    plain = GreedyDecoder(rt, engine.special, engine.rules, captured=rt.fixed_width is not None).decode(enc, prompt, limits=limits)
+    return enc, feats, prompt, limits, plain
+
+
 def assert_speculation_matches_plain(engine: AsrEngine, folders, kind: str, rows: int, seed: int = 0) -> dict:
     """In the fixed-shape mode as a GPU decodes: plain steps' choices, verify passes' verdicts and a drafter's
     picks each one captured call (CUDA graphs there; here the same calls op by op)."""
-    enc, feats, prompt, limits = batch_inputs(engine, rows, seed)
     rt = engine.runtime
     gpu_like = rt.fixed_width is not None
-    plain = GreedyDecoder(rt, engine.special, engine.rules, captured=gpu_like).decode(enc, prompt, limits=limits)
+    enc, feats, prompt, limits, plain = plain_decode(engine, rows, seed)
     refs = [s.tokens for s in plain.sequences]
     drafter = make_drafter(engine, folders, kind, refs)
     for owner in (drafter, getattr(drafter, "runtime", None)):
