@@ -80,7 +80,8 @@ def _whisper_clock(seconds: float) -> str:
 
 def test_verbose_prints_segments_as_they_become_final(run_cli, eval_root, tmp_path, monkeypatch):
     """--verbose (openai-whisper's --verbose True): each segment with its times on stdout while the file
-    is still being transcribed (its outputs not yet written), the same transcript as without it; with
+    is still being transcribed (its outputs not yet written), the same transcript as without it (tiny.en:
+    what is printed when does not depend on the model); with
     --diarize, once the file is done, with its speakers; a folder refuses it."""
     import specwhisper.serving.cli.main as cli
     from specwhisper.evaluation.transcripts import build_long_file
@@ -89,13 +90,13 @@ def test_verbose_prints_segments_as_they_become_final(run_cli, eval_root, tmp_pa
     printed, print_timed = [], cli._print_timed
     json_out = tmp_path / "v" / f"{talk.path.stem}.json"
     monkeypatch.setattr(cli, "_print_timed", lambda segs: (printed.append((len(segs), json_out.exists())), print_timed(segs)))
-    code, out, err = run_cli(talk.path, "-o", tmp_path / "v", "-f", "json", "--batch-size", "1", "--verbose")
+    code, out, err = run_cli(talk.path, "-o", tmp_path / "v", "-f", "json", "--batch-size", "1", "--verbose", "-m", "tiny.en")
     assert code == 0, err
     segments = json.loads(json_out.read_text())["segments"]
     assert out.splitlines() == [f"[{_whisper_clock(s['start'])} --> {_whisper_clock(s['end'])}] {s['text'].strip()}"
                                 for s in segments]
     assert len(printed) >= 2 and not any(written for _, written in printed), printed  # in runs, before the end
-    code, _, err = run_cli(talk.path, "-o", tmp_path / "q", "-f", "json", "--batch-size", "1", "-q")
+    code, _, err = run_cli(talk.path, "-o", tmp_path / "q", "-f", "json", "--batch-size", "1", "-q", "-m", "tiny.en")
     assert code == 0 and json.loads((tmp_path / "q" / json_out.name).read_text())["segments"] == segments
 
     code, out, err = run_cli(eval_root / "whisper.cpp/jfk.wav", "-o", tmp_path / "d", "-f", "txt", "--diarize",
