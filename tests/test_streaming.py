@@ -153,7 +153,7 @@ def test_a_looping_redecode_is_cut_and_confirms_nothing(base_engine, run, monkey
         plain.max_len = d.max_len
         seen.append((d, plain.decode(d.encoder_out, d.prompt).sequences[0].tokens))
 
-    tr = StreamingTranscriber(base_engine, StreamOptions(language="en", trim_s=8.0), observer=check)
+    tr = StreamingTranscriber(base_engine, StreamOptions(language="en"), observer=check)
     audio = run.audio[: 4 * 16000]
     assert play(tr, audio, chunk_s=1.0) == []
     assert len(seen) >= 3
