@@ -1,8 +1,9 @@
 """The pipeline's reports between decoder batches (pipeline.core.BETWEEN_BATCHES) are points where other
 work may use the model: the HTTP server and the web UI run short requests there, inside a long one's run.
-With the embedded Whisper base on real audio, for several option sets: a 42 s file transcribed with a
-short transcription of jfk.wav run inside its first two reports between batches gets the segments it gets
-alone (tokens, times, words), and so does each short one; the time they took is not in its timings."""
+With the embedded Whisper tiny.en on real audio (what may run between batches does not depend on the
+model), for several option sets: a 42 s file transcribed with a short transcription of jfk.wav run inside
+its first two reports between batches gets the segments it gets alone (tokens, times, words), and so does
+each short one; the time they took is not in its timings."""
 
 from __future__ import annotations
 
@@ -39,27 +40,27 @@ INNER = RunOptions(decode=DecodeOptions(batch_size=1, word_timestamps=True, lang
 
 
 @pytest.fixture(scope="module")
-def short_alone(base_pipeline, audio):
-    return _facts(base_pipeline.run(audio[1], INNER))
+def short_alone(tiny_pipeline, audio):
+    return _facts(tiny_pipeline.run(audio[1], INNER))
 
 
 @pytest.mark.parametrize("name", list(OPTION_SETS))
-def test_work_run_between_batches_leaves_both_transcripts_as_alone(base_pipeline, audio, short_alone, name):
+def test_work_run_between_batches_leaves_both_transcripts_as_alone(tiny_pipeline, audio, short_alone, name):
     long, short = audio
     outer, inner = RunOptions(decode=OPTION_SETS[name]), INNER
-    alone = _facts(base_pipeline.run(long, outer))
+    alone = _facts(tiny_pipeline.run(long, outer))
     inside: list = []
     paused = [0.0]
 
     def report(stage: str, fraction: float) -> None:
         if stage in BETWEEN_BATCHES and 0 < fraction < 1 and len(inside) < 2:  # the first two reports
             t = time.perf_counter()
-            inside.append(_facts(base_pipeline.run(short, inner)))
+            inside.append(_facts(tiny_pipeline.run(short, inner)))
             time.sleep(0.5)
             paused[0] += time.perf_counter() - t
 
     t = time.perf_counter()
-    shared = base_pipeline.run(long, outer, report)
+    shared = tiny_pipeline.run(long, outer, report)
     wall = time.perf_counter() - t
     assert inside, "no report between batches"
     assert _facts(shared) == alone

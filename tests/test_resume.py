@@ -49,14 +49,6 @@ def long_file(eval_root, tmp_path_factory):
     return build_long_file("dense", tmp_path_factory.mktemp("long"), min_seconds=150)
 
 
-@pytest.fixture(scope="module")
-def tiny_pipeline(tiny_engine):
-    """tiny.en: the test decodes its 2.5 minutes twice (about 3x faster than base, words included)."""
-    from specwhisper.pipeline.core import Pipeline, PipelineConfig
-
-    return Pipeline(PipelineConfig(model="tiny.en", draft="none"), asr=tiny_engine)
-
-
 def test_interrupted_file_resumes_identically(tiny_pipeline, long_file, tmp_path, monkeypatch):
     pipeline = tiny_pipeline
     opts = _options()
