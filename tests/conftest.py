@@ -92,6 +92,16 @@ def unpacked_engine():
 
 
 @pytest.fixture(scope="session")
+def unpacked_tiny_engine():
+    """tiny.en in float32 with plain ``F.linear`` products: the fixed-shape mode."""
+    from specwhisper.asr.engine import AsrEngine
+    from tests.exactness import plain_float32_products
+
+    with plain_float32_products():
+        return AsrEngine("tiny.en")
+
+
+@pytest.fixture(scope="session")
 def tiny_engine():
     from specwhisper.asr.engine import AsrEngine
 
