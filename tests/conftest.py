@@ -61,15 +61,6 @@ def base_engine():
     return AsrEngine("base")
 
 
-@pytest.fixture(scope="session")
-def bf16_engine():
-    """base in bfloat16 on this CPU: its products are plain ``F.linear`` calls, as on a GPU, so it decodes
-    in the fixed-shape mode (``specwhisper.asr.runtime.decoder``)."""
-    from specwhisper.asr.engine import AsrEngine
-
-    return AsrEngine("base", dtype="bfloat16")
-
-
 @pytest.fixture
 def unpacked():
     """Within a test: every float32 engine, runtime and drafter it makes has plain ``F.linear`` products
