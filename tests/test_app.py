@@ -22,8 +22,8 @@ SRT_CUE = re.compile(r"(\d+)\n(\d\d):(\d\d):(\d\d),(\d{3}) --> (\d\d):(\d\d):(\d
 
 @pytest.fixture(scope="module")
 def app_url(tmp_path_factory):
-    """The app on tiny.en: what the page does does not depend on the model, and tiny.en decodes these
-    files in about half base's time (the file's tests 182 -> 128 s); test_app_live runs it on base."""
+    """The app on tiny.en: what the page does does not depend on the model, and the file's tests take
+    0.7 of their time on base with it; test_app_live runs the app on base."""
     with running_app(tmp_path_factory.mktemp("app"), "--models", "tiny.en", "--drafters", "auto,none,ngram",
                      "--max-duration", "120", "--output-dir", str(tmp_path_factory.mktemp("downloads"))) as url:
         yield url

@@ -23,8 +23,8 @@ pytestmark = pytest.mark.usefixtures("unpacked")  # every engine a test here mak
 @pytest.fixture(params=["float32", "bfloat16"])
 def gpu_like_engine(request):
     """tiny.en in the fixed-shape mode: float32 over plain products, and bfloat16 (whose products on this
-    CPU are plain ``F.linear`` calls, as on a GPU). tiny.en: the test's passes in bfloat16 take 70 s
-    on this CPU with base, 29 s with tiny.en."""
+    CPU are plain ``F.linear`` calls, as on a GPU). tiny.en: the verify test in bfloat16 takes 45 s on
+    this CPU with base, 25 s with tiny.en."""
     if request.param == "float32":
         return request.getfixturevalue("unpacked_tiny_engine")
     return AsrEngine("tiny.en", dtype="bfloat16")

@@ -1,6 +1,6 @@
 """Short requests overtake a long one on the HTTP server (the model worker's overtaking,
 specwhisper.serving.worker), with the embedded Whisper tiny.en on real audio (overtaking does not depend
-on the model; base took twice the time): while a 122 s upload decodes window by window, an 11 s upload
+on the model; base takes 1.7 times as long): while a 122 s upload decodes window by window, an 11 s upload
 through the `openai` client and a live stream of another clip sent after it get their answers before it
 ends; the short upload's answer has the tokens and times it
 gets alone, the long one's is the one it gets alone, and the time others ran inside its pass is not in
