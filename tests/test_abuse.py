@@ -34,6 +34,7 @@ from specwhisper.serving.service import ServiceSettings
 
 ROOT = Path(__file__).resolve().parents[1]
 JFK = ROOT / "samples" / "jfk.wav"
+MEETING = ROOT / "samples" / "meeting-dev00.wav"
 MAX_AUDIO_S = 60
 MAX_UPLOAD = 2 * 2**20
 LIMITS = ConnectionLimits(max_connections=16, head_timeout_s=1.0, keep_alive_s=1)
@@ -53,8 +54,9 @@ def _wav(audio: np.ndarray) -> bytes:
 
 @pytest.fixture(scope="module")
 def media(tmp_path_factory) -> dict[str, Path]:
-    """A silent m4a twice the limit (its container says so), and an ADTS stream that understates its
-    length (10 s of noise at 128 kb/s, then 600 s of silence at 8 kb/s: ffprobe estimates ~20 s)."""
+    """A silent m4a twice the limit (its container says so), an ADTS stream that understates its length
+    (10 s of noise at 128 kb/s, then 600 s of silence at 8 kb/s: ffprobe estimates ~20 s), jfk.wav and
+    55 s of speech."""
     d = tmp_path_factory.mktemp("media")
     _ffmpeg("-f", "lavfi", "-i", "anullsrc=r=16000:cl=mono", "-t", 2 * MAX_AUDIO_S, "-c:a", "aac", "-b:a", "8k", d / "long.m4a")
     _ffmpeg("-f", "lavfi", "-i", "anoisesrc=r=16000:a=0.5", "-t", 10, "-c:a", "aac", "-b:a", "128k", "-f", "adts", d / "a.aac")
@@ -62,7 +64,10 @@ def media(tmp_path_factory) -> dict[str, Path]:
     (d / "lying.aac").write_bytes((d / "a.aac").read_bytes() + (d / "b.aac").read_bytes())
     jfk, _ = sf.read(JFK, dtype="float32")
     (d / "jfk.wav").write_bytes(_wav(jfk))
-    (d / "speech55.wav").write_bytes(_wav(np.tile(jfk, 5)))
+    # 55 s of speech no window of which repeats itself (jfk.wav five times over fails the compression-ratio
+    # check in every window: tiny.en then samples every temperature, 37 s of decoding against 8 s)
+    meeting, _ = sf.read(MEETING, dtype="float32")
+    (d / "speech55.wav").write_bytes(_wav(np.concatenate([meeting, jfk, meeting[: 14 * 16000]])))
     return {p.stem: p for p in d.iterdir()}
 
 
