@@ -23,14 +23,13 @@ configure(max(1, 2 // int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1"))))
 # The heaviest files first (their summed test seconds on the 2-core CI machine, heaviest first): the
 # workers take whole files in collection order (``--no-loadscope-reorder``; xdist's own order is by
 # the number of tests, which put files of a few long tests last, one worker running them alone at the end)
-HEAVY_FIRST = ("test_fallback.py", "test_fixed_shape.py", "test_no_lost_speech.py", "test_openai_api.py",
-               "test_app.py", "test_speculative.py", "test_between_batches.py", "test_streaming.py",
-               "test_handler.py", "test_batch.py", "test_large_shapes.py", "test_batched_speculation.py",
-               "test_postedit.py", "test_hallucination.py", "test_realtime_ws.py", "test_cli.py",
-               "test_transcribe.py", "test_scheduling.py", "test_early_exit.py", "test_diarize.py",
-               "test_http_overtake.py", "test_int8.py", "test_abuse.py", "test_api.py", "test_text_alignment.py",
-               "test_vad_filter.py", "test_multilingual.py", "test_resume.py", "test_beam.py", "test_live_ws.py",
-               "test_app_live.py", "test_auto_draft.py")
+HEAVY_FIRST = ("test_fallback.py", "test_speculative.py", "test_fixed_shape.py", "test_no_lost_speech.py",
+               "test_openai_api.py", "test_streaming.py", "test_batch.py", "test_app.py", "test_large_shapes.py",
+               "test_handler.py", "test_hallucination.py", "test_batched_speculation.py", "test_postedit.py",
+               "test_cli.py", "test_realtime_ws.py", "test_transcribe.py", "test_between_batches.py",
+               "test_diarize.py", "test_int8.py", "test_early_exit.py", "test_api.py", "test_text_alignment.py",
+               "test_resume.py", "test_convert.py", "test_multilingual.py", "test_jobs.py", "test_app_live.py",
+               "test_live_ws.py", "test_scheduling.py", "test_auto_draft.py", "test_beam.py", "test_abuse.py")
 
 
 def pytest_collection_modifyitems(config, items):
