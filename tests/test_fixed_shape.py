@@ -20,14 +20,18 @@ from tests.exactness import drafting_factory
 pytestmark = pytest.mark.usefixtures("unpacked")  # every engine a test here makes has plain F.linear products
 
 
+@pytest.fixture(scope="module")
+def bf16_tiny_engine():
+    """tiny.en in bfloat16: its products on this CPU are plain ``F.linear`` calls, as on a GPU. Made once
+    for the module's tests, which put back what they change in its runtime."""
+    return AsrEngine("tiny.en", dtype="bfloat16")
+
+
 @pytest.fixture(params=["float32", "bfloat16"])
 def gpu_like_engine(request):
-    """tiny.en in the fixed-shape mode: float32 over plain products, and bfloat16 (whose products on this
-    CPU are plain ``F.linear`` calls, as on a GPU). tiny.en: the verify test in bfloat16 takes 45 s on
-    this CPU with base, 25 s with tiny.en."""
-    if request.param == "float32":
-        return request.getfixturevalue("unpacked_tiny_engine")
-    return AsrEngine("tiny.en", dtype="bfloat16")
+    """tiny.en in the fixed-shape mode: float32 over plain products, and bfloat16. tiny.en: the verify test
+    in bfloat16 takes 45 s on this CPU with base, 25 s with tiny.en."""
+    return request.getfixturevalue("unpacked_tiny_engine" if request.param == "float32" else "bf16_tiny_engine")
 
 
 def _logits_by_width(rt, enc, seq, p0, widths, rows=1):
