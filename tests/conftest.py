@@ -29,7 +29,8 @@ HEAVY_FIRST = ("test_fallback.py", "test_speculative.py", "test_fixed_shape.py",
                "test_cli.py", "test_realtime_ws.py", "test_transcribe.py", "test_between_batches.py",
                "test_diarize.py", "test_int8.py", "test_early_exit.py", "test_api.py", "test_text_alignment.py",
                "test_resume.py", "test_convert.py", "test_multilingual.py", "test_jobs.py", "test_app_live.py",
-               "test_live_ws.py", "test_scheduling.py", "test_auto_draft.py", "test_beam.py", "test_abuse.py")
+               "test_live_ws.py", "test_scheduling.py", "test_auto_draft.py", "test_beam.py", "test_http_overtake.py",
+               "test_suppress.py", "test_abuse.py")
 
 
 def pytest_collection_modifyitems(config, items):
