@@ -377,8 +377,7 @@ def test_ray_engine_two_workers(run_cli, eval_root, tmp_path):
     for name in ("jfk", "talk", "lj", "fleurs"):
         assert (out / f"{name}.txt").read_text() == (tmp_path / "local" / f"{name}.txt").read_text()
 
-    # Resuming on Ray: nothing left to do, nothing redone.
-    proc = _start(src, out, "--engine", "ray")
-    _, err = proc.communicate(timeout=300)
-    assert proc.returncode == 1 and len(_error_lines(err)) == 0
+    # Resuming on Ray: nothing left to do, nothing redone (in this process: with nothing to do no Ray starts)
+    code, _, err = run_cli(src, "-o", out, "-f", "txt,json", "-q", "--engine", "ray")
+    assert code == 1 and len(_error_lines(err)) == 0
     assert {r: v["attempts"] for r, v in _rows(out).items()} == {r: v["attempts"] for r, v in rows.items()}
