@@ -32,9 +32,9 @@ class Run:
 
 @pytest.fixture(scope="module")
 def run(base_engine, tmp_path_factory, eval_root) -> Run:
-    """~25 s of back-to-back public clips played in 1 s pieces, the buffer cut once it holds 8 s (several
-    trims on the way; 15 s by default); each re-decode is also decoded plainly from the same encoder output
-    and prompt."""
+    """~25 s of back-to-back public clips played in 2 s pieces (the web UI's tick), the buffer cut once it
+    holds 8 s (several trims on the way; 15 s by default); each re-decode is also decoded plainly from the
+    same encoder output and prompt."""
     long = build_long_file("dense", tmp_path_factory.mktemp("live"), min_seconds=25.0)
     audio = load_audio(long.path)
     plain = GreedyDecoder(base_engine.runtime, base_engine.special, base_engine.rules)
@@ -45,13 +45,13 @@ def run(base_engine, tmp_path_factory, eval_root) -> Run:
         decodes.append((d, plain.decode(d.encoder_out, d.prompt).sequences[0].tokens))
 
     tr = StreamingTranscriber(base_engine, StreamOptions(language="en", trim_s=8.0), observer=check)
-    words = play(tr, audio, chunk_s=1.0)
+    words = play(tr, audio, chunk_s=2.0)
     offline = base_engine.transcribe(audio, DecodeOptions(language="en"))
     return Run(words, decodes, tr, long.reference, " ".join(s.text.strip() for s in offline.segments), audio)
 
 
 def test_every_redecode_is_plain_greedy(run):
-    assert len(run.decodes) >= 20
+    assert len(run.decodes) >= 12
     for d, plain in run.decodes:
         assert d.tokens == plain, f"re-decode of {d.buffer_start:.2f}+{d.buffer_seconds:.2f} s differs from plain greedy"
     assert any(d.buffer_start > 0 for d, _ in run.decodes), "the buffer was never trimmed"
@@ -61,7 +61,7 @@ def test_every_redecode_is_plain_greedy(run):
 
 def test_previous_hypothesis_drafts(run):
     s = run.transcriber.stats
-    # measured on this stream (31 re-decodes, the buffer cut at 8 s): 49% of drafted tokens accepted, 2.2
+    # measured on this stream (16 re-decodes, the buffer cut at 8 s): 54% of drafted tokens accepted, 2.25
     # tokens per target pass (a stalled buffer is cut at its last confirmed word: the next decode has no
     # draft to start)
     assert s.drafted and s.acceptance_rate > 0.3 and s.tokens_per_target_pass > 1.5, s.to_dict()
@@ -75,8 +75,8 @@ def test_confirmed_stream_is_the_transcript_once_in_order(run):
     text = "".join(w.text for w in words)
     n_stream, n_off = len(normalize(text).split()), len(normalize(run.offline).split())
     assert abs(n_stream - n_off) <= 0.1 * n_off, (text, run.offline)  # nothing doubled, nothing lost
-    # measured 0.21: the stream differs from the offline decode mostly where the offline one is wrong
-    # ("within ETV", "St.Trap" for "within easy reach", "Sintra"): the reference check below is the strict one
+    # measured 0.04 (the stream's words against the offline decode's): a stream may well differ where the
+    # offline decode is wrong, so the reference check below is the strict one
     assert wer([run.offline], [text]) < 0.3, (text, run.offline)
     w_stream, w_off = wer([run.reference], [text]), wer([run.reference], [run.offline])
     assert w_stream <= w_off * 1.2 + 0.02, (w_stream, w_off, text)
