@@ -45,8 +45,8 @@ def _records(path) -> int:
 
 @pytest.fixture(scope="module")
 def long_file(eval_root, tmp_path_factory):
-    """About 2.5 minutes of the public clips, back to back."""
-    return build_long_file("dense", tmp_path_factory.mktemp("long"), min_seconds=150)
+    """About 107 s of the public clips, back to back (5 batches of up to 2 chunks)."""
+    return build_long_file("dense", tmp_path_factory.mktemp("long"), min_seconds=100)
 
 
 def test_interrupted_file_resumes_identically(tiny_pipeline, long_file, tmp_path, monkeypatch):
