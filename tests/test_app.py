@@ -156,26 +156,6 @@ def test_speaker_timeline_and_row_click_plays_from_there(page, tmp_path, eval_ro
         arg=start, timeout=30_000)
 
 
-@pytest.mark.integration
-def test_table_fills_while_the_file_is_transcribed(page, tmp_path):
-    """A 70 s file of the public clips, "More options" open and a window per batch: rows appear while the
-    run goes on (no speed facts yet), and the finished table holds them, in order, with the rest. The
-    options left empty in the open accordion are their defaults."""
-    from specwhisper.evaluation.transcripts import build_long_file
-
-    long = build_long_file("dense", tmp_path, 65, seed=0)
-    page.click("#more-options button, #more-options .label-wrap")
-    page.locator("#opt-batch-size textarea, #opt-batch-size input").first.fill("1")
-    _transcribe(page, long.path)
-    page.wait_for_function("() => document.querySelectorAll('#transcript div[role=row] [role=gridcell]').length > 0",
-                           timeout=RUN_TIMEOUT_MS, polling=100)
-    early = _table(page)
-    assert "RTF" not in page.inner_text("#facts"), "the rows came with the finished run"
-    _wait_for_text(page, "#facts", "RTF")
-    final = _table(page)
-    assert early and len(final) > len(early) and final[: len(early)] == early, (early, final)
-
-
 def test_a_script_pasted_under_more_options_is_the_transcript(page):
     """The text under "More options" is aligned: a row per line of it, word for word, timed in the clip."""
     script = ["And so, my fellow Americans:", "ask not what your country can do for you;",
@@ -193,9 +173,10 @@ def test_a_script_pasted_under_more_options_is_the_transcript(page):
 
 @pytest.mark.integration
 def test_a_short_file_is_transcribed_inside_a_long_one(browser, app_url, tmp_path):
-    """Two users: one transcribes a 93 s file a window per batch; the other's jfk.wav, sent once the long
-    run's first rows are in, gets its transcript while the long run goes on (no speed facts yet: it ran between
-    two of the long run's batches), and the long one finishes whole."""
+    """Two users: one transcribes a 93 s file a window per batch ("More options" open, the options left
+    empty there their defaults), its rows appearing while the run goes on; the other's jfk.wav, sent once the
+    long run's first rows are in, gets its transcript while the long run goes on (no speed facts yet: it ran
+    between two of the long run's batches), and the long one finishes whole, the first rows as they came."""
     from specwhisper.evaluation.transcripts import build_long_file, wer
 
     long = build_long_file("dense", tmp_path, 85, seed=0)
@@ -210,11 +191,15 @@ def test_a_short_file_is_transcribed_inside_a_long_one(browser, app_url, tmp_pat
         _transcribe(slow, long.path)
         slow.wait_for_function("() => document.querySelectorAll('#transcript div[role=row] [role=gridcell]').length > 0",
                                timeout=RUN_TIMEOUT_MS, polling=50)  # its first window is done: the rest to go
+        early = _table(slow)
+        assert "RTF" not in slow.inner_text("#facts"), "the rows came with the finished run"
         _transcribe(quick, JFK)
         _wait_for_text(quick, "#transcript", "ask not what your country")
         assert "RTF" not in slow.inner_text("#facts"), "the short file waited for the long one"
         _wait_for_text(slow, "#facts", "RTF")
-        assert wer([long.reference], [" ".join(row[-1] for row in _table(slow))]) <= 0.15
+        final = _table(slow)
+        assert early and len(final) > len(early) and final[: len(early)] == early, (early, final)
+        assert wer([long.reference], [" ".join(row[-1] for row in final)]) <= 0.15
     finally:
         for c in contexts:
             c.close()
