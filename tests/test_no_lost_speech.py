@@ -138,14 +138,24 @@ def test_initial_prompt_steers_the_spelling(base_engine, eval_root):
     assert "Sintra" in prompted and "Sintra" in hot
 
 
-@pytest.mark.parametrize("draft", ["ngram", "tiny.en", "base:4"])
-def test_speculation_after_a_text_prompt_is_token_identical(base_engine, eval_root, draft):
+@pytest.fixture(scope="module")
+def prompted(base_engine, eval_root):
+    """JFK's clip and FLEURS en-002 after the text prompt "Lord Byron in Sintra.": the prompt, and per clip its
+    features, encoder output and plain greedy decode (made once for every drafter's check)."""
     prompt = base_engine.special.prompt("en", "transcribe", True, context=base_engine._context("Lord Byron in Sintra."))
-    decoder = drafting_factory(draft)(base_engine)
     plain = GreedyDecoder(base_engine.runtime, base_engine.special, base_engine.rules)
+    cases = []
     for name in ("openai-whisper/jfk.flac", "cuttledoc-fleurs/fleurs-en-002.ogg"):
         feats, enc, _ = base_engine.encode([_clip(eval_root, name)])
-        want = plain.decode(enc, prompt).sequences[0]
+        cases.append((feats, enc, plain.decode(enc, prompt).sequences[0]))
+    return prompt, cases
+
+
+@pytest.mark.parametrize("draft", ["ngram", "tiny.en", "base:4"])
+def test_speculation_after_a_text_prompt_is_token_identical(base_engine, prompted, draft):
+    prompt, cases = prompted
+    decoder = drafting_factory(draft)(base_engine)
+    for feats, enc, want in cases:
         got = decoder.decode(enc, prompt, features=feats).sequences[0]
         assert got.tokens == want.tokens and got.no_speech_prob == pytest.approx(want.no_speech_prob, abs=1e-5)
 
