@@ -174,7 +174,7 @@ def test_a_script_pasted_under_more_options_is_the_transcript(page):
 @pytest.mark.integration
 def test_a_short_file_is_transcribed_inside_a_long_one(browser, app_url, tmp_path):
     """Two users: one transcribes a 93 s file a window per batch ("More options" open, the options left
-    empty there their defaults), its rows appearing while the run goes on; the other's jfk.wav, sent once the
+    empty there at their defaults), its rows appearing while the run goes on; the other's jfk.wav, sent once the
     long run's first rows are in, gets its transcript while the long run goes on (no speed facts yet: it ran
     between two of the long run's batches), and the long one finishes whole, the first rows as they came."""
     from specwhisper.evaluation.transcripts import build_long_file, wer
