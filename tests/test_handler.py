@@ -101,16 +101,16 @@ def test_bytes_and_base64(handler, jfk_bytes, jfk_head):
     assert raw["model"]["asr"] == "base"
 
     # the other ways to send the audio, and the formats, on the clip's first 3.5 s with tiny.en
-    tiny = {"model": "tiny.en"}
+    tiny, head_b64 = {"model": "tiny.en"}, base64.b64encode(jfk_head).decode()
     plain = handler({"inputs": jfk_head, "parameters": tiny})
     assert "fellow americans" in plain["text"].lower(), plain
-    b64 = handler({"inputs": base64.b64encode(jfk_head).decode(), "parameters": {**tiny, "formats": ["srt", "vtt"]}})
+    b64 = handler({"inputs": head_b64, "parameters": {**tiny, "formats": ["srt", "vtt"]}})
     assert b64["text"] == plain["text"]
     assert re.match(r"1\n00:00:\d\d,\d{3} --> 00:00:\d\d,\d{3}\n\S", b64["outputs"]["srt"])
     assert b64["outputs"]["vtt"].startswith("WEBVTT\n\n")
     every = handler({"inputs": jfk_head, "parameters": {**tiny, "formats": "all"}})  # the CLI's and the API's word
     assert set(every["outputs"]) == {"txt", "srt", "vtt", "json", "tsv", "rttm"} and every["outputs"]["srt"] == b64["outputs"]["srt"]
-    data_url = handler({"inputs": "data:audio/wav;base64," + base64.b64encode(jfk_head).decode(), "parameters": tiny})
+    data_url = handler({"inputs": "data:audio/wav;base64," + head_b64, "parameters": tiny})
     assert data_url["text"] == plain["text"]
 
 
