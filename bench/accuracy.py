@@ -79,7 +79,8 @@ def max_deleted_run(reference: str, hypothesis: str, language: str) -> int:
 
 def ours(beam: int | None):
     from specwhisper.audio.loading import load_audio
-    from specwhisper.asr.engine import AsrEngine, DecodeOptions
+    from specwhisper.asr.engine import AsrEngine
+    from specwhisper.asr.options import DecodeOptions
 
     engine = AsrEngine("base")
 

@@ -106,7 +106,8 @@ def ours(model: str, draft: str, files: list[str], threads: int, batch_size: int
     torch.set_num_threads(threads)
     from specwhisper.audio.loading import load_audio
     from specwhisper.asr.drafters.choice import decoder_factory
-    from specwhisper.asr.engine import AsrEngine, DecodeOptions
+    from specwhisper.asr.engine import AsrEngine
+    from specwhisper.asr.options import DecodeOptions
 
     engine = AsrEngine(model, decoder_factory=decoder_factory(draft))
     opts = DecodeOptions(language="en", batch_size=batch_size)
@@ -127,7 +128,8 @@ def ours_interleaved(model: str, drafts: list[str], files: list[str], threads: i
     torch.set_num_threads(threads)
     from specwhisper.audio.loading import load_audio
     from specwhisper.asr.drafters.choice import decoder_factory
-    from specwhisper.asr.engine import AsrEngine, DecodeOptions
+    from specwhisper.asr.engine import AsrEngine
+    from specwhisper.asr.options import DecodeOptions
 
     # one engine per configuration over one set of weights: each has its own runtime (an early-exit
     # drafter re-packs its runtime's head), as in a process of its own

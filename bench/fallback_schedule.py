@@ -55,7 +55,8 @@ def main() -> None:
     torch.set_num_threads(args.threads)
     import specwhisper.asr.decoding.greedy as greedy
     from bench.gpu_longform import long_files
-    from specwhisper.asr.engine import AsrEngine, DecodeOptions
+    from specwhisper.asr.engine import AsrEngine
+    from specwhisper.asr.options import DecodeOptions
     from specwhisper.audio.loading import load_audio
     from specwhisper.evaluation.transcripts import build_long_file, wer
 

@@ -173,9 +173,11 @@ def row(system: str, f: dict, seconds: float, text: str, extra: dict) -> dict:
 def child_ours(cfg: dict) -> dict:
     import torch
 
-    from specwhisper.asr.decoding.fallback import POOL_BATCHES, QualityRules
+    from specwhisper.asr.decoding.fallback import POOL_BATCHES
+    from specwhisper.asr.decoding.quality import QualityRules
     from specwhisper.asr.drafters.choice import decoder_factory
-    from specwhisper.asr.engine import AsrEngine, DecodeOptions
+    from specwhisper.asr.engine import AsrEngine
+    from specwhisper.asr.options import DecodeOptions
 
     t = time.perf_counter()
     dev = cfg["device"]

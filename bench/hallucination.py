@@ -88,10 +88,11 @@ def main() -> None:
     import whisper
 
     from specwhisper.asr.decoding.greedy import SamplingDecoder
-    from specwhisper.asr.engine import DecodeOptions
+    from specwhisper.asr.options import DecodeOptions
     from specwhisper.evaluation.music_gap import music_gap
     from specwhisper.evaluation.transcripts import deleted_share, load_manifest, wer
-    from specwhisper.pipeline.core import Pipeline, PipelineConfig, RunOptions
+    from specwhisper.pipeline.core import Pipeline
+    from specwhisper.pipeline.config import PipelineConfig, RunOptions
 
     torch.set_num_threads(args.threads)
     ours = Pipeline(PipelineConfig(model="base", draft="none", device="cpu", threads=args.threads))

@@ -76,7 +76,8 @@ class Run:
 
 def transcripts(limit: int | None):
     from specwhisper.audio.loading import load_audio
-    from specwhisper.asr.engine import AsrEngine, DecodeOptions
+    from specwhisper.asr.engine import AsrEngine
+    from specwhisper.asr.options import DecodeOptions
     from specwhisper.results.transcript import Transcript
     from specwhisper.evaluation.transcripts import english_set
 

@@ -51,7 +51,8 @@ def main() -> int:
     from specwhisper.hardware.threads import configure
 
     configure(args.threads)  # the CLI's thread policy (without it a decode step took 10x longer next to other jobs)
-    from specwhisper.asr.engine import AsrEngine, DecodeOptions
+    from specwhisper.asr.engine import AsrEngine
+    from specwhisper.asr.options import DecodeOptions
     from specwhisper.audio.loading import load_audio
     from specwhisper.evaluation.transcripts import build_long_file, wer
 

@@ -165,7 +165,8 @@ def plain_reference(base_engine, windows):
 @pytest.fixture(scope="session")
 def base_pipeline(base_engine):
     """A plain-decoding pipeline sharing the session's base engine."""
-    from specwhisper.pipeline.core import Pipeline, PipelineConfig
+    from specwhisper.pipeline.core import Pipeline
+    from specwhisper.pipeline.config import PipelineConfig
 
     return Pipeline(PipelineConfig(model="base", draft="none"), asr=base_engine)
 
@@ -174,7 +175,8 @@ def base_pipeline(base_engine):
 def tiny_pipeline(tiny_engine):
     """A plain-decoding pipeline on the session's tiny.en engine, for checks of the pipeline's bookkeeping
     rather than of base's transcripts (on test_resume's 2.5 minutes with words, about 3x faster than base)."""
-    from specwhisper.pipeline.core import Pipeline, PipelineConfig
+    from specwhisper.pipeline.core import Pipeline
+    from specwhisper.pipeline.config import PipelineConfig
 
     return Pipeline(PipelineConfig(model="tiny.en", draft="none"), asr=tiny_engine)
 

@@ -15,7 +15,7 @@ import soxr
 
 from specwhisper.audio.loading import load_audio
 from specwhisper.evaluation.transcripts import english_set, wer
-from specwhisper.pipeline.core import PipelineConfig
+from specwhisper.pipeline.config import PipelineConfig
 from specwhisper.serving.params import Choices
 from specwhisper.serving.service import LiveLimits, ServiceSettings, PipelinePool
 from specwhisper.serving.ui.live import LiveError, LiveHandlers, LiveSlot, LiveView, PieceResampler, encode_payload

@@ -7,7 +7,8 @@ import pytest
 from specwhisper.audio.loading import load_audio
 from specwhisper.asr.drafters.auto import MARGIN, Costs, best_possible, choose, expected_speedup
 from specwhisper.asr.drafters.choice import decoder_factory
-from specwhisper.asr.engine import AsrEngine, DecodeOptions
+from specwhisper.asr.engine import AsrEngine
+from specwhisper.asr.options import DecodeOptions
 
 
 # Every expected number below is worked out by hand from the cost model in the module's docstring:

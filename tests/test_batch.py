@@ -18,7 +18,7 @@ import numpy as np
 import pytest
 
 from specwhisper.audio.loading import load_audio
-from specwhisper.asr.engine import DecodeOptions
+from specwhisper.asr.options import DecodeOptions
 from specwhisper.evaluation.transcripts import english_set, wer
 from specwhisper.batch.jobs import DB_NAME
 

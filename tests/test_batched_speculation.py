@@ -23,8 +23,9 @@ from specwhisper.asr.decoding.greedy import GreedyDecoder
 from specwhisper.asr.drafters.ngram import WhisperNgramDrafter
 from specwhisper.asr.drafters.choice import model_drafter
 from specwhisper.asr.drafters.early_exit import EarlyExitDrafter
-from specwhisper.asr.engine import AsrEngine, DecodeOptions
-from specwhisper.asr.decoding.fallback import QualityRules
+from specwhisper.asr.engine import AsrEngine
+from specwhisper.asr.options import DecodeOptions
+from specwhisper.asr.decoding.quality import QualityRules
 from specwhisper.asr.decoding.speculative import Lookahead, SpeculativeDecoder
 from tests.exactness import plain_float32_products
 from tests.random_whisper import write_random_whisper

@@ -11,10 +11,11 @@ import time
 
 import pytest
 
-from specwhisper.asr.engine import DecodeOptions
+from specwhisper.asr.options import DecodeOptions
 from specwhisper.audio.loading import load_audio
 from specwhisper.evaluation.transcripts import build_long_file
-from specwhisper.pipeline.core import BETWEEN_BATCHES, RunOptions
+from specwhisper.pipeline.core import BETWEEN_BATCHES
+from specwhisper.pipeline.config import RunOptions
 
 OPTION_SETS = {
     "defaults": DecodeOptions(batch_size=1),

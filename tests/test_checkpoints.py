@@ -66,8 +66,8 @@ def test_bare_checkpoint_transcribes_with_words(bare_engine):
     """Without ``alignment_heads`` the engine loads (it crashed before), and word timestamps use
     openai's fallback heads (every head of the upper half of the decoder)."""
     from specwhisper.audio.loading import load_audio
-    from specwhisper.asr.engine import DecodeOptions
-    from specwhisper.asr.decoding.fallback import QualityRules
+    from specwhisper.asr.options import DecodeOptions
+    from specwhisper.asr.decoding.quality import QualityRules
 
     assert bare_engine.special.multilingual and "de" in bare_engine.special.languages
     assert bare_engine.aligner.heads == [(1, 0), (1, 1)]

@@ -137,7 +137,7 @@ def test_a_voice_the_vad_misses_is_decoded_at_its_own_level(base_engine, eval_ro
     decoded alone: the sentence is found. A pause of steady noise as loud is not split off."""
     import numpy as np
 
-    from specwhisper.asr.engine import DecodeOptions
+    from specwhisper.asr.options import DecodeOptions
     from specwhisper.audio.chunking import frame_levels
     from specwhisper.audio.loading import load_audio
 
@@ -172,7 +172,7 @@ def _planned(engine, audio):
 
 
 def _text(engine, audio) -> str:
-    from specwhisper.asr.engine import DecodeOptions
+    from specwhisper.asr.options import DecodeOptions
     from specwhisper.evaluation.transcripts import normalize
 
     return normalize(" ".join(s.text for s in engine.transcribe(audio, DecodeOptions(language="en")).segments))

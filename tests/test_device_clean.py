@@ -9,7 +9,8 @@ import pytest
 import torch
 
 from specwhisper.audio.loading import load_audio
-from specwhisper.asr.engine import AsrEngine, DecodeOptions
+from specwhisper.asr.engine import AsrEngine
+from specwhisper.asr.options import DecodeOptions
 from tests.devicecheck import HostDeviceMix, HostDeviceMode
 from tests.exactness import drafting_factory
 

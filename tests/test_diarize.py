@@ -86,7 +86,7 @@ def test_real_recordings_get_their_speaker_count(diarizer, eval_root):
 @pytest.fixture(scope="session")
 def two_speaker_words(base_engine, dev_files):
     """(file, audio, segments with word timings from our engine) for dev00, dev01 and the pyannote sample."""
-    from specwhisper.asr.engine import DecodeOptions
+    from specwhisper.asr.options import DecodeOptions
 
     options = DecodeOptions(language="en", word_timestamps=True)
     files = [(f, audio) for f, audio in dev_files]
@@ -164,7 +164,7 @@ def test_silence_gives_no_turns(diarizer):
 
 
 def test_silence_through_the_pipeline_gives_an_empty_transcript(base_pipeline, diarizer, monkeypatch):
-    from specwhisper.pipeline.core import RunOptions
+    from specwhisper.pipeline.config import RunOptions
 
     monkeypatch.setattr(base_pipeline, "_diarizer", diarizer)
     transcript = base_pipeline.run(np.zeros(5 * SR, dtype=np.float32), RunOptions(diarize=True))

@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 from scipy.signal import lfilter
 
-from specwhisper.asr.engine import DecodeOptions
+from specwhisper.asr.options import DecodeOptions
 from specwhisper.diarize.coverage import cover_words, embedding_of, speech_heard_by, uncovered
 from specwhisper.diarize.rttm import format_rttm, parse_rttm
 from specwhisper.evaluation.diarization import real_recordings
@@ -71,7 +71,7 @@ def test_words_over_noise_alone_get_no_turn(diarizer):
 def test_every_transcribed_word_has_a_speaker_and_an_rttm_turn(base_pipeline, diarizer, built, monkeypatch):
     """ami+headset-3spk: 14 s of an AMI meeting then 6 s of another meeting's headset, 3 speakers,
     turns of 0.3-4 s, through the whole pipeline with word timings."""
-    from specwhisper.pipeline.core import RunOptions
+    from specwhisper.pipeline.config import RunOptions
 
     monkeypatch.setattr(base_pipeline, "_diarizer", diarizer)
     f, audio = built["ami+headset-3spk"]

@@ -9,13 +9,14 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from specwhisper.asr.engine import AsrResult, DecodeOptions
+from specwhisper.asr.engine import AsrResult
+from specwhisper.asr.options import DecodeOptions
 from specwhisper.results.stats import DecodeStats
 from bench.meetings import ALL, meeting
 from specwhisper.diarize.attribution import overlap_seconds
 from specwhisper.evaluation.diarization import der_pair
 from specwhisper.diarize.rttm import parse_rttm
-from specwhisper.pipeline.core import RunOptions
+from specwhisper.pipeline.config import RunOptions
 from specwhisper.pipeline.writers import render
 
 SPECS = {spec.name: spec for spec in ALL}

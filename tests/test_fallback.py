@@ -14,7 +14,8 @@ from dataclasses import dataclass
 
 from specwhisper.asr.decoding.greedy import Draws
 from specwhisper.asr.weights.loader import resolve_model_path
-from specwhisper.asr.decoding.fallback import SAMPLE_TOKENS_BASE, Attempt, QualityRules, decode_with_fallback
+from specwhisper.asr.decoding.fallback import decode_with_fallback
+from specwhisper.asr.decoding.quality import SAMPLE_TOKENS_BASE, Attempt, QualityRules
 from specwhisper.results.stats import DecodeStats
 from specwhisper.audio.chunking import Chunk
 from specwhisper.audio.loading import load_audio
@@ -242,7 +243,7 @@ def test_a_files_transcript_with_samples_is_the_same_at_any_batch_size(tiny_engi
     """Three clips transcribed together in one batch of three and each alone in a batch of one, with word
     timings, every chunk kept at a sample (temperature 0.4): the same segments, words and times. In the
     CPU's row-exact mode neither a row's greedy tokens nor its samples depend on the rows beside it."""
-    from specwhisper.asr.engine import DecodeOptions
+    from specwhisper.asr.options import DecodeOptions
     from specwhisper.audio.loading import load_audio
 
     items = {m.file: m for m in manifest}
@@ -303,7 +304,7 @@ def test_a_greedy_text_that_loops_stops_there_in_plain_and_speculative_decoding_
     batch decodes as it does alone; and the chunk's kept attempt is the one it gets when the greedy text
     runs on to the limit, in fewer decoder steps."""
     import specwhisper.asr.decoding.greedy as greedy
-    from specwhisper.asr.decoding.fallback import compression_ratio
+    from specwhisper.asr.decoding.quality import compression_ratio
     from specwhisper.asr.drafters.choice import decoder_factory
     from specwhisper.evaluation.transcripts import build_long_file
 
@@ -351,7 +352,7 @@ SINTRA_LOOP = " North and within easy-weep is a romantic and fascinating town of
 
 
 def test_a_text_ending_in_a_loop_is_repetitive_and_spoken_repeats_are_not():
-    from specwhisper.asr.decoding.fallback import compression_ratio, ends_in_loop
+    from specwhisper.asr.decoding.quality import compression_ratio, ends_in_loop
 
     assert compression_ratio(SINTRA_LOOP) < 2.4 and ends_in_loop(SINTRA_LOOP)
     assert ends_in_loop(" Ha ha ha" * 20) and ends_in_loop(" I'm sorry." * 8)
@@ -366,7 +367,7 @@ def test_a_loop_after_real_words_is_decoded_again(base_engine, tmp_path, file_sp
     """The window of ``SINTRA_LOOP``: its compression ratio (2.23) passes openai's check, so without the
     loop check the three clips after the loop (the wizard, JFK's, "in being comparatively modern") are
     lost from the transcript. The loop fails the check: the window is sampled again and they are in it."""
-    from specwhisper.asr.engine import DecodeOptions
+    from specwhisper.asr.options import DecodeOptions
     from specwhisper.evaluation.transcripts import build_long_file, normalize
 
     talk = build_long_file("speakers", tmp_path, 600, seed=5)
@@ -399,7 +400,7 @@ def test_a_gpus_pooled_fallback_gives_the_transcripts_in_fewer_steps(base_engine
     beside JFK's, not after them). A journal of the pooled run, finishing the batches in the order
     they came, replays every one of them in a second run."""
     from specwhisper.asr.decoding import fallback
-    from specwhisper.asr.engine import DecodeOptions
+    from specwhisper.asr.options import DecodeOptions
     from specwhisper.audio.loading import load_audio
     from specwhisper.pipeline.checkpoint import ChunkCheckpoint
 
@@ -445,7 +446,7 @@ def test_an_interrupted_pooled_run_resumes_to_the_same_transcripts(base_engine, 
     them into the pool as they were counted (``FallbackPool.hold``: finished together again, before
     the fourth is taken), decodes the fourth, and gives the uninterrupted run's segments."""
     from specwhisper.asr.decoding import fallback
-    from specwhisper.asr.engine import DecodeOptions
+    from specwhisper.asr.options import DecodeOptions
     from specwhisper.audio.loading import load_audio
     from specwhisper.pipeline.checkpoint import ChunkCheckpoint
 
@@ -505,7 +506,7 @@ def test_a_captured_draw_gives_the_eager_draws_bits(tiny_engine, manifest):
 
 
 def test_a_text_of_whispers_stock_phrases_alone_is_one_and_one_with_other_words_is_not():
-    from specwhisper.asr.decoding.fallback import is_stock_phrase
+    from specwhisper.asr.decoding.quality import is_stock_phrase
 
     # what base wrote over the whispered clip, the noise and music of bench/noise.py and test_hallucination
     for text in (" Thank you very much.", " Thank you. Thank you.", " Thanks for watching!", " you",

@@ -14,7 +14,8 @@ import torch
 
 from specwhisper.audio.loading import load_audio
 from specwhisper.asr.drafters.choice import decoder_factory
-from specwhisper.asr.engine import AsrEngine, DecodeOptions
+from specwhisper.asr.engine import AsrEngine
+from specwhisper.asr.options import DecodeOptions
 from tests.exactness import drafting_factory
 
 pytestmark = pytest.mark.usefixtures("unpacked")  # every engine a test here makes has plain F.linear products

@@ -11,9 +11,9 @@ from __future__ import annotations
 
 import pytest
 
-from specwhisper.asr.decoding.fallback import Attempt
+from specwhisper.asr.decoding.quality import Attempt
 from specwhisper.asr.decoding.greedy import SequenceResult
-from specwhisper.asr.engine import DecodeOptions
+from specwhisper.asr.options import DecodeOptions
 from specwhisper.asr.hallucination import screen
 from specwhisper.asr.redecode import MAX_REDECODE_DEPTH
 from specwhisper.asr.scheduling import FileResults
@@ -22,7 +22,7 @@ from specwhisper.audio.loading import SAMPLE_RATE, load_audio
 from specwhisper.evaluation.music_gap import MusicGap, music_gap
 from specwhisper.evaluation.noise import with_noise
 from specwhisper.evaluation.transcripts import build_long_file, deleted_share, normalize, read_textgrid_words
-from specwhisper.pipeline.core import RunOptions
+from specwhisper.pipeline.config import RunOptions
 from specwhisper.results.transcript import Segment, Word
 
 THRESHOLD = 2.0  # seconds
@@ -100,7 +100,7 @@ def test_a_stock_phrase_over_a_whispered_clip_goes_and_a_spoken_one_stays(base_p
     """bench/longform.py's talk, 125-145 s: MFA's "this is all very whispered" clip (132.3-138.0 s), of
     which Whisper base reads the first words; the rest, decoded again alone, read "Thank you very
     much." (no-speech 0.56, log-probability -1.04), the sign-off Whisper writes where it hears no
-    speech (``fallback.is_stock_phrase``): it goes, the speech around it stays. The spoken "Thanks!" that
+    speech (``quality.is_stock_phrase``): it goes, the speech around it stays. The spoken "Thanks!" that
     ends MFA's corpus (from the pause before it, by its TextGrid), alone, 30 dB quieter, and under pink
     noise 20 dB below it, stays."""
     talk = load_audio(build_long_file("dense", tmp_path, 600).path)

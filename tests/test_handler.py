@@ -24,7 +24,7 @@ import pytest
 import soundfile as sf
 
 from handler import EndpointHandler
-from specwhisper.asr.engine import DecodeOptions
+from specwhisper.asr.options import DecodeOptions
 from specwhisper.asr.decoding.language import normalize_language
 from specwhisper.asr.weights.loader import load_whisper, resolve_model_path, write_ct2_folder
 from specwhisper.evaluation.transcripts import load_manifest, wer

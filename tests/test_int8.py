@@ -10,7 +10,8 @@ import torch
 
 from specwhisper.audio.loading import load_audio
 from specwhisper.asr.drafters.choice import decoder_factory
-from specwhisper.asr.engine import AsrEngine, DecodeOptions
+from specwhisper.asr.engine import AsrEngine
+from specwhisper.asr.options import DecodeOptions
 from specwhisper.hardware.kernels import Int8Linear
 from specwhisper.evaluation.transcripts import wer
 

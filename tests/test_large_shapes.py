@@ -8,8 +8,9 @@ import pytest
 
 from specwhisper.audio.loading import load_audio
 from specwhisper.asr.drafters.choice import decoder_factory
-from specwhisper.asr.engine import AsrEngine, DecodeOptions
-from specwhisper.asr.decoding.fallback import QualityRules
+from specwhisper.asr.engine import AsrEngine
+from specwhisper.asr.options import DecodeOptions
+from specwhisper.asr.decoding.quality import QualityRules
 from tests.random_whisper import write_random_whisper
 
 pytestmark = pytest.mark.filterwarnings("ignore")

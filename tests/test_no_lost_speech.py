@@ -10,8 +10,8 @@ import pytest
 
 from specwhisper.audio.loading import SAMPLE_RATE, load_audio
 from specwhisper.asr.decoding.greedy import GreedyDecoder
-from specwhisper.asr.engine import DecodeOptions
-from specwhisper.asr.decoding.fallback import Attempt, QualityRules, temperature_schedule
+from specwhisper.asr.options import DecodeOptions
+from specwhisper.asr.decoding.quality import Attempt, QualityRules, temperature_schedule
 from specwhisper.asr.decoding.greedy import SequenceResult
 from specwhisper.asr.redecode import Standing, after_new_text
 from specwhisper.asr.scheduling import FileResults

@@ -54,7 +54,7 @@ def test_the_python_api_takes_exactly_its_options():
 
 
 def test_the_web_ui_builds_a_control_per_option(tmp_path):
-    from specwhisper.pipeline.core import PipelineConfig
+    from specwhisper.pipeline.config import PipelineConfig
     from specwhisper.serving.service import PipelinePool, ServiceSettings
     from specwhisper.serving.ui.app import UiConfig, build_demo
 

@@ -61,8 +61,9 @@ def hub_cache(tmp_path, monkeypatch):
 
 def test_large_v3_is_paired_with_its_cached_distil_drafter(hub_cache, manifest):
     from specwhisper.asr.drafters.choice import decoder_factory, model_drafter
-    from specwhisper.asr.engine import AsrEngine, DecodeOptions
-    from specwhisper.asr.decoding.fallback import QualityRules
+    from specwhisper.asr.engine import AsrEngine
+    from specwhisper.asr.options import DecodeOptions
+    from specwhisper.asr.decoding.quality import QualityRules
     from specwhisper.audio.loading import load_audio
 
     assert resolve_model_path("large-v3").startswith(str(hub_cache))

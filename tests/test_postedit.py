@@ -13,7 +13,7 @@ import json
 import pytest
 import torch
 
-from specwhisper.asr.engine import DecodeOptions
+from specwhisper.asr.options import DecodeOptions
 from specwhisper.evaluation.transcripts import english_set, wer
 from specwhisper.results.words import word_key
 

@@ -10,11 +10,11 @@ from dataclasses import replace
 
 import pytest
 
-from specwhisper.asr.engine import DecodeOptions
+from specwhisper.asr.options import DecodeOptions
 from specwhisper.audio.loading import load_audio
 from specwhisper.evaluation.transcripts import build_long_file
 from specwhisper.pipeline.checkpoint import ChunkCheckpoint
-from specwhisper.pipeline.core import RunOptions
+from specwhisper.pipeline.config import RunOptions
 from specwhisper.pipeline.writers import render
 
 
@@ -167,7 +167,7 @@ def test_a_batch_replays_with_the_text_its_redecodes_may_replace(tmp_path):
     """What a decoded batch hands on (the stretches queued again, each with the thin segment, the text
     after a dropped hallucination it may replace or the text dated before it, and whether each attempt
     ended in a loop and passed its checks) comes back from the journal as it went in."""
-    from specwhisper.asr.decoding.fallback import Attempt
+    from specwhisper.asr.decoding.quality import Attempt
     from specwhisper.asr.decoding.greedy import SequenceResult
     from specwhisper.asr.redecode import Standing
     from specwhisper.audio.chunking import Chunk

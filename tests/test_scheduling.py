@@ -78,8 +78,8 @@ def test_chunks_with_the_most_speech_decode_together_with_the_same_text(tiny_eng
     its longest text ends) than in the files' order, for the same tokens (greedy: a row's tokens do not
     depend on the rows beside it)."""
     from specwhisper.asr import scheduling
-    from specwhisper.asr.decoding.fallback import QualityRules
-    from specwhisper.asr.engine import DecodeOptions
+    from specwhisper.asr.decoding.quality import QualityRules
+    from specwhisper.asr.options import DecodeOptions
     from specwhisper.audio.loading import load_audio
 
     clips = [m for m in manifest if m.language == "en" and m.reference and m.duration <= 30][:8]
@@ -117,7 +117,7 @@ def test_segments_given_as_they_become_final_are_the_transcript(tiny_engine, tmp
     transcript (tokens, times, word times), and that is the transcript without ``on_final`` (the CPU's rows
     are exact whatever the order the chunks decode in). tiny.en: when segments are given does not depend on
     the model."""
-    from specwhisper.asr.engine import DecodeOptions
+    from specwhisper.asr.options import DecodeOptions
     from specwhisper.audio.loading import load_audio
     from specwhisper.evaluation.transcripts import build_long_file
 

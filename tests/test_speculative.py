@@ -12,7 +12,7 @@ import torch
 from specwhisper.audio.loading import load_audio
 from specwhisper.asr.drafters.ngram import WhisperNgramDrafter
 from specwhisper.asr.drafters.choice import decoder_factory, model_drafter
-from specwhisper.asr.engine import DecodeOptions
+from specwhisper.asr.options import DecodeOptions
 from specwhisper.asr.decoding.speculative import WhisperDrafter, Lookahead, SpeculativeDecoder
 from tests.exactness import assert_decodes_like_plain
 

@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 from specwhisper.asr.decoding.greedy import GreedyDecoder
-from specwhisper.asr.engine import DecodeOptions
+from specwhisper.asr.options import DecodeOptions
 from specwhisper.results.transcript import Word
 from specwhisper.audio.loading import load_audio
 from specwhisper.evaluation.transcripts import build_long_file, normalize, wer

@@ -14,7 +14,7 @@ import pytest
 import whisper.utils as openai_utils
 
 from specwhisper.results.transcript import Segment, SpeakerTurn, Transcript, Word
-from specwhisper.pipeline.core import RunOptions
+from specwhisper.pipeline.config import RunOptions
 from specwhisper.pipeline.subtitles import SubtitleOptions
 from specwhisper.pipeline.writers import render, write_outputs
 

@@ -11,7 +11,8 @@ import pytest
 
 from specwhisper.asr.decoding.suppress import NUMERAL_SYMBOLS
 from specwhisper.asr.drafters.choice import decoder_factory
-from specwhisper.asr.engine import AsrEngine, DecodeOptions
+from specwhisper.asr.engine import AsrEngine
+from specwhisper.asr.options import DecodeOptions
 from specwhisper.audio.loading import load_audio
 from specwhisper.evaluation.transcripts import wer
 from specwhisper.pipeline.options import check_values

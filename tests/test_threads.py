@@ -9,7 +9,8 @@ import sys
 import pytest
 import torch
 
-from specwhisper.pipeline.core import Pipeline, PipelineConfig
+from specwhisper.pipeline.core import Pipeline
+from specwhisper.pipeline.config import PipelineConfig
 from specwhisper.evaluation.transcripts import REPO_ROOT
 
 

@@ -6,8 +6,8 @@ import numpy as np
 import pytest
 
 from specwhisper.audio.loading import SAMPLE_RATE, load_audio
-from specwhisper.asr.engine import DecodeOptions
-from specwhisper.pipeline.core import RunOptions
+from specwhisper.asr.options import DecodeOptions
+from specwhisper.pipeline.config import RunOptions
 from specwhisper.evaluation.transcripts import english_set, normalize, wer
 
 # Measured on this CPU with greedy decoding (see bench/results/asr_baseline.json): base 0.092.

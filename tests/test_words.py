@@ -6,8 +6,8 @@ import difflib
 
 import numpy as np
 
-from specwhisper.asr.engine import DecodeOptions
-from specwhisper.pipeline.core import RunOptions
+from specwhisper.asr.options import DecodeOptions
+from specwhisper.pipeline.config import RunOptions
 from specwhisper.evaluation.transcripts import normalize, read_textgrid_words
 
 

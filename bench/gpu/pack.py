@@ -154,7 +154,8 @@ def check_model(pack: Path, out: Path) -> dict:
     import tempfile
 
     from bench.common import machine
-    from specwhisper.asr.engine import AsrEngine, DecodeOptions
+    from specwhisper.asr.engine import AsrEngine
+    from specwhisper.asr.options import DecodeOptions
     from specwhisper.audio.loading import load_audio
     from specwhisper.evaluation.transcripts import LONG_KINDS, build_long_file, wer
 

@@ -17,7 +17,8 @@ from specwhisper.audio.loading import SAMPLE_RATE
 from specwhisper.results.stats import DecodeStats
 
 if TYPE_CHECKING:
-    from specwhisper.asr.engine import AsrEngine, DecodeOptions
+    from specwhisper.asr.engine import AsrEngine
+    from specwhisper.asr.options import DecodeOptions
 
 Encoded = dict[Item, tuple[torch.Tensor, torch.Tensor]]  # (file, chunk) -> its features and encoder rows, kept
 

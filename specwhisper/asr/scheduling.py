@@ -19,7 +19,7 @@ from typing import Callable, Hashable
 
 from specwhisper.asr import redecode
 from specwhisper.asr.redecode import Standing
-from specwhisper.asr.decoding.fallback import Attempt
+from specwhisper.asr.decoding.quality import Attempt
 from specwhisper.asr.decoding.segments import repeats, stitch, timed_by_words
 from specwhisper.asr.decoding.tokens import SpecialTokens
 from specwhisper.audio.chunking import Chunk

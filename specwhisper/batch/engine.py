@@ -19,7 +19,7 @@ import numpy as np
 from specwhisper.audio.loading import SAMPLE_RATE, load_audio
 from specwhisper.results.transcript import Transcript
 from specwhisper.batch.inputs import Job
-from specwhisper.pipeline.core import PipelineConfig, RunOptions
+from specwhisper.pipeline.config import PipelineConfig, RunOptions
 from specwhisper.pipeline.options import read_align_text
 from specwhisper.batch.jobs import file_sha256
 

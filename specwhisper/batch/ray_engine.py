@@ -19,7 +19,7 @@ from typing import Iterator
 
 from specwhisper.batch.engine import Event, Finished, Started, one_line, transcribe_group
 from specwhisper.batch.inputs import Job
-from specwhisper.pipeline.core import PipelineConfig, RunOptions
+from specwhisper.pipeline.config import PipelineConfig, RunOptions
 
 Outcome = tuple  # (Transcript | None, error: str | None, load_seconds: float)
 

@@ -22,7 +22,7 @@ from pathlib import Path
 
 from specwhisper.batch.engine import Finished, GroupLimits, LocalEngine, Started
 from specwhisper.batch.inputs import InputError, Job, find_inputs, make_jobs, with_texts
-from specwhisper.pipeline.core import PipelineConfig, RunOptions
+from specwhisper.pipeline.config import PipelineConfig, RunOptions
 from specwhisper.batch.jobs import JobDB, JobRecord, file_sha256
 from specwhisper.pipeline.writers import OutputDirError, check_output_dir, file_name, write_outputs
 from specwhisper.pipeline.subtitles import SubtitleOptions

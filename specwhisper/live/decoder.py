@@ -15,7 +15,7 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
-from specwhisper.asr.decoding.fallback import QualityRules, is_stock_phrase, repetitive
+from specwhisper.asr.decoding.quality import QualityRules, is_stock_phrase, repetitive
 from specwhisper.asr.decoding.greedy import Decoder, GreedyDecoder
 from specwhisper.asr.decoding.language import detect_language
 from specwhisper.asr.decoding.segments import tokens_to_segments
@@ -41,7 +41,7 @@ LIVE_LOOKAHEAD = Lookahead(initial=8, maximum=24)
 # 40 s of clips with the buffer-only encoder). Speech runs at 2-6 text tokens per second (the eval
 # clips: 3.3) plus two timestamps per segment: a re-decode may write ``LOOP_TOKENS_BASE`` +
 # ``LOOP_TOKENS_PER_S`` per second of buffer; one that needs more, or whose text fails the fallback's
-# repetition check (``fallback.repetitive``: openai-whisper's threshold, or a loop at its end), is not
+# repetition check (``quality.repetitive``: openai-whisper's threshold, or a loop at its end), is not
 # a hypothesis (it confirms nothing and drafts nothing).
 # Plain and speculative decoding stop at the same token, so the cap keeps them token-identical.
 LOOP_TOKENS_BASE = 16

@@ -17,9 +17,10 @@ from typing import Callable
 
 import numpy as np
 
-from specwhisper.asr.decoding.fallback import compression_ratio
+from specwhisper.asr.decoding.quality import compression_ratio
 from specwhisper.asr.decoding.language import normalize_language
-from specwhisper.asr.engine import TASKS, AsrEngine, DecodeOptions
+from specwhisper.asr.engine import AsrEngine
+from specwhisper.asr.options import TASKS, DecodeOptions
 from specwhisper.audio.loading import SAMPLE_RATE
 from specwhisper.live.agreement import LocalAgreement, before_squeezed_run
 from specwhisper.live.buffer import WINDOW_S, LiveBuffer

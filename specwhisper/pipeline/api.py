@@ -33,7 +33,8 @@ from specwhisper.pipeline.subtitles import SubtitleOptions
 from specwhisper.pipeline.writers import ALL_FORMATS, check_output_dir, parse_formats, render, write_outputs
 
 if TYPE_CHECKING:
-    from specwhisper.pipeline.core import Pipeline, RunOptions
+    from specwhisper.pipeline.core import Pipeline
+    from specwhisper.pipeline.config import RunOptions
 
 Audio = Union[str, os.PathLike, bytes, bytearray, memoryview, np.ndarray]
 Progress = Callable[[str, float], None]  # progress(stage, fraction done of that stage)

@@ -42,7 +42,7 @@ from pathlib import Path
 import numpy as np
 
 from specwhisper.asr.decoding.greedy import SequenceResult
-from specwhisper.asr.decoding.fallback import Attempt
+from specwhisper.asr.decoding.quality import Attempt
 from specwhisper.results.stats import DecodeStats
 from specwhisper.results.transcript import Segment, Word
 from specwhisper.asr.redecode import Standing

@@ -460,10 +460,10 @@ def run_options(values: dict[str, Any]):
     None means on with diarization; the fallback schedule is openai-whisper's from ``temperature`` and
     its increment. Cross-option rules (min above max speakers, a bad language for the model) are the
     pipeline's: ``RunOptions.validate``."""
-    from specwhisper.asr.decoding.fallback import QualityRules, temperature_schedule
-    from specwhisper.asr.engine import DecodeOptions
+    from specwhisper.asr.decoding.quality import QualityRules, temperature_schedule
+    from specwhisper.asr.options import DecodeOptions
     from specwhisper.audio.clips import parse_clips
-    from specwhisper.pipeline.core import RunOptions
+    from specwhisper.pipeline.config import RunOptions
 
     v = {**defaults(), **values}
     quality = QualityRules(temperatures=temperature_schedule(v["temperature"], v["temperature_increment_on_fallback"]),
@@ -505,7 +505,7 @@ def pipeline_config(values: dict[str, Any], base=None):
     """The pipeline's ``PipelineConfig`` of checked load-scope values, over ``base`` (a deployment's)."""
     from dataclasses import replace
 
-    from specwhisper.pipeline.core import PipelineConfig
+    from specwhisper.pipeline.config import PipelineConfig
 
     names = {o.name for o in OPTIONS if o.scope == "load"}
     return replace(base or PipelineConfig(), **{k: v for k, v in values.items() if k in names})

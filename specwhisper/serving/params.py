@@ -11,19 +11,19 @@ as it is; values may arrive as query-string text ("srt,vtt", "true", "5", "0.2")
 
 from __future__ import annotations
 
-import reprlib
 from dataclasses import dataclass
 from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, ValidationInfo, create_model, field_validator
 
-from specwhisper.asr.decoding.fallback import temperature_schedule
+from specwhisper.asr.decoding.quality import temperature_schedule
 from specwhisper.asr.decoding.language import normalize_language
-from specwhisper.pipeline.core import PipelineConfig, RunOptions
+from specwhisper.pipeline.config import PipelineConfig, RunOptions
 from specwhisper.pipeline.options import (BY_NAME, Option, OptionError, known_speaker_pairs, options_for, pipeline_config,
                                           run_options, subtitle_options)
 from specwhisper.pipeline.subtitles import SubtitleOptions
 from specwhisper.pipeline.writers import WRITERS, with_all
+from specwhisper.serving.messages import clip, short_repr
 
 Format = Literal["txt", "srt", "vtt", "json", "tsv", "rttm", "aud", "textgrid"]
 assert set(Format.__args__) == set(WRITERS)  # noqa: S101 - the writers and the schema list the same formats
@@ -35,28 +35,6 @@ class RequestError(ValueError):
     def __init__(self, message: str, status: int = 400):
         super().__init__(message)
         self.status = status
-
-
-MAX_MESSAGE = 300  # characters of user-sent text an error message repeats
-
-
-def short_repr(value: object) -> str:
-    """A bounded repr (depth, lengths) of a value a request sent."""
-    r = reprlib.Repr()
-    r.maxlevel, r.maxstring, r.maxother, r.maxlist, r.maxdict = 3, 60, 60, 6, 6
-    return r.repr(value)
-
-
-def clip(text: str, limit: int = MAX_MESSAGE) -> str:
-    """``text`` on one line and at most ``limit`` characters (it may come from a hostile request)."""
-    text = " ".join(text.split())
-    return text if len(text) <= limit else text[: limit - 3] + "..."
-
-
-def one_line(exc: BaseException) -> str:
-    """The first line of an exception's message (its type when it has none)."""
-    lines = str(exc).strip().splitlines()
-    return clip(lines[0]) if lines else type(exc).__name__
 
 
 @dataclass(frozen=True)

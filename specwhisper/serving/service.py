@@ -40,7 +40,8 @@ from specwhisper.asr.engine import AsrEngine
 from specwhisper.live.stream import StreamingTranscriber, StreamOptions
 from specwhisper.asr.weights.loader import load_whisper
 from specwhisper.results.transcript import Segment, Transcript
-from specwhisper.pipeline.core import Pipeline, PipelineConfig, Progress
+from specwhisper.pipeline.core import Pipeline, Progress
+from specwhisper.pipeline.config import PipelineConfig
 from specwhisper.serving.params import Choices, TranscribeParams
 from specwhisper.serving.spool import Spool, default_spool_dir
 

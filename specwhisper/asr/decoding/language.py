@@ -5,18 +5,14 @@ Whisper's prompt takes a code (``<|en|>``); the CLI, the web UI, the HTTP server
 Endpoint all take what a person or a transformers client sends (``generate_kwargs={"language":
 "english"}`` is the ASR pipeline's usual form), so every entry point normalises through here. The
 tables are transformers' own (``tokenization_whisper.LANGUAGES`` / ``TO_LANGUAGE_CODE``: 100 codes,
-112 names with aliases such as "castilian" and "mandarin"); that module is imported by the Whisper
-tokenizer anyway, so this costs no start-up time.
+112 names with aliases such as "castilian" and "mandarin"), imported when a language is named: the
+command line checks its options before transformers or torch are loaded.
 """
 
 from __future__ import annotations
 
 import re
 from typing import TYPE_CHECKING
-
-from transformers.models.whisper.tokenization_whisper import LANGUAGES, TO_LANGUAGE_CODE
-
-from specwhisper.hardware.device import on_device
 
 if TYPE_CHECKING:
     import torch
@@ -37,6 +33,8 @@ def normalize_language(value: str | None) -> str | None:
     key = value.strip().lower().removeprefix("<|").removesuffix("|>").replace("_", " ")
     if key in ("", "auto"):
         return None
+    from transformers.models.whisper.tokenization_whisper import LANGUAGES, TO_LANGUAGE_CODE
+
     if key in LANGUAGES:
         return key
     if key in TO_LANGUAGE_CODE:
@@ -49,6 +47,8 @@ def normalize_language(value: str | None) -> str | None:
 
 def detect_language(runtime: WhisperDecoderRuntime, special: SpecialTokens, encoder_out: "torch.Tensor") -> tuple[str, float]:
     """Most likely language of the first row of ``encoder_out`` (openai/whisper's method)."""
+    from specwhisper.hardware.device import on_device
+
     if not special.multilingual:
         return "en", 1.0
     cache = runtime.new_cache(encoder_out[:1])

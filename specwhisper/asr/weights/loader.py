@@ -14,14 +14,11 @@ from transformers.models.whisper.feature_extraction_whisper import WhisperFeatur
 from transformers.models.whisper.tokenization_whisper import WhisperTokenizer
 
 from specwhisper.asr.weights.convert import convert_ct2_whisper
+from specwhisper.asr.weights.errors import ModelError
 from specwhisper.asr.weights.net import WEIGHT_FILES, WhisperNet, load_net
 from specwhisper.hardware.kernels import int8_available, quantize_linears
 
 CONVERTER_VERSION = "2"  # part of the cache folder's name: raised whenever what the converter writes changes
-
-
-class ModelError(RuntimeError):
-    """A model could not be found or loaded."""
 
 
 @dataclass(frozen=True)

@@ -26,9 +26,10 @@ from specwhisper.audio.loading import AudioError
 from specwhisper.hardware.device import resolve_device, resolve_dtype
 from specwhisper.asr.weights.loader import ModelError
 from specwhisper.results.transcript import Segment, Transcript
-from specwhisper.pipeline.core import PipelineConfig, Progress
-from specwhisper.serving.params import (Choices, RequestError, TranscribeParams, clip, model_named, offered_names, one_line,
-                                       parse_params)
+from specwhisper.pipeline.core import Progress
+from specwhisper.pipeline.config import PipelineConfig
+from specwhisper.serving.params import Choices, RequestError, TranscribeParams, model_named, offered_names, parse_params
+from specwhisper.serving.messages import clip, one_line
 from specwhisper.serving.service import LiveLimits, ServiceSettings, PipelinePool
 from specwhisper.pipeline.writers import render
 

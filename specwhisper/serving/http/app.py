@@ -47,7 +47,8 @@ from specwhisper.serving.http.live_ws import add_live_route
 from specwhisper.serving.http.realtime_ws import add_realtime_route
 from specwhisper.serving.worker import ModelWorker
 from specwhisper.serving.http.openai_api import add_openai_routes, is_openai_path, openai_refused
-from specwhisper.serving.params import RequestError, TranscribeParams, clip
+from specwhisper.serving.params import RequestError, TranscribeParams
+from specwhisper.serving.messages import clip
 from specwhisper.serving.spool import Spool
 from specwhisper.serving.http.uploads import Refusal, RequestLimits, Uploads
 

@@ -17,7 +17,7 @@ from typing import BinaryIO
 from python_multipart.exceptions import FormParserError
 from python_multipart.multipart import MultipartParser, parse_options_header
 
-from specwhisper.serving.params import clip
+from specwhisper.serving.messages import clip
 from specwhisper.serving.http.uploads import Refusal
 
 FILE_FIELD = "file"

@@ -31,7 +31,8 @@ from typing import Any
 
 from specwhisper.pipeline.core import BETWEEN_BATCHES
 from specwhisper.serving.endpoint.contract import Endpoint, response
-from specwhisper.serving.params import RequestError, TranscribeParams, one_line, parse_params
+from specwhisper.serving.params import RequestError, TranscribeParams, parse_params
+from specwhisper.serving.messages import one_line
 from specwhisper.serving.worker import Cancelled, CancelToken, ModelWorker, QueueFull
 
 log = logging.getLogger(__name__)

@@ -66,14 +66,16 @@ import numpy as np
 from fastapi import FastAPI, WebSocket
 from starlette.websockets import WebSocketDisconnect, WebSocketState
 
-from specwhisper.asr.engine import AsrEngine, DecodeOptions
+from specwhisper.asr.engine import AsrEngine
+from specwhisper.asr.options import DecodeOptions
 from specwhisper.asr.weights.loader import ModelError
 from specwhisper.results.transcript import word_to_dict
 from specwhisper.audio.loading import SAMPLE_RATE
 from specwhisper.live.stream import LiveError, StreamingTranscriber, StreamUpdate
 from specwhisper.serving.endpoint.contract import response
 from specwhisper.serving.worker import ModelWorker, QueueFull
-from specwhisper.serving.params import RequestError, TranscribeParams, clip, one_line, parse_params, short_repr
+from specwhisper.serving.params import RequestError, TranscribeParams, parse_params
+from specwhisper.serving.messages import clip, one_line, short_repr
 from specwhisper.serving.service import LiveLimits, PipelinePool
 
 log = logging.getLogger(__name__)

@@ -39,14 +39,14 @@ from pathlib import Path
 from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse, PlainTextResponse, Response
 from pydantic import ValidationError
+from transformers.models.whisper.tokenization_whisper import LANGUAGES
 
-from specwhisper.asr.decoding.language import LANGUAGES
 from specwhisper.diarize.known import ERROR_PREFIX as KNOWN_SPEAKER_ERROR
 from specwhisper.results.transcript import Transcript, Word, segments_to_dicts
 from specwhisper.pipeline.writers import render
 from specwhisper.serving.http.form_upload import CLIP_FIELDS, FILE_FIELD, FORM_OVERHEAD, FormUpload
-from specwhisper.serving.params import (Choices, RequestError, TranscribeParams, clip, model_named, offered_names,
-                                       parse_params, short_repr)
+from specwhisper.serving.params import Choices, RequestError, TranscribeParams, model_named, offered_names, parse_params
+from specwhisper.serving.messages import clip, short_repr
 from specwhisper.serving.http.uploads import Refusal, StreamEvents, Uploads
 
 OWNER = "specwhisper"

@@ -19,8 +19,8 @@ import numpy as np
 import soundfile as sf
 
 from specwhisper.live.turns import EAGERNESS_WAIT_MS, TurnSettings
-from specwhisper.serving.params import (ALIAS, RequestError, TranscribeParams, clip, model_named, offered_names, one_line,
-                                       parse_params, short_repr)
+from specwhisper.serving.params import ALIAS, RequestError, TranscribeParams, model_named, offered_names, parse_params
+from specwhisper.serving.messages import clip, one_line, short_repr
 
 INPUT_RATE = 24_000  # OpenAI's PCM rate
 G711_RATE = 8_000

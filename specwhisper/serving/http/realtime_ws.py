@@ -63,7 +63,8 @@ from specwhisper.serving.http.live_ws import (CLOSE_CODES, Pacing, StreamSlots, 
 from specwhisper.serving.http.openai_api import logprob_entries
 from specwhisper.serving.http.realtime_config import (EventError, InputFormat, SessionConfig, checked, format_of, from_beta,
                                                        updated)
-from specwhisper.serving.params import ALIAS, clip, short_repr
+from specwhisper.serving.params import ALIAS
+from specwhisper.serving.messages import clip, short_repr
 from specwhisper.serving.service import PipelinePool
 from specwhisper.serving.worker import ModelWorker
 

@@ -26,7 +26,7 @@ import uvicorn
 
 from specwhisper.asr.weights.loader import ModelError
 from specwhisper.serving.arguments import OneLineParser, positive
-from specwhisper.serving.params import one_line
+from specwhisper.serving.messages import one_line
 from specwhisper.serving.http.auth import check_api_key
 from specwhisper.serving.endpoint.contract import Endpoint
 from specwhisper.serving.http.app import RequestLimits, create_app

@@ -14,10 +14,11 @@ from pathlib import Path
 
 import numpy as np
 
-from specwhisper.asr.engine import DecodeOptions
+from specwhisper.asr.options import DecodeOptions
 from specwhisper.audio.loading import SAMPLE_RATE, load_audio
 from specwhisper.evaluation.transcripts import eval_dir
-from specwhisper.pipeline.core import Pipeline, PipelineConfig, RunOptions
+from specwhisper.pipeline.core import Pipeline
+from specwhisper.pipeline.config import PipelineConfig, RunOptions
 from specwhisper.pipeline.writers import render
 
 HERE = Path(__file__).parent

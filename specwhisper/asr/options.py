@@ -1,0 +1,98 @@
+"""What the ASR engine is asked for: openai-whisper's decoding and transcribe options (and
+faster-whisper's additions) in one dataclass, checked with one-line errors. Apart from the engine so
+that every entry point builds and checks its options before torch is imported."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
+
+from specwhisper.asr.decoding.language import normalize_language
+from specwhisper.asr.decoding.quality import QualityRules
+from specwhisper.audio.clips import Clip, check_clips
+
+if TYPE_CHECKING:
+    from specwhisper.asr.decoding.tokens import SpecialTokens
+
+TASKS = ("transcribe", "translate")
+
+
+@dataclass
+class DecodeOptions:
+    language: str | None = None  # None: detect
+    task: str = "transcribe"
+    batch_size: int | None = 8  # None: the device's (specwhisper.asr.batch_memory: 8 on a CPU, a GPU's free memory)
+    vad_threshold: float = 0.5
+    max_chunk_s: float = 30.0
+    word_timestamps: bool = False
+    beam_size: int | None = None  # None: greedy (speculative when a drafter runs)
+    patience: float = 1.0
+    quality: QualityRules = field(default_factory=QualityRules)
+    initial_prompt: str | None = None  # text before every chunk (before the first one only when conditioning)
+    hotwords: str | None = None  # words to favour: put in the prompt of every chunk
+    condition_on_previous_text: bool = False  # True: chunks decode one at a time, each after the text before it
+    multilingual: bool = False  # detect the language of every chunk, not once per file
+    language_threshold: float = 0.5  # multilingual: a chunk detected below this keeps the language before it
+    vad_filter: bool = False  # drop what the VAD rejects unheard: the speech alone, joined (audio.chunking.join_spans)
+    without_timestamps: bool = False  # decode with <|notimestamps|>: one segment per chunk
+    # seconds of silence around a likely hallucination for it to be dropped (specwhisper.asr.hallucination);
+    # None: off. Word timings are computed when it is set.
+    hallucination_silence_threshold: float | None = None
+    # the stretches of each file to transcribe, (start, end) seconds, end None: to the file's end
+    # (specwhisper.audio.clips: openai-whisper's clip_timestamps); None: all of it
+    clips: tuple[Clip, ...] | None = None
+
+    @property
+    def prompt_text(self) -> str | None:
+        """The text before every chunk's decode: the hotwords, then the initial prompt."""
+        return " ".join(t for t in (self.hotwords, self.initial_prompt) if t) or None
+
+    @property
+    def needs_words(self) -> bool:
+        """Whether the decode aligns words: asked for, or needed by the hallucination rules."""
+        return self.word_timestamps or self.hallucination_silence_threshold is not None
+
+    @property
+    def redecodes(self) -> bool:
+        """Whether stretches a decode skipped are decoded again (``specwhisper.asr.redecode``): only in
+        the lossless mode, where the segments' times say what was skipped."""
+        return not (self.vad_filter or self.without_timestamps)
+
+    def validate(self, special: SpecialTokens | None = None) -> None:
+        """Raises ValueError with a one-line message; ``special`` adds the checks that need the model.
+        A language name ("english", "German") becomes its code here, so every entry point takes names."""
+        self.language = normalize_language(self.language)
+        if self.task not in TASKS:
+            raise ValueError(f"task must be one of {', '.join(TASKS)}, got '{self.task}'")
+        if self.batch_size is not None and self.batch_size < 1:
+            raise ValueError(f"batch size must be >= 1, got {self.batch_size}")
+        if not 1.0 <= self.max_chunk_s <= 30.0:
+            raise ValueError(f"chunk length must be between 1 and 30 s, got {self.max_chunk_s}")
+        if not 0.0 < self.vad_threshold < 1.0:
+            raise ValueError(f"VAD threshold must be between 0 and 1 (exclusive), got {self.vad_threshold}")
+        if self.beam_size is not None and self.beam_size < 1:
+            raise ValueError(f"beam size must be >= 1, got {self.beam_size}")
+        if self.patience <= 0:
+            raise ValueError(f"patience must be > 0, got {self.patience}")
+        if not 0.0 <= self.language_threshold <= 1.0:
+            raise ValueError(f"language threshold must be between 0 and 1, got {self.language_threshold}")
+        threshold = self.hallucination_silence_threshold
+        if threshold is not None and (isinstance(threshold, bool) or not isinstance(threshold, (int, float))
+                                      or not 0 < threshold < float("inf")):
+            raise ValueError(f"hallucination silence threshold must be a number of seconds > 0, got {threshold}")
+        if threshold is not None and self.vad_filter:
+            raise ValueError("hallucination silence threshold does not apply with vad filter: the silence it looks for is dropped before decoding")
+        if self.clips is not None:
+            self.clips = check_clips(self.clips)
+        self.quality.validate()
+        if special is None:
+            return
+        if self.language is not None:
+            if special.multilingual and self.language not in special.languages:
+                raise ValueError(f"unknown language code '{self.language}'")
+            if not special.multilingual and self.language != "en":
+                raise ValueError(f"this model is English-only; cannot use language '{self.language}'")
+        if self.task == "translate" and not special.multilingual:
+            raise ValueError("this model is English-only and cannot translate")
+        if self.multilingual and not special.multilingual:
+            raise ValueError("this model is English-only: --multilingual needs a multilingual model")

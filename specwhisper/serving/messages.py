@@ -1,0 +1,28 @@
+"""What the servers and the command line say to users about a failure: one line, bounded in length
+(the text may come from a hostile request). Light on purpose: the CLI reports bad arguments with it
+before torch is imported."""
+
+from __future__ import annotations
+
+import reprlib
+
+MAX_MESSAGE = 300  # characters of user-sent text an error message repeats
+
+
+def short_repr(value: object) -> str:
+    """A bounded repr (depth, lengths) of a value a request sent."""
+    r = reprlib.Repr()
+    r.maxlevel, r.maxstring, r.maxother, r.maxlist, r.maxdict = 3, 60, 60, 6, 6
+    return r.repr(value)
+
+
+def clip(text: str, limit: int = MAX_MESSAGE) -> str:
+    """``text`` on one line and at most ``limit`` characters (it may come from a hostile request)."""
+    text = " ".join(text.split())
+    return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
+def one_line(exc: BaseException) -> str:
+    """The first line of an exception's message (its type when it has none)."""
+    lines = str(exc).strip().splitlines()
+    return clip(lines[0]) if lines else type(exc).__name__
