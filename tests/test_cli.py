@@ -7,6 +7,7 @@ import re
 import subprocess
 import sys
 import wave
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -14,6 +15,8 @@ import soundfile as sf
 import soxr
 
 from specwhisper.evaluation.transcripts import wer
+
+REPO = Path(__file__).resolve().parents[1]
 
 JFK_REF = "And so my fellow Americans ask not what your country can do for you, ask what you can do for your country."
 
@@ -239,13 +242,39 @@ def test_bad_file_among_good_ones_keeps_the_good_results(run_cli, eval_root, tmp
     assert wer([JFK_REF], [(tmp_path / "out/jfk.txt").read_text()]) <= 0.05
 
 
-def test_console_script_errors_without_traceback(tmp_path):
+def test_console_script_errors_without_traceback(eval_root, tmp_path):
     """The installed entry point, in a fresh process: a bad model and a missing file."""
-    (tmp_path / "a.wav").write_bytes(b"")
-    for argv, expected in (([str(tmp_path / "missing.wav")], "file not found"), ([str(tmp_path / "a.wav"), "--model", "./no/such/model"], "model")):
+    jfk = str(eval_root / "whisper.cpp/jfk.wav")
+    for argv, expected in (([str(tmp_path / "missing.wav")], "file not found"), ([jfk, "--model", "./no/such/model", "-o", str(tmp_path)], "model")):
         proc = subprocess.run([sys.executable, "-m", "specwhisper.serving.cli.main", *argv], capture_output=True, text=True, timeout=300)
         assert proc.returncode != 0
         assert expected in _one_line_error(proc.stderr).lower()
+
+
+def test_mistakes_are_told_before_torch_is_imported(eval_root, tmp_path):
+    """--help, a missing file, an empty file, a bad option value, an unknown format and a transcript
+    written again in other formats: all answered in a fresh process that never imports torch or
+    transformers (they take five seconds to import here)."""
+    jfk, transcript = eval_root / "whisper.cpp/jfk.wav", REPO / "tests/data/subtitles/english.json"
+    (tmp_path / "empty.wav").write_bytes(b"")
+    code = f"""
+import contextlib, io, sys
+from specwhisper.serving.cli.main import main
+def run(*argv):
+    try:
+        return main(list(argv))
+    except SystemExit as exc:  # the parser's answers: --help, a value out of range
+        return exc.code
+with contextlib.redirect_stderr(io.StringIO()) as err, contextlib.redirect_stdout(io.StringIO()):
+    codes = [run("--help"), run({str(tmp_path / "missing.wav")!r}), run({str(tmp_path / "empty.wav")!r}),
+             run({str(jfk)!r}, "--batch-size", "0"),
+             run({str(jfk)!r}, "-f", "docx"), run({str(transcript)!r}, "-f", "srt", "-o", {str(tmp_path)!r})]
+print(codes, [m for m in ("torch", "transformers") if m in sys.modules], err.getvalue().count("error:"))
+"""
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, cwd=REPO)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.split() == ["[0,", "1,", "1,", "2,", "2,", "0]", "[]", "4"], proc.stdout
+    assert (tmp_path / "english.srt").read_text().startswith("1\n00:00:00,000 --> ")
 
 
 def test_progress_bars_draw_on_a_terminal_without_a_size(eval_root, tmp_path):

@@ -158,12 +158,11 @@ def _soundfile_decode(path: str, name: str, info, max_seconds: float) -> np.ndar
 
 
 def check_length(path: str | os.PathLike, max_seconds: float, name: str | None = None) -> float | None:
-    """Refuse, without decoding it, a file that is missing or whose header or container claims more
-    than ``max_seconds`` of audio (errors name it ``name``); the seconds it claims, None when it does not
-    say. What it holds is checked while decoding."""
+    """Refuse, without decoding it, a file that is missing or empty or whose header or container claims
+    more than ``max_seconds`` of audio (errors name it ``name``); the seconds it claims, None when it does
+    not say. What it holds is checked while decoding."""
     name = name or str(path)
-    if not Path(path).is_file():
-        raise _not_a_file(Path(path), name)
+    _check_file(Path(path), name)
     claimed = probe_duration(path)
     if claimed is not None and claimed > max_seconds:
         raise over_limit(name, max_seconds, claimed)
@@ -180,11 +179,7 @@ def load_audio(path: str | os.PathLike, max_seconds: float = DEFAULT_MAX_SECONDS
     """
     path = str(path)
     name = name or path
-    p = Path(path)
-    if not p.is_file():
-        raise _not_a_file(p, name)
-    if p.stat().st_size == 0:
-        raise AudioError(f"{name}: the file is empty (0 bytes)")
+    _check_file(Path(path), name)
     info = soundfile_info(path)
     if info is not None:
         if info.frames == 0:
@@ -200,12 +195,16 @@ def load_audio(path: str | os.PathLike, max_seconds: float = DEFAULT_MAX_SECONDS
     return _check(audio, name)
 
 
-def _not_a_file(p: Path, name: str) -> AudioError:
+def _check_file(p: Path, name: str) -> None:
+    """A regular file with something in it, or a one-line AudioError saying what it is instead."""
     if not p.exists():
-        return AudioError(f"{name}: file not found")
+        raise AudioError(f"{name}: file not found")
     if p.is_dir():
-        return AudioError(f"{name}: is a directory, not an audio file")
-    return AudioError(f"{name}: not a regular file (a device, pipe or socket), not an audio file")
+        raise AudioError(f"{name}: is a directory, not an audio file")
+    if not p.is_file():
+        raise AudioError(f"{name}: not a regular file (a device, pipe or socket), not an audio file")
+    if p.stat().st_size == 0:
+        raise AudioError(f"{name}: the file is empty (0 bytes)")
 
 
 def load_audio_bytes(data: bytes, name: str = "upload", max_seconds: float = DEFAULT_MAX_SECONDS) -> np.ndarray:

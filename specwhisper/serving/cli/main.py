@@ -7,25 +7,21 @@ import shutil
 import sys
 from pathlib import Path
 
+from specwhisper.asr.weights.errors import ModelError
 from specwhisper.audio.loading import AudioError, check_length
-from specwhisper.diarize.known import load_known_speakers
-from specwhisper.asr.weights.loader import ModelError
-from specwhisper.batch.runner import BatchError
 from specwhisper.batch.inputs import output_stems
-from specwhisper.serving.params import clip, one_line
-from specwhisper.batch.ray_engine import RayEngineError
-from specwhisper.pipeline.writers import check_output_dir, parse_formats, render, timed_line, write_outputs
+from specwhisper.diarize.known import load_known_speakers
+from specwhisper.hardware.threads import check_threads
 from specwhisper.pipeline.options import options_for, pipeline_config, run_options
+from specwhisper.pipeline.writers import check_output_dir, parse_formats, render, timed_line, write_outputs
 from specwhisper.serving.arguments import option_values
 from specwhisper.serving.cli.args import PROG, batch_flags_used, parse_args
 from specwhisper.serving.cli.rerender import is_json, rerender
-
+from specwhisper.serving.messages import clip, one_line
 
 
 class CliError(Exception):
     """A problem with what the user asked for; printed as one line."""
-
-
 
 
 class _Progress:
@@ -109,11 +105,18 @@ def _pipeline_config(args):
     return pipeline_config(option_values(args, options_for("cli", "load")))
 
 
+def _pipeline(args):
+    """The models loaded (torch and transformers are imported here)."""
+    from specwhisper.pipeline.core import Pipeline
+
+    return Pipeline(_pipeline_config(args))
+
+
 def run_folder(args, formats: list[str], opts) -> int:
     """`transcribe DIR -o OUT`: a resumable batch (specwhisper/batch/runner.py)."""
-    from specwhisper.batch.runner import BatchConfig, print_summary, run_batch
-
     from specwhisper.batch.engine import GroupLimits
+    from specwhisper.batch.ray_engine import RayEngineError
+    from specwhisper.batch.runner import BatchConfig, BatchError, print_summary, run_batch
 
     for flag in ("workers", "ray_address"):
         if getattr(args, flag) is not None and args.engine != "ray":
@@ -134,7 +137,10 @@ def run_folder(args, formats: list[str], opts) -> int:
         text_dir=_text_folder(args),
     )
     _quiet_libraries()
-    report = run_batch(cfg, _pipeline_config(args), opts, show_progress=not args.quiet and sys.stderr.isatty())
+    try:
+        report = run_batch(cfg, _pipeline_config(args), opts, show_progress=not args.quiet and sys.stderr.isatty())
+    except (BatchError, RayEngineError) as exc:
+        raise CliError(one_line(exc)) from None
     if args.summary:
         print_summary(report.records)
     if not args.quiet or report.interrupted:
@@ -179,32 +185,38 @@ def _check_combination(args) -> None:
                            "audio files")
 
 
-def run(args) -> int:
-    from specwhisper.hardware.device import resolve_device, resolve_dtype
+def _check_device(args) -> None:
+    """A GPU that is not there, or int8 where it cannot run: one line, before any model loads."""
     from specwhisper.asr.weights.loader import check_int8
-    from specwhisper.hardware.threads import check_threads
-    from specwhisper.pipeline.core import Pipeline
+    from specwhisper.hardware.device import resolve_device, resolve_dtype
 
+    device = resolve_device(args.device)
+    check_int8(args.model, device, resolve_dtype(args.dtype, device))
+
+
+def run(args) -> int:
+    # torch is imported once the arguments, the options' values and the inputs have passed their checks
+    # (``_check_device``): a mistake in any of them is told in a third of a second, not five
     check_threads(args.threads)
     if any(is_json(p) for p in args.inputs):  # a transcript written again, no model run
         return rerender(args, PROG)
     _check_combination(args)
-    device = resolve_device(args.device)  # a GPU that is not there: one line, before any model loads
-    check_int8(args.model, device, resolve_dtype(args.dtype, device))
     opts = _options(args)
     formats = output_formats(args.formats, opts.diarize)  # known speakers turn diarization on
     load_known_speakers(opts.known_speakers)  # a bad reference clip: one line, before any model loads
     if args.live:
         from specwhisper.serving.cli.live import run_live
 
+        _check_device(args)
         _quiet_libraries()
-        return run_live(args, formats, opts, lambda: Pipeline(_pipeline_config(args)))
+        return run_live(args, formats, opts, lambda: _pipeline(args))
     folders = [p for p in args.inputs if Path(p).is_dir()]
     if folders:
         if len(args.inputs) > 1:
             raise CliError(f"{folders[0]}: a folder must be the only input")
         if args.verbose:
             raise CliError("--verbose prints files' segments as they come; a folder's transcripts go to its output folder")
+        _check_device(args)
         return run_folder(args, formats, opts)
     if used := batch_flags_used(args):
         raise CliError(f"{used[0]} applies to a folder input")
@@ -223,8 +235,9 @@ def run(args) -> int:
             todo.append((path, stem))
     if not todo:
         return 1
+    _check_device(args)
     _quiet_libraries()
-    pipeline = Pipeline(_pipeline_config(args))
+    pipeline = _pipeline(args)
     opts.decode_options().validate(pipeline.asr.special)  # what the model decides (a language, translation): exit 2
     for i, (path, stem) in enumerate(todo):
         # which transcript is which on stdout, as `tail` labels files: printed with its first line (none if it fails)
@@ -324,7 +337,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     try:
         return run(args)
-    except (AudioError, ModelError, ValueError, CliError, OSError, BatchError, RayEngineError) as exc:
+    except (AudioError, ModelError, ValueError, CliError, OSError) as exc:
         _error(exc)
         return 2
     except KeyboardInterrupt:
