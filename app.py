@@ -11,7 +11,7 @@ import sys
 import tempfile
 from pathlib import Path
 
-from specwhisper.pipeline.core import PipelineConfig
+from specwhisper.pipeline.config import PipelineConfig
 from specwhisper.serving.arguments import positive
 from specwhisper.serving.params import Choices
 from specwhisper.serving.worker import OVERTAKE_S
@@ -62,7 +62,8 @@ def main(argv: list[str] | None = None) -> int:
     except ValueError as exc:
         print(f"app: error: {exc}", file=sys.stderr)
         return 2
-    from specwhisper.serving.params import one_line, parse_params
+    from specwhisper.serving.params import parse_params
+    from specwhisper.serving.messages import one_line
     from specwhisper.serving.service import LiveLimits, ServiceSettings, PipelinePool
     from specwhisper.serving.ui.app import UiConfig, build_demo, theme
 
