@@ -12,15 +12,15 @@ import tempfile
 from pathlib import Path
 
 from specwhisper.pipeline.config import PipelineConfig
-from specwhisper.serving.arguments import positive
+from specwhisper.serving.arguments import OneLineParser, positive, tcp_port
 from specwhisper.serving.params import Choices
 from specwhisper.serving.worker import OVERTAKE_S
 
 
 def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="python app.py", description="specwhisper web UI (Gradio)")
+    p = OneLineParser(prog="python app.py", description="specwhisper web UI (Gradio)")
     p.add_argument("--host", default="127.0.0.1", help="address to bind (default: 127.0.0.1)")
-    p.add_argument("--port", type=int, default=7860, help="port (default: 7860)")
+    p.add_argument("--port", type=tcp_port, default=7860, help="port (default: 7860; 0: any free port)")
     p.add_argument("--models", default=",".join(Choices.models), help="models offered, the first is the default (default: %(default)s)")
     p.add_argument("--drafters", default=",".join(Choices.drafters), help="drafters offered, the first is the default (default: %(default)s)")
     p.add_argument("--device", default="auto", help="torch device: auto (cuda when a GPU is usable), cpu, cuda or cuda:N (default: auto)")

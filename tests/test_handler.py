@@ -466,6 +466,21 @@ def test_a_server_that_cannot_start_says_why_in_one_line(argv, env, expected):
     assert proc.returncode == 2 and len(lines) == 1 and lines[0].startswith(expected), proc.stderr
 
 
+@pytest.mark.parametrize("port", ["-5", "65536", "http"])
+def test_a_port_out_of_range_is_one_line(port, capsys):
+    """--port outside 0-65535, or not a number: one line and exit 2 from the HTTP server's and the web UI's
+    parsers, before anything loads (bound as given, it was OverflowError's traceback)."""
+    import app
+    from specwhisper.serving.http import serve
+
+    for main in (serve.main, app.main):
+        with pytest.raises(SystemExit) as exc:
+            main(["--port", port])
+        err = capsys.readouterr().err
+        assert exc.value.code == 2 and err.count("\n") == 1, err
+        assert f"--port: expected a port number, 0 to 65535 (0: any free port), got '{port}'" in err, err
+
+
 @pytest.mark.parametrize("env, expected", [
     ({"SPECWHISPER_MAX_AUDIO_S": "-1"}, "serve: error: SPECWHISPER_MAX_AUDIO_S must be more than 0, got -1"),
     ({"SPECWHISPER_MODEL_ALIASES": "gpt-4o-transcribe=large-v3"},

@@ -15,6 +15,17 @@ class OneLineParser(argparse.ArgumentParser):
         self.exit(2, f"{self.prog}: error: {message} (see --help)\n")
 
 
+def tcp_port(text: str) -> int:
+    """argparse type: a TCP port to listen on, 0 (the system picks a free one) to 65535."""
+    try:
+        value = int(text)
+    except ValueError:
+        value = -1
+    if not 0 <= value <= 65535:
+        raise argparse.ArgumentTypeError(f"expected a port number, 0 to 65535 (0: any free port), got '{text}'")
+    return value
+
+
 def positive(kind, or_zero: bool = False):
     """argparse type: a number of ``kind`` above zero (``or_zero``: or zero; never NaN)."""
     what = f"a {'non-negative' if or_zero else 'positive'} {kind.__name__}"
