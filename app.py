@@ -20,7 +20,7 @@ from specwhisper.serving.worker import OVERTAKE_S
 def build_parser() -> argparse.ArgumentParser:
     p = OneLineParser(prog="python app.py", description="specwhisper web UI (Gradio)")
     p.add_argument("--host", default="127.0.0.1", help="address to bind (default: 127.0.0.1)")
-    p.add_argument("--port", type=tcp_port, default=7860, help="port (default: 7860; 0: any free port)")
+    p.add_argument("--port", type=tcp_port(any_free=False), default=7860, help="port (default: 7860)")
     p.add_argument("--models", default=",".join(Choices.models), help="models offered, the first is the default (default: %(default)s)")
     p.add_argument("--drafters", default=",".join(Choices.drafters), help="drafters offered, the first is the default (default: %(default)s)")
     p.add_argument("--device", default="auto", help="torch device: auto (cuda when a GPU is usable), cpu, cuda or cuda:N (default: auto)")
@@ -55,6 +55,14 @@ def main(argv: list[str] | None = None) -> int:
     if args.threads is not None and args.threads < 1:
         print(f"app: error: --threads must be >= 1, got {args.threads}", file=sys.stderr)
         return 2
+    if args.output_dir is not None:
+        from specwhisper.pipeline.writers import OutputDirError, check_output_dir
+
+        try:
+            check_output_dir(args.output_dir)  # before any model loads
+        except OutputDirError as exc:
+            print(f"app: error: --output-dir: {exc}", file=sys.stderr)
+            return 2
     from specwhisper.hardware.device import resolve_device, resolve_dtype
 
     try:

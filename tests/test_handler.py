@@ -455,7 +455,7 @@ def test_ctranslate2_repository_is_converted_once(tmp_path):
 @pytest.mark.parametrize("argv, env, expected", [
     (["-m", "specwhisper.serving.http.serve", "--port", "0"], {"SPECWHISPER_MODELS": "nope"},
      "serve: error: model 'nope' is not an embedded model"),
-    (["app.py", "--port", "0", "--drafters", "bogus"], {}, "app: error: model 'bogus' is not an embedded model"),
+    (["app.py", "--drafters", "bogus"], {}, "app: error: model 'bogus' is not an embedded model"),
 ])
 def test_a_server_that_cannot_start_says_why_in_one_line(argv, env, expected):
     """A bad model name at start: one line and exit 2, not a traceback (nor a server that refuses every
@@ -466,19 +466,31 @@ def test_a_server_that_cannot_start_says_why_in_one_line(argv, env, expected):
     assert proc.returncode == 2 and len(lines) == 1 and lines[0].startswith(expected), proc.stderr
 
 
-@pytest.mark.parametrize("port", ["-5", "65536", "http"])
-def test_a_port_out_of_range_is_one_line(port, capsys):
-    """--port outside 0-65535, or not a number: one line and exit 2 from the HTTP server's and the web UI's
-    parsers, before anything loads (bound as given, it was OverflowError's traceback)."""
+@pytest.mark.parametrize("entry, port, expected", [
+    ("serve", "-5", "0 to 65535 (0: any free port)"), ("serve", "65536", "0 to 65535 (0: any free port)"),
+    ("serve", "http", "0 to 65535 (0: any free port)"),
+    ("app", "0", "1 to 65535"), ("app", "65536", "1 to 65535"),  # Gradio cannot pick a free port itself
+])
+def test_a_port_out_of_range_is_one_line(entry, port, expected, capsys):
+    """--port outside what the server binds, or not a number: one line and exit 2 from the HTTP server's and
+    the web UI's parsers, before anything loads (bound as given, it was a traceback)."""
     import app
     from specwhisper.serving.http import serve
 
-    for main in (serve.main, app.main):
-        with pytest.raises(SystemExit) as exc:
-            main(["--port", port])
-        err = capsys.readouterr().err
-        assert exc.value.code == 2 and err.count("\n") == 1, err
-        assert f"--port: expected a port number, 0 to 65535 (0: any free port), got '{port}'" in err, err
+    with pytest.raises(SystemExit) as exc:
+        {"serve": serve.main, "app": app.main}[entry](["--port", port])
+    err = capsys.readouterr().err
+    assert exc.value.code == 2 and err.count("\n") == 1, err
+    assert f"--port: expected a port number, {expected}, got '{port}'" in err, err
+
+
+def test_the_web_uis_output_folder_is_checked_before_models_load(tmp_path, capsys):
+    """--output-dir naming a file: one line and exit 2 at once (it was a traceback after the models loaded)."""
+    import app
+
+    (tmp_path / "a-file").write_text("")
+    assert app.main(["--output-dir", str(tmp_path / "a-file")]) == 2
+    assert capsys.readouterr().err == f"app: error: --output-dir: {tmp_path / 'a-file'}: the output folder is a file\n"
 
 
 @pytest.mark.parametrize("env, expected", [

@@ -15,15 +15,22 @@ class OneLineParser(argparse.ArgumentParser):
         self.exit(2, f"{self.prog}: error: {message} (see --help)\n")
 
 
-def tcp_port(text: str) -> int:
-    """argparse type: a TCP port to listen on, 0 (the system picks a free one) to 65535."""
-    try:
-        value = int(text)
-    except ValueError:
-        value = -1
-    if not 0 <= value <= 65535:
-        raise argparse.ArgumentTypeError(f"expected a port number, 0 to 65535 (0: any free port), got '{text}'")
-    return value
+def tcp_port(any_free: bool = True):
+    """argparse type: a TCP port to listen on, 1 to 65535, or 0 (the system picks a free one) when
+    ``any_free`` (uvicorn takes 0; Gradio does not)."""
+    lowest = 0 if any_free else 1
+    what = f"a port number, {lowest} to 65535{' (0: any free port)' if any_free else ''}"
+
+    def parse(text: str) -> int:
+        try:
+            value = int(text)
+        except ValueError:
+            value = -1
+        if not lowest <= value <= 65535:
+            raise argparse.ArgumentTypeError(f"expected {what}, got '{text}'")
+        return value
+
+    return parse
 
 
 def positive(kind, or_zero: bool = False):

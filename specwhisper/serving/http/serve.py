@@ -138,7 +138,7 @@ def build_parser() -> argparse.ArgumentParser:
     d, c, r = ServerConfig(), ConnectionLimits(), RequestLimits()
     p = OneLineParser(prog="python -m specwhisper.serving.http.serve", description="Serve the transcription endpoint over HTTP.")
     p.add_argument("--host", default=d.host, help="address to bind (default: 127.0.0.1; 0.0.0.0 in a container)")
-    p.add_argument("--port", type=tcp_port, default=d.port, help=f"port (default: {d.port}; 0: any free port)")
+    p.add_argument("--port", type=tcp_port(), default=d.port, help=f"port (default: {d.port}; 0: any free port)")
     p.add_argument("-q", "--quiet", action="store_true", help="no access log")
     p.add_argument("--threads", type=int, help="CPU threads for torch (default: SPECWHISPER_THREADS, else one per core)")
     limits = [  # flag, type, default, what it bounds
