@@ -11,10 +11,13 @@ import sys
 import tempfile
 from pathlib import Path
 
-from specwhisper.pipeline.config import PipelineConfig
-from specwhisper.serving.arguments import OneLineParser, positive, tcp_port
+from specwhisper.pipeline.options import BY_NAME, pipeline_config
+from specwhisper.serving.arguments import OneLineParser, add_options, option_values, positive, tcp_port
 from specwhisper.serving.params import Choices
 from specwhisper.serving.worker import OVERTAKE_S
+
+# the models' options, declared once for every entry point (specwhisper.pipeline.options)
+LOAD_OPTIONS = [BY_NAME[name] for name in ("device", "dtype", "threads", "cache_dir")]
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -23,20 +26,17 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--port", type=tcp_port(any_free=False), default=7860, help="port (default: 7860)")
     p.add_argument("--models", default=",".join(Choices.models), help="models offered, the first is the default (default: %(default)s)")
     p.add_argument("--drafters", default=",".join(Choices.drafters), help="drafters offered, the first is the default (default: %(default)s)")
-    p.add_argument("--device", default="auto", help="torch device: auto (cuda when a GPU is usable), cpu, cuda or cuda:N (default: auto)")
-    p.add_argument("--dtype", default="auto", help="auto (float16 on a GPU, float32 on the CPU), float32, float16 or bfloat16 (default: auto)")
-    p.add_argument("--threads", type=int, help="CPU threads for torch (default: one per core)")
-    p.add_argument("--cache-dir", type=Path, help="where converted models are kept (default: ~/.cache/specwhisper)")
     p.add_argument("--max-duration", type=positive(float), default=4 * 3600, help="refuse audio longer than this many seconds (default: 14400)")
     p.add_argument("--max-file-mb", type=positive(float), default=200, help="largest upload in MB (default: 200)")
     p.add_argument("--output-dir", type=Path, help="where download files are written (default: a temporary folder)")
-    p.add_argument("--live-streams", type=int, default=2, help="live recordings (the Live tab) at once (default: 2)")
+    p.add_argument("--live-streams", type=positive(int), default=2, help="live recordings (the Live tab) at once (default: 2)")
     p.add_argument("--overtake-audio", type=positive(float, or_zero=True), default=OVERTAKE_S,
                    help="a file of at most this many seconds, and a live update, runs inside another user's longer run "
                         f"between two of its batches instead of after it (0: never; default: {OVERTAKE_S:g})")
     p.add_argument("--no-preload", action="store_true", help="load the default model on the first request, not at start")
     p.add_argument("--model-ttl", type=positive(float, or_zero=True),
                    help="unload a model nobody used for this many seconds; the next request loads it again (default: keep it)")
+    add_options(p, LOAD_OPTIONS)
     return p
 
 
@@ -48,12 +48,6 @@ def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     if not split(args.models) or not split(args.drafters):
         print("app: error: --models and --drafters need at least one name each", file=sys.stderr)
-        return 2
-    if args.live_streams < 1:
-        print(f"app: error: --live-streams must be >= 1, got {args.live_streams}", file=sys.stderr)
-        return 2
-    if args.threads is not None and args.threads < 1:
-        print(f"app: error: --threads must be >= 1, got {args.threads}", file=sys.stderr)
         return 2
     if args.output_dir is not None:
         from specwhisper.pipeline.writers import OutputDirError, check_output_dir
@@ -79,7 +73,7 @@ def main(argv: list[str] | None = None) -> int:
 
     try:
         settings = ServiceSettings(
-            base=PipelineConfig(device=args.device, dtype=args.dtype, threads=args.threads, cache_dir=args.cache_dir),
+            base=pipeline_config(option_values(args, LOAD_OPTIONS)),
             choices=Choices(models=split(args.models), drafters=split(args.drafters)),
             max_audio_s=args.max_duration,
             max_upload_bytes=int(args.max_file_mb * 2**20),

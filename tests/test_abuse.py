@@ -26,10 +26,10 @@ import soundfile as sf
 
 from specwhisper.serving.endpoint.contract import Endpoint
 from specwhisper.serving.http.form_upload import FORM_OVERHEAD, MAX_CLIP_FIELD_BYTES, MAX_FIELD_BYTES, MAX_FIELDS
-from specwhisper.serving.http.app import RequestLimits
-from specwhisper.serving.http.protocol import ConnectionLimits
+from specwhisper.serving.http.config import ConnectionLimits, RequestLimits
 from specwhisper.serving.params import Choices
-from specwhisper.serving.http.serve import EndpointServer, ServerConfig, serving
+from specwhisper.serving.http.config import ServerConfig
+from specwhisper.serving.http.server import EndpointServer, serving
 from specwhisper.serving.service import ServiceSettings
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -355,7 +355,8 @@ import sys
 from pathlib import Path
 from specwhisper.serving.endpoint.contract import Endpoint
 from specwhisper.serving.http.form_upload import FORM_OVERHEAD, MAX_FIELD_BYTES, MAX_FIELDS
-from specwhisper.serving.http.serve import EndpointServer, ServerConfig
+from specwhisper.serving.http.config import ServerConfig
+from specwhisper.serving.http.server import EndpointServer
 server = EndpointServer(Endpoint(preload=False), ServerConfig(port=0, spool_dir=Path(sys.argv[1]), access_log=False))
 print(server.url, flush=True)
 server.run()

@@ -29,8 +29,8 @@ from specwhisper.asr.decoding.language import normalize_language
 from specwhisper.asr.weights.loader import load_whisper, resolve_model_path, write_ct2_folder
 from specwhisper.evaluation.transcripts import load_manifest, wer
 from specwhisper.serving.params import Choices, RequestError
-from specwhisper.serving.http.app import RequestLimits
-from specwhisper.serving.http.serve import ServerConfig, serving
+from specwhisper.serving.http.config import RequestLimits, ServerConfig
+from specwhisper.serving.http.server import serving
 from specwhisper.serving.endpoint.repository import RepositoryModels, find_models, whisper_folder, with_repository
 from specwhisper.serving.service import ServiceSettings
 from tests.hf_toolkit import toolkit_app
@@ -482,6 +482,41 @@ def test_a_port_out_of_range_is_one_line(entry, port, expected, capsys):
     err = capsys.readouterr().err
     assert exc.value.code == 2 and err.count("\n") == 1, err
     assert f"--port: expected a port number, {expected}, got '{port}'" in err, err
+
+
+def test_the_servers_options_are_answered_before_torch_is_imported():
+    """--help and a bad option of the HTTP server and of the web UI: answered in a fresh process that never
+    imports torch, transformers or the web stack (seconds to import here), in one line each."""
+    code = """
+import contextlib, io, sys
+sys.path.insert(0, ".")
+import app
+from specwhisper.serving.http import serve
+def run(main, *argv):
+    try:
+        return main(list(argv))
+    except SystemExit as exc:  # the parsers' answers
+        return exc.code
+with contextlib.redirect_stderr(io.StringIO()) as err, contextlib.redirect_stdout(io.StringIO()) as out:
+    codes = [run(serve.main, "--help"), run(serve.main, "--threads", "0"), run(serve.main, "--api-key", ""),
+             run(serve.main, "--queue", "0"), run(app.main, "--help"), run(app.main, "--threads", "0"),
+             run(app.main, "--live-streams", "0"), run(app.main, "--dtype", "float8")]
+print(codes, [m for m in ("torch", "transformers", "fastapi", "uvicorn", "gradio") if m in sys.modules])
+print(err.getvalue(), end="")
+print(out.getvalue().count("usage:"))
+"""
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, cwd=ROOT)
+    assert proc.returncode == 0, proc.stderr
+    first, *errors, usages = proc.stdout.splitlines()
+    assert first == "[0, 2, 2, 2, 0, 2, 2, 2] []" and usages == "2", proc.stdout
+    assert errors == [
+        "python -m specwhisper.serving.http.serve: error: argument --threads: must be >= 1, got 0 (see --help)",
+        "serve: error: --api-key: the API key must be non-empty printable ASCII without spaces",
+        "python -m specwhisper.serving.http.serve: error: argument --queue: expected a positive int, got '0' (see --help)",
+        "python app.py: error: argument --threads: must be >= 1, got 0 (see --help)",
+        "python app.py: error: argument --live-streams: expected a positive int, got '0' (see --help)",
+        "python app.py: error: argument --dtype: must be one of auto, float32, float16, bfloat16, got 'float8' (see --help)",
+    ], errors
 
 
 def test_the_web_uis_output_folder_is_checked_before_models_load(tmp_path, capsys):

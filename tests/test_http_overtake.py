@@ -19,7 +19,8 @@ import pytest
 from specwhisper.evaluation.transcripts import build_long_file, english_set, load_manifest, wer
 from specwhisper.audio.loading import load_audio
 from specwhisper.serving.endpoint.contract import Endpoint
-from specwhisper.serving.http.serve import ServerConfig, serving
+from specwhisper.serving.http.config import ServerConfig
+from specwhisper.serving.http.server import serving
 from specwhisper.serving.params import Choices
 from specwhisper.serving.service import ServiceSettings
 from tests.test_abuse import server_log  # noqa: F401 - a fixture: no traceback in the server's log

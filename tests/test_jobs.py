@@ -12,8 +12,8 @@ import pytest
 
 from specwhisper.evaluation.transcripts import build_long_file, load_manifest, wer
 from specwhisper.serving.endpoint.contract import Endpoint
-from specwhisper.serving.http.jobs import JobLimits
-from specwhisper.serving.http.serve import ServerConfig, serving
+from specwhisper.serving.http.config import JobLimits, ServerConfig
+from specwhisper.serving.http.server import serving
 from specwhisper.serving.params import Choices
 from specwhisper.serving.service import ServiceSettings
 from tests.test_abuse import server_log  # noqa: F401 - a fixture: no traceback in the server's log

@@ -19,7 +19,8 @@ from specwhisper.audio.loading import load_audio
 from specwhisper.evaluation.transcripts import english_set, load_manifest, wer
 from specwhisper.serving.endpoint.contract import Endpoint
 from specwhisper.serving.params import Choices
-from specwhisper.serving.http.serve import EndpointServer, ServerConfig, serving
+from specwhisper.serving.http.config import ServerConfig
+from specwhisper.serving.http.server import EndpointServer, serving
 from specwhisper.serving.http.live_ws import LiveStream
 from specwhisper.serving.service import LiveLimits, ServiceSettings
 from tests.test_abuse import _request, server_log  # noqa: F401 - server_log is a fixture: no traceback in the log

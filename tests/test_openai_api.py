@@ -36,9 +36,10 @@ from specwhisper.serving.http import serve
 from specwhisper.serving.http.form_upload import FORM_OVERHEAD
 from specwhisper.serving.endpoint.contract import Endpoint
 from specwhisper.serving.params import Choices
-from specwhisper.serving.http.serve import ServerConfig, serving
+from specwhisper.serving.http.config import ServerConfig
+from specwhisper.serving.http.server import serving
 from specwhisper.serving.service import ServiceSettings
-from specwhisper.serving.http.uploads import RequestLimits
+from specwhisper.serving.http.config import RequestLimits
 from tests.test_abuse import server_log  # noqa: F401 - a fixture: no traceback in the server's log
 
 KEY = "sk-test-" + "0123456789abcdef"

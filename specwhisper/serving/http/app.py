@@ -50,7 +50,8 @@ from specwhisper.serving.http.openai_api import add_openai_routes, is_openai_pat
 from specwhisper.serving.params import RequestError, TranscribeParams
 from specwhisper.serving.messages import clip
 from specwhisper.serving.spool import Spool
-from specwhisper.serving.http.uploads import Refusal, RequestLimits, Uploads
+from specwhisper.serving.http.config import RequestLimits
+from specwhisper.serving.http.uploads import Refusal, Uploads
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
@@ -61,7 +62,7 @@ RENDERING = frozenset({"formats", *(o.name for o in options_for("http") if o.gro
 ROUTES_HINT = ("POST / with audio, POST /v1/audio/transcriptions and /v1/audio/translations, GET /v1/models, GET /health, "
                "POST /v1/jobs, GET and DELETE /v1/jobs/ID, GET /api/ps, POST and DELETE /api/ps/MODEL, "
                "WebSockets /v1/live and /v1/realtime")
-__all__ = ["RequestLimits", "create_app"]
+__all__ = ["create_app"]
 
 
 def error_response(status: int, message: str, close: bool = False, retry_after_s: int | None = None) -> JSONResponse:

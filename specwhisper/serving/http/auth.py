@@ -19,17 +19,11 @@ from collections.abc import Callable
 from starlette.responses import Response
 from starlette.types import ASGIApp, Receive, Scope, Send
 
+from specwhisper.serving.http.config import check_api_key
 from specwhisper.serving.http.uploads import Refusal
 
 OPEN_PATHS = frozenset({"/health"})
 SCHEME = b"bearer"
-
-
-def check_api_key(key: str) -> str:
-    """``key`` if it can travel in an Authorization header (printable ASCII, no spaces); ValueError otherwise."""
-    if not key or not all(33 <= ord(c) <= 126 for c in key):
-        raise ValueError("the API key must be non-empty printable ASCII without spaces")
-    return key
 
 
 def bearer_token(headers: list[tuple[bytes, bytes]]) -> bytes | None:

@@ -34,20 +34,11 @@ from specwhisper.serving.endpoint.contract import Endpoint, response
 from specwhisper.serving.params import RequestError, TranscribeParams, parse_params
 from specwhisper.serving.messages import one_line
 from specwhisper.serving.worker import Cancelled, CancelToken, ModelWorker, QueueFull
+from specwhisper.serving.http.config import JobLimits
 
 log = logging.getLogger(__name__)
 STATES = ("queued", "running", "done", "failed")
 RETRY_S = 1.0  # the worker's queue was full: hand the next job over again this much later
-
-
-@dataclass(frozen=True)
-class JobLimits:
-    max_jobs: int = 100  # held at once, finished ones included
-    ttl_s: float = 86400.0  # a finished job's result is kept this long
-
-    def __post_init__(self) -> None:
-        if self.max_jobs < 1 or not self.ttl_s > 0:
-            raise ValueError(f"bad job limits: {self}")
 
 
 @dataclass

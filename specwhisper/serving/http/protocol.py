@@ -21,7 +21,6 @@ import functools
 import http
 import json
 from collections.abc import Callable
-from dataclasses import dataclass
 from typing import Any
 
 import h11
@@ -30,19 +29,7 @@ from uvicorn.protocols.http.h11_impl import H11Protocol
 from uvicorn.protocols.websockets.websockets_sansio_impl import WebSocketsSansIOProtocol
 from uvicorn.server import ServerState
 
-
-@dataclass(frozen=True)
-class ConnectionLimits:
-    max_connections: int = 64
-    head_timeout_s: float = 10.0  # to send a request's line and headers
-    keep_alive_s: int = 5  # an idle connection is closed after this long without a new request
-    max_head_bytes: int = 16 * 1024  # request line and headers together
-    linger_s: float = 2.0  # after an answer that closes the connection, to drain what the client still sends
-
-    def __post_init__(self) -> None:
-        if (self.max_connections < 1 or self.head_timeout_s <= 0 or self.keep_alive_s < 1 or self.max_head_bytes < 1024
-                or self.linger_s < 0):
-            raise ValueError(f"bad connection limits: {self}")
+from specwhisper.serving.http.config import ConnectionLimits
 
 
 def error_bytes(status: int, message: str, retry_after_s: int | None = None) -> bytes:

@@ -1,146 +1,37 @@
-"""``python -m specwhisper.serving.http.serve``: the endpoint over HTTP on uvicorn (what the Docker image runs).
-
-Routes and answers: :mod:`specwhisper.serving.http.app` (OpenAI's audio API: :mod:`specwhisper.serving.http.openai_api`;
-the live WebSocket: :mod:`specwhisper.serving.http.live_ws`). Below the application, connections are capped and
-request heads must arrive in time (:mod:`specwhisper.serving.http.protocol`); one worker thread runs the model
-with a bounded queue in front (:mod:`specwhisper.serving.worker`); uploads live in a spool folder
-(:mod:`specwhisper.serving.spool`) that a starting server clears of what a killed one left. With an API key
-(``--api-key``, or the ``SPECWHISPER_API_KEY`` variable) every route but ``/health`` wants
-``Authorization: Bearer <key>`` (:mod:`specwhisper.serving.http.auth`).
+"""``python -m specwhisper.serving.http.serve``: the endpoint over HTTP on uvicorn (what the Docker image runs),
+set up from its options and SPECWHISPER_* variables; the server itself is :mod:`specwhisper.serving.http.server`.
+With an API key (``--api-key``, or the ``SPECWHISPER_API_KEY`` variable) every route but ``/health`` wants
+``Authorization: Bearer <key>``. The options and their mistakes are read before the web stack and the models
+are imported (seconds), so ``--help`` and a bad value are answered at once.
 """
 
 from __future__ import annotations
 
 import argparse
-import contextlib
 import logging
 import os
-import socket
 import sys
-import threading
-from collections.abc import Iterator, Mapping
-from dataclasses import dataclass, field
+from collections.abc import Mapping
 from pathlib import Path
 
-import uvicorn
-
-from specwhisper.asr.weights.loader import ModelError
-from specwhisper.serving.arguments import OneLineParser, positive, tcp_port
+from specwhisper.asr.weights.errors import ModelError
+from specwhisper.pipeline.options import BY_NAME
+from specwhisper.serving.arguments import OneLineParser, add_options, positive, tcp_port
 from specwhisper.serving.messages import one_line
-from specwhisper.serving.http.auth import check_api_key
-from specwhisper.serving.endpoint.contract import Endpoint
-from specwhisper.serving.http.app import RequestLimits, create_app
-from specwhisper.serving.http.jobs import JobFolderInUse, JobLimits, Jobs
-from specwhisper.serving.http.protocol import ConnectionLimits, RefusingWebSocketProtocol, protocol_factory
-from specwhisper.serving.worker import OVERTAKE_S, ModelWorker
-from specwhisper.serving.spool import Spool, default_spool_dir
+from specwhisper.serving.http.config import ConnectionLimits, JobLimits, RequestLimits, ServerConfig, check_api_key
 
-
-SHUTDOWN_GRACE_S = 10  # on SIGTERM, requests in flight get this long before they are cancelled
 API_KEY_ENV = "SPECWHISPER_API_KEY"
 LOOPBACK = ("127.0.0.1", "::1", "localhost")
 log = logging.getLogger(__name__)
 
 
-@dataclass(frozen=True)
-class ServerConfig:
-    host: str = "127.0.0.1"
-    port: int = 8080
-    connections: ConnectionLimits = field(default_factory=ConnectionLimits)
-    requests: RequestLimits = field(default_factory=RequestLimits)
-    max_waiting: int = 16  # requests waiting for the model beyond the ones it runs
-    # uploads of the same model and options that wait together run in one pass, their chunks batched across
-    # files: at most this many, with this much audio besides the first's (a batch of 8 windows of 30 s)
-    batch_requests: int = 16
-    batch_audio_s: float = 240.0
-    # an upload of at most this much audio (and a live stream's update) that waits while a pass of more runs is
-    # transcribed inside it, at its next report between batches (0: it waits for the pass)
-    overtake_s: float = OVERTAKE_S
-    spool_dir: Path = field(default_factory=default_spool_dir)
-    jobs_dir: Path | None = None  # POST /v1/jobs's uploads and results (specwhisper.serving.http.jobs); None: spool_dir/jobs
-    jobs: JobLimits = field(default_factory=JobLimits)
-    access_log: bool = True
-    api_key: str | None = field(default=None, repr=False)  # None: every route is open
-
-
-class EndpointServer:
-    """An endpoint served by uvicorn: ``run()`` in the foreground, or ``start()``/``stop()`` on a
-    background thread (tests, benchmarks). The socket is bound at construction (``port`` 0 picks one)."""
-
-    def __init__(self, endpoint: Endpoint, config: ServerConfig):
-        self.config = config
-        self.spool = Spool.open(config.spool_dir)
-        self.worker = ModelWorker(config.max_waiting, max_group=config.batch_requests, max_group_s=config.batch_audio_s,
-                                  overtake_s=config.overtake_s)
-        self.jobs: Jobs | str  # or why there are none
-        try:
-            self.jobs = Jobs(config.jobs_dir or config.spool_dir / "jobs", endpoint, self.worker, config.jobs)
-        except JobFolderInUse as exc:  # a second server beside a first: it serves all but jobs
-            self.jobs = f"{exc}; start this one with its own --jobs-dir"
-            log.warning("no transcription jobs on this server: %s", self.jobs)
-        app = create_app(endpoint, self.worker, self.spool, config.requests, api_key=config.api_key, jobs=self.jobs)
-        self.socket = socket.create_server((config.host, config.port), backlog=max(128, config.connections.max_connections))
-        # WebSockets (/v1/live) on the websockets package's sans-I/O protocol, which stops reading the socket
-        # until the application took the last message; no compression (PCM hardly compresses)
-        self.server = uvicorn.Server(uvicorn.Config(
-            app, http=protocol_factory(config.connections), ws=RefusingWebSocketProtocol, ws_per_message_deflate=False,
-            ws_max_size=endpoint.transcriber.settings.live.max_frame_bytes, lifespan="off", log_config=None,
-            access_log=config.access_log, timeout_keep_alive=config.connections.keep_alive_s,
-            h11_max_incomplete_event_size=config.connections.max_head_bytes, server_header=False,
-            timeout_graceful_shutdown=SHUTDOWN_GRACE_S,
-        ))
-        self._thread: threading.Thread | None = None
-
-    @property
-    def url(self) -> str:
-        host, port = self.socket.getsockname()[:2]
-        return f"http://{host}:{port}"
-
-    def run(self) -> None:
-        try:
-            self.server.run(sockets=[self.socket])
-        finally:
-            self.close()
-
-    def start(self) -> EndpointServer:
-        self._thread = threading.Thread(target=self.server.run, kwargs={"sockets": [self.socket]}, daemon=True)
-        self._thread.start()
-        while not self.server.started and self._thread.is_alive():
-            self._thread.join(0.05)
-        return self
-
-    def stop(self) -> None:
-        self.server.should_exit = True
-        if self._thread is not None:
-            self._thread.join(30)
-        self.close()
-
-    def close(self) -> None:
-        """Stop: the running job is cancelled (the next server on its folder runs it again), and the model worker
-        gets ``SHUTDOWN_GRACE_S`` to reach its pass's next progress report and stop, so that the process does not
-        exit under a pass in flight (torch aborts the interpreter then)."""
-        self.socket.close()
-        if isinstance(self.jobs, Jobs):
-            self.jobs.close()
-        self.worker.close(timeout=SHUTDOWN_GRACE_S)
-
-
-@contextlib.contextmanager
-def serving(endpoint: Endpoint, config: ServerConfig) -> Iterator[EndpointServer]:
-    server = EndpointServer(endpoint, config).start()
-    try:
-        yield server
-    finally:
-        server.stop()
-
-
 def build_parser() -> argparse.ArgumentParser:
     d, c, r = ServerConfig(), ConnectionLimits(), RequestLimits()
-    p = OneLineParser(prog="python -m specwhisper.serving.http.serve", description="Serve the transcription endpoint over HTTP.")
+    p = OneLineParser(prog="python -m specwhisper.serving.http.serve", description="Serve the transcription endpoint over HTTP. The models and their settings "
+                      "come from SPECWHISPER_* variables (SPECWHISPER_THREADS is --threads' default).")
     p.add_argument("--host", default=d.host, help="address to bind (default: 127.0.0.1; 0.0.0.0 in a container)")
     p.add_argument("--port", type=tcp_port(), default=d.port, help=f"port (default: {d.port}; 0: any free port)")
     p.add_argument("-q", "--quiet", action="store_true", help="no access log")
-    p.add_argument("--threads", type=int, help="CPU threads for torch (default: SPECWHISPER_THREADS, else one per core)")
     limits = [  # flag, type, default, what it bounds
         ("--queue", int, d.max_waiting, "requests that may wait for the model; more get 503 with Retry-After"),
         ("--batch-requests", int, d.batch_requests, "uploads with the same model and options that wait together are "
@@ -169,6 +60,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--api-key", help=f"a key every request must send as 'Authorization: Bearer KEY' (all routes but /health; "
                                      f"default: the {API_KEY_ENV} variable, which keeps it out of the process list; "
                                      f"neither: no key, anyone who reaches the port may use the server)")
+    add_options(p, [BY_NAME["threads"]])  # declared once for every entry point
     return p
 
 
@@ -207,16 +99,21 @@ def config_from_args(args: argparse.Namespace, max_upload_bytes: int, api_key: s
 def main(argv: list[str] | None = None) -> int:
     """Settings come from SPECWHISPER_* variables, as for handler.EndpointHandler."""
     args = build_parser().parse_args(argv)
+    try:
+        api_key = api_key_from(args, os.environ)
+    except ValueError as exc:
+        print(f"serve: error: {one_line(exc)}", file=sys.stderr)
+        return 2
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
-    from specwhisper.hardware.threads import check_threads
-    from specwhisper.serving.endpoint.contract import settings_from_env
+    # the web stack and the models' code: imported once the options passed (seconds)
+    from specwhisper.serving.endpoint.contract import Endpoint, settings_from_env
+    from specwhisper.serving.http.server import EndpointServer
 
     try:
         settings = settings_from_env(os.environ)
         if args.threads is not None:
-            check_threads(args.threads)
             settings.base.threads = args.threads
-        config = config_from_args(args, settings.max_upload_bytes, api_key_from(args, os.environ))
+        config = config_from_args(args, settings.max_upload_bytes, api_key)
         server = EndpointServer(Endpoint(settings), config)
     except (ValueError, OSError, ModelError) as exc:  # a bad setting, a model that does not load (a bad name)
         print(f"serve: error: {one_line(exc)}", file=sys.stderr)

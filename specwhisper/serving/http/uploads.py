@@ -33,11 +33,11 @@ from specwhisper.results.transcript import Segment, Transcript
 from specwhisper.serving.worker import Batching, Cancelled, CancelToken, ModelWorker, QueueFull
 from specwhisper.serving.params import RequestError, TranscribeParams
 from specwhisper.serving.spool import Spool
+from specwhisper.serving.http.config import RequestLimits
 
 T = TypeVar("T")
 
 log = logging.getLogger(__name__)
-JSON_OVERHEAD = 1 << 20  # room for the JSON around a base64 upload
 # an upload that joined another's pass may hold this much more than its container claimed (x 1.1 + 2 s), or it is
 # transcribed alone after the pass: a pass's decoded audio stays bounded by the first's plus --batch-audio's
 CLAIM_SLACK = (1.1, 2.0)
@@ -50,22 +50,6 @@ class StreamEvents:
     segments: Callable[[list[Segment]], bytes]
     done: Callable[[Transcript], bytes]
     error: Callable[[Refusal], bytes]
-
-
-@dataclass(frozen=True)
-class RequestLimits:
-    max_upload_bytes: int = 200 * 2**20  # the audio file (raw body, or decoded from base64)
-    body_timeout_s: float = 60.0  # to receive the whole body
-    request_timeout_s: float = 3600.0  # from the head's arrival to the answer
-    retry_after_s: int = 10  # told to a client the full queue turns away
-
-    def __post_init__(self) -> None:
-        if self.max_upload_bytes < 1 or self.body_timeout_s <= 0 or self.request_timeout_s <= 0 or self.retry_after_s < 0:
-            raise ValueError(f"bad request limits: {self}")
-
-    @property
-    def max_json_bytes(self) -> int:
-        return self.max_upload_bytes * 4 // 3 + JSON_OVERHEAD
 
 
 class Refusal(Exception):
