@@ -7,6 +7,7 @@ model), what rides on base's texts on base."""
 
 from __future__ import annotations
 
+import numpy as np
 import pytest
 import torch
 
@@ -16,6 +17,7 @@ from specwhisper.asr.decoding.greedy import Draws
 from specwhisper.asr.weights.loader import resolve_model_path
 from specwhisper.asr.decoding.fallback import decode_with_fallback
 from specwhisper.asr.decoding.quality import SAMPLE_TOKENS_BASE, Attempt, QualityRules
+from specwhisper.asr.options import SAMPLING, DecodeOptions
 from specwhisper.results.stats import DecodeStats
 from specwhisper.audio.chunking import Chunk
 from specwhisper.audio.loading import load_audio
@@ -270,6 +272,36 @@ def test_a_files_transcript_with_samples_is_the_same_at_any_batch_size(tiny_engi
         assert probabilities(a) == pytest.approx(probabilities(b), abs=1e-5), clip.file
         assert a.segments and all(s.temperature == 0.4 for s in a.segments), clip.file
         assert wer([clip.reference], [" ".join(s.text for s in a.segments)]) < 0.5, clip.file
+
+
+def test_a_run_stops_inside_a_batch_whose_windows_are_sampled_again(tiny_engine, eval_root):
+    """Repeated speech (jfk.wav three times over) fails its windows' compression-ratio check, and their samples
+    at five temperatures take seconds inside one batch: progress is reported there too (``SAMPLING``, at the
+    transcription's fraction so far) as each window's draws at a temperature end, so that a server whose client
+    left or whose deadline passed stops the run inside the batch, not at its end. What the report raises stops it."""
+    from specwhisper.serving.cli.main import _Progress
+
+    audio = np.concatenate([load_audio(eval_root / "whisper.cpp/jfk.wav")] * 3)
+    seen: list[tuple[str, float]] = []
+
+    class Gone(Exception):
+        pass
+
+    def progress(stage: str, fraction: float) -> None:
+        seen.append((stage, fraction))
+        if stage == SAMPLING:
+            raise Gone
+
+    with pytest.raises(Gone):
+        tiny_engine.transcribe(audio, DecodeOptions(language="en"), progress=progress)
+    assert [(stage, fraction) for stage, fraction in seen if stage != "vad"] == [("transcribe", 0.0), (SAMPLING, 0.0)]
+
+    bars = _Progress("jfk", enabled=True, seconds=33)  # the command line's bar shows nothing new for it
+    bars("transcribe", 0.5)
+    drawn = bars.bar
+    bars(SAMPLING, 0.5)
+    assert bars.bar is drawn and bars.stage == "transcribe"
+    bars.close()
 
 
 def test_a_draw_whose_text_loops_stops_there_as_at_its_cap(base_engine, manifest):

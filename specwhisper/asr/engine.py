@@ -22,7 +22,7 @@ from specwhisper.asr.decoding.rules import WhisperLogitRules
 from specwhisper.asr.decoding.suppress import suppressed_tokens
 from specwhisper.hardware.device import resolve_device, resolve_dtype, synchronize
 from specwhisper.asr.features import LogMel
-from specwhisper.asr.options import DecodeOptions
+from specwhisper.asr.options import SAMPLING, DecodeOptions
 from specwhisper.asr.decoding.fallback import POOL_BATCHES, FallbackPool, Failing, first_attempts, kept
 from specwhisper.asr.decoding.quality import Attempt
 from specwhisper.hardware.memory import release_gpu_library_pages, release_torch_import_pages, trim_heap
@@ -335,7 +335,8 @@ class AsrEngine:
         # the fallback's samples of several batches in one stream on a GPU; a conditioned file's next
         # chunk follows the text of the one before, so its batches finish one by one
         pool = FallbackPool(self._sampler, opts.quality, self._text, rows, ahead=self.fallback_ahead,
-                            most_batches=self.fallback_pool if self.fallback_ahead and not conditioning else 1)
+                            most_batches=self.fallback_pool if self.fallback_ahead and not conditioning else 1,
+                            report=lambda: report(SAMPLING, shown))
         waiting: list[FirstPass | Replayed] = []
 
         def finish(holding: list[Item] | None = None) -> None:

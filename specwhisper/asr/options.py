@@ -1,6 +1,7 @@
 """What the ASR engine is asked for: openai-whisper's decoding and transcribe options (and
-faster-whisper's additions) in one dataclass, checked with one-line errors. Apart from the engine so
-that every entry point builds and checks its options before torch is imported."""
+faster-whisper's additions) in one dataclass, checked with one-line errors, and the stages the engine
+reports progress in. Apart from the engine so that every entry point builds and checks its options before
+torch is imported."""
 
 from __future__ import annotations
 
@@ -15,6 +16,12 @@ if TYPE_CHECKING:
     from specwhisper.asr.decoding.tokens import SpecialTokens
 
 TASKS = ("transcribe", "translate")
+# The engine's progress stages: "vad", then "transcribe" (or "resume" for a batch a checkpoint replays) after
+# each batch, when nothing of the run is on the model, and this one inside a batch, as each failing window's
+# samples at a temperature end (its fraction is the transcription's so far). The model is in use there: a caller
+# may stop the run (raise) but not run other work on it. Repeated speech, whose every window fails the
+# compression-ratio check, samples for tens of seconds between two batches.
+SAMPLING = "sampling"
 
 
 @dataclass

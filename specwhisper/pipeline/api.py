@@ -102,7 +102,8 @@ class Transcriber:
         """Transcribe one input: a path, the bytes of an audio file, or a numpy array of samples
         (``(samples,)`` or ``(samples, channels)``, float in [-1, 1] or integer PCM) with its
         ``sample_rate``. ``options``: see ``Transcriber.options``. ``progress(stage, fraction)`` is
-        called as each stage (VAD, transcription, diarization steps, post-edit) advances."""
+        called as each stage (VAD, transcription, diarization steps, post-edit) advances; ``"sampling"``
+        reports come inside a transcription batch, at its fraction so far. What it raises stops the run."""
         opts = self.options(**options)
         t = time.perf_counter()
         waveform, source = _waveform(audio, sample_rate, opts.max_audio_s)

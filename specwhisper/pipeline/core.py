@@ -19,7 +19,8 @@ from specwhisper.pipeline.config import PipelineConfig, RunOptions
 Progress = Callable[[str, float], None]
 # stages whose progress reports come between decoder batches, when nothing of the run is on the model: a
 # caller may run other work on the same model inside such a report (the HTTP server's short requests do);
-# the time spent inside any report is not the run's (``timings``)
+# inside a batch (``SAMPLING``) it may only stop the run; the time spent inside any report is not the run's
+# (``timings``)
 BETWEEN_BATCHES = frozenset({"transcribe", "resume"})
 
 

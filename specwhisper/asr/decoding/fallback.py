@@ -134,6 +134,7 @@ def sample_again(
     stats: DecodeStats,
     rows: int | None = None,
     ahead: bool = False,
+    report: Callable[[], None] | None = None,
 ) -> None:
     """The failing rows of ``batches`` (all after ``prompt``) sampled at the next temperatures until an
     attempt passes or none is left, each row's attempts added to its history. The samples of all
@@ -149,7 +150,8 @@ def sample_again(
     failed; once a row's attempt passes, its later temperatures are dropped, started or not. The
     attempts are the same (each draw's random numbers are its own), in fewer decoder steps for more
     rows' work: for a GPU, where a step costs about the same at any row count. The counters of the
-    sampled passes are added to ``stats`` (``fallback_*``)."""
+    sampled passes are added to ``stats`` (``fallback_*``). ``report()`` is called as each row's draws at a
+    temperature end; what it raises stops the decode there."""
     chosen = [(b, b.rows(rules)) for b in batches]
     pooled = [(b, r) for b, rows_of in chosen for r in rows_of]  # the stream's rows: (batch, its row)
     if not pooled:
@@ -175,6 +177,8 @@ def sample_again(
         return row, following[history[row][-1].temperature] if history[row] else later[0]
 
     def then(unit: Draws, sequences: list[SequenceResult]) -> Draws | None:
+        if report is not None:
+            report()
         best = max(sequences, key=_likelihood)
         attempt = Attempt.of(best, unit.temperature, text_of(best.tokens))
         if not ahead:
@@ -219,11 +223,12 @@ class FallbackPool:
     several batches. A chunk's samples are its own (``Draws.key``), so which batches share a stream
     changes the steps, not the attempts, where a row's numbers do not depend on the rows beside it.
     A batch an interrupted run finished is ``held`` in its place: the run that resumes it finishes
-    the same batches together, so its work queues see what the first run's saw."""
+    the same batches together, so its work queues see what the first run's saw. ``report()``: called
+    inside the stream (``sample_again``), where the caller may stop the run."""
 
     def __init__(self, sampler: Callable[[], SamplingDecoder], rules: QualityRules, text_of: Callable[[list[int]], str],
-                 rows: int, ahead: bool = False, most_batches: int = 1):
-        self.sampler, self.rules, self.text_of = sampler, rules, text_of
+                 rows: int, ahead: bool = False, most_batches: int = 1, report: Callable[[], None] | None = None):
+        self.sampler, self.rules, self.text_of, self.report = sampler, rules, text_of, report
         self.rows, self.ahead, self.most_batches = rows, ahead, most_batches
         self.batches: list[Failing] = []
         self.counts: list[int] = []  # each added batch's rows to sample
@@ -252,5 +257,5 @@ class FallbackPool:
         stats = DecodeStats()
         if not sum(failing):
             return [DecodeStats() for _ in batches]
-        sample_again(self.sampler, batches, prompt, self.rules, self.text_of, stats, self.rows, self.ahead)
+        sample_again(self.sampler, batches, prompt, self.rules, self.text_of, stats, self.rows, self.ahead, self.report)
         return [stats.scaled(n / sum(failing)) if n else DecodeStats() for n in failing]

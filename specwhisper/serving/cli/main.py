@@ -7,6 +7,7 @@ import shutil
 import sys
 from pathlib import Path
 
+from specwhisper.asr.options import SAMPLING
 from specwhisper.asr.weights.errors import ModelError
 from specwhisper.audio.loading import AudioError, check_length
 from specwhisper.batch.inputs import output_stems
@@ -40,7 +41,7 @@ class _Progress:
         self.done = "{n}/{total} s audio " if seconds else ""
 
     def __call__(self, stage: str, fraction: float) -> None:
-        if not self.enabled:
+        if not self.enabled or stage == SAMPLING:  # inside a batch: nothing new to show
             return
         from tqdm import tqdm
 

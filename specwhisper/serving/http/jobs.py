@@ -29,6 +29,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
+from specwhisper.asr.options import SAMPLING
 from specwhisper.pipeline.core import BETWEEN_BATCHES
 from specwhisper.serving.endpoint.contract import Endpoint, response
 from specwhisper.serving.params import RequestError, TranscribeParams, parse_params
@@ -185,7 +186,8 @@ class Jobs:
             self._save(job)
 
         def progress(stage: str, fraction: float) -> None:
-            job.stage, job.progress = stage, fraction
+            if stage != SAMPLING:  # inside a batch: the stage it is in goes on
+                job.stage, job.progress = stage, fraction
             token.check(stage in BETWEEN_BATCHES)
 
         transcript = self.endpoint.run(self._upload(job.id), params, progress, "inputs")

@@ -24,6 +24,7 @@ from pathlib import Path
 import gradio as gr
 import pandas as pd
 
+from specwhisper.asr.options import SAMPLING
 from specwhisper.audio.loading import AudioError, check_length
 from specwhisper.pipeline.core import BETWEEN_BATCHES
 from specwhisper.results.transcript import Transcript
@@ -182,6 +183,8 @@ class StageProgress:
         self.last = 0.0
 
     def __call__(self, stage: str, fraction: float) -> None:
+        if stage == SAMPLING:  # inside a batch: nothing new to show
+            return
         now = time.monotonic()
         if stage == self.stage and fraction < 1.0 and now - self.last < self.min_interval_s:
             return
