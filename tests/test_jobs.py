@@ -5,7 +5,12 @@ one left takes its jobs up (finished ones readable, interrupted ones run again);
 
 from __future__ import annotations
 
+import hashlib
+import hmac
+import json
+import threading
 import time
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import httpx
 import pytest
@@ -29,10 +34,43 @@ def clips(eval_root, tmp_path_factory):
     return {"jfk": (jfk.path.read_bytes(), jfk.reference), "long": (long.path.read_bytes(), long.reference)}
 
 
-def _server(folder, **limits):
+def _server(folder, api_key: str | None = None, **limits):
     config = ServerConfig(port=0, access_log=False, spool_dir=folder / "spool", jobs_dir=folder / "jobs",
-                          jobs=JobLimits(**limits))
+                          jobs=JobLimits(**limits), api_key=api_key)
     return serving(Endpoint(SETTINGS), config)
+
+
+class _Receiver:
+    """A client's web hook: a local HTTP server that keeps what is POSTed to it, answering the statuses of
+    ``answers`` in turn (then 200)."""
+
+    def __init__(self, answers: tuple[int, ...] = ()):
+        self.calls: list[tuple[str, dict, bytes]] = []
+        answers_left = list(answers)
+        calls = self.calls
+
+        class Hook(BaseHTTPRequestHandler):
+            def do_POST(self):  # noqa: N802 - http.server's name
+                body = self.rfile.read(int(self.headers["Content-Length"]))
+                calls.append((self.path, dict(self.headers), body))
+                self.send_response(answers_left.pop(0) if answers_left else 200)
+                self.send_header("Content-Length", "0")
+                self.end_headers()
+
+            def log_message(self, *args):
+                pass
+
+        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Hook)
+        self.url = f"http://127.0.0.1:{self.server.server_address[1]}"
+        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+
+    def wait(self, count: int, within_s: float = 240) -> None:
+        end = time.monotonic() + within_s
+        while len(self.calls) < count and time.monotonic() < end:
+            time.sleep(0.1)
+
+    def close(self) -> None:
+        self.server.shutdown()
 
 
 def _submit(url: str, audio: bytes, query: str = "") -> httpx.Response:
@@ -141,3 +179,82 @@ def test_bad_job_requests_are_one_line(clips, tmp_path):
         off = _submit(second.url, clips["jfk"][0])
         assert off.status_code == 503 and "in use by another server" in off.json()["error"]
         assert _submit(first.url, clips["jfk"][0]).status_code == 202
+
+
+def test_a_job_calls_back_when_it_ends(clips, tmp_path, server_log):  # noqa: F811
+    """With --job-callbacks the server POSTs a job's answer, what GET /v1/jobs/ID gives, to the job's
+    callback_url once it ends, signed with the API key (HMAC-SHA256 of the body); a receiver that answers 500 is
+    tried again; a URL outside the allowed prefixes, or any on a server that makes no callbacks, is refused in one
+    line before the upload is read."""
+    audio, reference = clips["jfk"]
+    hook = _Receiver(answers=(500,))
+    key = "k3y-for-tests"
+    auth = {"Authorization": f"Bearer {key}"}
+    dead = _Receiver()
+    dead.close()  # nothing answers on its port
+    dead.server.server_close()
+    try:
+        with _server(tmp_path, api_key=key, callbacks=(f"{hook.url}/hooks/", f"{dead.url}/"), callback_retry_s=(0.2, 0.2)) as srv:
+            submitted = httpx.post(f"{srv.url}/v1/jobs?language=en&callback_url={hook.url}/hooks/jfk%3Fuser%3D7",
+                                   content=audio, headers={"Content-Type": "audio/wav", **auth}, timeout=60)
+            assert submitted.status_code == 202, submitted.text
+            job = submitted.json()
+            assert job["callback"] == {"status": "pending", "attempts": 0, "error": None} and "callback_url" not in job
+            hook.wait(2)
+            assert [(path, json.loads(body)["id"]) for path, _, body in hook.calls] == [("/hooks/jfk?user=7", job["id"])] * 2
+            _, headers, body = hook.calls[1]
+            assert headers["X-Specwhisper-Signature"] == "sha256=" + hmac.new(key.encode(), body, hashlib.sha256).hexdigest()
+            called = json.loads(body)
+            assert called["status"] == "done" and "callback" not in called
+            assert wer([reference], [called["result"]["text"]]) <= MAX_WER, called["result"]["text"]
+            state = _until_called(srv.url, job["id"], auth)
+            assert state["callback"] == {"status": "delivered", "attempts": 2, "error": None}, state
+            assert {k: v for k, v in state.items() if k != "callback"} == called  # the answer GET gives
+            unheard = httpx.post(f"{srv.url}/v1/jobs?language=en&callback_url={dead.url}/x", content=audio,
+                                 headers={"Content-Type": "audio/wav", **auth}, timeout=60).json()
+            failed = _until_called(srv.url, unheard["id"], auth)["callback"]
+            assert failed["status"] == "failed" and failed["attempts"] == 3 and failed["error"].startswith("no answer ("), failed
+            for url, why in [(f"{hook.url}/other/1", "not a URL this server may call"),
+                             (f"{hook.url}.evil.net/hooks/1", "not a URL"),
+                             (f"http://user:pw@127.0.0.1:{hook.url.rsplit(':', 1)[1]}/hooks/1", "a user name or password"),
+                             (f"{hook.url}/hooks/../admin", "has . or .. in it")]:
+                refused = httpx.post(f"{srv.url}/v1/jobs", params={"callback_url": url}, content=audio,
+                                     headers={"Content-Type": "audio/wav", **auth}, timeout=60)
+                assert refused.status_code == 400 and refused.json()["error"].startswith("callback_url: ") and why in \
+                    refused.json()["error"], (url, refused.text)
+    finally:
+        hook.close()
+    with _server(tmp_path / "plain") as srv:  # no --job-callbacks: none made
+        off = _submit(srv.url, audio, f"?callback_url={hook.url}/hooks/1")
+        assert off.status_code == 400 and off.json()["error"].startswith("callback_url: this server makes no job callbacks")
+
+
+def test_a_callback_not_delivered_before_a_stop_is_made_by_the_next_server(clips, tmp_path):
+    """The receiver answers 503 and the server stops before its next try: the job's callback stays pending in
+    the folder, and the next server started on it delivers it."""
+    hook = _Receiver(answers=(503,))
+    try:
+        with _server(tmp_path, callbacks=(f"{hook.url}/",), callback_retry_s=(60.0,)) as srv:
+            job = _submit(srv.url, clips["jfk"][0], f"?language=en&callback_url={hook.url}/done").json()
+            hook.wait(1)
+            end = time.monotonic() + 30
+            while (told := httpx.get(f"{srv.url}/v1/jobs/{job['id']}", timeout=30).json()["callback"])["attempts"] < 1 \
+                    and time.monotonic() < end:  # its try recorded
+                time.sleep(0.1)
+            assert len(hook.calls) == 1 and told == {"status": "pending", "attempts": 1, "error": "answered 503"}, told
+        with _server(tmp_path, callbacks=(f"{hook.url}/",)) as srv:
+            hook.wait(2)
+            assert [json.loads(body)["id"] for _, _, body in hook.calls] == [job["id"]] * 2
+            assert "X-Specwhisper-Signature" not in hook.calls[1][1]  # a server without an API key signs nothing
+            assert _until_called(srv.url, job["id"], {})["callback"] == {"status": "delivered", "attempts": 2, "error": None}
+    finally:
+        hook.close()
+
+
+def _until_called(url: str, job_id: str, headers: dict, within_s: float = 30) -> dict:
+    end = time.monotonic() + within_s
+    while True:
+        state = httpx.get(f"{url}/v1/jobs/{job_id}", headers=headers, timeout=30).json()
+        if state.get("callback", {}).get("status") != "pending" or time.monotonic() > end:
+            return state
+        time.sleep(0.1)

@@ -40,6 +40,7 @@ from fastapi.responses import JSONResponse, Response
 from starlette.exceptions import HTTPException
 
 from specwhisper.serving.http.auth import ApiKeyGuard
+from specwhisper.serving.http.callbacks import check_callback_url
 from specwhisper.serving.http.jobs import Jobs
 from specwhisper.serving.endpoint.contract import Endpoint, base64_to_file, outputs_again, response
 from specwhisper.pipeline.options import options_for
@@ -180,7 +181,9 @@ def create_app(endpoint: Endpoint, worker: ModelWorker, spool: Spool, limits: Re
     async def health() -> JSONResponse:
         return JSONResponse({"status": "ok"})
 
-    async def upload(request: Request, path: Path) -> TranscribeParams:
+    async def upload(request: Request, path: Path, query: dict | None = None) -> TranscribeParams:
+        """The request's body into ``path``, and its parameters: the JSON request's, else the query string's
+        (``query``: those of it left to read)."""
         ctype = (request.headers.get("content-type") or "").split(";")[0].strip().lower()
         if ctype == "multipart/form-data":  # refused unread: the connection closes
             raise Refusal(400, "POST / takes the audio file itself as the body (curl --data-binary @FILE); a form "
@@ -192,7 +195,7 @@ def create_app(endpoint: Endpoint, worker: ModelWorker, spool: Spool, limits: Re
         if is_json:
             async with json_turn:
                 return await asyncio.to_thread(json_upload, path, endpoint, limits.max_upload_bytes)
-        params = endpoint.parse({"parameters": query_parameters(request.url.query)})
+        params = endpoint.parse({"parameters": query_parameters(request.url.query) if query is None else query})
         if size == 0:
             raise RequestError("inputs: the upload is empty (0 bytes)")
         return params
@@ -210,10 +213,18 @@ def create_app(endpoint: Endpoint, worker: ModelWorker, spool: Spool, limits: Re
         if isinstance(jobs, str):
             return refused(Refusal(503, jobs))
 
+        query = query_parameters(request.url.query)
+        callback_url = query.pop("callback_url", None)
+        if callback_url is not None:
+            try:  # before the body is read
+                check_callback_url(callback_url, jobs.limits.callbacks)
+            except ValueError as exc:
+                return refused(Refusal(400, str(exc), close=True))
+
         async def handle(path: Path) -> Response:
-            params = await upload(request, path)
+            params = await upload(request, path, query)
             seconds = await uploads.length(path, "inputs")  # too long: refused now, not when the job runs
-            job = await asyncio.to_thread(jobs.add, path, params, seconds)
+            job = await asyncio.to_thread(jobs.add, path, params, seconds, callback_url)
             return JSONResponse(job.public(), status_code=202, headers={"location": f"{JOBS_PATH}/{job.id}"})
 
         return await uploads.answer(handle, refused)

@@ -9,6 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from specwhisper.serving.http.callbacks import callback_prefixes
 from specwhisper.serving.spool import default_spool_dir
 from specwhisper.serving.worker import OVERTAKE_S
 
@@ -49,10 +50,14 @@ class RequestLimits:
 class JobLimits:
     max_jobs: int = 100  # held at once, finished ones included
     ttl_s: float = 86400.0  # a finished job's result is kept this long
+    # URL prefixes a job's callback_url may be under (specwhisper.serving.http.callbacks); none: no callbacks
+    callbacks: tuple[str, ...] = ()
+    callback_retry_s: tuple[float, ...] = (1.0, 5.0, 25.0)  # the waits before a failed callback's next tries
 
     def __post_init__(self) -> None:
-        if self.max_jobs < 1 or not self.ttl_s > 0:
+        if self.max_jobs < 1 or not self.ttl_s > 0 or not all(s >= 0 for s in self.callback_retry_s):
             raise ValueError(f"bad job limits: {self}")
+        callback_prefixes(",".join(self.callbacks))  # each an http(s) URL prefix, or ValueError
 
 
 @dataclass(frozen=True)

@@ -10,7 +10,8 @@ a long job, as inside a long upload). A job lives in the jobs folder: its upload
 has run, its state (``<id>.json``, written whole or not at all) with the answer once done. A server started
 on the folder takes up what a stopped one left: finished jobs stay readable, queued and interrupted ones run
 (again). A finished job is kept ``ttl_s`` (24 h), and at most ``max_jobs`` are held (429 past it). One
-server per folder (a lock file): a second one started on it gets :class:`JobFolderInUse` and runs no jobs.
+server per folder (a lock file): a second one started on it gets :class:`JobFolderInUse` and runs no jobs. A
+job with a ``callback_url`` has its answer POSTed there once it ended (:mod:`specwhisper.serving.http.callbacks`).
 """
 
 from __future__ import annotations
@@ -35,6 +36,7 @@ from specwhisper.serving.endpoint.contract import Endpoint, response
 from specwhisper.serving.params import RequestError, TranscribeParams, parse_params
 from specwhisper.serving.messages import one_line
 from specwhisper.serving.worker import Cancelled, CancelToken, ModelWorker, QueueFull
+from specwhisper.serving.http.callbacks import Deliveries
 from specwhisper.serving.http.config import JobLimits
 
 log = logging.getLogger(__name__)
@@ -55,6 +57,10 @@ class UploadJob:
     progress: float = 0.0
     error: str | None = None
     error_status: int | None = None  # the status POST / would have answered the failure with
+    callback_url: str | None = None  # where its answer is POSTed once it ended (specwhisper.serving.http.callbacks)
+    callback: str | None = None  # how that went: pending, delivered or failed
+    callback_error: str | None = None
+    callback_attempts: int = 0
 
     def public(self) -> dict:
         """Its state for GET /v1/jobs (the result of a done one is in its state file: ``Jobs.answer``)."""
@@ -64,6 +70,8 @@ class UploadJob:
             out.update(stage=self.stage, progress=round(self.progress, 3))
         if self.status == "failed":
             out.update(error=self.error, error_status=self.error_status)
+        if self.callback is not None:  # not its URL, which may hold a secret
+            out["callback"] = {"status": self.callback, "attempts": self.callback_attempts, "error": self.callback_error}
         return out
 
 
@@ -74,7 +82,9 @@ class JobFolderInUse(OSError):
 class Jobs:
     """The jobs of one server (see the module's docstring); thread-safe."""
 
-    def __init__(self, folder: Path, endpoint: Endpoint, worker: ModelWorker, limits: JobLimits | None = None):
+    def __init__(self, folder: Path, endpoint: Endpoint, worker: ModelWorker, limits: JobLimits | None = None,
+                 signing_key: str | None = None):
+        """``signing_key``: the server's API key, which signs its callbacks' bodies."""
         self.folder, self.endpoint, self.worker = folder, endpoint, worker
         self.limits = limits or JobLimits()
         folder.mkdir(parents=True, exist_ok=True)
@@ -88,19 +98,23 @@ class Jobs:
         self._lock = threading.RLock()
         self._running: tuple[UploadJob, CancelToken] | None = None
         self._closed = False
+        self._deliveries = Deliveries(self._callback_body, self._callback_url, self._callback_record, signing_key,
+                                      self.limits.callback_retry_s) if self.limits.callbacks else None
         self._load()
         self._hand_over()
 
     # ---------------------------------------------------------------- requests
-    def add(self, upload: Path, params: TranscribeParams, seconds: float) -> UploadJob:
-        """Queue the upload in ``upload`` (moved into the folder) as a new job; a 429 when the folder is full."""
+    def add(self, upload: Path, params: TranscribeParams, seconds: float, callback_url: str | None = None) -> UploadJob:
+        """Queue the upload in ``upload`` (moved into the folder) as a new job; a 429 when the folder is full.
+        ``callback_url``: one the server may call (``callbacks.check_callback_url``), told of the job's end."""
         with self._lock:
             self._expire()
             if len(self._jobs) >= self.limits.max_jobs:
                 raise RequestError(f"{self.limits.max_jobs} jobs are held already; delete finished ones "
                                    f"(DELETE /v1/jobs/ID) or try again later", 429)
             job = UploadJob(id="job_" + secrets.token_hex(12), params=params.model_dump(mode="json"), seconds=seconds,
-                            created=time.time())
+                            created=time.time(), callback_url=callback_url,
+                            callback=None if callback_url is None else "pending")
             shutil.move(upload, self._upload(job.id))
             self._save(job)
             self._jobs[job.id] = job
@@ -148,6 +162,8 @@ class Jobs:
             self._closed = True
             if self._running is not None:
                 self._running[1].cancel()
+            if self._deliveries is not None:
+                self._deliveries.close()
             self._lock_file.close()
 
     # ---------------------------------------------------------------- running
@@ -165,6 +181,7 @@ class Jobs:
                     job.status, job.finished, job.error, job.error_status = "failed", time.time(), str(exc), exc.status
                     self._upload(job.id).unlink(missing_ok=True)
                     self._save(job)
+                    self._call_back(job)
             else:
                 return
             try:
@@ -213,7 +230,41 @@ class Jobs:
                         job.status, job.error, job.error_status = "failed", str(failure), failure.status
                         self._save(job)
                     self._upload(job.id).unlink(missing_ok=True)
+                    self._call_back(job)
             self._hand_over()
+
+    # ---------------------------------------------------------------- callbacks
+    def _call_back(self, job: UploadJob) -> None:
+        """An ended job's callback, when it has one still to make and this server makes callbacks (one that
+        does not leaves it pending, for the next server on the folder that does)."""
+        if job.callback == "pending" and self._deliveries is not None:
+            self._deliveries.add(job.id)
+
+    def _callback_url(self, job_id: str) -> str | None:
+        with self._lock:
+            job = self._jobs.get(job_id)
+            return None if job is None else job.callback_url
+
+    def _callback_body(self, job_id: str) -> bytes | None:
+        """What ``GET /v1/jobs/ID`` answers, without the callback's own state; None once the job is deleted."""
+        with self._lock:
+            if job_id not in self._jobs:
+                return None
+            try:
+                answer = self.answer(job_id)
+            except RequestError as exc:  # its result spoilt behind the server's back: the state, and why
+                answer = {**self._jobs[job_id].public(), "error": str(exc)}
+            answer.pop("callback", None)
+            return json.dumps(answer).encode()
+
+    def _callback_record(self, job_id: str, state: str, error: str | None) -> None:
+        """A try of its callback, counted with those of the servers before on the folder."""
+        with self._lock:
+            job = self._jobs.get(job_id)
+            if job is not None and not self._closed:
+                job.callback, job.callback_error = state, error
+                job.callback_attempts += 1
+                self._save(job)
 
     # ---------------------------------------------------------------- the folder
     def _upload(self, job_id: str) -> Path:
@@ -223,9 +274,13 @@ class Jobs:
         return self.folder / f"{job_id}.json"
 
     def _save(self, job: UploadJob, result: dict | None = None) -> None:
-        """Write the job's state whole or not at all; a done job's, with its result, once."""
+        """Write the job's state whole or not at all; a done job's with its result (kept from its file when
+        not given: a callback's outcome saved later)."""
         if job.status == "done" and result is None:
-            return
+            try:
+                result = json.loads(self._state(job.id).read_text())["result"]
+            except (OSError, ValueError, KeyError):
+                return
         tmp = self._state(job.id).with_suffix(".tmp")
         state = asdict(job)
         state["seconds"] = None if math.isinf(job.seconds) else job.seconds
@@ -264,6 +319,8 @@ class Jobs:
                     job.error, job.error_status = "the job's upload was lost while the server was stopped", 500
                 self._save(job)
             self._jobs[job.id] = job
+            if job.status in ("done", "failed"):  # one a stopped server had not delivered
+                self._call_back(job)
         with contextlib.suppress(OSError):
             for path in self.folder.glob("job_*.upload"):
                 if path.stem not in self._jobs:

@@ -18,6 +18,7 @@ from specwhisper.asr.weights.errors import ModelError
 from specwhisper.pipeline.options import BY_NAME
 from specwhisper.serving.arguments import OneLineParser, add_options, positive, tcp_port
 from specwhisper.serving.messages import one_line
+from specwhisper.serving.http.callbacks import callback_prefixes
 from specwhisper.serving.http.config import ConnectionLimits, JobLimits, RequestLimits, ServerConfig, check_api_key
 
 API_KEY_ENV = "SPECWHISPER_API_KEY"
@@ -57,11 +58,22 @@ def build_parser() -> argparse.ArgumentParser:
                    help=f"jobs held at once, finished ones included; more get 429 (default: {d.jobs.max_jobs})")
     p.add_argument("--job-ttl", type=positive(float), default=d.jobs.ttl_s,
                    help=f"seconds a finished job's result is kept (default: {d.jobs.ttl_s:g})")
+    p.add_argument("--job-callbacks", type=_prefixes, default=d.jobs.callbacks, metavar="PREFIX[,PREFIX]",
+                   help="URL prefixes a job's callback_url may be under (https://hooks.example.com/transcripts/): the "
+                        "server POSTs the job's answer there when it ends, signed with the API key (default: none, "
+                        "no callbacks)")
     p.add_argument("--api-key", help=f"a key every request must send as 'Authorization: Bearer KEY' (all routes but /health; "
                                      f"default: the {API_KEY_ENV} variable, which keeps it out of the process list; "
                                      f"neither: no key, anyone who reaches the port may use the server)")
     add_options(p, [BY_NAME["threads"]])  # declared once for every entry point
     return p
+
+
+def _prefixes(text: str) -> tuple[str, ...]:
+    try:
+        return callback_prefixes(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
 
 
 def api_key_from(args: argparse.Namespace, env: Mapping[str, str]) -> str | None:
@@ -90,7 +102,7 @@ def config_from_args(args: argparse.Namespace, max_upload_bytes: int, api_key: s
         overtake_s=args.overtake_audio,
         spool_dir=args.spool_dir,
         jobs_dir=args.jobs_dir,
-        jobs=JobLimits(max_jobs=args.max_jobs, ttl_s=args.job_ttl),
+        jobs=JobLimits(max_jobs=args.max_jobs, ttl_s=args.job_ttl, callbacks=args.job_callbacks),
         access_log=not args.quiet,
         api_key=api_key,
     )

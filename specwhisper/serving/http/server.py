@@ -43,7 +43,8 @@ class EndpointServer:
                                   overtake_s=config.overtake_s)
         self.jobs: Jobs | str  # or why there are none
         try:
-            self.jobs = Jobs(config.jobs_dir or config.spool_dir / "jobs", endpoint, self.worker, config.jobs)
+            self.jobs = Jobs(config.jobs_dir or config.spool_dir / "jobs", endpoint, self.worker, config.jobs,
+                             signing_key=config.api_key)
         except JobFolderInUse as exc:  # a second server beside a first: it serves all but jobs
             self.jobs = f"{exc}; start this one with its own --jobs-dir"
             log.warning("no transcription jobs on this server: %s", self.jobs)
