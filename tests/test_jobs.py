@@ -230,23 +230,27 @@ def test_a_job_calls_back_when_it_ends(clips, tmp_path, server_log):  # noqa: F8
 
 
 def test_a_callback_not_delivered_before_a_stop_is_made_by_the_next_server(clips, tmp_path):
-    """The receiver answers 503 and the server stops before its next try: the job's callback stays pending in
-    the folder, and the next server started on it delivers it."""
-    hook = _Receiver(answers=(503,))
+    """The receiver answers 503 and the server stops before its next try: the jobs' callbacks stay pending in the
+    folder, with the try counted; the next server started on it delivers the one its prefixes still take and
+    fails the other."""
+    hook = _Receiver(answers=(503, 503))
     try:
         with _server(tmp_path, callbacks=(f"{hook.url}/",), callback_retry_s=(60.0,)) as srv:
-            job = _submit(srv.url, clips["jfk"][0], f"?language=en&callback_url={hook.url}/done").json()
-            hook.wait(1)
-            end = time.monotonic() + 30
-            while (told := httpx.get(f"{srv.url}/v1/jobs/{job['id']}", timeout=30).json()["callback"])["attempts"] < 1 \
-                    and time.monotonic() < end:  # its try recorded
-                time.sleep(0.1)
-            assert len(hook.calls) == 1 and told == {"status": "pending", "attempts": 1, "error": "answered 503"}, told
-        with _server(tmp_path, callbacks=(f"{hook.url}/",)) as srv:
+            jobs = [_submit(srv.url, clips["jfk"][0], f"?language=en&callback_url={hook.url}/{path}").json()["id"]
+                    for path in ("done", "other")]
             hook.wait(2)
-            assert [json.loads(body)["id"] for _, _, body in hook.calls] == [job["id"]] * 2
-            assert "X-Specwhisper-Signature" not in hook.calls[1][1]  # a server without an API key signs nothing
-            assert _until_called(srv.url, job["id"], {})["callback"] == {"status": "delivered", "attempts": 2, "error": None}
+            end = time.monotonic() + 30
+            while (told := [httpx.get(f"{srv.url}/v1/jobs/{job}", timeout=30).json()["callback"] for job in jobs]) \
+                    and any(t["attempts"] < 1 for t in told) and time.monotonic() < end:  # their tries recorded
+                time.sleep(0.1)
+            assert told == [{"status": "pending", "attempts": 1, "error": "answered 503"}] * 2, told
+        with _server(tmp_path, callbacks=(f"{hook.url}/done",)) as srv:
+            hook.wait(3)
+            assert [(path, json.loads(body)["id"]) for path, _, body in hook.calls[2:]] == [("/done", jobs[0])]
+            assert "X-Specwhisper-Signature" not in hook.calls[2][1]  # a server without an API key signs nothing
+            assert _until_called(srv.url, jobs[0], {})["callback"] == {"status": "delivered", "attempts": 2, "error": None}
+            assert _until_called(srv.url, jobs[1], {})["callback"] == {
+                "status": "failed", "attempts": 1, "error": "its URL is not under this server's --job-callbacks"}
     finally:
         hook.close()
 

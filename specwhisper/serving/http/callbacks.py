@@ -14,10 +14,12 @@ its options without the web stack.
 from __future__ import annotations
 
 import hashlib
+import heapq
 import hmac
+import itertools
 import logging
-import queue
 import threading
+import time
 import urllib.error
 import urllib.request
 from collections.abc import Callable
@@ -124,44 +126,60 @@ class Deliveries:
     """The calls of one server, made one at a time on a thread of their own: ``add(job_id)`` queues one;
     ``body(job_id)`` gives what to send (None: the job is gone, nothing is sent), ``url(job_id)`` where, and
     ``record(job_id, state, error)`` is told of each try (``delivered``; ``pending`` with the error while tries
-    are left, then ``failed``). ``retry_s``: the waits before each try after the first. ``close()`` stops at the
-    next wait or call's end; what was not delivered stays ``pending`` for the next server on the folder."""
+    are left, then ``failed``). ``retry_s``: the waits before each try after the first; a call waiting for its
+    next try holds up no other. ``close()`` stops at the next call's end; what was not delivered stays
+    ``pending`` for the next server on the folder."""
 
     def __init__(self, body: Callable[[str], bytes | None], url: Callable[[str], str | None],
                  record: Callable[[str, str, str | None], None], key: str | None, retry_s: tuple[float, ...],
                  timeout_s: float = TIMEOUT_S):
         self._body, self._url, self._record = body, url, record
         self._key, self._retry_s, self._timeout_s = key, retry_s, timeout_s
-        self._queue: queue.Queue[str | None] = queue.Queue()
-        self._stop = threading.Event()
+        self._due: list[tuple[float, int, str, int]] = []  # (when, order, job, its try's index): a heap
+        self._order = itertools.count()
+        self._changed = threading.Condition()
+        self._closed = False
         self._thread = threading.Thread(target=self._run, name="job-callbacks", daemon=True)
         self._thread.start()
 
     def add(self, job_id: str) -> None:
-        self._queue.put(job_id)
+        self._schedule(job_id, 0, 0.0)
 
     def close(self) -> None:
-        self._stop.set()
-        self._queue.put(None)
+        with self._changed:
+            self._closed = True
+            self._changed.notify()
+
+    def _schedule(self, job_id: str, attempt: int, wait_s: float) -> None:
+        with self._changed:
+            heapq.heappush(self._due, (time.monotonic() + wait_s, next(self._order), job_id, attempt))
+            self._changed.notify()
+
+    def _next(self) -> tuple[str, int] | None:
+        """The next try once it is due; None once closed."""
+        with self._changed:
+            while not self._closed:
+                if self._due and self._due[0][0] <= time.monotonic():
+                    _, _, job_id, attempt = heapq.heappop(self._due)
+                    return job_id, attempt
+                self._changed.wait(self._due[0][0] - time.monotonic() if self._due else None)
+            return None
 
     def _run(self) -> None:
-        while (job_id := self._queue.get()) is not None and not self._stop.is_set():
+        while (due := self._next()) is not None:
             try:
-                self._deliver(job_id)
+                self._try(*due)
             except Exception:  # noqa: BLE001 - one job's call must not end the others'
-                log.exception("the callback of %s", job_id)
+                log.exception("the callback of %s", due[0])
 
-    def _deliver(self, job_id: str) -> None:
-        waits = (0.0, *self._retry_s)
-        for attempt, wait_s in enumerate(waits, start=1):
-            if self._stop.wait(wait_s):
-                return
-            url, body = self._url(job_id), self._body(job_id)
-            if url is None or body is None:  # deleted meanwhile
-                return
-            error = post(url, body, self._key, self._timeout_s)
-            if error is not None:
-                log.warning("the callback of %s: %s (try %d of %d)", job_id, error, attempt, len(waits))
-            self._record(job_id, "delivered" if error is None else "pending" if attempt < len(waits) else "failed", error)
-            if error is None:
-                return
+    def _try(self, job_id: str, attempt: int) -> None:
+        url, body = self._url(job_id), self._body(job_id)
+        if url is None or body is None:  # deleted meanwhile
+            return
+        error = post(url, body, self._key, self._timeout_s)
+        left = attempt < len(self._retry_s)
+        if error is not None:
+            log.warning("the callback of %s: %s (try %d of %d)", job_id, error, attempt + 1, len(self._retry_s) + 1)
+        self._record(job_id, "delivered" if error is None else "pending" if left else "failed", error)
+        if error is not None and left:
+            self._schedule(job_id, attempt + 1, self._retry_s[attempt])

@@ -36,7 +36,7 @@ from specwhisper.serving.endpoint.contract import Endpoint, response
 from specwhisper.serving.params import RequestError, TranscribeParams, parse_params
 from specwhisper.serving.messages import one_line
 from specwhisper.serving.worker import Cancelled, CancelToken, ModelWorker, QueueFull
-from specwhisper.serving.http.callbacks import Deliveries
+from specwhisper.serving.http.callbacks import Deliveries, allowed
 from specwhisper.serving.http.config import JobLimits
 
 log = logging.getLogger(__name__)
@@ -236,9 +236,15 @@ class Jobs:
     # ---------------------------------------------------------------- callbacks
     def _call_back(self, job: UploadJob) -> None:
         """An ended job's callback, when it has one still to make and this server makes callbacks (one that
-        does not leaves it pending, for the next server on the folder that does)."""
-        if job.callback == "pending" and self._deliveries is not None:
+        does not leaves it pending, for the next server on the folder that does; one whose prefixes no longer
+        take its URL fails it)."""
+        if job.callback != "pending" or self._deliveries is None:
+            return
+        if allowed(job.callback_url or "", self.limits.callbacks):
             self._deliveries.add(job.id)
+        else:
+            job.callback, job.callback_error = "failed", "its URL is not under this server's --job-callbacks"
+            self._save(job)
 
     def _callback_url(self, job_id: str) -> str | None:
         with self._lock:
