@@ -30,6 +30,7 @@ _LAZY = {
     "Transcriber": "specwhisper.pipeline.api",
     "Transcription": "specwhisper.pipeline.api",
     "FORMATS": "specwhisper.pipeline.api",
+    "LanguageDetection": "specwhisper.results.language",
     "AudioError": "specwhisper.audio.loading",
     "Transcript": "specwhisper.results.transcript",
     "Segment": "specwhisper.results.transcript",

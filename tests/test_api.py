@@ -188,6 +188,52 @@ def test_two_transcribes_on_one_transcriber_load_no_model(readme, monkeypatch, j
     assert transcriber.pipeline is pipeline and pipeline.asr is asr and pipeline.diarizer() is diarizer
 
 
+@pytest.fixture(scope="module")
+def spoken(manifest):
+    """One FLEURS clip per language the eval folder has: German, Spanish, French, Portuguese, English."""
+    clips = {}
+    for item in manifest:
+        if item.file.startswith("cuttledoc-fleurs/") and item.language not in clips:
+            clips[item.language] = item
+    assert sorted(clips) == ["de", "en", "es", "fr", "pt"]
+    return clips
+
+
+def test_detect_language_names_each_clips_language(readme, spoken):
+    transcriber = readme[1]["transcriber"]
+    for language, item in spoken.items():
+        found = transcriber.detect_language(item.path)
+        top = list(found.probabilities.items())[:3]
+        print(f"\n{item.file}: {found.language} {found.probability:.3f}, top {top}")
+        assert found.language == language and found.speech and found.source == os.fspath(item.path)
+        assert found.probability == max(found.probabilities.values()) >= 0.5
+        assert len(found.probabilities) == 99 and abs(sum(found.probabilities.values()) - 1) < 1e-4
+        assert 0 <= found.start < found.end <= item.duration + 0.01
+
+
+def test_detect_language_is_the_language_transcribe_decodes_in(readme):
+    """The README's example detection of jfk.flac gives the language and probability its transcription had."""
+    ns = readme[1]
+    result, spoken = ns["result"], ns["spoken"]
+    assert (spoken.language, spoken.probability) == (result.language, result.model["language_probability"])
+    assert spoken.language == "en" and spoken.to_dict()["language"] == "en"
+
+
+def test_detect_language_on_silence_says_no_speech_and_bad_options_are_one_line(readme):
+    transcriber = readme[1]["transcriber"]
+    silence = np.zeros(16000 * 3, dtype=np.float32)
+    found = transcriber.detect_language(silence, sample_rate=16000)
+    assert not found.speech and found.source is None and (found.start, found.end) == (0.0, 3.0)
+    for call in (lambda: transcriber.detect_language(silence, sample_rate=16000, diarize=True),
+                 lambda: transcriber.detect_language(silence, sample_rate=16000, clip_timestamps="10,20"),
+                 lambda: transcriber.detect_language(silence, sample_rate=16000, vad_threshold=2.0),
+                 lambda: transcriber.detect_language("missing.wav")):
+        with pytest.raises(ValueError) as info:
+            call()
+        print(info.value)
+        assert str(info.value) and "\n" not in str(info.value)
+
+
 def test_import_specwhisper_loads_neither_torch_nor_transformers():
     code = ("import sys, specwhisper\n"
             "names = [getattr(specwhisper, n) for n in specwhisper.__all__]\n"

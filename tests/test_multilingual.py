@@ -8,6 +8,7 @@ import json
 import pytest
 
 from specwhisper.evaluation.transcripts import build_multilingual_file, normalize, wer
+from specwhisper.results.stats import DecodeStats
 
 CLIPS = ["cuttledoc-fleurs/fleurs-fr-000.ogg", "cuttledoc-fleurs/fleurs-en-001.ogg"]
 
@@ -84,3 +85,25 @@ def test_segments_carry_their_language_in_the_json():
 def test_multilingual_needs_a_multilingual_model(tiny_engine, audio):
     with pytest.raises(ValueError, match="English-only: --multilingual needs a multilingual model"):
         _run(tiny_engine, audio[:16000], multilingual=True)
+
+
+def test_a_long_files_language_is_detected_on_the_window_transcribe_takes(base_engine, eval_root):
+    """``detect_languages`` plans a long file's first minutes only (``AsrEngine._first_plan``): on 130 s
+    of silence, a German clip, an English one and silence to 300 s it plans the first 240 s and finds
+    what the file's whole plan gives ``transcribe_many``'s detection (``file_detections``): the same
+    window, language and probabilities."""
+    import numpy as np
+
+    from specwhisper.asr.languages import file_detections
+    from specwhisper.asr.options import DecodeOptions
+    from specwhisper.audio.loading import SAMPLE_RATE, load_audio
+
+    de, en = (load_audio(eval_root / f"cuttledoc-fleurs/fleurs-{lang}-000.ogg") for lang in ("de", "en"))
+    silence = lambda s: np.zeros(int(s * SAMPLE_RATE), np.float32)  # noqa: E731
+    audio = np.concatenate([silence(130), de, silence(1), en])
+    audio = np.concatenate([audio, silence(300 - len(audio) / SAMPLE_RATE)])
+    found = base_engine.detect_languages([audio])[0]
+    whole = base_engine._plan(audio, DecodeOptions(), lambda f: None)[0]
+    expected = file_detections(base_engine, [audio], [whole], 1, {}, [DecodeStats()])[0]
+    print(f"\n{found.language} {found.probability:.4f} on {found.start}-{found.end} s")
+    assert found == expected and found.language == "de" and found.speech and 129 <= found.start < 131 + 18

@@ -30,15 +30,17 @@ from specwhisper.asr.runtime.decoder import WhisperDecoderRuntime
 from specwhisper.asr.runtime.encoder import EncoderRuntime
 from specwhisper.asr.weights.loader import WhisperBundle, load_whisper
 from specwhisper.asr import hallucination, redecode
-from specwhisper.asr.languages import chunk_languages, file_languages
+from specwhisper.asr.languages import chunk_languages, file_detections, file_languages
 from specwhisper.asr.redecode import Standing
 from specwhisper.asr.scheduling import FileResults, FinalSegments, Item, WorkQueues
 from specwhisper.asr.decoding.segments import stitch, timed_by_words, tokens_to_segments
+from specwhisper.results.language import LanguageDetection
 from specwhisper.results.stats import DecodeStats
 from specwhisper.results.transcript import Segment
 from specwhisper.audio.vad import FILTER_SETTINGS, VoiceActivityDetector
 
 Progress = Callable[[str, float], None]
+DETECT_PREFIX_S = 120.0  # detect_languages plans a long file's first two minutes first (_first_plan)
 log = logging.getLogger(__name__)
 
 
@@ -253,6 +255,37 @@ class AsrEngine:
         ``on_final``: ``transcribe_many``'s, for the one file."""
         show = None if on_final is None else (lambda i, segments: on_final(segments))
         return self.transcribe_many([audio], options, progress, decoder, journal, on_final=show)[0]
+
+    def detect_languages(self, audios: list[np.ndarray], options: DecodeOptions | None = None,
+                         progress: Progress | None = None) -> list[LanguageDetection | None]:
+        """Each 16 kHz waveform's language as ``transcribe_many`` finds it when ``language`` is not
+        given, on the same window (the options' VAD settings and clips plan the chunks), with every
+        language's probability; None for a file with nothing to decode (no clip within it).
+        Progress: "vad" per file."""
+        opts = options or DecodeOptions()
+        opts.validate(self.special)
+        rows = fit_batch_size(opts.batch_size, self.runtime)
+        report = progress or (lambda stage, frac: None)
+        plans = [self._first_plan(audio, opts, lambda f, i=i: report("vad", (i + f) / len(audios)))
+                 for i, audio in enumerate(audios)]
+        return file_detections(self, audios, plans, rows, {}, [DecodeStats() for _ in audios])
+
+    def _first_plan(self, audio: np.ndarray, opts: DecodeOptions, progress: Callable[[float], None]) -> list[Chunk]:
+        """The file's chunks as ``_plan`` gives them, as far as its first chunk with speech: planned on
+        the file's first ``DETECT_PREFIX_S`` seconds, twice as many until that chunk and the next one
+        with speech end two chunk lengths before the prefix does (the VAD hears from a file's start,
+        and a chunk's bounds depend on the speech next to it only), so that a long file's detection
+        does not run the VAD over all of it. With ``clips``, or when no prefix is enough: ``_plan``."""
+        limit = int(opts.max_chunk_s * SAMPLE_RATE)
+        n = int(DETECT_PREFIX_S * SAMPLE_RATE)
+        while opts.clips is None and n < len(audio):
+            plan = self._plan(audio[:n], opts, lambda f: None)[0]
+            speech = [c for c in plan if c.speech][:2]
+            if len(speech) == 2 and speech[1].end <= n - 2 * limit:
+                progress(1.0)
+                return plan
+            n *= 2
+        return self._plan(audio, opts, progress)[0]
 
     def transcribe_many(
         self,

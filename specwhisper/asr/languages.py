@@ -10,10 +10,11 @@ import numpy as np
 import torch
 
 from specwhisper.asr.decoding.alignment import FRAME_S
-from specwhisper.asr.decoding.language import detect_language
+from specwhisper.asr.decoding.language import detect_language, language_probabilities
 from specwhisper.asr.scheduling import Item
 from specwhisper.audio.chunking import Chunk, turns
 from specwhisper.audio.loading import SAMPLE_RATE
+from specwhisper.results.language import LanguageDetection
 from specwhisper.results.stats import DecodeStats
 
 if TYPE_CHECKING:
@@ -23,19 +24,37 @@ if TYPE_CHECKING:
 Encoded = dict[Item, tuple[torch.Tensor, torch.Tensor]]  # (file, chunk) -> its features and encoder rows, kept
 
 
-def file_languages(engine: AsrEngine, audios: list[np.ndarray], plans: list[list[Chunk]], opts: DecodeOptions,
-                   batch_size: int, encoded: Encoded, stats: list[DecodeStats]) -> list[tuple[str | None, float | None]]:
-    """Each file's language and its probability: the option, or detected on the file's first chunk
-    with VAD speech (its first chunk when the VAD found none), whose encoder rows are kept."""
-    languages: list[tuple[str | None, float | None]] = [(opts.language, None)] * len(audios)
-    if opts.language is not None:
-        return languages
-    firsts = [(i, next((c for c in plan if c.speech), plan[0])) for i, plan in enumerate(plans) if plan]
+def first_speech(plan: list[Chunk]) -> Chunk:
+    """The chunk a file's language is detected on: its first with VAD speech, else its first."""
+    return next((c for c in plan if c.speech), plan[0])
+
+
+def file_detections(engine: AsrEngine, audios: list[np.ndarray], plans: list[list[Chunk]], batch_size: int,
+                    encoded: Encoded, stats: list[DecodeStats]) -> list[LanguageDetection | None]:
+    """Each file's language with every language's probability, detected on its ``first_speech`` chunk
+    (None for a file with no chunk); the chunks' encoder rows are kept in ``encoded``."""
+    found: list[LanguageDetection | None] = [None] * len(audios)
+    firsts = [(i, first_speech(plan)) for i, plan in enumerate(plans) if plan]
     for b in range(0, len(firsts), batch_size):
         rows = firsts[b : b + batch_size]
         engine.encode_items(audios, rows, encoded, stats)
         for i, c in rows:
-            languages[i] = detect_language(engine.runtime, engine.special, encoded[(i, c)][1])
+            probabilities = language_probabilities(engine.runtime, engine.special, encoded[(i, c)][1])
+            language, probability = next(iter(probabilities.items()))
+            found[i] = LanguageDetection(language, probability, probabilities, round(c.start_s, 3),
+                                         round(c.end / SAMPLE_RATE, 3), c.speech)
+    return found
+
+
+def file_languages(engine: AsrEngine, audios: list[np.ndarray], plans: list[list[Chunk]], opts: DecodeOptions,
+                   batch_size: int, encoded: Encoded, stats: list[DecodeStats]) -> list[tuple[str | None, float | None]]:
+    """Each file's language and its probability: the option, or ``file_detections``'."""
+    languages: list[tuple[str | None, float | None]] = [(opts.language, None)] * len(audios)
+    if opts.language is not None:
+        return languages
+    for i, found in enumerate(file_detections(engine, audios, plans, batch_size, encoded, stats)):
+        if found is not None:
+            languages[i] = (found.language, found.probability)
     return languages
 
 

@@ -25,6 +25,7 @@ from typing import TYPE_CHECKING, Union
 
 import numpy as np
 
+from specwhisper.results.language import LanguageDetection
 from specwhisper.results.transcript import Transcript
 from specwhisper.audio.loading import (AudioError, from_array, load_audio,
                                        load_audio_bytes)
@@ -112,6 +113,23 @@ class Transcriber:
         result.timings["load_audio"] = round(load_s, 3)
         return Transcription.of(result, opts.subtitles)
 
+    def detect_language(self, audio: Audio, *, sample_rate: int | None = None, progress: Progress | None = None,
+                        **options) -> LanguageDetection:
+        """The language ``transcribe(audio, **options)`` decodes ``audio`` in when no ``language`` is
+        given, and every language's probability (a ``LanguageDetection``): detected on the first
+        window with speech, as ``transcribe`` does, without decoding the file. ``options``: those that
+        choose the window (the VAD's settings, ``clip_timestamps``, ...: listed below)."""
+        other = [n for n in options if n not in DETECTION_NAMES]
+        if other:
+            raise ValueError(f"detect_language takes {', '.join(DETECTION_NAMES)}, not {other[0]}")
+        opts = self.options(**options)
+        waveform, source = _waveform(audio, sample_rate, opts.max_audio_s)
+        found = self.pipeline.asr.detect_languages([waveform], opts.decode_options(), progress)[0]
+        if found is None:
+            raise ValueError("clip_timestamps: no clip is within the audio: no language to detect")
+        found.source = source
+        return found
+
     def transcribe_many(self, audios: Iterable[Audio], *, sample_rate: int | None = None,
                         progress: Progress | None = None, **options) -> list[Transcription]:
         """``transcribe`` for several inputs at once: their chunks are decoded in shared batches (the
@@ -192,7 +210,10 @@ LOAD_NAMES = {o.name for o in options_for("api", "load")}
 _with_options(Transcriber.transcribe, options_for("api", "run"), keep=4)
 _with_options(Transcriber.transcribe_many, options_for("api", "run"), keep=4)
 _with_options(load, options_for("api", "load"), keep=3)
+# the options that choose the window a file's language is detected on
+DETECTION_NAMES = ("vad_filter", "vad_threshold", "chunk_length", "clip_timestamps", "batch_size", "max_duration")
+_with_options(Transcriber.detect_language, [BY_NAME[n] for n in DETECTION_NAMES], keep=4)
 
 
 FORMATS = ALL_FORMATS
-__all__ = ["Audio", "FORMATS", "Progress", "Transcriber", "Transcription", "load"]
+__all__ = ["Audio", "FORMATS", "LanguageDetection", "Progress", "Transcriber", "Transcription", "load"]

@@ -45,17 +45,25 @@ def normalize_language(value: str | None) -> str | None:
     raise ValueError(f"unknown language '{' '.join(shown.split())}' (give a code such as 'en' or a name such as 'english')")
 
 
-def detect_language(runtime: WhisperDecoderRuntime, special: SpecialTokens, encoder_out: "torch.Tensor") -> tuple[str, float]:
-    """Most likely language of the first row of ``encoder_out`` (openai/whisper's method)."""
+def language_probabilities(runtime: WhisperDecoderRuntime, special: SpecialTokens, encoder_out: "torch.Tensor"
+                           ) -> dict[str, float]:
+    """Every language's probability for the first row of ``encoder_out``, most likely first
+    (openai/whisper's method: the language tokens' softmax at the step after ``<|startoftranscript|>``).
+    An English-only model knows one: ``{"en": 1.0}``."""
     from specwhisper.hardware.device import on_device
 
     if not special.multilingual:
-        return "en", 1.0
+        return {"en": 1.0}
     cache = runtime.new_cache(encoder_out[:1])
     device = runtime.device
     logits = runtime.step(on_device([[special.sot]], device), on_device([[0]], device), cache)[0, -1]
     codes = list(special.languages)
     ids = on_device([special.languages[c] for c in codes], device)
     probs = logits[ids].float().softmax(-1).tolist()
-    best = max(range(len(codes)), key=probs.__getitem__)
-    return codes[best], probs[best]
+    order = sorted(range(len(codes)), key=probs.__getitem__, reverse=True)  # stable: ties keep the table's order
+    return {codes[k]: probs[k] for k in order}
+
+
+def detect_language(runtime: WhisperDecoderRuntime, special: SpecialTokens, encoder_out: "torch.Tensor") -> tuple[str, float]:
+    """Most likely language of the first row of ``encoder_out`` and its probability."""
+    return next(iter(language_probabilities(runtime, special, encoder_out).items()))

@@ -1,0 +1,27 @@
+"""The language of a file, as ``Transcriber.detect_language`` finds it."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+
+@dataclass
+class LanguageDetection:
+    """The language a file's transcription is decoded in, found as ``transcribe`` finds it: on the
+    file's first window with speech (its first window when the VAD hears none: ``speech`` is False,
+    and the guess is a guess about silence or noise).
+
+    ``probabilities``: every language the model knows, most likely first (an English-only model
+    knows one, ``{"en": 1.0}``); ``start``/``end``: the window's place in the file, in seconds."""
+
+    language: str
+    probability: float
+    probabilities: dict[str, float] = field(default_factory=dict)
+    start: float = 0.0
+    end: float = 0.0
+    speech: bool = True
+    source: str | None = None
+
+    def to_dict(self) -> dict:
+        return {"language": self.language, "probability": self.probability, "start": self.start, "end": self.end,
+                "speech": self.speech, "source": self.source, "probabilities": dict(self.probabilities)}
