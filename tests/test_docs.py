@@ -209,11 +209,14 @@ def _check_pip(args: list[str]) -> None:
 
 def _check_curl(args: list[str]) -> None:
     from specwhisper.serving.http.app import POST_PATHS, query_parameters
+    from specwhisper.serving.http.asr_webservice import TAKEN, our_parameters, route_query
     from specwhisper.serving.params import Choices, parse_params
 
     url = urlsplit(next(a for a in args if a.startswith("http")))
     if url.path in POST_PATHS:
         parse_params(query_parameters(url.query), Choices())
+    if url.path in TAKEN:  # whisper-asr-webservice's routes
+        parse_params(our_parameters(route_query(url.path, url.query))[1], Choices())
 
 
 def _check_docker(args: list[str]) -> None:
@@ -243,6 +246,9 @@ def check_command(argv: list[str]) -> None:
     elif program == "apt-get":
         packages = re.search(r"^APT_PACKAGES := (.*)$", _makefile(), re.M).group(1).split()
         assert args[0] == "install" and set(args[1:]) <= set(packages), args
+    elif program == "ffmpeg":
+        assert "ffmpeg" in re.search(r"^APT_PACKAGES := (.*)$", _makefile(), re.M).group(1).split()
+        assert "-i" in args, args
     elif program == "curl":
         _check_curl(args)
     elif program == "docker":

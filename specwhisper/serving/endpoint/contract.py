@@ -25,6 +25,7 @@ from typing import BinaryIO
 from specwhisper.audio.loading import AudioError
 from specwhisper.hardware.device import resolve_device, resolve_dtype
 from specwhisper.asr.weights.loader import ModelError
+from specwhisper.results.language import LanguageDetection
 from specwhisper.results.transcript import Segment, Transcript
 from specwhisper.pipeline.core import Progress
 from specwhisper.pipeline.config import PipelineConfig
@@ -248,6 +249,14 @@ class Endpoint:
             log.warning("a pass of %d uploads failed (%s): each runs alone", len(inputs), one_line(exc))
             return [self.run_many([item], params, progress)[0] for item in inputs]
         return [_request_error(o) if isinstance(o, Exception) else o for o in outcomes]
+
+    def detect_language(self, source: str | Path | bytes, params: TranscribeParams, name: str = "inputs") -> LanguageDetection:
+        """The language of an upload (``PipelinePool.detect_language``); a failure is raised as a
+        :class:`RequestError`."""
+        try:
+            return self.transcriber.detect_language(source, name, params)
+        except Exception as exc:  # noqa: BLE001 - the contract is an error answer, never a traceback
+            raise _request_error(exc) from None
 
     def offered(self, name: str) -> str:
         """The offered model ``name`` stands for (``model_named``); a 404 otherwise."""

@@ -6,6 +6,8 @@
   query string (``/?language=en&diarize=true&formats=srt,vtt``);
 * ``POST /v1/audio/transcriptions``, ``POST /v1/audio/translations``, ``GET /v1/models``: OpenAI's audio
   API (:mod:`specwhisper.serving.http.openai_api`), with its own answers and error body;
+* ``POST /asr``, ``POST /detect-language``: whisper-asr-webservice's routes, for the apps built for it (Bazarr)
+  (:mod:`specwhisper.serving.http.asr_webservice`);
 * ``POST /v1/jobs`` (the upload as ``POST /`` takes it), ``GET /v1/jobs/{id}``, ``GET /v1/jobs``,
   ``DELETE /v1/jobs/{id}``: transcription jobs, answered at once and read later
   (:mod:`specwhisper.serving.http.jobs`);
@@ -39,6 +41,7 @@ from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse, Response
 from starlette.exceptions import HTTPException
 
+from specwhisper.serving.http.asr_webservice import add_asr_webservice_routes
 from specwhisper.serving.http.auth import ApiKeyGuard
 from specwhisper.serving.http.callbacks import check_callback_url
 from specwhisper.serving.http.jobs import Jobs
@@ -61,6 +64,7 @@ JOBS_PATH = "/v1/jobs"
 # what GET /v1/jobs/ID takes: the formats, and the subtitle layout they are written in
 RENDERING = frozenset({"formats", *(o.name for o in options_for("http") if o.group == "subtitles")})
 ROUTES_HINT = ("POST / with audio, POST /v1/audio/transcriptions and /v1/audio/translations, GET /v1/models, GET /health, "
+               "POST /asr and /detect-language, "
                "POST /v1/jobs, GET and DELETE /v1/jobs/ID, GET /api/ps, POST and DELETE /api/ps/MODEL, "
                "WebSockets /v1/live and /v1/realtime")
 __all__ = ["create_app"]
@@ -271,6 +275,7 @@ def create_app(endpoint: Endpoint, worker: ModelWorker, spool: Spool, limits: Re
     app.add_api_route(JOBS_PATH + "/{job_id}", delete_job, methods=["DELETE"])
     add_model_routes(app, endpoint, uploads)
     add_openai_routes(app, uploads)
+    add_asr_webservice_routes(app, uploads, refused)
     slots = add_live_route(app, endpoint.transcriber, worker)
     add_realtime_route(app, endpoint.transcriber, worker, slots)
     if api_key is not None:

@@ -1,5 +1,5 @@
-"""A ``multipart/form-data`` request body parsed as it arrives (OpenAI's audio API sends its file so):
-the part named ``file`` is written straight to the request's spool file, the other parts are kept as
+"""A ``multipart/form-data`` request body parsed as it arrives (OpenAI's audio API sends its file so, as
+``file``; whisper-asr-webservice's clients as ``audio_file``): the file's part is written straight to the request's spool file, the other parts are kept as
 text fields, bounded in number and size.
 
 Starlette's ``request.form()`` would put the file in a temporary file of its own, outside the spool
@@ -14,11 +14,12 @@ from collections import defaultdict
 from pathlib import Path
 from typing import BinaryIO
 
+from fastapi import Request
 from python_multipart.exceptions import FormParserError
 from python_multipart.multipart import MultipartParser, parse_options_header
 
 from specwhisper.serving.messages import clip
-from specwhisper.serving.http.uploads import Refusal
+from specwhisper.serving.http.uploads import Refusal, Uploads
 
 FILE_FIELD = "file"
 MAX_FIELDS = 64  # text fields in one request
@@ -38,20 +39,32 @@ def bad_form(message: str, status: int = 400, param: str | None = None) -> Refus
     return Refusal(status, message, close=True, param=param)
 
 
+async def receive_form(uploads: Uploads, request: Request, path: Path, file_field: str = FILE_FIELD) -> FormUpload:
+    """The request's form, parsed as it arrives (``FormUpload``), its file in ``path``, within the upload's
+    size limit and body timeout."""
+    form = FormUpload(request.headers.get("content-type"), path, uploads.limits.max_upload_bytes, file_field)
+    try:
+        await uploads.receive(request, form, uploads.limits.max_upload_bytes + FORM_OVERHEAD)
+        form.finish()
+    finally:
+        form.close()
+    return form
+
+
 class FormUpload:
     """The sink :func:`receive_body` writes the body to: ``write(chunk)`` parses as it goes, ``finish()``
     checks the body ended well, ``close()`` closes the file whatever happened. Then ``fields`` holds the
     text fields (name -> values, in order), ``has_file``/``file_size``/``file_name`` describe the file."""
 
-    def __init__(self, content_type: str | None, path: Path, max_file_bytes: int):
+    def __init__(self, content_type: str | None, path: Path, max_file_bytes: int, file_field: str = FILE_FIELD):
         kind, options = parse_options_header(content_type or "")
         if kind != b"multipart/form-data":
             shown = clip(kind.decode("latin-1"), 60) or "none"
-            raise bad_form(f"the body must be multipart/form-data with a 'file' part (Content-Type: {shown})")
+            raise bad_form(f"the body must be multipart/form-data with a '{file_field}' part (Content-Type: {shown})")
         boundary = options.get(b"boundary")
         if not boundary:
             raise bad_form("the multipart/form-data Content-Type has no boundary")
-        self.path, self.max_file_bytes = path, max_file_bytes
+        self.path, self.max_file_bytes, self.file_field = path, max_file_bytes, file_field
         self.fields: dict[str, list[str]] = defaultdict(list)
         self.has_file, self.file_size, self.file_name = False, 0, None
         self._count = 0
@@ -105,9 +118,9 @@ class FormUpload:
         if b"name" not in options:
             raise bad_form("a multipart part has no name (its Content-Disposition must say name=\"...\")")
         self._name = options[b"name"].decode("utf-8", "replace")
-        if self._name == FILE_FIELD:
+        if self._name == self.file_field:
             if self.has_file:
-                raise bad_form("'file' is given twice (send one audio file per request)", param=FILE_FIELD)
+                raise bad_form(f"'{self.file_field}' is given twice (send one audio file per request)", param=self.file_field)
             self.has_file = True
             filename = options.get(b"filename")
             self.file_name = filename.decode("utf-8", "replace") if filename is not None else None
@@ -125,7 +138,8 @@ class FormUpload:
         if self._out is not None:
             self.file_size += end - start
             if self.file_size > self.max_file_bytes:
-                raise bad_form(f"file: the upload is larger than {self.max_file_bytes} bytes", status=413, param=FILE_FIELD)
+                raise bad_form(f"{self.file_field}: the upload is larger than {self.max_file_bytes} bytes", status=413,
+                               param=self.file_field)
             self._out.write(data[start:end])
             return
         self._data.extend(data[start:end])

@@ -44,7 +44,7 @@ from transformers.models.whisper.tokenization_whisper import LANGUAGES
 from specwhisper.diarize.known import ERROR_PREFIX as KNOWN_SPEAKER_ERROR
 from specwhisper.results.transcript import Transcript, Word, segments_to_dicts
 from specwhisper.pipeline.writers import render
-from specwhisper.serving.http.form_upload import CLIP_FIELDS, FILE_FIELD, FORM_OVERHEAD, FormUpload
+from specwhisper.serving.http.form_upload import CLIP_FIELDS, FILE_FIELD, receive_form
 from specwhisper.serving.params import Choices, RequestError, TranscribeParams, model_named, offered_names, parse_params
 from specwhisper.serving.messages import clip, short_repr
 from specwhisper.serving.http.uploads import Refusal, StreamEvents, Uploads
@@ -372,12 +372,7 @@ def add_openai_routes(app: FastAPI, uploads: Uploads) -> None:
 
     async def audio(request: Request, task: str) -> Response:
         async def handle(path: Path) -> Response:
-            form = FormUpload(request.headers.get("content-type"), path, uploads.limits.max_upload_bytes)
-            try:
-                await uploads.receive(request, form, uploads.limits.max_upload_bytes + FORM_OVERHEAD)
-                form.finish()
-            finally:
-                form.close()
+            form = await receive_form(uploads, request, path)
             if not form.has_file:
                 raise Refusal(400, "Missing required parameter: 'file'.", param=FILE_FIELD, code="missing_required_parameter")
             if form.file_size == 0:
