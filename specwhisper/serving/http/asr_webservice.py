@@ -103,11 +103,11 @@ def add_asr_webservice_routes(app: FastAPI, uploads: Uploads, refused: Callable[
             await asyncio.to_thread(pcm_to_wav, path)
         return form.file_name or FILE_FIELD
 
-    def parsed(request: Request) -> tuple[dict[str, str], TranscribeParams]:
+    def parsed(request: Request, route: str) -> tuple[dict[str, str], TranscribeParams]:
         """The query string, the output it asks for and the parameters it gives; what is wrong with them is
         refused before the upload is read (the connection closes)."""
         try:
-            query = route_query(request.url.path, request.url.query)
+            query = route_query(route, request.url.query)
             output, ours = our_parameters(query)
             params = endpoint.parse({"parameters": ours})
         except (Refusal, RequestError) as exc:
@@ -116,7 +116,7 @@ def add_asr_webservice_routes(app: FastAPI, uploads: Uploads, refused: Callable[
 
     async def asr(request: Request) -> Response:
         async def handle(path: Path) -> Response:
-            query, params = parsed(request)
+            query, params = parsed(request, "/asr")
             name = await receive(request, path, query)
             transcript = await uploads.transcribe(request, path, FILE_FIELD, params)
             output = query["output"]
@@ -129,7 +129,7 @@ def add_asr_webservice_routes(app: FastAPI, uploads: Uploads, refused: Callable[
 
     async def detect_language(request: Request) -> Response:
         async def handle(path: Path) -> Response:
-            query, params = parsed(request)
+            query, params = parsed(request, "/detect-language")
             await receive(request, path, query)
             await uploads.length(path, FILE_FIELD)  # too long: refused before it is decoded
             found = await uploads.on_worker(request, lambda: endpoint.detect_language(path, params, FILE_FIELD))
