@@ -400,3 +400,17 @@ def test_contradictions_failed_files_and_warnings_say_so(run_cli, eval_root, tmp
     lines = err.strip().splitlines()
     assert lines[0] == "transcribe: warning: clip_timestamps: no clip is within the 11.0 s of audio: nothing to transcribe"
     assert "language not detected" in lines[-1] and "(auto: )" not in lines[-1], lines
+
+
+def test_detect_language_prints_each_files_language_and_writes_nothing(run_cli, eval_root, tmp_path):
+    """whisper.cpp's --detect-language: a line per file (a tab between the file, the code and the probability),
+    the language transcription finds; a missing file is one line on stderr and the others still print."""
+    german, jfk = eval_root / "cuttledoc-fleurs/fleurs-de-000.ogg", eval_root / "whisper.cpp/jfk.wav"
+    code, out, err = run_cli("--detect-language", german, jfk, tmp_path / "missing.wav", "-o", tmp_path)
+    rows = [line.split("\t") for line in out.splitlines()]
+    assert code == 1 and [(r[0], r[1]) for r in rows] == [(str(german), "de"), (str(jfk), "en")], out
+    assert all(0.5 <= float(r[2]) <= 1 and len(r) == 3 for r in rows), out
+    assert err.count("\n") == 1 and "missing.wav" in err and list(tmp_path.iterdir()) == []
+    for clash in (["--live"], ["-l", "en"], ["--diarize"]):
+        code, out, err = run_cli("--detect-language", jfk, *clash)
+        assert code == 2 and err.count("\n") == 1 and "does not go with it" in err and out == "", err

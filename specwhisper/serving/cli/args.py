@@ -68,6 +68,8 @@ def build_parser() -> argparse.ArgumentParser:
                    "printing confirmed text as it comes (previous hypothesis as the draft; --draft none: plain)")
     p.add_argument("--live-chunk", type=positive(float), default=1.0, metavar="SECONDS",
                    help="--live audio piece length (default: 1.0)")
+    p.add_argument("--detect-language", action="store_true", help="print each file's language and its probability "
+                   "(found as transcription finds it, on the first window with speech) and exit, writing nothing")
     p.add_argument("-q", "--quiet", action="store_true", help="no progress bars and no transcript on stdout")
     p.add_argument("--verbose", nargs="?", const=True, type=str2bool, metavar="True|False",
                    help="print each segment with its times on stdout as soon as nothing left to decode can change it "

@@ -173,6 +173,13 @@ def _check_combination(args) -> None:
         raise CliError("--verbose prints every segment and --quiet prints nothing: give one of them")
     if args.verbose and args.live:
         raise CliError("--live prints the confirmed text as it comes; --verbose is for transcribing files")
+    if args.detect_language:
+        clash = next((flag for flag, on in (("--live", args.live), ("--language", args.language is not None),
+                                            ("--verbose", args.verbose), ("--align-text", args.align_text is not None),
+                                            ("--diarize", args.diarize), ("--postedit", args.postedit))
+                      if on), None)
+        if clash:
+            raise CliError(f"--detect-language prints the language transcription would find: {clash} does not go with it")
     if args.align_text is not None:
         folder = Path(args.inputs[0]).is_dir()
         if args.live or len(args.inputs) > 1:
@@ -212,6 +219,8 @@ def run(args) -> int:
         _quiet_libraries()
         return run_live(args, formats, opts, lambda: _pipeline(args))
     folders = [p for p in args.inputs if Path(p).is_dir()]
+    if folders and args.detect_language:
+        raise CliError(f"{folders[0]}: --detect-language takes audio files, not a folder")
     if folders:
         if len(args.inputs) > 1:
             raise CliError(f"{folders[0]}: a folder must be the only input")
@@ -240,10 +249,33 @@ def run(args) -> int:
     _quiet_libraries()
     pipeline = _pipeline(args)
     opts.decode_options().validate(pipeline.asr.special)  # what the model decides (a language, translation): exit 2
+    if args.detect_language:
+        return max(_detect_languages(pipeline, [path for path, _ in todo], opts), 1 if failures else 0)
     for i, (path, stem) in enumerate(todo):
         # which transcript is which on stdout, as `tail` labels files: printed with its first line (none if it fails)
         header = f"{'' if i == 0 else chr(10)}==> {path} <==" if not args.quiet and len(inputs) > 1 else None
         failures += not _transcribe_one(pipeline, path, stem, out_dir, formats, opts, args.quiet, bool(args.verbose), header)
+    return 1 if failures else 0
+
+
+def _detect_languages(pipeline, paths: list[str], opts) -> int:
+    """``--detect-language``: a line per file on stdout, ``FILE<tab>CODE<tab>PROBABILITY`` (and ``no speech``
+    when the VAD heard none), the language transcription would find (``AsrEngine.detect_languages``)."""
+    from specwhisper.audio.loading import load_audio
+
+    failures = 0
+    for path in paths:
+        try:
+            found = pipeline.asr.detect_languages([load_audio(path, max_seconds=opts.max_audio_s)], opts.decode_options())[0]
+        except AudioError as exc:
+            _error(exc)
+            failures += 1
+            continue
+        if found is None:
+            _error(CliError(f"{path}: no clip of --clip-timestamps is within it"))
+            failures += 1
+            continue
+        print(f"{path}\t{found.language}\t{found.probability:.3f}" + ("" if found.speech else "\tno speech"), flush=True)
     return 1 if failures else 0
 
 
