@@ -40,7 +40,7 @@ from specwhisper.results.transcript import Segment
 from specwhisper.audio.vad import FILTER_SETTINGS, VoiceActivityDetector
 
 Progress = Callable[[str, float], None]
-DETECT_PREFIX_S = 120.0  # detect_languages plans a long file's first two minutes first (_first_plan)
+DETECT_PREFIX_S = 120.0  # detect_language plans a long file's first two minutes first (_first_plan)
 log = logging.getLogger(__name__)
 
 
@@ -256,19 +256,21 @@ class AsrEngine:
         show = None if on_final is None else (lambda i, segments: on_final(segments))
         return self.transcribe_many([audio], options, progress, decoder, journal, on_final=show)[0]
 
-    def detect_languages(self, audios: list[np.ndarray], options: DecodeOptions | None = None,
-                         progress: Progress | None = None) -> list[LanguageDetection | None]:
-        """Each 16 kHz waveform's language as ``transcribe_many`` finds it when ``language`` is not
-        given, on the same window (the options' VAD settings and clips plan the chunks), with every
-        language's probability; None for a file with nothing to decode (no clip within it).
-        Progress: "vad" per file."""
+    def detect_language(self, audio: np.ndarray, options: DecodeOptions | None = None,
+                        progress: Progress | None = None) -> LanguageDetection:
+        """A 16 kHz waveform's language as ``transcribe_many`` finds it when ``language`` is not given,
+        on the same window (the options' VAD settings and clips plan the chunks), with every language's
+        probability; a ValueError when there is nothing to decode (no clip within the audio). Progress:
+        "vad"."""
         opts = options or DecodeOptions()
         opts.validate(self.special)
-        rows = fit_batch_size(opts.batch_size, self.runtime)
         report = progress or (lambda stage, frac: None)
-        plans = [self._first_plan(audio, opts, lambda f, i=i: report("vad", (i + f) / len(audios)))
-                 for i, audio in enumerate(audios)]
-        return file_detections(self, audios, plans, rows, {}, [DecodeStats() for _ in audios])
+        plan = self._first_plan(audio, opts, lambda f: report("vad", f))
+        found = file_detections(self, [audio], [plan], 1, {}, [DecodeStats()])[0]
+        if found is None:
+            raise ValueError(f"clip_timestamps: no clip is within the {len(audio) / SAMPLE_RATE:.1f} s of audio: "
+                             "no language to detect")
+        return found
 
     def _first_plan(self, audio: np.ndarray, opts: DecodeOptions, progress: Callable[[float], None]) -> list[Chunk]:
         """The file's chunks as ``_plan`` gives them, as far as its first chunk with speech: planned on

@@ -124,9 +124,7 @@ class Transcriber:
             raise ValueError(f"detect_language takes {', '.join(DETECTION_NAMES)}, not {other[0]}")
         opts = self.options(**options)
         waveform, source = _waveform(audio, sample_rate, opts.max_audio_s)
-        found = self.pipeline.asr.detect_languages([waveform], opts.decode_options(), progress)[0]
-        if found is None:
-            raise ValueError("clip_timestamps: no clip is within the audio: no language to detect")
+        found = self.pipeline.asr.detect_language(waveform, opts.decode_options(), progress)
         found.source = source
         return found
 

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 
 
 @dataclass
@@ -23,5 +23,4 @@ class LanguageDetection:
     source: str | None = None
 
     def to_dict(self) -> dict:
-        return {"language": self.language, "probability": self.probability, "start": self.start, "end": self.end,
-                "speech": self.speech, "source": self.source, "probabilities": dict(self.probabilities)}
+        return asdict(self)

@@ -33,7 +33,7 @@ from typing import Callable
 
 import numpy as np
 
-from specwhisper.audio.loading import DEFAULT_MAX_SECONDS, SAMPLE_RATE, AudioError, AudioTooLong, load_audio
+from specwhisper.audio.loading import DEFAULT_MAX_SECONDS, AudioError, AudioTooLong, load_audio
 from specwhisper.hardware.device import resolve_device, resolve_dtype
 from specwhisper.asr.drafters.choice import decoder_factory
 from specwhisper.asr.engine import AsrEngine
@@ -314,14 +314,12 @@ class PipelinePool:
     def detect_language(self, source: str | Path | bytes, name: str, params: TranscribeParams,
                         progress: Progress | None = None) -> LanguageDetection:
         """Decode ``source`` and find the language its transcription with ``params`` would be decoded in
-        without a ``language`` (``AsrEngine.detect_languages``: the same window, every language's
+        without a ``language`` (``AsrEngine.detect_language``: the same window, every language's
         probability); an :class:`AudioError` when the file cannot be decoded."""
         options = params.run_options(self.settings.max_audio_s)
         audio = self.load(source, name)
         with self._taken(params.pipeline_config(self.settings.base), progress) as pipeline:
-            found = pipeline.asr.detect_languages([audio], options.decode_options(), progress)[0]
-        if found is None:
-            raise AudioError(f"{name}: no clip of clip_timestamps is within its {len(audio) / SAMPLE_RATE:.1f} s")
+            found = pipeline.asr.detect_language(audio, options.decode_options(), progress)
         found.source = name
         return found
 

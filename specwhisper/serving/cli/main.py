@@ -260,19 +260,20 @@ def run(args) -> int:
 
 def _detect_languages(pipeline, paths: list[str], opts) -> int:
     """``--detect-language``: a line per file on stdout, ``FILE<tab>CODE<tab>PROBABILITY`` (and ``no speech``
-    when the VAD heard none), the language transcription would find (``AsrEngine.detect_languages``)."""
+    when the VAD heard none), the language transcription would find (``AsrEngine.detect_language``); a
+    file that cannot be read, or with no clip of ``--clip-timestamps`` in it, is one line on stderr."""
     from specwhisper.audio.loading import load_audio
 
     failures = 0
     for path in paths:
         try:
-            found = pipeline.asr.detect_languages([load_audio(path, max_seconds=opts.max_audio_s)], opts.decode_options())[0]
-        except AudioError as exc:
+            found = pipeline.asr.detect_language(load_audio(path, max_seconds=opts.max_audio_s), opts.decode_options())
+        except AudioError as exc:  # names the file
             _error(exc)
             failures += 1
             continue
-        if found is None:
-            _error(CliError(f"{path}: no clip of --clip-timestamps is within it"))
+        except ValueError as exc:
+            _error(CliError(f"{path}: {exc}"))
             failures += 1
             continue
         print(f"{path}\t{found.language}\t{found.probability:.3f}" + ("" if found.speech else "\tno speech"), flush=True)
