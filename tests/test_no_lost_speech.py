@@ -44,7 +44,8 @@ def test_a_file_the_vad_rejects_is_still_decoded(base_engine, eval_root):
     assert [c.speech for c in result.chunks] == [False]
 
 
-@pytest.mark.parametrize("seed", [0, 1])
+# seed 1 is slow: the same chunking under other fallback draws; seed 0 covers it in the default run
+@pytest.mark.parametrize("seed", [0, pytest.param(1, marks=pytest.mark.slow)])
 def test_a_quiet_voice_between_loud_ones_is_not_skipped(base_engine, eval_root, seed, sampler_seed):
     """A -60 dB sentence between two loud ones sits below Whisper's 80 dB window range: in one window
     with them it is skipped. The VAD hears none of it, but the pause holds sound between half-second
@@ -65,37 +66,38 @@ def test_a_quiet_voice_between_loud_ones_is_not_skipped(base_engine, eval_root, 
     assert normalize(_text(result)).count("not what your country can do for you") == 2
 
 
-def test_long_file_borders_lose_and_repeat_nothing(base_engine, eval_root, tmp_path):
+def test_long_file_borders_lose_and_repeat_nothing(tiny_engine, eval_root, tmp_path):
     """A minute of clips back to back (several chunks): every reference word is found (no run of
-    missing words) and the hypothesis is not longer than the reference (nothing decoded twice)."""
+    missing words) and the hypothesis is not longer than the reference (nothing decoded twice).
+    tiny.en: where the chunks are cut and how their texts are joined does not depend on the model."""
     from bench.accuracy import max_deleted_run
 
     long = build_long_file("dense", tmp_path, 60)
-    result = base_engine.transcribe(load_audio(long.path), DecodeOptions(language="en"))
+    result = tiny_engine.transcribe(load_audio(long.path), DecodeOptions(language="en"))
     hyp = _text(result)
     assert len(result.chunks) >= 3
     assert max_deleted_run(long.reference, hyp, "en") <= 5  # the shortest clip but one has 6 words
     assert len(normalize(hyp).split()) <= len(normalize(long.reference).split()) * 1.05
-    assert wer([long.reference], [hyp]) <= 0.25  # measured 0.198 (with the VAD dropping what it rejected: 0.35 on 3 min)
+    assert wer([long.reference], [hyp]) <= 0.15  # measured 0.076 (base: 0.107)
 
 
-def test_a_conversation_decodes_no_piece_of_a_pause_under_a_second(base_engine, tmp_path, file_spans_only):
+def test_a_conversation_decodes_no_piece_of_a_pause_under_a_second(tiny_engine, tmp_path, file_spans_only):
     """A minute of conversation whose first 30 s window is full leaves 0.31 s of the pause after it
     between two chunks: that piece is not a window of its own (decoded alone, Whisper reads "you" or
-    "Thank you." there), and no word around it is lost."""
+    "Thank you." there), and no word around it is lost. tiny.en: the plan is the VAD's, not the model's."""
     from bench.accuracy import max_deleted_run
     from specwhisper.audio.chunking import frame_levels, plan_chunks
 
     long = build_long_file("speakers", tmp_path, 60, seed=1)
     audio = load_audio(long.path)
-    plan = plan_chunks(base_engine.vad.speech_spans(audio), len(audio), 30.0, frame_levels(audio))
+    plan = plan_chunks(tiny_engine.vad.speech_spans(audio), len(audio), 30.0, frame_levels(audio))
     pieces = [c for c in plan if not c.speech and c.end - c.start < SAMPLE_RATE]
     assert len(pieces) == 1 and pieces[0].start == 30 * SAMPLE_RATE  # the case: a piece after a full window
-    result = base_engine.transcribe(audio, DecodeOptions(language="en"))
+    result = tiny_engine.transcribe(audio, DecodeOptions(language="en"))
     assert pieces[0] not in result.chunks and not any(c.start < pieces[0].end and c.end > pieces[0].start for c in result.chunks)
     hyp = _text(result)
     assert max_deleted_run(long.reference, hyp, "en") <= 5
-    assert wer([long.reference], [hyp]) <= 0.25  # measured 0.2255, the same with the piece decoded ("[laughter]" is in the reference)
+    assert wer([long.reference], [hyp]) <= 0.2  # measured 0.127 (base: 0.2255, the same with the piece decoded)
 
 
 def test_a_thin_segment_is_replaced_not_repeated(base_engine, eval_root, tmp_path, file_spans_only):
@@ -119,7 +121,8 @@ def test_vad_threshold_changes_the_cuts(base_engine, eval_root):
 
 
 def test_temperature_fallback_runs_plain_passes_and_says_so(base_engine, eval_root):
-    audio = _clip(eval_root, "openai-whisper/jfk.flac")
+    # JFK's first 2.6 s ("And so my fellow Americans"): every temperature's samples are a few words long
+    audio = _clip(eval_root, "openai-whisper/jfk.flac")[: round(2.6 * SAMPLE_RATE)]
     strict = QualityRules(compression_ratio_threshold=0.5)  # every text fails: each temperature is tried
     result = base_engine.transcribe(audio, DecodeOptions(language="en", quality=strict))
     assert result.stats.fallback_passes > 0
@@ -310,11 +313,13 @@ def test_text_dated_before_a_stretch_goes_only_when_the_stretch_repeats_it():
         assert [seg.text for seg in files.segments[0]] == [seg.text for seg in early[:stays]] + [new_text]
 
 
-def test_condition_on_previous_text(base_engine, eval_root, tmp_path):
+def test_condition_on_previous_text(tiny_engine, eval_root, tmp_path):
+    """A minute of clips decoded in order, each chunk after the text before it (tiny.en: the conditioning's
+    bookkeeping does not depend on the model)."""
     long = build_long_file("dense", tmp_path, 60)
     audio = load_audio(long.path)
-    result = base_engine.transcribe(audio, DecodeOptions(language="en", condition_on_previous_text=True))
-    assert wer([long.reference], [_text(result)]) <= 0.3  # measured 0.244 (0.198 without conditioning)
+    result = tiny_engine.transcribe(audio, DecodeOptions(language="en", condition_on_previous_text=True))
+    assert wer([long.reference], [_text(result)]) <= 0.2  # measured 0.107 (0.076 without conditioning)
     starts = [s.start for s in result.segments]
     assert starts == sorted(starts) and len(result.chunks) >= 3
 

@@ -45,8 +45,8 @@ def _records(path) -> int:
 
 @pytest.fixture(scope="module")
 def long_file(eval_root, tmp_path_factory):
-    """About 107 s of the public clips, back to back (5 batches of up to 2 chunks)."""
-    return build_long_file("dense", tmp_path_factory.mktemp("long"), min_seconds=100)
+    """About 81 s of the public clips, back to back (6 chunks: 3 batches of 2)."""
+    return build_long_file("dense", tmp_path_factory.mktemp("long"), min_seconds=70)
 
 
 def test_interrupted_file_resumes_identically(tiny_pipeline, long_file, tmp_path, monkeypatch):
@@ -106,15 +106,26 @@ def test_interrupted_file_resumes_identically(tiny_pipeline, long_file, tmp_path
     assert _records(ckpt) == len(decoded) + 2  # every batch, kept until the caller removes the file
 
 
-def test_cli_removes_the_checkpoint_and_says_how_to_resume(run_cli, base_pipeline, long_file, tmp_path, monkeypatch):
-    short = tmp_path / "short.wav"
+def test_cli_removes_the_checkpoint_and_says_how_to_resume(tiny_pipeline, long_file, tmp_path, monkeypatch, capsys):
+    """The CLI in-process (as the ``run_cli`` fixture runs it) on the session's tiny.en pipeline: the
+    checkpoint's handling does not depend on the model. The file's first 20 s: two chunks, a batch each."""
     import soundfile as sf
 
+    import specwhisper.pipeline.core
+    import specwhisper.serving.cli.main as cli
+
+    monkeypatch.setattr(specwhisper.pipeline.core, "Pipeline", lambda config: tiny_pipeline)
+
+    def run_cli(*argv):
+        code = cli.main([str(a) for a in argv])
+        return code, *capsys.readouterr()
+
+    short = tmp_path / "short.wav"
     audio, rate = sf.read(long_file.path, dtype="float32")
-    sf.write(short, audio[: 45 * rate], rate)
+    sf.write(short, audio[: 20 * rate], rate)
     out = tmp_path / "out"
     args = [short, "-o", out, "-f", "json", "--batch-size", "1", "--language", "en"]
-    original = base_pipeline.asr._first_pass
+    original = tiny_pipeline.asr._first_pass
     calls = []
 
     def second_batch_interrupted(*a, **k):
@@ -123,10 +134,10 @@ def test_cli_removes_the_checkpoint_and_says_how_to_resume(run_cli, base_pipelin
             raise KeyboardInterrupt
         return original(*a, **k)
 
-    monkeypatch.setattr(base_pipeline.asr, "_first_pass", second_batch_interrupted)
+    monkeypatch.setattr(tiny_pipeline.asr, "_first_pass", second_batch_interrupted)
     code, _, err = run_cli(*args)
     assert code == 130 and "run the same command again to resume" in err and (out / ".short.partial.jsonl").is_file()
-    monkeypatch.setattr(base_pipeline.asr, "_first_pass", original)
+    monkeypatch.setattr(tiny_pipeline.asr, "_first_pass", original)
     code, _, err = run_cli(*args)
     assert code == 0 and "1 chunk resumed" in err, err
     assert json.loads((out / "short.json").read_text())["segments"]

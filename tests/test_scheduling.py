@@ -73,7 +73,7 @@ def test_a_chunk_detect_cuts_in_two_queues_both_parts_with_their_languages():
 
 
 def test_chunks_with_the_most_speech_decode_together_with_the_same_text(tiny_engine, manifest, monkeypatch):
-    """English clips of 1.5 to 26 s in batches of two: the batches leave with the most speech first, so
+    """Six English clips of 1.5 to 12 s in batches of two: the batches leave with the most speech first, so
     a batch's rows write texts of alike lengths and the decode takes fewer steps (a batch steps until
     its longest text ends) than in the files' order, for the same tokens (greedy: a row's tokens do not
     depend on the rows beside it)."""
@@ -82,7 +82,7 @@ def test_chunks_with_the_most_speech_decode_together_with_the_same_text(tiny_eng
     from specwhisper.asr.options import DecodeOptions
     from specwhisper.audio.loading import load_audio
 
-    clips = [m for m in manifest if m.language == "en" and m.reference and m.duration <= 30][:8]
+    clips = [m for m in manifest if m.language == "en" and m.reference and m.duration <= 30][:6]
     audios = [load_audio(m.path) for m in clips]
     opts = DecodeOptions(language="en", batch_size=2, quality=QualityRules(temperatures=(0.0,)))
     run = tiny_engine._first_pass
@@ -112,8 +112,8 @@ def test_chunks_with_the_most_speech_decode_together_with_the_same_text(tiny_eng
 
 
 def test_segments_given_as_they_become_final_are_the_transcript(tiny_engine, tmp_path, caplog):
-    """``on_final`` (a streamed answer): an 80 s conversation built from the public clips, two windows a
-    batch, word timings on. The segments come in several runs while the rest decodes; joined, they are the
+    """``on_final`` (a streamed answer): a 65 s conversation built from the public clips (7 chunks), two
+    windows a batch, word timings on. The segments come in several runs while the rest decodes; joined, they are the
     transcript (tokens, times, word times), and that is the transcript without ``on_final`` (the CPU's rows
     are exact whatever the order the chunks decode in). tiny.en: when segments are given does not depend on
     the model."""
@@ -121,7 +121,7 @@ def test_segments_given_as_they_become_final_are_the_transcript(tiny_engine, tmp
     from specwhisper.audio.loading import load_audio
     from specwhisper.evaluation.transcripts import build_long_file
 
-    audio = load_audio(build_long_file("speakers", tmp_path, 80, seed=1).path)
+    audio = load_audio(build_long_file("speakers", tmp_path, 62, seed=1).path)
     opts = DecodeOptions(language="en", batch_size=2, word_timestamps=True)
     plain = tiny_engine.transcribe_many([audio], opts)[0]
     given: list[tuple[int, list]] = []

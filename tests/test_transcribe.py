@@ -12,24 +12,40 @@ from specwhisper.evaluation.transcripts import english_set, normalize, wer
 
 # Measured on this CPU with greedy decoding (see bench/results/asr_baseline.json): base 0.092.
 BASE_WER_BOUND = 0.12
+# The default run's set, every other clip of the public English set in manifest order (12 of 23, JFK's
+# first): base 0.123 there, greedy, this CPU (0.100 on the whole set in the same run)
+HALF_SET_WER_BOUND = 0.15
+
+
+def _english_results(pipeline, items):
+    """The clips' chunks decoded in shared batches (as a folder's are: the same transcripts as one by one
+    on this CPU, ``test_batch.test_transcribe_many_matches_transcribe``)."""
+    audios = [load_audio(i.path) for i in items]
+    return items, pipeline.run_many(audios, RunOptions(decode=DecodeOptions(language="en")), sources=[str(i.path) for i in items])
+
+
+def _check_wer(english_results, bound: float) -> None:
+    items, transcripts = english_results
+    score = wer([i.reference for i in items], [t.text for t in transcripts])
+    print(f"\nbase WER on {len(items)} public English clips: {score:.3f}")
+    assert score <= bound
+    jfk = [t for i, t in zip(items, transcripts) if "jfk" in i.file]
+    assert jfk and all(wer([items[0].reference], [t.text]) <= 0.05 for t in jfk)
 
 
 @pytest.fixture(scope="module")
 def english_results(base_pipeline, eval_root):
-    """Every public English clip, their chunks decoded in shared batches (as a folder's are: the same
-    transcripts as one by one on this CPU, ``test_batch.test_transcribe_many_matches_transcribe``)."""
-    items = english_set(eval_root)
-    audios = [load_audio(i.path) for i in items]
-    return items, base_pipeline.run_many(audios, RunOptions(decode=DecodeOptions(language="en")), sources=[str(i.path) for i in items])
+    """Every other public English clip (manifest order, starting with JFK's), decoded as a folder's are."""
+    return _english_results(base_pipeline, english_set(eval_root)[::2])
 
 
 def test_wer_on_public_english_set(english_results):
-    items, transcripts = english_results
-    score = wer([i.reference for i in items], [t.text for t in transcripts])
-    print(f"\nbase WER on {len(items)} public English clips: {score:.3f}")
-    assert score <= BASE_WER_BOUND
-    jfk = [t for i, t in zip(items, transcripts) if "jfk" in i.file]
-    assert jfk and all(wer([items[0].reference], [t.text]) <= 0.05 for t in jfk)
+    _check_wer(english_results, HALF_SET_WER_BOUND)
+
+
+@pytest.mark.slow  # the same check on all 23 clips; test_wer_on_public_english_set covers it on 12 of them
+def test_wer_on_the_whole_public_english_set(base_pipeline, eval_root):
+    _check_wer(_english_results(base_pipeline, english_set(eval_root)), BASE_WER_BOUND)
 
 
 def test_segments_are_timed_inside_the_audio(english_results):
@@ -42,7 +58,9 @@ def test_segments_are_timed_inside_the_audio(english_results):
         assert starts == sorted(starts)
 
 
-@pytest.mark.parametrize("lang", ["de", "es", "fr", "pt"])
+# German in the default run; the other languages are the same detection and are marked slow (French is
+# detected per window in the default run too: test_multilingual.test_each_window_gets_its_language)
+@pytest.mark.parametrize("lang", ["de"] + [pytest.param(lang, marks=pytest.mark.slow) for lang in ("es", "fr", "pt")])
 def test_language_detection(base_pipeline, manifest, lang):
     item = next(i for i in manifest if i.language == lang)
     t = base_pipeline.run_file(item.path)
@@ -63,8 +81,9 @@ def test_silence_gives_empty_transcript(base_pipeline):
     assert t.segments == [] and t.text == ""
 
 
-def test_long_form_concatenation(base_pipeline, eval_root):
-    """>60 s built from eval clips with pauses: every clip's words once, in order, at the right times."""
+def test_long_form_concatenation(tiny_pipeline, eval_root):
+    """>60 s built from eval clips with pauses: every clip's words once, in order, at the right times
+    (tiny.en: the long-form chunking and the joining of the chunks' texts do not depend on the model)."""
     files = [
         ("lhotse/2412-153948-0000.flac", "IF THE READER WILL EXCUSE ME I WILL SAY NOTHING OF MY ANTECEDENTS NOR OF THE CIRCUMSTANCES WHICH LED ME TO LEAVE MY NATIVE COUNTRY THE NARRATIVE WOULD BE TEDIOUS TO HIM AND PAINFUL TO MYSELF"),
         ("whisper.cpp/jfk.wav", "And so my fellow Americans ask not what your country can do for you, ask what you can do for your country."),
@@ -86,7 +105,7 @@ def test_long_form_concatenation(base_pipeline, eval_root):
         cursor += len(a) + len(pause)
     audio = np.concatenate(pieces)
     assert len(audio) / SAMPLE_RATE > 60
-    t = base_pipeline.run(audio, RunOptions(decode=DecodeOptions(language="en", batch_size=4)))
+    t = tiny_pipeline.run(audio, RunOptions(decode=DecodeOptions(language="en", batch_size=4)))
 
     starts = [s.start for s in t.segments]
     assert starts == sorted(starts)
@@ -96,7 +115,7 @@ def test_long_form_concatenation(base_pipeline, eval_root):
     for (f, _), (lo, hi) in zip(files, spans):
         text = " ".join(s.text for s in t.segments if lo - 0.5 <= (s.start + s.end) / 2 <= hi + 0.5)
         score = wer([refs[f]], [text])
-        assert score < 0.3, f"{f}: WER {score:.2f} in its span: {text!r}"
+        assert score < 0.3, f"{f}: WER {score:.2f} in its span: {text!r}"  # measured at most 0.11
     whole = wer([" ".join(refs[f] for f, _ in files)], [t.text])
     print(f"\nlong-form ({len(audio) / SAMPLE_RATE:.0f} s) WER {whole:.3f}, {len(t.segments)} segments")
-    assert whole < 0.15
+    assert whole < 0.1  # measured 0.043
