@@ -81,21 +81,27 @@ def _whisper_clock(seconds: float) -> str:
     return f"{ms // 60000:02d}:{ms // 1000 % 60:02d}.{ms % 1000:03d}"
 
 
-def test_verbose_prints_segments_as_they_become_final(run_cli, eval_root, tmp_path, monkeypatch):
+def test_verbose_prints_segments_as_they_become_final(run_cli, base_pipeline, tiny_pipeline, eval_root, tmp_path,
+                                                      monkeypatch):
     """--verbose (openai-whisper's --verbose True): each segment with its times on stdout while the file
     is still being transcribed (its outputs not yet written), the same transcript as without it (tiny.en:
     what is printed when does not depend on the model); with
     --diarize, once the file is done, with its speakers; a folder refuses it."""
+    import specwhisper.pipeline.core
     import specwhisper.serving.cli.main as cli
     from specwhisper.evaluation.transcripts import build_long_file
 
-    talk = build_long_file("dense", tmp_path / "in", 55, seed=0)
+    monkeypatch.setattr(specwhisper.pipeline.core, "Pipeline",  # -m tiny.en: the session's tiny.en (run_cli's is base)
+                        lambda config: tiny_pipeline if config.model == "tiny.en" else base_pipeline)
+    talk = build_long_file("dense", tmp_path / "in", 30, seed=0)  # two chunks, printed as they are decoded
     printed, print_timed = [], cli._print_timed
     json_out = tmp_path / "v" / f"{talk.path.stem}.json"
     monkeypatch.setattr(cli, "_print_timed", lambda segs: (printed.append((len(segs), json_out.exists())), print_timed(segs)))
     code, out, err = run_cli(talk.path, "-o", tmp_path / "v", "-f", "json", "--batch-size", "1", "--verbose", "-m", "tiny.en")
     assert code == 0, err
-    segments = json.loads(json_out.read_text())["segments"]
+    data = json.loads(json_out.read_text())
+    segments = data["segments"]
+    assert data["model"]["asr"] == "tiny.en"
     assert out.splitlines() == [f"[{_whisper_clock(s['start'])} --> {_whisper_clock(s['end'])}] {s['text'].strip()}"
                                 for s in segments]
     assert len(printed) >= 2 and not any(written for _, written in printed), printed  # in runs, before the end
@@ -278,7 +284,8 @@ print(codes, [m for m in ("torch", "transformers") if m in sys.modules], err.get
 
 
 def test_progress_bars_draw_on_a_terminal_without_a_size(eval_root, tmp_path):
-    """On a terminal (here a pty that reports 0 x 0, where tqdm alone draws nothing) each stage gets a bar."""
+    """On a terminal (here a pty that reports 0 x 0, where tqdm alone draws nothing) each stage gets a bar
+    (tiny.en: the stages are those of every model)."""
     import os
     import pty
     import threading
@@ -299,7 +306,8 @@ def test_progress_bars_draw_on_a_terminal_without_a_size(eval_root, tmp_path):
     reader = threading.Thread(target=drain, daemon=True)
     reader.start()
     proc = subprocess.run(
-        [sys.executable, "-m", "specwhisper.serving.cli.main", str(eval_root / "whisper.cpp/jfk.wav"), "-o", str(tmp_path), "-f", "txt"],
+        [sys.executable, "-m", "specwhisper.serving.cli.main", str(eval_root / "whisper.cpp/jfk.wav"), "-o", str(tmp_path), "-f", "txt",
+         "-m", "tiny.en"],
         stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=slave, timeout=600,
     )
     os.close(slave)

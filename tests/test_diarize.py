@@ -27,7 +27,7 @@ from specwhisper.diarize.pipeline import SpeakerTurn
 DEV_DER_BOUND = 0.15
 DEV_DER_SKIP_OVERLAP_BOUND = 0.13
 DEV00_DER_BOUND = 0.14  # measured 0.1222
-WORD_ACCURACY_MIN = 0.90  # the issue's requirement (measured: dev00 0.979, dev01 1.000, sample 0.986)
+WORD_ACCURACY_MIN = 0.90  # the issue's requirement (measured with tiny.en's words: dev00 0.983, dev01 0.975, sample 0.969)
 SR = 16000
 
 
@@ -84,23 +84,24 @@ def test_real_recordings_get_their_speaker_count(diarizer, eval_root):
 # -- word-speaker attribution ----------------------------------------------------------------------
 
 @pytest.fixture(scope="session")
-def two_speaker_words(base_engine, dev_files):
-    """(file, audio, segments with word timings from our engine) for dev00, dev01 and the pyannote sample."""
+def two_speaker_words(tiny_engine, dev_files):
+    """(file, audio, segments with word timings from our engine: tiny.en) for dev00, dev01 and the pyannote sample."""
     from specwhisper.asr.options import DecodeOptions
 
     options = DecodeOptions(language="en", word_timestamps=True)
     files = [(f, audio) for f, audio in dev_files]
     sample = pyannote_sample_file()
     files.append((sample, load_audio(sample.audio)))
-    results = base_engine.transcribe_many([audio for _, audio in files], options)  # in shared batches: each file's own
+    results = tiny_engine.transcribe_many([audio for _, audio in files], options)  # in shared batches: each file's own
     return [(f, audio, res.segments) for (f, audio), res in zip(files, results)]
 
 
-def test_each_word_gets_the_reference_speaker_at_its_midpoint(diarizer, two_speaker_words):
+def test_each_word_gets_the_reference_speaker_at_its_midpoint(diarizer, dev_turns, two_speaker_words):
     scores = {}
     for f, audio, segments in two_speaker_words:
         assert sum(len(s.words) for s in segments) > 20, f"{f.uri}: no word timestamps"
-        attributed = assign_speakers(segments, diarizer(audio))
+        turns = dev_turns[f.uri] if f.uri in dev_turns else diarizer(audio)  # dev00, dev01: diarized once per session
+        attributed = assign_speakers(segments, turns)
         words = [w for s in attributed for w in s.words]
         assert all(w.speaker is not None for w in words)
         scores[f.uri] = (mapped_word_accuracy(words, f.reference), len(words))
@@ -191,13 +192,14 @@ def test_progress_reports_named_stages_from_zero_to_one(diarizer, dev_files):
 
 # -- CLI -------------------------------------------------------------------------------------------
 
-def test_cli_diarize_writes_speakers_in_every_format(base_pipeline, diarizer, monkeypatch, capsys, tmp_path, dev_files):
+def test_cli_diarize_writes_speakers_in_every_format(tiny_pipeline, diarizer, monkeypatch, capsys, tmp_path, dev_files):
+    """tiny.en: where the speakers are written does not depend on the model."""
     import specwhisper.pipeline.core
 
-    monkeypatch.setattr(base_pipeline, "_diarizer", diarizer)
-    monkeypatch.setattr(specwhisper.pipeline.core, "Pipeline", lambda config: base_pipeline)
+    monkeypatch.setattr(tiny_pipeline, "_diarizer", diarizer)
+    monkeypatch.setattr(specwhisper.pipeline.core, "Pipeline", lambda config: tiny_pipeline)
     wav = dev_files[0][0].audio
-    code = cli.main([str(wav), "--diarize", "-o", str(tmp_path), "-f", "txt,srt,vtt,json,rttm", "-q"])
+    code = cli.main([str(wav), "--diarize", "-m", "tiny.en", "-o", str(tmp_path), "-f", "txt,srt,vtt,json,rttm", "-q"])
     _, err = capsys.readouterr()
     assert code == 0, err
     stem = wav.stem

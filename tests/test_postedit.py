@@ -1,6 +1,6 @@
 """LLM post-editing: exact speculative decoding per drafter, guard rails, word timings, WER, CLI.
 
-Real data throughout: Whisper base transcripts (with word timings) of public English eval clips and
+Real data throughout: Whisper tiny.en transcripts (with word timings) of public English eval clips and
 the embedded SmolLM2-135M-Instruct target.
 """
 
@@ -28,8 +28,8 @@ WER_FILES = (
     "mfa/61-70968-0000.flac",
     "mfa/mfa_thoughts.flac",
 )
-# Measured on WER_FILES: raw 0.0341, post-edited 0.0341, 5 of 8 windows accepted (the guard
-# rejects what SmolLM2-135M gets wrong). The slack allows one word of ~120 to change for the worse.
+# Measured on WER_FILES (tiny.en transcripts): raw 0.0170, post-edited 0.0170, 4 of 8 windows accepted (the
+# guard rejects what SmolLM2-135M gets wrong). The slack allows one word of ~120 to change for the worse.
 WER_SLACK = 0.01
 
 
@@ -49,15 +49,15 @@ def editor(llm):
 
 
 @pytest.fixture(scope="session")
-def transcripts(base_engine, eval_root):
-    """{file: (reference, Transcript)} of WER_FILES, Whisper base with word timings (their chunks decoded in
+def transcripts(tiny_engine, eval_root):
+    """{file: (reference, Transcript)} of WER_FILES, Whisper tiny.en with word timings (their chunks decoded in
     shared batches: each file's own transcript on this CPU, ``test_batch.test_transcribe_many_matches_transcribe``)."""
     from specwhisper.audio.loading import load_audio
     from specwhisper.results.transcript import Transcript
 
     items = {i.file: i for i in english_set(eval_root)}
     audios = [load_audio(items[f].path) for f in WER_FILES]
-    results = base_engine.transcribe_many(audios, DecodeOptions(language="en", word_timestamps=True))
+    results = tiny_engine.transcribe_many(audios, DecodeOptions(language="en", word_timestamps=True))
     return {f: (items[f].reference, Transcript(segments=res.segments, language="en", duration=len(audio) / 16000))
             for f, audio, res in zip(WER_FILES, audios, results)}
 
@@ -119,7 +119,7 @@ def test_speculative_output_equals_target_greedy(llm, texts, greedy_reference, d
             assert stats.drafted_tokens > 0
             accepted += stats.accepted_tokens
     # the drafts are verified, not vacuous: some are accepted over the three texts (the 8-layer early exit
-    # drafts 32 tokens of the 26-token edit of the fleurs-en-000 transcript and has none accepted)
+    # drafts 30 tokens of the 24-token edit of the jfk transcript and has none accepted)
     assert drafter == "none" or accepted > 0
 
 
@@ -155,10 +155,9 @@ def test_universal_drafter_runs_on_a_fresh_machine(llm, texts, greedy_reference)
     model, tok = llm
     ed = PostEditor(model, tok, drafter="whisper-tiny.en", drafter_model=causal, drafter_tokenizer=bundle.tokenizer)
     assert ed.drafters.universal and not same_tokenizer(tok, bundle.tokenizer)
-    for text in texts[:2]:
-        _, ids, stats = ed.generate(text, max_new_tokens=40)
-        assert ids == greedy_reference(text, 40)
-        assert stats.drafted_tokens > 0
+    _, ids, stats = ed.generate(texts[0], max_new_tokens=40)  # a drafter that is mostly wrong: every round re-tokenised
+    assert ids == greedy_reference(texts[0], 40)
+    assert stats.drafted_tokens > 0
 
 
 def test_wrong_drafter_still_exact(llm, texts, greedy_reference):
@@ -284,14 +283,14 @@ def test_wer_not_worse_after_postedit(editor, transcripts):
     assert w_edit <= w_raw + WER_SLACK
 
 
-def test_transcribe_cli_postedit(base_pipeline, editor, eval_root, tmp_path, monkeypatch, capsys):
+def test_transcribe_cli_postedit(tiny_pipeline, editor, eval_root, tmp_path, monkeypatch, capsys):
     import specwhisper.serving.cli.main as cli
     import specwhisper.pipeline.core
 
-    pipe = copy.copy(base_pipeline)
+    pipe = copy.copy(tiny_pipeline)
     pipe._post_editor = editor  # the session's loaded LLM
     monkeypatch.setattr(specwhisper.pipeline.core, "Pipeline", lambda config: pipe)
-    code = cli.main([str(eval_root / "whisper.cpp/jfk.wav"), "--postedit", "-o", str(tmp_path), "-f", "json,txt", "-q"])
+    code = cli.main([str(eval_root / "whisper.cpp/jfk.wav"), "--postedit", "-m", "tiny.en", "-o", str(tmp_path), "-f", "json,txt", "-q"])
     err = capsys.readouterr().err
     assert code == 0, err
     data = json.loads((tmp_path / "jfk.json").read_text())
