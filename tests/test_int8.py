@@ -56,7 +56,9 @@ def test_int8_target_runs_int8_products(int8_engine):
 @pytest.mark.parametrize("draft", ["ngram", "early-exit"])
 def test_speculation_on_an_int8_target_is_token_identical(int8_engine, int8_plain, manifest, draft):
     spec = AsrEngine("base:int8", bundle=int8_engine.bundle, decoder_factory=decoder_factory(draft))
-    items = [m for m in manifest if m.language == "en"][:6]
+    # the first three English files but whisper.cpp's jfk.wav (jfk.flac's speech again): jfk.flac,
+    # stereo_diarization.wav, 2412-153948-0000.flac
+    items = [m for m in manifest if m.language == "en" and m.file != "whisper.cpp/jfk.wav"][:3]
     opts = DecodeOptions(language="en")
     for item in items:
         plain = int8_plain(item)
@@ -66,7 +68,9 @@ def test_speculation_on_an_int8_target_is_token_identical(int8_engine, int8_plai
 
 
 def test_int8_transcribes_about_as_well_as_float32(int8_plain, base_engine, manifest):
-    items = [m for m in manifest if m.language == "en" and m.reference][:8]
+    # the speculation test's three files (83 words; the next two English files add 11), whose int8
+    # transcripts are made once
+    items = [m for m in manifest if m.language == "en" and m.reference and m.file != "whisper.cpp/jfk.wav"][:3]
     opts = DecodeOptions(language="en")
     refs, f32, i8 = [], [], []
     for item in items:
