@@ -103,13 +103,15 @@ def test_the_bound_before_the_wide_passes_are_timed():
     assert best_possible(Costs(step=0.240, verify={2: 0.223}), 0.026, 0.8, bonus=True) == pytest.approx(2.3948, abs=1e-4)
 
 
-def test_auto_is_exact_and_measures_once_per_batch_size(base_engine, manifest):
+def test_auto_is_exact_and_measures_once_per_batch_size(base_engine, eval_root):
+    """Two English files at batch size 1 (the second decoded with the first's measurement): plain
+    decoding's tokens, and one measurement."""
     auto = AsrEngine("base", bundle=base_engine.bundle, decoder_factory=decoder_factory("auto"))
     dec = auto.decoder
     assert set(dec.candidates) == {"ngram", "early-exit:3"}  # base has committed adapters
     opts = DecodeOptions(language="en")
-    for item in [m for m in manifest if m.language == "en"][:3]:
-        audio = load_audio(item.path)
+    for name in ("openai-whisper/jfk.flac", "faster-whisper/stereo_diarization.wav"):
+        audio = load_audio(eval_root / name)
         want, got = base_engine.transcribe(audio, opts), auto.transcribe(audio, opts)
         assert [s.tokens for s in got.segments] == [s.tokens for s in want.segments]
     costs = dec.costs[1]
@@ -141,8 +143,9 @@ def test_a_batch_keeps_the_chosen_draft_length_where_a_lone_row_adapts(unpacked_
     plain = GreedyDecoder(auto.runtime, auto.special, auto.rules)
     drafter = dec.candidates["early-exit:3"].drafter
     longest = {}
+    both_feats, both_enc, _ = auto.encode(clips)
     for rows in (1, 2):
-        feats, enc, _ = auto.encode(clips[:rows])
+        feats, enc = both_feats[:rows], both_enc[:rows]
         dec.costs[rows], dec.acceptance = forced, {"ngram": 0.1, "early-exit:3": 0.9}
         asked = []
         drafter.draft = lambda contexts, ks, draft=type(drafter).draft: asked.append(max(ks)) or draft(drafter, contexts, ks)

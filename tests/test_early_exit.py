@@ -13,12 +13,10 @@ from specwhisper.asr.drafters.early_exit import EarlyExitDrafter, early_exit_dra
 from specwhisper.asr.decoding.speculative import Lookahead, SpeculativeDecoder
 from tests.exactness import assert_decodes_like_plain
 
-# English clips of different lengths and kinds (read speech, meeting, spontaneous, edge voices) and
-# two other languages: a spread of timestamp patterns, endings and scripts
-FILES = ["openai-whisper/jfk.flac", "lhotse/2412-153948-0000.flac", "lhotse/LJ002-0020.wav",
-         "pyannote-audio/tests_data/dev00.wav", "coqui-tts-ljspeech/LJ001-0001.wav", "cuttledoc-fleurs/fleurs-en-001.ogg",
-         "mfa/acoustic_corpus.wav", "mfa/mfa_uhum.flac", "cuttledoc-fleurs/fleurs-de-000.ogg",
-         "cuttledoc-fleurs/fleurs-fr-000.ogg"]
+# English clips of different lengths and kinds (read speech, a number, spontaneous speech, an edge
+# voice) and another language: a spread of timestamp patterns, endings and scripts
+FILES = ["openai-whisper/jfk.flac", "lhotse/2412-153948-0000.flac", "lhotse/LJ002-0020.wav", "mfa/mfa_uhum.flac",
+         "mfa/acoustic_corpus.wav", "cuttledoc-fleurs/fleurs-de-000.ogg"]
 
 
 @pytest.fixture(scope="module")
@@ -38,7 +36,7 @@ def decode_all(engine, drafter, encoded, reference, files=None):
 @pytest.fixture(scope="module")
 def acceptance(base_engine, encoded, plain_reference):
     """Acceptance at exit layer 3 with the committed adapter (every file of FILES) and without any (a
-    weak drafter, so slow to verify: its first 4 files); both must be exact."""
+    weak drafter, so slow to verify: its first 4 files, the shorter ones); both must be exact."""
     rates = {}
     for adapter, files in (("auto", None), (None, FILES[:4])):
         drafter = early_exit_drafter(base_engine, 3, adapter=adapter)
@@ -62,8 +60,9 @@ def test_adapter_beats_bare_layers(acceptance):
 
 @pytest.mark.parametrize("k", [1, 5])
 def test_identical_tokens_other_exit_layers(base_engine, encoded, plain_reference, k):
-    """The first and the last possible exit (a verify pass of 5 layers, of 1 layer)."""
-    files = FILES[:3] + FILES[-1:]
+    """The first and the last possible exit (a verify pass of 5 layers, of 1 layer), on three files
+    (JFK, LJSpeech's number, German)."""
+    files = [FILES[0], FILES[2], FILES[-1]]
     assert decode_all(base_engine, early_exit_drafter(base_engine, k), encoded, plain_reference, files) > 0
 
 
@@ -71,13 +70,11 @@ def test_identical_tokens_batch_4(base_engine, encoded, plain_reference):
     """Rows draft, share the cache, accept and finish apart; row removal re-attaches the cache."""
     e = base_engine
     dec = decoder_factory("early-exit:3")(e)
-    english = [x for x in encoded if (x[0].language or "en") == "en"][:8]
-    for i in range(0, len(english), 4):
-        group = english[i : i + 4]
-        out = dec.decode(torch.cat([g[1] for g in group]), group[0][2])
-        for (item, *_), got in zip(group, out.sequences):
-            assert got.tokens == plain_reference[item.file].tokens, f"{item.file} differs in a batch of {len(group)}"
-        assert out.stats.accepted_tokens > 0
+    group = [x for x in encoded if (x[0].language or "en") == "en"][:4]  # 27, 48, 6 and 11 tokens
+    out = dec.decode(torch.cat([g[1] for g in group]), group[0][2])
+    for (item, *_), got in zip(group, out.sequences):
+        assert got.tokens == plain_reference[item.file].tokens, f"{item.file} differs in a batch of {len(group)}"
+    assert out.stats.accepted_tokens > 0
 
 
 def drafted_round(engine, enc, prompt, k: int):
