@@ -218,6 +218,7 @@ def test_bad_upload_shows_message(page, tmp_path):
 
 
 @pytest.mark.integration
+@pytest.mark.slow  # test_a_short_file_is_transcribed_inside_a_long_one: two sessions share the one model, both get theirs
 def test_two_users_queue(browser, app_url):
     """Two sessions press Transcribe together: they queue for the one model and both get their transcript."""
     contexts = [browser.new_context() for _ in range(2)]

@@ -38,7 +38,7 @@ from tests.hf_toolkit import toolkit_app
 ROOT = Path(__file__).resolve().parents[1]
 JFK = ROOT / "samples" / "jfk.wav"
 JFK_REF = "And so my fellow Americans ask not what your country can do for you, ask what you can do for your country."
-LOAD_REQUESTS, LOAD_CONCURRENCY = 24, 4  # six rounds of four waiting together
+LOAD_REQUESTS, LOAD_CONCURRENCY = 12, 4  # three rounds of four waiting together
 
 
 @pytest.fixture(scope="module")
@@ -125,7 +125,8 @@ def test_drafter_is_exact(handler, jfk_bytes):
 
 
 def test_diarized_segments_carry_speakers(handler, jfk_bytes):
-    out = handler({"inputs": jfk_bytes, "parameters": {"diarize": True, "formats": ["rttm"]}})
+    """Diarized: every segment and word carries the one speaker (tiny.en: the speakers do not depend on the model)."""
+    out = handler({"inputs": jfk_bytes, "parameters": {"model": "tiny.en", "diarize": True, "formats": ["rttm"]}})
     assert "error" not in out, out
     assert out["speakers"] == ["SPEAKER_00"]
     assert out["segments"] and all(s["speaker"] == "SPEAKER_00" for s in out["segments"])
@@ -137,9 +138,9 @@ def test_diarized_segments_carry_speakers(handler, jfk_bytes):
 
 def test_an_aligned_text_carries_speakers(handler, jfk_bytes):
     """A script aligned and diarized in one request (WhisperX's align-then-assign): the words are the
-    script's, each with a time and the speaker."""
+    script's, each with a time and the speaker (tiny.en: neither depends on the model)."""
     said = "And so, my fellow Americans: ask not what your country can do for you; ask what you can do for your country."
-    out = handler({"inputs": jfk_bytes, "parameters": {"align_text": said, "diarize": True}})
+    out = handler({"inputs": jfk_bytes, "parameters": {"model": "tiny.en", "align_text": said, "diarize": True}})
     assert "error" not in out, out
     words = [w for s in out["segments"] for w in s["words"]]
     assert [w["word"].strip() for w in words] == said.split()
@@ -148,8 +149,9 @@ def test_an_aligned_text_carries_speakers(handler, jfk_bytes):
 
 
 def test_known_speakers_name_the_speakers(handler, jfk_bytes, eval_root):
+    """A known speaker's clip names the speaker (tiny.en: the name does not depend on the model)."""
     clip = "data:audio/flac;base64," + base64.b64encode((eval_root / "openai-whisper/jfk.flac").read_bytes()).decode()
-    out = handler({"inputs": jfk_bytes, "parameters": {"known_speakers": {"president": clip}, "formats": ["rttm"],
+    out = handler({"inputs": jfk_bytes, "parameters": {"model": "tiny.en", "known_speakers": {"president": clip}, "formats": ["rttm"],
                                                        "speaker_embeddings": True}})
     assert "error" not in out, out
     assert out["speakers"] == ["president"] and {s["speaker"] for s in out["segments"]} == {"president"}
@@ -409,9 +411,10 @@ def _save_whisper(name: str, folder: Path) -> Path:
     return folder
 
 
-def test_models_from_the_repository(tmp_path_factory, jfk_bytes):
+def test_models_from_the_repository(tmp_path_factory, jfk_bytes, jfk_head):
     """A repository holding a Whisper model (tiny.en here) at its root and a drafter in ``drafter/``:
-    the handler serves them by default, not the embedded base."""
+    the handler serves them by default, not the embedded base (which it still offers: asked for by name,
+    on the clip's first 3.5 s)."""
     repo = tmp_path_factory.mktemp("repository")
     (repo / "handler.py").write_text((ROOT / "handler.py").read_text())
     _save_whisper("tiny.en", repo)
@@ -427,7 +430,8 @@ def test_models_from_the_repository(tmp_path_factory, jfk_bytes):
     assert spec["drafted_tokens"] > 0 and spec["acceptance_rate"] >= 0.9  # the drafter is the target's own weights
     with pytest.raises(RequestError, match="English-only"):  # tiny.en serves, not the multilingual base
         h({"inputs": jfk_bytes, "parameters": {"generate_kwargs": {"language": "german"}}})
-    assert h({"inputs": jfk_bytes, "parameters": {"model": "base", "draft": "none"}})["model"]["asr"] == "base"
+    named = h({"inputs": jfk_head, "parameters": {"model": "base", "draft": "none"}})
+    assert named["model"]["asr"] == "base" and "fellow americans" in named["text"].lower(), named
 
 
 def test_repository_without_models_falls_back(handler, tmp_path):

@@ -1,6 +1,7 @@
 """Short requests overtake a long one on the HTTP server (the model worker's overtaking,
 specwhisper.serving.worker), with the embedded Whisper tiny.en on real audio (overtaking does not depend
-on the model; base takes 1.7 times as long): while a 122 s upload decodes window by window, an 11 s upload
+on the model; base takes 1.7 times as long): while a 54 s upload decodes a 10 s chunk per batch (its six
+or so batches as many chances to overtake as the 30 s windows of twice the audio), an 11 s upload
 through the `openai` client and a live stream of another clip sent after it get their answers before it
 ends; the short upload's answer has the tokens and times it
 gets alone, the long one's is the one it gets alone, and the time others ran inside its pass is not in
@@ -27,6 +28,7 @@ from tests.test_abuse import server_log  # noqa: F401 - a fixture: no traceback 
 from tests.test_live_ws import _pcm, _session, _url
 
 OVERTAKE_S = 30.0
+LONG_QUERY = "/?batch_size=1&chunk_length=10&language=en"  # a batch, so a chance to overtake, every 10 s of audio
 
 
 @pytest.fixture(scope="module")
@@ -43,7 +45,7 @@ def _segments(answer: dict) -> list[tuple]:
 
 def test_short_requests_are_answered_inside_a_long_one(server, eval_root, tmp_path, caplog):
     caplog.set_level("INFO", logger="specwhisper.serving")
-    long = build_long_file("dense", tmp_path, 110, seed=1)
+    long = build_long_file("dense", tmp_path, 45, seed=1)  # 54 s of the public clips
     long_bytes = long.path.read_bytes()
     short = next(i for i in load_manifest(eval_root) if i.file == "whisper.cpp/jfk.wav")
     spoken = next(i for i in english_set(eval_root) if i.category == "single" and 8 <= i.duration <= 15 and "jfk" not in i.file)
@@ -54,7 +56,7 @@ def test_short_requests_are_answered_inside_a_long_one(server, eval_root, tmp_pa
                                              response_format="verbose_json", language="en")
 
     short_alone = create(client)
-    long_alone = httpx.post(server.url + "/?batch_size=1&language=en", content=long_bytes, timeout=600).json()
+    long_alone = httpx.post(server.url + LONG_QUERY, content=long_bytes, timeout=600).json()
     assert wer([long.reference], [long_alone["text"]]) <= 0.15, long_alone["text"]
 
     async def together():
@@ -67,7 +69,7 @@ def test_short_requests_are_answered_inside_a_long_one(server, eval_root, tmp_pa
             return out
 
         async with httpx.AsyncClient(timeout=600) as http:
-            first = asyncio.ensure_future(timed("long", http.post(server.url + "/?batch_size=1&language=en", content=long_bytes)))
+            first = asyncio.ensure_future(timed("long", http.post(server.url + LONG_QUERY, content=long_bytes)))
             while not server.worker.busy:
                 await asyncio.sleep(0.02)
             await asyncio.sleep(1.0)  # the long pass is under way
@@ -81,7 +83,7 @@ def test_short_requests_are_answered_inside_a_long_one(server, eval_root, tmp_pa
 
     long_shared, (short_shared, (messages, code)), done = asyncio.run(together())
     assert done["short"] < done["long"] and done["live"] < done["long"], done
-    assert any("short jobs run inside a pass of 1" in r.getMessage() for r in caplog.records)
+    assert any(f"short jobs run inside a pass of {long.duration:.0f} s" in r.getMessage() for r in caplog.records)
     # the short upload and the long one answer as they do alone
     assert [(s.tokens, s.start, s.end) for s in short_shared.segments] == [(s.tokens, s.start, s.end) for s in short_alone.segments]
     assert _segments(long_shared) == _segments(long_alone) and long_shared["text"] == long_alone["text"]

@@ -148,14 +148,15 @@ def test_streams_real_speech(server, speech):
     assert wer([reference], [final["text"]]) < 0.35, final["text"]  # measured: 0.0 (tiny.en)
 
 
-def test_a_prompt_spells_the_names(server, eval_root):
+def test_a_prompt_spells_the_names(eager, eval_root):
     """``?initial_prompt=`` (or ``hotwords``): names a stream should spell, in every re-decode's context, as
-    offline's --initial-prompt: the meeting's "Abigail Claflin", which tiny.en hears as "Abigail Classroom"."""
+    offline's --initial-prompt: the meeting's "Abigail Claflin", which tiny.en hears as "Abigail Classroom"
+    (on the server that does not pace the audio: the wall clock is not what this checks)."""
     item = next(i for i in load_manifest(eval_root) if i.file == "lhotse/ES2011a.Headset-0-40s-46s.wav")
     frames = _pcm(load_audio(item.path)) + [END]
-    plain, _ = _stream(server, frames)
+    plain, _ = _stream(eager, frames)
     for query in ("?initial_prompt=Claflin", "?hotwords=Claflin"):
-        prompted, _ = _stream(server, frames, query)
+        prompted, _ = _stream(eager, frames, query)
         assert "Claflin" in prompted[-1]["text"] and "Claflin" not in plain[-1]["text"], (plain[-1]["text"], prompted[-1]["text"])
         assert wer([item.reference], [prompted[-1]["text"]]) < wer([item.reference], [plain[-1]["text"]])
 
@@ -237,12 +238,12 @@ def test_fast_client_is_throttled_and_long_stream_is_cut(strict, speech):
 
 
 def test_a_backlog_past_the_window_loses_no_speech(eager, eval_root):
-    """Distinct clips over 60 s all at once to a server that does not pace them: the updates fall a
-    whole window behind, and every word still comes back (each update takes all that waits)."""
+    """Distinct clips over 45 s all at once to a server that does not pace them: the updates fall a
+    whole window (30 s) behind, and every word still comes back (each update takes all that waits)."""
     items = [i for i in english_set(eval_root) if i.category == "single" and 4 <= i.duration <= 15 and "jfk" not in i.file]
     clips, references = [], []
     for item in items:
-        if sum(len(c) for c in clips) > 60 * RATE:
+        if sum(len(c) for c in clips) > 45 * RATE:
             break
         clips.append(load_audio(item.path))
         references.append(item.reference)
