@@ -206,13 +206,15 @@ def diarizer():
 
 
 @pytest.fixture
-def run_cli(base_pipeline, monkeypatch, capsys):
+def run_cli(base_pipeline, tiny_pipeline, monkeypatch, capsys):
     """Run the CLI in-process with the session's already loaded pipeline (files, and folders on the
-    local engine); returns (exit code, stdout, stderr)."""
+    local engine): ``-m tiny.en`` the session's tiny.en pipeline, any other model base's; returns
+    (exit code, stdout, stderr)."""
     import specwhisper.serving.cli.main as cli
     import specwhisper.pipeline.core
 
-    monkeypatch.setattr(specwhisper.pipeline.core, "Pipeline", lambda config: base_pipeline)
+    monkeypatch.setattr(specwhisper.pipeline.core, "Pipeline",
+                        lambda config: tiny_pipeline if config.model == "tiny.en" else base_pipeline)
 
     def run(*argv):
         code = cli.main([str(a) for a in argv])

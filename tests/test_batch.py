@@ -72,17 +72,6 @@ def _assert_outputs_valid(out: Path, rows: dict[str, dict], killed: bool = False
     assert killed or not list(out.rglob("*.tmp"))
 
 
-@pytest.fixture
-def run_tiny_cli(run_cli, tiny_pipeline, monkeypatch):
-    """``run_cli`` on the session's tiny.en pipeline (give ``-m tiny.en``: the batch's settings name the model
-    it runs): for the batch's bookkeeping, which does not depend on the model."""
-    import specwhisper.pipeline.core
-
-    monkeypatch.setattr(specwhisper.pipeline.core, "Pipeline",
-                        lambda config: tiny_pipeline if config.model == "tiny.en" else pytest.fail(config.model))
-    return run_cli
-
-
 def test_transcribe_many_matches_transcribe(tiny_engine, eval_root):
     """Chunks of several files decoded in shared batches give each file exactly its own transcript (tiny.en:
     what a row reads does not depend on the model)."""
@@ -136,10 +125,10 @@ def test_prefetcher_groups_files_within_limits(eval_root, tmp_path):
     assert all(i.error is None and i.seconds > 1 and len(i.sha256) == 64 for g in groups for i in g if i is not broken)
 
 
-def test_folder_resume_changed_file_and_retry(run_tiny_cli, eval_root, tmp_path):
+def test_folder_resume_changed_file_and_retry(run_cli, eval_root, tmp_path):
     """The job database resumes, skips, redoes changed files and retries failed ones (tiny.en)."""
-    def run_cli(*argv):
-        return run_tiny_cli(*argv, "-m", "tiny.en")
+    def run_tiny(*argv):
+        return run_cli(*argv, "-m", "tiny.en")
 
     src = _copy(eval_root, tmp_path / "in", {
         "jfk.wav": "whisper.cpp/jfk.wav",
@@ -150,7 +139,7 @@ def test_folder_resume_changed_file_and_retry(run_tiny_cli, eval_root, tmp_path)
         ".hidden.wav": "whisper.cpp/jfk.wav",
     })
     out = tmp_path / "out"
-    code, stdout, err = run_cli(src, "-o", out, "-r", "-f", "txt,json", "--summary")
+    code, stdout, err = run_tiny(src, "-o", out, "-r", "-f", "txt,json", "--summary")
     assert code == 1, err
     errors = _error_lines(err)
     assert len(errors) == 1 and "broken.wav" in errors[0]
@@ -166,7 +155,7 @@ def test_folder_resume_changed_file_and_retry(run_tiny_cli, eval_root, tmp_path)
     assert wer([JFK_REF], [(out / "jfk.txt").read_text()]) <= 0.05
 
     # The same run again: nothing is redone, the failed file stays failed.
-    code, _, err = run_cli(src, "-o", out, "-r", "-f", "txt,json")
+    code, _, err = run_tiny(src, "-o", out, "-r", "-f", "txt,json")
     assert code == 1 and "0 done, 3 already done, 1 failed (1 in an earlier run, not tried again: --retry-failed tries them)" in err
     assert {r: (v["attempts"], v["completions"]) for r, v in _rows(out).items()} == {
         r: (v["attempts"], v["completions"]) for r, v in rows.items()}
@@ -183,14 +172,14 @@ def test_folder_resume_changed_file_and_retry(run_tiny_cli, eval_root, tmp_path)
         con.execute("UPDATE files SET settings = ? WHERE rel = ?", (json.dumps(settings), rel))
     con.commit()
     con.close()
-    code, _, err = run_cli(src, "-o", out, "-r", "-f", "txt,json")
+    code, _, err = run_tiny(src, "-o", out, "-r", "-f", "txt,json")
     assert code == 1 and "1 done, 2 already done, 1 failed" in err, err
     assert {r: v["attempts"] for r, v in _rows(out).items()} == {"broken.wav": 1, "jfk.wav": 1, "sub/lj.wav": 1, "talk.mp3": 1}
     assert _rows(out)["talk.mp3"]["completions"] == 1
 
     # Changed content under the same name is redone; --retry-failed runs the failed file again.
     shutil.copy(eval_root / "coqui-tts-ljspeech/LJ001-0003.wav", src / "jfk.wav")
-    code, _, err = run_cli(src, "-o", out, "-r", "-f", "txt,json", "--retry-failed")
+    code, _, err = run_tiny(src, "-o", out, "-r", "-f", "txt,json", "--retry-failed")
     assert code == 1 and "1 done, 2 already done, 1 failed" in err and len(_error_lines(err)) == 1
     after = _rows(out)
     assert after["jfk.wav"]["sha256"] != rows["jfk.wav"]["sha256"] and after["jfk.wav"]["completions"] == 1
@@ -199,7 +188,7 @@ def test_folder_resume_changed_file_and_retry(run_tiny_cli, eval_root, tmp_path)
     assert after["talk.mp3"]["attempts"] == 1 and after["sub/lj.wav"]["attempts"] == 1
 
     # Other settings (here: formats) are a new job; --glob picks files; without -r subfolders are skipped.
-    code, _, err = run_cli(src, "-o", out, "--glob", "*.mp3", "-f", "srt")
+    code, _, err = run_tiny(src, "-o", out, "--glob", "*.mp3", "-f", "srt")
     assert code == 0, err
     assert "1 files: 1 done" in err and (out / "talk.srt").is_file()
     assert _rows(out)["talk.mp3"]["completions"] == 1 and not (out / "sub" / "lj.srt").exists()
@@ -364,7 +353,7 @@ def _kill_a_ray_worker(proc: subprocess.Popen, out: Path, timeout: float = 300) 
 
 
 @pytest.mark.integration
-def test_ray_engine_two_workers(run_tiny_cli, eval_root, tmp_path):
+def test_ray_engine_two_workers(run_cli, eval_root, tmp_path):
     """A local Ray with 2 workers gives the local engine's transcripts; the driver alone writes the DB; a
     worker killed mid-run loses no file and does none twice (tiny.en: which worker decodes a file does not
     depend on the model)."""
@@ -375,7 +364,7 @@ def test_ray_engine_two_workers(run_tiny_cli, eval_root, tmp_path):
         "fleurs.ogg": "cuttledoc-fleurs/fleurs-en-004.ogg",
         "broken.wav": "text:this is not audio",
     })
-    code, _, err = run_tiny_cli(src, "-o", tmp_path / "local", "-f", "txt,json", "-q", "-m", "tiny.en")
+    code, _, err = run_cli(src, "-o", tmp_path / "local", "-f", "txt,json", "-q", "-m", "tiny.en")
     assert code == 1, err
 
     out = tmp_path / "ray"
@@ -395,6 +384,6 @@ def test_ray_engine_two_workers(run_tiny_cli, eval_root, tmp_path):
         assert (out / f"{name}.txt").read_text() == (tmp_path / "local" / f"{name}.txt").read_text()
 
     # Resuming on Ray: nothing left to do, nothing redone (in this process: with nothing to do no Ray starts)
-    code, _, err = run_tiny_cli(src, "-o", out, "-f", "txt,json", "-q", "--engine", "ray", "-m", "tiny.en")
+    code, _, err = run_cli(src, "-o", out, "-f", "txt,json", "-q", "--engine", "ray", "-m", "tiny.en")
     assert code == 1 and len(_error_lines(err)) == 0
     assert {r: v["attempts"] for r, v in _rows(out).items()} == {r: v["attempts"] for r, v in rows.items()}

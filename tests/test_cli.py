@@ -81,18 +81,14 @@ def _whisper_clock(seconds: float) -> str:
     return f"{ms // 60000:02d}:{ms // 1000 % 60:02d}.{ms % 1000:03d}"
 
 
-def test_verbose_prints_segments_as_they_become_final(run_cli, base_pipeline, tiny_pipeline, eval_root, tmp_path,
-                                                      monkeypatch):
+def test_verbose_prints_segments_as_they_become_final(run_cli, eval_root, tmp_path, monkeypatch):
     """--verbose (openai-whisper's --verbose True): each segment with its times on stdout while the file
     is still being transcribed (its outputs not yet written), the same transcript as without it (tiny.en:
     what is printed when does not depend on the model); with
     --diarize, once the file is done, with its speakers; a folder refuses it."""
-    import specwhisper.pipeline.core
     import specwhisper.serving.cli.main as cli
     from specwhisper.evaluation.transcripts import build_long_file
 
-    monkeypatch.setattr(specwhisper.pipeline.core, "Pipeline",  # -m tiny.en: the session's tiny.en (run_cli's is base)
-                        lambda config: tiny_pipeline if config.model == "tiny.en" else base_pipeline)
     talk = build_long_file("dense", tmp_path / "in", 30, seed=0)  # two chunks, printed as they are decoded
     printed, print_timed = [], cli._print_timed
     json_out = tmp_path / "v" / f"{talk.path.stem}.json"

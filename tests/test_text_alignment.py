@@ -114,37 +114,32 @@ def test_bad_alignment_requests_are_one_line(values, fragment):
     assert "\n" not in str(caught.value)
 
 
-@pytest.fixture
-def run_tiny_cli(run_cli, tiny_pipeline, monkeypatch):
-    """``run_cli`` on the session's tiny.en pipeline, with ``-m tiny.en``: the text's words are the transcript
-    whatever the model."""
-    import specwhisper.pipeline.core
+def test_cli_aligns_a_text_file(run_cli, eval_root, tmp_path):
+    """tiny.en: the text's words are the transcript whatever the model."""
+    def run_tiny(*argv):
+        return run_cli(*argv, "-m", "tiny.en")
 
-    monkeypatch.setattr(specwhisper.pipeline.core, "Pipeline", lambda config: tiny_pipeline)
-    return lambda *argv: run_cli(*argv, "-m", "tiny.en")
-
-
-def test_cli_aligns_a_text_file(run_tiny_cli, eval_root, tmp_path):
-    run_cli = run_tiny_cli
     text = tmp_path / "jfk.txt"
     text.write_text("And so, my fellow Americans:\nask not what your country can do for you;\n"
                     "ask what you can do for your country.\n")
-    code, out, err = run_cli(eval_root / "openai-whisper/jfk.flac", "--align-text", text, "-o", tmp_path, "-f", "srt,json")
+    code, out, err = run_tiny(eval_root / "openai-whisper/jfk.flac", "--align-text", text, "-o", tmp_path, "-f", "srt,json")
     assert code == 0, err
     cues = (tmp_path / "jfk.srt").read_text().split("\n\n")
     assert [c.splitlines()[2] for c in cues if c.strip()] == text.read_text().splitlines()  # a cue per line
-    code, out, err = run_cli(eval_root / "openai-whisper/jfk.flac", "--align-text", tmp_path / "missing.txt")
+    code, out, err = run_tiny(eval_root / "openai-whisper/jfk.flac", "--align-text", tmp_path / "missing.txt")
     assert code == 2 and err.strip() == f"transcribe: error: --align-text: {tmp_path / 'missing.txt'}: file not found"
-    code, out, err = run_cli(eval_root / "openai-whisper/jfk.flac", eval_root / "whisper.cpp/jfk.wav", "--align-text", text)
+    code, out, err = run_tiny(eval_root / "openai-whisper/jfk.flac", eval_root / "whisper.cpp/jfk.wav", "--align-text", text)
     assert code == 2 and "give that file or folder alone" in err and "Traceback" not in err
 
 
-def test_a_corpus_of_recordings_and_their_texts(run_tiny_cli, eval_root, tmp_path):
+def test_a_corpus_of_recordings_and_their_texts(run_cli, eval_root, tmp_path):
     """The Montreal Forced Aligner's layout: a folder of recordings, each with its text beside it (.lab or .txt).
     Every recording with a text gets its text's words, timed; one without fails alone; an edited text aligns its
     recording again, and nothing else; outputs that would overwrite a text are refused before anything runs
     (tiny.en)."""
-    run_cli = run_tiny_cli
+    def run_tiny(*argv):
+        return run_cli(*argv, "-m", "tiny.en")
+
     import json
     import shutil
 
@@ -158,7 +153,7 @@ def test_a_corpus_of_recordings_and_their_texts(run_tiny_cli, eval_root, tmp_pat
     (corpus / "jfk.txt").write_text("And so, my fellow Americans: ask not what your country can do for you;\n"
                                     "ask what you can do for your country.\n")
     shutil.copy(eval_root / "coqui-tts-ljspeech/LJ001-0001.wav", corpus)  # no text
-    code, _, err = run_cli(corpus, "--align-text", corpus, "-o", out, "-f", "json,srt,textgrid")
+    code, _, err = run_tiny(corpus, "--align-text", corpus, "-o", out, "-f", "json,srt,textgrid")
     assert code == 1, err
     assert [line for line in err.splitlines() if "error" in line] == [
         f"transcribe: error: {corpus / 'LJ001-0001.wav'}: the text to align, {corpus / 'LJ001-0001.lab'}: file not found"]
@@ -172,17 +167,17 @@ def test_a_corpus_of_recordings_and_their_texts(run_tiny_cli, eval_root, tmp_pat
     before = {p.name: p.stat().st_mtime_ns for p in out.glob("*.json")}
 
     (corpus / "jfk.txt").write_text("And so my fellow Americans, ask not what your country can do for you, ask what you can do for your country.")
-    code, _, err = run_cli(corpus, "--align-text", corpus, "-o", out, "-f", "json,srt,textgrid")
+    code, _, err = run_tiny(corpus, "--align-text", corpus, "-o", out, "-f", "json,srt,textgrid")
     assert code == 1, err  # the recording without a text is still failed (kept, not retried)
     assert (out / "acoustic_corpus.json").stat().st_mtime_ns == before["acoustic_corpus.json"]
     assert (out / "jfk.json").stat().st_mtime_ns != before["jfk.json"]
     assert len(json.loads((out / "jfk.json").read_text())["segments"]) == 1  # the new text: one sentence
 
     kept = (corpus / "jfk.txt").read_text()
-    code, _, err = run_cli(corpus, "--align-text", corpus, "-f", "txt", "-o", corpus)
+    code, _, err = run_tiny(corpus, "--align-text", corpus, "-f", "txt", "-o", corpus)
     assert code == 2 and "the txt output would overwrite this text to align" in err and "Traceback" not in err
     assert (corpus / "jfk.txt").read_text() == kept
-    code, _, err = run_cli(corpus, "--align-text", corpus / "jfk.txt", "-o", out)
+    code, _, err = run_tiny(corpus, "--align-text", corpus / "jfk.txt", "-o", out)
     assert code == 2 and "takes the folder of their texts" in err
-    code, _, err = run_cli(corpus / "jfk.flac", "--align-text", corpus, "-o", out)
+    code, _, err = run_tiny(corpus / "jfk.flac", "--align-text", corpus, "-o", out)
     assert code == 2 and "is a folder: give the text of this file" in err
