@@ -104,6 +104,6 @@ def test_a_long_files_language_is_detected_on_the_window_transcribe_takes(base_e
     audio = np.concatenate([audio, silence(300 - len(audio) / SAMPLE_RATE)])
     found = base_engine.detect_language(audio)
     whole = base_engine._plan(audio, DecodeOptions(), lambda f: None)[0]
-    expected = file_detections(base_engine, [audio], [whole], 1, {}, [DecodeStats()])[0]
+    expected = file_detections(base_engine, [audio], [whole], 1, {}, [DecodeStats()], DecodeOptions())[0]
     print(f"\n{found.language} {found.probability:.4f} on {found.start}-{found.end} s")
     assert found == expected and found.language == "de" and found.speech and 129 <= found.start < 131 + 18

@@ -265,25 +265,33 @@ class AsrEngine:
         opts = options or DecodeOptions()
         opts.validate(self.special)
         report = progress or (lambda stage, frac: None)
-        plan = self._first_plan(audio, opts, lambda f: report("vad", f))
-        found = file_detections(self, [audio], [plan], 1, {}, [DecodeStats()])[0]
-        if found is None:
-            raise ValueError(f"clip_timestamps: no clip is within the {len(audio) / SAMPLE_RATE:.1f} s of audio: "
-                             "no language to detect")
+        encoded: dict[Item, tuple[torch.Tensor, torch.Tensor]] = {}
+        for most in sorted({1, opts.language_detection_segments}):  # a second plan only when one chunk is unsure
+            plan = self._first_plan(audio, opts, most, lambda f: report("vad", f))
+            found = file_detections(self, [audio], [plan], 1, encoded, [DecodeStats()],
+                                    replace(opts, language_detection_segments=most))[0]
+            if found is None:
+                raise ValueError(f"clip_timestamps: no clip is within the {len(audio) / SAMPLE_RATE:.1f} s of audio: "
+                                 "no language to detect")
+            if found.probability >= opts.language_threshold:
+                break
         return found
 
-    def _first_plan(self, audio: np.ndarray, opts: DecodeOptions, progress: Callable[[float], None]) -> list[Chunk]:
-        """The file's chunks as ``_plan`` gives them, as far as its first chunk with speech: planned on
-        the file's first ``DETECT_PREFIX_S`` seconds, twice as many until that chunk and the next one
-        with speech end two chunk lengths before the prefix does (the VAD hears from a file's start,
-        and a chunk's bounds depend on the speech next to it only), so that a long file's detection
-        does not run the VAD over all of it. With ``clips``, or when no prefix is enough: ``_plan``."""
+    def _first_plan(self, audio: np.ndarray, opts: DecodeOptions, most: int, progress: Callable[[float], None]
+                    ) -> list[Chunk]:
+        """The file's chunks as ``_plan`` gives them, as far as its first ``most`` chunks with speech (those its
+        language may be detected on): planned on the file's first ``DETECT_PREFIX_S``
+        seconds, twice as many until those chunks and the next one with speech end two chunk lengths
+        before the prefix does (the VAD hears from a file's start, and a chunk's bounds depend on the
+        speech next to it only), so that a long file's detection does not run the VAD over all of it.
+        With ``clips``, or when no prefix is enough: ``_plan``."""
         limit = int(opts.max_chunk_s * SAMPLE_RATE)
+        wanted = most + 1
         n = int(DETECT_PREFIX_S * SAMPLE_RATE)
         while opts.clips is None and n < len(audio):
             plan = self._plan(audio[:n], opts, lambda f: None)[0]
-            speech = [c for c in plan if c.speech][:2]
-            if len(speech) == 2 and speech[1].end <= n - 2 * limit:
+            speech = [c for c in plan if c.speech][:wanted]
+            if len(speech) == wanted and speech[-1].end <= n - 2 * limit:
                 progress(1.0)
                 return plan
             n *= 2

@@ -39,7 +39,10 @@ class DecodeOptions:
     hotwords: str | None = None  # words to favour: put in the prompt of every chunk
     condition_on_previous_text: bool = False  # True: chunks decode one at a time, each after the text before it
     multilingual: bool = False  # detect the language of every chunk, not once per file
-    language_threshold: float = 0.5  # multilingual: a chunk detected below this keeps the language before it
+    # a file's detection below this hears its next chunk with speech too (asr.languages.file_detections);
+    # multilingual: a chunk detected below this keeps the language before it
+    language_threshold: float = 0.5
+    language_detection_segments: int = 4  # the most chunks with speech a file's language is detected on
     vad_filter: bool = False  # drop what the VAD rejects unheard: the speech alone, joined (audio.chunking.join_spans)
     without_timestamps: bool = False  # decode with <|notimestamps|>: one segment per chunk
     # seconds of silence around a likely hallucination for it to be dropped (specwhisper.asr.hallucination);
@@ -83,6 +86,8 @@ class DecodeOptions:
             raise ValueError(f"patience must be > 0, got {self.patience}")
         if not 0.0 <= self.language_threshold <= 1.0:
             raise ValueError(f"language threshold must be between 0 and 1, got {self.language_threshold}")
+        if self.language_detection_segments < 1:
+            raise ValueError(f"language detection segments must be >= 1, got {self.language_detection_segments}")
         threshold = self.hallucination_silence_threshold
         if threshold is not None and (isinstance(threshold, bool) or not isinstance(threshold, (int, float))
                                       or not 0 < threshold < float("inf")):

@@ -117,8 +117,8 @@ class Transcriber:
                         **options) -> LanguageDetection:
         """The language ``transcribe(audio, **options)`` decodes ``audio`` in when no ``language`` is
         given, and every language's probability (a ``LanguageDetection``): detected on the first
-        window with speech, as ``transcribe`` does, without decoding the file. ``options``: those that
-        choose the window (the VAD's settings, ``clip_timestamps``, ...: listed below)."""
+        windows with speech, as ``transcribe`` does, without decoding the file. ``options``: those that
+        choose the windows (the VAD's settings, ``clip_timestamps``, the language threshold, ...: listed below)."""
         other = [n for n in options if n not in DETECTION_NAMES]
         if other:
             raise ValueError(f"detect_language takes {', '.join(DETECTION_NAMES)}, not {other[0]}")
@@ -208,8 +208,9 @@ LOAD_NAMES = {o.name for o in options_for("api", "load")}
 _with_options(Transcriber.transcribe, options_for("api", "run"), keep=4)
 _with_options(Transcriber.transcribe_many, options_for("api", "run"), keep=4)
 _with_options(load, options_for("api", "load"), keep=3)
-# the options that choose the window a file's language is detected on
-DETECTION_NAMES = ("vad_filter", "vad_threshold", "chunk_length", "clip_timestamps", "batch_size", "max_duration")
+# the options that choose the windows a file's language is detected on
+DETECTION_NAMES = ("vad_filter", "vad_threshold", "chunk_length", "clip_timestamps", "batch_size", "max_duration",
+                   "language_threshold", "language_detection_segments")
 _with_options(Transcriber.detect_language, [BY_NAME[n] for n in DETECTION_NAMES], keep=4)
 
 

@@ -350,9 +350,14 @@ OPTIONS: tuple[Option, ...] = (
     Option("multilingual", bool, False, "detect the language of every chunk (a window of up to 30 s, cut in a pause), "
            "not once per file, for audio that changes language; a window whose turns speak two languages is cut "
            "between them; each segment's language is in the json"),
-    Option("language_threshold", float, 0.5, "with --multilingual: a chunk whose detected language has a lower "
-           "probability than this keeps the language before it", low=0.0, high=1.0,
+    Option("language_threshold", float, 0.5, "a file's language detected below this probability is heard on its "
+           "next window with speech too (up to --language-detection-segments); with --multilingual, a chunk whose "
+           "detected language has a lower probability keeps the language before it", low=0.0, high=1.0,
            peer_flags=("--language_detection_threshold",)),
+    Option("language_detection_segments", int, 4, "without --language: the most windows with speech a file's "
+           "language is detected on, while it is below --language-threshold, their probabilities weighed by their "
+           "seconds of speech (1: the first window with speech alone; faster-whisper's language_detection_segments)",
+           low=1),
     Option("vad_filter", bool, False, "drop the audio silero-vad rejects, unheard, and decode the speech alone, joined "
            "into windows of up to --chunk-length (faster-whisper's vad_filter, WhisperX): faster, but a word the VAD "
            "misses is lost (off: every sample is decoded and skipped stretches are decoded again)"),
@@ -481,6 +486,7 @@ def run_options(values: dict[str, Any]):
                            condition_on_previous_text=v["condition_on_previous_text"],
                            hallucination_silence_threshold=v["hallucination_silence_threshold"],
                            multilingual=v["multilingual"], language_threshold=v["language_threshold"],
+                           language_detection_segments=v["language_detection_segments"],
                            vad_filter=v["vad_filter"], without_timestamps=v["without_timestamps"],
                            clips=None if v["clip_timestamps"] is None else parse_clips(v["clip_timestamps"]))
     opts = RunOptions(decode=decode, diarize=diarize, known_speakers=known, speaker_embeddings=v["speaker_embeddings"],

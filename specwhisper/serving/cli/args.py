@@ -69,7 +69,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--live-chunk", type=positive(float), default=1.0, metavar="SECONDS",
                    help="--live audio piece length (default: 1.0)")
     p.add_argument("--detect-language", action="store_true", help="print each file's language and its probability "
-                   "(found as transcription finds it, on the first window with speech) and exit, writing nothing")
+                   "(found as transcription finds it, on the first windows with speech) and exit, writing nothing")
     p.add_argument("-q", "--quiet", action="store_true", help="no progress bars and no transcript on stdout")
     p.add_argument("--verbose", nargs="?", const=True, type=str2bool, metavar="True|False",
                    help="print each segment with its times on stdout as soon as nothing left to decode can change it "
