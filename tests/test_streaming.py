@@ -195,6 +195,24 @@ def test_the_last_hypothesis_stands_when_the_end_reads_nothing_new(base_engine, 
     assert normalize("".join(w.text for w in tr.confirmed)).endswith("liner")
 
 
+def test_a_stream_without_a_language_detects_it_on_speech(base_engine, manifest):
+    """A microphone open for 20 s before German speech, no language given: the language is detected once
+    the window holds 2 s of speech and the detection reaches the threshold (the silence before is cut,
+    nothing heard in it), so the stream is German. Detected on the first 2 s of the clip's audio (a
+    second of it silence), as the stream did before, base reads English and the stream was translated."""
+    item = next(i for i in manifest if i.file == "cuttledoc-fleurs/fleurs-de-000.ogg")
+    clip = load_audio(item.path)
+    first = base_engine.detect_language(clip[: 2 * 16000])
+    assert first.language != "de", first  # what waiting for speech is for
+    tr = StreamingTranscriber(base_engine, StreamOptions())
+    words = play(tr, np.concatenate([np.zeros(20 * 16000, np.float32), clip]), chunk_s=0.5)
+    text = "".join(w.text for w in words)
+    print(f"\nfirst 2 s: {first.language} {first.probability:.2f}; stream: {tr.language} {text!r}")
+    # base offline on the clip: 0.32 (its own misreadings); the stream translated to English: 1.0 or more
+    assert tr.language == "de" and wer([item.reference], [text], language="de") < 0.5
+    assert words[0].start > 20.0, words[0]  # the silence holds no words
+
+
 def test_bad_audio_is_a_one_line_error(base_engine):
     tr = StreamingTranscriber(base_engine, StreamOptions(language="en"))
     with pytest.raises(ValueError, match="mono"):

@@ -51,9 +51,14 @@ class StreamOptions:
     # audio agree on words the next second of it changes (bench/realtime.py's talk in turns, base, its audio
     # in 0.1 s pieces: WER 0.222 with an update per piece, 0.075 with this wait; offline 0.126)
     min_step_s: float = 0.5
-    # without a language, the first update waits for this much audio: it detects the stream's language,
-    # kept after (base heard Chinese in the first 0.3-0.5 s of an English talk: bench/realtime.py)
+    # without a language, the first update waits for this much speech (the VAD's) in the window: it detects
+    # the stream's language, kept after (base heard Chinese in the first 0.3-0.5 s of an English talk:
+    # bench/realtime.py). Counted in audio, a FLEURS clip's second of silence left one second of speech:
+    # German, French and Spanish clips were decoded as English (translated) or Welsh
     detect_s: float = 2.0
+    # ... and, until the window is full, for a detection this likely (else it waits for more speech): a
+    # greeting, a pause and German were decoded as Japanese from the greeting's guess
+    language_threshold: float = 0.5
     speculative: bool = True  # False: plain greedy re-decodes (the reference of the speed-up)
     # text before the stream (names, a glossary: offline's initial prompt and hotwords), in every re-decode's
     # context ahead of the confirmed text; a realtime turn's prompt
@@ -67,7 +72,8 @@ class StreamOptions:
     @classmethod
     def of(cls, decode: DecodeOptions, **live) -> StreamOptions:
         """The live stream of a request's decode options: its language, task and prompt text."""
-        return cls(language=decode.language, task=decode.task, initial_prompt=decode.prompt_text, **live)
+        return cls(language=decode.language, task=decode.task, initial_prompt=decode.prompt_text,
+                   language_threshold=decode.language_threshold, **live)
 
     def validate(self) -> None:
         self.language = normalize_language(self.language)
@@ -81,6 +87,8 @@ class StreamOptions:
             raise ValueError(f"prompt length must be >= 0 characters, got {self.prompt_chars}")
         if not (self.min_step_s >= 0 and self.detect_s >= 0):
             raise ValueError(f"the update step and the detection wait must be >= 0 s, got {self.min_step_s} and {self.detect_s}")
+        if not 0.0 <= self.language_threshold <= 1.0:
+            raise ValueError(f"language threshold must be between 0 and 1, got {self.language_threshold}")
 
 
 @dataclass
@@ -132,6 +140,7 @@ class StreamingTranscriber:
         self.confirmed_words: list[Word] = []
         self.looped = False  # the last decode looped (no hypothesis)
         self.prompt = self._tokens(self.opts.initial_prompt)
+        self.looked_at = -math.inf  # audio received at the last detection that was not sure (``_language_floor``)
 
     @property
     def language(self) -> str | None:
@@ -163,11 +172,17 @@ class StreamingTranscriber:
         whole 30 s window, as offline)."""
         t0 = time.perf_counter()
         st = self.state
-        early = self.decoder.language is None and self.engine.special.multilingual and st.received < self.opts.detect_s
         if len(st.buffer) < self.opts.min_update_s * SAMPLE_RATE or (
-                not final and (early or st.received - st.decoded_to < self.opts.min_step_s - 1e-9)):
+                not final and st.received - st.decoded_to < self.opts.min_step_s - 1e-9):
             return StreamUpdate(Confirmed([]), self._partial(), time.perf_counter() - t0)
-        decode = self.decoder.decode(st.window(), st.offset, self._context(), st.previous, window=window)
+        floor = 0.0 if final else self._language_floor()
+        if floor is None:
+            return StreamUpdate(Confirmed([]), self._partial(), time.perf_counter() - t0)
+        decode = self.decoder.decode(st.window(), st.offset, self._context(), st.previous, window=window,
+                                     language_floor=floor)
+        if decode is None:  # the language is not sure yet: a look again after min_step_s more audio
+            self.looked_at = st.received
+            return StreamUpdate(Confirmed([]), self._partial(), time.perf_counter() - t0)
         self.looped = decode.looped
         committed: list[Word] = []
         if not decode.looped:
@@ -187,6 +202,27 @@ class StreamingTranscriber:
             self.observer(decode)
         decode.encoder_out = None  # megabytes: not kept past the observer
         return update
+
+    def _language_floor(self) -> float | None:
+        """Before the stream's language is detected: None while the window holds under ``detect_s`` of
+        speech (nothing to decode yet), else the probability the detection must reach for this update to
+        decode (``language_threshold``; 0 once the window is full: its likeliest language is taken). A
+        buffer of ``trim_s`` or more in which the VAD hears nothing is cut to its last second (no speech
+        is lost), so that speech after a long silence is still in the window."""
+        st = self.state
+        if self.decoder.language is not None or not self.engine.special.multilingual:
+            return 0.0
+        if st.received - self.looked_at < self.opts.min_step_s - 1e-9:
+            return None
+        seconds = min(len(st.buffer) / SAMPLE_RATE, WINDOW_S)
+        heard = st.speech_seconds(st.offset, st.offset + seconds)
+        if heard == 0.0 and seconds >= self.opts.trim_s:
+            st.cut(st.end - 1.0, self.agreement)
+            return None
+        full = seconds >= WINDOW_S - 1.0
+        if heard < self.opts.detect_s and not full:
+            return None
+        return 0.0 if full else self.opts.language_threshold
 
     def finish(self) -> StreamUpdate:
         """End of stream: decode what arrived since the last update, then confirm the last hypothesis."""
