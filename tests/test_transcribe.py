@@ -85,10 +85,11 @@ def test_a_file_opening_with_a_greeting_alone_is_decoded_in_the_language_spoken_
     sf.write(path, np.concatenate([load_audio(said), np.zeros(35 * SAMPLE_RATE, np.float32), load_audio(item.path)]),
              SAMPLE_RATE)
 
-    alone = base_pipeline.asr.detect_language(load_audio(path), DecodeOptions(language_detection_segments=1))
+    audio = load_audio(path)
+    alone = base_pipeline.asr.detect_language(audio, DecodeOptions(language_detection_segments=1))
     assert alone.language != lang and alone.probability < 0.5 and alone.chunks == 1, alone  # what the rule is for
     t = base_pipeline.run_file(path)
-    found = base_pipeline.asr.detect_language(load_audio(path))
+    found = base_pipeline.asr.detect_language(audio)
     print(f"\nalone {alone.language} {alone.probability:.2f}; heard on {found.chunks} windows: {found.language} "
           f"{found.probability:.2f}; {t.text!r}")
     assert t.language == found.language == lang and found.chunks == 2 and found.probability > 0.8
