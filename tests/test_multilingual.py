@@ -69,9 +69,14 @@ def test_a_window_of_two_languages_is_cut_between_them(base_engine, tmp_path):
 
 
 def test_below_the_floor_the_language_before_is_kept(base_engine, mixed, audio):
-    """No detection reaches a floor of 1: every window keeps the first window's language (French)."""
+    """No detection reaches a floor of 1: every window keeps the file's language, its windows with speech
+    heard together as without ``multilingual`` (the French window and the English one, pooled: English)."""
+    from specwhisper.asr.options import DecodeOptions
+
     result = _run(base_engine, audio, multilingual=True, language_threshold=1.0)
-    assert result.segments and {s.language for s in result.segments} == {"fr"}
+    found = base_engine.detect_language(audio, DecodeOptions(language_threshold=1.0))
+    assert found.chunks == 2 and found.language in {"fr", "en"}, found
+    assert result.segments and {s.language for s in result.segments} == {found.language}
 
 
 def test_segments_carry_their_language_in_the_json():

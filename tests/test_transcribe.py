@@ -73,7 +73,8 @@ def test_a_file_opening_with_a_greeting_alone_is_decoded_in_the_language_spoken_
                                                                                     lang, greeting):
     """A call that opens with a greeting, 35 s of waiting, then the speech: the greeting's window alone is
     read as another language (Chinese below the threshold; the file came out in Chinese), so the next
-    window with speech is heard too and the file is German. (French is the same rule: slow.)"""
+    window with speech is heard too and the file is German; with ``multilingual`` the greeting's window,
+    unsure alone, takes the file's language. (French is the same rule: slow.)"""
     import subprocess
 
     import soundfile as sf
@@ -96,6 +97,9 @@ def test_a_file_opening_with_a_greeting_alone_is_decoded_in_the_language_spoken_
     # base's own misreadings of the clip ("gegen über die in den Ufer" for "gegenüberliegenden Ufer"): 0.32 and
     # 0.33; the file decoded in the greeting's guessed language was a WER of 1.0 or more
     assert wer([f"{greeting} {item.reference}"], [t.text], language=lang) < 0.4
+    # --multilingual: each window its own language, but one that cannot tell (the greeting's) takes the file's
+    mixed = base_pipeline.run_file(path, RunOptions(decode=DecodeOptions(multilingual=True)))
+    assert [s.language for s in mixed.segments] == [lang] * len(mixed.segments), mixed.segments
 
 
 def test_translate_to_english(base_pipeline, eval_root):

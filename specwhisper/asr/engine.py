@@ -350,7 +350,7 @@ class AsrEngine:
         conditioning = opts.condition_on_previous_text
         work = WorkQueues(1 if conditioning else rows,
                           key=lambda item, language: item[0] if conditioning else prompt_of(language, initial),
-                          detect=lambda items: chunk_languages(self, audios, items, opts, encoded, stats, latest),
+                          detect=lambda items: chunk_languages(self, audios, plans, items, opts, encoded, stats, latest),
                           in_order=conditioning or on_final is not None)
         for i in range(n):
             for c in plans[i]:

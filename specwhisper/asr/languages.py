@@ -85,14 +85,17 @@ def file_languages(engine: AsrEngine, audios: list[np.ndarray], plans: list[list
     return languages
 
 
-def chunk_languages(engine: AsrEngine, audios: list[np.ndarray], items: list[Item], opts: DecodeOptions,
-                    encoded: Encoded, stats: list[DecodeStats], latest: list[str | None]) -> list[tuple[Item, str | None]]:
+def chunk_languages(engine: AsrEngine, audios: list[np.ndarray], plans: list[list[Chunk]], items: list[Item],
+                    opts: DecodeOptions, encoded: Encoded, stats: list[DecodeStats], latest: list[str | None]
+                    ) -> list[tuple[Item, str | None]]:
     """Each chunk's language (``multilingual``), in order; their encoder rows are kept. A detection
     holds when its probability reaches ``language_threshold`` on a chunk with VAD speech; else the
     file keeps its language so far (``latest``, updated here: the option, then the last detection
-    that held), or takes this detection when it has none yet. faster-whisper's ``multilingual``
-    takes every window's detection, however unsure (German called English at p=0.43). A chunk
-    whose turns speak two languages is cut between them (``language_turns``), each part with its own."""
+    that held), or, when it has none yet, takes the file's (``file_detections``: its first chunks
+    with speech, pooled). faster-whisper's ``multilingual`` takes every window's detection, however
+    unsure (German called English at p=0.43); a file opening with "Hallo?" alone, then 35 s of
+    silence, then German had its greeting decoded in Chinese (its window: zh 0.38). A chunk whose
+    turns speak two languages is cut between them (``language_turns``), each part with its own."""
     engine.encode_items(audios, items, encoded, stats)
     out: list[tuple[Item, str | None]] = []
     for i, c in items:
@@ -105,8 +108,12 @@ def chunk_languages(engine: AsrEngine, audios: list[np.ndarray], items: list[Ite
                 latest[i] = language
                 out.append(((i, part), language))
             continue
-        if latest[i] is None or (c.speech and p >= opts.language_threshold):
+        if c.speech and p >= opts.language_threshold:
             latest[i] = code
+        elif latest[i] is None:
+            alone = [plan if j == i else [] for j, plan in enumerate(plans)]
+            found = file_detections(engine, audios, alone, 1, encoded, stats, opts)[i]
+            latest[i] = found.language if found is not None else code
         out.append(((i, c), latest[i]))
     return out
 

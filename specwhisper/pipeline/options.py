@@ -352,7 +352,7 @@ OPTIONS: tuple[Option, ...] = (
            "between them; each segment's language is in the json"),
     Option("language_threshold", float, 0.5, "a file's language detected below this probability is heard on its "
            "next window with speech too (up to --language-detection-segments); with --multilingual, a chunk whose "
-           "detected language has a lower probability keeps the language before it", low=0.0, high=1.0,
+           "detected language has a lower probability keeps the language before it (the file's, at first)", low=0.0, high=1.0,
            peer_flags=("--language_detection_threshold",)),
     Option("language_detection_segments", int, 4, "without --language: the most windows with speech a file's "
            "language is detected on, while it is below --language-threshold, their probabilities weighed by their "
