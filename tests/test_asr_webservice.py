@@ -95,7 +95,7 @@ def test_bazarr_gets_srt_subtitles_from_raw_pcm(http, clips):
     assert answer.status_code == 200, answer.text
     assert answer.headers["content-type"] == "text/plain; charset=utf-8" and answer.headers["asr-engine"] == "specwhisper"
     assert answer.headers["content-disposition"] == 'attachment; filename="Kennedy%20%281961%29.mkv.srt"'
-    assert re.match(r"1\n00:00:00,000 --> 00:00:\d\d,\d{3}\n\w", answer.text), answer.text
+    assert re.match(r"1\n00:00:00,[0-4]\d\d --> 00:00:\d\d,\d{3}\n\w", answer.text), answer.text  # from his first word
     assert wer([jfk.reference], [_cue_text(answer.text)]) <= MAX_WER
 
 

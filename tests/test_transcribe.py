@@ -115,6 +115,20 @@ def test_silence_gives_empty_transcript(base_pipeline):
     assert t.segments == [] and t.text == ""
 
 
+def test_a_window_opening_with_a_pause_dates_its_text_where_the_speech_starts(tiny_pipeline, eval_root):
+    """A clip, 25 s of silence, JFK's line: the last window ends at the file's end and opens with 12 s of
+    the pause, which Whisper dates ``<|0.00|>``: without word timestamps the line was shown from 24.1 s,
+    12.6 s before he speaks. Each segment is dated by the VAD's speech within it."""
+    clip, jfk = load_audio(eval_root / "lhotse/2412-153948-0000.flac"), load_audio(eval_root / "whisper.cpp/jfk.wav")
+    audio = np.concatenate([clip, np.zeros(25 * SAMPLE_RATE, np.float32), jfk])
+    onset = (len(clip) + 25 * SAMPLE_RATE) / SAMPLE_RATE + 0.3  # jfk.wav speaks from 0.3 s
+    t = tiny_pipeline.run(audio, RunOptions(decode=DecodeOptions(language="en")))
+    line = [s for s in t.segments if s.start > len(clip) / SAMPLE_RATE]
+    assert line and "fellow americans" in normalize(line[0].text), t.segments
+    assert onset - 0.5 <= line[0].start <= onset + 0.5 and line[-1].end <= len(audio) / SAMPLE_RATE, line
+    assert 0.0 < t.segments[0].start < 1.0  # the clip's own opening pause (0.5 s) too
+
+
 def test_long_form_concatenation(tiny_pipeline, eval_root):
     """>60 s built from eval clips with pauses: every clip's words once, in order, at the right times
     (tiny.en: the long-form chunking and the joining of the chunks' texts do not depend on the model)."""

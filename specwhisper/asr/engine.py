@@ -33,7 +33,7 @@ from specwhisper.asr import hallucination, redecode
 from specwhisper.asr.languages import chunk_languages, file_detections, file_languages
 from specwhisper.asr.redecode import Standing
 from specwhisper.asr.scheduling import FileResults, FinalSegments, Item, WorkQueues
-from specwhisper.asr.decoding.segments import stitch, timed_by_words, tokens_to_segments
+from specwhisper.asr.decoding.segments import dated, stitch, tokens_to_segments
 from specwhisper.results.language import LanguageDetection
 from specwhisper.results.stats import DecodeStats
 from specwhisper.results.transcript import Segment
@@ -356,7 +356,8 @@ class AsrEngine:
             for c in plans[i]:
                 work.wait((i, c)) if opts.multilingual else work.add((i, c), languages[i][0])
         files = FileResults(n, initial, conditioning)
-        final = None if on_final is None else FinalSegments(n, self.bundle.tokenizer, opts.word_timestamps, on_final)
+        speech = [_speech_seconds(plan) for plan in plans]
+        final = None if on_final is None else FinalSegments(n, self.bundle.tokenizer, speech, on_final)
         # samples of audio to decode (the whole file, but what --vad-filter drops between windows), decoded
         total, done, shown = sum(c.end - c.start for plan in plans for c in plan) or 1, 0, 0.0
         report("transcribe", 0.0)
@@ -423,7 +424,7 @@ class AsrEngine:
         results = []
         for i in range(n):
             segments = stitch(files.segments[i], files.redecoded, self.bundle.tokenizer)
-            segments = timed_by_words(segments) if opts.word_timestamps else segments
+            segments = dated(segments, speech[i])
             if final is not None:
                 final.finish(i, segments)
             language, probability = _main_language(segments) if opts.multilingual else languages[i]
@@ -470,6 +471,11 @@ def _pieces(audios: list[np.ndarray], items: list[Item]) -> tuple[list[np.ndarra
     pieces = [c.samples(audios[i]) for i, c in items]
     whole = [not c.joined and c.depth == 0 and c.start == 0 and c.end == len(audios[i]) for i, c in items]
     return pieces, whole
+
+
+def _speech_seconds(plan: list[Chunk]) -> list[tuple[float, float]]:
+    """A file's VAD speech (seconds, in order) from its planned chunks' spans."""
+    return [(s / SAMPLE_RATE, e / SAMPLE_RATE) for s, e in sorted(v for c in plan for v in c.voiced)]
 
 
 def _offset(chunk: Chunk) -> float:

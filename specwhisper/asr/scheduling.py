@@ -20,7 +20,7 @@ from typing import Callable, Hashable
 from specwhisper.asr import redecode
 from specwhisper.asr.redecode import Standing
 from specwhisper.asr.decoding.quality import Attempt
-from specwhisper.asr.decoding.segments import repeats, stitch, timed_by_words
+from specwhisper.asr.decoding.segments import dated, repeats, stitch
 from specwhisper.asr.decoding.tokens import SpecialTokens
 from specwhisper.audio.chunking import Chunk
 from specwhisper.results.transcript import Segment
@@ -166,8 +166,8 @@ class FinalSegments:
     segment after it, which ``stitch`` trims it against. What ``show`` gets is the start of the final
     transcript, in order; ``finish`` gives the rest (and logs a warning if the start differs)."""
 
-    def __init__(self, n: int, tokenizer, word_timestamps: bool, show: Callable[[int, list[Segment]], None]):
-        self._tokenizer, self._word_timestamps, self._show = tokenizer, word_timestamps, show
+    def __init__(self, n: int, tokenizer, speech: list[list[tuple[float, float]]], show: Callable[[int, list[Segment]], None]):
+        self._tokenizer, self._speech, self._show = tokenizer, speech, show
         self.shown: list[list[Segment]] = [[] for _ in range(n)]
 
     def update(self, files: FileResults, pending: list[Item]) -> None:
@@ -199,7 +199,7 @@ class FinalSegments:
         new = [replace(s) for s in segments[len(self.shown[i]) :]]  # copies: the rules read the originals' times
         if not new:
             return
-        if self._word_timestamps and not timed:
-            new = timed_by_words(new)
+        if not timed:
+            new = dated(new, self._speech[i])
         self.shown[i] += new
         self._show(i, new)

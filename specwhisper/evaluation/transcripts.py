@@ -128,7 +128,8 @@ class LongFile:
     clips: tuple[Clip, ...]
 
 
-LONG_KINDS = ("dense", "speakers")
+LONG_KINDS = ("dense", "speakers")  # the long files the benches transcribe by default
+PAUSES_S = {"dense": (0.3, 0.8), "speakers": (0.1, 0.4), "paused": (1.0, 20.0)}  # each kind's pauses between clips
 
 
 def _speaker_of(item: EvalItem) -> str:
@@ -148,20 +149,21 @@ def build_long_file(kind: str, out_dir: Path, min_seconds: float = 600.0, seed: 
 
     ``dense``: clips back to back with 0.3-0.8 s pauses, each pass over the set in a new order, as
     a talk or an audiobook would be. ``speakers``: a conversation, every clip in another voice than
-    the one before, 0.1-0.4 s between turns, levels varied by -8 to +4 dB. The reference is the clips'
-    references in order."""
+    the one before, 0.1-0.4 s between turns, levels varied by -8 to +4 dB. ``paused``: as ``dense``
+    with 1-20 s of silence between clips (a recording with long waits: Whisper dates a window that
+    opens with one from its start). The reference is the clips' references in order."""
     import numpy as np
     import soundfile as sf
 
     from specwhisper.audio.loading import SAMPLE_RATE, load_audio
 
-    if kind not in LONG_KINDS:
-        raise ValueError(f"kind must be one of {', '.join(LONG_KINDS)}, got '{kind}'")
+    if kind not in PAUSES_S:
+        raise ValueError(f"kind must be one of {', '.join(PAUSES_S)}, got '{kind}'")
     out_dir = Path(out_dir)
     path = out_dir / f"long-{kind}-{int(min_seconds)}s-{seed}.wav"
     ref_path = path.with_suffix(".txt")
     items = [i for i in english_set() if _speaker_of(i) != "jfk" or i.file.endswith(".flac")]  # one JFK copy
-    gap = (0.3, 0.8) if kind == "dense" else (0.1, 0.4)
+    gap = PAUSES_S[kind]
     rng = np.random.default_rng(seed)
     order: list[EvalItem] = []
     total = 0.0
