@@ -81,6 +81,7 @@ def main(argv: list[str] | None = None) -> int:
             model_ttl_s=args.model_ttl,
         )
         service = PipelinePool(settings)
+        service.check_choices("--models", "--drafters")
         if not args.no_preload:
             service.preload(parse_params({}, settings.choices))
     except (ValueError, OSError, ModelError) as exc:  # a bad limit, a model that does not load (a bad name)

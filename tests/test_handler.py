@@ -457,13 +457,14 @@ def test_ctranslate2_repository_is_converted_once(tmp_path):
 
 
 @pytest.mark.parametrize("argv, env, expected", [
-    (["-m", "specwhisper.serving.http.serve", "--port", "0"], {"SPECWHISPER_MODELS": "nope"},
-     "serve: error: model 'nope' is not an embedded model"),
-    (["app.py", "--drafters", "bogus"], {}, "app: error: model 'bogus' is not an embedded model"),
+    (["-m", "specwhisper.serving.http.serve", "--port", "0"], {"SPECWHISPER_MODELS": "base,nope"},
+     "serve: error: SPECWHISPER_MODELS: model 'nope' is not an embedded model"),
+    (["app.py", "--drafters", "auto,bogus", "--no-preload"], {}, "app: error: --drafters: model 'bogus' is not an embedded model"),
 ])
 def test_a_server_that_cannot_start_says_why_in_one_line(argv, env, expected):
-    """A bad model name at start: one line and exit 2, not a traceback (nor a server that refuses every
-    request), from a fresh process of each entry point."""
+    """A bad model name at start, the default's or any other offered (those started a server that
+    failed every request picking them): one line naming the setting and exit 2, not a traceback, from
+    a fresh process of each entry point."""
     proc = subprocess.run([sys.executable, *argv], cwd=ROOT, env={**os.environ, "HF_HUB_OFFLINE": "1", **env},
                           capture_output=True, text=True, timeout=300)
     lines = [line for line in proc.stderr.splitlines() if line.strip()]

@@ -35,14 +35,16 @@ import numpy as np
 
 from specwhisper.audio.loading import DEFAULT_MAX_SECONDS, AudioError, AudioTooLong, load_audio
 from specwhisper.hardware.device import resolve_device, resolve_dtype
-from specwhisper.asr.drafters.choice import decoder_factory
+from specwhisper.asr.drafters.choice import check_draft, decoder_factory
 from specwhisper.asr.engine import AsrEngine
 from specwhisper.live.stream import StreamingTranscriber, StreamOptions
-from specwhisper.asr.weights.loader import load_whisper
+from specwhisper.asr.weights.errors import ModelError
+from specwhisper.asr.weights.loader import load_whisper, resolve_model_path, split_int8
 from specwhisper.results.language import LanguageDetection
 from specwhisper.results.transcript import Segment, Transcript
 from specwhisper.pipeline.core import Pipeline, Progress
 from specwhisper.pipeline.config import PipelineConfig
+from specwhisper.serving.messages import one_line
 from specwhisper.serving.params import Choices, TranscribeParams
 from specwhisper.serving.spool import Spool, default_spool_dir
 
@@ -236,6 +238,20 @@ class PipelinePool:
         oldest first, without waiting for a pass (one that runs now counts from its start)."""
         now = time.monotonic()
         return [(model, draft, now - self._used.get(key, now)) for key, model, draft in self._listing]
+
+    def check_choices(self, models: str = "models", drafters: str = "drafters") -> None:
+        """Every offered model and drafter names one this machine can load (``resolve_model_path``,
+        ``check_draft``; nothing is loaded), else a ``ValueError`` naming it and the setting that offers
+        it (``models`` / ``drafters``): preloading reads the defaults only, so a deployment offering
+        ``base,nosuch`` started and failed every request that picked the second."""
+        cache_dir = self.settings.base.cache_dir
+        for setting, names, check in ((models, self.settings.choices.models, lambda n: resolve_model_path(split_int8(n)[0], cache_dir)),
+                                      (drafters, self.settings.choices.drafters, lambda n: check_draft(n, cache_dir))):
+            for name in names:
+                try:
+                    check(name)
+                except (ValueError, ModelError) as exc:
+                    raise ValueError(f"{setting}: {one_line(exc)}") from None
 
     def preload(self, params: TranscribeParams) -> None:
         with self._taken(params.pipeline_config(self.settings.base)):

@@ -33,7 +33,8 @@ from specwhisper.asr.drafters.ngram import WhisperNgramDrafter
 from specwhisper.speculative.token_map import SameVocab
 from specwhisper.asr.runtime.decoder import WhisperDecoderRuntime
 from specwhisper.asr.runtime.encoder import EncoderRuntime
-from specwhisper.asr.weights.loader import DISTIL_DRAFTERS, ModelError, WhisperBundle, find_distil_drafter, hub_id, load_whisper, split_int8
+from specwhisper.asr.weights.loader import (DISTIL_DRAFTERS, ModelError, WhisperBundle, find_distil_drafter, hub_id, load_whisper,
+                                            resolve_model_path, split_int8)
 from specwhisper.asr.decoding.speculative import Lookahead, SpeculativeDecoder
 
 log = logging.getLogger(__name__)
@@ -63,6 +64,18 @@ def decoder_factory(draft: str, cache_dir: Path | None = None, lookahead: Lookah
         return SpeculativeDecoder(engine.runtime, engine.special, engine.rules, drafter, lookahead)
 
     return build
+
+
+def check_draft(draft: str, cache_dir: Path | None = None) -> None:
+    """A ``ValueError`` or ``ModelError`` (one line) when ``draft`` names no drafter this machine can load:
+    a bad form, or a model that is neither embedded, a folder, cached nor on a hub that answers. Loads
+    nothing; what a deployment checks for every drafter it offers before it serves."""
+    if draft in ("auto", "none", "ngram"):
+        return
+    if draft.split(":")[0] == "early-exit":
+        early_exit_spec(draft)
+        return
+    resolve_model_path(split_int8(draft)[0], cache_dir)
 
 
 def auto_decoder(engine, lookahead: Lookahead | None = None, cache_dir: Path | None = None) -> AutoDecoder:

@@ -198,7 +198,8 @@ class Endpoint:
 
     def __init__(self, settings: ServiceSettings | None = None, preload: bool = True):
         self.transcriber = PipelinePool(settings)
-        if preload:
+        if preload:  # a deployment starting: every offered name is checked, the default loaded
+            self.transcriber.check_choices("SPECWHISPER_MODELS", "SPECWHISPER_DRAFTERS")
             self.transcriber.preload(parse_params({}, self.transcriber.settings.choices))
 
     def parse(self, data: object) -> TranscribeParams:
