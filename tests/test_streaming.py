@@ -213,6 +213,24 @@ def test_a_stream_without_a_language_detects_it_on_speech(base_engine, manifest)
     assert words[0].start > 20.0, words[0]  # the silence holds no words
 
 
+def test_a_greeting_alone_does_not_decide_a_streams_language(base_engine, manifest, tmp_path):
+    """"Allô?", 35 s of waiting, then French: the window fills with half a second of speech, and its
+    likeliest language (English) was the stream's, the French translated. The greeting is decoded in
+    it alone; the French speech after decides the stream's language."""
+    import subprocess
+
+    said = tmp_path / "allo.wav"
+    subprocess.run(["espeak-ng", "-v", "fr", "-w", str(said), "Allô?"], check=True)
+    item = next(i for i in manifest if i.file == "cuttledoc-fleurs/fleurs-fr-000.ogg")
+    audio = np.concatenate([load_audio(said), np.zeros(35 * 16000, np.float32), load_audio(item.path)])
+    tr = StreamingTranscriber(base_engine, StreamOptions())
+    words = play(tr, audio, chunk_s=0.5)
+    text = "".join(w.text for w in words)
+    print(f"\nstream: {tr.language} {text!r}")
+    # base offline on the clip: 0.19; the stream in English was 0.95
+    assert tr.language == "fr" and wer([item.reference], [text], language="fr") < 0.4
+
+
 def test_bad_audio_is_a_one_line_error(base_engine):
     tr = StreamingTranscriber(base_engine, StreamOptions(language="en"))
     with pytest.raises(ValueError, match="mono"):

@@ -97,12 +97,12 @@ class LiveDecoder:
 
     @torch.inference_mode()
     def decode(self, audio: np.ndarray, offset: float, context: list[int], previous: list[int],
-               window: bool = False, language_floor: float = 0.0) -> LiveDecode | None:
+               window: bool = False, language_floor: float = 0.0, keep_floor: float = 0.0) -> LiveDecode | None:
         """Decode ``audio`` (the buffer, starting at ``offset`` s) after ``context`` (tokens of confirmed
         text), drafting from ``previous`` (the last hypothesis, buffer-relative timestamps); ``window``:
         the encoder over the whole 30 s window, whatever ``encoder`` says. Without a language, it is
-        detected here and kept; None (nothing decoded, no language kept) when the detection is less likely
-        than ``language_floor``."""
+        detected here, and kept when its probability reaches ``keep_floor`` (else this decode alone is in
+        it); None (nothing decoded, no language kept) when the detection is less likely than ``language_floor``."""
         eng = self.engine
         seconds = len(audio) / SAMPLE_RATE
         t = time.perf_counter()
@@ -111,12 +111,14 @@ class LiveDecoder:
         trim_heap()
         synchronize(eng.device)
         self.stats.encoder_seconds += time.perf_counter() - t
-        if self.language is None and eng.special.multilingual:
+        language = self.language
+        if language is None and eng.special.multilingual:
             language, probability = detect_language(eng.runtime, eng.special, enc)
             if probability < language_floor:
                 return None
-            self.language = language
-        prompt = eng.special.prompt(self.language, self.task, timestamps=True, context=context)
+            if probability >= keep_floor:
+                self.language = language
+        prompt = eng.special.prompt(language, self.task, timestamps=True, context=context)
         t = time.perf_counter()
         with eng.runtime.sharing_cross_kv(enc):  # the decode and the alignment attend to the same frames
             cross_seconds = time.perf_counter() - t

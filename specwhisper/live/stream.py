@@ -140,7 +140,7 @@ class StreamingTranscriber:
         self.confirmed_words: list[Word] = []
         self.looped = False  # the last decode looped (no hypothesis)
         self.prompt = self._tokens(self.opts.initial_prompt)
-        self.looked_at = -math.inf  # audio received at the last detection that was not sure (``_language_floor``)
+        self.looked_at = -math.inf  # audio received at the last detection that was not sure (``_language_floors``)
 
     @property
     def language(self) -> str | None:
@@ -175,11 +175,11 @@ class StreamingTranscriber:
         if len(st.buffer) < self.opts.min_update_s * SAMPLE_RATE or (
                 not final and st.received - st.decoded_to < self.opts.min_step_s - 1e-9):
             return StreamUpdate(Confirmed([]), self._partial(), time.perf_counter() - t0)
-        floor = 0.0 if final else self._language_floor()
-        if floor is None:
+        floors = (0.0, 0.0) if final else self._language_floors()
+        if floors is None:
             return StreamUpdate(Confirmed([]), self._partial(), time.perf_counter() - t0)
         decode = self.decoder.decode(st.window(), st.offset, self._context(), st.previous, window=window,
-                                     language_floor=floor)
+                                     language_floor=floors[0], keep_floor=floors[1])
         if decode is None:  # the language is not sure yet: a look again after min_step_s more audio
             self.looked_at = st.received
             return StreamUpdate(Confirmed([]), self._partial(), time.perf_counter() - t0)
@@ -203,15 +203,18 @@ class StreamingTranscriber:
         decode.encoder_out = None  # megabytes: not kept past the observer
         return update
 
-    def _language_floor(self) -> float | None:
+    def _language_floors(self) -> tuple[float, float] | None:
         """Before the stream's language is detected: None while the window holds under ``detect_s`` of
         speech (nothing to decode yet), else the probability the detection must reach for this update to
-        decode (``language_threshold``; 0 once the window is full: its likeliest language is taken). A
+        decode, and for the stream to keep its language (``language_threshold`` both; once the window is
+        full, 0 to decode: its likeliest language is taken, and kept only if the window holds ``detect_s``
+        of speech). A greeting alone, then 30 s of waiting ("Allô?", base: English) decided a French
+        stream's language; now only the greeting is written in it, and the speech after decides. A
         buffer of ``trim_s`` or more in which the VAD hears nothing is cut to its last second (no speech
         is lost), so that speech after a long silence is still in the window."""
         st = self.state
         if self.decoder.language is not None or not self.engine.special.multilingual:
-            return 0.0
+            return 0.0, 0.0
         if st.received - self.looked_at < self.opts.min_step_s - 1e-9:
             return None
         seconds = min(len(st.buffer) / SAMPLE_RATE, WINDOW_S)
@@ -222,7 +225,9 @@ class StreamingTranscriber:
         full = seconds >= WINDOW_S - 1.0
         if heard < self.opts.detect_s and not full:
             return None
-        return 0.0 if full else self.opts.language_threshold
+        if not full:
+            return self.opts.language_threshold, self.opts.language_threshold
+        return 0.0, (0.0 if heard >= self.opts.detect_s else math.inf)
 
     def finish(self) -> StreamUpdate:
         """End of stream: decode what arrived since the last update, then confirm the last hypothesis."""
