@@ -147,6 +147,10 @@ def test_the_readme_error_example_is_one_line(readme):
     lambda t, a: t.transcribe(a, sample_rate=16000, num_speakers=0),
     lambda t, a: t.transcribe(a, sample_rate=16000, min_speakers=3, max_speakers=2),
     lambda t, a: t.transcribe(a, sample_rate=16000, beams=5),  # not an option
+    lambda t, a: t.transcribe(a, sample_rate=16000, vad_parameters={"window_size_samples": 512}),  # not taken
+    lambda t, a: t.transcribe(a, sample_rate=16000, vad_parameters={"threshold": 0.6}, vad_threshold=0.6),  # twice
+    lambda t, a: t.transcribe(a, sample_rate=16000, vad_parameters={"speech_pad_ms": -1}),
+    lambda t, a: t.transcribe(a, sample_rate=16000, vad_parameters="fast"),
     lambda t, a: t.transcribe_many(["jfk.flac", "missing.wav"]),
     lambda t, a: __import__("specwhisper").load("base", device="tpu"),
 ])
@@ -155,6 +159,17 @@ def test_bad_arguments_raise_a_one_line_value_error(readme, call):
     with pytest.raises(ValueError) as info:
         call(readme[1]["transcriber"], audio)
     assert str(info.value) and "\n" not in str(info.value)
+
+
+def test_faster_whispers_vad_parameters_are_the_vads_options(readme):
+    """faster-whisper's README call, ``transcribe(path, vad_filter=True, vad_parameters=dict(min_silence_duration_ms=500))``:
+    its keys are our vad_* options (their effect on the spans: tests/test_vad_filter.py)."""
+    transcriber = readme[1]["transcriber"]
+    decode = transcriber.options(vad_parameters={"threshold": 0.4, "min_silence_duration_ms": 500, "speech_pad_ms": 100}).decode
+    assert (decode.vad_threshold, decode.vad_min_silence_ms, decode.vad_speech_pad_ms) == (0.4, 500, 100)
+    result = transcriber.transcribe(readme[0] / "jfk.flac", vad_filter=True, vad_parameters=dict(min_silence_duration_ms=500))
+    assert result.model["mode"] == "vad-filter" and "ask not what your country" in result.text.lower()
+    assert transcriber.detect_language(readme[0] / "jfk.flac", vad_parameters={"speech_pad_ms": 100}).language == "en"
 
 
 def test_bad_formats_raise_a_one_line_value_error(readme):

@@ -109,10 +109,11 @@ def _cue_text(subtitles: str) -> str:
 def test_transcription_formats(client, jfk, fmt):
     """Each response format of JFK: OpenAI's model name (base, the default) and base by name for json and srt;
     tiny.en, a third of base's time, for the other formats' layout. verbose_json also takes chunking_strategy's
-    server_vad object (its threshold is the VAD's), the transcript as good."""
+    server_vad object (its threshold, silence and padding are the VAD's), the transcript as good."""
     audio, reference = jfk
     model = {"json": "whisper-1", "srt": "base"}.get(fmt, "tiny.en")  # a model the deployment offers, by name, or OpenAI's
-    vad = {"chunking_strategy": {"type": "server_vad", "threshold": 0.6}} if fmt == "verbose_json" else {}
+    vad = {"chunking_strategy": {"type": "server_vad", "threshold": 0.6, "silence_duration_ms": 500, "prefix_padding_ms": 300}
+           } if fmt == "verbose_json" else {}
     raw = client.audio.transcriptions.with_raw_response.create(file=("jfk.wav", audio), model=model, response_format=fmt, **vad)
     answer = raw.parse()
     if fmt in ("text", "srt", "vtt"):
@@ -479,8 +480,10 @@ def _create(client, **overrides):
     ({"stream": True, "extra_body": {"align_text": "and so my fellow americans " * 8000}}, 400,  # a 216 KB script passes the form
      "the text's times come once the whole file is heard", "stream", "unsupported_value"),
     ({"chunking_strategy": "manual"}, 400, "Invalid value: 'manual'", "chunking_strategy", "invalid_value"),
-    ({"chunking_strategy": {"type": "server_vad", "prefix_padding_ms": 300}}, 400, "chunks are cut at the pauses the VAD",
-     "chunking_strategy[prefix_padding_ms]", "unsupported_value"),
+    ({"chunking_strategy": {"type": "server_vad", "prefix_padding_ms": 20000}}, 400, "chunking_strategy[prefix_padding_ms]: must be",
+     "chunking_strategy[prefix_padding_ms]", None),
+    ({"chunking_strategy": {"type": "server_vad", "silence_duration_ms": 500}, "extra_body": {"vad_min_silence_ms": 500}}, 400,
+     "given twice", "chunking_strategy[silence_duration_ms]", None),
     ({"chunking_strategy": {"type": "client_vad"}}, 400, "Invalid value: 'client_vad'", "chunking_strategy[type]",
      "invalid_value"),
     ({"chunking_strategy": {"type": "server_vad", "threshold": 1.5}}, 400, "chunking_strategy[threshold]: must be between 0 and 1",

@@ -68,3 +68,29 @@ def test_without_timestamps_gives_one_segment_per_window(tiny_pipeline, twice):
     seg = t.segments[0]  # the window's speech: from the first sentence's start to the second's end
     assert seg.start < 1.0 and total - 1.0 < seg.end <= total, (seg.start, seg.end, total)
     assert not any(0 <= tok - tiny_pipeline.asr.special.timestamp_begin for tok in seg.tokens)
+
+
+def test_the_vads_silence_and_padding_settings_choose_the_spans(tiny_pipeline, eval_root):
+    """A LibriSpeech sentence, 1 s of silence, JFK. By default the VAD ends a span at 300 ms of silence (its
+    pauses inside the sentence too) and pads each by 200 ms; ``vad_min_silence_ms=2000`` hears the whole as
+    one span, ``vad_speech_pad_ms=0`` keeps the same spans 0.2 s narrower on each side; with ``vad_filter``
+    too. Each transcript is the two sentences (what is decoded does not depend on where the spans end)."""
+    from specwhisper.asr.options import DecodeOptions
+    from specwhisper.audio.loading import load_audio
+
+    clip, jfk = load_audio(eval_root / "lhotse/2412-153948-0000.flac"), load_audio(eval_root / "whisper.cpp/jfk.wav")
+    audio = np.concatenate([clip, np.zeros(SR, np.float32), jfk])
+    refs = {i.file: i.reference for i in load_manifest(eval_root)}
+    ref = refs["lhotse/2412-153948-0000.flac"] + " " + refs["whisper.cpp/jfk.wav"]
+
+    def spans(**values):
+        result = tiny_pipeline.asr.transcribe(audio, DecodeOptions(language="en", **values))
+        assert wer([ref], [" ".join(s.text for s in result.segments)]) < 0.15, (values, result.segments)
+        return sorted(v for c in result.chunks if c.depth == 0 for v in c.voiced)  # the planned chunks, not re-decodes
+
+    default, padless = spans(), spans(vad_speech_pad_ms=0)
+    gap = (len(clip), len(clip) + SR)
+    assert len(default) >= 3 and any(e <= gap[0] + 0.3 * SR and s >= gap[1] - 0.3 * SR for (_, e), (s, _) in zip(default, default[1:]))
+    assert spans(vad_min_silence_ms=2000) == [(default[0][0], default[-1][1])]
+    assert len(padless) == len(default) and all(s - a == round(0.2 * SR) for (a, _), (s, _) in zip(default[1:], padless[1:]))
+    assert len(spans(vad_filter=True)) > 1 and len(spans(vad_filter=True, vad_min_silence_ms=2000)) == 1

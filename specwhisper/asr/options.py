@@ -24,12 +24,19 @@ TASKS = ("transcribe", "translate")
 SAMPLING = "sampling"
 
 
+MAX_VAD_MS = 10_000  # the longest VAD silence or padding setting, ms
+
+
 @dataclass
 class DecodeOptions:
     language: str | None = None  # None: detect
     task: str = "transcribe"
     batch_size: int | None = 8  # None: the device's (specwhisper.asr.batch_memory: 8 on a CPU, a GPU's free memory)
     vad_threshold: float = 0.5
+    # silero's silence that ends a speech span and speech kept around one, ms (None: the VAD's own, or
+    # audio.vad.FILTER_SETTINGS' with vad_filter)
+    vad_min_silence_ms: int | None = None
+    vad_speech_pad_ms: int | None = None
     max_chunk_s: float = 30.0
     word_timestamps: bool = False
     beam_size: int | None = None  # None: greedy (speculative when a drafter runs)
@@ -80,6 +87,10 @@ class DecodeOptions:
             raise ValueError(f"chunk length must be between 1 and 30 s, got {self.max_chunk_s}")
         if not 0.0 < self.vad_threshold < 1.0:
             raise ValueError(f"VAD threshold must be between 0 and 1 (exclusive), got {self.vad_threshold}")
+        for name in ("vad_min_silence_ms", "vad_speech_pad_ms"):
+            value = getattr(self, name)
+            if value is not None and not (isinstance(value, int) and 0 <= value <= MAX_VAD_MS):
+                raise ValueError(f"{name.replace('_', ' ')} must be a whole number of ms from 0 to {MAX_VAD_MS}, got {value}")
         if self.beam_size is not None and self.beam_size < 1:
             raise ValueError(f"beam size must be >= 1, got {self.beam_size}")
         if self.patience <= 0:

@@ -164,7 +164,8 @@ class VoiceActivityDetector:
                               speech_pad_ms, min_speech_ms)
 
     def rehear(self, audio: np.ndarray, spans: list[Span], max_span_s: float = WHISPER_WINDOW_S,
-               threshold: float | None = None) -> list[Span]:
+               threshold: float | None = None, min_silence_ms: int | None = None,
+               speech_pad_ms: int | None = None) -> list[Span]:
         """The speech silero hears in the pauses between ``spans`` (``speech_spans`` of ``audio``) when it
         hears each pause of ``REHEAR_S`` or more alone. It carries its state through a file, and after
         loud speech it scores a quiet voice as silence that, heard from the pause's start, it scores as
@@ -177,7 +178,8 @@ class VoiceActivityDetector:
         bounds = [0, *(x for s in spans for x in s), len(audio)]
         pauses = [(a, b) for a, b in zip(bounds[::2], bounds[1::2]) if b - a >= REHEAR_S * SAMPLE_RATE]
         probs = self.speech_probs_apart([audio[a:b] for a, b in pauses])
-        return [(a + s, a + e) for (a, b), p in zip(pauses, probs) for s, e in self._spans_of(p, b - a, max_span_s, threshold)]
+        return [(a + s, a + e) for (a, b), p in zip(pauses, probs)
+                for s, e in self._spans_of(p, b - a, max_span_s, threshold, min_silence_ms, speech_pad_ms)]
 
 
 class SpeechProbStream:

@@ -86,13 +86,15 @@ class Transcriber:
     def options(self, **options) -> RunOptions:
         """The keyword options of ``transcribe`` (``specwhisper.pipeline.options``, listed in its
         docstring) as the pipeline's ``RunOptions``, checked against the loaded model (language, task).
-        ``diarize``/``postedit`` default to what ``load`` was given."""
+        ``diarize``/``postedit`` default to what ``load`` was given. faster-whisper's ``vad_parameters``
+        dict is taken too: its ``threshold``, ``min_silence_duration_ms`` and ``speech_pad_ms`` are
+        ``vad_threshold``, ``vad_min_silence_ms`` and ``vad_speech_pad_ms``."""
         from specwhisper.pipeline.options import run_options
 
         load_time = [n for n in options if n in LOAD_NAMES]
         if load_time:
             raise ValueError(f"{load_time[0]} is chosen when the models load: specwhisper.load({load_time[0]}=...)")
-        options = {"diarize": self.diarize, "postedit": self.postedit, **options}
+        options = {"diarize": self.diarize, "postedit": self.postedit, **_vad_parameters(options)}
         values = check_values(options, "api")
         opts = run_options({k: v for k, v in values.items() if k not in LOAD_NAMES})
         opts.decode.validate(self.pipeline.asr.special)
@@ -119,7 +121,7 @@ class Transcriber:
         given, and every language's probability (a ``LanguageDetection``): detected on the first
         windows with speech, as ``transcribe`` does, without decoding the file. ``options``: those that
         choose the windows (the VAD's settings, ``clip_timestamps``, the language threshold, ...: listed below)."""
-        other = [n for n in options if n not in DETECTION_NAMES]
+        other = [n for n in _vad_parameters(options) if n not in DETECTION_NAMES]
         if other:
             raise ValueError(f"detect_language takes {', '.join(DETECTION_NAMES)}, not {other[0]}")
         opts = self.options(**options)
@@ -140,6 +142,31 @@ class Transcriber:
             return []
         results = self.pipeline.run_many([w for w, _ in loaded], opts, progress, sources=[s for _, s in loaded])
         return [Transcription.of(r, opts.subtitles) for r in results]
+
+
+# faster-whisper's ``vad_parameters`` keys -> our options (``WhisperModel.transcribe(vad_parameters=...)``)
+VAD_PARAMETERS = {"threshold": "vad_threshold", "min_silence_duration_ms": "vad_min_silence_ms",
+                  "speech_pad_ms": "vad_speech_pad_ms"}
+
+
+def _vad_parameters(options: dict) -> dict:
+    """``options`` with faster-whisper's ``vad_parameters`` dict spelled as our options; a key we do not
+    take, or one given both ways, is a ValueError."""
+    out = {k: v for k, v in options.items() if k != "vad_parameters"}
+    given = options.get("vad_parameters")
+    if given is None:
+        return out
+    if not isinstance(given, dict):
+        raise ValueError(f"vad_parameters is a dict such as {{'min_silence_duration_ms': 500}}, got {type(given).__name__}")
+    for key, value in given.items():
+        name = VAD_PARAMETERS.get(key)
+        if name is None:
+            raise ValueError(f"vad_parameters: {str(key)[:40]!r} is not taken (take {', '.join(VAD_PARAMETERS)}; a "
+                             "chunk is at most chunk_length seconds)")
+        if name in out:
+            raise ValueError(f"vad_parameters[{key!r}] and {name}: given twice; give one")
+        out[name] = value
+    return out
 
 
 def _waveform(audio: Audio, sample_rate: int | None, max_seconds: float) -> tuple[np.ndarray, str | None]:
@@ -209,8 +236,8 @@ _with_options(Transcriber.transcribe, options_for("api", "run"), keep=4)
 _with_options(Transcriber.transcribe_many, options_for("api", "run"), keep=4)
 _with_options(load, options_for("api", "load"), keep=3)
 # the options that choose the windows a file's language is detected on
-DETECTION_NAMES = ("vad_filter", "vad_threshold", "chunk_length", "clip_timestamps", "batch_size", "max_duration",
-                   "language_threshold", "language_detection_segments")
+DETECTION_NAMES = ("vad_filter", "vad_threshold", "vad_min_silence_ms", "vad_speech_pad_ms", "chunk_length", "clip_timestamps",
+                   "batch_size", "max_duration", "language_threshold", "language_detection_segments")
 _with_options(Transcriber.detect_language, [BY_NAME[n] for n in DETECTION_NAMES], keep=4)
 
 

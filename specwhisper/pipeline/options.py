@@ -332,6 +332,13 @@ OPTIONS: tuple[Option, ...] = (
     Option("vad_threshold", float, 0.5, "silero-vad speech threshold: where chunks are cut; audio below it is still "
            "decoded and dropped only when Whisper finds no speech in it (with --vad-filter: dropped unheard)", low=0.0, high=1.0, low_open=True,
            high_open=True, peer_flags=("--vad_onset",)),
+    Option("vad_min_silence_ms", int, None, "silero-vad: the silence in ms that ends a speech span (default: 300; 160 "
+           "with --vad-filter, as faster-whisper's batched pipeline; faster-whisper's vad_parameters "
+           "min_silence_duration_ms, OpenAI's chunking_strategy silence_duration_ms)", nullable=True, low=0,
+           high=10_000),  # asr.options.MAX_VAD_MS
+    Option("vad_speech_pad_ms", int, None, "silero-vad: the audio in ms kept on each side of a speech span (default: "
+           "200; 400 with --vad-filter; faster-whisper's speech_pad_ms, OpenAI's prefix_padding_ms)", nullable=True,
+           low=0, high=10_000),
     Option("chunk_length", float, 30.0, "longest chunk in seconds (chunks are cut in the VAD's pauses)", low=1.0,
            high=30.0, peer_flags=("--chunk_size",), peer_names=("chunk_length_s",)),
     Option("word_timestamps", bool, None, "per-word times and probabilities in the json, as a 'words' list in each "
@@ -480,7 +487,8 @@ def run_options(values: dict[str, Any]):
     word_ts = diarize if v["word_timestamps"] is None else v["word_timestamps"]
     subtitles = subtitle_options(v)
     decode = DecodeOptions(language=v["language"], task=v["task"], batch_size=v["batch_size"],
-                           vad_threshold=v["vad_threshold"], max_chunk_s=v["chunk_length"], word_timestamps=word_ts,
+                           vad_threshold=v["vad_threshold"], vad_min_silence_ms=v["vad_min_silence_ms"],
+                           vad_speech_pad_ms=v["vad_speech_pad_ms"], max_chunk_s=v["chunk_length"], word_timestamps=word_ts,
                            beam_size=v["beam_size"], patience=v["patience"], quality=quality,
                            initial_prompt=v["initial_prompt"], hotwords=v["hotwords"],
                            condition_on_previous_text=v["condition_on_previous_text"],

@@ -129,8 +129,7 @@ def dated(segments: list[Segment], speech: list[tuple[float, float]]) -> list[Se
     files with 1-20 s pauses (base), 36 of 99 segments began over 1 s before their clip (up to 23 s),
     2 narrowed (both hold words of the clip before, as their text does); on the talk and the
     conversation 14 of 187, 7 narrowed. faster-whisper's ``vad_filter`` gets the same by decoding the
-    speech alone. A segment over no VAD speech (a voice too quiet for it) keeps
-    Whisper's times."""
+    speech alone. A segment over no VAD speech (a voice too quiet for it) keeps Whisper's times."""
     for seg in segments:
         if seg.words:
             seg.start, seg.end = seg.words[0].start, seg.words[-1].end

@@ -63,6 +63,7 @@ OPENAI_FIELDS = ("model", "language", "prompt", "response_format", "temperature"
 # chunking_strategy's object form, as the clients send it in a form: chunking_strategy[type]=server_vad ...
 VAD_CONFIG = "chunking_strategy["
 VAD_KEYS = ("type", "threshold", "prefix_padding_ms", "silence_duration_ms")
+VAD_NAMES = {"threshold": "vad_threshold", "silence_duration_ms": "vad_min_silence_ms", "prefix_padding_ms": "vad_speech_pad_ms"}
 # TranscribeParams fields an OpenAI field or the route sets; the others are our extra form fields
 SET_HERE = {"model", "language", "temperature", "initial_prompt", "task", "word_timestamps", "return_timestamps", "formats",
             "known_speakers"}
@@ -171,9 +172,10 @@ def openai_request(fields: Mapping[str, list[str]], task: str, choices: Choices)
                            f"(got {response_format})", param="stream", code="unsupported_value")
     raw: dict[str, object] = {name: value for name in EXTRA_FIELDS if (value := _one(fields, name)) is not None}
     chunking = _chunking(fields)
-    if "vad_threshold" in chunking and "vad_threshold" in raw:
-        raise Refusal(400, "vad_threshold: given twice (and as chunking_strategy[threshold]); send one",
-                      param="chunking_strategy[threshold]")
+    for key, name in VAD_NAMES.items():
+        if name in chunking and name in raw:
+            raise Refusal(400, f"{name}: given twice (and as chunking_strategy[{key}]); send one",
+                          param=f"chunking_strategy[{key}]")
     raw.update(chunking)
     raw.update(model=_model(_one(fields, "model"), choices), task=task)
     for field, name in (("language", "language"), ("prompt", "initial_prompt"), ("temperature", "temperature")):
@@ -189,7 +191,7 @@ def openai_request(fields: Mapping[str, list[str]], task: str, choices: Choices)
     try:
         params = parse_params(raw, choices)
     except RequestError as exc:
-        names = {"vad_threshold": "chunking_strategy[threshold]"} if chunking else {}
+        names = {name: f"chunking_strategy[{key}]" for key, name in VAD_NAMES.items() if name in chunking}
         raise _parameter_error(exc, {**names, "known_speakers": "known_speaker_references[]"}) from None
     if stream and params.postedit:
         raise Refusal(400, "stream: the post-edit needs the whole file first (send stream=false, or no postedit)",
@@ -222,8 +224,9 @@ def _known_speakers(fields: Mapping[str, list[str]], task: str) -> list[tuple[st
 def _chunking(fields: Mapping[str, list[str]]) -> dict[str, object]:
     """OpenAI's ``chunking_strategy`` as our parameters. Every file is cut into chunks at the pauses the
     VAD finds, so ``auto`` (which OpenAI's diarizing model wants for audio over 30 s) is what we do; the
-    ``server_vad`` object's ``threshold`` (speech sensitivity, 0 to 1) is our ``vad_threshold``, and its
-    padding and silence lengths, which our chunks do not take, are refused by name."""
+    ``server_vad`` object's ``threshold`` (speech sensitivity, 0 to 1), ``silence_duration_ms`` and
+    ``prefix_padding_ms`` are our ``vad_threshold``, ``vad_min_silence_ms`` and ``vad_speech_pad_ms``
+    (the VAD's span settings: where chunks are cut, and with ``vad_filter`` what is decoded)."""
     strategy = _one(fields, "chunking_strategy")
     config = {name[len(VAD_CONFIG):-1]: _one(fields, name) for name in fields if name.startswith(VAD_CONFIG)}
     if strategy is not None and config:
@@ -232,17 +235,13 @@ def _chunking(fields: Mapping[str, list[str]]) -> dict[str, object]:
         raise invalid_value("chunking_strategy", strategy, ("auto",))
     if not config:
         return {}
-    for key, value in config.items():
+    for key in config:
         if key not in VAD_KEYS:
             raise Refusal(400, f"Unrecognized request argument supplied: chunking_strategy[{clip(key, 40)}]",
                           param=f"chunking_strategy[{clip(key, 40)}]", code="unknown_parameter")
-        if key in ("prefix_padding_ms", "silence_duration_ms") and value is not None:
-            raise Refusal(400, f"chunking_strategy[{key}]: not offered; chunks are cut at the pauses the VAD finds "
-                               "(send 'auto', or the threshold alone)", param=f"chunking_strategy[{key}]",
-                          code="unsupported_value")
     if config.get("type") != "server_vad":
         raise invalid_value("chunking_strategy[type]", config.get("type") or "", ("server_vad",))
-    return {"vad_threshold": config["threshold"]} if config.get("threshold") is not None else {}
+    return {VAD_NAMES[key]: value for key, value in config.items() if key in VAD_NAMES and value is not None}
 
 
 def language_name(code: str | None) -> str:
