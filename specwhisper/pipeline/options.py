@@ -343,7 +343,7 @@ OPTIONS: tuple[Option, ...] = (
            high=30.0, peer_flags=("--chunk_size",), peer_names=("chunk_length_s",)),
     Option("word_timestamps", bool, None, "per-word times and probabilities in the json, as a 'words' list in each "
            "segment, and each segment from its first word's start to its last word's end, as openai-whisper "
-           "dates it (default: on with --diarize)", nullable=True),
+           "dates it (without: Whisper's times narrowed to the VAD's speech; default: on with --diarize)", nullable=True),
     Option("segment_resolution", str, "chunk", "segments as Whisper writes them (chunk) or one per sentence "
            "(sentence: each segment cut at its sentence ends, WhisperX's default; turns word timestamps on)",
            choices=("chunk", "sentence")),
