@@ -92,11 +92,11 @@ def test_multilingual_needs_a_multilingual_model(tiny_engine, audio):
         _run(tiny_engine, audio[:16000], multilingual=True)
 
 
-def test_a_long_files_language_is_detected_on_the_window_transcribe_takes(base_engine, eval_root):
-    """``detect_language`` plans a long file's first minutes only (``AsrEngine._first_plan``): on 130 s
-    of silence, a German clip, an English one and silence to 300 s it plans the first 240 s and finds
-    what the file's whole plan gives ``transcribe_many``'s detection (``file_detections``): the same
-    window, language and probabilities."""
+def test_a_long_files_language_is_detected_on_the_window_transcribe_takes(base_engine, eval_root, monkeypatch):
+    """``detect_language`` plans a long file's first minutes only: on 130 s
+    of silence, a German clip, an English one and silence to 300 s it plans the first 120 s (silence
+    alone), then 240 s, and finds what the file's whole plan gives ``transcribe_many``'s detection
+    (``file_detections``): the same window, language and probabilities."""
     import numpy as np
 
     from specwhisper.asr.languages import file_detections
@@ -107,7 +107,11 @@ def test_a_long_files_language_is_detected_on_the_window_transcribe_takes(base_e
     silence = lambda s: np.zeros(int(s * SAMPLE_RATE), np.float32)  # noqa: E731
     audio = np.concatenate([silence(130), de, silence(1), en])
     audio = np.concatenate([audio, silence(300 - len(audio) / SAMPLE_RATE)])
+    planned, plan = [], base_engine._plan
+    monkeypatch.setattr(base_engine, "_plan", lambda a, *rest: planned.append(len(a) / SAMPLE_RATE) or plan(a, *rest))
     found = base_engine.detect_language(audio)
+    monkeypatch.undo()
+    assert planned == [120.0, 240.0], planned
     whole = base_engine._plan(audio, DecodeOptions(), lambda f: None)[0]
     expected = file_detections(base_engine, [audio], [whole], 1, {}, [DecodeStats()], DecodeOptions())[0]
     print(f"\n{found.language} {found.probability:.4f} on {found.start}-{found.end} s")

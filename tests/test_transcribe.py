@@ -70,7 +70,7 @@ def test_language_detection(base_pipeline, manifest, lang):
 
 @pytest.mark.parametrize("lang, greeting", [("de", "Hallo?"), pytest.param("fr", "Allô?", marks=pytest.mark.slow)])
 def test_a_file_opening_with_a_greeting_alone_is_decoded_in_the_language_spoken_after_it(base_pipeline, manifest, tmp_path,
-                                                                                    lang, greeting):
+                                                                                    lang, greeting, monkeypatch):
     """A call that opens with a greeting, 35 s of waiting, then the speech: the greeting's window alone is
     read as another language (Chinese below the threshold; the file came out in Chinese), so the next
     window with speech is heard too and the file is German; with ``multilingual`` the greeting's window,
@@ -94,6 +94,13 @@ def test_a_file_opening_with_a_greeting_alone_is_decoded_in_the_language_spoken_
     print(f"\nalone {alone.language} {alone.probability:.2f}; heard on {found.chunks} windows: {found.language} "
           f"{found.probability:.2f}; {t.text!r}")
     assert t.language == found.language == lang and found.chunks == 2 and found.probability > 0.8
+    # the call going on in silence for 5 minutes: its first 2 minutes are planned (the VAD ran over all of it;
+    # the clip's window is placed otherwise than at the shorter file's end: its probabilities differ a little)
+    planned, plan = [], base_pipeline.asr._plan
+    monkeypatch.setattr(base_pipeline.asr, "_plan", lambda a, *rest: planned.append(len(a) / SAMPLE_RATE) or plan(a, *rest))
+    longer = base_pipeline.asr.detect_language(np.concatenate([audio, np.zeros(300 * SAMPLE_RATE, np.float32)]))
+    monkeypatch.undo()
+    assert planned == [120.0] and (longer.language, longer.chunks) == (lang, 2) and longer.probability > 0.8, longer
     # base's own misreadings of the clip ("gegen über die in den Ufer" for "gegenüberliegenden Ufer"): 0.32 and
     # 0.33; the file decoded in the greeting's guessed language was a WER of 1.0 or more
     assert wer([f"{greeting} {item.reference}"], [t.text], language=lang) < 0.4

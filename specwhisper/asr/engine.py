@@ -40,7 +40,7 @@ from specwhisper.results.transcript import Segment
 from specwhisper.audio.vad import FILTER_SETTINGS, VoiceActivityDetector
 
 Progress = Callable[[str, float], None]
-DETECT_PREFIX_S = 120.0  # detect_language plans a long file's first two minutes first (_first_plan)
+DETECT_PREFIX_S = 120.0  # detect_language plans a long file's first two minutes first, then twice as many, ...
 log = logging.getLogger(__name__)
 
 
@@ -264,43 +264,38 @@ class AsrEngine:
     def detect_language(self, audio: np.ndarray, options: DecodeOptions | None = None,
                         progress: Progress | None = None) -> LanguageDetection:
         """A 16 kHz waveform's language as ``transcribe_many`` finds it when ``language`` is not given,
-        on the same window (the options' VAD settings and clips plan the chunks), with every language's
+        on the same windows (the options' VAD settings and clips plan the chunks), with every language's
         probability; a ValueError when there is nothing to decode (no clip within the audio). Progress:
-        "vad"."""
+        "vad".
+
+        A long file is planned on its first ``DETECT_PREFIX_S`` seconds, then twice as many, ... so that
+        its detection does not run the VAD over all of it: the chunks that end two chunk lengths before
+        the prefix does are the whole plan's (the VAD hears from a file's start, and a chunk's bounds depend
+        on the speech next to it only), and the detection on them is final once it is sure, or has heard
+        ``language_detection_segments`` chunks with speech (``file_detections`` goes through them in order)."""
         opts = options or DecodeOptions()
         opts.validate(self.special)
         report = progress or (lambda stage, frac: None)
-        encoded: dict[Item, tuple[torch.Tensor, torch.Tensor]] = {}
-        for most in sorted({1, opts.language_detection_segments}):  # a second plan only when one chunk is unsure
-            plan = self._first_plan(audio, opts, most, lambda f: report("vad", f))
-            found = file_detections(self, [audio], [plan], 1, encoded, [DecodeStats()],
-                                    replace(opts, language_detection_segments=most))[0]
-            if found is None:
-                raise ValueError(f"clip_timestamps: no clip is within the {len(audio) / SAMPLE_RATE:.1f} s of audio: "
-                                 "no language to detect")
-            if found.probability >= opts.language_threshold:
-                break
-        return found
-
-    def _first_plan(self, audio: np.ndarray, opts: DecodeOptions, most: int, progress: Callable[[float], None]
-                    ) -> list[Chunk]:
-        """The file's chunks as ``_plan`` gives them, as far as its first ``most`` chunks with speech (those its
-        language may be detected on): planned on the file's first ``DETECT_PREFIX_S``
-        seconds, twice as many until those chunks and the next one with speech end two chunk lengths
-        before the prefix does (the VAD hears from a file's start, and a chunk's bounds depend on the
-        speech next to it only), so that a long file's detection does not run the VAD over all of it.
-        With ``clips``, or when no prefix is enough: ``_plan``."""
-        limit = int(opts.max_chunk_s * SAMPLE_RATE)
-        wanted = most + 1
+        encoded: dict[Item, tuple[torch.Tensor, torch.Tensor]] = {}  # kept from one prefix to the next
+        margin = 2 * int(opts.max_chunk_s * SAMPLE_RATE)
         n = int(DETECT_PREFIX_S * SAMPLE_RATE)
-        while opts.clips is None and n < len(audio):
-            plan = self._plan(audio[:n], opts, lambda f: None)[0]
-            speech = [c for c in plan if c.speech][:wanted]
-            if len(speech) == wanted and speech[-1].end <= n - 2 * limit:
-                progress(1.0)
-                return plan
+        while True:
+            whole = opts.clips is not None or n >= len(audio)
+            if whole:
+                plan = self._plan(audio, opts, lambda f: report("vad", f))[0]
+            else:
+                plan = [c for c in self._plan(audio[:n], opts, lambda f: None)[0] if c.end <= n - margin]
+            found = file_detections(self, [audio], [plan], 1, encoded, [DecodeStats()], opts)[0]
+            heard = sum(c.speech for c in plan)
+            if whole or (found is not None and found.speech
+                         and (found.probability >= opts.language_threshold or heard >= opts.language_detection_segments)):
+                break
             n *= 2
-        return self._plan(audio, opts, progress)[0]
+        if found is None:
+            raise ValueError(f"clip_timestamps: no clip is within the {len(audio) / SAMPLE_RATE:.1f} s of audio: "
+                             "no language to detect")
+        report("vad", 1.0)
+        return found
 
     def transcribe_many(
         self,
