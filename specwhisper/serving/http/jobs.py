@@ -306,7 +306,17 @@ class Jobs:
             self._remove(job.id)
 
     def _load(self) -> None:
-        """Take up the jobs a stopped server left: interrupted ones are queued again."""
+        """Take up the jobs a stopped server left: interrupted ones are queued again. Under the lock, its half
+        written states swept first: a callback owed by the stopped server is sent from here on, on the
+        deliveries' thread, and its record (``_save``) once raced the sweep, which took its state file's
+        ``.tmp`` before the rename (a FileNotFoundError; the delivery went unrecorded, to be sent again)."""
+        with self._lock:
+            for path in self.folder.glob("job_*.tmp"):
+                path.unlink(missing_ok=True)
+            self._take_up()
+
+    def _take_up(self) -> None:
+        """``_load``'s reading of the states, under the lock."""
         for path in self.folder.glob("job_*.json"):
             try:
                 state = json.loads(path.read_text())
@@ -331,8 +341,6 @@ class Jobs:
             for path in self.folder.glob("job_*.upload"):
                 if path.stem not in self._jobs:
                     path.unlink()
-        for path in self.folder.glob("job_*.tmp"):
-            path.unlink(missing_ok=True)
         self._expire()
         if self._jobs:
             log.info("%d jobs taken up from %s", len(self._jobs), self.folder)
