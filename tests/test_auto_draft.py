@@ -110,6 +110,7 @@ def test_auto_is_exact_and_measures_once_per_batch_size(base_engine, eval_root):
     dec = auto.decoder
     assert set(dec.candidates) == {"ngram", "early-exit:3"}  # base has committed adapters
     opts = DecodeOptions(language="en")
+    acceptance, bonus = dict(dec.acceptance), dict(dec.bonus)  # what the measurement, before the first decode, reads
     for name in ("openai-whisper/jfk.flac", "faster-whisper/stereo_diarization.wav"):
         audio = load_audio(eval_root / name)
         want, got = base_engine.transcribe(audio, opts), auto.transcribe(audio, opts)
@@ -117,8 +118,9 @@ def test_auto_is_exact_and_measures_once_per_batch_size(base_engine, eval_root):
     costs = dec.costs[1]
     assert list(dec.costs) == [1] and costs.step > 0 and set(costs.draft) == set(dec.candidates)
     # measure() times the wide passes only where best_possible (checked on hand-worked numbers above) says
-    # a drafter may pay at its running acceptance
-    may_pay = any(best_possible(costs, costs.draft[n], dec.acceptance[n], dec.bonus[n]) >= MARGIN for n in dec.candidates)
+    # a drafter may pay at its running acceptance: the one it had then (a drafter that ran since has its own;
+    # read after the decodes, it failed a clean-clone run on a loaded machine, where the wide passes were timed)
+    may_pay = any(best_possible(costs, costs.draft[n], acceptance[n], bonus[n]) >= MARGIN for n in dec.candidates)
     assert set(costs.verify) == ({2, 4, 8} if may_pay else {2})  # base on this CPU: {2}
     assert dec.last_choice is not None
     if dec.last_choice[0] is None:  # plain decoding pays for one head product, not the drafter's split
