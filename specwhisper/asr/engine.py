@@ -474,8 +474,14 @@ def _pieces(audios: list[np.ndarray], items: list[Item]) -> tuple[list[np.ndarra
 
 
 def _speech_seconds(plan: list[Chunk]) -> list[tuple[float, float]]:
-    """A file's VAD speech (seconds, in order) from its planned chunks' spans."""
-    return [(s / SAMPLE_RATE, e / SAMPLE_RATE) for s, e in sorted(v for c in plan for v in c.voiced)]
+    """A file's VAD speech (seconds, apart and in order) from its planned chunks' spans."""
+    merged: list[list[int]] = []
+    for s, e in sorted(v for c in plan for v in c.voiced):
+        if merged and s <= merged[-1][1]:
+            merged[-1][1] = max(merged[-1][1], e)
+        else:
+            merged.append([s, e])
+    return [(s / SAMPLE_RATE, e / SAMPLE_RATE) for s, e in merged]
 
 
 def _offset(chunk: Chunk) -> float:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import bisect
 from dataclasses import replace
 
 from specwhisper.asr.decoding.tokens import SpecialTokens
@@ -130,11 +131,13 @@ def dated(segments: list[Segment], speech: list[tuple[float, float]]) -> list[Se
     2 narrowed (both hold words of the clip before, as their text does); on the talk and the
     conversation 14 of 187, 7 narrowed. faster-whisper's ``vad_filter`` gets the same by decoding the
     speech alone. A segment over no VAD speech (a voice too quiet for it) keeps Whisper's times."""
+    ends = [e for _, e in speech]  # the spans are apart and in order: their ends rise too
     for seg in segments:
         if seg.words:
             seg.start, seg.end = seg.words[0].start, seg.words[-1].end
             continue
-        inside = [(s, e) for s, e in speech if e > seg.start and s < seg.end]
-        if inside:
-            seg.start, seg.end = max(seg.start, inside[0][0]), min(seg.end, inside[-1][1])
+        first = bisect.bisect_right(ends, seg.start)  # the first span ending after the segment starts
+        last = bisect.bisect_left(speech, (seg.end,), lo=first) - 1  # the last one starting before it ends
+        if first <= last:
+            seg.start, seg.end = max(seg.start, speech[first][0]), min(seg.end, speech[last][1])
     return segments
