@@ -272,6 +272,47 @@ def test_cli_live_prints_confirmed_text_and_writes_formats(tiny_pipeline, eval_r
     jfk = eval_root / "whisper.cpp/jfk.wav"
     code, _, err = run_cli("--live", jfk, "--known-speakers", f"ann={jfk}", "-o", tmp_path)
     assert code == 2 and err.count("\n") == 1 and "--known-speakers does not apply to --live" in err
+    for flag in (["--beam-size", "5"], ["--temperature", "0.4"], ["--vad-filter"], ["--chunk-length", "10"]):
+        code, _, err = run_cli("--live", jfk, *flag, "-o", tmp_path)  # options live decoding has no use for
+        assert code == 2 and err.count("\n") == 1 and f"{flag[0]} does not apply to --live" in err, (flag, err)
+
+
+def test_a_stream_takes_the_silence_thresholds(tiny_engine):
+    """--no-speech-threshold reaches the live engine (the request's options, as every live entry point
+    reads them: ``StreamOptions.of``), as offline: five seconds of faint noise are no speech to Whisper
+    (no-speech probability over 0.6), so nothing is confirmed; with the check off, tiny.en writes words
+    into the noise."""
+    from specwhisper.pipeline.options import run_options
+
+    noise = (np.random.default_rng(0).standard_normal(80_000) * 10 ** (-30 / 20)).astype(np.float32)
+    texts = {}
+    for values in ({}, {"no_speech_threshold": None}):
+        tr = StreamingTranscriber(tiny_engine, StreamOptions.of(run_options({"language": "en", **values}).decode))
+        texts[bool(values)] = "".join(w.text for w in play(tr, noise))
+    assert texts[False] == "" and texts[True].strip(), texts
+
+
+def test_a_stream_hears_quiet_speech_at_a_lower_vad_threshold(base_engine, manifest):
+    """Falsetto, then whispered speech, no language given: the stream waits for 2 s of speech to detect it,
+    and at silero's 0.5 the VAD hears too little of these voices, so nothing is decoded before the end; at
+    --vad-threshold 0.3 the stream is live from the second clip on."""
+    from specwhisper.pipeline.options import run_options
+
+    items = [next(i for i in manifest if i.file == f"mfa/{name}.flac") for name in ("falsetto", "whisper")]
+    audio = np.concatenate([load_audio(i.path) for i in items])
+    decoded_at, texts = {}, {}
+    for threshold in (0.5, 0.3):
+        tr = StreamingTranscriber(base_engine, StreamOptions.of(run_options({"vad_threshold": threshold}).decode))
+        decoded_at[threshold] = []
+        for a in range(0, len(audio), 8000):  # half a second at a time
+            tr.push(audio[a : a + 8000])
+            if tr.update().decode is not None:
+                decoded_at[threshold].append(min(a + 8000, len(audio)) / 16000)
+        tr.finish()
+        texts[threshold] = "".join(w.text for w in tr.confirmed)
+    print(f"\ndecoded at {decoded_at}; {texts}")
+    assert decoded_at[0.5] == [] and decoded_at[0.3] and decoded_at[0.3][0] < 8.0, decoded_at
+    assert wer([" ".join(i.reference for i in items)], [texts[0.3]]) < 0.2, texts
 
 
 def test_cli_live_takes_the_initial_prompt(run_cli, eval_root, tmp_path):

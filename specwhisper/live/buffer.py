@@ -42,6 +42,7 @@ STALL_S = 3.0
 class LiveBuffer:
     vad: VoiceActivityDetector
     timestamp_begin: int  # the model's first timestamp token (the hypothesis is rebased at a cut)
+    threshold: float = 0.5  # the VAD's speech threshold (``StreamOptions.vad_threshold``)
     buffer: np.ndarray = field(default_factory=lambda: np.zeros(0, np.float32))
     offset: float = 0.0  # absolute time of the buffer's first sample
     received: float = 0.0  # seconds of audio pushed so far
@@ -76,7 +77,7 @@ class LiveBuffer:
         if b - a < SAMPLE_RATE * SKIP_SPEECH_S:
             return 0.0
         probs = self.vad.speech_probs(st.buffer[a:b])  # ~10 ms for 2-5 s of audio
-        return sum(p >= self.vad.threshold for p in probs) * VAD_WINDOW / SAMPLE_RATE
+        return sum(p >= self.threshold for p in probs) * VAD_WINDOW / SAMPLE_RATE
 
     @property
     def end(self) -> float:

@@ -47,9 +47,6 @@ LIVE_LOOKAHEAD = Lookahead(initial=8, maximum=24)
 LOOP_TOKENS_BASE = 16
 LOOP_TOKENS_PER_S = 8.0
 LOOP_COMPRESSION_RATIO = 2.4
-# openai-whisper's no-speech rule with its thresholds, as offline decoding applies it to a chunk: Whisper's
-# no-speech probability over 0.6 and, where the VAD hears speech in the buffer, an unlikely text too
-SILENCE = QualityRules()
 
 class WhisperHypothesisDrafter(HypothesisDrafter, WhisperDrafter):
     """The previous-hypothesis drafter with the Whisper decoder's hooks (no model pass of its own)."""
@@ -84,8 +81,12 @@ class LiveDecoder:
     """Decodes the live buffer, update after update: ``decode(audio, offset, context, previous)``."""
 
     def __init__(self, engine: AsrEngine, task: str, encoder: str = "audio", speculative: bool = True,
-                 language: str | None = None):
+                 language: str | None = None, silence: QualityRules | None = None, vad_threshold: float = 0.5):
         self.engine = engine
+        # openai-whisper's no-speech rule, as offline decoding applies it to a chunk: Whisper's no-speech
+        # probability over its threshold and, where the VAD hears speech in the buffer, an unlikely text too
+        self.silence = silence or QualityRules()
+        self.vad_threshold = vad_threshold
         self.task = task
         self.encoder = encoder
         self.language = language  # None: detected on the first decode, then kept
@@ -141,7 +142,8 @@ class LiveDecoder:
         if seq.hit_max_length or repetitive(text, LOOP_COMPRESSION_RATIO):
             return LiveDecode(offset, seconds, prompt, list(seq.tokens), enc, out.stats, [], max_len, looped=True)
         stock = is_stock_phrase(text)
-        if SILENCE.is_silence(seq, stock=stock) or (SILENCE.is_silence(seq, False, stock) and not eng.vad.speech_spans(audio)):
+        silent = self.silence.is_silence
+        if silent(seq, stock=stock) or (silent(seq, False, stock) and not eng.vad.speech_spans(audio, threshold=self.vad_threshold)):
             segments = []  # offline's rule: the VAD hears none and Whisper says no speech (silence read "you"), or a stock phrase
         t = time.perf_counter()
         eng.aligner.align(enc, [segments], [offset], [seconds], self.language, self.task)

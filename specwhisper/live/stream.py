@@ -17,7 +17,7 @@ from typing import Callable
 
 import numpy as np
 
-from specwhisper.asr.decoding.quality import compression_ratio
+from specwhisper.asr.decoding.quality import QualityRules, compression_ratio
 from specwhisper.asr.decoding.language import normalize_language
 from specwhisper.asr.engine import AsrEngine
 from specwhisper.asr.options import TASKS, DecodeOptions
@@ -68,12 +68,29 @@ class StreamOptions:
     # one thread, CPU clock: "window" fell behind real time (1.02 s per audio s, p50 2.75 s, WER
     # 0.260), "audio" kept up (0.77, p50 1.41 s, WER 0.103; offline 0.185).
     encoder: str = "audio"
+    # silero-vad's speech threshold, for what the stream hears as speech: the speech the first update waits
+    # for, the skipped and untranscribed speech that cuts the buffer, the speech that keeps a text Whisper
+    # reads as no speech (offline's --vad-threshold)
+    vad_threshold: float = 0.5
+    # a re-decode is silence (it confirms nothing) by openai-whisper's rule with these thresholds: offline's
+    # --no-speech-threshold and --logprob-threshold (None switches the check, or its log-probability part, off)
+    no_speech_threshold: float | None = 0.6
+    logprob_threshold: float | None = -1.0
 
     @classmethod
     def of(cls, decode: DecodeOptions, **live) -> StreamOptions:
-        """The live stream of a request's decode options: its language, task and prompt text."""
+        """The live stream of a request's decode options: its language, task, prompt text, language
+        threshold, VAD threshold and silence thresholds (the run options the live engine applies:
+        ``specwhisper.pipeline.options.Option.live``)."""
         return cls(language=decode.language, task=decode.task, initial_prompt=decode.prompt_text,
-                   language_threshold=decode.language_threshold, **live)
+                   language_threshold=decode.language_threshold, vad_threshold=decode.vad_threshold,
+                   no_speech_threshold=decode.quality.no_speech_threshold,
+                   logprob_threshold=decode.quality.logprob_threshold, **live)
+
+    @property
+    def silence(self) -> QualityRules:
+        """openai-whisper's no-speech rule with this stream's thresholds."""
+        return QualityRules(no_speech_threshold=self.no_speech_threshold, logprob_threshold=self.logprob_threshold)
 
     def validate(self) -> None:
         self.language = normalize_language(self.language)
@@ -89,6 +106,9 @@ class StreamOptions:
             raise ValueError(f"the update step and the detection wait must be >= 0 s, got {self.min_step_s} and {self.detect_s}")
         if not 0.0 <= self.language_threshold <= 1.0:
             raise ValueError(f"language threshold must be between 0 and 1, got {self.language_threshold}")
+        if not 0.0 < self.vad_threshold < 1.0:
+            raise ValueError(f"VAD threshold must be between 0 and 1 (exclusive), got {self.vad_threshold}")
+        self.silence.validate()
 
 
 @dataclass
@@ -134,9 +154,10 @@ class StreamingTranscriber:
         self.opts = options or StreamOptions()
         self.opts.validate()
         self.observer = observer
-        self.decoder = LiveDecoder(engine, self.opts.task, self.opts.encoder, self.opts.speculative, self.opts.language)
+        self.decoder = LiveDecoder(engine, self.opts.task, self.opts.encoder, self.opts.speculative, self.opts.language,
+                                   self.opts.silence, self.opts.vad_threshold)
         self.agreement = LocalAgreement()
-        self.state = LiveBuffer(engine.vad, engine.special.timestamp_begin)
+        self.state = LiveBuffer(engine.vad, engine.special.timestamp_begin, self.opts.vad_threshold)
         self.confirmed_words: list[Word] = []
         self.looped = False  # the last decode looped (no hypothesis)
         self.prompt = self._tokens(self.opts.initial_prompt)

@@ -63,6 +63,9 @@ class Option:
     # the option's own reading of a value that passed the checks above (a language name to its code)
     parse: Callable[[Option, Any], Any] | None = None
     takes_list: bool = False  # a list, tuple or dict goes to ``parse`` as it is (the Python API's clip_timestamps=[0, 30])
+    # a run option the live engine applies (``specwhisper.live``); one it does not is refused by the live
+    # entry points when set to anything but its default (``live_refusal``)
+    live: bool = False
 
     def __post_init__(self):
         assert self.scope in SCOPES and set(self.not_in) <= set(ENTRY_POINTS), self.name  # noqa: S101
@@ -324,14 +327,14 @@ OPTIONS: tuple[Option, ...] = (
            group="transcription", not_in=NOT_HTTP_SUPPRESS),
     # ---------------------------------------------------------------- transcription
     Option("language", str, None, "language code or name: en, English (default: detect)", nullable=True,
-           flags=("-l", "--language"), parse=_language_code),
-    Option("task", str, "transcribe", "transcribe, or translate to English", choices=("transcribe", "translate")),
+           flags=("-l", "--language"), parse=_language_code, live=True),
+    Option("task", str, "transcribe", "transcribe, or translate to English", choices=("transcribe", "translate"), live=True),
     Option("batch_size", int, None, "chunks decoded together (default: 8 on the CPU; on a GPU as many as its free "
            "memory holds, up to 32; a larger value shrinks to what the memory holds, with a warning)", nullable=True,
            low=1, high=64),
     Option("vad_threshold", float, 0.5, "silero-vad speech threshold: where chunks are cut; audio below it is still "
            "decoded and dropped only when Whisper finds no speech in it (with --vad-filter: dropped unheard)", low=0.0, high=1.0, low_open=True,
-           high_open=True, peer_flags=("--vad_onset",)),
+           high_open=True, peer_flags=("--vad_onset",), live=True),
     Option("vad_min_silence_ms", int, None, "silero-vad: the silence in ms that ends a speech span (default: 300; 160 "
            "with --vad-filter, as faster-whisper's batched pipeline; faster-whisper's vad_parameters "
            "min_silence_duration_ms, OpenAI's chunking_strategy silence_duration_ms)", nullable=True, low=0,
@@ -343,24 +346,24 @@ OPTIONS: tuple[Option, ...] = (
            high=30.0, peer_flags=("--chunk_size",), peer_names=("chunk_length_s",)),
     Option("word_timestamps", bool, None, "per-word times and probabilities in the json, as a 'words' list in each "
            "segment, and each segment from its first word's start to its last word's end, as openai-whisper "
-           "dates it (without: Whisper's times narrowed to the VAD's speech; default: on with --diarize)", nullable=True),
+           "dates it (without: Whisper's times narrowed to the VAD's speech; default: on with --diarize)", nullable=True, live=True),
     Option("segment_resolution", str, "chunk", "segments as Whisper writes them (chunk) or one per sentence "
            "(sentence: each segment cut at its sentence ends, WhisperX's default; turns word timestamps on)",
-           choices=("chunk", "sentence")),
+           choices=("chunk", "sentence"), live=True),
     Option("initial_prompt", str, None, "text to put before every chunk (before the first with "
-           "--condition-on-previous-text): spellings, names, style", nullable=True, max_chars=2000),
+           "--condition-on-previous-text): spellings, names, style", nullable=True, max_chars=2000, live=True),
     Option("hotwords", str, None, "words or phrases to favour, put in every chunk's prompt", nullable=True,
-           max_chars=2000),
+           max_chars=2000, live=True),
     Option("condition_on_previous_text", bool, False, "decode each chunk after the text of the one before, one chunk "
            "at a time (off: chunks decode in batches, as faster-whisper's and WhisperX's batched pipelines)",
-           generate_names=("condition_on_prev_tokens",)),
+           generate_names=("condition_on_prev_tokens",), live=True),
     Option("multilingual", bool, False, "detect the language of every chunk (a window of up to 30 s, cut in a pause), "
            "not once per file, for audio that changes language; a window whose turns speak two languages is cut "
            "between them; each segment's language is in the json"),
     Option("language_threshold", float, 0.5, "a file's language detected below this probability is heard on its "
            "next window with speech too (up to --language-detection-segments); with --multilingual, a chunk whose "
            "detected language has a lower probability keeps the language before it (the file's, at first)", low=0.0, high=1.0,
-           peer_flags=("--language_detection_threshold",)),
+           peer_flags=("--language_detection_threshold",), live=True),
     Option("language_detection_segments", int, 4, "without --language: the most windows with speech a file's "
            "language is detected on, while it is below --language-threshold, their probabilities weighed by their "
            "seconds of speech (1: the first window with speech alone; faster-whisper's language_detection_segments)",
@@ -392,11 +395,11 @@ OPTIONS: tuple[Option, ...] = (
            "or it ends in a loop (one phrase repeated over 64+ characters); None: no check", group="quality",
            nullable=True, low=0.0, low_open=True),
     Option("logprob_threshold", float, -1.0, "decode again when the average log-probability is below this; None: no "
-           "check", group="quality", nullable=True, high=0.0),
+           "check", group="quality", nullable=True, high=0.0, live=True),
     Option("no_speech_threshold", float, 0.6, "a chunk is silence when Whisper's no-speech probability is above this "
            "and the log-probability is below --logprob-threshold (lower bars for a text of Whisper's stock sign-offs "
            "alone, such as 'Thank you.'); None: no check", group="quality", nullable=True,
-           low=0.0, high=1.0),
+           low=0.0, high=1.0, live=True),
     Option("hallucination_silence_threshold", float, None, "drop text Whisper probably invented over silence or "
            "music: a segment whose words look unlikely (improbable, too short or too long) with more than this many "
            "seconds of silence around it is dropped and the audio after it decoded again (openai-whisper's rule; "
@@ -404,13 +407,13 @@ OPTIONS: tuple[Option, ...] = (
     # ---------------------------------------------------------------- subtitle layout (srt, vtt)
     Option("max_line_width", int, None, "subtitles: break a line before a word that would make it longer than this "
            "many characters (42 is the usual broadcast width; turns word timestamps on)", group="subtitles",
-           nullable=True, low=1),
+           nullable=True, low=1, live=True),
     Option("max_line_count", int, None, "subtitles: at most this many lines per cue (needs --max-line-width; a pause "
-           "of more than 3 s also starts a new cue)", group="subtitles", nullable=True, low=1),
+           "of more than 3 s also starts a new cue)", group="subtitles", nullable=True, low=1, live=True),
     Option("max_words_per_line", int, None, "subtitles: cut each segment into cues of at most this many words",
-           group="subtitles", nullable=True, low=1),
+           group="subtitles", nullable=True, low=1, live=True),
     Option("highlight_words", bool, False, "subtitles: one cue per word as it is spoken, the word underlined",
-           group="subtitles"),
+           group="subtitles", live=True),
     # ---------------------------------------------------------------- speakers and post-edit
     Option("diarize", bool, False, "attribute speech to speakers", group="speakers"),
     Option("num_speakers", int, None, "the number of speakers, when known", group="speakers", nullable=True, low=1,
@@ -427,7 +430,7 @@ OPTIONS: tuple[Option, ...] = (
            group="post-edit"),
     # ---------------------------------------------------------------- limits and outputs
     Option("max_duration", float, DEFAULT_MAX_SECONDS, "refuse audio longer than this many seconds", group="limits",
-           low=0.0, low_open=True, not_in={"http": DEPLOYMENT, "ui": DEPLOYMENT}),
+           low=0.0, low_open=True, not_in={"http": DEPLOYMENT, "ui": DEPLOYMENT}, live=True),
     Option("formats", str, "all", "comma-separated output formats: txt, srt, vtt, json, tsv, rttm, aud (Audacity "
            "labels), textgrid (Praat's TextGrid: segments and words), or all (every one but aud and textgrid; rttm "
            "only with diarization)", scope="output", group="outputs", flags=("-f", "--formats"),
@@ -465,6 +468,17 @@ def check_values(values: dict[str, Any], entry: str) -> dict[str, Any]:
             raise ValueError(f"{name} is not taken here: {option.not_in[entry]}")
         out[name] = option.check(value)
     return out
+
+
+LIVE_TAKES = "live decoding is greedy re-decodes of a buffer; docs/live.md lists the options it takes"
+
+
+def live_refusal(values: dict[str, Any]) -> Option | None:
+    """The first run option in ``values`` set to something but its default that the live engine does not
+    apply (``Option.live``): the live entry points refuse it with one line rather than ignore it."""
+    return next((BY_NAME[name] for name, value in values.items()
+                 if name in BY_NAME and BY_NAME[name].scope == "run" and not BY_NAME[name].live
+                 and value != BY_NAME[name].default), None)
 
 
 def run_options(values: dict[str, Any]):

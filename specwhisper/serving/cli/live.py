@@ -9,16 +9,18 @@ from pathlib import Path
 from specwhisper.audio.loading import check_length, load_audio
 from specwhisper.live.replay import replay
 from specwhisper.live.stream import LiveError, StreamingTranscriber, StreamOptions, StreamUpdate
+from specwhisper.pipeline.options import LIVE_TAKES, live_refusal, options_for
 from specwhisper.pipeline.writers import check_output_dir, write_outputs
+from specwhisper.serving.arguments import option_values
 
 
 def run_live(args, formats: list[str], opts, pipeline_factory) -> int:
     """``pipeline_factory()`` loads the pipeline (its ASR engine is the live engine's model)."""
     if len(args.inputs) != 1 or Path(args.inputs[0]).is_dir():
         raise LiveError("--live plays one audio file")
-    for flag in ("diarize", "known_speakers", "postedit", "hallucination_silence_threshold", "clip_timestamps"):
-        if getattr(args, flag):
-            raise LiveError(f"--{flag.replace('_', '-')} does not apply to --live")
+    refused = live_refusal(option_values(args, options_for("cli", "run")))
+    if refused is not None:
+        raise LiveError(f"{refused.cli_flags[-1]} does not apply to --live: {LIVE_TAKES}")
     path = args.inputs[0]
     out_dir = args.output_dir or Path(".")
     check_output_dir(out_dir)

@@ -3,7 +3,8 @@
 
 Protocol. The client connects to ``ws://HOST:PORT/v1/live`` with optional query parameters ``model``
 (one the deployment offers), ``language`` (code or name; default: detected on the first update),
-``task`` (``transcribe``/``translate``), ``format`` (``s16le``, the default, or ``f32le``) and
+``task`` (``transcribe``/``translate``), the other request options the live engine applies
+(``PARAM_KEYS``; any other option is refused by name), ``format`` (``s16le``, the default, or ``f32le``) and
 ``sample_rate`` (only ``16000``: resample on the client). It then sends binary frames of 16 kHz mono
 PCM in that format, of any length that is whole samples, and the text frame ``{"type": "end"}`` when
 the audio is over. The server answers with JSON text frames:
@@ -72,6 +73,7 @@ from specwhisper.asr.weights.loader import ModelError
 from specwhisper.results.transcript import word_to_dict
 from specwhisper.audio.loading import SAMPLE_RATE
 from specwhisper.live.stream import LiveError, StreamingTranscriber, StreamUpdate
+from specwhisper.pipeline.options import BY_NAME, LIVE_TAKES, options_for
 from specwhisper.serving.endpoint.contract import response
 from specwhisper.serving.worker import ModelWorker, QueueFull
 from specwhisper.serving.params import RequestError, TranscribeParams, parse_params
@@ -82,7 +84,9 @@ log = logging.getLogger(__name__)
 T = TypeVar("T")
 LIVE_PATH = "/v1/live"
 FORMATS = {"s16le": np.dtype("<i2"), "f32le": np.dtype("<f4")}
-PARAM_KEYS = ("model", "language", "task", "initial_prompt", "hotwords")  # request parameters a stream takes
+# the request parameters a stream takes: the model and the run options the live engine applies, but the
+# subtitle layout (the stream's answers are words and segments in JSON); any other option is refused by name
+PARAM_KEYS = ("model", *(o.name for o in options_for("http", "run") if o.live and o.group != "subtitles"))
 QUERY_KEYS = (*PARAM_KEYS, "format", "sample_rate")
 CLOSE_CODES = {400: 1008, 408: 1008, 413: 1009, 503: 1013}  # anything else: 1011 (internal error)
 QUEUE_RETRY_S = 0.25  # a running stream's update waits this long when the model's queue is full
@@ -97,6 +101,8 @@ class LiveQuery:
 def parse_query(query: dict[str, str], transcriber: PipelinePool) -> LiveQuery:
     """The connection's query parameters, checked (LiveError 400 names the first bad one)."""
     unknown = [k for k in query if k not in QUERY_KEYS]
+    if unknown and unknown[0] in BY_NAME:
+        raise LiveError(status=400, message=f"{unknown[0]} does not apply to a live stream: {LIVE_TAKES}")
     if unknown:
         raise LiveError(status=400, message=f"unknown parameter '{clip(unknown[0], 60)}' (known: {', '.join(QUERY_KEYS)})")
     fmt = query.get("format", "s16le")
