@@ -418,3 +418,68 @@ def test_detect_language_prints_each_files_language_and_writes_nothing(run_cli, 
     for clash in (["--live"], ["-l", "en"], ["--diarize"]):
         code, out, err = run_cli("--detect-language", jfk, *clash)
         assert code == 2 and err.count("\n") == 1 and "does not go with it" in err and out == "", err
+
+
+class _Stdin:
+    """Standard input holding ``data`` (a pipe, or a terminal when ``tty``)."""
+
+    def __init__(self, data: bytes = b"", tty: bool = False):
+        import io
+
+        self.buffer, self.tty = io.BytesIO(data), tty
+
+    def isatty(self) -> bool:
+        return self.tty
+
+
+def test_audio_piped_in_and_subtitles_piped_out(run_cli, eval_root, tmp_path, monkeypatch):
+    """``ffmpeg ... | transcribe - -f srt -o - > talk.srt``: mp3 bytes on standard input, the srt alone on
+    standard output, the same bytes as the srt written from the file itself; nothing left in the folder."""
+    mp3 = tmp_path / "jfk.mp3"
+    subprocess.run(["ffmpeg", "-nostdin", "-v", "error", "-i", eval_root / "whisper.cpp/jfk.wav", mp3], check=True)
+    code, _, err = run_cli(mp3, "-m", "tiny.en", "-f", "srt", "-o", tmp_path / "from-file", "-q")
+    assert code == 0, err
+    work = tmp_path / "cwd"
+    work.mkdir()
+    monkeypatch.chdir(work)
+    monkeypatch.setattr(sys, "stdin", _Stdin(mp3.read_bytes()))
+    code, out, err = run_cli("-", "-m", "tiny.en", "-f", "srt", "-o", "-")
+    assert code == 0, err
+    said = " ".join(line for line in out.splitlines() if line and not line.isdigit() and "-->" not in line)
+    assert out == (tmp_path / "from-file/jfk.srt").read_text() and wer([JFK_REF], [said]) < 0.1, out
+    assert "<stdin>" in err and "wrote srt to standard output" in err and not list(work.iterdir()), (err, list(work.iterdir()))
+    monkeypatch.setattr(sys, "stdin", _Stdin(mp3.read_bytes()))  # into a folder: named stdin, its source <stdin>
+    code, _, err = run_cli("-", "-m", "tiny.en", "-f", "txt,json", "-o", tmp_path / "out", "-q")
+    assert code == 0 and sorted(p.name for p in (tmp_path / "out").iterdir()) == ["stdin.json", "stdin.txt"], err
+    assert json.loads((tmp_path / "out/stdin.json").read_text())["source"] == "<stdin>"
+
+
+@pytest.mark.parametrize(("stdin", "argv", "code", "fragment"), [
+    (_Stdin(b""), ["-", "-f", "txt", "-o", "-"], 1, "<stdin>: the file is empty"),
+    (_Stdin(b"garbage"), ["-", "-f", "txt", "-o", "-"], 1, "<stdin>: not a readable audio file"),
+    (_Stdin(b"", tty=True), ["-", "-f", "txt"], 2, "pipe the audio in"),
+    (_Stdin(b"x"), ["-", "JFK"], 2, "must be the only input"),
+    (_Stdin(b"x"), ["-", "--live"], 2, "--live plays a file"),
+    (_Stdin(b"x"), ["-", "--align-text", "-"], 2, "not both"),
+    (None, ["JFK", "-o", "-"], 2, "one format to standard output, got txt, srt, vtt, json, tsv"),
+    (None, ["JFK", "JFK2", "-f", "srt", "-o", "-"], 2, "give one input"),
+    (None, ["JFK", "-f", "srt", "-o", "-", "--verbose"], 2, "where --verbose prints too"),
+])
+def test_standard_input_and_output_mistakes(run_cli, eval_root, tmp_path, monkeypatch, stdin, argv, code, fragment):
+    """One line each, before any model runs (the empty and unreadable input: as a file's, named <stdin>)."""
+    jfk = str(eval_root / "whisper.cpp/jfk.wav")
+    monkeypatch.chdir(tmp_path)
+    if stdin is not None:
+        monkeypatch.setattr(sys, "stdin", stdin)
+    got, out, err = run_cli(*[{"JFK": jfk, "JFK2": str(eval_root / "openai-whisper/jfk.flac")}.get(a, a) for a in argv], "-m", "tiny.en")
+    assert got == code and out == "" and fragment in _one_line_error(err), (got, out, err)
+    assert not list(tmp_path.iterdir())  # no folder named -, no file
+
+
+def test_a_json_rendered_to_standard_output(run_cli, tmp_path, monkeypatch):
+    """``transcribe talk.json -f srt -o -``: the srt a folder would get, on standard output, no model run."""
+    transcript = REPO / "tests/data/subtitles/english.json"
+    assert run_cli(transcript, "-f", "srt", "-o", tmp_path, "-q")[0] == 0
+    monkeypatch.chdir(tmp_path)
+    code, out, err = run_cli(transcript, "-f", "srt", "-o", "-")
+    assert code == 0 and out == (tmp_path / "english.srt").read_text() and "standard output" in err, err

@@ -84,12 +84,14 @@ class Pipeline:
 
     def run_file(
         self, path: str | Path, options: RunOptions | None = None, progress: Progress | None = None, checkpoint: Path | None = None,
-        on_segments: Callable[[list[Segment]], None] | None = None,
+        on_segments: Callable[[list[Segment]], None] | None = None, name: str | None = None,
     ) -> Transcript:
+        """``path`` decoded and transcribed (``run``); ``name``: the file's name in messages and the transcript's
+        source (default: ``path``)."""
         t = time.perf_counter()
-        audio = load_audio(path, max_seconds=(options or RunOptions()).max_audio_s)
+        audio = load_audio(path, max_seconds=(options or RunOptions()).max_audio_s, name=name)
         load_s = time.perf_counter() - t
-        result = self.run(audio, options, progress, source=str(path), checkpoint=checkpoint, on_segments=on_segments)
+        result = self.run(audio, options, progress, source=name or str(path), checkpoint=checkpoint, on_segments=on_segments)
         result.timings["load_audio"] = round(load_s, 3)
         return result
 

@@ -60,9 +60,10 @@ def build_parser() -> argparse.ArgumentParser:
     p = OneLineParser(prog=PROG, description="Speaker-attributed transcripts with exact speculative Whisper decoding. "
                       "openai-whisper's and WhisperX's option spellings (--output_format, --word_timestamps True, ...) "
                       "are accepted too (docs/cli.md).")
-    p.add_argument("inputs", nargs="+", help="audio or video files, or one folder (a resumable batch; see 'folder input')")
+    p.add_argument("inputs", nargs="+", help="audio or video files, or one folder (a resumable batch; see 'folder input'); - reads the audio from "
+                   "standard input")
     p.add_argument("-V", "--version", action="version", version=f"%(prog)s {_version()}", help="print the version and exit")
-    p.add_argument("-o", "--output-dir", type=Path, help="folder for output files (default: current folder)")
+    p.add_argument("-o", "--output-dir", type=Path, help="folder for output files (default: current folder); - writes the one format -f names to standard output")
     add_options(p, options_for("cli"))
     p.add_argument("--live", action="store_true", help="play the file in real time through the live engine, "
                    "printing confirmed text as it comes (previous hypothesis as the draft; --draft none: plain)")

@@ -5,6 +5,7 @@ from __future__ import annotations
 import logging
 import shutil
 import sys
+from dataclasses import dataclass
 from pathlib import Path
 
 from specwhisper.asr.options import SAMPLING
@@ -18,6 +19,7 @@ from specwhisper.pipeline.writers import check_output_dir, parse_formats, render
 from specwhisper.serving.arguments import option_values
 from specwhisper.serving.cli.args import PROG, batch_flags_used, parse_args
 from specwhisper.serving.cli.rerender import is_json, rerender
+from specwhisper.serving.cli.stdio import STDIN_NAME, STDIN_STEM, check_stdin, check_stdout, reads_stdin, stdin_file, write_stdout, writes_stdout
 from specwhisper.serving.messages import clip, one_line
 
 
@@ -209,8 +211,10 @@ def run(args) -> int:
     if any(is_json(p) for p in args.inputs):  # a transcript written again, no model run
         return rerender(args, PROG)
     _check_combination(args)
+    check_stdin(args)
     opts = _options(args)
     formats = output_formats(args.formats, opts.diarize)  # known speakers turn diarization on
+    check_stdout(args, formats)
     load_known_speakers(opts.known_speakers)  # a bad reference clip: one line, before any model loads
     if args.live:
         from specwhisper.serving.cli.live import run_live
@@ -230,19 +234,36 @@ def run(args) -> int:
         return run_folder(args, formats, opts)
     if used := batch_flags_used(args):
         raise CliError(f"{used[0]} applies to a folder input")
-    out_dir = args.output_dir or Path(".")
-    check_output_dir(out_dir)  # before any model loads or any file is decoded
+    out_dir = None if writes_stdout(args) else args.output_dir or Path(".")
+    if out_dir is not None:
+        check_output_dir(out_dir)  # before any model loads or any file is decoded
+    if reads_stdin(args):
+        with stdin_file() as path:
+            return _run_files(args, [Input(str(path), STDIN_STEM, STDIN_NAME)], out_dir, formats, opts)
     inputs = list(dict.fromkeys(args.inputs))  # a file named twice is transcribed once
+    stems = output_stems([Path(p) for p in inputs])
+    return _run_files(args, [Input(path, stem, path) for path, stem in zip(inputs, stems)], out_dir, formats, opts)
+
+
+@dataclass(frozen=True)
+class Input:
+    path: str  # the file read
+    stem: str  # its outputs' name
+    name: str  # its name in messages (<stdin> for standard input)
+
+
+def _run_files(args, inputs: list[Input], out_dir: Path | None, formats: list[str], opts) -> int:
+    """Transcribe audio files (or detect their languages); ``out_dir`` None: the one format to stdout."""
     failures = 0
     todo = []
-    for path, stem in zip(inputs, output_stems([Path(p) for p in inputs])):
+    for item in inputs:
         try:
-            check_length(path, opts.max_audio_s)  # missing, or longer than its header says: before any model loads
+            check_length(item.path, opts.max_audio_s, name=item.name)  # missing, or longer than its header says: before any model loads
         except AudioError as exc:
             _error(exc)
             failures += 1
         else:
-            todo.append((path, stem))
+            todo.append(item)
     if not todo:
         return 1
     _check_device(args)
@@ -250,33 +271,34 @@ def run(args) -> int:
     pipeline = _pipeline(args)
     opts.decode_options().validate(pipeline.asr.special)  # what the model decides (a language, translation): exit 2
     if args.detect_language:
-        return max(_detect_languages(pipeline, [path for path, _ in todo], opts), 1 if failures else 0)
-    for i, (path, stem) in enumerate(todo):
+        return max(_detect_languages(pipeline, todo, opts), 1 if failures else 0)
+    for i, item in enumerate(todo):
         # which transcript is which on stdout, as `tail` labels files: printed with its first line (none if it fails)
-        header = f"{'' if i == 0 else chr(10)}==> {path} <==" if not args.quiet and len(inputs) > 1 else None
-        failures += not _transcribe_one(pipeline, path, stem, out_dir, formats, opts, args.quiet, bool(args.verbose), header)
+        header = f"{'' if i == 0 else chr(10)}==> {item.name} <==" if not args.quiet and len(inputs) > 1 else None
+        failures += not _transcribe_one(pipeline, item, out_dir, formats, opts, args.quiet, bool(args.verbose), header)
     return 1 if failures else 0
 
 
-def _detect_languages(pipeline, paths: list[str], opts) -> int:
+def _detect_languages(pipeline, inputs: list[Input], opts) -> int:
     """``--detect-language``: a line per file on stdout, ``FILE<tab>CODE<tab>PROBABILITY`` (and ``no speech``
     when the VAD heard none), the language transcription would find (``AsrEngine.detect_language``); a
     file that cannot be read, or with no clip of ``--clip-timestamps`` in it, is one line on stderr."""
     from specwhisper.audio.loading import load_audio
 
     failures = 0
-    for path in paths:
+    for item in inputs:
         try:
-            found = pipeline.asr.detect_language(load_audio(path, max_seconds=opts.max_audio_s), opts.decode_options())
+            audio = load_audio(item.path, max_seconds=opts.max_audio_s, name=item.name)
+            found = pipeline.asr.detect_language(audio, opts.decode_options())
         except AudioError as exc:  # names the file
             _error(exc)
             failures += 1
             continue
         except ValueError as exc:
-            _error(CliError(f"{path}: {exc}"))
+            _error(CliError(f"{item.name}: {exc}"))
             failures += 1
             continue
-        print(f"{path}\t{found.language}\t{found.probability:.3f}" + ("" if found.speech else "\tno speech"), flush=True)
+        print(f"{item.name}\t{found.language}\t{found.probability:.3f}" + ("" if found.speech else "\tno speech"), flush=True)
     return 1 if failures else 0
 
 
@@ -293,20 +315,22 @@ def _print_timed(segments) -> None:
     sys.stdout.flush()
 
 
-def _transcribe_one(pipeline, path: str, stem: str, out_dir: Path, formats: list[str], opts, quiet: bool,
+def _transcribe_one(pipeline, item: Input, out_dir: Path | None, formats: list[str], opts, quiet: bool,
                     verbose: bool = False, header: str | None = None) -> bool:
-    """Transcribe one input and write its outputs; a failure is one line on stderr and False. ``verbose``:
-    each segment with its times on stdout as soon as it is final (the ASR's; with diarization or the
-    post-edit, which change them, the finished transcript's), in place of the text at the end.
+    """Transcribe one input and write its outputs (``out_dir`` None: its one format to stdout); a failure is
+    one line on stderr and False. ``verbose``: each segment with its times on stdout as soon as it is final
+    (the ASR's; with diarization or the post-edit, which change them, the finished transcript's), in place
+    of the text at the end.
 
     The ASR's finished chunks are kept in ``<out_dir>/.<stem>.partial.jsonl`` until the outputs are
     written, so an interrupted run of a long file resumes there (specwhisper.pipeline.checkpoint)."""
     from specwhisper.audio.probe import probe_duration
     from specwhisper.pipeline.checkpoint import checkpoint_path
 
+    path = item.name
     enabled = not quiet and sys.stderr.isatty()
-    progress = _Progress(Path(path).name, enabled, probe_duration(path) if enabled else None)
-    checkpoint = checkpoint_path(out_dir, stem)
+    progress = _Progress(Path(item.name).name, enabled, probe_duration(item.path) if enabled else None)
+    checkpoint = None if out_dir is None else checkpoint_path(out_dir, item.stem)
     streamed = verbose and not quiet and not (opts.diarize or opts.postedit or opts.align_text)
     pending_header = [header] if header else []
 
@@ -319,26 +343,33 @@ def _transcribe_one(pipeline, path: str, stem: str, out_dir: Path, formats: list
         _print_timed(segments)
 
     try:
-        transcript = pipeline.run_file(path, opts, progress, checkpoint=checkpoint, on_segments=timed if streamed else None)
+        transcript = pipeline.run_file(item.path, opts, progress, checkpoint=checkpoint, on_segments=timed if streamed else None,
+                                       name=item.name)
     except (AudioError, ValueError) as exc:
         _error(exc)
         return False
     except KeyboardInterrupt:
         progress.close()  # the bar first: the line below starts a line of its own
-        if checkpoint.is_file():
+        if checkpoint is not None and checkpoint.is_file():
             print(f"{PROG}: {path}: finished chunks kept in {checkpoint}; run the same command again to resume", file=sys.stderr)
         raise
     finally:
         progress.close()
-    try:
-        written = write_outputs(transcript, out_dir, stem, formats, opts.subtitles)
-    except OSError as exc:
-        _error(OSError(f"{path}: cannot write outputs to {out_dir} ({exc.strerror or exc})"))
-        return False
-    checkpoint.unlink(missing_ok=True)
+    if out_dir is None:
+        write_stdout(render(transcript, formats[0], opts.subtitles))
+        written = [f"{formats[0]} to standard output"]
+    else:
+        try:
+            written = [p.name for p in write_outputs(transcript, out_dir, item.stem, formats, opts.subtitles)]
+        except OSError as exc:
+            _error(OSError(f"{path}: cannot write outputs to {out_dir} ({exc.strerror or exc})"))
+            return False
+        checkpoint.unlink(missing_ok=True)
     if not quiet:
         stdout_begins()
-        if not transcript.segments:
+        if out_dir is None:
+            pass  # stdout holds the transcript as written
+        elif not transcript.segments:
             print("(no speech found)")
         elif verbose and not streamed:
             _print_timed(transcript.segments)
@@ -353,7 +384,7 @@ def _transcribe_one(pipeline, path: str, stem: str, out_dir: Path, formats: list
         if aligned := transcript.model.get("aligned_text"):  # how far the text and what Whisper heard agree
             resumed += f", text aligned ({aligned['matched_words']} of its {aligned['text_words']} words heard the same)"
         print(f"{PROG}: {path}: {transcript.duration:.1f} s audio{resumed}, RTF {transcript.timings.get('rtf', 0):.3f}, "
-              f"language {transcript.language or 'not detected'}, {speculative}; wrote {', '.join(p.name for p in written)}", file=sys.stderr)
+              f"language {transcript.language or 'not detected'}, {speculative}; wrote {', '.join(written)}", file=sys.stderr)
     return True
 
 

@@ -9,10 +9,11 @@ from pathlib import Path
 
 from specwhisper.batch.inputs import output_stems
 from specwhisper.pipeline.options import options_for, run_options, subtitle_options
-from specwhisper.pipeline.writers import check_output_dir, parse_formats, write_outputs
+from specwhisper.pipeline.writers import check_output_dir, parse_formats, render, write_outputs
 from specwhisper.results.transcript import Transcript
 from specwhisper.serving.arguments import option_values
 from specwhisper.serving.cli.args import batch_flags_used
+from specwhisper.serving.cli.stdio import check_stdout, write_stdout, writes_stdout
 
 # what shapes the files written from a json; any other option would need the audio
 RENDERING = {"formats", "segment_resolution"}
@@ -69,8 +70,10 @@ def rerender(args, prog: str) -> int:
     formats = [f for f in parse_formats(args.formats or "all") if f != "json"]
     if not formats:
         raise ValueError("-f json: the input is the json; choose other formats (srt, vtt, txt, tsv, aud, textgrid, rttm)")
-    out_dir = args.output_dir or Path(".")
-    check_output_dir(out_dir)
+    check_stdout(args, formats)
+    out_dir = None if writes_stdout(args) else args.output_dir or Path(".")
+    if out_dir is not None:
+        check_output_dir(out_dir)
     inputs = list(dict.fromkeys(args.inputs))
     failures = 0
     for path, stem in zip(map(Path, inputs), output_stems([Path(p) for p in inputs])):
@@ -83,12 +86,16 @@ def rerender(args, prog: str) -> int:
             diarized = bool(transcript.speakers)
             if "rttm" in asked and not diarized:
                 raise ValueError(f"{path}: -f rttm needs speakers, and this transcript has none")
-            written = write_outputs(transcript, out_dir, stem, [f for f in formats if f != "rttm" or diarized], layout)
+            if out_dir is None:
+                write_stdout(render(transcript, formats[0], layout))
+                written = [f"{formats[0]} to standard output"]
+            else:
+                written = [p.name for p in write_outputs(transcript, out_dir, stem, [f for f in formats if f != "rttm" or diarized], layout)]
         except (ValueError, OSError) as exc:
             print(f"{prog}: error: {exc}", file=sys.stderr)
             failures += 1
             continue
         if not args.quiet:
-            print(f"{prog}: {path}: wrote {', '.join(p.name for p in written)} (rendered from the json, no model run)",
+            print(f"{prog}: {path}: wrote {', '.join(written)} (rendered from the json, no model run)",
                   file=sys.stderr)
     return 1 if failures else 0
