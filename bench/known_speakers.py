@@ -37,7 +37,7 @@ from specwhisper.audio.loading import load_audio  # noqa: E402
 from specwhisper.diarize.coverage import embedding_of  # noqa: E402
 from specwhisper.diarize.known import SAME_SPEAKER, KnownSpeaker, named_turns, similarities  # noqa: E402
 from specwhisper.diarize.pipeline import load_diarizer  # noqa: E402
-from specwhisper.evaluation.diarization import EVAL_DIR, _vad_turns, pyannote_dev_files, pyannote_sample_file  # noqa: E402
+from specwhisper.evaluation.diarization import EVAL_DIR, vad_turns, pyannote_dev_files, pyannote_sample_file  # noqa: E402
 from specwhisper.evaluation.noise import in_room, with_noise  # noqa: E402
 
 RESULTS = ROOT / "bench" / "results" / "known_speakers.json"
@@ -88,7 +88,7 @@ def targets() -> dict[str, tuple[np.ndarray, list[tuple[float, float, str]], set
         for path, voice in pieces:
             x = _audio(path)
             audio += [x, np.zeros(int(0.7 * SR), np.float32)]
-            turns += [(v.start, v.end, voice) for v in _vad_turns(x, voice, t)]  # the speech, not the clip's pauses
+            turns += [(v.start, v.end, voice) for v in vad_turns(x, voice, t)]  # the speech, not the clip's pauses
             t += len(x) / SR + 0.7
         out[name] = (np.concatenate(audio), turns, {p for p, _ in pieces}, None)
     return out

@@ -219,6 +219,15 @@ def test_speakers_in_verbose_json(client, jfk):
     assert {s.type for s in diarized.segments} == {"transcript.text.segment"} and diarized.text == answer.text
 
 
+def test_channels_as_speakers(client, eval_root):
+    """``multichannel``: each channel of a call its own speaker in verbose_json (tests/test_multichannel.py)."""
+    item = _item(eval_root, "faster-whisper/stereo_diarization.wav")
+    answer = client.audio.transcriptions.create(file=("call.wav", item.path.read_bytes()), model="tiny.en",
+                                                response_format="verbose_json", extra_body={"multichannel": True})
+    said = {s["speaker"]: s["text"] for s in answer.model_dump()["segments"]}
+    assert sorted(said) == ["CHANNEL_1", "CHANNEL_2"] and "horizon" in said["CHANNEL_2"].lower(), said
+
+
 def _data_url(path) -> str:
     return "data:audio/wav;base64," + base64.b64encode(path.read_bytes()).decode()
 

@@ -169,8 +169,11 @@ def check_length(path: str | os.PathLike, max_seconds: float, name: str | None =
     return claimed
 
 
-def load_audio(path: str | os.PathLike, max_seconds: float = DEFAULT_MAX_SECONDS, name: str | None = None) -> np.ndarray:
-    """Decode ``path`` to 16 kHz mono float32, in memory bounded by ``max_seconds`` (errors name it ``name``).
+def load_audio(path: str | os.PathLike, max_seconds: float = DEFAULT_MAX_SECONDS, name: str | None = None,
+               channels: bool = False) -> np.ndarray:
+    """Decode ``path`` to 16 kHz mono float32, in memory bounded by ``max_seconds`` (errors name it ``name``);
+    ``channels``: one row per channel instead (``channels x samples``, a mono file one row; more than
+    ``MAX_SPLIT_CHANNELS`` is an AudioError).
 
     A file whose header or container claims more than ``max_seconds`` is refused before any of it
     is decoded; one that claims less and holds more is refused one sample past the limit. soundfile
@@ -186,13 +189,64 @@ def load_audio(path: str | os.PathLike, max_seconds: float = DEFAULT_MAX_SECONDS
             raise AudioError(f"{name}: the audio is empty (0 samples)")
         if info.duration > max_seconds:
             raise over_limit(name, max_seconds, info.duration)
-        audio = _soundfile_decode(path, name, info, max_seconds)
+        audio = (_soundfile_channels if channels else _soundfile_decode)(path, name, info, max_seconds)
     else:
         claimed = probe_duration(path)
         if claimed is not None and claimed > max_seconds:
             raise over_limit(name, max_seconds, claimed)
-        audio = _ffmpeg_decode(path, name, max_seconds, claimed)
+        audio = (_ffmpeg_channels if channels else _ffmpeg_decode)(path, name, max_seconds, claimed)
     return _check(audio, name)
+
+
+def _ffmpeg_channels(path: str, name: str, max_seconds: float, claimed_s: float | None) -> np.ndarray:
+    """``_ffmpeg_decode`` keeping the channels apart: through a temporary 16 kHz wav, read as soundfile's."""
+    ffmpeg = shutil.which("ffmpeg")
+    if ffmpeg is None:
+        raise AudioError(f"{name}: not a format soundfile reads, and ffmpeg is not installed to decode it")
+    with tempfile.TemporaryDirectory(prefix="specwhisper-channels.") as folder:
+        wav = os.path.join(folder, "channels.wav")
+        cmd = [ffmpeg, "-nostdin", "-v", "error", "-i", path, "-t", str(max_seconds + 1), "-vn", "-c:a", "pcm_f32le",
+               "-ar", str(SAMPLE_RATE), "-rf64", "auto", "-f", "wav", wav]
+        with tempfile.TemporaryFile() as stderr:
+            if subprocess.run(cmd, stdout=subprocess.DEVNULL, stderr=stderr).returncode != 0:
+                reason = _ffmpeg_reason(stderr, path)
+                if "does not contain any stream" in reason:
+                    raise AudioError(f"{name}: the file has no audio stream")
+                raise AudioError(f"{name}: not a readable audio file ({reason})")
+        info = soundfile_info(wav)
+        if info is None or info.frames == 0:
+            raise AudioError(f"{name}: the audio is empty (0 samples)")
+        return _soundfile_channels(wav, name, info, max_seconds)
+
+
+MAX_SPLIT_CHANNELS = 8  # load_audio(channels=True): a call or an interview has 2; 5.1 film sound is not speakers
+
+
+def _soundfile_channels(path: str, name: str, info, max_seconds: float) -> np.ndarray:
+    """``_soundfile_decode`` keeping the channels apart: block by block, each resampled as a stream."""
+    if info.samplerate < MIN_SOURCE_RATE:
+        raise AudioError(f"{name}: sample rate {info.samplerate} Hz is too low to hold speech")
+    if info.channels > MAX_SPLIT_CHANNELS:
+        raise AudioError(f"{name}: {info.channels} channels; each is transcribed on its own up to {MAX_SPLIT_CHANNELS}")
+    limit = int(max_seconds * SAMPLE_RATE)
+    stream = None if info.samplerate == SAMPLE_RATE else soxr.ResampleStream(
+        info.samplerate, SAMPLE_RATE, info.channels, dtype="float32", quality="HQ")
+    blocks, n = [], 0
+    try:
+        with sf.SoundFile(path) as f:
+            while n <= limit:
+                block = f.read(READ_BLOCK_FRAMES, dtype="float32", always_2d=True)
+                last = len(block) < READ_BLOCK_FRAMES
+                out = stream.resample_chunk(block, last=last) if stream is not None else block
+                blocks.append(out)
+                n += len(out)
+                if last:
+                    break
+    except (sf.LibsndfileError, RuntimeError) as exc:
+        raise AudioError(f"{name}: corrupt audio ({str(exc).splitlines()[0]})") from exc
+    if n > limit:
+        raise over_limit(name, max_seconds)
+    return np.ascontiguousarray(np.concatenate(blocks).T, dtype=np.float32)
 
 
 def _check_file(p: Path, name: str) -> None:
@@ -207,14 +261,15 @@ def _check_file(p: Path, name: str) -> None:
         raise AudioError(f"{name}: the file is empty (0 bytes)")
 
 
-def load_audio_bytes(data: bytes, name: str = "upload", max_seconds: float = DEFAULT_MAX_SECONDS) -> np.ndarray:
+def load_audio_bytes(data: bytes, name: str = "upload", max_seconds: float = DEFAULT_MAX_SECONDS,
+                     channels: bool = False) -> np.ndarray:
     """Decode audio held in memory (uploads, endpoint requests)."""
     if not data:
         raise AudioError(f"{name}: the upload is empty (0 bytes)")
     with tempfile.NamedTemporaryFile(suffix=".audio") as tmp:
         tmp.write(data)
         tmp.flush()
-        return load_audio(tmp.name, max_seconds=max_seconds, name=name)
+        return load_audio(tmp.name, max_seconds=max_seconds, name=name, channels=channels)
 
 
 def _samples_first(audio: np.ndarray, name: str) -> np.ndarray:
@@ -228,12 +283,18 @@ def _samples_first(audio: np.ndarray, name: str) -> np.ndarray:
     return audio
 
 
-def from_array(audio: np.ndarray, rate: int, name: str = "array", max_seconds: float = DEFAULT_MAX_SECONDS) -> np.ndarray:
+def from_array(audio: np.ndarray, rate: int, name: str = "array", max_seconds: float = DEFAULT_MAX_SECONDS,
+               channels: bool = False) -> np.ndarray:
     """Downmix/resample an in-memory array (e.g. a microphone recording; layouts: ``_samples_first``),
-    refused when longer than ``max_seconds``."""
+    refused when longer than ``max_seconds``; ``channels``: resampled, one row per channel (``load_audio``'s ``channels``)."""
     audio = _samples_first(audio, name)
     if len(audio) / max(int(rate), 1) > max_seconds:
         raise over_limit(name, max_seconds, len(audio) / rate)
     if np.issubdtype(audio.dtype, np.integer):
         audio = audio.astype(np.float32) / float(np.iinfo(audio.dtype).max)
+    if channels:
+        rows = audio.reshape(len(audio), -1).T
+        if len(rows) > MAX_SPLIT_CHANNELS:
+            raise AudioError(f"{name}: {len(rows)} channels; each is transcribed on its own up to {MAX_SPLIT_CHANNELS}")
+        return _check(np.stack([_to_mono_16k(row, rate, name) for row in rows]), name)
     return _check(_to_mono_16k(audio, rate, name), name)

@@ -94,14 +94,14 @@ class Loaded:
         return 0.0 if self.audio is None else len(self.audio) / SAMPLE_RATE
 
 
-def load_job(job: Job, max_seconds: float) -> Loaded:
+def load_job(job: Job, max_seconds: float, channels: bool = False) -> Loaded:
     t = time.perf_counter()
     try:
         sha = file_sha256(job.path)
     except OSError as exc:
         return Loaded(job, None, one_line(exc, str(job.path)), None, time.perf_counter() - t)
     try:
-        audio = load_audio(job.path, max_seconds=max_seconds)
+        audio = load_audio(job.path, max_seconds=max_seconds, channels=channels)
     except Exception as exc:  # a bad file is recorded and never stops the others
         return Loaded(job, None, one_line(exc, str(job.path)), sha, time.perf_counter() - t)
     text = None
@@ -190,7 +190,7 @@ class LocalEngine:
         return core.Pipeline(self.config)
 
     def run(self, jobs: list[Job]) -> Iterator[Event]:
-        prefetch = AudioPrefetcher(jobs, lambda job: load_job(job, self.options.max_audio_s), self.limits)
+        prefetch = AudioPrefetcher(jobs, lambda job: load_job(job, self.options.max_audio_s, self.options.multichannel), self.limits)
         try:
             pipeline = self._pipeline() if jobs else None
             if pipeline is not None:  # options the model cannot take stop the batch, not each file

@@ -119,7 +119,7 @@ def mapped_word_accuracy(words, reference: list[SpeakerTurn]) -> float:
     return float(counts[rows, cols].sum() / len(items))
 
 
-def _vad_turns(audio: np.ndarray, speaker: str, offset: float = 0.0) -> list[SpeakerTurn]:
+def vad_turns(audio: np.ndarray, speaker: str, offset: float = 0.0) -> list[SpeakerTurn]:
     """One speaker's turns where silero-vad hears speech in ``audio`` (its import pins torch to 1 thread: restored)."""
     import torch
     from silero_vad import get_speech_timestamps, load_silero_vad
@@ -143,7 +143,7 @@ def stereo_file() -> tuple[EvalFile, np.ndarray]:
     data, rate = sf.read(str(path), dtype="float32", always_2d=True)
     if rate != 16000:
         raise ValueError(f"{path}: expected 16 kHz, got {rate} Hz")
-    reference = _vad_turns(data[:, 0], "LEFT") + _vad_turns(data[:, 1], "RIGHT")
+    reference = vad_turns(data[:, 0], "LEFT") + vad_turns(data[:, 1], "RIGHT")
     return (EvalFile("stereo_diarization", path, sorted(reference, key=lambda t: (t.start, t.speaker)), None,
                      {"reference": "derived: silero VAD on each channel (one speaker per channel)"}),
             load_audio(path))
@@ -186,7 +186,7 @@ def real_recordings(with_built: bool = True) -> list[tuple[EvalFile, np.ndarray]
     sources = {f.uri: (f, audio) for f, audio in files}
     headset = EVAL_DIR / "lhotse" / "ES2011a.Headset-0-40s-46s.wav"
     headset_audio = load_audio(headset)
-    sources["ES2011a"] = (EvalFile("ES2011a", headset, _vad_turns(headset_audio, "FEE041")), headset_audio)
+    sources["ES2011a"] = (EvalFile("ES2011a", headset, vad_turns(headset_audio, "FEE041")), headset_audio)
     out = list(files)
     for name, pieces, level, what in BUILT_FROM_REAL:
         turns, parts, offset = [], [], 0.0

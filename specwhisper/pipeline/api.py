@@ -109,7 +109,7 @@ class Transcriber:
         reports come inside a transcription batch, at its fraction so far. What it raises stops the run."""
         opts = self.options(**options)
         t = time.perf_counter()
-        waveform, source = _waveform(audio, sample_rate, opts.max_audio_s)
+        waveform, source = _waveform(audio, sample_rate, opts.max_audio_s, opts.multichannel)
         load_s = time.perf_counter() - t
         result = self.pipeline.run(waveform, opts, progress, source=source)
         result.timings["load_audio"] = round(load_s, 3)
@@ -137,7 +137,7 @@ class Transcriber:
         ``sample_rate`` applies to the arrays among ``audios``. Every input is read (and checked)
         before any is transcribed."""
         opts = self.options(**options)
-        loaded = [_waveform(a, sample_rate, opts.max_audio_s) for a in audios]
+        loaded = [_waveform(a, sample_rate, opts.max_audio_s, opts.multichannel) for a in audios]
         if not loaded:
             return []
         results = self.pipeline.run_many([w for w, _ in loaded], opts, progress, sources=[s for _, s in loaded])
@@ -169,14 +169,14 @@ def _vad_parameters(options: dict) -> dict:
     return out
 
 
-def _waveform(audio: Audio, sample_rate: int | None, max_seconds: float) -> tuple[np.ndarray, str | None]:
-    """Any input -> (16 kHz mono float32 waveform, source name or None)."""
+def _waveform(audio: Audio, sample_rate: int | None, max_seconds: float, channels: bool = False) -> tuple[np.ndarray, str | None]:
+    """Any input -> (16 kHz mono float32 waveform, or one row per channel with ``channels``; source name or None)."""
     if isinstance(audio, (str, os.PathLike)):
-        return load_audio(audio, max_seconds=max_seconds), os.fspath(audio)
+        return load_audio(audio, max_seconds=max_seconds, channels=channels), os.fspath(audio)
     if isinstance(audio, (bytes, bytearray, memoryview)):
         if sample_rate is not None:
             raise AudioError("bytes: sample_rate is for numpy arrays; the bytes of an audio file carry their own")
-        return load_audio_bytes(bytes(audio), name="bytes", max_seconds=max_seconds), None
+        return load_audio_bytes(bytes(audio), name="bytes", max_seconds=max_seconds, channels=channels), None
     if isinstance(audio, np.ndarray):
         if sample_rate is None:
             raise AudioError("array: a numpy array needs its sample_rate (e.g. sample_rate=16000)")
@@ -184,7 +184,7 @@ def _waveform(audio: Audio, sample_rate: int | None, max_seconds: float) -> tupl
             raise AudioError(f"array: sample_rate must be a whole number of Hz, got {sample_rate!r}")
         if not (np.issubdtype(audio.dtype, np.floating) or np.issubdtype(audio.dtype, np.integer)):
             raise AudioError(f"array: expected numbers, got an array of {audio.dtype}")
-        return from_array(audio, int(sample_rate), max_seconds=max_seconds), None
+        return from_array(audio, int(sample_rate), max_seconds=max_seconds, channels=channels), None
     raise AudioError(f"audio must be a path, the bytes of an audio file or a numpy array, not {type(audio).__name__}")
 
 

@@ -52,6 +52,7 @@ class RunOptions:
     subtitles: SubtitleOptions = field(default_factory=SubtitleOptions)  # srt/vtt layout, for the writers
     align_text: str | None = None  # the words spoken: the transcript is this text, dated (asr.text_alignment)
     segment_resolution: str = "chunk"  # chunk: Whisper's segments; sentence: one per sentence (results.words)
+    multichannel: bool = False  # each channel transcribed on its own, its words its speaker's (pipeline.channels)
 
     def validate(self) -> None:
         self.decode.validate()
@@ -64,6 +65,10 @@ class RunOptions:
             raise ValueError("known speakers and speaker embeddings come from the diarizer: turn diarization on")
         if self.align_text is not None:
             self.check_alignment()
+        if self.multichannel and (self.diarize or self.align_text is not None):
+            clash = "--diarize (or known speakers)" if self.diarize else "--align-text"
+            raise ValueError(f"multichannel gives each channel its own speaker: it does not go with {clash}, which "
+                             "hears one mix")
         if self.segment_resolution not in ("chunk", "sentence"):
             raise ValueError(f"segment-resolution must be one of chunk, sentence, got {self.segment_resolution!r}")
         if self.min_speakers and self.max_speakers and self.min_speakers > self.max_speakers:
@@ -83,9 +88,9 @@ class RunOptions:
                                  f"every word of the file: it does not go with {name}")
 
     def decode_options(self) -> DecodeOptions:
-        """The ASR's options: ``decode``, with word timestamps on when the subtitle layout or the sentences
-        need them."""
-        needed = self.subtitles.active or self.segment_resolution == "sentence"
+        """The ASR's options: ``decode``, with word timestamps on when the subtitle layout, the sentences or
+        the channels' turns (``pipeline.channels``) need them."""
+        needed = self.subtitles.active or self.segment_resolution == "sentence" or self.multichannel
         return replace(self.decode, word_timestamps=True) if needed else self.decode
 
     def resolved(self, segments: list[Segment]) -> list[Segment]:

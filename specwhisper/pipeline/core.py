@@ -89,7 +89,8 @@ class Pipeline:
         """``path`` decoded and transcribed (``run``); ``name``: the file's name in messages and the transcript's
         source (default: ``path``)."""
         t = time.perf_counter()
-        audio = load_audio(path, max_seconds=(options or RunOptions()).max_audio_s, name=name)
+        opts = options or RunOptions()
+        audio = load_audio(path, max_seconds=opts.max_audio_s, name=name, channels=opts.multichannel)
         load_s = time.perf_counter() - t
         result = self.run(audio, options, progress, source=name or str(path), checkpoint=checkpoint, on_segments=on_segments)
         result.timings["load_audio"] = round(load_s, 3)
@@ -109,6 +110,9 @@ class Pipeline:
         removes it once the transcript is safe. ``on_segments``: ``run_many``'s, for the one file."""
         opts = options or RunOptions()
         opts.validate()
+        if opts.multichannel:  # the channels' chunks batched together; a checkpoint keeps one waveform's
+            show = None if on_segments is None else (lambda n, segments: on_segments(segments))
+            return self._run_channels([audio], opts, progress, [source], show)[0]
         known = load_known_speakers(opts.known_speakers)  # a bad clip fails before the ASR runs
         report = TimedReports(progress)
         t = time.perf_counter()
@@ -169,6 +173,8 @@ class Pipeline:
         ``align_text``, whose segments come once the whole file is heard."""
         opts = options or RunOptions()
         opts.validate()
+        if opts.multichannel:
+            return self._run_channels(audios, opts, progress, sources, on_segments)
         if texts is not None:
             opts.check_alignment()
         per_file = [opts] * len(audios) if texts is None else [replace(opts, align_text=text) for text in texts]
@@ -188,6 +194,24 @@ class Pipeline:
             self._finish(audio, asr, wall * w / total, o, report, source, known, summary)
             for audio, asr, w, source, summary, o in zip(audios, results, work, sources, aligned, per_file)
         ]
+
+    def _run_channels(self, audios: list[np.ndarray], opts: RunOptions, progress: Progress | None,
+                      sources: list[str | None] | None, on_segments: Callable[[int, list[Segment]], None] | None) -> list[Transcript]:
+        """``multichannel``: every channel of every waveform (channels x samples; a mono one is one channel),
+        its bleed of the others muted, transcribed as a file of its own in one shared pass, then each
+        waveform's channels merged, each channel a speaker (``pipeline.channels``)."""
+        from specwhisper.audio.channels import without_bleed
+        from specwhisper.pipeline.channels import merge_channels
+
+        split = [without_bleed(np.atleast_2d(audio)) for audio in audios]
+        alone = self.run_many([c for channels in split for c in channels], replace(opts, multichannel=False, decode=opts.decode_options()), progress)
+        out, first = [], 0
+        for n, channels in enumerate(split):
+            out.append(merge_channels(alone[first : first + len(channels)], (sources or [None] * len(audios))[n]))
+            first += len(channels)
+            if on_segments is not None:
+                on_segments(n, out[-1].segments)
+        return out
 
     def _finish(
         self, audio: np.ndarray, asr: AsrResult, asr_seconds: float, opts: RunOptions, report: Progress, source: str | None,

@@ -426,6 +426,10 @@ OPTIONS: tuple[Option, ...] = (
     Option("speaker_embeddings", bool, False, "each speaker's voice embedding in the json, as 'speaker_embeddings' "
            "(WhisperX's; unit vectors of the diarizer's embedding model, comparable by cosine across files; turns "
            "diarization on)", group="speakers"),
+    Option("multichannel", bool, False, "transcribe each channel on its own, its words attributed to it (speakers "
+           "CHANNEL_1, CHANNEL_2, ...; up to 8 channels): a call or an interview recorded one speaker per channel. Talk "
+           "that overlaps is kept, which a downmix loses; each channel's bleed of the others (crosstalk, a line's "
+           "echo) is muted first (Deepgram's and AssemblyAI's multichannel)", group="speakers"),
     Option("postedit", bool, False, "fix casing and punctuation with a text LLM (speculatively decoded)",
            group="post-edit"),
     # ---------------------------------------------------------------- limits and outputs
@@ -515,7 +519,7 @@ def run_options(values: dict[str, Any]):
                       num_speakers=v["num_speakers"],
                       min_speakers=v["min_speakers"], max_speakers=v["max_speakers"], postedit=v["postedit"],
                       max_audio_s=v["max_duration"], subtitles=subtitles, align_text=v["align_text"],
-                      segment_resolution=v["segment_resolution"])
+                      segment_resolution=v["segment_resolution"], multichannel=v["multichannel"])
     opts.validate()
     return opts
 

@@ -61,14 +61,21 @@ def split_sentences(segments: list[Segment]) -> list[Segment]:
     out: list[Segment] = []
     for seg in segments:
         words = seg.words
-        cuts = [i + 1 for i in range(len(words) - 1) if _ends_before(words[i].text, words[i + 1].text)]
-        if not cuts:
-            out.append(seg)
-            continue
-        bounds = [0, *cuts, len(words)]
-        for n, (a, b) in enumerate(zip(bounds, bounds[1:])):
-            group = words[a:b]
-            start = seg.start if n == 0 else group[0].start
-            end = seg.end if b == len(words) else group[-1].end
-            out.append(replace(seg, start=start, end=max(end, start), text=join_words(group), words=group, tokens=[]))
+        out += split_at(seg, [i + 1 for i in range(len(words) - 1) if _ends_before(words[i].text, words[i + 1].text)])
+    return out
+
+
+def split_at(seg: Segment, cuts: list[int]) -> list[Segment]:
+    """``seg`` cut before each of its words whose index is in ``cuts`` (increasing, inside the words): each
+    piece runs from its first word's start to its last word's end (the segment's own start and end at its two
+    ends), keeps the window's facts and has no tokens of its own; no cuts: ``[seg]``."""
+    if not cuts:
+        return [seg]
+    words, out = seg.words, []
+    bounds = [0, *cuts, len(words)]
+    for n, (a, b) in enumerate(zip(bounds, bounds[1:])):
+        group = words[a:b]
+        start = seg.start if n == 0 else group[0].start
+        end = seg.end if b == len(words) else group[-1].end
+        out.append(replace(seg, start=start, end=max(end, start), text=join_words(group), words=group, tokens=[]))
     return out

@@ -257,20 +257,20 @@ class PipelinePool:
         with self._taken(params.pipeline_config(self.settings.base)):
             pass
 
-    def load(self, source: str | Path | bytes, name: str, max_seconds: float | None = None) -> np.ndarray:
-        """Decode a file or in-memory upload, at most ``max_seconds`` of it (default: the deployment's limit);
-        errors name it ``name``, never a temp path."""
+    def load(self, source: str | Path | bytes, name: str, max_seconds: float | None = None, channels: bool = False) -> np.ndarray:
+        """Decode a file or in-memory upload, at most ``max_seconds`` of it (default: the deployment's limit;
+        ``channels``: one row per channel); errors name it ``name``, never a temp path."""
         if isinstance(source, (bytes, bytearray, memoryview)):
             if not len(source):
                 raise AudioError(f"{name}: the upload is empty (0 bytes)")
             path = self._spool().new_path()
             try:
                 path.write_bytes(source)
-                return self.load(path, name, max_seconds)
+                return self.load(path, name, max_seconds, channels)
             finally:
                 path.unlink(missing_ok=True)
         try:
-            return load_audio(source, max_seconds=min(max_seconds or math.inf, self.settings.max_audio_s))
+            return load_audio(source, max_seconds=min(max_seconds or math.inf, self.settings.max_audio_s), channels=channels)
         except AudioError as exc:
             message = str(exc).replace(f"({source}: ", "(")  # ffmpeg repeats the path in its reason
             raise type(exc)(message.replace(str(source), name)) from None  # AudioTooLong stays itself
@@ -296,7 +296,7 @@ class PipelinePool:
         claim less than they hold cannot multiply the memory of a batch. ``on_segments(input, segments)``:
         ``Pipeline.run_many``'s. A failure of the batch itself (options the model refuses, a model that
         does not load) is raised."""
-        params.run_options(self.settings.max_audio_s)  # refuse bad options before decoding anything
+        channels = params.run_options(self.settings.max_audio_s).multichannel  # bad options: refused before any decoding
         outcomes: list[Transcript | AudioError | None] = [None] * len(inputs)
         loaded: list[tuple[int, np.ndarray, float]] = []  # (place, audio, seconds to decode it)
         alone: list[int] = []
@@ -304,7 +304,7 @@ class PipelinePool:
             t = time.perf_counter()
             most = most_s[k] if most_s else math.inf
             try:
-                loaded.append((k, self.load(source, name, most), time.perf_counter() - t))
+                loaded.append((k, self.load(source, name, most, channels), time.perf_counter() - t))
             except AudioTooLong as exc:
                 if most < self.settings.max_audio_s:
                     log.info("%s holds more audio than its container says: transcribed alone, after the others", name)

@@ -154,15 +154,15 @@ def run_folder(args, formats: list[str], opts) -> int:
     return 1 if report.failed else 0
 
 
-def output_formats(spec: str | None, diarize: bool) -> list[str]:
+def output_formats(spec: str | None, speakers: bool) -> list[str]:
     """The formats to write: ``all`` (the default) means every format that applies, so rttm only with
-    diarization; rttm asked for by name without diarization is refused, before any model loads, rather
-    than written empty."""
+    ``speakers`` (diarization, or channels as speakers); rttm asked for by name without them is refused,
+    before any model loads, rather than written empty."""
     formats = parse_formats(spec or "all")
-    if diarize:
+    if speakers:
         return formats
     if "rttm" in [n.strip().lower() for n in (spec or "").split(",")]:
-        raise CliError("-f rttm needs --diarize (or --known-speakers): rttm holds the diarizer's speaker turns")
+        raise CliError("-f rttm needs --diarize (or --known-speakers, --multichannel): rttm holds the speakers' turns")
     return [f for f in formats if f != "rttm"]
 
 
@@ -213,7 +213,7 @@ def run(args) -> int:
     _check_combination(args)
     check_stdin(args)
     opts = _options(args)
-    formats = output_formats(args.formats, opts.diarize)  # known speakers turn diarization on
+    formats = output_formats(args.formats, opts.diarize or opts.multichannel)  # known speakers turn diarization on
     check_stdout(args, formats)
     load_known_speakers(opts.known_speakers)  # a bad reference clip: one line, before any model loads
     if args.live:
