@@ -371,3 +371,67 @@ def test_a_repeat_squeezed_into_no_audio_is_not_taken():
     assert before_squeezed_run(said + repeat) == said
     blip = said[:2] + [Word(36.30, 36.30, " can")] + said[3:]
     assert before_squeezed_run(blip) == blip
+
+
+class _Pipe:
+    """Standard input holding ``data``, not a terminal."""
+
+    def __init__(self, data: bytes):
+        import io
+
+        self.buffer = io.BytesIO(data)
+
+    def isatty(self) -> bool:
+        return False
+
+
+def test_cli_live_listens_to_standard_input(run_cli, eval_root, tmp_path, monkeypatch):
+    """``transcribe - --live``: standard input heard as it arrives (a microphone's pipe), raw 16 kHz s16le or
+    a WAV stream at its own rate and channels (jfk.flac's 44.1 kHz stereo); past --max-duration the audio
+    up to it is transcribed and written, then one error line and exit 1."""
+    import io
+
+    import soundfile as sf
+
+    ref = "And so my fellow Americans ask not what your country can do for you, ask what you can do for your country."
+    stereo, rate = sf.read(eval_root / "openai-whisper/jfk.flac", dtype="float32")
+    wav = io.BytesIO()
+    sf.write(wav, stereo, rate, format="WAV", subtype="PCM_16")
+    raw = (load_audio(eval_root / "whisper.cpp/jfk.wav") * 32767).astype("<i2").tobytes()
+    for data in (raw, wav.getvalue()):
+        monkeypatch.setattr("sys.stdin", _Pipe(data))
+        code, out, err = run_cli("-", "--live", "-m", "tiny.en", "-l", "en", "-o", tmp_path, "-f", "txt")
+        assert code == 0 and "<stdin>: 11.0 s heard live" in err, err
+        assert wer([ref], [(tmp_path / "stdin.txt").read_text()]) < 0.1 and "country" in out
+    monkeypatch.setattr("sys.stdin", _Pipe(raw))
+    code, _, err = run_cli("-", "--live", "-m", "tiny.en", "-l", "en", "-o", tmp_path, "-f", "txt", "--max-duration", "4", "-q")
+    assert code == 1 and err.count("\n") == 1 and "over the limit of 4 s" in err, err
+    assert "fellow Americans" in (tmp_path / "stdin.txt").read_text() and "country" not in (tmp_path / "stdin.txt").read_text()
+
+
+def test_stdin_audio_refuses_what_it_cannot_hear_and_stops_at_once(eval_root, tmp_path):
+    """A container it does not decode, an empty stream, 24-bit WAV: one line each; ``stop`` (the first
+    Ctrl-C) ends a stream whose writer is still there."""
+    import io
+    import os
+    import subprocess
+
+    import soundfile as sf
+
+    from specwhisper.serving.cli.stdio import StdinAudio, StreamFormatError
+
+    mp3 = subprocess.run(["ffmpeg", "-v", "error", "-i", eval_root / "whisper.cpp/jfk.wav", "-f", "mp3", "-"],
+                         capture_output=True, check=True).stdout
+    deep = io.BytesIO()
+    sf.write(deep, np.zeros(1600, np.float32), 16000, format="WAV", subtype="PCM_24")
+    for data, fragment in ((mp3, "looks like mp3"), (b"", "the stream is empty"), (deep.getvalue(), "24-bit")):
+        with pytest.raises(StreamFormatError, match=fragment):
+            StdinAudio(io.BytesIO(data)).take()
+    read, write = os.pipe()
+    os.write(write, np.zeros(8000, "<i2").tobytes())
+    with os.fdopen(read, "rb") as pipe:
+        source = StdinAudio(pipe)
+        assert len(source.take()) == 8000
+        source.stop()
+        assert source.take() is None  # the writer is still open: no end of file came
+        os.close(write)  # (the reader thread, blocked in its read, ends before the pipe closes)

@@ -1,5 +1,6 @@
 """Playing a recording through a live transcriber as if it were spoken now (the CLI's ``--live``),
-or on a simulated clock (the benchmark), with the latency of every confirmed word.
+or on a simulated clock (the benchmark), with the latency of every confirmed word; or listening to
+audio as it arrives (``listen``: ``transcribe - --live`` on a microphone's pipe).
 
 Audio piece k (``chunk_s`` seconds) arrives at (k+1)·chunk_s. An update starts as soon as the
 engine is free and a piece has arrived, and takes every piece arrived by then (whisper_streaming's
@@ -11,6 +12,7 @@ is its end less the end of the audio it had.
 from __future__ import annotations
 
 import time
+from bisect import bisect_left
 from dataclasses import dataclass, field
 from typing import Callable, Protocol
 
@@ -89,12 +91,38 @@ def replay(transcriber: StreamingTranscriber, audio: np.ndarray, chunk_s: float 
             k += 1
         update = transcriber.update() if k < len(ends) else transcriber.finish()
         clock.spent(update.seconds)
-        done = clock.now()
-        out.compute += update.seconds
-        out.updates += 1
-        out.lags.append(done - pushed / SAMPLE_RATE)
-        out.words += update.confirmed.words
-        out.latencies += [done - w.end for w in update.confirmed.words]
-        if on_update is not None:
-            on_update(update)
+        _record(out, update, clock.now(), pushed, on_update)
     return out
+
+
+def listen(transcriber: StreamingTranscriber, take: Callable[[], np.ndarray | None],
+           on_update: Callable[[StreamUpdate], None] | None = None) -> Replay:
+    """Audio as it arrives: ``take()`` waits for some and gives all that arrived since its last call (None
+    at the end of the stream); each take is pushed and updated on, whisper_streaming's online mode as in
+    ``replay`` (an update slower than the audio makes the next take bigger). The end finishes the stream.
+    A word's latency is from the take that brought its last sample to the update that confirmed it."""
+    out, heard, start = Replay(), [0], time.monotonic()
+    arrived = [0.0]  # the wall clock (from ``start``) of each take, and its last sample in ``heard``
+    while (audio := take()) is not None:
+        transcriber.push(audio)
+        heard.append(heard[-1] + len(audio))
+        arrived.append(time.monotonic() - start)
+        _record(out, transcriber.update(), time.monotonic() - start, heard[-1], on_update, heard, arrived)
+    _record(out, transcriber.finish(), time.monotonic() - start, heard[-1], on_update, heard, arrived)
+    return out
+
+
+def _record(out: Replay, update: StreamUpdate, done: float, pushed: int,
+            on_update: Callable[[StreamUpdate], None] | None, heard: list[int] | None = None,
+            arrived: list[float] | None = None) -> None:
+    """One update's figures; ``done``: its end on the clock. A word's audio arrived at ``word.end`` on that
+    clock (a replay's), or at its take's time (``heard``: each take's last sample, ``arrived``: its time)."""
+    out.compute += update.seconds
+    out.updates += 1
+    out.lags.append(done - pushed / SAMPLE_RATE if heard is None else done - arrived[-1])
+    out.words += update.confirmed.words
+    for w in update.confirmed.words:
+        at = w.end if heard is None else arrived[min(bisect_left(heard, w.end * SAMPLE_RATE), len(arrived) - 1)]
+        out.latencies.append(done - at)
+    if on_update is not None:
+        on_update(update)

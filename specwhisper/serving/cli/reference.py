@@ -23,7 +23,8 @@ transcribe INPUT... [options]
 
 INPUT is one or more audio or video files, or one folder (a resumable batch: [batch.md](batch.md)),
 or `-`: the audio on standard input, and `-o -` writes the one format `-f` names to standard output
-(`ffmpeg -i talk.mkv -f wav - | transcribe - -f srt -o - > talk.srt`). What is written: [outputs.md](outputs.md); `--live`: [live.md](live.md); bad input gives one
+(`ffmpeg -i talk.mkv -f wav - | transcribe - -f srt -o - > talk.srt`); with `--live`, `-` is heard as it
+arrives ([live.md](live.md)). What is written: [outputs.md](outputs.md); `--live`: [live.md](live.md); bad input gives one
 `transcribe: error: ...` line per file and a non-zero exit ([transcription.md](transcription.md#inputs-and-errors)).
 """
 
