@@ -101,10 +101,7 @@ def _ffmpeg_reason(stderr, path: str) -> str:
 def _ffmpeg_decode(path: str, name: str, max_seconds: float, claimed_s: float | None) -> np.ndarray:
     """Decode through ffmpeg into the buffer as it streams out; stop (and kill ffmpeg) one sample
     past the limit, whatever the container claimed."""
-    ffmpeg = shutil.which("ffmpeg")
-    if ffmpeg is None:
-        raise AudioError(f"{name}: not a format soundfile reads, and ffmpeg is not installed to decode it")
-    cmd = [ffmpeg, "-nostdin", "-v", "error", "-i", path, "-t", str(max_seconds + 1), "-vn", "-f", "f32le",
+    cmd = [_ffmpeg(name), "-nostdin", "-v", "error", "-i", path, "-t", str(max_seconds + 1), "-vn", "-f", "f32le",
            "-ac", "1", "-ar", str(SAMPLE_RATE), "-"]
     out = _Samples(claimed_s, max_seconds)
     with tempfile.TemporaryFile() as stderr:  # a file, not a pipe: a chatty ffmpeg never blocks
@@ -126,11 +123,24 @@ def _ffmpeg_decode(path: str, name: str, max_seconds: float, claimed_s: float | 
         if out.over:
             raise over_limit(name, max_seconds)
         if code != 0:
-            reason = _ffmpeg_reason(stderr, path)
-            if "does not contain any stream" in reason:  # "-vn" left nothing: a video without sound, or subtitles
-                raise AudioError(f"{name}: the file has no audio stream")
-            raise AudioError(f"{name}: not a readable audio file ({reason})")
+            raise _ffmpeg_failure(stderr, path, name)
     return out.audio()
+
+
+def _ffmpeg(name: str) -> str:
+    """ffmpeg's path, or the AudioError of a file only it could decode."""
+    ffmpeg = shutil.which("ffmpeg")
+    if ffmpeg is None:
+        raise AudioError(f"{name}: not a format soundfile reads, and ffmpeg is not installed to decode it")
+    return ffmpeg
+
+
+def _ffmpeg_failure(stderr, path: str, name: str) -> AudioError:
+    """The one-line error of an ffmpeg decode that failed (``stderr``: its stderr file)."""
+    reason = _ffmpeg_reason(stderr, path)
+    if "does not contain any stream" in reason:  # "-vn" left nothing: a video without sound, or subtitles
+        return AudioError(f"{name}: the file has no audio stream")
+    return AudioError(f"{name}: not a readable audio file ({reason})")
 
 
 def _soundfile_decode(path: str, name: str, info, max_seconds: float) -> np.ndarray:
@@ -200,19 +210,14 @@ def load_audio(path: str | os.PathLike, max_seconds: float = DEFAULT_MAX_SECONDS
 
 def _ffmpeg_channels(path: str, name: str, max_seconds: float, claimed_s: float | None) -> np.ndarray:
     """``_ffmpeg_decode`` keeping the channels apart: through a temporary 16 kHz wav, read as soundfile's."""
-    ffmpeg = shutil.which("ffmpeg")
-    if ffmpeg is None:
-        raise AudioError(f"{name}: not a format soundfile reads, and ffmpeg is not installed to decode it")
+    ffmpeg = _ffmpeg(name)
     with tempfile.TemporaryDirectory(prefix="specwhisper-channels.") as folder:
         wav = os.path.join(folder, "channels.wav")
         cmd = [ffmpeg, "-nostdin", "-v", "error", "-i", path, "-t", str(max_seconds + 1), "-vn", "-c:a", "pcm_f32le",
                "-ar", str(SAMPLE_RATE), "-rf64", "auto", "-f", "wav", wav]
         with tempfile.TemporaryFile() as stderr:
             if subprocess.run(cmd, stdout=subprocess.DEVNULL, stderr=stderr).returncode != 0:
-                reason = _ffmpeg_reason(stderr, path)
-                if "does not contain any stream" in reason:
-                    raise AudioError(f"{name}: the file has no audio stream")
-                raise AudioError(f"{name}: not a readable audio file ({reason})")
+                raise _ffmpeg_failure(stderr, path, name)
         info = soundfile_info(wav)
         if info is None or info.frames == 0:
             raise AudioError(f"{name}: the audio is empty (0 samples)")
@@ -222,12 +227,16 @@ def _ffmpeg_channels(path: str, name: str, max_seconds: float, claimed_s: float 
 MAX_SPLIT_CHANNELS = 8  # load_audio(channels=True): a call or an interview has 2; 5.1 film sound is not speakers
 
 
+def _check_channels(count: int, name: str) -> None:
+    if count > MAX_SPLIT_CHANNELS:
+        raise AudioError(f"{name}: {count} channels; each is transcribed on its own up to {MAX_SPLIT_CHANNELS}")
+
+
 def _soundfile_channels(path: str, name: str, info, max_seconds: float) -> np.ndarray:
     """``_soundfile_decode`` keeping the channels apart: block by block, each resampled as a stream."""
     if info.samplerate < MIN_SOURCE_RATE:
         raise AudioError(f"{name}: sample rate {info.samplerate} Hz is too low to hold speech")
-    if info.channels > MAX_SPLIT_CHANNELS:
-        raise AudioError(f"{name}: {info.channels} channels; each is transcribed on its own up to {MAX_SPLIT_CHANNELS}")
+    _check_channels(info.channels, name)
     limit = int(max_seconds * SAMPLE_RATE)
     stream = None if info.samplerate == SAMPLE_RATE else soxr.ResampleStream(
         info.samplerate, SAMPLE_RATE, info.channels, dtype="float32", quality="HQ")
@@ -294,7 +303,6 @@ def from_array(audio: np.ndarray, rate: int, name: str = "array", max_seconds: f
         audio = audio.astype(np.float32) / float(np.iinfo(audio.dtype).max)
     if channels:
         rows = audio.reshape(len(audio), -1).T
-        if len(rows) > MAX_SPLIT_CHANNELS:
-            raise AudioError(f"{name}: {len(rows)} channels; each is transcribed on its own up to {MAX_SPLIT_CHANNELS}")
+        _check_channels(len(rows), name)
         return _check(np.stack([_to_mono_16k(row, rate, name) for row in rows]), name)
     return _check(_to_mono_16k(audio, rate, name), name)

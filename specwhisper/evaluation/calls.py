@@ -30,11 +30,10 @@ def build_call(items: list[EvalItem], bleed_db: float | None = -20.0, overlap_s:
     the one before ends (0: one after the other, ``GAP_S`` apart); ``bleed_db`` None: no bleed."""
     by_file = {i.file: i for i in items}
     turns = [(party, by_file[f]) for pair in zip(*parties) for party, f in enumerate(pair)]
-    length = sum(len(load_audio(item.path)) for _, item in turns) + int(GAP_S * SAMPLE_RATE) * len(turns)
-    voices = np.zeros((2, length), np.float32)
+    clips = [load_audio(item.path) for _, item in turns]
+    voices = np.zeros((2, sum(map(len, clips)) + int(GAP_S * SAMPLE_RATE) * len(turns)), np.float32)
     at = end = 0
-    for party, item in turns:
-        clip = load_audio(item.path)
+    for (party, _), clip in zip(turns, clips):
         voices[party, at : at + len(clip)] += clip
         end = max(end, at + len(clip))
         at = max(at + len(clip) + int((GAP_S if overlap_s == 0 else -overlap_s) * SAMPLE_RATE), 0)

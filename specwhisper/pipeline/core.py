@@ -206,8 +206,8 @@ class Pipeline:
         split = [without_bleed(np.atleast_2d(audio)) for audio in audios]
         alone = self.run_many([c for channels in split for c in channels], replace(opts, multichannel=False, decode=opts.decode_options()), progress)
         out, first = [], 0
-        for n, channels in enumerate(split):
-            out.append(merge_channels(alone[first : first + len(channels)], (sources or [None] * len(audios))[n]))
+        for n, (channels, source) in enumerate(zip(split, sources or [None] * len(audios))):
+            out.append(merge_channels(alone[first : first + len(channels)], source))
             first += len(channels)
             if on_segments is not None:
                 on_segments(n, out[-1].segments)

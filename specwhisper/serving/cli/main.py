@@ -15,11 +15,11 @@ from specwhisper.batch.inputs import output_stems
 from specwhisper.diarize.known import load_known_speakers
 from specwhisper.hardware.threads import check_threads
 from specwhisper.pipeline.options import options_for, pipeline_config, run_options
-from specwhisper.pipeline.writers import check_output_dir, parse_formats, render, timed_line, write_outputs
+from specwhisper.pipeline.writers import check_output_dir, parse_formats, render, timed_line
 from specwhisper.serving.arguments import option_values
 from specwhisper.serving.cli.args import PROG, batch_flags_used, parse_args
 from specwhisper.serving.cli.rerender import is_json, rerender
-from specwhisper.serving.cli.stdio import STDIN_NAME, STDIN_STEM, check_stdin, check_stdout, reads_stdin, stdin_file, write_stdout, writes_stdout
+from specwhisper.serving.cli.stdio import STDIN_NAME, STDIN_STEM, check_stdin, check_stdout, reads_stdin, stdin_file, write_transcript, writes_stdout
 from specwhisper.serving.messages import clip, one_line
 
 
@@ -355,15 +355,12 @@ def _transcribe_one(pipeline, item: Input, out_dir: Path | None, formats: list[s
         raise
     finally:
         progress.close()
-    if out_dir is None:
-        write_stdout(render(transcript, formats[0], opts.subtitles))
-        written = [f"{formats[0]} to standard output"]
-    else:
-        try:
-            written = [p.name for p in write_outputs(transcript, out_dir, item.stem, formats, opts.subtitles)]
-        except OSError as exc:
-            _error(OSError(f"{path}: cannot write outputs to {out_dir} ({exc.strerror or exc})"))
-            return False
+    try:
+        written = write_transcript(transcript, out_dir, item.stem, formats, opts.subtitles)
+    except OSError as exc:
+        _error(OSError(f"{path}: cannot write outputs to {out_dir} ({exc.strerror or exc})"))
+        return False
+    if checkpoint is not None:
         checkpoint.unlink(missing_ok=True)
     if not quiet:
         stdout_begins()

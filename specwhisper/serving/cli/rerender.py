@@ -9,11 +9,11 @@ from pathlib import Path
 
 from specwhisper.batch.inputs import output_stems
 from specwhisper.pipeline.options import options_for, run_options, subtitle_options
-from specwhisper.pipeline.writers import check_output_dir, parse_formats, render, write_outputs
+from specwhisper.pipeline.writers import check_output_dir, parse_formats
 from specwhisper.results.transcript import Transcript
 from specwhisper.serving.arguments import option_values
 from specwhisper.serving.cli.args import batch_flags_used
-from specwhisper.serving.cli.stdio import check_stdout, write_stdout, writes_stdout
+from specwhisper.serving.cli.stdio import check_stdout, write_transcript, writes_stdout
 
 # what shapes the files written from a json; any other option would need the audio
 RENDERING = {"formats", "segment_resolution"}
@@ -86,11 +86,7 @@ def rerender(args, prog: str) -> int:
             diarized = bool(transcript.speakers)
             if "rttm" in asked and not diarized:
                 raise ValueError(f"{path}: -f rttm needs speakers, and this transcript has none")
-            if out_dir is None:
-                write_stdout(render(transcript, formats[0], layout))
-                written = [f"{formats[0]} to standard output"]
-            else:
-                written = [p.name for p in write_outputs(transcript, out_dir, stem, [f for f in formats if f != "rttm" or diarized], layout)]
+            written = write_transcript(transcript, out_dir, stem, [f for f in formats if f != "rttm" or diarized], layout)
         except (ValueError, OSError) as exc:
             print(f"{prog}: error: {exc}", file=sys.stderr)
             failures += 1

@@ -75,6 +75,17 @@ def stdin_file() -> Iterator[Path]:
         yield path
 
 
+def write_transcript(transcript, out_dir: Path | None, stem: str, formats: list[str], layout) -> list[str]:
+    """``formats`` of ``transcript`` written under ``out_dir`` (``write_outputs``); ``out_dir`` None (``-o -``):
+    its one format on standard output. What was written, in words for the summary line."""
+    from specwhisper.pipeline.writers import render, write_outputs
+
+    if out_dir is None:
+        write_stdout(render(transcript, formats[0], layout))
+        return [f"{formats[0]} to standard output"]
+    return [p.name for p in write_outputs(transcript, out_dir, stem, formats, layout)]
+
+
 def write_stdout(text: str) -> None:
     """A rendered transcript on standard output; a reader that went away (``| head``) is not an error."""
     try:
