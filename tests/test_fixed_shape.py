@@ -166,6 +166,22 @@ def test_speculation_in_fixed_shapes_is_token_identical(unpacked_engine, plain_t
             assert fast.stats.accepted_tokens > 0
 
 
+def test_penalties_on_repetition_choose_eagerly_in_captured_mode(unpacked_engine, plain_tokens, encoded):
+    """A GPU's decoders choose in captured calls, whose rule state is four facts a row; the penalties on
+    repetition read each row's tokens, so with them plain steps and verify passes choose eagerly: as
+    captured-mode decoders here (run without graphs), plain and early-exit speculative decoding of JFK's
+    clip with both penalties give the same tokens, and other tokens than without the penalties."""
+    opts = DecodeOptions(language="en", batch_size=4, repetition_penalty=1.3, no_repeat_ngram_size=2)
+    got = {}
+    for draft in ("none", "early-exit"):
+        engine = sharing_encoder(AsrEngine("base", bundle=unpacked_engine.bundle, decoder_factory=decoder_factory(draft)),
+                                 encoded)
+        engine.decoder.captured = True
+        got[draft] = {f: [s.tokens for s in engine.transcribe(audio, opts).segments] for f, (audio, _) in plain_tokens.items()}
+    assert got["early-exit"] == got["none"]
+    assert got["none"] != {f: plain for f, (_, plain) in plain_tokens.items()}
+
+
 def _transcribe_clips(unpacked_engine, manifest, encoded, draft: str, whole: bool = False, captured: bool = False):
     """``english_clips`` in batches of 4 by a speculative engine of ``draft`` over the fixed-shape base:
     (tokens, average log-probabilities, (drafted, accepted, target passes)). ``whole``: the drafter picks for

@@ -55,6 +55,18 @@ def prefixes(tok, n: int, rng: random.Random) -> list[list[int]]:
     return out
 
 
+def repeating(rows: list[list[int]], rng: random.Random) -> list[list[int]]:
+    """``rows`` with every third one (after the first six) made to repeat itself, so that the penalties on
+    repetition find tokens and n-grams seen before (text and timestamps)."""
+    out = []
+    for i, r in enumerate(rows):
+        if i >= 6 and i % 3 == 0 and r:
+            cut = rng.randrange(len(r))
+            r = r + r[cut:]
+        out.append(r)
+    return out
+
+
 def logits_for(tok, n: int, seed: int) -> torch.Tensor:
     """Random logits with timestamps sometimes winning, sometimes not, and a strong end-of-text now and then."""
     g = torch.Generator().manual_seed(seed)
@@ -85,13 +97,15 @@ def test_select_equals_openai_whisper_filters_row_by_row(tok, timestamps):
         assert lps[i].item() == pytest.approx(float(torch.log_softmax(ref[0], -1).max()), abs=1e-5)
 
 
-def test_the_device_state_advances_as_the_host_prefix_grows(tok):
+@pytest.mark.parametrize("penalties", [(1.0, 0), (1.3, 2), (0.8, 3)], ids=["plain", "penalty-2gram", "favour-3gram"])
+def test_the_device_state_advances_as_the_host_prefix_grows(tok, penalties):
     """``advance`` (a draft loop's rule facts, kept on the device) gives the state read from the grown
-    prefix, and the same masks, for every kind of next token."""
+    prefix, and the same masks, for every kind of next token; with penalties on repetition, the same
+    penalized logits as the grown prefixes' own."""
     rng = random.Random(11)
-    rules = ours(tok)
+    rules = ours(tok).with_penalties(*penalties)
     tb = tok.timestamp_begin
-    rows = prefixes(tok, 60, rng)
+    rows = repeating(prefixes(tok, 60, rng), rng)
     nxt = [rng.choice([tb + rng.randrange(0, 1500), rng.randrange(220, 50000), tb, tok.eot]) for _ in rows]
     grown = rules.advance(rules.state(rows, "cpu"), torch.tensor(nxt))
     for _ in range(2):  # and once more, past the first token
@@ -107,22 +121,29 @@ def test_the_device_state_advances_as_the_host_prefix_grows(tok):
     rules.select_state(a, grown)
     rules.select(b, rows)
     assert torch.equal(a, b)
+    if rules.penalized:  # the penalties did something the plain rules do not
+        plain = x.clone()
+        ours(tok).select(plain, rows)
+        assert not torch.equal(a, plain)
     assert np.isinf(a.numpy()).any(axis=1).all()
 
 
-def test_the_state_along_a_draft_is_the_state_of_each_of_its_prefixes(tok):
+@pytest.mark.parametrize("penalties", [(1.0, 0), (1.3, 2), (1.5, 1)], ids=["plain", "penalty-2gram", "no-repeat"])
+def test_the_state_along_a_draft_is_the_state_of_each_of_its_prefixes(tok, penalties):
     """``along`` (the verify pass's rule facts at every drafted position, from drafts that stay on the
     device) gives, at column j, the state read from the prefix and the draft's first j tokens; a row's
     drafts mix text, timestamps, pairs and end-of-text, after prefixes of every kind, the empty one
-    included."""
+    included; with penalties on repetition, drafts that repeat the prefix's tokens and n-grams too."""
     rng = random.Random(13)
-    rules = ours(tok)
+    rules = ours(tok).with_penalties(*penalties)
     tb = tok.timestamp_begin
-    rows = prefixes(tok, 60, rng)
+    rows = repeating(prefixes(tok, 60, rng), rng)
     m = 6
     drafts = [[rng.choice([tb + rng.randrange(0, 1500), rng.randrange(220, 50000), tb, tok.eot]) for _ in range(m)]
               for _ in rows]
     drafts[0][:2] = [tb + 4, tb + 4]  # a pair right after the empty prefix
+    for r, d in zip(rows[6::2], drafts[6::2]):  # drafts going on with their prefix's own n-grams
+        d[: min(m, len(r))] = r[:m]
     state = rules.along(rules.state(rows, "cpu"), torch.tensor(drafts))
     for j in range(m + 1):
         want = rules.state([r + d[:j] for r, d in zip(rows, drafts)], "cpu")
@@ -135,3 +156,46 @@ def test_the_state_along_a_draft_is_the_state_of_each_of_its_prefixes(tok):
     rules.select_state(a, state.at((torch.arange(len(rows)), cols)))
     rules.select(b, [r + d[:j] for r, d, j in zip(rows, drafts, cols.tolist())])
     assert torch.equal(a, b)
+
+
+@pytest.mark.parametrize("penalty,ngram", [(1.3, 0), (0.7, 0), (1.0, 1), (1.0, 3), (2.0, 2)])
+def test_penalties_equal_transformers_logits_processors_row_by_row(tok, penalty, ngram):
+    """faster-whisper's repetition_penalty and no_repeat_ngram_size (CTranslate2's, on the tokens sampled so
+    far) against transformers' RepetitionPenaltyLogitsProcessor and NoRepeatNGramLogitsProcessor on the same
+    tokens, followed by openai-whisper's filters: the same logits, bit for bit, and the same pick."""
+    from transformers import NoRepeatNGramLogitsProcessor, RepetitionPenaltyLogitsProcessor
+
+    rng = random.Random(17)
+    rules = ours(tok).with_penalties(penalty, ngram)
+    rows = repeating(prefixes(tok, 120, rng), rng)
+    x = logits_for(tok, len(rows), seed=19)
+    mine = x.clone()
+    picked, _ = rules.select(mine, rows)
+    sot = list(tok.sot_sequence)
+    changed = 0
+    for i, seq in enumerate(rows):
+        ref = x[i : i + 1].clone()
+        if seq:
+            ids = torch.tensor([seq])
+            if penalty != 1.0:
+                ref = RepetitionPenaltyLogitsProcessor(penalty)(ids, ref)
+            if ngram:
+                ref = NoRepeatNGramLogitsProcessor(ngram)(ids, ref)
+        changed += not torch.equal(ref, x[i : i + 1])
+        context = torch.tensor([sot + seq])
+        for f in openai_filters(tok, True, len(sot)):
+            f.apply(ref, context)
+        assert torch.equal(mine[i], ref[0]), f"row {i} prefix {seq[-6:]}"
+        assert picked[i].item() == int(ref[0].argmax()), f"row {i}"
+    assert changed >= 20  # of 120 rows, a third of them repeating themselves
+
+
+def test_penalized_rules_refuse_a_state_without_the_prefixes(tok):
+    """A captured call's state holds four facts a row, not its tokens: penalized rules given one raise
+    (the decoders choose eagerly with them) rather than choose without their penalties."""
+    from specwhisper.asr.decoding.rules import RuleState
+
+    rules = ours(tok).with_penalties(1.2, 0)
+    facts = RuleState.of(torch.tensor(rules.facts([[400, 401]])))
+    with pytest.raises(ValueError, match="prefixes"):
+        rules.select_state(logits_for(tok, 1, seed=1), facts)

@@ -194,11 +194,12 @@ class AsrEngine:
             return decoder
         from specwhisper.asr.decoding.beam import BeamSearchDecoder
 
-        return BeamSearchDecoder(self.runtime, self.special, self.rules, opts.beam_size, opts.patience)
+        return BeamSearchDecoder(self.runtime, self.special, decoder.rules, opts.beam_size, opts.patience)
 
-    def _sampler(self) -> SamplingDecoder:
-        """A sampler for the fallback, with the engine's captured draws (captured once, not per decode)."""
-        return SamplingDecoder(self.runtime, self.special, self.rules, choices=self.draws)
+    def _sampler(self, rules: WhisperLogitRules | None = None) -> SamplingDecoder:
+        """A sampler for the fallback with ``rules`` (the run's; None: the engine's), with the engine's
+        captured draws (captured once, not per decode)."""
+        return SamplingDecoder(self.runtime, self.special, rules or self.rules, choices=self.draws)
 
     def _text(self, tokens: list[int]) -> str:
         return self.bundle.tokenizer.decode([t for t in tokens if t < self.special.eot])
@@ -325,6 +326,7 @@ class AsrEngine:
         decoder = decoder or self.decoder
         opts = options or DecodeOptions()
         opts.validate(self.special)
+        decoder = decoder.with_rules(decoder.rules.with_penalties(opts.repetition_penalty, opts.no_repeat_ngram_size))
         # what the device's memory holds (one warning line when it is less), before any work
         rows = fit_batch_size(opts.batch_size, self.runtime)
         report = progress or (lambda stage, frac: None)
@@ -378,7 +380,7 @@ class AsrEngine:
 
         # the fallback's samples of several batches in one stream on a GPU; a conditioned file's next
         # chunk follows the text of the one before, so its batches finish one by one
-        pool = FallbackPool(self._sampler, opts.quality, self._text, rows, ahead=self.fallback_ahead,
+        pool = FallbackPool(lambda: self._sampler(decoder.rules), opts.quality, self._text, rows, ahead=self.fallback_ahead,
                             most_batches=self.fallback_pool if self.fallback_ahead and not conditioning else 1,
                             report=lambda: report(SAMPLING, shown))
         waiting: list[FirstPass | Replayed] = []

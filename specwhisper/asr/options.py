@@ -25,6 +25,7 @@ SAMPLING = "sampling"
 
 
 MAX_VAD_MS = 10_000  # the longest VAD silence or padding setting, ms
+MAX_NGRAM = 448  # the longest n-gram no_repeat_ngram_size may name: Whisper's most tokens in a window
 
 
 @dataclass
@@ -41,6 +42,9 @@ class DecodeOptions:
     word_timestamps: bool = False
     beam_size: int | None = None  # None: greedy (speculative when a drafter runs)
     patience: float = 1.0
+    # faster-whisper's penalties on repetition within a window (asr.decoding.rules): 1.0 and 0 are off
+    repetition_penalty: float = 1.0
+    no_repeat_ngram_size: int = 0
     quality: QualityRules = field(default_factory=QualityRules)
     initial_prompt: str | None = None  # text before every chunk (before the first one only when conditioning)
     hotwords: str | None = None  # words to favour: put in the prompt of every chunk
@@ -95,6 +99,12 @@ class DecodeOptions:
             raise ValueError(f"beam size must be >= 1, got {self.beam_size}")
         if self.patience <= 0:
             raise ValueError(f"patience must be > 0, got {self.patience}")
+        penalty = self.repetition_penalty
+        if isinstance(penalty, bool) or not isinstance(penalty, (int, float)) or not 0 < penalty <= 10:
+            raise ValueError(f"repetition penalty must be a number above 0 and at most 10, got {penalty!r}")
+        size = self.no_repeat_ngram_size
+        if isinstance(size, bool) or not isinstance(size, int) or not 0 <= size <= MAX_NGRAM:
+            raise ValueError(f"no repeat ngram size must be a whole number from 0 to {MAX_NGRAM}, got {size!r}")
         if not 0.0 <= self.language_threshold <= 1.0:
             raise ValueError(f"language threshold must be between 0 and 1, got {self.language_threshold}")
         if self.language_detection_segments < 1:

@@ -25,6 +25,7 @@ ENTRY_POINTS = ("cli", "http", "api", "ui")
 SCOPES = ("load", "run", "output")
 MAX_KNOWN_SPEAKERS = 8
 MAX_ALIGN_CHARS = 1_000_000  # about 20 hours of speech
+MAX_NGRAM = 448  # specwhisper.asr.options.MAX_NGRAM (test_options checks they agree)
 DEFAULT_MAX_SECONDS = 12 * 3600.0  # specwhisper.audio.loading.DEFAULT_MAX_SECONDS (test_options checks they agree)
 
 DEPLOYMENT = "a deployment setting (the server's SPECWHISPER_* variables, app.py's flags), not a request's"
@@ -387,6 +388,13 @@ OPTIONS: tuple[Option, ...] = (
            "runs; openai-whisper's CLI and faster-whisper use 5)", group="quality", nullable=True, low=1, high=16,
            generate_names=("num_beams",)),
     Option("patience", float, 1.0, "beam search patience", group="quality", low=0.0, high=10.0, low_open=True),
+    Option("repetition_penalty", float, 1.0, "the score of every token already written in a window is divided by this "
+           "(multiplied, when it is negative): above 1, Whisper is less inclined to repeat itself, below 1 more "
+           "(faster-whisper's repetition_penalty, as CTranslate2 applies it; 1: off)", group="quality", low=0.0,
+           high=10.0, low_open=True, generate_names=("repetition_penalty",)),
+    Option("no_repeat_ngram_size", int, 0, "a window never writes the same n tokens twice (faster-whisper's "
+           "no_repeat_ngram_size; 0: off)", group="quality", low=0, high=MAX_NGRAM,
+           generate_names=("no_repeat_ngram_size",)),
     Option("best_of", int, 5, "samples per fallback temperature", group="quality", low=1, high=10),
     Option("temperature", float, 0.0, "first decoding temperature", group="quality", low=0.0, high=1.0),
     Option("temperature_increment_on_fallback", float, 0.2, "temperature step when a decode fails the checks below; "
@@ -508,6 +516,7 @@ def run_options(values: dict[str, Any]):
                            vad_threshold=v["vad_threshold"], vad_min_silence_ms=v["vad_min_silence_ms"],
                            vad_speech_pad_ms=v["vad_speech_pad_ms"], max_chunk_s=v["chunk_length"], word_timestamps=word_ts,
                            beam_size=v["beam_size"], patience=v["patience"], quality=quality,
+                           repetition_penalty=v["repetition_penalty"], no_repeat_ngram_size=v["no_repeat_ngram_size"],
                            initial_prompt=v["initial_prompt"], hotwords=v["hotwords"],
                            condition_on_previous_text=v["condition_on_previous_text"],
                            hallucination_silence_threshold=v["hallucination_silence_threshold"],

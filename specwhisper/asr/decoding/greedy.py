@@ -7,6 +7,8 @@ makes speculative output identical.
 
 from __future__ import annotations
 
+import copy
+
 import time
 from collections import deque
 from dataclasses import dataclass, field
@@ -76,6 +78,15 @@ class Decoder:
             no_speech = torch.zeros(b, device=device)
         return logits[:, -1], no_speech
 
+    def with_rules(self, rules: WhisperLogitRules) -> Decoder:
+        """This decoder choosing with ``rules`` (a call's penalties on repetition: ``WhisperLogitRules.with_penalties``),
+        sharing its captured calls (they are kept per rules) and its drafter."""
+        if rules is self.rules:
+            return self
+        clone = copy.copy(self)
+        clone.rules = rules
+        return clone
+
     def decode(self, encoder_out: torch.Tensor, prompt: list[int], features: torch.Tensor | None = None,
                looping: Looping | None = None) -> DecodeOutput:
         """Decode every row of ``encoder_out`` after ``prompt``; ``features`` (the log-mel input)
@@ -140,7 +151,7 @@ class GreedyDecoder(Decoder):
                         ) -> tuple[torch.Tensor, list[int], list[float]]:
         """The next token of each row (device [rows]), and the tokens and log-probabilities read to the
         host: the step's one wait."""
-        if not self.captured:
+        if not self.captured or rules.penalized:  # penalties read the prefixes: eager (WhisperLogitRules.penalized)
             nxt, logprobs = self.choose(logits.float(), prefixes, rules)
             return nxt, *read_choices(nxt, logprobs)
         return self.choices.read(logits, prefixes, rules)
@@ -314,7 +325,7 @@ class SamplingDecoder(Decoder):
                       temperatures: list[list[float]], uniforms: list[float]) -> tuple[torch.Tensor, list[int], list[float]]:
         """The drawn token of each row (device [rows]), and the tokens and log-probabilities read to the
         host: the step's one wait."""
-        if self.captured:
+        if self.captured and not rules.penalized:
             return self.choices.read(logits, prefixes, rules, (temperatures, uniforms))
         device = logits.device
         nxt, logprobs = self.draw(logits.float(), prefixes, rules, on_device(temperatures, device, dtype=torch.float32),

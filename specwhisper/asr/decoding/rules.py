@@ -1,5 +1,6 @@
 """Whisper's greedy decoding rules, after openai/whisper ``decoding.py`` (SuppressBlank, SuppressTokens,
-ApplyTimestampRules), written so that one call processes many (row, prefix) pairs at once: the plain
+ApplyTimestampRules), and faster-whisper's two penalties on repetition (CTranslate2's RepetitionPenalty and
+NoRepeatNgram), written so that one call processes many (row, prefix) pairs at once: the plain
 decoder calls them on the last position of each row, the speculative decoder on every drafted
 position. Sharing this one implementation is what makes speculative output identical."""
 
@@ -28,12 +29,21 @@ class WhisperLogitRules:
         begin_suppress_tokens: list[int],
         timestamps: bool,
         max_initial_timestamp_index: int | None = 50,
+        repetition_penalty: float = 1.0,
+        no_repeat_ngram_size: int = 0,
     ):
+        """``repetition_penalty``, ``no_repeat_ngram_size``: faster-whisper's (CTranslate2's) penalties on
+        the tokens sampled so far in the decode (its prompt excluded, timestamps included): each such
+        token's logit is divided by the penalty when positive, multiplied when negative; a token that
+        would complete an n-gram already sampled is not written. 1.0 and 0: off."""
         self.sp = special
         self.timestamps = timestamps
         self.max_initial = max_initial_timestamp_index
+        self.repetition_penalty = float(repetition_penalty)
+        self.no_repeat_ngram_size = int(no_repeat_ngram_size)
         self._settings = (vocab_size, suppress_tokens, begin_suppress_tokens, max_initial_timestamp_index)
         self._untimed: WhisperLogitRules | None = None
+        self._penalized: dict[tuple[float, int], WhisperLogitRules] = {}
         always = set(t for t in suppress_tokens if 0 <= t < vocab_size)
         always |= {special.transcribe, special.translate, special.sot, special.sot_prev, special.sot_lm}
         if special.no_speech is not None:
@@ -54,8 +64,26 @@ class WhisperLogitRules:
             return self
         if self._untimed is None:
             vocab_size, suppress, begin, max_initial = self._settings
-            self._untimed = WhisperLogitRules(self.sp, vocab_size, suppress, begin, False, max_initial)
+            self._untimed = WhisperLogitRules(self.sp, vocab_size, suppress, begin, False, max_initial,
+                                              self.repetition_penalty, self.no_repeat_ngram_size)
         return self._untimed
+
+    @property
+    def penalized(self) -> bool:
+        """Whether the rules read each prefix's tokens (a penalty on repetition is on): their state then
+        holds the prefixes themselves (``RuleState.history``), and the captured calls are not used."""
+        return self.repetition_penalty != 1.0 or self.no_repeat_ngram_size > 0
+
+    def with_penalties(self, repetition_penalty: float = 1.0, no_repeat_ngram_size: int = 0) -> WhisperLogitRules:
+        """These rules with the penalties on repetition set so (made once per setting)."""
+        key = (float(repetition_penalty), int(no_repeat_ngram_size))
+        if key == (self.repetition_penalty, self.no_repeat_ngram_size):
+            return self
+        if key not in self._penalized:
+            vocab_size, suppress, begin, max_initial = self._settings
+            self._penalized[key] = WhisperLogitRules(self.sp, vocab_size, suppress, begin, self.timestamps,
+                                                     max_initial, *key)
+        return self._penalized[key]
 
     def masks(self, device: torch.device) -> tuple[torch.Tensor, torch.Tensor]:
         """The suppress and begin-suppress masks on ``device`` (moved once per device)."""
@@ -80,8 +108,15 @@ class WhisperLogitRules:
         queued to the device as one small copy (``on_device``: a copy from a host list would wait for
         the GPU)."""
         rows = self.facts(prefixes)
-        return RuleState.of(on_device(rows, device, dtype=torch.long).reshape(len(rows), 4),
-                            maybe_empty=any(r[0] for r in rows))
+        state = RuleState.of(on_device(rows, device, dtype=torch.long).reshape(len(rows), 4),
+                             maybe_empty=any(r[0] for r in rows))
+        if self.penalized:
+            # each prefix right-aligned in one [N, C] block, -1 before it: its end is the block's
+            width = max(1, *(len(p) for p in prefixes)) if prefixes else 1
+            block = [[-1] * (width - len(p)) + list(p) for p in prefixes]
+            state.history = on_device(block, device, dtype=torch.long).reshape(len(prefixes), width)
+            state.end = torch.full((len(prefixes),), width, dtype=torch.long, device=state.history.device)
+        return state
 
     def facts(self, prefixes: list[list[int]]) -> list[list[int]]:
         """Per prefix, the facts :class:`RuleState` holds, on the host: [empty, last_ts, penult_ts, stamp]."""
@@ -101,8 +136,13 @@ class WhisperLogitRules:
         by launching them."""
         is_ts = tokens >= self.sp.timestamp_begin
         # a prefix of one token counts as preceded by a timestamp
-        return RuleState(torch.zeros_like(is_ts), is_ts, state.last_ts | state.empty,
-                         torch.where(is_ts, tokens - self.sp.timestamp_begin, state.stamp), maybe_empty=False)
+        out = RuleState(torch.zeros_like(is_ts), is_ts, state.last_ts | state.empty,
+                        torch.where(is_ts, tokens - self.sp.timestamp_begin, state.stamp), maybe_empty=False)
+        if state.history is not None:
+            history = torch.cat([state.history, torch.full_like(state.history[:, :1], -1)], 1)
+            out.history = history.scatter(1, state.end[:, None], tokens[:, None])
+            out.end = state.end + 1
+        return out
 
     def along(self, state: RuleState, tokens: torch.Tensor) -> RuleState:
         """The states [N, m + 1] after each row's prefix and its first 0..m ``tokens`` [N, m] (device
@@ -117,7 +157,10 @@ class WhisperLogitRules:
         stamps = torch.cat([state.stamp[:, None], tokens - self.sp.timestamp_begin], 1)
         marks = torch.cat([torch.ones_like(state.empty)[:, None], is_ts], 1)
         latest = (marks * torch.arange(m + 1, device=tokens.device)).cummax(dim=1).values
-        return RuleState(empty, last_ts, penult_ts[:, : m + 1], stamps.gather(1, latest), state.maybe_empty)
+        out = RuleState(empty, last_ts, penult_ts[:, : m + 1], stamps.gather(1, latest), state.maybe_empty)
+        if state.history is not None:
+            out.history, out.end = _histories_along(state.history, state.end, tokens)
+        return out
 
     @torch.inference_mode()
     def select_state(self, logits: torch.Tensor, state: RuleState, pick: bool = True):
@@ -126,6 +169,8 @@ class WhisperLogitRules:
         none of which waits for the device."""
         tb = self.sp.timestamp_begin
         dev = logits.device
+        if self.penalized:
+            self._penalize(logits, state)
         suppress, begin = self.masks(dev)
         logits.masked_fill_(suppress, NEG_INF)
         if state.maybe_empty:
@@ -161,19 +206,78 @@ class WhisperLogitRules:
         chosen = logits.gather(1, tokens[:, None])[:, 0]
         return tokens, chosen - lse
 
+    def _penalize(self, logits: torch.Tensor, state: RuleState) -> None:
+        """The penalties on repetition, in place, before Whisper's rules (CTranslate2's order), from each
+        row's prefix (``state.history``): elementwise, so a verify position gets the bits a plain step does."""
+        if state.history is None:
+            raise ValueError("penalized rules need the prefixes' tokens: a state made by WhisperLogitRules.state")
+        rows, vocab = logits.shape
+        history, end = state.history, state.end
+        inside = (history >= 0) & (torch.arange(history.shape[1], device=history.device)[None, :] < end[:, None])
+        if self.repetition_penalty != 1.0:
+            seen = _token_mask(torch.where(inside, history, vocab), vocab)
+            p = self.repetition_penalty
+            logits.copy_(torch.where(seen, torch.where(logits < 0, logits * p, logits / p), logits))
+        if self.no_repeat_ngram_size > 0:
+            banned = _ngram_completions(history, end, self.no_repeat_ngram_size, vocab)
+            if banned is not None:
+                logits.masked_fill_(banned, NEG_INF)
+
+
+def _token_mask(ids: torch.Tensor, vocab: int) -> torch.Tensor:
+    """[N, vocab] bool: True at each row's ``ids`` [N, C] (``vocab`` marks no token)."""
+    return torch.zeros((ids.shape[0], vocab + 1), dtype=torch.bool, device=ids.device).scatter_(1, ids, True)[:, :vocab]
+
+
+def _ngram_completions(history: torch.Tensor, end: torch.Tensor, n: int, vocab: int) -> torch.Tensor | None:
+    """[N, vocab] bool: the tokens that would complete, after each row's prefix (``history`` [N, C] up to
+    column ``end``, -1 where there is no token), an n-gram the prefix already holds (CTranslate2's
+    NoRepeatNgram: the prefix's last n - 1 tokens looked for earlier, each find's next token banned)."""
+    rows, width = history.shape
+    if width < n:
+        return None
+    grams = history.unfold(1, n, 1)  # [N, C - n + 1, n]: the n-gram starting at each column
+    starts = torch.arange(grams.shape[1], device=history.device)
+    found = (starts[None, :] + n - 1 < end[:, None]) & (grams >= 0).all(-1)
+    if n > 1:
+        at = end[:, None] - (n - 1) + torch.arange(n - 1, device=history.device)[None, :]
+        last = history.gather(1, at.clamp(min=0))
+        whole = (at >= 0).all(-1) & (last >= 0).all(-1)
+        found &= whole[:, None] & (grams[..., : n - 1] == last[:, None, :]).all(-1)
+    return _token_mask(torch.where(found, grams[..., n - 1], vocab), vocab)
+
+
+def _histories_along(history: torch.Tensor, end: torch.Tensor, tokens: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """The prefixes [N, m + 1, C + m] (and their ends [N, m + 1]) after each row's prefix (``history``
+    [N, C] up to ``end``) and its first 0..m ``tokens`` [N, m]."""
+    rows, m = tokens.shape
+    width = history.shape[1] + m
+    grown = torch.cat([history, torch.full_like(tokens, -1)], 1)[:, None, :].expand(rows, m + 1, width)
+    if m == 0:
+        return grown, end[:, None]
+    offset = torch.arange(width, device=history.device)[None, :] - end[:, None]  # [N, C + m]: column - end
+    written = tokens.gather(1, offset.clamp(0, m - 1))  # the draft each column would hold
+    j = torch.arange(m + 1, device=history.device)[None, :, None]
+    holds = (offset[:, None, :] >= 0) & (offset[:, None, :] < j)  # column within position j's first j drafts
+    return torch.where(holds, written[:, None, :], grown), end[:, None] + torch.arange(m + 1, device=history.device)[None, :]
+
 
 @dataclass
 class RuleState:
     """The facts the rules read of each row's prefix, as device tensors [N]: ``empty`` (nothing sampled
     yet), ``last_ts`` / ``penult_ts`` (its last / second-to-last token is a timestamp; a prefix of one
     token counts as preceded by one), ``stamp`` (its last timestamp's index, -1 when it has none).
-    ``maybe_empty``: False when no row can be empty (the masks for a first token are then skipped)."""
+    ``maybe_empty``: False when no row can be empty (the masks for a first token are then skipped).
+    With a penalty on repetition, the prefixes themselves: ``history`` [N, C] (-1 where no token) up to
+    column ``end`` [N]."""
 
     empty: torch.Tensor
     last_ts: torch.Tensor
     penult_ts: torch.Tensor
     stamp: torch.Tensor
     maybe_empty: bool = True
+    history: torch.Tensor | None = None
+    end: torch.Tensor | None = None
 
     @staticmethod
     def of(facts: torch.Tensor, maybe_empty: bool = True) -> RuleState:
@@ -187,7 +291,8 @@ class RuleState:
     def at(self, index: tuple[torch.Tensor, torch.Tensor]) -> RuleState:
         """The states [N] of the (row, column) positions ``index`` of a state over [rows, columns]."""
         return RuleState(self.empty[index], self.last_ts[index], self.penult_ts[index], self.stamp[index],
-                         self.maybe_empty)
+                         self.maybe_empty, None if self.history is None else self.history[index],
+                         None if self.end is None else self.end[index])
 
     def narrow(self, rows: list[int], keep: list[int]) -> RuleState:
         """The state of the rows ``keep``, a subset of ``rows`` (the rows this state describes, in order):
@@ -196,7 +301,8 @@ class RuleState:
             return self
         at = {r: j for j, r in enumerate(rows)}
         idx = on_device([at[r] for r in keep], self.empty.device)
-        return RuleState(self.empty[idx], self.last_ts[idx], self.penult_ts[idx], self.stamp[idx], self.maybe_empty)
+        return RuleState(self.empty[idx], self.last_ts[idx], self.penult_ts[idx], self.stamp[idx], self.maybe_empty,
+                         None if self.history is None else self.history[idx], None if self.end is None else self.end[idx])
 
 
 class CapturedSelect:

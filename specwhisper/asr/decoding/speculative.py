@@ -219,7 +219,7 @@ class SpeculativeDecoder(Decoder):
             [([c[-1], *d][:n] + [c[-1]] * width)[:width] for c, d, n in zip(contexts, drafts.known, fed)]
         hidden = self.drafter.verify(self.rt, tokens, positions, cache, token_rows=known, starts=lengths,
                                      drafted=known is None)
-        if self.captured and cache.width is not None:
+        if self.captured and cache.width is not None and not rules.penalized:
             return self._captured_verdict(cache, rules, contexts, drafts, lengths, fed, tokens, positions, hidden)
         # only real positions go through the (large) output head
         rows = [i for i, n in enumerate(fed) for _ in range(n)]

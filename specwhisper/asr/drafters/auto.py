@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 import torch
 
 from specwhisper.asr.decoding.greedy import Decoder, DecodeOutput, GreedyDecoder, Looping
+from specwhisper.asr.decoding.rules import WhisperLogitRules
 from specwhisper.asr.decoding.speculative import Lookahead, SpeculativeDecoder
 from specwhisper.hardware.device import on_device, synchronize
 
@@ -173,6 +174,16 @@ class AutoDecoder(Decoder):
         if any(best_possible(costs, costs.draft[n], self.acceptance[n], self.bonus[n]) >= MARGIN for n in self.candidates):
             costs.verify.update({w: _seconds(verify(w), dev) for w in (4, 8) if cache.width is None or w <= cache.width})
         return costs
+
+    def with_rules(self, rules: WhisperLogitRules) -> AutoDecoder:
+        """``Decoder.with_rules`` for the plain decoder and every candidate; the costs measured, the
+        acceptance learned and the choices made stay shared."""
+        if rules is self.rules:
+            return self
+        clone = super().with_rules(rules)
+        clone.plain = self.plain.with_rules(rules)
+        clone.candidates = {n: d.with_rules(rules) for n, d in self.candidates.items()}
+        return clone
 
     def decode(self, encoder_out: torch.Tensor, prompt: list[int], features: torch.Tensor | None = None,
                looping: Looping | None = None) -> DecodeOutput:
