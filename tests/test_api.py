@@ -172,6 +172,57 @@ def test_faster_whispers_vad_parameters_are_the_vads_options(readme):
     assert transcriber.detect_language(readme[0] / "jfk.flac", vad_parameters={"speech_pad_ms": 100}).language == "en"
 
 
+@pytest.fixture(scope="module")
+def four_clips(manifest):
+    """Four English clips with 1 s pauses between them (about 50 s) and their references."""
+    from specwhisper.audio.loading import load_audio
+
+    clips = [m for m in manifest if m.language == "en" and m.single_speaker and m.reference and m.duration < 16][:4]
+    pause = np.zeros(16000, dtype=np.float32)
+    return np.concatenate([p for m in clips for p in (load_audio(m.path), pause)]), [m.reference for m in clips]
+
+
+def test_stream_hands_out_each_segment_as_it_becomes_final(readme, four_clips):
+    """faster-whisper's lazy segments: in batches of one chunk, the first segment comes while the rest of
+    the file is still to decode (the transcription's progress then under 1), the segments handed out are the
+    result's, in order, and the result is whole (its WER against the clips' references)."""
+    transcriber = readme[1]["transcriber"]
+    audio, references = four_clips
+    reports = []
+    stream = transcriber.stream(audio, sample_rate=16000, language="en", batch_size=1,
+                                progress=lambda stage, done: reports.append((stage, done)))
+    progress_at_first, got = None, []
+    for segment in stream:
+        if progress_at_first is None:
+            progress_at_first = max(done for stage, done in reports if stage == "transcribe")
+        got.append(segment)
+    assert progress_at_first < 0.8
+    result = stream.result
+    assert [(s.start, s.end, s.text) for s in got] == [(s.start, s.end, s.text) for s in result.segments]
+    assert wer([" ".join(references)], [result.text]) <= 0.2  # measured 0.12; a JFK clip lost: about 0.4
+
+
+def test_a_stream_left_early_stops_decoding(readme, four_clips):
+    """``break`` after the first segment: the decoding stops at its next batch (its progress never reaches
+    the end), and the stream has no result; bad options and audio raise at the call, before any decoding."""
+    transcriber = readme[1]["transcriber"]
+    audio, _ = four_clips
+    reports = []
+    stream = transcriber.stream(audio, sample_rate=16000, language="en", batch_size=1,
+                                progress=lambda stage, done: reports.append((stage, done)))
+    for _ in stream:
+        break
+    assert max(done for stage, done in reports if stage == "transcribe") < 0.8
+    assert not stream._thread.is_alive()
+    with pytest.raises(ValueError, match="closed before its end"):
+        stream.result
+    for call, message in [(lambda: transcriber.stream("missing.wav"), "missing.wav: file not found"),
+                          (lambda: transcriber.stream(audio, sample_rate=16000, beam_size=0), "beam_size"),
+                          (lambda: transcriber.stream(audio, sample_rate=16000, align_text="ask not"), "use transcribe")]:
+        with pytest.raises(ValueError, match=message):
+            call()
+
+
 def test_bad_formats_raise_a_one_line_value_error(readme):
     result = readme[1]["result"]
     for call in (lambda: result.to("pdf"), lambda: result.to("srt,json"), lambda: result.write("out", ["docx"])):

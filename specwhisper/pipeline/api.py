@@ -17,8 +17,10 @@ from __future__ import annotations
 
 import inspect
 import os
+import queue
+import threading
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import fields
 from pathlib import Path
 from typing import TYPE_CHECKING, Union
@@ -26,7 +28,7 @@ from typing import TYPE_CHECKING, Union
 import numpy as np
 
 from specwhisper.results.language import LanguageDetection
-from specwhisper.results.transcript import Transcript
+from specwhisper.results.transcript import Segment, Transcript
 from specwhisper.audio.loading import (AudioError, from_array, load_audio,
                                        load_audio_bytes)
 from specwhisper.pipeline.options import BY_NAME, check_values, options_for
@@ -115,6 +117,27 @@ class Transcriber:
         result.timings["load_audio"] = round(load_s, 3)
         return Transcription.of(result, opts.subtitles)
 
+    def stream(self, audio: Audio, *, sample_rate: int | None = None, progress: Progress | None = None,
+               **options) -> SegmentStream:
+        """``transcribe``, its segments handed out as they become final, in time order, while the rest of
+        the input decodes (faster-whisper's lazy ``segments``)::
+
+            stream = transcriber.stream("talk.mp3")
+            for segment in stream:
+                print(f"[{segment.start:.2f}s -> {segment.end:.2f}s] {segment.text}")
+            result = stream.result  # the whole Transcription
+
+        The options and the audio are checked here, before any decoding (a ValueError or AudioError, as
+        ``transcribe`` raises them); a failure while decoding is raised by the iteration. A segment handed
+        out is the ASR's: the speakers (``diarize``) and the post-edit need the whole input and are in
+        ``result`` only. Leaving the loop early (``break``, or ``close()``) stops the decoding at its next
+        batch. Not with ``align_text``, whose segments come once the whole input is heard."""
+        opts = self.options(**options)
+        if opts.align_text is not None:
+            raise ValueError("align_text: the text's segments come once the whole input is heard; use transcribe")
+        waveform, source = _waveform(audio, sample_rate, opts.max_audio_s, opts.multichannel)
+        return SegmentStream(self.pipeline, waveform, opts, source, progress)
+
     def detect_language(self, audio: Audio, *, sample_rate: int | None = None, progress: Progress | None = None,
                         **options) -> LanguageDetection:
         """The language ``transcribe(audio, **options)`` decodes ``audio`` in when no ``language`` is
@@ -142,6 +165,73 @@ class Transcriber:
             return []
         results = self.pipeline.run_many([w for w, _ in loaded], opts, progress, sources=[s for _, s in loaded])
         return [Transcription.of(r, opts.subtitles) for r in results]
+
+
+class SegmentStream:
+    """The segments of one transcription as they become final (``Transcriber.stream``): an iterator of
+    ``Segment``; ``result`` is the ``Transcription`` once the iteration has ended. The pipeline runs on a
+    thread of its own; its segments come through a queue."""
+
+    def __init__(self, pipeline: Pipeline, waveform: np.ndarray, opts: RunOptions, source: str | None,
+                 progress: Progress | None):
+        self._queue: queue.Queue = queue.Queue()
+        self._closed = threading.Event()
+        self._result: Transcription | None = None
+        self._ended = False
+
+        def report(stage: str, fraction: float) -> None:
+            if self._closed.is_set():
+                raise _Closed()
+            if progress is not None:
+                progress(stage, fraction)
+
+        def run() -> None:
+            try:
+                t = pipeline.run(waveform, opts, report, source=source, on_segments=lambda s: self._queue.put(("segments", s)))
+                self._queue.put(("done", Transcription.of(t, opts.subtitles)))
+            except _Closed:
+                self._queue.put(("closed", None))
+            except BaseException as exc:  # noqa: BLE001  handed to the iterating thread, raised there
+                self._queue.put(("error", exc))
+
+        self._thread = threading.Thread(target=run, name="specwhisper-stream", daemon=True)
+        self._thread.start()
+
+    def __iter__(self) -> Iterator[Segment]:
+        return self._segments()
+
+    def _segments(self) -> Iterator[Segment]:
+        try:
+            while not self._ended:
+                kind, value = self._queue.get()
+                if kind == "segments":
+                    yield from value
+                    continue
+                self._ended = True
+                if kind == "error":
+                    raise value
+                self._result = value
+        finally:
+            if not self._ended:  # left early: the run stops at its next report
+                self.close()
+
+    def close(self) -> None:
+        """Stop the decoding (at its next batch) and wait for it; the stream then has no ``result``."""
+        self._closed.set()
+        self._thread.join()
+        self._ended = True
+
+    @property
+    def result(self) -> Transcription:
+        """The whole transcription (diarized, post-edited, as asked), once the iteration has ended."""
+        if self._result is None:
+            raise ValueError("stream.result: iterate the stream to its end first" if not self._ended
+                             else "stream.result: the stream was closed before its end")
+        return self._result
+
+
+class _Closed(Exception):
+    """Raised in the pipeline's progress report when the stream was closed: the run stops there."""
 
 
 # faster-whisper's ``vad_parameters`` keys -> our options (``WhisperModel.transcribe(vad_parameters=...)``)
@@ -234,6 +324,7 @@ def _with_options(fn, options, keep: int) -> None:
 LOAD_NAMES = {o.name for o in options_for("api", "load")}
 _with_options(Transcriber.transcribe, options_for("api", "run"), keep=4)
 _with_options(Transcriber.transcribe_many, options_for("api", "run"), keep=4)
+_with_options(Transcriber.stream, options_for("api", "run"), keep=4)
 _with_options(load, options_for("api", "load"), keep=3)
 # the options that choose the windows a file's language is detected on
 DETECTION_NAMES = ("vad_filter", "vad_threshold", "vad_min_silence_ms", "vad_speech_pad_ms", "chunk_length", "clip_timestamps",
