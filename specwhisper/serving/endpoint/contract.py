@@ -198,6 +198,8 @@ class Endpoint:
 
     def __init__(self, settings: ServiceSettings | None = None, preload: bool = True):
         self.transcriber = PipelinePool(settings)
+        # called with each transcript ``run`` and ``run_many`` make (the HTTP server's metrics)
+        self.on_transcript: Callable[[Transcript], None] | None = None
         if preload:  # a deployment starting: every offered name is checked, the default loaded
             self.transcriber.check_choices("SPECWHISPER_MODELS", "SPECWHISPER_DRAFTERS")
             self.transcriber.preload(parse_params({}, self.transcriber.settings.choices))
@@ -233,9 +235,11 @@ class Endpoint:
         any failure is raised as a :class:`RequestError` (one line, its status), never a traceback.
         ``on_segments`` gets the segments as they become final (``Pipeline.run_many``'s)."""
         try:
-            return self.transcriber.transcribe_input(source, name, params, progress, on_segments)
+            transcript = self.transcriber.transcribe_input(source, name, params, progress, on_segments)
         except Exception as exc:  # noqa: BLE001 - the contract is an error answer, never a traceback
             raise _request_error(exc) from None
+        self._made([transcript])
+        return transcript
 
     def run_many(self, inputs: list[tuple[str | Path | bytes, str]], params: TranscribeParams,
                  progress: Progress | None = None, most_s: list[float] | None = None) -> list[Transcript | RequestError]:
@@ -249,7 +253,13 @@ class Endpoint:
                 return [_request_error(exc)]
             log.warning("a pass of %d uploads failed (%s): each runs alone", len(inputs), one_line(exc))
             return [self.run_many([item], params, progress)[0] for item in inputs]
+        self._made([o for o in outcomes if not isinstance(o, Exception)])
         return [_request_error(o) if isinstance(o, Exception) else o for o in outcomes]
+
+    def _made(self, transcripts: list[Transcript]) -> None:
+        if self.on_transcript is not None:
+            for transcript in transcripts:
+                self.on_transcript(transcript)
 
     def detect_language(self, source: str | Path | bytes, params: TranscribeParams, name: str = "inputs") -> LanguageDetection:
         """The language of an upload (``PipelinePool.detect_language``); a failure is raised as a

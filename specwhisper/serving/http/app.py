@@ -11,7 +11,7 @@
 * ``POST /v1/jobs`` (the upload as ``POST /`` takes it), ``GET /v1/jobs/{id}``, ``GET /v1/jobs``,
   ``DELETE /v1/jobs/{id}``: transcription jobs, answered at once and read later
   (:mod:`specwhisper.serving.http.jobs`);
-* ``GET /health``: ``{"status": "ok"}``;
+* ``GET /health``: ``{"status": "ok"}``; ``GET /metrics``: Prometheus's text format (:mod:`specwhisper.serving.http.metrics`);
 * ``GET /api/ps``: the models in memory; ``POST /api/ps/{model}`` loads an offered model before its first
   request, ``DELETE /api/ps/{model}`` unloads one now (speaches' routes; ``SPECWHISPER_MODEL_TTL`` unloads
   a model idle for that many seconds);
@@ -19,7 +19,7 @@
 * ``/v1/realtime?intent=transcription``: OpenAI's Realtime API's transcription sessions over a WebSocket
   (:mod:`specwhisper.serving.http.realtime_ws`).
 
-Every answer of ours is JSON; every error is ``{"error": "<one line>", "status": N}`` with that HTTP
+Every answer of ours is JSON (``/metrics`` aside); every error is ``{"error": "<one line>", "status": N}`` with that HTTP
 status. With an API key set, every route but ``/health`` wants ``Authorization: Bearer <key>``
 (:mod:`specwhisper.serving.http.auth`). An upload goes through the steps of :mod:`specwhisper.serving.http.uploads`
 (its own spool file, the size limit and body timeout, the length check, the model worker's queue, the
@@ -48,6 +48,7 @@ from specwhisper.serving.http.jobs import Jobs
 from specwhisper.serving.endpoint.contract import Endpoint, base64_to_file, outputs_again, response
 from specwhisper.pipeline.options import options_for
 from specwhisper.serving.http.live_ws import add_live_route
+from specwhisper.serving.http.metrics import METRICS_PATH, RequestMetrics, ServerMetrics
 from specwhisper.serving.http.realtime_ws import add_realtime_route
 from specwhisper.serving.worker import ModelWorker
 from specwhisper.serving.http.openai_api import add_openai_routes, is_openai_path, openai_refused
@@ -63,7 +64,7 @@ POST_PATHS = ("/", "/predict")
 JOBS_PATH = "/v1/jobs"
 # what GET /v1/jobs/ID takes: the formats, and the subtitle layout they are written in
 RENDERING = frozenset({"formats", *(o.name for o in options_for("http") if o.group == "subtitles")})
-ROUTES_HINT = ("POST / with audio, POST /v1/audio/transcriptions and /v1/audio/translations, GET /v1/models, GET /health, "
+ROUTES_HINT = ("POST / with audio, POST /v1/audio/transcriptions and /v1/audio/translations, GET /v1/models, GET /health, GET /metrics, "
                "POST /asr and /detect-language, "
                "POST /v1/jobs, GET and DELETE /v1/jobs/ID, GET /api/ps, POST and DELETE /api/ps/MODEL, "
                "WebSockets /v1/live and /v1/realtime")
@@ -278,6 +279,19 @@ def create_app(endpoint: Endpoint, worker: ModelWorker, spool: Spool, limits: Re
     add_asr_webservice_routes(app, uploads, refused)
     slots = add_live_route(app, endpoint.transcriber, worker)
     add_realtime_route(app, endpoint.transcriber, worker, slots)
+    metrics = ServerMetrics({
+        "specwhisper_worker_waiting": ("Jobs queued for the model worker", lambda: worker.waiting),
+        "specwhisper_worker_busy": ("1 while the model worker runs a pass", lambda: float(worker.busy)),
+        "specwhisper_models_loaded": ("Models (with their drafter) in memory", lambda: len(endpoint.transcriber.loaded())),
+        "specwhisper_live_streams": ("Live sockets open (/v1/live and /v1/realtime)", lambda: slots.open),
+    })
+    endpoint.on_transcript = metrics.transcribed
+
+    async def scrape() -> Response:
+        return Response(metrics.page(), media_type=metrics.content_type)
+
+    app.add_api_route(METRICS_PATH, scrape, methods=["GET"])
     if api_key is not None:
         app.add_middleware(ApiKeyGuard, key=api_key, refuser=refuser)
+    app.add_middleware(RequestMetrics, metrics=metrics, routes=app.router.routes)  # outermost: a refused key counts too
     return app
