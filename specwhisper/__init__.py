@@ -30,6 +30,7 @@ _LAZY = {
     "Transcriber": "specwhisper.pipeline.api",
     "Transcription": "specwhisper.pipeline.api",
     "FORMATS": "specwhisper.pipeline.api",
+    "WhisperModel": "specwhisper.pipeline.faster_whisper",
     "LanguageDetection": "specwhisper.results.language",
     "AudioError": "specwhisper.audio.loading",
     "Transcript": "specwhisper.results.transcript",

@@ -29,7 +29,7 @@ import numpy as np
 
 from specwhisper.results.language import LanguageDetection
 from specwhisper.results.transcript import Segment, Transcript
-from specwhisper.audio.loading import (AudioError, from_array, load_audio,
+from specwhisper.audio.loading import (SAMPLE_RATE, AudioError, from_array, load_audio,
                                        load_audio_bytes)
 from specwhisper.pipeline.options import BY_NAME, check_values, options_for
 from specwhisper.pipeline.subtitles import SubtitleOptions
@@ -84,6 +84,8 @@ class Transcriber:
         self.pipeline = pipeline
         self.diarize = diarize
         self.postedit = postedit
+        # one run on the models at a time: calls from several threads, and streams still decoding, wait their turn
+        self.turn = threading.RLock()
 
     def options(self, **options) -> RunOptions:
         """The keyword options of ``transcribe`` (``specwhisper.pipeline.options``, listed in its
@@ -113,7 +115,8 @@ class Transcriber:
         t = time.perf_counter()
         waveform, source = _waveform(audio, sample_rate, opts.max_audio_s, opts.multichannel)
         load_s = time.perf_counter() - t
-        result = self.pipeline.run(waveform, opts, progress, source=source)
+        with self.turn:
+            result = self.pipeline.run(waveform, opts, progress, source=source)
         result.timings["load_audio"] = round(load_s, 3)
         return Transcription.of(result, opts.subtitles)
 
@@ -136,7 +139,7 @@ class Transcriber:
         if opts.align_text is not None:
             raise ValueError("align_text: the text's segments come once the whole input is heard; use transcribe")
         waveform, source = _waveform(audio, sample_rate, opts.max_audio_s, opts.multichannel)
-        return SegmentStream(self.pipeline, waveform, opts, source, progress)
+        return SegmentStream(self, waveform, opts, source, progress)
 
     def detect_language(self, audio: Audio, *, sample_rate: int | None = None, progress: Progress | None = None,
                         **options) -> LanguageDetection:
@@ -149,7 +152,8 @@ class Transcriber:
             raise ValueError(f"detect_language takes {', '.join(DETECTION_NAMES)}, not {other[0]}")
         opts = self.options(**options)
         waveform, source = _waveform(audio, sample_rate, opts.max_audio_s)
-        found = self.pipeline.asr.detect_language(waveform, opts.decode_options(), progress)
+        with self.turn:
+            found = self.pipeline.asr.detect_language(waveform, opts.decode_options(), progress)
         found.source = source
         return found
 
@@ -163,17 +167,19 @@ class Transcriber:
         loaded = [_waveform(a, sample_rate, opts.max_audio_s, opts.multichannel) for a in audios]
         if not loaded:
             return []
-        results = self.pipeline.run_many([w for w, _ in loaded], opts, progress, sources=[s for _, s in loaded])
+        with self.turn:
+            results = self.pipeline.run_many([w for w, _ in loaded], opts, progress, sources=[s for _, s in loaded])
         return [Transcription.of(r, opts.subtitles) for r in results]
 
 
 class SegmentStream:
     """The segments of one transcription as they become final (``Transcriber.stream``): an iterator of
-    ``Segment``; ``result`` is the ``Transcription`` once the iteration has ended. The pipeline runs on a
-    thread of its own; its segments come through a queue."""
+    ``Segment``; ``result`` is the ``Transcription`` once the iteration has ended, ``duration`` the audio's seconds. The pipeline runs on a
+    thread of its own, in the transcriber's turn (``Transcriber.turn``); its segments come through a queue."""
 
-    def __init__(self, pipeline: Pipeline, waveform: np.ndarray, opts: RunOptions, source: str | None,
+    def __init__(self, transcriber: Transcriber, waveform: np.ndarray, opts: RunOptions, source: str | None,
                  progress: Progress | None):
+        self.duration = waveform.shape[-1] / SAMPLE_RATE  # seconds of audio
         self._queue: queue.Queue = queue.Queue()
         self._closed = threading.Event()
         self._result: Transcription | None = None
@@ -187,7 +193,11 @@ class SegmentStream:
 
         def run() -> None:
             try:
-                t = pipeline.run(waveform, opts, report, source=source, on_segments=lambda s: self._queue.put(("segments", s)))
+                with transcriber.turn:
+                    if self._closed.is_set():  # closed while it waited its turn
+                        raise _Closed()
+                    t = transcriber.pipeline.run(waveform, opts, report, source=source,
+                                                 on_segments=lambda s: self._queue.put(("segments", s)))
                 self._queue.put(("done", Transcription.of(t, opts.subtitles)))
             except _Closed:
                 self._queue.put(("closed", None))

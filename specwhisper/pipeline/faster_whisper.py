@@ -1,0 +1,210 @@
+"""faster-whisper's ``WhisperModel``, over ``Transcriber``: code written for faster-whisper runs on this
+package by changing its import::
+
+    from specwhisper import WhisperModel          # was: from faster_whisper import WhisperModel
+
+    model = WhisperModel("base", device="cpu", compute_type="int8")
+    segments, info = model.transcribe("audio.mp3", beam_size=5)
+    print(f"language {info.language} ({info.language_probability:.2f})")
+    for segment in segments:                      # lazy: each segment as it becomes final
+        print(f"[{segment.start:.2f}s -> {segment.end:.2f}s] {segment.text}")
+
+``transcribe`` takes faster-whisper's arguments with faster-whisper's defaults (beam search of 5, each
+window after the text of the one before), so a program gets the decoding it asked for; the speculative
+drafters pay in greedy decoding (``beam_size=1``), chunks decoded side by side in batches
+(``condition_on_previous_text=False``). An argument whose faster-whisper value this package does not
+offer (a ``length_penalty`` other than 1, a ``prefix``, ...) is a one-line ValueError, never ignored. The
+segments are faster-whisper's fields (``id``, ``seek``, ``start``, ``end``, ``text``, ``tokens``,
+``avg_logprob``, ``compression_ratio``, ``no_speech_prob``, ``words``, ``temperature``); ``info`` is its
+``TranscriptionInfo`` (the language detected first when none is given, as faster-whisper does).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from specwhisper.pipeline.api import Audio, Transcriber, load
+
+# compute_type -> (our dtype, int8 weights)
+COMPUTE_TYPES = {"default": ("auto", False), "auto": ("auto", False), "float32": ("float32", False),
+                 "float16": ("float16", False), "bfloat16": ("bfloat16", False), "int8": ("auto", True),
+                 "int8_float32": ("float32", True)}
+# faster-whisper's arguments that only take their default here: name -> (default, why)
+ONLY_DEFAULT = {
+    "length_penalty": (1, "beam hypotheses are ranked by log-probability over length (faster-whisper's 1)"),
+    "prompt_reset_on_temperature": (0.5, "the prompt resets after a window kept at a temperature above 0.5"),
+    "prefix": (None, "no prefix is forced"),
+    "suppress_blank": (True, "a blank first token is always suppressed"),
+    "suppress_tokens": ([-1], "the model's own set is suppressed (load the model with suppress_tokens=...)"),
+    "max_initial_timestamp": (1.0, "the first timestamp is at most 1 s"),
+    "prepend_punctuations": ("\"'“¿([{-", "word timestamps merge openai-whisper's default punctuation"),
+    "append_punctuations": ("\"'.。,，!！?？:：”)]}、", "word timestamps merge openai-whisper's default punctuation"),
+    "max_new_tokens": (None, "a window writes up to Whisper's 448 tokens"),
+}
+# faster-whisper's name -> ours, where they differ
+RENAMED = {"log_prob_threshold": "logprob_threshold", "language_detection_threshold": "language_threshold"}
+PASSED = ("language", "task", "best_of", "patience", "repetition_penalty", "no_repeat_ngram_size",
+          "compression_ratio_threshold", "no_speech_threshold", "condition_on_previous_text", "initial_prompt",
+          "without_timestamps", "word_timestamps", "multilingual", "vad_filter", "vad_parameters", "chunk_length",
+          "hallucination_silence_threshold", "hotwords", "language_detection_segments")
+
+
+@dataclass
+class FwWord:
+    """faster-whisper's ``Word``."""
+
+    start: float
+    end: float
+    word: str
+    probability: float
+
+
+@dataclass
+class FwSegment:
+    """faster-whisper's ``Segment``."""
+
+    id: int
+    seek: int
+    start: float
+    end: float
+    text: str
+    tokens: list[int]
+    avg_logprob: float
+    compression_ratio: float
+    no_speech_prob: float
+    words: list[FwWord] | None
+    temperature: float | None
+
+
+@dataclass
+class TranscriptionInfo:
+    """faster-whisper's ``TranscriptionInfo``; ``transcription_options``: the options the transcription ran
+    with, by our names; ``vad_options``: faster-whisper's ``vad_parameters`` as given."""
+
+    language: str
+    language_probability: float
+    duration: float
+    duration_after_vad: float
+    all_language_probs: list[tuple[str, float]] | None
+    transcription_options: dict = field(default_factory=dict)
+    vad_options: dict | None = None
+
+
+class WhisperModel:
+    """faster-whisper's ``WhisperModel(model_size_or_path, device, compute_type, cpu_threads, download_root)``
+    over a ``Transcriber`` (the models load once, here). ``draft``: this package's drafter (``auto``)."""
+
+    def __init__(self, model_size_or_path: str = "base", device: str = "auto", device_index: int | list[int] = 0,
+                 compute_type: str = "default", cpu_threads: int = 0, num_workers: int = 1,
+                 download_root: str | None = None, local_files_only: bool = False, draft: str = "auto", **kwargs):
+        if kwargs:
+            raise ValueError(f"WhisperModel: {next(iter(kwargs))} is not taken")
+        if compute_type not in COMPUTE_TYPES:
+            raise ValueError(f"compute_type: one of {', '.join(COMPUTE_TYPES)} here, got {compute_type!r}")
+        if device_index not in (0, [0]):
+            raise ValueError("device_index: one device (0) per model here; load a model per device")
+        dtype, int8 = COMPUTE_TYPES[compute_type]
+        options: dict[str, Any] = {"draft": draft, "device": device, "dtype": dtype}
+        if cpu_threads:
+            options["threads"] = cpu_threads
+        if download_root is not None:
+            options["cache_dir"] = download_root
+        self.transcriber: Transcriber = load(model_size_or_path + (":int8" if int8 else ""), **options)
+
+    def transcribe(self, audio: Audio, language: str | None = None, task: str = "transcribe", log_progress: bool = False,
+                   beam_size: int = 5, best_of: int = 5, patience: float = 1, temperature: float | Iterable[float] =
+                   (0.0, 0.2, 0.4, 0.6, 0.8, 1.0), condition_on_previous_text: bool = True,
+                   clip_timestamps: str | list[float] = "0", language_detection_segments: int = 1,
+                   **kwargs) -> tuple[Iterator[FwSegment], TranscriptionInfo]:
+        """faster-whisper's ``transcribe``: (the segments, lazily, as each becomes final; the info). A numpy
+        array is 16 kHz samples, as faster-whisper takes it."""
+        options = self._options(language, task, beam_size, best_of, patience, temperature, condition_on_previous_text,
+                                clip_timestamps, {**kwargs, "language_detection_segments": language_detection_segments})
+        rate = 16000 if isinstance(audio, np.ndarray) else None
+        languages = None
+        if options.get("language") is None:  # known before the first segment, as faster-whisper's info is
+            detection_options = {k: options[k] for k in _DETECTION if k in options}
+            found = self.transcriber.detect_language(audio, sample_rate=rate, **detection_options)
+            languages = sorted(found.probabilities.items(), key=lambda kv: -kv[1])
+            if not options.get("multilingual"):
+                options["language"] = found.language
+            language, probability = found.language, found.probability
+        else:
+            language, probability = options["language"], 1.0
+        progress = _printed if log_progress else None
+        stream = self.transcriber.stream(audio, sample_rate=rate, progress=progress, **options)
+        duration = stream.duration
+        info = TranscriptionInfo(language, probability, duration, duration, languages, dict(options),
+                                 kwargs.get("vad_parameters"))
+        return _segments(stream, options.get("word_timestamps", False)), info
+
+    def detect_language(self, audio: Audio, vad_filter: bool = False, vad_parameters: dict | None = None,
+                        language_detection_segments: int = 1, language_detection_threshold: float = 0.5
+                        ) -> tuple[str, float, list[tuple[str, float]]]:
+        """faster-whisper's ``detect_language``: (language, its probability, every language's, most likely first)."""
+        rate = 16000 if isinstance(audio, np.ndarray) else None
+        found = self.transcriber.detect_language(audio, sample_rate=rate, vad_filter=vad_filter,
+                                                 vad_parameters=vad_parameters,
+                                                 language_detection_segments=language_detection_segments,
+                                                 language_threshold=language_detection_threshold)
+        return found.language, found.probability, sorted(found.probabilities.items(), key=lambda kv: -kv[1])
+
+    @staticmethod
+    def _options(language, task, beam_size, best_of, patience, temperature, condition_on_previous_text,
+                 clip_timestamps, kwargs: dict) -> dict:
+        """Our options for faster-whisper's arguments; a ValueError for one we do not take."""
+        options: dict[str, Any] = {"language": language, "task": task, "best_of": best_of, "patience": patience,
+                                   "condition_on_previous_text": condition_on_previous_text,
+                                   "beam_size": None if beam_size == 1 else beam_size}
+        options.update(_temperatures(temperature))
+        if clip_timestamps not in ("0", [0], [0.0], None):
+            options["clip_timestamps"] = clip_timestamps if isinstance(clip_timestamps, str) else list(clip_timestamps)
+        for name, value in kwargs.items():
+            if name in ONLY_DEFAULT:
+                default, why = ONLY_DEFAULT[name]
+                if value != default:
+                    raise ValueError(f"{name}: only faster-whisper's default ({default!r}) here: {why}")
+            elif name in RENAMED or name in PASSED:
+                options[RENAMED.get(name, name)] = value
+            else:
+                raise ValueError(f"transcribe: {name} is not one of faster-whisper's arguments")
+        return options
+
+
+# the options that choose the windows a language is detected on (``Transcriber.detect_language``)
+_DETECTION = ("vad_filter", "vad_parameters", "chunk_length", "clip_timestamps", "language_threshold",
+              "language_detection_segments")
+
+
+def _temperatures(temperature: float | Iterable[float]) -> dict:
+    """faster-whisper's temperature (one, or its fallback schedule) as ours: the first and the step."""
+    if isinstance(temperature, (int, float)):
+        return {"temperature": float(temperature), "temperature_increment_on_fallback": None}
+    temps = [float(t) for t in temperature]
+    if not temps:
+        raise ValueError("temperature: the list is empty")
+    step = round(temps[1] - temps[0], 6) if len(temps) > 1 else None
+    from specwhisper.asr.decoding.quality import temperature_schedule
+
+    if step is not None and (step <= 0 or list(temperature_schedule(temps[0], step)) != [round(t, 6) for t in temps]):
+        raise ValueError(f"temperature: a list rises in equal steps up to 1.0, e.g. [0.0, 0.2, ..., 1.0] (got {temps})")
+    return {"temperature": temps[0], "temperature_increment_on_fallback": step}
+
+
+def _segments(stream, words: bool) -> Iterator[FwSegment]:
+    for i, s in enumerate(stream, start=1):
+        timed = [FwWord(w.start, w.end, w.text, w.probability) for w in s.words] if words else None
+        yield FwSegment(i, s.seek, s.start, s.end, s.text, s.tokens, s.avg_logprob, s.compression_ratio,
+                        s.no_speech_prob, timed, s.temperature)
+
+
+def _printed(stage: str, fraction: float) -> None:
+    """``log_progress``: the transcription's share done, on standard error."""
+    if stage == "transcribe":
+        import sys
+
+        print(f"\rtranscribe: {fraction:5.1%}", end="\n" if fraction >= 1.0 else "", file=sys.stderr, flush=True)

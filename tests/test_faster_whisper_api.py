@@ -1,0 +1,88 @@
+"""``specwhisper.WhisperModel``, faster-whisper's class over ours, against faster-whisper itself on the same
+embedded base weights: the same segments' text, language and probability, with faster-whisper's defaults (beam
+search, conditioning) and with greedy decoding and word timestamps; the same fields as faster-whisper's own
+dataclasses; its arguments we do not offer refused in one line."""
+
+from __future__ import annotations
+
+import dataclasses
+import inspect
+import re
+
+import pytest
+
+faster_whisper = pytest.importorskip("faster_whisper")
+
+from specwhisper.pipeline.faster_whisper import FwSegment, FwWord, TranscriptionInfo, WhisperModel  # noqa: E402
+
+
+@pytest.fixture(scope="module")
+def models(tmp_path_factory):
+    from specwhisper.asr.weights.loader import write_ct2_folder
+
+    theirs = faster_whisper.WhisperModel(str(write_ct2_folder("base", tmp_path_factory.mktemp("ct2"))), device="cpu",
+                                         compute_type="float32", cpu_threads=2)
+    return WhisperModel("base", device="cpu"), theirs
+
+
+@pytest.mark.parametrize("clip,arguments", [
+    ("openai-whisper/jfk.flac", {}),  # faster-whisper's defaults: beam 5, each window after the text before
+    ("cuttledoc-fleurs/fleurs-es-000.ogg", dict(beam_size=1, condition_on_previous_text=False, word_timestamps=True)),
+], ids=["defaults-english", "greedy-words-spanish"])
+def test_the_segments_and_info_faster_whisper_gives(models, eval_root, clip, arguments):
+    ours, theirs = models
+    path = str(eval_root / clip)
+    segments, info = ours.transcribe(path, **arguments)
+    assert inspect.isgenerator(segments)  # lazy, as faster-whisper's
+    got = list(segments)
+    want_segments, want = theirs.transcribe(path, **arguments)
+    want_segments = list(want_segments)
+    assert [s.text for s in got] == [s.text for s in want_segments]
+    assert [s.id for s in got] == [s.id for s in want_segments]
+    assert (info.language, info.duration) == (want.language, pytest.approx(want.duration, abs=0.01))
+    assert info.language_probability == pytest.approx(want.language_probability, abs=0.01)
+    assert info.all_language_probs[0][0] == want.all_language_probs[0][0]
+    if arguments.get("word_timestamps"):
+        assert [w.word for s in got for w in s.words] == [w.word for s in want_segments for w in s.words]
+        starts = [w.start for s in got for w in s.words]
+        assert max(abs(a - w.start) for a, w in zip(starts, (w for s in want_segments for w in s.words))) < 0.5
+    else:
+        assert all(s.words is None for s in got)
+
+
+def test_the_fields_of_faster_whispers_own_dataclasses():
+    from faster_whisper.transcribe import Segment, TranscriptionInfo as Info, Word
+
+    for mine, theirs in [(FwSegment, Segment), (FwWord, Word), (TranscriptionInfo, Info)]:
+        assert [f.name for f in dataclasses.fields(mine)] == [f.name for f in dataclasses.fields(theirs)]
+
+
+def test_what_it_does_not_offer_is_refused_in_one_line(models, eval_root):
+    ours, _ = models
+    path = str(eval_root / "openai-whisper/jfk.flac")
+    for arguments, message in [(dict(length_penalty=2.0), "length_penalty: only faster-whisper's default (1)"),
+                               (dict(prefix="And so"), "prefix: only faster-whisper's default (None)"),
+                               (dict(beam_size=5, made_up=1), "made_up is not one of faster-whisper's arguments"),
+                               (dict(temperature=[0.0, 0.5, 0.6]), "temperature: a list rises in equal steps"),
+                               (dict(beam_size=0), "beam_size")]:
+        with pytest.raises(ValueError, match=re.escape(message)) as info:
+            ours.transcribe(path, **arguments)
+        assert "\n" not in str(info.value)
+    with pytest.raises(ValueError, match="compute_type: one of"):
+        WhisperModel("base", compute_type="int16")
+
+
+def test_two_transcriptions_iterated_together_take_turns(models, eval_root):
+    """faster-whisper lets a program hold several lazy transcriptions at once; here they take turns on the
+    models (``Transcriber.turn``): two of them iterated side by side give what each gives alone."""
+    ours, _ = models
+    paths = [str(eval_root / "openai-whisper/jfk.flac"), str(eval_root / "lhotse/2412-153948-0000.flac")]
+    alone = [[s.text for s in ours.transcribe(p, language="en", beam_size=1)[0]] for p in paths]
+    first, second = (ours.transcribe(p, language="en", beam_size=1)[0] for p in paths)
+    together: list[list[str]] = [[], []]
+    for a, b in zip(first, second):
+        together[0].append(a.text)
+        together[1].append(b.text)
+    together[0] += [s.text for s in first]
+    together[1] += [s.text for s in second]
+    assert together == alone
