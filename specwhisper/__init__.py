@@ -31,6 +31,7 @@ _LAZY = {
     "Transcription": "specwhisper.pipeline.api",
     "FORMATS": "specwhisper.pipeline.api",
     "WhisperModel": "specwhisper.pipeline.faster_whisper",
+    "BatchedInferencePipeline": "specwhisper.pipeline.faster_whisper",
     "LanguageDetection": "specwhisper.results.language",
     "AudioError": "specwhisper.audio.loading",
     "Transcript": "specwhisper.results.transcript",

@@ -86,3 +86,24 @@ def test_two_transcriptions_iterated_together_take_turns(models, eval_root):
     together[0] += [s.text for s in first]
     together[1] += [s.text for s in second]
     assert together == alone
+
+
+def test_the_batched_pipeline_gives_faster_whispers_batched_text(models, eval_root):
+    """``BatchedInferencePipeline(model).transcribe(audio, batch_size=4)`` on four clips with 2 s pauses (51 s):
+    the VAD's speech in batched windows without timestamps, the same segments' text as faster-whisper's own
+    batched pipeline on the same weights (both leave the FLEURS clip out: their VADs reject it)."""
+    import numpy as np
+
+    from specwhisper.audio.loading import load_audio
+    from specwhisper.pipeline.faster_whisper import BatchedInferencePipeline
+
+    ours, theirs = models
+    clips = ["openai-whisper/jfk.flac", "lhotse/2412-153948-0000.flac", "cuttledoc-fleurs/fleurs-en-000.ogg",
+             "coqui-tts-ljspeech/LJ001-0001.wav"]
+    pause = np.zeros(32000, dtype=np.float32)
+    audio = np.concatenate([p for c in clips for p in (load_audio(eval_root / c), pause)])
+    got, info = BatchedInferencePipeline(ours).transcribe(audio, batch_size=4)
+    want, _ = faster_whisper.BatchedInferencePipeline(model=theirs).transcribe(audio, batch_size=4)
+    texts = [s.text for s in got]
+    assert texts == [s.text for s in want] and len(texts) == 2  # windows of up to 30 s of speech
+    assert info.transcription_options["vad_filter"] and info.transcription_options["without_timestamps"]

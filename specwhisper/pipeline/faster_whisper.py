@@ -17,6 +17,7 @@ offer (a ``length_penalty`` other than 1, a ``prefix``, ...) is a one-line Value
 segments are faster-whisper's fields (``id``, ``seek``, ``start``, ``end``, ``text``, ``tokens``,
 ``avg_logprob``, ``compression_ratio``, ``no_speech_prob``, ``words``, ``temperature``); ``info`` is its
 ``TranscriptionInfo`` (the language detected first when none is given, as faster-whisper does).
+``BatchedInferencePipeline(model)`` is faster-whisper's batched pipeline, with its defaults.
 """
 
 from __future__ import annotations
@@ -47,7 +48,7 @@ ONLY_DEFAULT = {
 }
 # faster-whisper's name -> ours, where they differ
 RENAMED = {"log_prob_threshold": "logprob_threshold", "language_detection_threshold": "language_threshold"}
-PASSED = ("language", "task", "best_of", "patience", "repetition_penalty", "no_repeat_ngram_size",
+PASSED = ("batch_size", "language", "task", "best_of", "patience", "repetition_penalty", "no_repeat_ngram_size",
           "compression_ratio_threshold", "no_speech_threshold", "condition_on_previous_text", "initial_prompt",
           "without_timestamps", "word_timestamps", "multilingual", "vad_filter", "vad_parameters", "chunk_length",
           "hallucination_silence_threshold", "hotwords", "language_detection_segments")
@@ -173,6 +174,27 @@ class WhisperModel:
             else:
                 raise ValueError(f"transcribe: {name} is not one of faster-whisper's arguments")
         return options
+
+
+class BatchedInferencePipeline:
+    """faster-whisper's ``BatchedInferencePipeline(model)``: ``transcribe`` with its defaults, the VAD's speech
+    alone (``vad_filter``), joined into windows decoded ``batch_size`` at a time without timestamp tokens,
+    each at the schedule's first temperature (faster-whisper's batched decoding samples no fallback and
+    conditions no window on another)."""
+
+    def __init__(self, model: WhisperModel):
+        self.model = model
+
+    def transcribe(self, audio: Audio, language: str | None = None, task: str = "transcribe", log_progress: bool = False,
+                   beam_size: int = 5, batch_size: int = 8, vad_filter: bool = True, without_timestamps: bool = True,
+                   temperature: float | Iterable[float] = (0.0, 0.2, 0.4, 0.6, 0.8, 1.0), condition_on_previous_text: bool = True,
+                   **kwargs) -> tuple[Iterator[FwSegment], TranscriptionInfo]:
+        """faster-whisper's ``BatchedInferencePipeline.transcribe`` (``condition_on_previous_text`` is taken and,
+        as there, not applied)."""
+        first = temperature if isinstance(temperature, (int, float)) else next(iter(temperature), 0.0)
+        return self.model.transcribe(audio, language, task, log_progress, beam_size, temperature=float(first),
+                                     condition_on_previous_text=False, vad_filter=vad_filter,
+                                     without_timestamps=without_timestamps, batch_size=batch_size, **kwargs)
 
 
 # the options that choose the windows a language is detected on (``Transcriber.detect_language``)
