@@ -32,6 +32,7 @@ _LAZY = {
     "FORMATS": "specwhisper.pipeline.api",
     "WhisperModel": "specwhisper.pipeline.faster_whisper",
     "BatchedInferencePipeline": "specwhisper.pipeline.faster_whisper",
+    "load_model": "specwhisper.pipeline.openai_whisper",
     "LanguageDetection": "specwhisper.results.language",
     "AudioError": "specwhisper.audio.loading",
     "Transcript": "specwhisper.results.transcript",

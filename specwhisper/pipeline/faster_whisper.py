@@ -28,6 +28,7 @@ from typing import Any
 
 import numpy as np
 
+from specwhisper.asr.decoding.quality import schedule_of
 from specwhisper.pipeline.api import Audio, Transcriber, load
 
 # compute_type -> (our dtype, int8 weights)
@@ -161,7 +162,7 @@ class WhisperModel:
         options: dict[str, Any] = {"language": language, "task": task, "best_of": best_of, "patience": patience,
                                    "condition_on_previous_text": condition_on_previous_text,
                                    "beam_size": None if beam_size == 1 else beam_size}
-        options.update(_temperatures(temperature))
+        options.update(temperature_options(temperature))
         if clip_timestamps not in ("0", [0], [0.0], None):
             options["clip_timestamps"] = clip_timestamps if isinstance(clip_timestamps, str) else list(clip_timestamps)
         for name, value in kwargs.items():
@@ -202,19 +203,15 @@ _DETECTION = ("vad_filter", "vad_parameters", "chunk_length", "clip_timestamps",
               "language_detection_segments")
 
 
-def _temperatures(temperature: float | Iterable[float]) -> dict:
-    """faster-whisper's temperature (one, or its fallback schedule) as ours: the first and the step."""
+def temperature_options(temperature: float | Iterable[float]) -> dict:
+    """faster-whisper's and openai-whisper's temperature (one, or its fallback schedule) as ours."""
     if isinstance(temperature, (int, float)):
         return {"temperature": float(temperature), "temperature_increment_on_fallback": None}
-    temps = [float(t) for t in temperature]
-    if not temps:
-        raise ValueError("temperature: the list is empty")
-    step = round(temps[1] - temps[0], 6) if len(temps) > 1 else None
-    from specwhisper.asr.decoding.quality import temperature_schedule
-
-    if step is not None and (step <= 0 or list(temperature_schedule(temps[0], step)) != [round(t, 6) for t in temps]):
-        raise ValueError(f"temperature: a list rises in equal steps up to 1.0, e.g. [0.0, 0.2, ..., 1.0] (got {temps})")
-    return {"temperature": temps[0], "temperature_increment_on_fallback": step}
+    try:
+        first, step = schedule_of(temperature)
+    except ValueError as exc:
+        raise ValueError(f"temperature: {exc}") from None
+    return {"temperature": first, "temperature_increment_on_fallback": step}
 
 
 def _segments(stream, words: bool) -> Iterator[FwSegment]:

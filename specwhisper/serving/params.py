@@ -16,7 +16,7 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, ValidationInfo, create_model, field_validator
 
-from specwhisper.asr.decoding.quality import temperature_schedule
+from specwhisper.asr.decoding.quality import schedule_of
 from specwhisper.asr.decoding.language import normalize_language
 from specwhisper.pipeline.config import PipelineConfig, RunOptions
 from specwhisper.pipeline.options import (BY_NAME, Option, OptionError, known_speaker_pairs, options_for, pipeline_config,
@@ -205,20 +205,10 @@ GENERATE_KWARGS = {
 def _schedule(values: list) -> dict:
     """A temperature list -> our first temperature and fallback increment."""
     try:
-        temps = [float(v) for v in values]
-    except (TypeError, ValueError):
-        raise RequestError(f"parameters.generate_kwargs.temperature: expected numbers, got {short_repr(values)}") from None
-    if not temps:
-        raise RequestError("parameters.generate_kwargs.temperature: the list is empty")
-    step = round(temps[1] - temps[0], 6) if len(temps) > 1 else 0.0
-    try:
-        even = step >= 0 and list(temperature_schedule(temps[0], step)) == [round(t, 6) for t in temps]
-    except ValueError:
-        even = False
-    if not even:
-        raise RequestError(f"parameters.generate_kwargs.temperature: a list must rise in equal steps up to 1.0, "
-                           f"e.g. [0.0, 0.2, 0.4, 0.6, 0.8, 1.0] (got {short_repr(values)})")
-    return {"temperature": temps[0], "temperature_increment_on_fallback": step}
+        first, step = schedule_of(values)
+    except ValueError as exc:
+        raise RequestError(f"parameters.generate_kwargs.temperature: {exc}") from None
+    return {"temperature": first, "temperature_increment_on_fallback": step or 0.0}
 
 
 def _same(name: str, a: object, b: object) -> bool:

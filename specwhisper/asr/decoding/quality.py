@@ -30,6 +30,26 @@ def temperature_schedule(first: float = 0.0, increment: float | None = 0.2) -> t
     return tuple(round(first + k * increment, 6) for k in range(steps + 1))
 
 
+def schedule_of(values) -> tuple[float, float | None]:
+    """A fallback schedule written as its list of temperatures (transformers', faster-whisper's and
+    openai-whisper's ``temperature=(0.0, 0.2, ..., 1.0)``) as ``temperature_schedule``'s first temperature
+    and increment (None: one temperature); a ValueError for a list that is not evenly spaced up to 1.0."""
+    try:
+        temps = [float(v) for v in values]
+    except (TypeError, ValueError):
+        raise ValueError(f"expected numbers, got {str(values)[:60]}") from None
+    if not temps:
+        raise ValueError("the list is empty")
+    step = round(temps[1] - temps[0], 6) if len(temps) > 1 else None
+    try:
+        even = step is None or (step > 0 and list(temperature_schedule(temps[0], step)) == [round(t, 6) for t in temps])
+    except ValueError:
+        even = False
+    if not even:
+        raise ValueError(f"a list must rise in equal steps up to 1.0, e.g. [0.0, 0.2, 0.4, 0.6, 0.8, 1.0] (got {temps})")
+    return temps[0], step
+
+
 def compression_ratio(text: str) -> float:
     """openai/whisper's repetition measure: bytes of the text over bytes of its zlib compression."""
     data = text.encode("utf-8")
