@@ -163,17 +163,7 @@ class WhisperModel:
                                    "condition_on_previous_text": condition_on_previous_text,
                                    "beam_size": None if beam_size == 1 else beam_size}
         options.update(temperature_options(temperature))
-        if clip_timestamps not in ("0", [0], [0.0], None):
-            options["clip_timestamps"] = clip_timestamps if isinstance(clip_timestamps, str) else list(clip_timestamps)
-        for name, value in kwargs.items():
-            if name in ONLY_DEFAULT:
-                default, why = ONLY_DEFAULT[name]
-                if value != default:
-                    raise ValueError(f"{name}: only faster-whisper's default ({default!r}) here: {why}")
-            elif name in RENAMED or name in PASSED:
-                options[RENAMED.get(name, name)] = value
-            else:
-                raise ValueError(f"transcribe: {name} is not one of faster-whisper's arguments")
+        options.update(peer_options(kwargs, "faster-whisper", clip_timestamps, ONLY_DEFAULT, PASSED, RENAMED))
         return options
 
 
@@ -201,6 +191,27 @@ class BatchedInferencePipeline:
 # the options that choose the windows a language is detected on (``Transcriber.detect_language``)
 _DETECTION = ("vad_filter", "vad_parameters", "chunk_length", "clip_timestamps", "language_threshold",
               "language_detection_segments")
+
+
+def peer_options(arguments: dict, peer: str, clip_timestamps, only_default: dict[str, tuple[Any, str]],
+                 passed: tuple[str, ...], renamed: dict[str, str] | None = None) -> dict:
+    """A peer's keyword ``arguments`` as our options: those ``passed`` as they are (or ``renamed``), those
+    taken at their default only (``only_default``: name -> (default, why)) checked, any other refused; and
+    ``clip_timestamps`` ("0": all of it). A one-line ValueError names the peer."""
+    renamed = renamed or {}
+    out: dict[str, Any] = {}
+    if clip_timestamps not in ("0", [0], [0.0], None):
+        out["clip_timestamps"] = clip_timestamps if isinstance(clip_timestamps, str) else list(clip_timestamps)
+    for name, value in arguments.items():
+        if name in only_default:
+            default, why = only_default[name]
+            if value != default:
+                raise ValueError(f"{name}: only {peer}'s default ({default!r}) here: {why}")
+        elif name in renamed or name in passed:
+            out[renamed.get(name, name)] = value
+        else:
+            raise ValueError(f"transcribe: {name} is not one of {peer}'s arguments")
+    return out
 
 
 def temperature_options(temperature: float | Iterable[float]) -> dict:

@@ -23,7 +23,7 @@ import sys
 from typing import Any
 
 from specwhisper.pipeline.api import Audio, Transcriber, load
-from specwhisper.pipeline.faster_whisper import temperature_options
+from specwhisper.pipeline.faster_whisper import peer_options, temperature_options
 from specwhisper.results.transcript import segments_to_dicts
 
 # openai-whisper's DecodingOptions that only take their default here: name -> (default, why)
@@ -61,19 +61,9 @@ class OpenaiWhisperModel:
                                 **temperature_options(temperature)}
         if patience is not None:
             ours["patience"] = patience
-        if clip_timestamps not in ("0", [0], [0.0], None):
-            ours["clip_timestamps"] = clip_timestamps if isinstance(clip_timestamps, str) else list(clip_timestamps)
-        for name, value in options.items():
-            if name in ONLY_DEFAULT:
-                default, why = ONLY_DEFAULT[name]
-                if value != default:
-                    raise ValueError(f"{name}: only openai-whisper's default ({default!r}) here: {why}")
-            elif name == "best_of":
-                ours[name] = 1 if value is None else value
-            elif name in PASSED:
-                ours[name] = value
-            else:
-                raise ValueError(f"transcribe: {name} is not one of openai-whisper's arguments")
+        if options.get("best_of", 1) is None:
+            options["best_of"] = 1
+        ours.update(peer_options(options, "openai-whisper", clip_timestamps, ONLY_DEFAULT, PASSED))
         if hasattr(audio, "detach"):  # a torch tensor of samples, as openai-whisper takes it
             audio = audio.detach().cpu().numpy()
         rate = None if isinstance(audio, (str, bytes)) or hasattr(audio, "__fspath__") else 16000
