@@ -25,7 +25,9 @@ CONTEXT = 64  # samples of the previous window the model sees before each window
 BLOCK = 4096  # windows per batched call (131 s of audio; ~10 MB of input)
 # --vad-filter drops what the VAD rejects: faster-whisper's batched pipeline's settings (its
 # ``BatchedInferencePipeline.transcribe``: 160 ms of silence ends a span, 400 ms of padding on each
-# side, no minimum span), so both systems drop the same audio.
+# side, no minimum span). The network is silero-vad 6.2's; faster-whisper 1.2.1 bundles silero 6.0's
+# (silero-vad 6.0.0's weights to 3e-6), whose probabilities are up to 0.96 apart from 6.2's on
+# bench/longform.py's dense talk (0.10 on average), so on long audio the two cut in other places.
 FILTER_SETTINGS = dict(min_silence_ms=160, speech_pad_ms=400, min_speech_ms=0)
 REHEAR_S = 1.0  # a pause at least this long is heard again alone (``VoiceActivityDetector.rehear``)
 
