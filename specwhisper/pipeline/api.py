@@ -21,7 +21,7 @@ import queue
 import threading
 import time
 from collections.abc import Callable, Iterable, Iterator
-from dataclasses import fields
+from dataclasses import asdict, fields, is_dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Union
 
@@ -91,7 +91,7 @@ class Transcriber:
         """The keyword options of ``transcribe`` (``specwhisper.pipeline.options``, listed in its
         docstring) as the pipeline's ``RunOptions``, checked against the loaded model (language, task).
         ``diarize``/``postedit`` default to what ``load`` was given. faster-whisper's ``vad_parameters``
-        dict is taken too: its ``threshold``, ``min_silence_duration_ms`` and ``speech_pad_ms`` are
+        (a dict or its ``VadOptions``) is taken too: its ``threshold``, ``min_silence_duration_ms`` and ``speech_pad_ms`` are
         ``vad_threshold``, ``vad_min_silence_ms`` and ``vad_speech_pad_ms``."""
         from specwhisper.pipeline.options import run_options
 
@@ -247,18 +247,24 @@ class _Closed(Exception):
 # faster-whisper's ``vad_parameters`` keys -> our options (``WhisperModel.transcribe(vad_parameters=...)``)
 VAD_PARAMETERS = {"threshold": "vad_threshold", "min_silence_duration_ms": "vad_min_silence_ms",
                   "speech_pad_ms": "vad_speech_pad_ms"}
+# the fields of faster-whisper's ``VadOptions`` taken at their default only: the VAD's own behaviour here
+VAD_DEFAULTS = {"neg_threshold": None, "min_speech_duration_ms": 0, "max_speech_duration_s": float("inf")}
 
 
 def _vad_parameters(options: dict) -> dict:
-    """``options`` with faster-whisper's ``vad_parameters`` dict spelled as our options; a key we do not
-    take, or one given both ways, is a ValueError."""
+    """``options`` with faster-whisper's ``vad_parameters`` (a dict, or its ``VadOptions`` dataclass) spelled
+    as our options; a key we do not take, or one given both ways, is a ValueError."""
     out = {k: v for k, v in options.items() if k != "vad_parameters"}
     given = options.get("vad_parameters")
     if given is None:
         return out
+    if is_dataclass(given) and not isinstance(given, type):  # faster_whisper.vad.VadOptions(...)
+        given = {k: v for k, v in asdict(given).items() if not (k in VAD_DEFAULTS and v == VAD_DEFAULTS[k])}
     if not isinstance(given, dict):
         raise ValueError(f"vad_parameters is a dict such as {{'min_silence_duration_ms': 500}}, got {type(given).__name__}")
     for key, value in given.items():
+        if key in VAD_DEFAULTS and value == VAD_DEFAULTS[key]:
+            continue
         name = VAD_PARAMETERS.get(key)
         if name is None:
             raise ValueError(f"vad_parameters: {str(key)[:40]!r} is not taken (take {', '.join(VAD_PARAMETERS)}; a "
