@@ -106,6 +106,21 @@ def test_a_channels_first_array_is_the_same_speech(readme, jfk):
     assert wer([jfk.reference], [channels_first]) <= WER_MAX
 
 
+def test_binary_file_objects_transcribe_as_their_files(readme, jfk):
+    """faster-whisper takes a binary file object (an open file, ``io.BytesIO``, an upload's stream): its
+    audio is the file's, read from where the object stands."""
+    import io
+
+    transcriber = readme[1]["transcriber"]
+    with open(jfk.path, "rb") as f:
+        opened = transcriber.transcribe(f, word_timestamps=False)
+    data = Path(jfk.path).read_bytes()
+    moved = io.BytesIO(b"not audio" + data)
+    moved.seek(len(b"not audio"))
+    assert wer([jfk.reference], [opened.text]) <= WER_MAX and opened.source is None
+    assert transcriber.transcribe(moved, word_timestamps=False).text == opened.text
+
+
 def test_undecodable_bytes_are_named_bytes(readme):
     with pytest.raises(ValueError) as info:
         readme[1]["transcriber"].transcribe(b"hello, not audio at all")
@@ -141,6 +156,9 @@ def test_the_readme_error_example_is_one_line(readme):
     lambda t, a: t.transcribe(b"", sample_rate=None),
     lambda t, a: t.transcribe(b"not audio at all"),
     lambda t, a: t.transcribe(42),
+    lambda t, a: t.transcribe(__import__("io").StringIO("RIFF")),  # a file open as text
+    lambda t, a: t.transcribe(__import__("io").BytesIO(b"")),
+    lambda t, a: t.transcribe(__import__("io").BytesIO(b"RIFF...."), sample_rate=16000),
     lambda t, a: t.transcribe(a, sample_rate=16000, beam_size=0),
     lambda t, a: t.transcribe(a, sample_rate=16000, language="xx"),
     lambda t, a: t.transcribe(a, sample_rate=16000, task="summarise"),

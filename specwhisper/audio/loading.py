@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import io
 import os
 import shutil
 import subprocess
 import tempfile
 from pathlib import Path
+from typing import BinaryIO
 
 import numpy as np
 import soundfile as sf
@@ -273,10 +275,22 @@ def _check_file(p: Path, name: str) -> None:
 def load_audio_bytes(data: bytes, name: str = "upload", max_seconds: float = DEFAULT_MAX_SECONDS,
                      channels: bool = False) -> np.ndarray:
     """Decode audio held in memory (uploads, endpoint requests)."""
-    if not data:
-        raise AudioError(f"{name}: the upload is empty (0 bytes)")
+    return load_audio_stream(io.BytesIO(data), name, max_seconds, channels)
+
+
+def load_audio_stream(stream: BinaryIO, name: str = "file object", max_seconds: float = DEFAULT_MAX_SECONDS,
+                      channels: bool = False) -> np.ndarray:
+    """Decode the audio file a binary file object reads (``open(path, "rb")``, ``io.BytesIO``, an upload's
+    stream, as faster-whisper takes them), from where it stands to its end; ffmpeg and soundfile read a
+    file, so it is copied to a temporary one piece by piece."""
     with tempfile.NamedTemporaryFile(suffix=".audio") as tmp:
-        tmp.write(data)
+        first = stream.read(1 << 20)
+        if isinstance(first, str):
+            raise AudioError(f"{name}: the file is open as text; open it as binary (mode 'rb')")
+        if not first:
+            raise AudioError(f"{name}: empty (0 bytes)")
+        tmp.write(first)
+        shutil.copyfileobj(stream, tmp)
         tmp.flush()
         return load_audio(tmp.name, max_seconds=max_seconds, name=name, channels=channels)
 

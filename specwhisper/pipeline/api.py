@@ -1,7 +1,7 @@
 """The Python API: load the models once, transcribe many inputs, get typed results in every format.
 
 A thin facade over ``specwhisper.pipeline.core``: ``load`` builds one ``Pipeline`` (the models
-load there, once), ``Transcriber`` turns paths, bytes and numpy arrays into the 16 kHz waveforms
+load there, once), ``Transcriber`` turns paths, bytes, file objects and numpy arrays into the 16 kHz waveforms
 the pipeline takes and keyword options into its ``RunOptions``, and ``Transcription`` is the
 pipeline's ``Transcript`` with the writers of ``specwhisper.pipeline.writers`` as methods.
 
@@ -23,14 +23,14 @@ import time
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import asdict, fields, is_dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Union
+from typing import TYPE_CHECKING, BinaryIO, Union
 
 import numpy as np
 
 from specwhisper.results.language import LanguageDetection
 from specwhisper.results.transcript import Segment, Transcript
 from specwhisper.audio.loading import (SAMPLE_RATE, AudioError, from_array, load_audio,
-                                       load_audio_bytes)
+                                       load_audio_bytes, load_audio_stream)
 from specwhisper.pipeline.options import BY_NAME, check_values, options_for
 from specwhisper.pipeline.subtitles import SubtitleOptions
 from specwhisper.pipeline.writers import ALL_FORMATS, check_output_dir, parse_formats, render, write_outputs
@@ -39,7 +39,7 @@ if TYPE_CHECKING:
     from specwhisper.pipeline.core import Pipeline
     from specwhisper.pipeline.config import RunOptions
 
-Audio = Union[str, os.PathLike, bytes, bytearray, memoryview, np.ndarray]
+Audio = Union[str, os.PathLike, bytes, bytearray, memoryview, np.ndarray, BinaryIO]
 Progress = Callable[[str, float], None]  # progress(stage, fraction done of that stage)
 
 
@@ -106,7 +106,7 @@ class Transcriber:
 
     def transcribe(self, audio: Audio, *, sample_rate: int | None = None, progress: Progress | None = None,
                    **options) -> Transcription:
-        """Transcribe one input: a path, the bytes of an audio file, or a numpy array of samples
+        """Transcribe one input: a path, the bytes of an audio file or a binary file object reading one, or a numpy array of samples
         (``(samples,)`` or ``(samples, channels)``, float in [-1, 1] or integer PCM) with its
         ``sample_rate``. ``options``: see ``Transcriber.options``. ``progress(stage, fraction)`` is
         called as each stage (VAD, transcription, diarization steps, post-edit) advances; ``"sampling"``
@@ -291,7 +291,13 @@ def _waveform(audio: Audio, sample_rate: int | None, max_seconds: float, channel
         if not (np.issubdtype(audio.dtype, np.floating) or np.issubdtype(audio.dtype, np.integer)):
             raise AudioError(f"array: expected numbers, got an array of {audio.dtype}")
         return from_array(audio, int(sample_rate), max_seconds=max_seconds, channels=channels), None
-    raise AudioError(f"audio must be a path, the bytes of an audio file or a numpy array, not {type(audio).__name__}")
+    if callable(getattr(audio, "read", None)):  # a binary file object
+        if sample_rate is not None:
+            raise AudioError("file object: sample_rate is for numpy arrays; an audio file carries its own")
+        name = audio.name if isinstance(getattr(audio, "name", None), str) else "file object"
+        return load_audio_stream(audio, name=name, max_seconds=max_seconds, channels=channels), None
+    raise AudioError(f"audio must be a path, a binary file object, the bytes of an audio file or a numpy array, "
+                     f"not {type(audio).__name__}")
 
 
 def load(model: str = "base", *, diarize: bool = False, postedit: bool = False, **options) -> Transcriber:
