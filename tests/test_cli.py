@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import re
 import subprocess
 import sys
@@ -338,7 +339,7 @@ def test_draft_help_lists_every_drafter_form():
         assert form in text, form
 
 
-def test_peer_spellings_are_documented_and_parsed():
+def test_peer_spellings_are_documented_and_parsed(monkeypatch, capsys):
     """Every peer spelling the parser takes or refuses is in the CLI reference (docs/cli.md, generated;
     tests/test_options.py checks it is current and names every flag --help shows), and they parse to our
     options."""
@@ -348,7 +349,7 @@ def test_peer_spellings_are_documented_and_parsed():
     from specwhisper.serving.cli.args import PEER_MEANINGS, parse_args
 
     reference = (Path(__file__).resolve().parents[1] / "docs" / "cli.md").read_text()
-    peers = [f for o in OPTIONS for f in o.peer_flags] + [f for f, _, _ in PEER_MEANINGS] + list(REFUSED)
+    peers = [f for o in OPTIONS for f in o.peer_flags] + [f for f, *_ in PEER_MEANINGS] + list(REFUSED)
     assert len(peers) >= 20  # and --verbose, one of ours (three refused ones are options now, spelled below)
     for option in peers:
         assert f"`{option}`" in reference, option
@@ -364,6 +365,13 @@ def test_peer_spellings_are_documented_and_parsed():
             x.word_timestamps, x.speaker_embeddings) == (True, 2, 4, "t", "base:int8", 4, 0.4, False, True)
     w = parse_args(["x.wav", "--suppress_numerals", "--segment_resolution", "sentence", "--suppress_tokens=-1,5"])
     assert (w.suppress_numerals, w.segment_resolution, w.suppress_tokens) == (True, "sentence", "-1,5")
+    monkeypatch.setenv("HF_HUB_OFFLINE", "0")
+    y = parse_args(["x.wav", "--print_progress", "True", "--log-level", "info", "--model_cache_only", "True",
+                    "--vad_method", "silero"])  # WhisperX's
+    assert (y.log_level, y.quiet, os.environ["HF_HUB_OFFLINE"]) == ("info", False, "1")
+    with pytest.raises(SystemExit):
+        parse_args(["x.wav", "--vad_method", "pyannote"])
+    assert "the VAD here is silero-vad ('silero'), not 'pyannote'" in _one_line_error(capsys.readouterr().err)
     d = parse_args(["x.wav"])  # the hidden spellings change no default
     assert (d.formats, d.word_timestamps, d.quiet, d.dtype, d.model, d.vad_threshold) == ("all", None, False, "auto", "base", 0.5)
     assert d.verbose is None and parse_args(["x.wav", "--verbose"]).verbose is True
@@ -404,6 +412,8 @@ def test_contradictions_failed_files_and_warnings_say_so(run_cli, eval_root, tmp
     lines = err.strip().splitlines()
     assert lines[0] == "transcribe: warning: clip_timestamps: no clip is within the 11.0 s of audio: nothing to transcribe"
     assert "language not detected" in lines[-1] and "(auto: )" not in lines[-1], lines
+    code, out, err = run_cli(jfk, "--clip-timestamps", "60,90", "-o", tmp_path / "e", "-f", "txt", "--log-level", "error")
+    assert code == 0 and "warning" not in err, err  # WhisperX's --log-level: warnings hidden at error
 
 
 def test_detect_language_prints_each_files_language_and_writes_nothing(run_cli, eval_root, tmp_path):

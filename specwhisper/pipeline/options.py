@@ -561,6 +561,5 @@ REFUSED: dict[str, str] = {
     "--align_model": "word times come from Whisper's own cross-attention, not a wav2vec2 model",
     "--interpolate_method": "every word gets a time from Whisper's cross-attention",
     "--return_char_alignments": "there is no character alignment",
-    "--vad_method": "the VAD is silero-vad; --vad-threshold sets it",
     "--vad_offset": "silero-vad takes one threshold (--vad-threshold)",
 }

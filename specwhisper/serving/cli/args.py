@@ -32,13 +32,30 @@ def str2bool(text: str) -> bool:
     return values[text.lower()]
 
 
-# the peers' options whose meaning here is not one of our options' (``apply_peer_meanings``)
-PEER_MEANINGS: list[tuple[str, str, dict]] = [
-    ("--output_dir", "output_dir", {"type": Path}),
-    ("--no_align", "word_timestamps", {"action": "store_const", "const": False}),
-    ("--fp16", "fp16", {"type": str2bool}),
-    ("--compute_type", "compute_type", {"choices": ["default", "float16", "float32", "int8"]}),
-    ("--device_index", "device_index", {"type": int}),
+def _silero(text: str) -> str:
+    """WhisperX's ``--vad_method``: silero is the VAD here; pyannote's is not."""
+    if text != "silero":
+        raise argparse.ArgumentTypeError(f"the VAD here is silero-vad ('silero'), not '{text}'; --vad-threshold sets it")
+    return text
+
+
+LOG_LEVELS = ("debug", "info", "warning", "error", "critical")
+
+# the peers' options whose meaning here is not one of our options' (``apply_peer_meanings``, ``main``):
+# (their option, its dest, argparse's keywords, what it is here in docs/cli.md)
+PEER_MEANINGS: list[tuple[str, str, dict, str]] = [
+    ("--output_dir", "output_dir", {"type": Path}, "`--output-dir`"),
+    ("--no_align", "word_timestamps", {"action": "store_const", "const": False}, "`--no-word-timestamps`"),
+    ("--fp16", "fp16", {"type": str2bool}, "`--fp16 False` is `--dtype float32`"),
+    ("--compute_type", "compute_type", {"choices": ["default", "float16", "float32", "int8"]},
+     "`--dtype` (int8: `-m MODEL:int8`)"),
+    ("--device_index", "device_index", {"type": int}, "`--device cuda:N`"),
+    ("--print_progress", "print_progress", {"type": str2bool}, "taken: progress bars are on unless `--quiet`"),
+    ("--log-level", "log_level", {"choices": LOG_LEVELS},
+     "the level of the package's messages on stderr (default: warning)"),
+    ("--model_cache_only", "model_cache_only", {"type": str2bool},
+     "`True`: models from the local cache only, nothing downloaded (`HF_HUB_OFFLINE=1`)"),
+    ("--vad_method", "vad_method", {"type": _silero}, "`silero` is taken (the VAD here); `pyannote` is refused"),
 ]
 
 
@@ -87,11 +104,11 @@ def build_parser() -> argparse.ArgumentParser:
     b.add_argument("--engine", choices=["local", "ray"], default="local", help="local process or a Ray cluster (default: local)")
     b.add_argument("--ray-address", help="Ray cluster address (default: start a local Ray instance)")
     b.add_argument("--workers", type=int, help="Ray workers, one loaded pipeline each (default: one per CPU)")
-    for option, dest, kwargs in PEER_MEANINGS:
+    for option, dest, kwargs, _ in PEER_MEANINGS:
         p.add_argument(option, dest=dest, help=argparse.SUPPRESS, default=argparse.SUPPRESS, **kwargs)
     for option in REFUSED:
         p.add_argument(option, nargs="?", action=_Refused, help=argparse.SUPPRESS, default=argparse.SUPPRESS)
-    p.set_defaults(verbose=None, fp16=None, compute_type=None, device_index=None)
+    p.set_defaults(verbose=None, fp16=None, compute_type=None, device_index=None, log_level="warning", model_cache_only=False)
     return p
 
 
@@ -109,6 +126,8 @@ def apply_peer_meanings(args: argparse.Namespace) -> argparse.Namespace:
         args.device = f"cuda:{args.device_index}"
     if args.hf_token is None:
         args.hf_token = os.environ.get("HF_TOKEN")
+    if args.model_cache_only:  # read by huggingface_hub when it loads, with the models
+        os.environ["HF_HUB_OFFLINE"] = "1"
     return args
 
 

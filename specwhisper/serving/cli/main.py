@@ -386,17 +386,23 @@ def _transcribe_one(pipeline, item: Input, out_dir: Path | None, formats: list[s
 
 
 class _WarningLines(logging.Handler):
-    """The package's warnings as ``transcribe: warning: ...`` lines on the stderr of the moment."""
+    """The package's messages as ``transcribe: warning: ...`` lines on the stderr of the moment (warnings
+    and above; ``--log-level`` moves the bar)."""
 
     def emit(self, record: logging.LogRecord) -> None:
-        print(f"{PROG}: warning: {clip(record.getMessage())}", file=sys.stderr)
+        print(f"{PROG}: {record.levelname.lower()}: {clip(record.getMessage())}", file=sys.stderr)
 
 
 def main(argv: list[str] | None = None) -> int:
     package = logging.getLogger("specwhisper")
-    if not any(isinstance(h, _WarningLines) for h in package.handlers):
-        package.addHandler(_WarningLines(logging.WARNING))
+    lines = next((h for h in package.handlers if isinstance(h, _WarningLines)), None)
+    if lines is None:
+        lines = _WarningLines(logging.WARNING)
+        package.addHandler(lines)
     args = parse_args(argv)
+    level = getattr(logging, args.log_level.upper())
+    lines.setLevel(level)
+    package.setLevel(level if level < logging.WARNING else logging.NOTSET)  # NOTSET: the root's (warning)
     try:
         return run(args)
     except (AudioError, ModelError, ValueError, CliError, OSError) as exc:

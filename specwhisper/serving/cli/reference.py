@@ -61,11 +61,8 @@ def render() -> str:
     for o in OPTIONS:
         for flag in o.peer_flags:
             out.append(f"| `{flag}` | `{o.cli_flags[-1]}` |")
-    meanings = {"--output_dir": "`--output-dir`", "--no_align": "`--no-word-timestamps`",
-                "--fp16": "`--fp16 False` is `--dtype float32`",
-                "--compute_type": "`--dtype` (int8: `-m MODEL:int8`)", "--device_index": "`--device cuda:N`"}
-    for flag, _, _ in PEER_MEANINGS:
-        out.append(f"| `{flag}` | {meanings[flag]} |")
+    for flag, _, _, meaning in PEER_MEANINGS:
+        out.append(f"| `{flag}` | {meaning} |")
     out.append("\nTheir options with no meaning here are refused by name, with the reason:\n")
     out.append("| their option | why |\n|---|---|")
     for flag, why in REFUSED.items():
