@@ -142,3 +142,42 @@ def test_beam_5_in_the_fixed_shape_mode(tiny_engine, manifest):
         rt.row_exact, rt.fixed_width, rt.host_positions = saved
     assert [s.tokens for s in together] == [s.tokens for s in alone] == [s.tokens for s in per_query]
     assert len(per_query[0].tokens) < len(per_query[1].tokens)
+
+
+def test_length_penalty_ranks_as_openai_whispers_ranker(base_engine, encoded, prompt, monkeypatch):
+    """``--length-penalty``: each row's result is the candidate openai-whisper's own ``MaximumLikelihoodRanker``
+    ranks first among the beams the search collected, with no penalty (log-probability over length) and
+    with Google NMT's at 0, 1 and 2 (on these files the penalties pick candidates of other lengths)."""
+    whisper_decoding = pytest.importorskip("whisper.decoding")
+    collected: list[list[tuple[tuple[int, ...], float]]] = []
+    best = BeamSearchDecoder._best
+
+    def recording(self, finished, cut, no_speech_prob):
+        collected.append(list(finished.items()))
+        return best(self, finished, cut, no_speech_prob)
+
+    monkeypatch.setattr(BeamSearchDecoder, "_best", recording)
+    batch = torch.cat([encoded[f] for f in FILES])
+    picked: dict[float | None, list[list[int]]] = {}
+    for penalty in (None, 0.0, 1.0, 2.0):
+        collected.clear()
+        decoder = BeamSearchDecoder(base_engine.runtime, base_engine.special, base_engine.rules, 5, length_penalty=penalty)
+        out = decoder.decode(batch, prompt)
+        ranker = whisper_decoding.MaximumLikelihoodRanker(penalty)
+        for got, candidates in zip(out.sequences, collected):
+            tokens = [torch.tensor(seq[:-1]) for seq, _ in candidates]  # openai's: up to end-of-text
+            first = ranker.rank([tokens], [[score for _, score in candidates]])[0]
+            assert got.tokens == list(candidates[first][0][:-1]), penalty
+        picked[penalty] = [s.tokens for s in out.sequences]
+    assert picked[0.0] != picked[2.0]  # the penalty changes what is chosen here
+
+
+def test_length_penalty_is_an_option_of_every_way_in(base_engine):
+    from specwhisper.pipeline.options import run_options
+    from specwhisper.serving.cli.args import parse_args
+
+    assert run_options({"length_penalty": 0.6}).decode.quality.length_penalty == 0.6
+    assert run_options({}).decode.quality.length_penalty is None
+    assert parse_args(["x.wav", "--length_penalty", "1.0"]).length_penalty == 1.0  # openai-whisper's spelling
+    with pytest.raises(ValueError, match="length penalty must be between 0 and 10"):
+        run_options({"length_penalty": -1.0})

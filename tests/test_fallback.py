@@ -553,3 +553,29 @@ def test_a_text_of_whispers_stock_phrases_alone_is_one_and_one_with_other_words_
     # spoken: the end of the eval set's acoustic_corpus.wav, and a misheard sentence under pink noise
     for text in (" And that should be all. Thanks.", " Thank you for the point communication. Thanks.", "", " ."):
         assert not is_stock_phrase(text), text
+
+
+@pytest.mark.parametrize("penalty", [None, 0.0, 2.0])
+def test_best_of_samples_are_ranked_as_openai_whispers_ranker(tiny_engine, manifest, monkeypatch, penalty):
+    """``--length-penalty`` ranks the fallback's best-of samples too: of each temperature's five draws of
+    JFK's clip and a FLEURS clip the kept one is the draw openai-whisper's ``MaximumLikelihoodRanker``
+    ranks first (over the draws that ended)."""
+    whisper_decoding = pytest.importorskip("whisper.decoding")
+    import specwhisper.asr.decoding.fallback as fallback
+    from specwhisper.asr.decoding.greedy import SamplingDecoder
+
+    clips, feats, enc, prompt = _two_chunks(tiny_engine, manifest)
+    rules = _PassingFrom04(best_of=5, length_penalty=penalty)
+    ranked, likelihood = [], fallback._likelihood
+    monkeypatch.setattr(fallback, "_likelihood", lambda seq, p=None: ranked.append((seq, p)) or likelihood(seq, p))
+    sampler = SamplingDecoder(tiny_engine.runtime, tiny_engine.special, tiny_engine.rules)
+    attempts = decode_with_fallback(tiny_engine.decoder, lambda: sampler, enc, prompt, feats, rules, tiny_engine._text,
+                                    DecodeStats(), seconds=[c.duration for c in clips], keys=[101, 202])
+    assert {p for _, p in ranked} == {penalty} and len(ranked) == 5 * 2 * 2  # 2 clips, 2 temperatures, 5 draws
+    ranker, picks = whisper_decoding.MaximumLikelihoodRanker(penalty), set()
+    for k in range(0, len(ranked), 5):
+        draws = [seq for seq, _ in ranked[k : k + 5] if not seq.hit_max_length]
+        first = ranker.rank([[torch.tensor(s.tokens) for s in draws]], [[s.sum_logprob for s in draws]])[0]
+        picks.add(tuple(draws[first].tokens))
+    assert [a.temperature for a in attempts] == [0.4, 0.4]
+    assert {tuple(a.seq.tokens) for a in attempts} <= picks

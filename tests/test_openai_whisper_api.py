@@ -60,7 +60,7 @@ def test_every_argument_of_openai_whispers_transcribe_is_taken_at_its_default(mo
 
 @pytest.mark.parametrize("arguments,message", [
     (dict(prefix="And so"), "prefix: only openai-whisper's default (None)"),
-    (dict(length_penalty=0.5), "length_penalty: only openai-whisper's default (None)"),
+    (dict(length_penalty=11.0), "length_penalty"),
     (dict(suppress_tokens="-1,123"), "suppress_tokens: only openai-whisper's default ('-1')"),
     (dict(made_up=1), "made_up is not one of openai-whisper's arguments"),
     (dict(temperature=(0.0, 0.3)), "temperature: a list must rise in equal steps"),

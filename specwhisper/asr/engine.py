@@ -194,7 +194,8 @@ class AsrEngine:
             return decoder
         from specwhisper.asr.decoding.beam import BeamSearchDecoder
 
-        return BeamSearchDecoder(self.runtime, self.special, decoder.rules, opts.beam_size, opts.patience)
+        return BeamSearchDecoder(self.runtime, self.special, decoder.rules, opts.beam_size, opts.patience,
+                                 opts.quality.length_penalty)
 
     def _sampler(self, rules: WhisperLogitRules | None = None) -> SamplingDecoder:
         """A sampler for the fallback with ``rules`` (the run's; None: the engine's), with the engine's

@@ -37,7 +37,8 @@ COMPUTE_TYPES = {"default": ("auto", False), "auto": ("auto", False), "float32":
                  "int8_float32": ("float32", True)}
 # faster-whisper's arguments that only take their default here: name -> (default, why)
 ONLY_DEFAULT = {
-    "length_penalty": (1, "beam hypotheses are ranked by log-probability over length (faster-whisper's 1)"),
+    "length_penalty": (1, "beams are ranked by log-probability over length; CTranslate2's length ** penalty is not "
+                          "offered (openai-whisper's Google NMT penalty is: specwhisper.load_model)"),
     "prompt_reset_on_temperature": (0.5, "the prompt resets after a window kept at a temperature above 0.5"),
     "prefix": (None, "no prefix is forced"),
     "suppress_blank": (True, "a blank first token is always suppressed"),

@@ -13,7 +13,7 @@ fallback schedule, each window after the text of the one before) and returns its
 ``avg_logprob``, ``compression_ratio``, ``no_speech_prob``, ``words`` with ``word_timestamps``) and
 ``language``, which openai-whisper's own writers (``whisper.utils.get_writer``) write. ``verbose=True``
 prints each segment as it becomes final, as openai-whisper does. A decoding option whose value this package
-does not offer (a ``prefix``, a ``length_penalty``, ...) is a one-line ValueError, never ignored;
+does not offer (a ``prefix``, a ``sample_len``, ...) is a one-line ValueError, never ignored;
 ``condition_on_previous_text=False`` lets the chunks of a file decode side by side in batches.
 """
 
@@ -28,7 +28,6 @@ from specwhisper.results.transcript import segments_to_dicts
 
 # openai-whisper's DecodingOptions that only take their default here: name -> (default, why)
 ONLY_DEFAULT = {
-    "length_penalty": (None, "beam hypotheses are ranked by log-probability over length"),
     "prompt": (None, "give the text before the first window as initial_prompt"),
     "prefix": (None, "no prefix is forced"),
     "suppress_tokens": ("-1", "the model's own set is suppressed (specwhisper.load(..., suppress_tokens=...))"),
@@ -39,7 +38,7 @@ ONLY_DEFAULT = {
     "prepend_punctuations": ("\"'“¿([{-", "word timestamps merge openai-whisper's default punctuation"),
     "append_punctuations": ("\"'.。,，!！?？:：”)]}、", "word timestamps merge openai-whisper's default punctuation"),
 }
-PASSED = ("language", "task", "best_of", "beam_size", "without_timestamps", "compression_ratio_threshold",
+PASSED = ("language", "task", "best_of", "beam_size", "length_penalty", "without_timestamps", "compression_ratio_threshold",
           "logprob_threshold", "no_speech_threshold", "condition_on_previous_text", "initial_prompt",
           "word_timestamps", "hallucination_silence_threshold")
 

@@ -388,6 +388,10 @@ OPTIONS: tuple[Option, ...] = (
            "runs; openai-whisper's CLI and faster-whisper use 5)", group="quality", nullable=True, low=1, high=16,
            generate_names=("num_beams",)),
     Option("patience", float, 1.0, "beam search patience", group="quality", low=0.0, high=10.0, low_open=True),
+    Option("length_penalty", float, None, "the ranking of beams and best-of samples: their log-probability over "
+           "((5 + length) / 6) ** this (Google NMT's; 0: the plain log-probability, higher favours longer texts); "
+           "default: over their length (openai-whisper's length_penalty)", group="quality", nullable=True,
+           low=0.0, high=10.0),
     Option("repetition_penalty", float, 1.0, "the score of every token already written in a window is divided by this "
            "(multiplied, when it is negative): above 1, Whisper is less inclined to repeat itself, below 1 more "
            "(faster-whisper's repetition_penalty, as CTranslate2 applies it; 1: off)", group="quality", low=0.0,
@@ -507,7 +511,7 @@ def run_options(values: dict[str, Any]):
     quality = QualityRules(temperatures=temperature_schedule(v["temperature"], v["temperature_increment_on_fallback"]),
                            compression_ratio_threshold=v["compression_ratio_threshold"],
                            logprob_threshold=v["logprob_threshold"], no_speech_threshold=v["no_speech_threshold"],
-                           best_of=v["best_of"])
+                           best_of=v["best_of"], length_penalty=v["length_penalty"])
     known = known_speaker_pairs(v["known_speakers"])
     diarize = v["diarize"] or bool(known) or v["speaker_embeddings"]
     word_ts = diarize if v["word_timestamps"] is None else v["word_timestamps"]
@@ -554,7 +558,6 @@ def pipeline_config(values: dict[str, Any], base=None):
 
 # Peer options with no meaning here, and why: the CLI refuses them by name (one line each).
 REFUSED: dict[str, str] = {
-    "--length_penalty": "beam hypotheses are ranked by length-normalised log-probability, openai-whisper's default",
     "--carry_initial_prompt": "--initial-prompt already precedes every chunk unless --condition-on-previous-text is on",
     "--prepend_punctuations": "word timestamps use openai-whisper's default punctuation merging",
     "--append_punctuations": "word timestamps use openai-whisper's default punctuation merging",

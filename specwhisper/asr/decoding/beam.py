@@ -1,11 +1,12 @@
 """Beam search decoding (``--beam-size``) over the exact decoder runtime.
 
 The semantics are openai/whisper ``decoding.py``'s ``BeamSearchDecoder`` with its
-``MaximumLikelihoodRanker`` (length_penalty None): per audio row ``beam_size`` live beams; each step
+``MaximumLikelihoodRanker``: per audio row ``beam_size`` live beams; each step
 every beam offers its top ``beam_size + 1`` tokens after the logit rules; the candidates are ranked by
 cumulative log-probability, those ending in end-of-text are collected (up to ``beam_size * patience``
 per row) and the best others become the next beams; a row is done when its collection is full, and its
-result is the collected sequence with the best ``sum_logprob / length``. The numbers are those of
+result is the collected sequence openai's ranker puts first (``quality.length_normalized``: its
+``sum_logprob / length``, or over Google NMT's penalty with ``length_penalty``). The numbers are those of
 ``GreedyDecoder`` (same runtime, same rules on each beam's own prefix), so ``beam_size=1`` gives the
 greedy tokens.
 """
@@ -17,6 +18,7 @@ import time
 import torch
 
 from specwhisper.asr.decoding.greedy import Decoder, DecodeOutput, Looping, SequenceResult, read_choices
+from specwhisper.asr.decoding.quality import length_normalized
 from specwhisper.asr.decoding.tokens import SpecialTokens
 from specwhisper.asr.decoding.rules import WhisperLogitRules
 from specwhisper.asr.runtime.decoder import WhisperDecoderRuntime
@@ -32,10 +34,11 @@ class BeamSearchDecoder(Decoder):
 
     def __init__(
         self, runtime: WhisperDecoderRuntime, special: SpecialTokens, rules: WhisperLogitRules,
-        beam_size: int = 5, patience: float = 1.0,
+        beam_size: int = 5, patience: float = 1.0, length_penalty: float | None = None,
     ):
         super().__init__(runtime, special, rules)
         self.beam_size = beam_size
+        self.length_penalty = length_penalty
         self.max_candidates = round(beam_size * patience)  # openai's rule
         if beam_size < 1 or self.max_candidates < 1:
             raise ValueError(f"invalid beam size ({beam_size}) or patience ({patience})")
@@ -133,7 +136,7 @@ class BeamSearchDecoder(Decoder):
         return nxt, parents
 
     def _best(self, finished: Finished, cut: set[tuple[int, ...]], no_speech_prob: float) -> SequenceResult:
-        """openai's ``MaximumLikelihoodRanker`` without a length penalty: the best sum_logprob / length,
-        length without end-of-text (at least 1: openai would divide by zero for an empty sequence)."""
-        seq = max(finished, key=lambda s: finished[s] / max(len(s) - 1, 1))
+        """openai's ``MaximumLikelihoodRanker``: the best ``length_normalized`` score, the length without
+        end-of-text (the first of equals, as openai's ``argmax``)."""
+        seq = max(finished, key=lambda s: length_normalized(finished[s], len(s) - 1, self.length_penalty))
         return SequenceResult(list(seq[:-1]), finished[seq], no_speech_prob, hit_max_length=seq in cut)

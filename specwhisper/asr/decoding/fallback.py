@@ -33,15 +33,15 @@ from typing import Callable
 import torch
 
 from specwhisper.asr.decoding.greedy import Decoder, Draws, SamplingDecoder, SequenceResult
-from specwhisper.asr.decoding.quality import Attempt, QualityRules, is_cut, repetitive
+from specwhisper.asr.decoding.quality import Attempt, QualityRules, is_cut, length_normalized, repetitive
 from specwhisper.hardware.device import on_device
 from specwhisper.results.stats import DecodeStats
 
 
-def _likelihood(seq: SequenceResult) -> tuple[bool, float]:
-    """openai's ranking of best-of candidates (length_penalty None): log-probability per token; a
-    draw stopped at its cap only wins when every draw was."""
-    return not seq.hit_max_length, seq.sum_logprob / max(1, len(seq.tokens))
+def _likelihood(seq: SequenceResult, length_penalty: float | None = None) -> tuple[bool, float]:
+    """openai's ranking of best-of candidates (``length_normalized``); a draw stopped at its cap only
+    wins when every draw was."""
+    return not seq.hit_max_length, length_normalized(seq.sum_logprob, len(seq.tokens), length_penalty)
 
 
 def _final(attempts: list[Attempt], rules: QualityRules) -> Attempt:
@@ -179,7 +179,7 @@ def sample_again(
     def then(unit: Draws, sequences: list[SequenceResult]) -> Draws | None:
         if report is not None:
             report()
-        best = max(sequences, key=_likelihood)
+        best = max(sequences, key=lambda seq: _likelihood(seq, rules.length_penalty))
         attempt = Attempt.of(best, unit.temperature, text_of(best.tokens))
         if not ahead:
             history[unit.row].append(attempt)

@@ -30,6 +30,15 @@ def temperature_schedule(first: float = 0.0, increment: float | None = 0.2) -> t
     return tuple(round(first + k * increment, 6) for k in range(steps + 1))
 
 
+def length_normalized(sum_logprob: float, length: int, length_penalty: float | None = None) -> float:
+    """openai-whisper's ``MaximumLikelihoodRanker`` score of a candidate of ``length`` tokens (end-of-text
+    not counted): its log-probability over its length, or, with a ``length_penalty``, over Google NMT's
+    ``((5 + length) / 6) ** length_penalty`` (0: the plain log-probability; above 1, long candidates win)."""
+    if length_penalty is None:
+        return sum_logprob / max(length, 1)  # openai's divides by zero for an empty candidate
+    return sum_logprob / ((5 + length) / 6) ** length_penalty
+
+
 def schedule_of(values) -> tuple[float, float | None]:
     """A fallback schedule written as its list of temperatures (transformers', faster-whisper's and
     openai-whisper's ``temperature=(0.0, 0.2, ..., 1.0)``) as ``temperature_schedule``'s first temperature
@@ -125,6 +134,7 @@ class QualityRules:
     no_speech_threshold: float | None = 0.6
     best_of: int = 5
     sample_tokens_per_s: float | None = 12.0  # a sample's cap per second of audio; None: Whisper's 448
+    length_penalty: float | None = None  # the ranking of beams and best-of samples (``length_normalized``)
 
     def sample_limit(self, seconds: float) -> int | None:
         """The most tokens a sample of ``seconds`` of audio may write."""
@@ -147,17 +157,8 @@ class QualityRules:
             raise ValueError(f"best-of must be >= 1, got {self.best_of}")
         if self.sample_tokens_per_s is not None and self.sample_tokens_per_s <= 0:
             raise ValueError(f"sample tokens per second must be > 0, got {self.sample_tokens_per_s}")
-
-    @classmethod
-    def from_options(cls, src) -> "QualityRules":
-        """From anything carrying openai-whisper's option names (the CLI's argparse namespace, the
-        HTTP/endpoint parameters): ``temperature``, ``temperature_increment_on_fallback``,
-        ``compression_ratio_threshold``, ``logprob_threshold``, ``no_speech_threshold``, ``best_of``.
-        Raises ValueError on a bad temperature schedule."""
-        return cls(temperatures=temperature_schedule(src.temperature, src.temperature_increment_on_fallback),
-                   compression_ratio_threshold=src.compression_ratio_threshold,
-                   logprob_threshold=src.logprob_threshold, no_speech_threshold=src.no_speech_threshold,
-                   best_of=src.best_of)
+        if self.length_penalty is not None and not 0.0 <= self.length_penalty <= 10.0:
+            raise ValueError(f"length penalty must be between 0 and 10, got {self.length_penalty}")
 
     def is_silence(self, seq: SequenceResult, vad_speech: bool = True, stock: bool = False) -> bool:
         """openai's rule: Whisper's no-speech probability is high and the text unlikely. For audio the
