@@ -66,3 +66,38 @@ def test_the_page_counts_requests_audio_and_decoding(server, eval_root):
     assert 0 < got[("specwhisper_transcription_seconds_total", ())] < 60
     assert got[("specwhisper_worker_waiting", ())] == 0 and got[("specwhisper_live_streams", ())] == 0
     assert got[("specwhisper_models_loaded", ())] == 1
+
+
+def test_live_sockets_count_their_audio_as_it_arrives(server, eval_root):
+    """A /v1/live stream of JFK's clip: one socket started, its 11 s of audio counted."""
+    import asyncio
+    import json
+
+    import numpy as np
+    from websockets.asyncio.client import connect
+
+    from specwhisper.audio.loading import load_audio
+
+    jfk = next(i for i in load_manifest(eval_root) if i.file == "whisper.cpp/jfk.wav")
+    pcm = (np.clip(load_audio(jfk.path), -1, 1) * 32767).astype("<i2").tobytes()
+    auth = {"authorization": f"Bearer {KEY}"}
+
+    def read() -> dict:
+        page = httpx.get(server.url + "/metrics", headers=auth, timeout=60)
+        got = _samples(page.text)
+        return {k: got[(f"specwhisper_{k}", ())] for k in ("live_streams_started_total", "live_audio_seconds_total")}
+
+    async def stream() -> dict:
+        async with connect(server.url.replace("http://", "ws://") + "/v1/live", additional_headers=auth,
+                           max_size=None, open_timeout=60) as ws:
+            for i in range(0, len(pcm), 8000):
+                await ws.send(pcm[i : i + 8000])
+            await ws.send(json.dumps({"type": "end"}))
+            return [json.loads(m) async for m in ws][-1]
+
+    before = read()
+    final = asyncio.run(stream())
+    after = read()
+    assert final["type"] == "final" and "country" in final["text"]
+    assert after["live_streams_started_total"] - before["live_streams_started_total"] == 1
+    assert after["live_audio_seconds_total"] - before["live_audio_seconds_total"] == pytest.approx(jfk.duration, abs=0.01)

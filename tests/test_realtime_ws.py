@@ -333,9 +333,21 @@ def test_a_short_turn_sent_at_once_is_transcribed(server, eval_root):
     events = [json.dumps({"type": "session.update", "session": {"type": "transcription", "audio": {"input": {"turn_detection": None}}}})]
     events += [json.dumps({"type": "input_audio_buffer.append", "audio": p}) for p in _appends(_pcm24(load_audio(item.path)))]
     events += [json.dumps({"type": "input_audio_buffer.commit"})]
+    heard = _live_audio_s(server)
     received, _ = _raw(server, "?intent=transcription", events, until=COMPLETED)
     completed = next(e for e in received if e["type"] == COMPLETED)
     assert wer([item.reference], [completed["transcript"]]) == 0, completed  # "IN EIGHTEEN THIRTEEN": "In 1813."
+    assert _live_audio_s(server) - heard == pytest.approx(item.duration, abs=0.01)  # /metrics counts it
+
+
+def _live_audio_s(server) -> float:
+    """``specwhisper_live_audio_seconds_total`` on the server's /metrics, as Prometheus's parser reads it."""
+    import httpx
+    from prometheus_client.parser import text_string_to_metric_families
+
+    page = httpx.get(server.url + "/metrics", timeout=60).text
+    return next(s.value for f in text_string_to_metric_families(page) for s in f.samples
+                if s.name == "specwhisper_live_audio_seconds_total")
 
 
 def test_a_file_in_one_append(server, eval_root):

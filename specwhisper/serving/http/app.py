@@ -284,6 +284,9 @@ def create_app(endpoint: Endpoint, worker: ModelWorker, spool: Spool, limits: Re
         "specwhisper_worker_busy": ("1 while the model worker runs a pass", lambda: float(worker.busy)),
         "specwhisper_models_loaded": ("Models (with their drafter) in memory", lambda: len(endpoint.transcriber.loaded())),
         "specwhisper_live_streams": ("Live sockets open (/v1/live and /v1/realtime)", lambda: slots.open),
+    }, counters={
+        "specwhisper_live_streams_started": ("Live sockets accepted (/v1/live and /v1/realtime)", lambda: slots.started),
+        "specwhisper_live_audio_seconds": ("Seconds of audio the live sockets received", lambda: slots.heard_s),
     })
     endpoint.on_transcript = metrics.transcribed
 

@@ -165,8 +165,10 @@ class Inbox:
 class LiveStream:
     """One socket: a receiver task fills the inbox; this coroutine decodes and answers."""
 
-    def __init__(self, ws: WebSocket, worker: ModelWorker, limits: LiveLimits, max_audio_s: float, dtype: np.dtype):
+    def __init__(self, ws: WebSocket, worker: ModelWorker, limits: LiveLimits, max_audio_s: float, dtype: np.dtype,
+                 slots: StreamSlots | None = None):
         self.ws, self.worker, self.limits, self.max_audio_s, self.dtype = ws, worker, limits, max_audio_s, dtype
+        self.slots = slots  # counts the audio received
         self.inbox = Inbox()
         self.compute_s = 0.0
 
@@ -213,6 +215,8 @@ class LiveStream:
         if len(samples):
             box.pending.append(samples)
             box.received_s += len(samples) / SAMPLE_RATE
+            if self.slots is not None:
+                self.slots.heard_s += len(samples) / SAMPLE_RATE
 
     async def _decode(self, live: StreamingTranscriber) -> StreamUpdate | None:
         """Updates while audio comes, then ``finish`` once it ended; None when the stream stopped early."""
@@ -382,16 +386,20 @@ def open_stream(transcriber: PipelinePool, params: TranscribeParams) -> Streamin
 
 @dataclass
 class StreamSlots:
-    """The live sockets open (``/v1/live`` and ``/v1/realtime`` together), at most ``limit``; used on the
-    event loop only."""
+    """The live sockets open (``/v1/live`` and ``/v1/realtime`` together), at most ``limit``; those accepted
+    so far (``started``) and the seconds of audio they received (``heard_s``, for ``/metrics``); used on
+    the event loop only."""
 
     limit: int
     open: int = 0
+    started: int = 0
+    heard_s: float = 0.0
 
     def take(self) -> bool:
         if self.open >= self.limit:
             return False
         self.open += 1
+        self.started += 1
         return True
 
     def release(self) -> None:
@@ -419,7 +427,7 @@ class LiveRoute:
         query = parse_query(dict(ws.query_params), self.transcriber)
         live = await opened(self.worker, lambda: open_stream(self.transcriber, query.params),
                             self.transcriber.pipeline_key(query.params))
-        stream = LiveStream(ws, self.worker, self.limits, self.transcriber.settings.max_audio_s, query.dtype)
+        stream = LiveStream(ws, self.worker, self.limits, self.transcriber.settings.max_audio_s, query.dtype, self.slots)
         await stream.run(live, query.params)
 
 

@@ -15,7 +15,9 @@ Kept in a registry of the server's own (no process-wide state: two servers in on
   ``specwhisper_draft_tokens_total``, ``specwhisper_draft_accepted_tokens_total``: what speculation did
   (tokens per target pass, acceptance: ratios of these);
 * gauges read when scraped: ``specwhisper_worker_waiting`` (jobs queued for the model worker),
-  ``specwhisper_worker_busy``, ``specwhisper_models_loaded``, ``specwhisper_live_streams``.
+  ``specwhisper_worker_busy``, ``specwhisper_models_loaded``, ``specwhisper_live_streams``;
+* counters read when scraped: ``specwhisper_live_streams_started_total`` and
+  ``specwhisper_live_audio_seconds_total`` (the audio live sockets received, as it arrives).
 """
 
 from __future__ import annotations
@@ -24,6 +26,7 @@ import time
 from collections.abc import Callable
 
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, Counter, Gauge, Histogram, generate_latest
+from prometheus_client.core import CounterMetricFamily
 from starlette.routing import Match
 
 from specwhisper.results.transcript import Transcript
@@ -33,11 +36,25 @@ METRICS_PATH = "/metrics"
 DURATION_BUCKETS = (0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 120.0, 300.0, 900.0, 3600.0)
 
 
-class ServerMetrics:
-    """The counters and gauges above; ``gauges`` name -> (help, a function read at each scrape)."""
+class _ReadCounters:
+    """Counters whose totals another object keeps: name -> (help, a function read at each scrape)."""
 
-    def __init__(self, gauges: dict[str, tuple[str, Callable[[], float]]]):
+    def __init__(self, counters: dict[str, tuple[str, Callable[[], float]]]):
+        self.counters = counters
+
+    def collect(self):
+        for name, (text, read) in self.counters.items():
+            yield CounterMetricFamily(name, text, value=read())
+
+
+class ServerMetrics:
+    """The counters and gauges above; ``gauges`` and ``counters`` name -> (help, a function read at each scrape)."""
+
+    def __init__(self, gauges: dict[str, tuple[str, Callable[[], float]]],
+                 counters: dict[str, tuple[str, Callable[[], float]]] | None = None):
         r = self.registry = CollectorRegistry()
+        if counters:
+            r.register(_ReadCounters(counters))
         self.requests = Counter("specwhisper_http_requests", "HTTP requests answered, by route template, method and "
                                 "status", ["route", "method", "status"], registry=r)
         self.duration = Histogram("specwhisper_http_request_duration_seconds", "Seconds from a request's arrival to its "

@@ -323,8 +323,8 @@ class RealtimeSession:
     """One socket: a receiver task turns client events into actions; this coroutine hands them to the
     model worker in order and sends the events they make."""
 
-    def __init__(self, ws: WebSocket, worker: ModelWorker, transcriber: PipelinePool):
-        self.ws, self.worker, self.transcriber = ws, worker, transcriber
+    def __init__(self, ws: WebSocket, worker: ModelWorker, transcriber: PipelinePool, slots: StreamSlots):
+        self.ws, self.worker, self.transcriber, self.slots = ws, worker, transcriber, slots  # slots: counts the audio
         self.limits, self.max_audio_s = transcriber.settings.live, transcriber.settings.max_audio_s
         self.inbox = ClientEvents()
         self.session_id = f"sess_{uuid.uuid4().hex[:20]}"
@@ -429,6 +429,7 @@ class RealtimeSession:
         if len(samples) > room:
             samples, box.over_limit = samples[: max(0, room)], True
         box.received_s += len(samples) / fmt.rate
+        self.slots.heard_s += len(samples) / fmt.rate
         return ("audio", samples, fmt)
 
 
@@ -461,7 +462,7 @@ class RealtimeRoute:
         except EventError as exc:
             raise LiveError(status=400, message=str(exc)) from None
         turns = await opened(self.worker, lambda: Turns(self.transcriber, config), self.transcriber.pipeline_key(config.params))
-        await RealtimeSession(ws, self.worker, self.transcriber).run(turns)
+        await RealtimeSession(ws, self.worker, self.transcriber, self.slots).run(turns)
 
 
 def add_realtime_route(app: FastAPI, transcriber: PipelinePool, worker: ModelWorker, slots: StreamSlots) -> None:
