@@ -1,8 +1,8 @@
 """The Python API: load the models once, transcribe many inputs, get typed results in every format.
 
 A thin facade over ``specwhisper.pipeline.core``: ``load`` builds one ``Pipeline`` (the models
-load there, once), ``Transcriber`` turns paths, bytes, file objects and numpy arrays into the 16 kHz waveforms
-the pipeline takes and keyword options into its ``RunOptions``, and ``Transcription`` is the
+load there, once), ``Transcriber`` turns paths, bytes, file objects and numpy arrays into the 16 kHz
+waveforms the pipeline takes and keyword options into its ``RunOptions``, and ``Transcription`` is the
 pipeline's ``Transcript`` with the writers of ``specwhisper.pipeline.writers`` as methods.
 
 This module imports neither torch nor transformers: they load with the models, in ``load``, so
@@ -91,8 +91,8 @@ class Transcriber:
         """The keyword options of ``transcribe`` (``specwhisper.pipeline.options``, listed in its
         docstring) as the pipeline's ``RunOptions``, checked against the loaded model (language, task).
         ``diarize``/``postedit`` default to what ``load`` was given. faster-whisper's ``vad_parameters``
-        (a dict or its ``VadOptions``) is taken too: its ``threshold``, ``min_silence_duration_ms`` and ``speech_pad_ms`` are
-        ``vad_threshold``, ``vad_min_silence_ms`` and ``vad_speech_pad_ms``."""
+        (a dict or its ``VadOptions``) is taken too: its ``threshold``, ``min_silence_duration_ms`` and
+        ``speech_pad_ms`` are ``vad_threshold``, ``vad_min_silence_ms`` and ``vad_speech_pad_ms``."""
         from specwhisper.pipeline.options import run_options
 
         load_time = [n for n in options if n in LOAD_NAMES]
@@ -106,8 +106,8 @@ class Transcriber:
 
     def transcribe(self, audio: Audio, *, sample_rate: int | None = None, progress: Progress | None = None,
                    **options) -> Transcription:
-        """Transcribe one input: a path, the bytes of an audio file or a binary file object reading one, or a numpy array of samples
-        (``(samples,)`` or ``(samples, channels)``, float in [-1, 1] or integer PCM) with its
+        """Transcribe one input: a path, the bytes of an audio file or a binary file object reading one, or a
+        numpy array of samples (``(samples,)`` or ``(samples, channels)``, float in [-1, 1] or integer PCM) with its
         ``sample_rate``. ``options``: see ``Transcriber.options``. ``progress(stage, fraction)`` is
         called as each stage (VAD, transcription, diarization steps, post-edit) advances; ``"sampling"``
         reports come inside a transcription batch, at its fraction so far. What it raises stops the run."""

@@ -38,8 +38,8 @@ ONLY_DEFAULT = {
     "prepend_punctuations": ("\"'“¿([{-", "word timestamps merge openai-whisper's default punctuation"),
     "append_punctuations": ("\"'.。,，!！?？:：”)]}、", "word timestamps merge openai-whisper's default punctuation"),
 }
-PASSED = ("language", "task", "best_of", "beam_size", "length_penalty", "without_timestamps", "compression_ratio_threshold",
-          "logprob_threshold", "no_speech_threshold", "condition_on_previous_text", "initial_prompt",
+PASSED = ("language", "task", "best_of", "beam_size", "length_penalty", "without_timestamps",
+          "compression_ratio_threshold", "logprob_threshold", "no_speech_threshold", "condition_on_previous_text", "initial_prompt",
           "word_timestamps", "hallucination_silence_threshold")
 
 

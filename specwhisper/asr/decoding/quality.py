@@ -33,7 +33,8 @@ def temperature_schedule(first: float = 0.0, increment: float | None = 0.2) -> t
 def length_normalized(sum_logprob: float, length: int, length_penalty: float | None = None) -> float:
     """openai-whisper's ``MaximumLikelihoodRanker`` score of a candidate of ``length`` tokens (end-of-text
     not counted): its log-probability over its length, or, with a ``length_penalty``, over Google NMT's
-    ``((5 + length) / 6) ** length_penalty`` (0: the plain log-probability; above 1, long candidates win)."""
+    ``((5 + length) / 6) ** length_penalty`` (0: the plain log-probability; the higher, the more a long
+    candidate is favoured)."""
     if length_penalty is None:
         return sum_logprob / max(length, 1)  # openai's divides by zero for an empty candidate
     return sum_logprob / ((5 + length) / 6) ** length_penalty

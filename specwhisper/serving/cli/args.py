@@ -108,7 +108,8 @@ def build_parser() -> argparse.ArgumentParser:
         p.add_argument(option, dest=dest, help=argparse.SUPPRESS, default=argparse.SUPPRESS, **kwargs)
     for option in REFUSED:
         p.add_argument(option, nargs="?", action=_Refused, help=argparse.SUPPRESS, default=argparse.SUPPRESS)
-    p.set_defaults(verbose=None, fp16=None, compute_type=None, device_index=None, log_level="warning", model_cache_only=False)
+    p.set_defaults(verbose=None, fp16=None, compute_type=None, device_index=None, log_level="warning",
+                   model_cache_only=False)
     return p
 
 
