@@ -111,9 +111,11 @@ def load_model(whisper_arch: str, device: str = "auto", device_index: int = 0, c
            asr_options: dict | None = None, language: str | None = None, vad_model: Any = None,
            vad_method: str = "pyannote", vad_options: dict | None = None, model: Any = None,
            task: str = "transcribe", download_root: str | None = None, local_files_only: bool = False,
-           threads: int = 4, use_auth_token: str | bool | None = None, draft: str = "auto") -> FasterWhisperPipeline:
+           threads: int | None = None, use_auth_token: str | bool | None = None,
+           draft: str = "auto") -> FasterWhisperPipeline:
     """WhisperX's ``load_model``: the Whisper model by its name (``large-v3``, ``base``, a Hugging Face id or a
-    folder) with WhisperX's options; ``draft``: this package's drafter (it pays in greedy decoding:
+    folder) with WhisperX's options; ``threads`` None: this package's choice for the machine (WhisperX's
+    CTranslate2 takes 4); ``draft``: this package's drafter (it pays in greedy decoding:
     ``asr_options={"beam_size": 1}``)."""
     if vad_model is not None or model is not None:
         raise ValueError("load_model: vad_model and model (objects of WhisperX's) are not taken here")
@@ -133,7 +135,9 @@ def load_model(whisper_arch: str, device: str = "auto", device_index: int = 0, c
     run, at_load = _asr_options(asr_options or {})
     dtype, int8 = COMPUTE_TYPES[compute_type]
     loading: dict[str, Any] = {"draft": draft, "device": "auto" if device is None else str(device), "dtype": dtype,
-                               "threads": threads, **at_load}
+                               **at_load}
+    if threads is not None:
+        loading["threads"] = threads
     if download_root is not None:
         loading["cache_dir"] = download_root
     transcriber = load(whisper_arch + (":int8" if int8 else ""), **loading)
