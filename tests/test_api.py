@@ -241,6 +241,19 @@ def test_a_stream_left_early_stops_decoding(readme, four_clips):
             call()
 
 
+def test_a_stream_never_iterated_decodes_nothing_and_the_process_exits_cleanly(jfk):
+    """A stream dropped uniterated (faster-whisper's ``segments, info = model.transcribe(...)`` with the segments
+    never read) decodes nothing, and one left half-read finishes before the process exits: a daemon thread
+    still decoding at exit took the process down (abort, exit status 134)."""
+    script = (f"import specwhisper; t = specwhisper.load('base', draft='none'); path = {str(jfk.path)!r}\n"
+              "s = t.stream(path, language='en'); del s\n"
+              "from specwhisper import WhisperModel; segments, info = WhisperModel('base', device='cpu').transcribe(path)\n"
+              "it = iter(t.stream(path, language='en', batch_size=1)); print(next(it).text)\n")
+    run = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=600)
+    assert run.returncode == 0, run.stderr[-2000:]
+    assert "fellow americans" in run.stdout.lower()
+
+
 def test_bad_formats_raise_a_one_line_value_error(readme):
     result = readme[1]["result"]
     for call in (lambda: result.to("pdf"), lambda: result.to("srt,json"), lambda: result.write("out", ["docx"])):

@@ -174,8 +174,11 @@ class Transcriber:
 
 class SegmentStream:
     """The segments of one transcription as they become final (``Transcriber.stream``): an iterator of
-    ``Segment``; ``result`` is the ``Transcription`` once the iteration has ended, ``duration`` the audio's seconds. The pipeline runs on a
-    thread of its own, in the transcriber's turn (``Transcriber.turn``); its segments come through a queue."""
+    ``Segment``; ``result`` is the ``Transcription`` once the iteration has ended, ``duration`` the audio's
+    seconds. The pipeline runs from the first iteration on (a stream never iterated decodes nothing, as
+    faster-whisper's lazy segments), on a thread of its own in the transcriber's turn (``Transcriber.turn``);
+    its segments come through a queue. The thread is not a daemon: a daemon thread still decoding when the
+    interpreter exited took the process down with it (torch's thread pool: abort, exit status 134)."""
 
     def __init__(self, transcriber: Transcriber, waveform: np.ndarray, opts: RunOptions, source: str | None,
                  progress: Progress | None):
@@ -204,13 +207,16 @@ class SegmentStream:
             except BaseException as exc:  # noqa: BLE001  handed to the iterating thread, raised there
                 self._queue.put(("error", exc))
 
-        self._thread = threading.Thread(target=run, name="specwhisper-stream", daemon=True)
-        self._thread.start()
+        self._thread = threading.Thread(target=run, name="specwhisper-stream")
+        self._started = False
 
     def __iter__(self) -> Iterator[Segment]:
         return self._segments()
 
     def _segments(self) -> Iterator[Segment]:
+        if not self._started:
+            self._started = True
+            self._thread.start()
         try:
             while not self._ended:
                 kind, value = self._queue.get()
@@ -228,7 +234,8 @@ class SegmentStream:
     def close(self) -> None:
         """Stop the decoding (at its next batch) and wait for it; the stream then has no ``result``."""
         self._closed.set()
-        self._thread.join()
+        if self._thread.is_alive():
+            self._thread.join()
         self._ended = True
 
     @property
