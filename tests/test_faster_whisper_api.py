@@ -13,7 +13,8 @@ import pytest
 
 faster_whisper = pytest.importorskip("faster_whisper")
 
-from specwhisper.pipeline.faster_whisper import FwSegment, FwWord, TranscriptionInfo, WhisperModel  # noqa: E402
+from specwhisper.pipeline.faster_whisper import (BatchedInferencePipeline, FwSegment, FwWord,  # noqa: E402
+                                                  TranscriptionInfo, WhisperModel)
 
 
 @pytest.fixture(scope="module")
@@ -128,3 +129,22 @@ def test_faster_whispers_vad_options_dataclass_is_taken(models, eval_root):
     with pytest.raises(ValueError, match="max_speech_duration_s") as info:
         ours.transcribe(path, vad_filter=True, vad_parameters=VadOptions(max_speech_duration_s=10))
     assert "\n" not in str(info.value)
+
+
+def test_vad_filter_takes_faster_whispers_vad_defaults(models, eval_root):
+    """``vad_filter=True`` alone applies faster-whisper's ``VadOptions()`` (a span ends at 2 s of silence), the
+    batched pipeline its own 160 ms, and what a dict leaves out is at ``VadOptions``' defaults, as there."""
+    from faster_whisper.vad import VadOptions
+
+    ours, _ = models
+    path = str(eval_root / "openai-whisper/jfk.flac")
+    keys = ("threshold", "min_silence_duration_ms", "speech_pad_ms")
+    theirs = {k: getattr(VadOptions(), k) for k in keys}
+    segments, info = ours.transcribe(path, language="en", beam_size=1, vad_filter=True)
+    assert info.vad_options == theirs and "country" in " ".join(s.text for s in segments)
+    _, info = ours.transcribe(path, language="en", vad_filter=True, vad_parameters={"threshold": 0.4})
+    assert info.vad_options == {**theirs, "threshold": 0.4}
+    decode = ours.transcriber.options(vad_filter=True, vad_parameters=info.vad_options).decode
+    assert (decode.vad_threshold, decode.vad_min_silence_ms, decode.vad_speech_pad_ms) == (0.4, 2000, 400)
+    _, info = BatchedInferencePipeline(ours).transcribe(path, language="en", batch_size=2)
+    assert info.vad_options == {**theirs, "min_silence_duration_ms": 160}

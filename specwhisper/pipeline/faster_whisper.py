@@ -86,7 +86,7 @@ class FwSegment:
 @dataclass
 class TranscriptionInfo:
     """faster-whisper's ``TranscriptionInfo``; ``transcription_options``: the options the transcription ran
-    with, by our names; ``vad_options``: faster-whisper's ``vad_parameters`` as given."""
+    with, by our names; ``vad_options``: faster-whisper's ``vad_parameters`` as applied (with ``vad_filter``)."""
 
     language: str
     language_probability: float
@@ -125,6 +125,8 @@ class WhisperModel:
                    **kwargs) -> tuple[Iterator[FwSegment], TranscriptionInfo]:
         """faster-whisper's ``transcribe``: (the segments, lazily, as each becomes final; the info). A numpy
         array is 16 kHz samples, as faster-whisper takes it."""
+        if kwargs.get("vad_filter"):
+            kwargs["vad_parameters"] = _vad_options(kwargs.get("vad_parameters"))
         options = self._options(language, task, beam_size, best_of, patience, temperature, condition_on_previous_text,
                                 clip_timestamps, {**kwargs, "language_detection_segments": language_detection_segments})
         rate = 16000 if isinstance(audio, np.ndarray) else None
@@ -151,7 +153,7 @@ class WhisperModel:
         """faster-whisper's ``detect_language``: (language, its probability, every language's, most likely first)."""
         rate = 16000 if isinstance(audio, np.ndarray) else None
         found = self.transcriber.detect_language(audio, sample_rate=rate, vad_filter=vad_filter,
-                                                 vad_parameters=vad_parameters,
+                                                 vad_parameters=_vad_options(vad_parameters) if vad_filter else vad_parameters,
                                                  language_detection_segments=language_detection_segments,
                                                  language_threshold=language_detection_threshold)
         return found.language, found.probability, sorted(found.probabilities.items(), key=lambda kv: -kv[1])
@@ -184,9 +186,23 @@ class BatchedInferencePipeline:
         """faster-whisper's ``BatchedInferencePipeline.transcribe`` (``condition_on_previous_text`` is taken and,
         as there, not applied)."""
         first = temperature if isinstance(temperature, (int, float)) else next(iter(temperature), 0.0)
+        if vad_filter and kwargs.get("vad_parameters") is None:  # its own: 160 ms of silence ends a span
+            kwargs["vad_parameters"] = {"min_silence_duration_ms": 160}
         return self.model.transcribe(audio, language, task, log_progress, beam_size, temperature=float(first),
                                      condition_on_previous_text=False, vad_filter=vad_filter,
                                      without_timestamps=without_timestamps, batch_size=batch_size, **kwargs)
+
+
+# faster-whisper's ``VadOptions`` defaults that differ from this package's own (``audio.vad``)
+VAD_OPTIONS = {"threshold": 0.5, "min_silence_duration_ms": 2000, "speech_pad_ms": 400}
+
+
+def _vad_options(given):
+    """faster-whisper's ``vad_parameters`` as it applies them: what is not given at ``VadOptions``' defaults (a
+    span ends at 2 s of silence, where this package's --vad-filter ends it at 160 ms, as the batched pipeline)."""
+    if given is None or isinstance(given, dict):
+        return {**VAD_OPTIONS, **(given or {})}
+    return given  # a VadOptions: every field given
 
 
 # the options that choose the windows a language is detected on (``Transcriber.detect_language``)
