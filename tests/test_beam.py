@@ -181,3 +181,27 @@ def test_length_penalty_is_an_option_of_every_way_in(base_engine):
     assert parse_args(["x.wav", "--length_penalty", "1.0"]).length_penalty == 1.0  # openai-whisper's spelling
     with pytest.raises(ValueError, match="length penalty must be between 0 and 10"):
         run_options({"length_penalty": -1.0})
+
+
+def test_beams_share_their_rows_cross_attention_to_the_bit(base_engine, encoded, prompt, alone, monkeypatch):
+    """The beams of an audio row read its one cross-attention K/V (``KVCache.repeated``): the three files
+    decode to the very tokens, scores and no-speech probabilities of beams each given a copy (``select``,
+    as before), with K/V for 3 rows, not 15."""
+    batch = torch.cat([encoded[f] for f in FILES])
+    seen = []
+    repeated = KVCache.repeated
+
+    def watched(cache, times):
+        out = repeated(cache, times)
+        seen.append((out.cross_k.shape[1], out.k.shape[1], out.cross_rows))
+        return out
+
+    monkeypatch.setattr(KVCache, "repeated", watched)
+    shared = _beam(base_engine, 5).decode(batch, prompt)
+    assert seen == [(3, 15, [r for r in range(3) for _ in range(5)])]
+    monkeypatch.setattr(KVCache, "repeated", lambda cache, times: cache.select([r for r in range(cache.batch_size)
+                                                                                 for _ in range(times)]))
+    copied = _beam(base_engine, 5).decode(batch, prompt)
+    for f, a, b in zip(FILES, shared.sequences, copied.sequences):
+        assert (a.tokens, a.sum_logprob, a.no_speech_prob) == (b.tokens, b.sum_logprob, b.no_speech_prob), f
+    assert [s.tokens for s in shared.sequences] == [alone[f][1].tokens for f in FILES]

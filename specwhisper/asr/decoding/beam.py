@@ -50,15 +50,16 @@ class BeamSearchDecoder(Decoder):
         t0 = time.perf_counter()
         b, k = encoder_out.shape[0], self.beam_size
         stats = DecodeStats()
-        # The prompt runs once per audio row, then each row's cache is copied to its k beams: a copy costs
-        # a fifth of projecting its cross-attention K/V again (base on this CPU: 0.15 s vs 0.78 s for 5 rows).
+        # The prompt runs once per audio row, then each row's self-attention cache is copied to its k beams,
+        # which read the row's one cross-attention K/V where attention goes query by query
+        # (``KVCache.repeated``); a batched attention call (the fixed-shape mode, a GPU) takes a copy per beam.
         cache = self.rt.new_cache(encoder_out)
         last, no_speech = self.prefill(cache, prompt)
         stats.target_passes += b
         stats.decoder_steps += 1
         no_speech_probs = no_speech.tolist()
         if k > 1:
-            cache = cache.select([r for r in range(b) for _ in range(k)])
+            cache = cache.repeated(k) if self.rt.row_exact else cache.select([r for r in range(b) for _ in range(k)])
             last = last.repeat_interleave(k, 0)
         beams: list[list[Beam]] = [[([], 0.0)] * k for _ in range(b)]  # identical at first: merged below
         finished: list[Finished] = [{} for _ in range(b)]
@@ -92,7 +93,7 @@ class BeamSearchDecoder(Decoder):
             if len(keep) < len(active):  # drop finished rows' groups first: ascending, moved down in place
                 cache = cache.select([i * k + j for i in keep for j in range(k)])
                 active = [active[i] for i in keep]
-            cache.reorder(sources)
+            cache.reorder(sources, length)  # positions 0 .. length - 1 are written
             nxt = on_device([[seq[-1]] for a in active for seq, _ in beams[a]], device)
             positions = torch.full((len(active) * k, 1), length, device=device)
             last = self.rt.step(nxt, positions, cache)[:, -1]

@@ -306,14 +306,17 @@ class WhisperDecoderRuntime:
             x = x + lin.out(a.transpose(1, 2).reshape(b, n, d))
 
             q = self._split(lin.cross_q(layer.encoder_attn_layer_norm(x)) * layer.encoder_attn.scaling)
+            ck, cv, shared = cache.cross_k[i], cache.cross_v[i], cache.cross_rows
+            if shared is not None and not per_query:  # rows reading one row's K/V (beams): gathered here
+                ck, cv, shared = ck[on_device(shared, ck.device)], cv[on_device(shared, cv.device)], None
             if cross_qk is not None and i in cross_qk:
-                cross_qk[i] = q @ cache.cross_k[i].transpose(-1, -2)
+                cross_qk[i] = q @ (ck if shared is None else ck[on_device(shared, ck.device)]).transpose(-1, -2)
             if per_query and whole_rows:
-                a = attend_per_row(q, cache.cross_k[i], cache.cross_v[i], causal=False)
+                a = attend_per_row(q, ck, cv, causal=False, kv_rows=shared)
             elif per_query:
-                a = attend_per_query(q, cache.cross_k[i], cache.cross_v[i], pos_list, causal=False)
+                a = attend_per_query(q, ck, cv, pos_list, causal=False, kv_rows=shared)
             else:
-                a = F.scaled_dot_product_attention(q, cache.cross_k[i], cache.cross_v[i], scale=1.0)
+                a = F.scaled_dot_product_attention(q, ck, cv, scale=1.0)
             x = x + lin.cross_out(a.transpose(1, 2).reshape(b, n, d))
 
             x = x + lin.fc2(layer.activation_fn(lin.fc1(layer.final_layer_norm(x))))
