@@ -97,6 +97,24 @@ class TranscriptionInfo:
     vad_options: dict | None = None
 
 
+def peer_load(model: str, device: Any = "auto", compute_type: str = "default", device_index: int | list[int] = 0,
+              threads: int | None = None, cache_dir: str | None = None, draft: str = "auto", **options) -> Transcriber:
+    """``load`` from the peers' model arguments (faster-whisper's, WhisperX's and openai-whisper's): ``device``
+    None is ``auto``; ``compute_type`` one of ``COMPUTE_TYPES``, one device (index 0); ``options``: more of
+    ``load``'s. A ValueError, one line, for a value not offered."""
+    if compute_type not in COMPUTE_TYPES:
+        raise ValueError(f"compute_type: one of {', '.join(COMPUTE_TYPES)} here, got {compute_type!r}")
+    if device_index not in (0, [0]):
+        raise ValueError("device_index: one device (0) per model here; load a model per device")
+    dtype, int8 = COMPUTE_TYPES[compute_type]
+    options.update(draft=draft, device="auto" if device is None else str(device), dtype=dtype)
+    if threads is not None:
+        options["threads"] = threads
+    if cache_dir is not None:
+        options["cache_dir"] = cache_dir
+    return load(model + (":int8" if int8 else ""), **options)
+
+
 class WhisperModel:
     """faster-whisper's ``WhisperModel(model_size_or_path, device, compute_type, cpu_threads, download_root)``
     over a ``Transcriber`` (the models load once, here). ``draft``: this package's drafter (``auto``)."""
@@ -106,17 +124,8 @@ class WhisperModel:
                  download_root: str | None = None, local_files_only: bool = False, draft: str = "auto", **kwargs):
         if kwargs:
             raise ValueError(f"WhisperModel: {next(iter(kwargs))} is not taken")
-        if compute_type not in COMPUTE_TYPES:
-            raise ValueError(f"compute_type: one of {', '.join(COMPUTE_TYPES)} here, got {compute_type!r}")
-        if device_index not in (0, [0]):
-            raise ValueError("device_index: one device (0) per model here; load a model per device")
-        dtype, int8 = COMPUTE_TYPES[compute_type]
-        options: dict[str, Any] = {"draft": draft, "device": device, "dtype": dtype}
-        if cpu_threads:
-            options["threads"] = cpu_threads
-        if download_root is not None:
-            options["cache_dir"] = download_root
-        self.transcriber: Transcriber = load(model_size_or_path + (":int8" if int8 else ""), **options)
+        self.transcriber: Transcriber = peer_load(model_size_or_path, device, compute_type, device_index,
+                                                  cpu_threads or None, download_root, draft)
 
     def transcribe(self, audio: Audio, language: str | None = None, task: str = "transcribe", log_progress: bool = False,
                    beam_size: int = 5, best_of: int = 5, patience: float = 1, temperature: float | Iterable[float] =

@@ -22,8 +22,8 @@ from __future__ import annotations
 import sys
 from typing import Any
 
-from specwhisper.pipeline.api import Audio, Transcriber, load
-from specwhisper.pipeline.faster_whisper import peer_options, temperature_options
+from specwhisper.pipeline.api import Audio, Transcriber
+from specwhisper.pipeline.faster_whisper import peer_load, peer_options, temperature_options
 from specwhisper.results.transcript import segments_to_dicts
 
 # openai-whisper's DecodingOptions that only take their default here: name -> (default, why)
@@ -39,8 +39,8 @@ ONLY_DEFAULT = {
     "append_punctuations": ("\"'.。,，!！?？:：”)]}、", "word timestamps merge openai-whisper's default punctuation"),
 }
 PASSED = ("language", "task", "best_of", "beam_size", "length_penalty", "without_timestamps",
-          "compression_ratio_threshold", "logprob_threshold", "no_speech_threshold", "condition_on_previous_text", "initial_prompt",
-          "word_timestamps", "hallucination_silence_threshold")
+          "compression_ratio_threshold", "logprob_threshold", "no_speech_threshold", "condition_on_previous_text",
+          "initial_prompt", "word_timestamps", "hallucination_silence_threshold")
 
 
 class OpenaiWhisperModel:
@@ -79,10 +79,7 @@ def load_model(name: str = "base", device: str | None = None, download_root: str
                in_memory: bool = False, draft: str = "auto") -> OpenaiWhisperModel:
     """openai-whisper's ``load_model``: the model by its name (``base``, ``large-v3``, a Hugging Face id or a
     folder); ``device`` None: a GPU where one is usable; ``draft``: this package's drafter."""
-    options: dict[str, Any] = {"draft": draft, "device": device or "auto"}
-    if download_root is not None:
-        options["cache_dir"] = download_root
-    return OpenaiWhisperModel(load(name, **options))
+    return OpenaiWhisperModel(peer_load(name, device, cache_dir=download_root, draft=draft))
 
 
 def _stamp(seconds: float) -> str:

@@ -35,13 +35,12 @@ from typing import Any
 import numpy as np
 
 from specwhisper.audio.loading import SAMPLE_RATE, load_audio as _load_audio
-from specwhisper.pipeline.api import Transcriber, load
-from specwhisper.pipeline.faster_whisper import COMPUTE_TYPES
+from specwhisper.pipeline.api import Transcriber
+from specwhisper.pipeline.faster_whisper import peer_load
 
-# WhisperX's asr_options its batched decoding reads, and ours for them (load: chosen when the model loads)
-READ = {"beam_size": "beam_size", "patience": "patience", "repetition_penalty": "repetition_penalty",
-        "no_repeat_ngram_size": "no_repeat_ngram_size", "initial_prompt": "initial_prompt", "hotwords": "hotwords"}
-LOAD_READ = {"suppress_numerals": "suppress_numerals"}
+# WhisperX's asr_options its batched decoding reads: ours by the same names (LOAD_READ: chosen when the model loads)
+READ = ("beam_size", "patience", "repetition_penalty", "no_repeat_ngram_size", "initial_prompt", "hotwords")
+LOAD_READ = ("suppress_numerals",)
 # read by WhisperX, at their default only here: name -> (default, why)
 ONLY_DEFAULT = {
     "length_penalty": (1, "beams are ranked by log-probability over length (CTranslate2's length ** penalty is not offered)"),
@@ -121,10 +120,6 @@ def load_model(whisper_arch: str, device: str = "auto", device_index: int = 0, c
         raise ValueError("load_model: vad_model and model (objects of WhisperX's) are not taken here")
     if vad_method not in VAD_METHODS:
         raise ValueError(f"vad_method: one of {', '.join(VAD_METHODS)} (the VAD here is silero-vad), got {vad_method!r}")
-    if compute_type not in COMPUTE_TYPES:
-        raise ValueError(f"compute_type: one of {', '.join(COMPUTE_TYPES)} here, got {compute_type!r}")
-    if device_index != 0:
-        raise ValueError("device_index: one device (0) per model here; load a model per device")
     vad = dict(VAD_OPTIONS)
     for key, value in (vad_options or {}).items():
         if key not in VAD_OPTIONS:
@@ -133,14 +128,7 @@ def load_model(whisper_arch: str, device: str = "auto", device_index: int = 0, c
     if vad["vad_offset"] != VAD_OPTIONS["vad_offset"]:
         raise ValueError("vad_options: vad_offset only at WhisperX's 0.363: silero-vad takes one threshold (vad_onset)")
     run, at_load = _asr_options(asr_options or {})
-    dtype, int8 = COMPUTE_TYPES[compute_type]
-    loading: dict[str, Any] = {"draft": draft, "device": "auto" if device is None else str(device), "dtype": dtype,
-                               **at_load}
-    if threads is not None:
-        loading["threads"] = threads
-    if download_root is not None:
-        loading["cache_dir"] = download_root
-    transcriber = load(whisper_arch + (":int8" if int8 else ""), **loading)
+    transcriber = peer_load(whisper_arch, device, compute_type, device_index, threads, download_root, draft, **at_load)
     if whisper_arch.endswith(".en"):
         language = "en"
     return FasterWhisperPipeline(transcriber, run, language, task, vad)
@@ -154,9 +142,9 @@ def _asr_options(given: dict) -> tuple[dict, dict]:
     at_load: dict[str, Any] = {}
     for name, value in given.items():
         if name in READ:
-            run[READ[name]] = value
+            run[name] = value
         elif name in LOAD_READ:
-            at_load[LOAD_READ[name]] = value
+            at_load[name] = value
         elif name in ONLY_DEFAULT:
             default, why = ONLY_DEFAULT[name]
             if value != default:
@@ -179,11 +167,9 @@ def load_align_model(language_code: str, device: str = "auto", model_name: str |
                      model_cache_only: bool = False) -> tuple[AlignModel, dict]:
     """WhisperX's ``load_align_model``: (the model that dates words, its metadata). ``model_name``: a Whisper
     model (default ``base``, the embedded one): words are dated from its cross-attention."""
-    loading: dict[str, Any] = {"device": "auto" if device is None else str(device), "draft": "none"}
-    if model_dir is not None:
-        loading["cache_dir"] = model_dir
     name = model_name or "base"
-    return AlignModel(load(name, **loading)), {"language": language_code, "dictionary": {}, "type": f"whisper:{name}"}
+    return (AlignModel(peer_load(name, device, cache_dir=model_dir, draft="none")),
+            {"language": language_code, "dictionary": {}, "type": f"whisper:{name}"})
 
 
 def align(transcript: Iterable[dict], model: AlignModel, align_model_metadata: dict, audio: str | np.ndarray,
@@ -275,8 +261,9 @@ def assign_word_speakers(diarize_df, transcript_result: dict, speaker_embeddings
     def speaker(start: float, end: float) -> str | None:
         overlap: dict[str, float] = {}
         for a, b, who in turns:
-            if a < end and b > start and min(b, end) - max(a, start) > 0:
-                overlap[who] = overlap.get(who, 0.0) + min(b, end) - max(a, start)
+            shared = min(b, end) - max(a, start)  # positive: the turn and the span overlap
+            if shared > 0:
+                overlap[who] = overlap.get(who, 0.0) + shared
         if overlap:
             return max(overlap.items(), key=lambda kv: kv[1])[0]
         return turns[int(np.argmin(np.abs(middles - (start + end) / 2)))][2] if fill_nearest else None
