@@ -343,11 +343,10 @@ def test_a_short_turn_sent_at_once_is_transcribed(server, eval_root):
 def _live_audio_s(server) -> float:
     """``specwhisper_live_audio_seconds_total`` on the server's /metrics, as Prometheus's parser reads it."""
     import httpx
-    from prometheus_client.parser import text_string_to_metric_families
 
-    page = httpx.get(server.url + "/metrics", timeout=60).text
-    return next(s.value for f in text_string_to_metric_families(page) for s in f.samples
-                if s.name == "specwhisper_live_audio_seconds_total")
+    from tests.test_metrics import _samples
+
+    return _samples(httpx.get(server.url + "/metrics", timeout=60).text)[("specwhisper_live_audio_seconds_total", ())]
 
 
 def test_a_file_in_one_append(server, eval_root):

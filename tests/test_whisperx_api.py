@@ -5,12 +5,9 @@ own writers; the diarizer's DataFrame scored against dev00's RTTM; what is not o
 
 from __future__ import annotations
 
-import importlib.util
 import io
 import sys
 import types
-from importlib.machinery import SourceFileLoader
-from pathlib import Path
 
 import numpy as np
 import pytest
@@ -19,18 +16,10 @@ import specwhisper.whisperx as whisperx
 from specwhisper.evaluation.diarization import der_pair, pyannote_dev_files
 from specwhisper.evaluation.transcripts import normalize, wer
 from specwhisper.results.transcript import SpeakerTurn
+from tests.test_interop import _peer, whisperx_schema, whisperx_utils  # the vendored peers' loader and modules
 
-PEERS = Path(__file__).resolve().parent / "peers"
 PAUSE_S = 1.5
 COLUMNS = ["segment", "label", "speaker", "start", "end"]  # WhisperX's DataFrame
-
-
-def _peer(name: str, module: str):
-    loader = SourceFileLoader(module, str(PEERS / f"{name}.py.txt"))
-    spec = importlib.util.spec_from_loader(loader.name, loader)
-    found = importlib.util.module_from_spec(spec)
-    loader.exec_module(found)
-    return found
 
 
 @pytest.fixture(scope="module")
@@ -44,8 +33,8 @@ def whisperx_diarize():
         mp.setitem(sys.modules, "whisperx", package)
         mp.setitem(sys.modules, "whisperx.audio", audio)
         mp.setitem(sys.modules, "whisperx.log_utils", logs)
-        mp.setitem(sys.modules, "whisperx.schema", _peer("whisperx_schema", "whisperx.schema"))
-        return _peer("whisperx_diarize", "_peer_whisperx_diarize")
+        mp.setitem(sys.modules, "whisperx.schema", whisperx_schema)
+        return _peer("whisperx_diarize")
 
 
 @pytest.fixture(scope="module")
@@ -124,7 +113,6 @@ def test_speakers_are_assigned_as_whisperx_assigns_them(flow, whisperx_diarize, 
 
 
 def test_whisperxs_writers_write_the_result(flow, two_speakers):
-    whisperx_utils = _peer("whisperx_utils", "_peer_whisperx_utils")
     result = {**flow["assigned"], "language": "en"}
     for fmt in ("srt", "vtt", "txt", "tsv", "json"):
         buf = io.StringIO()
