@@ -9,6 +9,7 @@ import dataclasses
 import inspect
 import re
 
+import numpy as np
 import pytest
 
 faster_whisper = pytest.importorskip("faster_whisper")
@@ -148,3 +149,47 @@ def test_vad_filter_takes_faster_whispers_vad_defaults(models, eval_root):
     assert (decode.vad_threshold, decode.vad_min_silence_ms, decode.vad_speech_pad_ms) == (0.4, 2000, 400)
     _, info = BatchedInferencePipeline(ours).transcribe(path, language="en", batch_size=2)
     assert info.vad_options == {**theirs, "min_silence_duration_ms": 160}
+
+
+def test_duration_after_vad_is_the_speech_faster_whisper_keeps(models, eval_root):
+    """``info.duration_after_vad`` with ``vad_filter``: the VAD's speech alone, known before any segment is
+    decoded, as faster-whisper's; JFK, 8 s of silence, JFK again: the silence gone, what silero-vad's own
+    ``get_speech_timestamps`` keeps with faster-whisper's ``VadOptions()``, within a second of what faster-whisper
+    keeps (its silero 6.0 ends JFK's span 0.5 s sooner than silero 6.2); without the filter, the whole duration."""
+    import silero_vad
+    import torch
+
+    from specwhisper.audio.loading import load_audio
+
+    ours, theirs = models
+    jfk = load_audio(str(eval_root / "openai-whisper/jfk.flac"))
+    audio = np.concatenate([jfk, np.zeros(8 * 16000, np.float32), jfk])
+    _, info = ours.transcribe(audio, language="en", vad_filter=True)
+    _, want = theirs.transcribe(audio, language="en", vad_filter=True)
+    assert info.duration == pytest.approx(want.duration, abs=0.01) == pytest.approx(30.0, abs=0.1)
+    silero = silero_vad.get_speech_timestamps(torch.from_numpy(audio), silero_vad.load_silero_vad(), threshold=0.5,
+                                              min_silence_duration_ms=2000, speech_pad_ms=400, min_speech_duration_ms=0)
+    assert info.duration_after_vad == pytest.approx(sum(t["end"] - t["start"] for t in silero) / 16000, abs=0.05)
+    assert info.duration_after_vad == pytest.approx(want.duration_after_vad, abs=1.0)
+    assert info.duration_after_vad < info.duration - 6
+    _, info = ours.transcribe(audio, language="en")
+    assert info.duration_after_vad == info.duration
+    spans = ours.transcriber.speech_spans(audio, sample_rate=16000, vad_filter=True)
+    assert len(spans) >= 2 and spans[0][0] < 1 and any(a > 18 for a, _ in spans)  # each JFK heard, the gap not
+
+
+def test_faster_whispers_log_lines(models, eval_root, caplog):
+    """The INFO lines faster-whisper writes on its ``faster_whisper`` logger, which programs read: the duration,
+    what the VAD filter removed (faster-whisper's own ``format_timestamp``), the language detected."""
+    import logging
+
+    from faster_whisper.utils import format_timestamp
+
+    ours, _ = models
+    path = str(eval_root / "openai-whisper/jfk.flac")
+    with caplog.at_level(logging.INFO, logger="faster_whisper"):
+        _, info = ours.transcribe(path, vad_filter=True)
+    lines = [r.getMessage() for r in caplog.records if r.name == "faster_whisper"]
+    assert f"Processing audio with duration {format_timestamp(info.duration)}" in lines
+    assert f"VAD filter removed {format_timestamp(info.duration - info.duration_after_vad)} of audio" in lines
+    assert f"Detected language 'en' with probability {info.language_probability:.2f}" in lines

@@ -14,7 +14,7 @@ import torch
 from specwhisper.asr.decoding.alignment import WordAligner
 from specwhisper.asr.batch_memory import fit_batch_size
 from specwhisper.audio.loading import SAMPLE_RATE
-from specwhisper.audio.chunking import Chunk, frame_levels, join_heard, join_spans, plan_chunks, to_decode
+from specwhisper.audio.chunking import Chunk, Span, frame_levels, join_heard, join_spans, plan_chunks, to_decode
 from specwhisper.audio.clips import clip_spans
 from specwhisper.asr.decoding.greedy import CapturedChoices, Decoder, GreedyDecoder, SamplingDecoder
 from specwhisper.asr.decoding.tokens import SpecialTokens
@@ -171,6 +171,13 @@ class AsrEngine:
             chunks += [c.shifted(a) for c in self._plan_piece(audio[a:b], opts, report)]
             done += b - a
         return chunks, time.perf_counter() - t0
+
+    def decoded_spans(self, audio: np.ndarray, opts: DecodeOptions, progress: Callable[[float], None] | None = None
+                      ) -> list[Span]:
+        """The stretches of ``audio`` (in samples) a transcription with ``opts`` hears: a joined chunk's
+        speech spans (``vad_filter``), any other chunk whole."""
+        chunks, _ = self._plan(audio, opts, progress or (lambda f: None))
+        return [span for c in chunks for span in (c.voiced if c.joined else ((c.start, c.end),))]
 
     def _plan_piece(self, audio: np.ndarray, opts: DecodeOptions, progress: Callable[[float], None]) -> list[Chunk]:
         settings = dict(FILTER_SETTINGS) if opts.vad_filter else {}

@@ -157,6 +157,18 @@ class Transcriber:
         found.source = source
         return found
 
+    def speech_spans(self, audio: Audio, *, sample_rate: int | None = None, progress: Progress | None = None,
+                     **options) -> list[tuple[float, float]]:
+        """The stretches of ``audio``, in seconds, that ``transcribe(audio, **options)`` decodes, without
+        decoding: with ``vad_filter`` the VAD's speech spans (the audio between them is never heard; their
+        sum is faster-whisper's ``duration_after_vad``), without it the windows that cover the whole input."""
+        opts = self.options(**options)
+        waveform, _ = _waveform(audio, sample_rate, opts.max_audio_s)
+        report = (lambda f: progress("vad", f)) if progress is not None else None
+        with self.turn:
+            spans = self.pipeline.asr.decoded_spans(waveform, opts.decode_options(), report)
+        return [(a / SAMPLE_RATE, b / SAMPLE_RATE) for a, b in spans]
+
     def transcribe_many(self, audios: Iterable[Audio], *, sample_rate: int | None = None,
                         progress: Progress | None = None, **options) -> list[Transcription]:
         """``transcribe`` for several inputs at once: their chunks are decoded in shared batches (the

@@ -22,6 +22,7 @@ segments are faster-whisper's fields (``id``, ``seek``, ``start``, ``end``, ``te
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
@@ -30,6 +31,10 @@ import numpy as np
 
 from specwhisper.asr.decoding.quality import schedule_of
 from specwhisper.pipeline.api import Audio, Transcriber, load
+from specwhisper.pipeline.writers import format_timestamp
+
+# faster-whisper's logger (``faster_whisper.utils.get_logger``) and its INFO lines, for programs that read them
+LOG = logging.getLogger("faster_whisper")
 
 # compute_type -> (our dtype, int8 weights)
 COMPUTE_TYPES = {"default": ("auto", False), "auto": ("auto", False), "float32": ("float32", False),
@@ -85,8 +90,10 @@ class FwSegment:
 
 @dataclass
 class TranscriptionInfo:
-    """faster-whisper's ``TranscriptionInfo``; ``transcription_options``: the options the transcription ran
-    with, by our names; ``vad_options``: faster-whisper's ``vad_parameters`` as applied (with ``vad_filter``)."""
+    """faster-whisper's ``TranscriptionInfo``; ``duration_after_vad``: the seconds the decoder hears (with
+    ``vad_filter`` the VAD's speech alone, ``Transcriber.speech_spans``); ``transcription_options``: the options
+    the transcription ran with, by our names; ``vad_options``: faster-whisper's ``vad_parameters`` as applied
+    (with ``vad_filter``)."""
 
     language: str
     language_probability: float
@@ -147,12 +154,17 @@ class WhisperModel:
             if not options.get("multilingual"):
                 options["language"] = found.language
             language, probability = found.language, found.probability
+            LOG.info("Detected language '%s' with probability %.2f", language, probability)
         else:
             language, probability = options["language"], 1.0
         progress = _printed if log_progress else None
         stream = self.transcriber.stream(audio, sample_rate=rate, progress=progress, **options)
-        duration = stream.duration
-        info = TranscriptionInfo(language, probability, duration, duration, languages, dict(options),
+        duration = heard = stream.duration
+        LOG.info("Processing audio with duration %s", format_timestamp(duration))
+        if options.get("vad_filter"):  # known before the first segment, as faster-whisper's VAD runs here
+            heard = sum(b - a for a, b in self.transcriber.speech_spans(audio, sample_rate=rate, **options))
+            LOG.info("VAD filter removed %s of audio", format_timestamp(max(duration - heard, 0.0)))
+        info = TranscriptionInfo(language, probability, duration, heard, languages, dict(options),
                                  kwargs.get("vad_parameters"))
         return _segments(stream, options.get("word_timestamps", False)), info
 

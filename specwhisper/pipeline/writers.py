@@ -23,7 +23,7 @@ def _ms(seconds: float) -> int:
     return max(0, round(1000 * round(seconds, 3)))
 
 
-def _clock(seconds: float, sep: str, always_hours: bool) -> str:
+def format_timestamp(seconds: float, sep: str = ".", always_hours: bool = False) -> str:
     """openai-whisper's format_timestamp: hours always in srt, in vtt only from the first hour on."""
     h, ms = divmod(_ms(seconds), 3_600_000)
     m, ms = divmod(ms, 60_000)
@@ -34,7 +34,7 @@ def _clock(seconds: float, sep: str, always_hours: bool) -> str:
 
 def timed_line(s: Segment) -> str:
     """openai-whisper's ``--verbose`` line: ``[00:01.000 --> 00:04.500] text`` (the speaker label as in txt)."""
-    return f"[{_clock(s.start, '.', False)} --> {_clock(s.end, '.', False)}] {_labelled(s)}"
+    return f"[{format_timestamp(s.start, '.', False)} --> {format_timestamp(s.end, '.', False)}] {_labelled(s)}"
 
 
 def _labelled(s: Segment) -> str:
@@ -53,10 +53,10 @@ def _cues(t: Transcript, layout: SubtitleOptions, always_hours: bool, sep: str):
     them from segments; laid out from the words (openai-whisper's layout) when ``layout`` asks for it
     and the transcript has words."""
     if layout.active and any(s.words for s in t.segments):
-        yield from word_cues(t.segments, layout, lambda seconds: _clock(seconds, sep, always_hours))
+        yield from word_cues(t.segments, layout, lambda seconds: format_timestamp(seconds, sep, always_hours))
         return
     for s in t.segments:
-        yield _clock(s.start, sep, always_hours), _clock(s.end, sep, always_hours), _labelled(s).replace("-->", "->")
+        yield format_timestamp(s.start, sep, always_hours), format_timestamp(s.end, sep, always_hours), _labelled(s).replace("-->", "->")
 
 
 def write_srt(t: Transcript, f: TextIO, layout: SubtitleOptions = NO_LAYOUT) -> None:
