@@ -193,3 +193,23 @@ def test_faster_whispers_log_lines(models, eval_root, caplog):
     assert f"Processing audio with duration {format_timestamp(info.duration)}" in lines
     assert f"VAD filter removed {format_timestamp(info.duration - info.duration_after_vad)} of audio" in lines
     assert f"Detected language 'en' with probability {info.language_probability:.2f}" in lines
+
+
+@pytest.mark.parametrize("clips", [[{"start": 0.0, "end": 4.0}, {"start": 4.0, "end": 11.0}], [{"start": 1.0, "end": 7.5}]],
+                         ids=["two-clips", "inner-clip"])
+def test_batched_clip_timestamps_as_faster_whispers_dicts(models, eval_root, clips):
+    """The batched pipeline's ``clip_timestamps``, faster-whisper's list of ``{"start", "end"}`` seconds: each clip
+    transcribed, no VAD, faster-whisper's own text on the same weights, its ``duration_after_vad`` (the clips'
+    seconds); a clip without its keys refused in one line."""
+    ours, theirs = models
+    path = str(eval_root / "openai-whisper/jfk.flac")
+    segments, info = BatchedInferencePipeline(ours).transcribe(path, language="en", clip_timestamps=clips)
+    got = list(segments)
+    want_segments, want = faster_whisper.BatchedInferencePipeline(theirs).transcribe(path, language="en",
+                                                                                    clip_timestamps=clips)
+    assert [s.text for s in got] == [s.text for s in want_segments]
+    assert info.duration_after_vad == pytest.approx(want.duration_after_vad, abs=0.01)
+    assert all(clips[0]["start"] <= s.start < s.end <= clips[-1]["end"] for s in got)
+    with pytest.raises(ValueError, match="clip_timestamps") as error:
+        BatchedInferencePipeline(ours).transcribe(path, clip_timestamps=[{"start": 1.0}])
+    assert "\n" not in str(error.value)

@@ -91,7 +91,7 @@ class FwSegment:
 @dataclass
 class TranscriptionInfo:
     """faster-whisper's ``TranscriptionInfo``; ``duration_after_vad``: the seconds the decoder hears (with
-    ``vad_filter`` the VAD's speech alone, ``Transcriber.speech_spans``); ``transcription_options``: the options
+    ``vad_filter`` the VAD's speech alone, with ``clip_timestamps`` the clips: ``Transcriber.speech_spans``); ``transcription_options``: the options
     the transcription ran with, by our names; ``vad_options``: faster-whisper's ``vad_parameters`` as applied
     (with ``vad_filter``)."""
 
@@ -161,7 +161,7 @@ class WhisperModel:
         stream = self.transcriber.stream(audio, sample_rate=rate, progress=progress, **options)
         duration = heard = stream.duration
         LOG.info("Processing audio with duration %s", format_timestamp(duration))
-        if options.get("vad_filter"):  # known before the first segment, as faster-whisper's VAD runs here
+        if options.get("vad_filter") or "clip_timestamps" in options:  # known before the first segment, as there
             heard = sum(b - a for a, b in self.transcriber.speech_spans(audio, sample_rate=rate, **options))
             LOG.info("VAD filter removed %s of audio", format_timestamp(max(duration - heard, 0.0)))
         info = TranscriptionInfo(language, probability, duration, heard, languages, dict(options),
@@ -205,13 +205,29 @@ class BatchedInferencePipeline:
                    temperature: float | Iterable[float] = (0.0, 0.2, 0.4, 0.6, 0.8, 1.0), condition_on_previous_text: bool = True,
                    **kwargs) -> tuple[Iterator[FwSegment], TranscriptionInfo]:
         """faster-whisper's ``BatchedInferencePipeline.transcribe`` (``condition_on_previous_text`` is taken and,
-        as there, not applied)."""
+        as there, not applied). ``clip_timestamps``: as there, the stretches to transcribe, a list of
+        ``{"start": s, "end": s}`` in seconds (each transcribed whole, a clip over 30 s too); the VAD is then not
+        run, as there; or our ``start,end,...`` form."""
         first = temperature if isinstance(temperature, (int, float)) else next(iter(temperature), 0.0)
+        clips = kwargs.get("clip_timestamps")
+        if isinstance(clips, (list, tuple)) and any(isinstance(c, dict) for c in clips):
+            kwargs["clip_timestamps"] = _clip_seconds(clips)
+            vad_filter = False
         if vad_filter and kwargs.get("vad_parameters") is None:  # its own: 160 ms of silence ends a span
             kwargs["vad_parameters"] = {"min_silence_duration_ms": 160}
         return self.model.transcribe(audio, language, task, log_progress, beam_size, temperature=float(first),
                                      condition_on_previous_text=False, vad_filter=vad_filter,
                                      without_timestamps=without_timestamps, batch_size=batch_size, **kwargs)
+
+
+def _clip_seconds(clips: list[dict]) -> list[float]:
+    """faster-whisper's batched ``clip_timestamps`` (``[{"start": s, "end": s}, ...]``) as ours: start, end, ..."""
+    out: list[float] = []
+    for clip in clips:
+        if not isinstance(clip, dict) or not {"start", "end"} <= clip.keys():
+            raise ValueError(f"clip_timestamps: each a dict of 'start' and 'end' seconds, got {clip!r}")
+        out += [clip["start"], clip["end"]]
+    return out
 
 
 # faster-whisper's ``VadOptions`` defaults that differ from this package's own (``audio.vad``)
