@@ -94,7 +94,7 @@ def test_every_draw_of_the_continuous_decode_is_a_sample_of_its_own_chunk(name, 
             assert seq.sum_logprob == pytest.approx(want, abs=0.02), (unit, seq.tokens)
     for unit, sequences in zip(units, seen):
         if unit.temperature <= 0.4 and unit.limit is None:  # the cooler draws read as the clip
-            text = engine._text(max(sequences, key=lambda s: s.avg_logprob).tokens)
+            text = engine.text_of(max(sequences, key=lambda s: s.avg_logprob).tokens)
             assert wer([clips[unit.row].reference], [text]) < 0.5, (unit, text)
     length = {(u.row, u.temperature): max(len(s.tokens) + (not s.hit_max_length) for s in seqs) for u, seqs in zip(units, seen)}
     chains = [sum(n for (r, _), n in length.items() if r == row) for row in (0, 1)]
@@ -118,7 +118,7 @@ def test_a_lone_chunks_draws_share_its_row_and_stop_at_their_cap(base_engine, ev
 
 def test_samples_cut_at_their_cap_fail_and_lose_to_the_greedy_text(tiny_engine, eval_root):
     feats, enc, prompt = _jfk(tiny_engine, eval_root)
-    text_of = tiny_engine._text
+    text_of = tiny_engine.text_of
     # every text fails this ratio, so every temperature runs; 0.5 s of audio allows 22 tokens, fewer
     # than any full transcript of the 11 s clip
     rules = QualityRules(compression_ratio_threshold=0.5)
@@ -155,11 +155,11 @@ def test_failing_chunks_of_a_batch_draw_their_samples_together(tiny_engine, mani
 
     rules = QualityRules(temperatures=(0.3,), best_of=2)  # a first temperature above 0: every chunk is sampled
     stats = DecodeStats()
-    kept = decode_with_fallback(tiny_engine.decoder, sampler, enc, prompt, feats, rules, tiny_engine._text, stats)
+    kept = decode_with_fallback(tiny_engine.decoder, sampler, enc, prompt, feats, rules, tiny_engine.text_of, stats)
     assert calls == [([(0, 2), (1, 2), (2, 2), (3, 2)], 4)]
     assert all(a.temperature == 0.3 for a in kept)
     for item, attempt in zip(clips, kept):
-        assert wer([item.reference], [tiny_engine._text(attempt.seq.tokens)]) < 0.35, item.file
+        assert wer([item.reference], [tiny_engine.text_of(attempt.seq.tokens)]) < 0.35, item.file
 
 
 def test_sample_cap_is_validated():
@@ -226,7 +226,7 @@ def test_a_chunks_samples_are_its_own_in_any_batch_order_and_schedule(tiny_engin
     def kept(rows_of: list[int], rows: int, ahead: bool) -> tuple[list[tuple], DecodeStats]:
         stats = DecodeStats()
         attempts = decode_with_fallback(tiny_engine.decoder, tiny_engine._sampler, enc[rows_of], prompt, feats[rows_of],
-                                        rules, tiny_engine._text, stats, seconds=[clips[r].duration for r in rows_of],
+                                        rules, tiny_engine.text_of, stats, seconds=[clips[r].duration for r in rows_of],
                                         rows=rows, keys=[keys[r] for r in rows_of], ahead=ahead)
         by_row = {r: (a.temperature, a.seq.tokens, a.seq.sum_logprob) for r, a in zip(rows_of, attempts)}
         return [by_row.get(r) for r in (0, 1)], stats
@@ -238,7 +238,7 @@ def test_a_chunks_samples_are_its_own_in_any_batch_order_and_schedule(tiny_engin
     assert alone[0] == in_turn[0]
     for clip, (temperature, tokens, _) in zip(clips, ahead):
         assert temperature == 0.4
-        assert wer([clip.reference], [tiny_engine._text(tokens)]) < 0.5, clip.file
+        assert wer([clip.reference], [tiny_engine.text_of(tokens)]) < 0.5, clip.file
     assert ahead_stats.fallback_steps < turn_stats.fallback_steps, (ahead_stats.fallback_steps, turn_stats.fallback_steps)
 
 
@@ -349,7 +349,7 @@ def test_a_greedy_text_that_loops_stops_there_in_plain_and_speculative_decoding_
 
     def fallback():
         stats = DecodeStats()
-        kept = decode_with_fallback(plain, e._sampler, enc, prompt, None, QualityRules(), e._text, stats,
+        kept = decode_with_fallback(plain, e._sampler, enc, prompt, None, QualityRules(), e.text_of, stats,
                                     seconds=[30.0, 11.0], keys=[1, 2])
         return kept, stats
 
@@ -361,11 +361,11 @@ def test_a_greedy_text_that_loops_stops_there_in_plain_and_speculative_decoding_
         kept_whole, stats_whole = fallback()
     assert len(greedy_passes) == 1
     whole = greedy_passes[0].sequences
-    assert whole[0].hit_max_length and compression_ratio(e._text(whole[0].tokens)) > 50
+    assert whole[0].hit_max_length and compression_ratio(e.text_of(whole[0].tokens)) > 50
     assert not whole[1].hit_max_length
 
     def looping(tokens):
-        return compression_ratio(e._text(tokens)) > 2.4
+        return compression_ratio(e.text_of(tokens)) > 2.4
 
     cut = plain.decode(enc, prompt, looping=looping)
     assert cut.stats.loops_cut == 1
@@ -532,7 +532,7 @@ def test_a_captured_draw_gives_the_eager_draws_bits(tiny_engine, manifest):
     def kept(captured: bool) -> tuple[list[tuple], int]:
         sampler = SamplingDecoder(tiny_engine.runtime, tiny_engine.special, tiny_engine.rules, captured=captured)
         stats = DecodeStats()
-        attempts = decode_with_fallback(tiny_engine.decoder, lambda: sampler, enc, prompt, feats, rules, tiny_engine._text,
+        attempts = decode_with_fallback(tiny_engine.decoder, lambda: sampler, enc, prompt, feats, rules, tiny_engine.text_of,
                                         stats, seconds=[c.duration for c in clips], keys=[101, 202])
         if captured:
             assert {k[2] for k in sampler.choices.calls} == {True}  # draws, not greedy picks
@@ -569,7 +569,7 @@ def test_best_of_samples_are_ranked_as_openai_whispers_ranker(tiny_engine, manif
     ranked, likelihood = [], fallback._likelihood
     monkeypatch.setattr(fallback, "_likelihood", lambda seq, p=None: ranked.append((seq, p)) or likelihood(seq, p))
     sampler = SamplingDecoder(tiny_engine.runtime, tiny_engine.special, tiny_engine.rules)
-    attempts = decode_with_fallback(tiny_engine.decoder, lambda: sampler, enc, prompt, feats, rules, tiny_engine._text,
+    attempts = decode_with_fallback(tiny_engine.decoder, lambda: sampler, enc, prompt, feats, rules, tiny_engine.text_of,
                                     DecodeStats(), seconds=[c.duration for c in clips], keys=[101, 202])
     assert {p for _, p in ranked} == {penalty} and len(ranked) == 5 * 2 * 2  # 2 clips, 2 temperatures, 5 draws
     ranker, picks = whisper_decoding.MaximumLikelihoodRanker(penalty), set()

@@ -145,7 +145,7 @@ def test_initial_prompt_steers_the_spelling(base_engine, eval_root):
 def prompted(base_engine, eval_root):
     """JFK's clip and FLEURS en-002 after the text prompt "Lord Byron in Sintra.": the prompt, and per clip its
     features, encoder output and plain greedy decode (made once for every drafter's check)."""
-    prompt = base_engine.special.prompt("en", "transcribe", True, context=base_engine._context("Lord Byron in Sintra."))
+    prompt = base_engine.special.prompt("en", "transcribe", True, context=base_engine.context_of("Lord Byron in Sintra."))
     plain = GreedyDecoder(base_engine.runtime, base_engine.special, base_engine.rules)
     cases = []
     for name in ("openai-whisper/jfk.flac", "cuttledoc-fleurs/fleurs-en-002.ogg"):

@@ -69,3 +69,82 @@ def test_what_it_does_not_offer_is_refused_in_one_line(model, arguments, message
     with pytest.raises(ValueError, match=re.escape(message)) as info:
         model.transcribe(np.zeros(16000, dtype=np.float32), **arguments)
     assert "\n" not in str(info.value)
+
+
+@pytest.fixture(scope="module")
+def theirs(model):
+    """openai-whisper's own ``Whisper`` module holding the same base weights as ``model``."""
+    from bench.hallucination import openai_model
+
+    return openai_model(model.transcriber.pipeline.asr.bundle)
+
+
+def test_openai_whispers_readme_example_runs_and_decodes_as_openai_whisper(model, theirs, jfk):
+    """The second example of openai-whisper's README (``load_audio``, ``pad_or_trim``, ``log_mel_spectrogram``,
+    ``model.detect_language``, ``whisper.decode``), through ``import specwhisper as whisper``: openai-whisper's own
+    log-mel of the same samples, its language probability, and its tokens, text and scores from its own
+    ``decode`` on the same weights: greedy, beam search, without timestamps, after a prompt, translating."""
+    import specwhisper as ours
+
+    audio = ours.pad_or_trim(ours.load_audio(str(jfk.path)))
+    mel = ours.log_mel_spectrogram(audio, n_mels=model.dims.n_mels).to(model.device)
+    assert torch_allclose(mel, whisper.log_mel_spectrogram(audio, n_mels=80))
+    _, probs = model.detect_language(mel)
+    _, want_probs = theirs.detect_language(mel)
+    assert max(probs, key=probs.get) == "en" and probs["en"] == pytest.approx(want_probs["en"], abs=1e-3)
+    result = ours.decode(model, mel, ours.DecodingOptions())
+    assert wer([jfk.reference], [result.text]) <= 0.05
+    for options in [{}, dict(beam_size=5), dict(without_timestamps=True), dict(prompt="Kennedy's speech."),
+                    dict(language="es", task="translate")]:
+        got = model.decode(mel, ours.DecodingOptions(**options))
+        want = whisper.decode(theirs, mel, whisper.DecodingOptions(fp16=False, **options))
+        assert (got.tokens, got.text, got.language) == (want.tokens, want.text, want.language), options
+        assert got.avg_logprob == pytest.approx(want.avg_logprob, abs=1e-3)
+        assert got.no_speech_prob == pytest.approx(want.no_speech_prob, abs=1e-3)
+        assert got.compression_ratio == pytest.approx(want.compression_ratio)
+    batch = model.decode(mel[None].repeat(2, 1, 1), without_timestamps=True)  # a batch: a list, row by row
+    assert [r.text for r in batch] == [want.text] * 2 and batch[0].language_probs["en"] == pytest.approx(probs["en"])
+
+
+def test_decoding_options_it_does_not_offer_and_bad_windows_are_one_line_errors(model, jfk):
+    import specwhisper as ours
+
+    mel = ours.log_mel_spectrogram(ours.pad_or_trim(ours.load_audio(str(jfk.path))))
+    for bad, words in [(dict(prefix="And so"), "prefix"), (dict(sample_len=10), "sample_len"),
+                       (dict(best_of=2), "best_of"), (dict(beam_size=2, best_of=2), "beam_size")]:
+        with pytest.raises(ValueError, match=words) as error:
+            ours.decode(model, mel, ours.DecodingOptions(**bad))
+        assert "\n" not in str(error.value)
+    for window in (mel[:, :100], mel[:40]):
+        with pytest.raises(ValueError, match=r"pad_or_trim") as error:
+            model.decode(window)
+        assert "\n" not in str(error.value)
+    with pytest.raises(ValueError, match="beam_sizes"):
+        ours.decode(model, mel, beam_sizes=2)
+
+
+def torch_allclose(a, b) -> bool:
+    return bool((a - b).abs().max() < 1e-5)
+
+
+def test_the_fields_of_openai_whispers_own_dataclasses(model, theirs):
+    from specwhisper.pipeline.openai_decoding import DecodingOptions, DecodingResult, ModelDimensions
+
+    for mine, own in [(DecodingOptions, whisper.DecodingOptions), (DecodingResult, whisper.DecodingResult),
+                      (ModelDimensions, whisper.model.ModelDimensions)]:
+        assert [f.name for f in dataclasses.fields(mine)] == [f.name for f in dataclasses.fields(own)]
+    assert dataclasses.asdict(model.dims) == dataclasses.asdict(theirs.dims)
+    assert (model.is_multilingual, model.num_languages) == (theirs.is_multilingual, theirs.num_languages)
+
+
+def test_pad_or_trim_as_openai_whispers():
+    import torch
+
+    import specwhisper as ours
+
+    for array in (np.arange(10, dtype=np.float32), np.ones((2, 7), np.float32)):
+        for length, axis in [(4, -1), (12, -1), (5, 0), (7, -1)]:
+            want = whisper.pad_or_trim(array, length, axis=axis)
+            np.testing.assert_array_equal(ours.pad_or_trim(array, length, axis=axis), want)
+            got = ours.pad_or_trim(torch.from_numpy(array), length, axis=axis)
+            assert torch.equal(got, whisper.pad_or_trim(torch.from_numpy(array), length, axis=axis))

@@ -23,7 +23,8 @@ from specwhisper.asr.decoding.suppress import suppressed_tokens
 from specwhisper.hardware.device import resolve_device, resolve_dtype, synchronize
 from specwhisper.asr.features import LogMel
 from specwhisper.asr.options import SAMPLING, DecodeOptions
-from specwhisper.asr.decoding.fallback import POOL_BATCHES, FallbackPool, Failing, first_attempts, kept
+from specwhisper.asr.decoding.fallback import (POOL_BATCHES, FallbackPool, Failing, decode_with_fallback, first_attempts,
+                                               kept)
 from specwhisper.asr.decoding.quality import Attempt
 from specwhisper.hardware.memory import release_gpu_library_pages, release_torch_import_pages, trim_heap
 from specwhisper.asr.runtime.decoder import WhisperDecoderRuntime
@@ -196,6 +197,17 @@ class AsrEngine:
             chunks = to_decode(plan_chunks(spans, len(audio), opts.max_chunk_s, levels), opts.max_chunk_s)
         return chunks
 
+    def decode_windows(self, features: torch.Tensor, prompt: list[int], opts: DecodeOptions) -> tuple[torch.Tensor, list[Attempt]]:
+        """One decode of each log-mel window of ``features`` ([rows, mels, frames]) after ``prompt``, as
+        openai-whisper's ``decode``: greedy (speculative where a drafter runs) or ``opts.beam_size`` beams at
+        temperature 0, else ``best_of`` samples, at ``opts.quality``'s first temperature alone, no fallback.
+        The encoder output and each row's attempt."""
+        features = features.to(self.device, self.bundle.model.dtype)
+        enc = self.encoder.encode(features)
+        rules = replace(opts.quality, temperatures=opts.quality.temperatures[:1])
+        return enc, decode_with_fallback(self._first_decoder(opts, self.decoder), self._sampler, enc, prompt, features,
+                                         rules, self.text_of, DecodeStats())
+
     def _first_decoder(self, opts: DecodeOptions, decoder: Decoder) -> Decoder:
         if opts.beam_size is None:
             return decoder
@@ -209,10 +221,12 @@ class AsrEngine:
         captured draws (captured once, not per decode)."""
         return SamplingDecoder(self.runtime, self.special, rules or self.rules, choices=self.draws)
 
-    def _text(self, tokens: list[int]) -> str:
+    def text_of(self, tokens: list[int]) -> str:
+        """The text of decoded ``tokens`` (timestamp and special tokens left out)."""
         return self.bundle.tokenizer.decode([t for t in tokens if t < self.special.eot])
 
-    def _context(self, text: str | None) -> list[int]:
+    def context_of(self, text: str | None) -> list[int]:
+        """The tokens of a prompt's ``text`` (a space before it, as openai-whisper encodes it); none for none."""
         return self.bundle.tokenizer.encode(" " + text.strip(), add_special_tokens=False) if text and text.strip() else []
 
     def _finish(self, first: FirstPass, attempts: list[Attempt], opts: DecodeOptions
@@ -351,7 +365,7 @@ class AsrEngine:
             languages: list[tuple[str | None, float | None]] = [(opts.language, None)] * n
         else:
             languages = file_languages(self, audios, plans, opts, rows, encoded, stats)
-        initial = self._context(opts.prompt_text)
+        initial = self.context_of(opts.prompt_text)
 
         def prompt_of(language: str | None, context: list[int]) -> tuple[int, ...]:
             return tuple(self.special.prompt(language, opts.task, timestamps=not opts.without_timestamps, context=context))
@@ -388,7 +402,7 @@ class AsrEngine:
 
         # the fallback's samples of several batches in one stream on a GPU; a conditioned file's next
         # chunk follows the text of the one before, so its batches finish one by one
-        pool = FallbackPool(lambda: self._sampler(decoder.rules), opts.quality, self._text, rows, ahead=self.fallback_ahead,
+        pool = FallbackPool(lambda: self._sampler(decoder.rules), opts.quality, self.text_of, rows, ahead=self.fallback_ahead,
                             most_batches=self.fallback_pool if self.fallback_ahead and not conditioning else 1,
                             report=lambda: report(SAMPLING, shown))
         waiting: list[FirstPass | Replayed] = []
@@ -452,7 +466,7 @@ class AsrEngine:
         feats, enc = torch.cat([f for f, _ in kept_rows]), torch.cat([e for _, e in kept_rows])
         chunks = [c for _, c in batch]
         batch_stats = DecodeStats()
-        history = first_attempts(self._first_decoder(opts, decoder), enc, prompt, feats, opts.quality, self._text, batch_stats)
+        history = first_attempts(self._first_decoder(opts, decoder), enc, prompt, feats, opts.quality, self.text_of, batch_stats)
         trim_heap()  # the batch's cache is freed: keep the heap from holding it (specwhisper.hardware.memory)
         failing = Failing(enc, history, [c.duration_s for c in chunks], [c.key for c in chunks])
         return FirstPass(batch, prompt, language, chunks, failing, batch_stats,

@@ -55,11 +55,11 @@ class LogMel:
         out = torch.empty(len(pieces), self.mels, self.frames, device=self.device)
         openai = [i for i, z in enumerate(zero_pad) if not z]
         if openai:
-            out[openai] = self._log_mel(self._waves([pieces[i] for i in openai], self.samples))
+            out[openai] = self.log_mel(self._waves([pieces[i] for i in openai], self.samples))
         for i in (i for i, z in enumerate(zero_pad) if z):
             piece = np.asarray(pieces[i], np.float32)[: self.frames * self.hop]
             # one hop of zeros; a piece shorter than the FFT (a few ms) is zero-padded to it for the STFT
-            mel = self._log_mel(self._waves([piece], len(piece) + max(self.hop, self.n_fft - len(piece))))[0, :, :-1]
+            mel = self.log_mel(self._waves([piece], len(piece) + max(self.hop, self.n_fft - len(piece))))[0, :, :-1]
             mel = mel[:, : self.frames]
             out[i, :, : mel.shape[1]] = mel
             out[i, :, mel.shape[1] :] = padding_value(mel)
@@ -73,7 +73,7 @@ class LogMel:
             row[: len(piece)] = torch.from_numpy(piece).to(self.device)
         return waves
 
-    def _log_mel(self, waves: torch.Tensor) -> torch.Tensor:
+    def log_mel(self, waves: torch.Tensor) -> torch.Tensor:
         """transformers' ``_torch_extract_fbank_features`` of a batch, on the device."""
         if self.dither != 0.0:
             waves = waves + self.dither * torch.randn(waves.shape, dtype=waves.dtype, device=waves.device)

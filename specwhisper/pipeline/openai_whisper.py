@@ -14,7 +14,8 @@ fallback schedule, each window after the text of the one before) and returns its
 ``language``, which openai-whisper's own writers (``whisper.utils.get_writer``) write. ``verbose=True``
 prints each segment as it becomes final, as openai-whisper does. A decoding option whose value this package
 does not offer (a ``prefix``, a ``sample_len``, ...) is a one-line ValueError, never ignored;
-``condition_on_previous_text=False`` lets the chunks of a file decode side by side in batches.
+``condition_on_previous_text=False`` lets the chunks of a file decode side by side in batches. The
+lower-level ``detect_language`` and ``decode`` of log-mel windows are ``specwhisper.pipeline.openai_decoding``'s.
 """
 
 from __future__ import annotations
@@ -22,18 +23,18 @@ from __future__ import annotations
 import sys
 from typing import Any
 
+from specwhisper.pipeline import openai_decoding
 from specwhisper.pipeline.api import Audio, Transcriber
+from specwhisper.pipeline.openai_decoding import DecodingOptions, ModelDimensions
+from specwhisper.pipeline.writers import format_timestamp
 from specwhisper.pipeline.faster_whisper import peer_load, peer_options, temperature_options
 from specwhisper.results.transcript import segments_to_dicts
 
-# openai-whisper's DecodingOptions that only take their default here: name -> (default, why)
+# openai-whisper's transcribe arguments that only take their default here: name -> (default, why); the
+# DecodingOptions among them are ``decode``'s (``openai_decoding.ONLY_DEFAULT``)
 ONLY_DEFAULT = {
+    **openai_decoding.ONLY_DEFAULT,
     "prompt": (None, "give the text before the first window as initial_prompt"),
-    "prefix": (None, "no prefix is forced"),
-    "suppress_tokens": ("-1", "the model's own set is suppressed (specwhisper.load(..., suppress_tokens=...))"),
-    "suppress_blank": (True, "a blank first token is always suppressed"),
-    "max_initial_timestamp": (1.0, "the first timestamp is at most 1 s"),
-    "sample_len": (None, "a window writes up to Whisper's 448 tokens"),
     "carry_initial_prompt": (False, "initial_prompt precedes the first window, as openai-whisper's default"),
     "prepend_punctuations": ("\"'“¿([{-", "word timestamps merge openai-whisper's default punctuation"),
     "append_punctuations": ("\"'.。,，!！?？:：”)]}、", "word timestamps merge openai-whisper's default punctuation"),
@@ -44,10 +45,32 @@ PASSED = ("language", "task", "best_of", "beam_size", "length_penalty", "without
 
 
 class OpenaiWhisperModel:
-    """What openai-whisper's ``load_model`` returns, for its ``transcribe``; ``transcriber``: ours."""
+    """What openai-whisper's ``load_model`` returns: its ``transcribe``, and its lower-level ``detect_language``
+    and ``decode`` of log-mel windows (``specwhisper.pipeline.openai_decoding``), ``dims``, ``device``,
+    ``is_multilingual``, ``num_languages``; ``transcriber``: ours."""
 
     def __init__(self, transcriber: Transcriber):
         self.transcriber = transcriber
+        engine = transcriber.pipeline.asr
+        self.dims = ModelDimensions.of(engine.bundle.model.config)
+        self.device = engine.runtime.device  # a torch.device
+        self.is_multilingual = engine.special.multilingual
+        self.num_languages = len(engine.special.languages)
+
+    def detect_language(self, mel, tokenizer: Any = None):
+        """openai-whisper's ``model.detect_language(mel)``: (the language token, every language's probability)
+        of a [n_mels, 3000] window; of a batch, a tensor of tokens and a list of dicts."""
+        with self.transcriber.turn:
+            tokens, probs = openai_decoding.detect_language(self.transcriber.pipeline.asr, mel)
+        return (tokens[0], probs[0]) if _single(mel) else (tokens, probs)
+
+    def decode(self, mel, options: DecodingOptions | None = None, **kwargs):
+        """openai-whisper's ``model.decode(mel, options)``: a ``DecodingResult`` of a [n_mels, 3000] window, a list
+        of them of a batch (``whisper.decode``)."""
+        options = openai_decoding.options_of(options, kwargs)
+        with self.transcriber.turn:
+            results = openai_decoding.decode(self.transcriber.pipeline.asr, mel, options)
+        return results[0] if _single(mel) else results
 
     def transcribe(self, audio: Audio, *, verbose: bool | None = None,
                    temperature: float | tuple[float, ...] = (0.0, 0.2, 0.4, 0.6, 0.8, 1.0),
@@ -69,7 +92,7 @@ class OpenaiWhisperModel:
         stream = self.transcriber.stream(audio, sample_rate=rate, **ours)
         for segment in stream:
             if verbose:
-                print(f"[{_stamp(segment.start)} --> {_stamp(segment.end)}] {segment.text}", file=sys.stdout, flush=True)
+                print(f"[{format_timestamp(segment.start)} --> {format_timestamp(segment.end)}] {segment.text}", file=sys.stdout, flush=True)
         result = stream.result
         return {"text": "".join(s.text for s in result.segments), "segments": segments_to_dicts(result.segments),
                 "language": result.language}
@@ -82,10 +105,15 @@ def load_model(name: str = "base", device: str | None = None, download_root: str
     return OpenaiWhisperModel(peer_load(name, device, cache_dir=download_root, draft=draft))
 
 
-def _stamp(seconds: float) -> str:
-    """openai-whisper's ``format_timestamp`` of a verbose line: ``MM:SS.mmm`` (``HH:`` from an hour on)."""
-    ms = round(seconds * 1000)
-    hours, ms = divmod(ms, 3_600_000)
-    minutes, ms = divmod(ms, 60_000)
-    secs, ms = divmod(ms, 1000)
-    return (f"{hours:02d}:" if hours else "") + f"{minutes:02d}:{secs:02d}.{ms:03d}"
+def decode(model: OpenaiWhisperModel, mel, options: DecodingOptions | None = None, **kwargs):
+    """openai-whisper's ``whisper.decode(model, mel, options)``."""
+    return model.decode(mel, options, **kwargs)
+
+
+def detect_language(model: OpenaiWhisperModel, mel, tokenizer: Any = None):
+    """openai-whisper's ``whisper.detect_language(model, mel)``."""
+    return model.detect_language(mel, tokenizer)
+
+
+def _single(mel) -> bool:
+    return len(mel.shape) == 2
