@@ -213,3 +213,33 @@ def test_batched_clip_timestamps_as_faster_whispers_dicts(models, eval_root, cli
     with pytest.raises(ValueError, match="clip_timestamps") as error:
         BatchedInferencePipeline(ours).transcribe(path, clip_timestamps=[{"start": 1.0}])
     assert "\n" not in str(error.value)
+
+
+def test_faster_whispers_module_functions(eval_root):
+    """``decode_audio`` (its samples and split channels against faster-whisper's own PyAV decoding),
+    ``available_models`` (every name faster-whisper's and openai-whisper's list is taken) and
+    ``format_timestamp`` (their own's strings), from ``specwhisper`` as from ``faster_whisper``."""
+    import io
+
+    import specwhisper
+    from faster_whisper.utils import format_timestamp as theirs
+
+    stereo = str(eval_root / "faster-whisper/stereo_diarization.wav")
+    left, right = specwhisper.decode_audio(stereo, split_stereo=True)
+    want_left, want_right = faster_whisper.decode_audio(stereo, split_stereo=True)
+    for got, want in [(left, want_left), (right, want_right)]:
+        assert got.dtype == np.float32 and len(got) == len(want) and np.abs(got - want).max() < 1e-3
+    with open(stereo, "rb") as f:
+        mono = specwhisper.decode_audio(f)
+    want = faster_whisper.decode_audio(io.BytesIO(open(stereo, "rb").read()))
+    assert len(mono) == len(want) and np.abs(mono - want).max() < 1e-3
+    with pytest.raises(ValueError, match="sampling_rate"):
+        specwhisper.decode_audio(stereo, sampling_rate=8000)
+    assert set(faster_whisper.available_models()) <= set(specwhisper.available_models())
+    whisper = pytest.importorskip("whisper")
+    assert set(whisper.available_models()) <= set(specwhisper.available_models())
+    for seconds in (0.0, 1.0005, 61.25, 3725.5):
+        for hours, marker in [(False, "."), (True, ","), (True, ".")]:
+            assert specwhisper.format_timestamp(seconds, hours, marker) == theirs(seconds, hours, marker)
+            assert specwhisper.format_timestamp(seconds, always_include_hours=hours, decimal_marker=marker) == \
+                whisper.utils.format_timestamp(seconds, always_include_hours=hours, decimal_marker=marker)

@@ -25,11 +25,12 @@ from __future__ import annotations
 import logging
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, BinaryIO
 
 import numpy as np
 
 from specwhisper.asr.decoding.quality import schedule_of
+from specwhisper.audio.loading import load_audio, load_audio_stream
 from specwhisper.pipeline.api import Audio, Transcriber, load
 from specwhisper.pipeline.writers import format_timestamp
 
@@ -120,6 +121,30 @@ def peer_load(model: str, device: Any = "auto", compute_type: str = "default", d
     if cache_dir is not None:
         options["cache_dir"] = cache_dir
     return load(model + (":int8" if int8 else ""), **options)
+
+
+def available_models() -> list[str]:
+    """faster-whisper's and openai-whisper's ``available_models``: the short model names taken here (each a
+    Hugging Face id; ``base`` and ``tiny.en`` are embedded)."""
+    from specwhisper.asr.weights.loader import SHORT_NAMES
+
+    return list(SHORT_NAMES)
+
+
+def decode_audio(input_file: str | BinaryIO, sampling_rate: int = 16000, split_stereo: bool = False):
+    """faster-whisper's ``decode_audio``: a path or a binary file object as 16 kHz mono float32 samples, or with
+    ``split_stereo`` its (left, right) channels (a mono file's one channel twice)."""
+    if sampling_rate != 16000:
+        raise ValueError(f"decode_audio: sampling_rate 16000 here (Whisper's), got {sampling_rate}")
+    if hasattr(input_file, "read"):
+        channels = load_audio_stream(input_file, channels=split_stereo)
+    else:
+        channels = load_audio(input_file, channels=split_stereo)
+    if not split_stereo:
+        return channels
+    if len(channels) > 2:
+        raise ValueError(f"decode_audio: split_stereo takes a mono or stereo file, this one has {len(channels)} channels")
+    return channels[0], channels[-1]
 
 
 class WhisperModel:

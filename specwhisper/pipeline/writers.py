@@ -23,18 +23,19 @@ def _ms(seconds: float) -> int:
     return max(0, round(1000 * round(seconds, 3)))
 
 
-def format_timestamp(seconds: float, sep: str = ".", always_hours: bool = False) -> str:
-    """openai-whisper's format_timestamp: hours always in srt, in vtt only from the first hour on."""
+def format_timestamp(seconds: float, always_include_hours: bool = False, decimal_marker: str = ".") -> str:
+    """openai-whisper's and faster-whisper's ``format_timestamp`` (their arguments): ``MM:SS.mmm``, hours from
+    the first hour on or always (srt's; vtt's from the first hour on)."""
     h, ms = divmod(_ms(seconds), 3_600_000)
     m, ms = divmod(ms, 60_000)
     s, ms = divmod(ms, 1000)
-    hours = f"{h:02d}:" if always_hours or h > 0 else ""
-    return f"{hours}{m:02d}:{s:02d}{sep}{ms:03d}"
+    hours = f"{h:02d}:" if always_include_hours or h > 0 else ""
+    return f"{hours}{m:02d}:{s:02d}{decimal_marker}{ms:03d}"
 
 
 def timed_line(s: Segment) -> str:
     """openai-whisper's ``--verbose`` line: ``[00:01.000 --> 00:04.500] text`` (the speaker label as in txt)."""
-    return f"[{format_timestamp(s.start, '.', False)} --> {format_timestamp(s.end, '.', False)}] {_labelled(s)}"
+    return f"[{format_timestamp(s.start)} --> {format_timestamp(s.end)}] {_labelled(s)}"
 
 
 def _labelled(s: Segment) -> str:
@@ -53,10 +54,10 @@ def _cues(t: Transcript, layout: SubtitleOptions, always_hours: bool, sep: str):
     them from segments; laid out from the words (openai-whisper's layout) when ``layout`` asks for it
     and the transcript has words."""
     if layout.active and any(s.words for s in t.segments):
-        yield from word_cues(t.segments, layout, lambda seconds: format_timestamp(seconds, sep, always_hours))
+        yield from word_cues(t.segments, layout, lambda seconds: format_timestamp(seconds, always_hours, sep))
         return
     for s in t.segments:
-        yield format_timestamp(s.start, sep, always_hours), format_timestamp(s.end, sep, always_hours), _labelled(s).replace("-->", "->")
+        yield format_timestamp(s.start, always_hours, sep), format_timestamp(s.end, always_hours, sep), _labelled(s).replace("-->", "->")
 
 
 def write_srt(t: Transcript, f: TextIO, layout: SubtitleOptions = NO_LAYOUT) -> None:
