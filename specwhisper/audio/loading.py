@@ -306,6 +306,15 @@ def _samples_first(audio: np.ndarray, name: str) -> np.ndarray:
     return audio
 
 
+def at_rate(audio: np.ndarray, rate: int) -> np.ndarray:
+    """16 kHz samples (one row, or a row per channel) resampled to ``rate`` Hz: the peers' ``load_audio(file, sr)``."""
+    if rate == SAMPLE_RATE:
+        return audio
+    if not isinstance(rate, int) or rate <= 0:
+        raise ValueError(f"sample rate: a positive number of Hz, got {rate!r}")
+    return np.ascontiguousarray(soxr.resample(audio.T, SAMPLE_RATE, rate, quality="HQ").T, dtype=np.float32)
+
+
 def from_array(audio: np.ndarray, rate: int, name: str = "array", max_seconds: float = DEFAULT_MAX_SECONDS,
                channels: bool = False) -> np.ndarray:
     """Downmix/resample an in-memory array (e.g. a microphone recording; layouts: ``_samples_first``),

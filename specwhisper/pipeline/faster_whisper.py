@@ -30,7 +30,7 @@ from typing import Any, BinaryIO
 import numpy as np
 
 from specwhisper.asr.decoding.quality import schedule_of
-from specwhisper.audio.loading import load_audio, load_audio_stream
+from specwhisper.audio.loading import at_rate, load_audio, load_audio_stream
 from specwhisper.pipeline.api import Audio, Transcriber, load
 from specwhisper.pipeline.writers import format_timestamp
 
@@ -132,14 +132,13 @@ def available_models() -> list[str]:
 
 
 def decode_audio(input_file: str | BinaryIO, sampling_rate: int = 16000, split_stereo: bool = False):
-    """faster-whisper's ``decode_audio``: a path or a binary file object as 16 kHz mono float32 samples, or with
-    ``split_stereo`` its (left, right) channels (a mono file's one channel twice)."""
-    if sampling_rate != 16000:
-        raise ValueError(f"decode_audio: sampling_rate 16000 here (Whisper's), got {sampling_rate}")
+    """faster-whisper's ``decode_audio``: a path or a binary file object as mono float32 samples at
+    ``sampling_rate`` Hz, or with ``split_stereo`` its (left, right) channels (a mono file's one channel twice)."""
     if hasattr(input_file, "read"):
         channels = load_audio_stream(input_file, channels=split_stereo)
     else:
         channels = load_audio(input_file, channels=split_stereo)
+    channels = at_rate(channels, sampling_rate)
     if not split_stereo:
         return channels
     if len(channels) > 2:

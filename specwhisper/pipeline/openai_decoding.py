@@ -25,7 +25,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from specwhisper.audio.loading import SAMPLE_RATE, load_audio as _load_audio
+from specwhisper.audio.loading import SAMPLE_RATE, at_rate, load_audio as _load_audio
 
 if TYPE_CHECKING:  # torch and the engine load with the models (``import specwhisper`` imports neither)
     import torch
@@ -106,10 +106,8 @@ class ModelDimensions:
 
 
 def load_audio(file: str, sr: int = SAMPLE_RATE) -> np.ndarray:
-    """openai-whisper's ``load_audio``: the file as mono float32 samples at 16 kHz."""
-    if sr != SAMPLE_RATE:
-        raise ValueError(f"load_audio: sr {SAMPLE_RATE} here (Whisper's), got {sr}")
-    return _load_audio(file)
+    """openai-whisper's and WhisperX's ``load_audio``: the file as mono float32 samples at ``sr`` Hz."""
+    return at_rate(_load_audio(file), sr)
 
 
 def pad_or_trim(array, length: int = N_SAMPLES, *, axis: int = -1):

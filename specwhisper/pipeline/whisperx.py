@@ -34,7 +34,8 @@ from typing import Any
 
 import numpy as np
 
-from specwhisper.audio.loading import SAMPLE_RATE, load_audio as _load_audio
+from specwhisper.audio.loading import SAMPLE_RATE
+from specwhisper.pipeline.openai_decoding import load_audio  # WhisperX's is openai-whisper's
 from specwhisper.pipeline.api import Transcriber
 from specwhisper.pipeline.faster_whisper import peer_load
 
@@ -56,16 +57,6 @@ UNUSED = ("best_of", "temperatures", "compression_ratio_threshold", "log_prob_th
           "hallucination_silence_threshold")
 VAD_OPTIONS = {"vad_onset": 0.5, "vad_offset": 0.363, "chunk_size": 30}  # WhisperX's defaults
 VAD_METHODS = ("pyannote", "silero")  # WhisperX's; the VAD is silero-vad for either
-
-
-def load_audio(file: str, sr: int = SAMPLE_RATE) -> np.ndarray:
-    """WhisperX's ``load_audio``: a file as mono float32 samples at ``sr`` Hz."""
-    audio = _load_audio(file)
-    if sr != SAMPLE_RATE:
-        import soxr
-
-        audio = soxr.resample(audio, SAMPLE_RATE, sr).astype(np.float32)
-    return audio
 
 
 class FasterWhisperPipeline:
