@@ -121,6 +121,9 @@ def test_decoding_options_it_does_not_offer_and_bad_windows_are_one_line_errors(
         assert "\n" not in str(error.value)
     with pytest.raises(ValueError, match="beam_sizes"):
         ours.decode(model, mel, beam_sizes=2)
+    for samples in (np.zeros(0, np.float32), np.zeros(100, np.float32), np.zeros((2, 16000), np.float32)):
+        with pytest.raises(ValueError, match="log_mel_spectrogram: mono samples"):
+            ours.log_mel_spectrogram(samples)
 
 
 def torch_allclose(a, b) -> bool:

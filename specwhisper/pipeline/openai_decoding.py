@@ -156,7 +156,10 @@ def log_mel_spectrogram(audio, n_mels: int = 80, padding: int = 0, device: str |
         samples = torch.nn.functional.pad(samples, (0, padding))
     if n_mels not in (80, 128):
         raise ValueError(f"log_mel_spectrogram: n_mels 80 or 128 (Whisper's), got {n_mels}")
-    return _log_mel(n_mels, str(samples.device)).log_mel(samples[None])[0]
+    log_mel = _log_mel(n_mels, str(samples.device))
+    if samples.dim() != 1 or len(samples) <= log_mel.n_fft // 2:  # the STFT's reflection needs more than half a frame
+        raise ValueError(f"log_mel_spectrogram: mono samples, more than {log_mel.n_fft // 2}, got shape {list(samples.shape)}")
+    return log_mel.log_mel(samples[None])[0]
 
 
 def _checked(engine: AsrEngine, mel: torch.Tensor, options: DecodingOptions) -> torch.Tensor:
