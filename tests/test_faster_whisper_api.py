@@ -243,3 +243,23 @@ def test_faster_whispers_module_functions(eval_root):
             assert specwhisper.format_timestamp(seconds, hours, marker) == theirs(seconds, hours, marker)
             assert specwhisper.format_timestamp(seconds, always_include_hours=hours, decimal_marker=marker) == \
                 whisper.utils.format_timestamp(seconds, always_include_hours=hours, decimal_marker=marker)
+
+
+def test_suppress_tokens_per_call_as_faster_whisper(models, eval_root):
+    """``suppress_tokens`` per call, faster-whisper's list: with the token of " fellow" suppressed besides the
+    model's own set, JFK's text loses that token and is faster-whisper's own text with the same list; ``[]``
+    (nothing suppressed) is faster-whisper's too; the next call without it decodes as before."""
+    ours, theirs = models
+    path = str(eval_root / "openai-whisper/jfk.flac")
+    tokenizer = ours.transcriber.pipeline.asr.bundle.tokenizer
+    (fellow,) = tokenizer.encode(" fellow", add_special_tokens=False)
+    arguments = dict(language="en", beam_size=1, condition_on_previous_text=False)
+    plain = [s for s in ours.transcribe(path, **arguments)[0]]
+    assert any(fellow in s.tokens for s in plain)
+    for suppress in ([-1, fellow], []):
+        got = list(ours.transcribe(path, suppress_tokens=suppress, **arguments)[0])
+        want = list(theirs.transcribe(path, suppress_tokens=suppress, **arguments)[0])
+        assert [s.text for s in got] == [s.text for s in want], suppress
+        if fellow in suppress:
+            assert not any(fellow in s.tokens for s in got) and [s.text for s in got] != [s.text for s in plain]
+    assert [s.tokens for s in ours.transcribe(path, **arguments)[0]] == [s.tokens for s in plain]

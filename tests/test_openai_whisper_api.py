@@ -61,7 +61,8 @@ def test_every_argument_of_openai_whispers_transcribe_is_taken_at_its_default(mo
 @pytest.mark.parametrize("arguments,message", [
     (dict(prefix="And so"), "prefix: only openai-whisper's default (None)"),
     (dict(length_penalty=11.0), "length_penalty"),
-    (dict(suppress_tokens="-1,123"), "suppress_tokens: only openai-whisper's default ('-1')"),
+    (dict(suppress_tokens="-1,99999"), "suppress-tokens: 99999 is not a token of this model"),
+    (dict(suppress_tokens="-1,x"), "suppress_tokens: token ids separated by commas"),
     (dict(made_up=1), "made_up is not one of openai-whisper's arguments"),
     (dict(temperature=(0.0, 0.3)), "temperature: a list must rise in equal steps"),
 ])
@@ -94,8 +95,9 @@ def test_openai_whispers_readme_example_runs_and_decodes_as_openai_whisper(model
     assert max(probs, key=probs.get) == "en" and probs["en"] == pytest.approx(want_probs["en"], abs=1e-3)
     result = ours.decode(model, mel, ours.DecodingOptions())
     assert wer([jfk.reference], [result.text]) <= 0.05
+    (fellow,) = model.transcriber.pipeline.asr.bundle.tokenizer.encode(" fellow", add_special_tokens=False)
     for options in [{}, dict(beam_size=5), dict(without_timestamps=True), dict(prompt="Kennedy's speech."),
-                    dict(language="es", task="translate")]:
+                    dict(language="es", task="translate"), dict(suppress_tokens=f"-1,{fellow}")]:
         got = model.decode(mel, ours.DecodingOptions(**options))
         want = whisper.decode(theirs, mel, whisper.DecodingOptions(fp16=False, **options))
         assert (got.tokens, got.text, got.language) == (want.tokens, want.text, want.language), options
@@ -103,6 +105,7 @@ def test_openai_whispers_readme_example_runs_and_decodes_as_openai_whisper(model
         assert got.no_speech_prob == pytest.approx(want.no_speech_prob, abs=1e-3)
         assert got.compression_ratio == pytest.approx(want.compression_ratio)
     batch = model.decode(mel[None].repeat(2, 1, 1), without_timestamps=True)  # a batch: a list, row by row
+    want = whisper.decode(theirs, mel, whisper.DecodingOptions(fp16=False, without_timestamps=True))
     assert [r.text for r in batch] == [want.text] * 2 and batch[0].language_probs["en"] == pytest.approx(probs["en"])
 
 

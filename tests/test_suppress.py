@@ -84,3 +84,27 @@ def test_cli_suppress_flags(spoken_numbers, tmp_path):
     assert proc.returncode == 0, proc.stderr
     text = (tmp_path / "numbers.txt").read_text()
     assert "fifteen percent" in text and not any(ch in NUMERAL_SYMBOLS for ch in text)
+
+
+def test_suppress_tokens_per_call(spelled, spoken_numbers, tiny_engine):
+    """``suppress_tokens`` per call: a token the plain decode writes is never written, the speculative decode
+    gives the plain decode's tokens, the model's numerals stay suppressed, and the next call without it
+    decodes as before. Not a request's over HTTP or the web page (rules kept per set), one line each."""
+    audio = load_audio(spoken_numbers)
+    before = spelled["none"].transcribe(audio, DecodeOptions(language="en"))
+    written = [t for s in before.segments for t in s.tokens]
+    percent = next(t for t in written if tiny_engine.bundle.tokenizer.decode([t]) == " percent")
+    opts = DecodeOptions(language="en", suppress_tokens=f"-1,{percent}")
+    plain, ngram = (spelled[d].transcribe(audio, opts) for d in ("none", "ngram"))
+    tokens = [t for s in plain.segments for t in s.tokens]
+    assert percent not in tokens and tokens != written
+    assert [s.tokens for s in ngram.segments] == [s.tokens for s in plain.segments] and ngram.stats.drafted_tokens > 0
+    assert not any(ch in NUMERAL_SYMBOLS for ch in _text(plain))
+    again = spelled["none"].transcribe(audio, DecodeOptions(language="en"))
+    assert [s.tokens for s in again.segments] == [s.tokens for s in before.segments]
+    for entry in ("http", "ui"):
+        with pytest.raises(ValueError, match="a set per request") as info:
+            check_values({"suppress_tokens": "-1,5"}, entry)
+        assert "\n" not in str(info.value)
+    with pytest.raises(ValueError, match=r"^suppress-tokens: 99999 is not a token of this model"):
+        DecodeOptions(suppress_tokens="-1,99999").validate(tiny_engine.special)

@@ -19,7 +19,7 @@ from specwhisper.audio.clips import clip_spans
 from specwhisper.asr.decoding.greedy import CapturedChoices, Decoder, GreedyDecoder, SamplingDecoder
 from specwhisper.asr.decoding.tokens import SpecialTokens
 from specwhisper.asr.decoding.rules import WhisperLogitRules
-from specwhisper.asr.decoding.suppress import suppressed_tokens
+from specwhisper.asr.decoding.suppress import numeral_tokens, suppressed_tokens
 from specwhisper.hardware.device import resolve_device, resolve_dtype, synchronize
 from specwhisper.asr.features import LogMel
 from specwhisper.asr.options import SAMPLING, DecodeOptions
@@ -112,8 +112,10 @@ class AsrEngine:
         self.encoder = EncoderRuntime(self.bundle.model.model.encoder)
         self.runtime = WhisperDecoderRuntime(self.bundle.model)
         gc = self.bundle.generation_config
-        self.suppressed = suppressed_tokens(suppress_tokens, suppress_numerals, list(gc.suppress_tokens or []),
-                                            self.bundle.tokenizer, self.special.eot, self.runtime.vocab_size)
+        # the numerals' tokens (0.5 s to find) are found once, and added to every call's set
+        self.numerals = numeral_tokens(self.bundle.tokenizer, self.special.eot) if suppress_numerals else []
+        self.suppressed = suppressed_tokens(suppress_tokens, list(gc.suppress_tokens or []), self.runtime.vocab_size,
+                                            self.numerals)
         self.rules = WhisperLogitRules(
             self.special,
             self.runtime.vocab_size,
@@ -204,9 +206,19 @@ class AsrEngine:
         The encoder output and each row's attempt."""
         features = features.to(self.device, self.bundle.model.dtype)
         enc = self.encoder.encode(features)
-        rules = replace(opts.quality, temperatures=opts.quality.temperatures[:1])
-        return enc, decode_with_fallback(self._first_decoder(opts, self.decoder), self._sampler, enc, prompt, features,
-                                         rules, self.text_of, DecodeStats())
+        quality = replace(opts.quality, temperatures=opts.quality.temperatures[:1])
+        decoder = self.decoder.with_rules(self.suppressing(self.decoder.rules, opts.suppress_tokens))
+        return enc, decode_with_fallback(self._first_decoder(opts, decoder), lambda: self._sampler(decoder.rules), enc,
+                                         prompt, features, quality, self.text_of, DecodeStats())
+
+    def suppressing(self, rules: WhisperLogitRules, spec: str | None) -> WhisperLogitRules:
+        """``rules`` with the tokens a call's ``suppress_tokens`` ``spec`` names never written (and the
+        numerals, when the model loaded with ``suppress_numerals``); None: ``rules`` as they are."""
+        if spec is None:
+            return rules
+        gc = self.bundle.generation_config
+        return rules.with_suppressed(suppressed_tokens(spec, list(gc.suppress_tokens or []), self.runtime.vocab_size,
+                                                       self.numerals))
 
     def _first_decoder(self, opts: DecodeOptions, decoder: Decoder) -> Decoder:
         if opts.beam_size is None:
@@ -348,7 +360,8 @@ class AsrEngine:
         decoder = decoder or self.decoder
         opts = options or DecodeOptions()
         opts.validate(self.special)
-        decoder = decoder.with_rules(decoder.rules.with_penalties(opts.repetition_penalty, opts.no_repeat_ngram_size))
+        decoder = decoder.with_rules(self.suppressing(decoder.rules, opts.suppress_tokens)
+                                     .with_penalties(opts.repetition_penalty, opts.no_repeat_ngram_size))
         # what the device's memory holds (one warning line when it is less), before any work
         rows = fit_batch_size(opts.batch_size, self.runtime)
         report = progress or (lambda stage, frac: None)

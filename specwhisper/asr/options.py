@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING
 
 from specwhisper.asr.decoding.language import normalize_language
 from specwhisper.asr.decoding.quality import QualityRules
+from specwhisper.asr.decoding.suppress import check_vocabulary, parse_suppress_tokens
 from specwhisper.audio.clips import Clip, check_clips
 
 if TYPE_CHECKING:
@@ -45,6 +46,9 @@ class DecodeOptions:
     # faster-whisper's penalties on repetition within a window (asr.decoding.rules): 1.0 and 0 are off
     repetition_penalty: float = 1.0
     no_repeat_ngram_size: int = 0
+    # token ids never written, openai-whisper's spec ("-1": the model's own set; asr.decoding.suppress), with
+    # the numerals when the engine loaded with suppress_numerals; None: the engine's own set
+    suppress_tokens: str | None = None
     quality: QualityRules = field(default_factory=QualityRules)
     initial_prompt: str | None = None  # text before every chunk (before the first one only when conditioning)
     hotwords: str | None = None  # words to favour: put in the prompt of every chunk
@@ -102,6 +106,13 @@ class DecodeOptions:
         penalty = self.repetition_penalty
         if isinstance(penalty, bool) or not isinstance(penalty, (int, float)) or not 0 < penalty <= 10:
             raise ValueError(f"repetition penalty must be a number above 0 and at most 10, got {penalty!r}")
+        if self.suppress_tokens is not None:
+            try:
+                ids = parse_suppress_tokens(self.suppress_tokens)[1]
+            except (ValueError, AttributeError) as exc:
+                raise ValueError(f"suppress-tokens: {exc}") from None
+            if special is not None:
+                check_vocabulary(ids, special.vocab_size)
         size = self.no_repeat_ngram_size
         if isinstance(size, bool) or not isinstance(size, int) or not 0 <= size <= MAX_NGRAM:
             raise ValueError(f"no repeat ngram size must be a whole number from 0 to {MAX_NGRAM}, got {size!r}")

@@ -81,7 +81,8 @@ class LiveDecoder:
     """Decodes the live buffer, update after update: ``decode(audio, offset, context, previous)``."""
 
     def __init__(self, engine: AsrEngine, task: str, encoder: str = "audio", speculative: bool = True,
-                 language: str | None = None, silence: QualityRules | None = None, vad_threshold: float = 0.5):
+                 language: str | None = None, silence: QualityRules | None = None, vad_threshold: float = 0.5,
+                 suppress_tokens: str | None = None):
         self.engine = engine
         # openai-whisper's no-speech rule, as offline decoding applies it to a chunk: Whisper's no-speech
         # probability over its threshold and, where the VAD hears speech in the buffer, an unlikely text too
@@ -92,8 +93,9 @@ class LiveDecoder:
         self.language = language  # None: detected on the first decode, then kept
         sp = engine.special
         self.drafter = WhisperHypothesisDrafter(sp.timestamp_begin)
-        self.decoder: Decoder = (SpeculativeDecoder(engine.runtime, sp, engine.rules, self.drafter, LIVE_LOOKAHEAD)
-                                 if speculative else GreedyDecoder(engine.runtime, sp, engine.rules))
+        rules = engine.suppressing(engine.rules, suppress_tokens)  # ``suppress_tokens``: offline's, None: the engine's
+        self.decoder: Decoder = (SpeculativeDecoder(engine.runtime, sp, rules, self.drafter, LIVE_LOOKAHEAD)
+                                 if speculative else GreedyDecoder(engine.runtime, sp, rules))
         self.stats = DecodeStats()
 
     @torch.inference_mode()

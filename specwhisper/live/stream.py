@@ -76,16 +76,17 @@ class StreamOptions:
     # --no-speech-threshold and --logprob-threshold (None switches the check, or its log-probability part, off)
     no_speech_threshold: float | None = 0.6
     logprob_threshold: float | None = -1.0
+    suppress_tokens: str | None = None  # offline's --suppress-tokens (None: the engine's own set)
 
     @classmethod
     def of(cls, decode: DecodeOptions, **live) -> StreamOptions:
         """The live stream of a request's decode options: its language, task, prompt text, language
-        threshold, VAD threshold and silence thresholds (the run options the live engine applies:
+        threshold, VAD threshold, silence thresholds and suppressed tokens (the run options the live engine applies:
         ``specwhisper.pipeline.options.Option.live``)."""
         return cls(language=decode.language, task=decode.task, initial_prompt=decode.prompt_text,
                    language_threshold=decode.language_threshold, vad_threshold=decode.vad_threshold,
                    no_speech_threshold=decode.quality.no_speech_threshold,
-                   logprob_threshold=decode.quality.logprob_threshold, **live)
+                   logprob_threshold=decode.quality.logprob_threshold, suppress_tokens=decode.suppress_tokens, **live)
 
     @property
     def silence(self) -> QualityRules:
@@ -155,7 +156,7 @@ class StreamingTranscriber:
         self.opts.validate()
         self.observer = observer
         self.decoder = LiveDecoder(engine, self.opts.task, self.opts.encoder, self.opts.speculative, self.opts.language,
-                                   self.opts.silence, self.opts.vad_threshold)
+                                   self.opts.silence, self.opts.vad_threshold, self.opts.suppress_tokens)
         self.agreement = LocalAgreement()
         self.state = LiveBuffer(engine.vad, engine.special.timestamp_begin, self.opts.vad_threshold)
         self.confirmed_words: list[Word] = []

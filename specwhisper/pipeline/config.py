@@ -32,7 +32,6 @@ class PipelineConfig:
     postedit_model: str | None = None  # None: the embedded SmolLM2
     postedit_drafter: str | None = "copy"
     postedit_max_change: float = 0.3  # an edit changing a larger share of words is rejected
-    suppress_tokens: str = "-1"  # token ids never written; -1: the model's own set (asr.decoding.suppress)
     suppress_numerals: bool = False  # nor any token with a digit, %, $ or £: numbers come out spelled
 
 

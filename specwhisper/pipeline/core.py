@@ -56,7 +56,6 @@ class Pipeline:
             device=self.config.device,
             dtype=self.config.dtype,
             decoder_factory=decoder_factory(self.config.draft, self.config.cache_dir),
-            suppress_tokens=self.config.suppress_tokens,
             suppress_numerals=self.config.suppress_numerals,
         )
         self._diarizer = None

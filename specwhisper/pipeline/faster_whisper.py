@@ -48,7 +48,6 @@ ONLY_DEFAULT = {
     "prompt_reset_on_temperature": (0.5, "the prompt resets after a window kept at a temperature above 0.5"),
     "prefix": (None, "no prefix is forced"),
     "suppress_blank": (True, "a blank first token is always suppressed"),
-    "suppress_tokens": ([-1], "the model's own set is suppressed (load the model with suppress_tokens=...)"),
     "max_initial_timestamp": (1.0, "the first timestamp is at most 1 s"),
     "prepend_punctuations": ("\"'“¿([{-", "word timestamps merge openai-whisper's default punctuation"),
     "append_punctuations": ("\"'.。,，!！?？:：”)]}、", "word timestamps merge openai-whisper's default punctuation"),
@@ -59,7 +58,7 @@ RENAMED = {"log_prob_threshold": "logprob_threshold", "language_detection_thresh
 PASSED = ("batch_size", "language", "task", "best_of", "patience", "repetition_penalty", "no_repeat_ngram_size",
           "compression_ratio_threshold", "no_speech_threshold", "condition_on_previous_text", "initial_prompt",
           "without_timestamps", "word_timestamps", "multilingual", "vad_filter", "vad_parameters", "chunk_length",
-          "hallucination_silence_threshold", "hotwords", "language_detection_segments")
+          "hallucination_silence_threshold", "hotwords", "language_detection_segments", "suppress_tokens")
 
 
 @dataclass
@@ -286,10 +285,18 @@ def peer_options(arguments: dict, peer: str, clip_timestamps, only_default: dict
             if value != default:
                 raise ValueError(f"{name}: only {peer}'s default ({default!r}) here: {why}")
         elif name in renamed or name in passed:
-            out[renamed.get(name, name)] = value
+            out[renamed.get(name, name)] = suppress_spec(value) if name == "suppress_tokens" else value
         else:
             raise ValueError(f"transcribe: {name} is not one of {peer}'s arguments")
     return out
+
+
+def suppress_spec(value: str | Iterable[int] | None) -> str:
+    """The peers' ``suppress_tokens`` (openai-whisper's ``"-1,220"`` or a list of ids, faster-whisper's list;
+    None or empty: none but what decoding itself needs) as our option's text."""
+    if value is None or isinstance(value, str):
+        return value or ""
+    return ",".join(str(int(i)) for i in value)
 
 
 def temperature_options(temperature: float | Iterable[float]) -> dict:

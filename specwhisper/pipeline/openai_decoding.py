@@ -39,7 +39,6 @@ N_FRAMES = 3000  # a window's log-mel frames
 ONLY_DEFAULT = {
     "sample_len": (None, "a window writes up to Whisper's 448 tokens"),
     "prefix": (None, "no prefix is forced"),
-    "suppress_tokens": ("-1", "the model's own set is suppressed (specwhisper.load(..., suppress_tokens=...))"),
     "suppress_blank": (True, "a blank first token is always suppressed"),
     "max_initial_timestamp": (1.0, "the first timestamp is at most 1 s"),
 }
@@ -168,7 +167,7 @@ def _checked(engine: AsrEngine, mel: torch.Tensor, options: DecodingOptions) -> 
 
     for name, (default, why) in ONLY_DEFAULT.items():
         value = getattr(options, name)
-        if value != default and not (name == "suppress_tokens" and value in ([-1], None)):
+        if value != default:
             raise ValueError(f"{name}: only openai-whisper's default ({default!r}) here: {why}")
     if options.task not in ("transcribe", "translate"):
         raise ValueError(f"task: transcribe or translate, got {options.task!r}")
@@ -207,6 +206,7 @@ def decode(engine: AsrEngine, mel, options: DecodingOptions) -> list[DecodingRes
     """openai-whisper's ``decode`` of [rows, mels, frames] (see the module's docstring)."""
     from specwhisper.asr.decoding.quality import QualityRules, compression_ratio
     from specwhisper.asr.options import DecodeOptions
+    from specwhisper.pipeline.faster_whisper import suppress_spec
 
     mel = _checked(engine, mel, options)
     rows = len(mel)
@@ -222,7 +222,8 @@ def decode(engine: AsrEngine, mel, options: DecodingOptions) -> list[DecodingRes
                            no_speech_threshold=None, best_of=options.best_of or 1, sample_tokens_per_s=None,
                            length_penalty=options.length_penalty)
     opts = DecodeOptions(task=options.task, beam_size=options.beam_size, patience=options.patience or 1.0,
-                         quality=quality)
+                         suppress_tokens=suppress_spec(options.suppress_tokens), quality=quality)
+    opts.validate(engine.special)
     results: list[DecodingResult | None] = [None] * rows
     for language in dict.fromkeys(languages):  # one prompt per language, its rows decoded together
         picked = [i for i in range(rows) if languages[i] == language]

@@ -41,7 +41,7 @@ ONLY_DEFAULT = {
 }
 PASSED = ("language", "task", "best_of", "beam_size", "length_penalty", "without_timestamps",
           "compression_ratio_threshold", "logprob_threshold", "no_speech_threshold", "condition_on_previous_text",
-          "initial_prompt", "word_timestamps", "hallucination_silence_threshold")
+          "initial_prompt", "word_timestamps", "hallucination_silence_threshold", "suppress_tokens")
 
 
 class OpenaiWhisperModel:

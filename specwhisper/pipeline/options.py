@@ -288,6 +288,9 @@ def _short(value: Any, limit: int = 60) -> str:
 NOT_HTTP_LOAD = {"http": LOADED_ONCE, "ui": LOADED_ONCE}
 SUPPRESS_WHERE = "built into the decoder when the model loads: the command line and the Python API take it"
 NOT_HTTP_SUPPRESS = {"http": SUPPRESS_WHERE, "ui": SUPPRESS_WHERE}
+# decoding rules (and a GPU's captured calls) are made per set of tokens and kept: not a request's to grow
+TOKENS_WHERE = "a set per request would make and keep decoding rules per set: the command line and the Python API take it"
+NOT_HTTP_SUPPRESS_TOKENS = {"http": TOKENS_WHERE, "ui": TOKENS_WHERE}
 
 OPTIONS: tuple[Option, ...] = (
     # ---------------------------------------------------------------- models (what loads)
@@ -320,8 +323,8 @@ OPTIONS: tuple[Option, ...] = (
     Option("postedit_max_change", float, 0.3, "reject an edit that changes more than this share of words", scope="load",
            group="post-edit", low=0.0, high=1.0, not_in=NOT_HTTP_LOAD),
     Option("suppress_tokens", str, "-1", "token ids the decoder never writes, separated by commas; -1: the model's "
-           "own set of symbols (openai-whisper's and faster-whisper's suppress_tokens; chosen when the model loads)",
-           scope="load", group="transcription", max_chars=20000, parse=_suppress_tokens, not_in=NOT_HTTP_SUPPRESS),
+           "own set of symbols (openai-whisper's and faster-whisper's suppress_tokens)",
+           group="transcription", max_chars=20000, parse=_suppress_tokens, not_in=NOT_HTTP_SUPPRESS_TOKENS, live=True),
     Option("suppress_numerals", bool, False, "never write a token holding a digit or a percent, dollar or pound "
            "sign: numbers and amounts come out spelled, as speech corpora want them (WhisperX's; chosen when the "
            "model loads)", scope="load",
@@ -521,7 +524,7 @@ def run_options(values: dict[str, Any]):
                            vad_speech_pad_ms=v["vad_speech_pad_ms"], max_chunk_s=v["chunk_length"], word_timestamps=word_ts,
                            beam_size=v["beam_size"], patience=v["patience"], quality=quality,
                            repetition_penalty=v["repetition_penalty"], no_repeat_ngram_size=v["no_repeat_ngram_size"],
-                           initial_prompt=v["initial_prompt"], hotwords=v["hotwords"],
+                           suppress_tokens=v["suppress_tokens"], initial_prompt=v["initial_prompt"], hotwords=v["hotwords"],
                            condition_on_previous_text=v["condition_on_previous_text"],
                            hallucination_silence_threshold=v["hallucination_silence_threshold"],
                            multilingual=v["multilingual"], language_threshold=v["language_threshold"],

@@ -37,17 +37,17 @@ import numpy as np
 from specwhisper.audio.loading import SAMPLE_RATE
 from specwhisper.pipeline.openai_decoding import load_audio  # WhisperX's is openai-whisper's
 from specwhisper.pipeline.api import Transcriber
-from specwhisper.pipeline.faster_whisper import peer_load
+from specwhisper.pipeline.faster_whisper import peer_load, suppress_spec
 
 # WhisperX's asr_options its batched decoding reads: ours by the same names (LOAD_READ: chosen when the model loads)
-READ = ("beam_size", "patience", "repetition_penalty", "no_repeat_ngram_size", "initial_prompt", "hotwords")
+READ = ("beam_size", "patience", "repetition_penalty", "no_repeat_ngram_size", "initial_prompt", "hotwords",
+        "suppress_tokens")
 LOAD_READ = ("suppress_numerals",)
 # read by WhisperX, at their default only here: name -> (default, why)
 ONLY_DEFAULT = {
     "length_penalty": (1, "beams are ranked by log-probability over length (CTranslate2's length ** penalty is not offered)"),
     "prefix": (None, "no prefix is forced"),
     "suppress_blank": (True, "a blank first token is always suppressed"),
-    "suppress_tokens": ([-1], "the model's own set is suppressed"),
     "without_timestamps": (True, "WhisperX's batched windows decode without timestamp tokens"),
 }
 # in WhisperX's TranscriptionOptions but read nowhere by its batched pipeline: taken, unused, as there
@@ -133,7 +133,7 @@ def _asr_options(given: dict) -> tuple[dict, dict]:
     at_load: dict[str, Any] = {}
     for name, value in given.items():
         if name in READ:
-            run[name] = value
+            run[name] = suppress_spec(value) if name == "suppress_tokens" else value
         elif name in LOAD_READ:
             at_load[name] = value
         elif name in ONLY_DEFAULT:

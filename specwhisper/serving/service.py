@@ -135,7 +135,6 @@ class PipelinePool:
                 bundle = self._bundles[weights] = load_whisper(config.model, cache_dir=config.cache_dir, device=device, dtype=dtype)
             engine = self._engines[key] = AsrEngine(config.model, cache_dir=config.cache_dir, device=device, bundle=bundle,
                                                     decoder_factory=decoder_factory(config.draft, config.cache_dir),
-                                                    suppress_tokens=config.suppress_tokens,
                                                     suppress_numerals=config.suppress_numerals)
         pipeline = self._pipelines[key] = Pipeline(config, asr=engine)
         self._listed()

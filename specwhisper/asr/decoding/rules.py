@@ -44,6 +44,7 @@ class WhisperLogitRules:
         self._settings = (vocab_size, suppress_tokens, begin_suppress_tokens, max_initial_timestamp_index)
         self._untimed: WhisperLogitRules | None = None
         self._penalized: dict[tuple[float, int], WhisperLogitRules] = {}
+        self._suppressing: dict[tuple[int, ...], WhisperLogitRules] = {}
         always = set(t for t in suppress_tokens if 0 <= t < vocab_size)
         always |= {special.transcribe, special.translate, special.sot, special.sot_prev, special.sot_lm}
         if special.no_speech is not None:
@@ -84,6 +85,18 @@ class WhisperLogitRules:
             self._penalized[key] = WhisperLogitRules(self.sp, vocab_size, suppress, begin, self.timestamps,
                                                      max_initial, *key)
         return self._penalized[key]
+
+    def with_suppressed(self, suppress_tokens: list[int]) -> WhisperLogitRules:
+        """These rules with ``suppress_tokens`` never written instead of theirs (a call's ``suppress_tokens``;
+        made once per set)."""
+        vocab_size, suppress, begin, max_initial = self._settings
+        key = tuple(sorted(set(suppress_tokens)))
+        if key == tuple(sorted(set(suppress))):
+            return self
+        if key not in self._suppressing:
+            self._suppressing[key] = WhisperLogitRules(self.sp, vocab_size, list(key), begin, self.timestamps, max_initial,
+                                                       self.repetition_penalty, self.no_repeat_ngram_size)
+        return self._suppressing[key]
 
     def masks(self, device: torch.device) -> tuple[torch.Tensor, torch.Tensor]:
         """The suppress and begin-suppress masks on ``device`` (moved once per device)."""

@@ -34,14 +34,16 @@ def numeral_tokens(tokenizer, eot: int) -> list[int]:
     return [i for i, text in enumerate(texts) if any(ch in NUMERAL_SYMBOLS for ch in text)]
 
 
-def suppressed_tokens(spec: str, numerals: bool, model_set: list[int], tokenizer, eot: int, vocab_size: int) -> list[int]:
-    """The ids ``spec`` (``parse_suppress_tokens``) and ``numerals`` name, over a model whose own set is
-    ``model_set``; an id outside the vocabulary is refused."""
+def suppressed_tokens(spec: str, model_set: list[int], vocab_size: int, numerals: list[int] = ()) -> list[int]:
+    """The ids ``spec`` (``parse_suppress_tokens``) names over a model whose own set is ``model_set``, with
+    ``numerals`` (``numeral_tokens``, for ``suppress_numerals``); an id outside the vocabulary is refused."""
     with_model, ids = parse_suppress_tokens(spec)
-    outside = [i for i in ids if i >= vocab_size]
+    check_vocabulary(ids, vocab_size)
+    return sorted(set(ids) | (set(model_set) if with_model else set()) | set(numerals))
+
+
+def check_vocabulary(ids: list[int], vocab_size: int | None) -> None:
+    """A one-line ValueError for the first id outside a vocabulary of ``vocab_size`` (None: not known)."""
+    outside = [i for i in ids if vocab_size is not None and i >= vocab_size]
     if outside:
         raise ValueError(f"suppress-tokens: {outside[0]} is not a token of this model (its ids are 0 to {vocab_size - 1})")
-    out = set(ids) | (set(model_set) if with_model else set())
-    if numerals:
-        out |= set(numeral_tokens(tokenizer, eot))
-    return sorted(out)

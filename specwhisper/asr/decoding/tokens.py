@@ -26,6 +26,7 @@ class SpecialTokens:
     timestamp_begin: int
     languages: dict[str, int]  # "en" -> token id
     multilingual: bool
+    vocab_size: int | None = None  # the model's (None: not known)
 
     @classmethod
     def from_tokenizer(cls, tokenizer, generation_config, vocab_size: int | None = None) -> SpecialTokens:
@@ -53,6 +54,7 @@ class SpecialTokens:
             timestamp_begin=no_ts + 1,
             languages=languages,
             multilingual=multilingual,
+            vocab_size=vocab_size,
         )
 
     # openai/whisper keeps this many tokens of previous text: half the text context (448), less one
