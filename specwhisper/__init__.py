@@ -36,6 +36,7 @@ _LAZY = {
     "available_models": "specwhisper.pipeline.faster_whisper",
     "format_timestamp": "specwhisper.pipeline.writers",
     "load_model": "specwhisper.pipeline.openai_whisper",
+    "transcribe": "specwhisper.pipeline.openai_whisper",
     "decode": "specwhisper.pipeline.openai_whisper",
     "detect_language": "specwhisper.pipeline.openai_whisper",
     "DecodingOptions": "specwhisper.pipeline.openai_decoding",

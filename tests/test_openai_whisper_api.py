@@ -56,6 +56,9 @@ def test_every_argument_of_openai_whispers_transcribe_is_taken_at_its_default(mo
     assert "fellow americans" in result["text"].lower()
     arrays = model.transcribe(audio.numpy(), language="en", condition_on_previous_text=False, temperature=0.0)
     assert arrays["text"] == result["text"]
+    import specwhisper
+
+    assert specwhisper.transcribe(model, audio.numpy(), language="en", temperature=0.0)["text"] == result["text"]
 
 
 @pytest.mark.parametrize("arguments,message", [

@@ -105,6 +105,11 @@ def load_model(name: str = "base", device: str | None = None, download_root: str
     return OpenaiWhisperModel(peer_load(name, device, cache_dir=download_root, draft=draft))
 
 
+def transcribe(model: OpenaiWhisperModel, audio: Audio, **kwargs) -> dict:
+    """openai-whisper's ``whisper.transcribe(model, audio, ...)``: ``model.transcribe``."""
+    return model.transcribe(audio, **kwargs)
+
+
 def decode(model: OpenaiWhisperModel, mel, options: DecodingOptions | None = None, **kwargs):
     """openai-whisper's ``whisper.decode(model, mel, options)``."""
     return model.decode(mel, options, **kwargs)
