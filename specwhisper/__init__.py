@@ -55,7 +55,13 @@ _LAZY = {
 __all__ = ["__version__", *_LAZY]
 
 
+# modules of peers' names: ``whisper.utils`` (openai-whisper's) under ``import specwhisper as whisper``
+_SUBMODULES = ("utils",)
+
+
 def __getattr__(name: str):
+    if name in _SUBMODULES:
+        return import_module(f"specwhisper.{name}")
     if name in _LAZY:
         value = getattr(import_module(_LAZY[name]), name)
         globals()[name] = value  # once imported, a plain attribute
@@ -64,4 +70,4 @@ def __getattr__(name: str):
 
 
 def __dir__() -> list[str]:
-    return sorted(set(globals()) | set(_LAZY))
+    return sorted(set(globals()) | set(_LAZY) | set(_SUBMODULES))

@@ -157,3 +157,30 @@ def test_pad_or_trim_as_openai_whispers():
             np.testing.assert_array_equal(ours.pad_or_trim(array, length, axis=axis), want)
             got = ours.pad_or_trim(torch.from_numpy(array), length, axis=axis)
             assert torch.equal(got, whisper.pad_or_trim(torch.from_numpy(array), length, axis=axis))
+
+
+@pytest.mark.parametrize("options", [{}, dict(max_line_width=20, max_line_count=2), dict(max_words_per_line=3),
+                                     dict(highlight_words=True), dict(max_line_count=2)],
+                         ids=["plain", "width-count", "words", "highlight", "count-alone"])
+def test_whisper_utils_get_writer_writes_openai_whispers_files(model, jfk, tmp_path, options):
+    """``whisper.utils.get_writer`` under ``import specwhisper as whisper``: each format's file, from a result
+    with word timestamps, is the file openai-whisper's own ``get_writer`` writes from it with the same options
+    (a line count without a width is ignored there, and here); json is the dict itself."""
+    import json
+
+    import specwhisper as ours
+
+    result = model.transcribe(str(jfk.path), word_timestamps=True, language="en")
+    (tmp_path / "ours").mkdir()
+    (tmp_path / "theirs").mkdir()
+    ours.utils.get_writer("all", str(tmp_path / "ours"))(result, "clip.flac", options)
+    whisper.utils.get_writer("all", str(tmp_path / "theirs"))(result, "clip.flac", {**WRITER_DEFAULTS, **options})
+    for fmt in ("txt", "vtt", "srt", "tsv"):
+        assert (tmp_path / "ours" / f"clip.{fmt}").read_text() == (tmp_path / "theirs" / f"clip.{fmt}").read_text(), fmt
+    assert json.loads((tmp_path / "ours" / "clip.json").read_text()) == json.loads(json.dumps(result))
+    with pytest.raises(ValueError, match="get_writer: one of txt") as error:
+        ours.utils.get_writer("docx", str(tmp_path))
+    assert "\n" not in str(error.value)
+
+
+WRITER_DEFAULTS = {"max_line_width": None, "max_line_count": None, "highlight_words": False, "max_words_per_line": None}

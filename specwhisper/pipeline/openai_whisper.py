@@ -20,15 +20,18 @@ lower-level ``detect_language`` and ``decode`` of log-mel windows are ``specwhis
 
 from __future__ import annotations
 
+import json
 import sys
+from pathlib import Path
 from typing import Any
 
 from specwhisper.pipeline import openai_decoding
 from specwhisper.pipeline.api import Audio, Transcriber
 from specwhisper.pipeline.openai_decoding import DecodingOptions, ModelDimensions
-from specwhisper.pipeline.writers import format_timestamp
+from specwhisper.pipeline.subtitles import SubtitleOptions
+from specwhisper.pipeline.writers import format_timestamp, render
 from specwhisper.pipeline.faster_whisper import peer_load, peer_options, temperature_options
-from specwhisper.results.transcript import segments_to_dicts
+from specwhisper.results.transcript import Transcript, segments_to_dicts
 
 # openai-whisper's transcribe arguments that only take their default here: name -> (default, why); the
 # DecodingOptions among them are ``decode``'s (``openai_decoding.ONLY_DEFAULT``)
@@ -118,6 +121,52 @@ def decode(model: OpenaiWhisperModel, mel, options: DecodingOptions | None = Non
 def detect_language(model: OpenaiWhisperModel, mel, tokenizer: Any = None):
     """openai-whisper's ``whisper.detect_language(model, mel)``."""
     return model.detect_language(mel, tokenizer)
+
+
+# openai-whisper's writers' formats, in its order ("all": every one)
+WRITER_FORMATS = ("txt", "vtt", "srt", "tsv", "json")
+
+
+class ResultWriter:
+    """openai-whisper's writer of one format (``whisper.utils.get_writer``): ``writer(result, audio_path,
+    options)`` writes ``<audio stem>.<format>`` in its folder, ``write_result(result, file, options)`` to an open
+    file. ``result``: ``transcribe``'s dict (openai-whisper's own too); ``options``: ``max_line_width``,
+    ``max_line_count``, ``max_words_per_line``, ``highlight_words``, as a dict or keywords. The text formats are
+    this package's writers' (openai-whisper's writers' bytes: tests/test_interop.py); json is the dict, as there."""
+
+    def __init__(self, output_format: str, output_dir: str):
+        if output_format not in WRITER_FORMATS:
+            raise ValueError(f"get_writer: one of {', '.join(WRITER_FORMATS)} or all, got {output_format!r}")
+        self.extension, self.output_dir = output_format, output_dir
+
+    def __call__(self, result: dict, audio_path: str, options: dict | None = None, **kwargs) -> None:
+        path = Path(self.output_dir) / f"{Path(audio_path).stem}.{self.extension}"
+        with open(path, "w", encoding="utf-8") as file:
+            self.write_result(result, file, options, **kwargs)
+
+    def write_result(self, result: dict, file, options: dict | None = None, **kwargs) -> None:
+        if self.extension == "json":
+            json.dump(result, file)
+            return
+        given = {k: v for k, v in {**(options or {}), **kwargs}.items() if v is not None}
+        if given.get("max_line_width") is None:  # openai-whisper breaks lines only at a width
+            given.pop("max_line_count", None)
+        layout = SubtitleOptions(**{k: given[k] for k in ("max_line_width", "max_line_count", "max_words_per_line",
+                                                          "highlight_words") if k in given})
+        file.write(render(Transcript.from_dict(result), self.extension, layout))
+
+
+def get_writer(output_format: str, output_dir: str):
+    """openai-whisper's ``whisper.utils.get_writer``: a ``ResultWriter``, or for ``all`` one call writing each format."""
+    if output_format != "all":
+        return ResultWriter(output_format, output_dir)
+    writers = [ResultWriter(f, output_dir) for f in WRITER_FORMATS]
+
+    def write_all(result: dict, audio_path: str, options: dict | None = None, **kwargs) -> None:
+        for writer in writers:
+            writer(result, audio_path, options, **kwargs)
+
+    return write_all
 
 
 def _single(mel) -> bool:
