@@ -117,6 +117,7 @@ def test_decoding_options_it_does_not_offer_and_bad_windows_are_one_line_errors(
 
     mel = ours.log_mel_spectrogram(ours.pad_or_trim(ours.load_audio(str(jfk.path))))
     for bad, words in [(dict(prefix="And so"), "prefix"), (dict(sample_len=10), "sample_len"),
+                       (dict(language="Klingon"), "unknown language 'Klingon'"),
                        (dict(best_of=2), "best_of"), (dict(beam_size=2, best_of=2), "beam_size")]:
         with pytest.raises(ValueError, match=words) as error:
             ours.decode(model, mel, ours.DecodingOptions(**bad))

@@ -209,21 +209,22 @@ def decode(engine: AsrEngine, mel, options: DecodingOptions) -> list[DecodingRes
     from specwhisper.pipeline.faster_whisper import suppress_spec
 
     mel = _checked(engine, mel, options)
-    rows = len(mel)
-    languages: list[str] = [options.language or "en"] * rows
-    probs: list[dict[str, float] | None] = [None] * rows
-    if options.language is None and engine.special.multilingual:
-        _, found = detect_language(engine, mel)
-        languages, probs = [next(iter(p)) for p in found], found
-    context = options.prompt if isinstance(options.prompt, list) else engine.context_of(options.prompt)
     # beam search ranks log-probabilities at temperature 0, whatever ``temperature`` says, as there
     temperature = 0.0 if options.beam_size is not None else float(options.temperature)
     quality = QualityRules(temperatures=(temperature,), compression_ratio_threshold=None, logprob_threshold=None,
                            no_speech_threshold=None, best_of=options.best_of or 1, sample_tokens_per_s=None,
                            length_penalty=options.length_penalty)
-    opts = DecodeOptions(task=options.task, beam_size=options.beam_size, patience=options.patience or 1.0,
-                         suppress_tokens=suppress_spec(options.suppress_tokens), quality=quality)
-    opts.validate(engine.special)
+    opts = DecodeOptions(language=options.language, task=options.task, beam_size=options.beam_size,
+                         patience=options.patience or 1.0, suppress_tokens=suppress_spec(options.suppress_tokens),
+                         quality=quality)
+    opts.validate(engine.special)  # the language a code ("English" -> "en"), or a one-line ValueError
+    rows = len(mel)
+    languages: list[str] = [opts.language or "en"] * rows
+    probs: list[dict[str, float] | None] = [None] * rows
+    if opts.language is None and engine.special.multilingual:
+        _, found = detect_language(engine, mel)
+        languages, probs = [next(iter(p)) for p in found], found
+    context = options.prompt if isinstance(options.prompt, list) else engine.context_of(options.prompt)
     results: list[DecodingResult | None] = [None] * rows
     for language in dict.fromkeys(languages):  # one prompt per language, its rows decoded together
         picked = [i for i in range(rows) if languages[i] == language]
