@@ -127,8 +127,8 @@ def test_faster_whispers_vad_options_dataclass_is_taken(models, eval_root):
     text = " ".join(s.text for s in segments).lower()
     assert "ask not what your country can do for you" in text and "what you can do for your country" in text
     assert info.vad_options == VadOptions(min_silence_duration_ms=500)
-    with pytest.raises(ValueError, match="max_speech_duration_s") as info:
-        ours.transcribe(path, vad_filter=True, vad_parameters=VadOptions(max_speech_duration_s=10))
+    with pytest.raises(ValueError, match="neg_threshold") as info:
+        ours.transcribe(path, vad_filter=True, vad_parameters=VadOptions(neg_threshold=0.2))
     assert "\n" not in str(info.value)
 
 
@@ -263,3 +263,35 @@ def test_suppress_tokens_per_call_as_faster_whisper(models, eval_root):
         if fellow in suppress:
             assert not any(fellow in s.tokens for s in got) and [s.text for s in got] != [s.text for s in plain]
     assert [s.tokens for s in ours.transcribe(path, **arguments)[0]] == [s.tokens for s in plain]
+
+
+def test_vad_max_speech_duration_cuts_the_spans(models, eval_root, manifest):
+    """faster-whisper's ``max_speech_duration_s`` (a dict's key or ``VadOptions``' field): every VAD span at most that
+    long, as faster-whisper's own spans are, the sentence still transcribed whole; at or above a chunk it changes
+    nothing (every span fits one already); below twice the pad plus a second, one line."""
+    from faster_whisper.vad import VadOptions, get_speech_timestamps
+
+    from specwhisper.audio.loading import load_audio
+    from specwhisper.evaluation.transcripts import wer
+
+    ours, _ = models
+    item = next(i for i in manifest if i.file == "lhotse/2412-153948-0000.flac")
+    audio = load_audio(item.path)
+    vad = {"min_silence_duration_ms": 2000, "speech_pad_ms": 400}
+    whole = ours.transcriber.speech_spans(audio, sample_rate=16000, vad_filter=True, vad_parameters=vad)
+    assert len(whole) == 1 and whole[0][1] - whole[0][0] > 10
+    for limit in (5, VadOptions(**vad, max_speech_duration_s=5)):
+        given = {**vad, "max_speech_duration_s": limit} if isinstance(limit, int) else limit
+        spans = ours.transcriber.speech_spans(audio, sample_rate=16000, vad_filter=True, vad_parameters=given)
+        assert len(spans) > 1 and all(b - a <= 5 for a, b in spans)
+    theirs = get_speech_timestamps(audio, VadOptions(**vad, max_speech_duration_s=5))
+    assert len(theirs) > 1 and all(c["end"] - c["start"] <= 5 * 16000 for c in theirs)
+    segments, _ = ours.transcribe(audio, language="en", beam_size=1, vad_filter=True,
+                                  vad_parameters={**vad, "max_speech_duration_s": 5})
+    assert wer([item.reference], [" ".join(s.text for s in segments)]) < 0.15
+    same = ours.transcriber.speech_spans(audio, sample_rate=16000, vad_filter=True,
+                                         vad_parameters={**vad, "max_speech_duration_s": 30})
+    assert same == whole
+    with pytest.raises(ValueError, match="vad max speech must be at least 1 s more than twice the speech pad") as error:
+        ours.transcriber.speech_spans(audio, vad_filter=True, vad_parameters={**vad, "max_speech_duration_s": 1.5})
+    assert "\n" not in str(error.value)

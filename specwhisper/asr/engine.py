@@ -188,13 +188,13 @@ class AsrEngine:
             settings["min_silence_ms"] = opts.vad_min_silence_ms
         if opts.vad_speech_pad_ms is not None:
             settings["speech_pad_ms"] = opts.vad_speech_pad_ms
-        spans = self.vad.speech_spans(audio, opts.max_chunk_s, progress=progress, threshold=opts.vad_threshold, **settings)
+        spans = self.vad.speech_spans(audio, opts.max_span_s, progress=progress, threshold=opts.vad_threshold, **settings)
         trim_heap()
         if opts.vad_filter:
             chunks = join_spans(spans, opts.max_chunk_s)
         else:
             levels = frame_levels(audio)
-            heard = self.vad.rehear(audio, spans, opts.max_chunk_s, threshold=opts.vad_threshold, **settings)
+            heard = self.vad.rehear(audio, spans, opts.max_span_s, threshold=opts.vad_threshold, **settings)
             spans = join_heard(spans, heard, levels, opts.max_chunk_s)
             chunks = to_decode(plan_chunks(spans, len(audio), opts.max_chunk_s, levels), opts.max_chunk_s)
         return chunks

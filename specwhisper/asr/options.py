@@ -26,6 +26,7 @@ SAMPLING = "sampling"
 
 
 MAX_VAD_MS = 10_000  # the longest VAD silence or padding setting, ms
+MAX_DEFAULT_PAD_MS = 400  # the larger of the VAD's default speech pads (audio.vad: 200, FILTER_SETTINGS' 400 with vad_filter)
 MAX_NGRAM = 448  # the longest n-gram no_repeat_ngram_size may name: Whisper's most tokens in a window
 
 
@@ -39,6 +40,7 @@ class DecodeOptions:
     # audio.vad.FILTER_SETTINGS' with vad_filter)
     vad_min_silence_ms: int | None = None
     vad_speech_pad_ms: int | None = None
+    vad_max_speech_s: float | None = None  # the longest VAD span (cut at its longest pause); None: max_chunk_s
     max_chunk_s: float = 30.0
     word_timestamps: bool = False
     beam_size: int | None = None  # None: greedy (speculative when a drafter runs)
@@ -73,6 +75,11 @@ class DecodeOptions:
         return " ".join(t for t in (self.hotwords, self.initial_prompt) if t) or None
 
     @property
+    def max_span_s(self) -> float:
+        """The longest VAD speech span: ``vad_max_speech_s``, at most a chunk."""
+        return min(self.max_chunk_s, self.vad_max_speech_s or self.max_chunk_s)
+
+    @property
     def needs_words(self) -> bool:
         """Whether the decode aligns words: asked for, or needed by the hallucination rules."""
         return self.word_timestamps or self.hallucination_silence_threshold is not None
@@ -99,6 +106,11 @@ class DecodeOptions:
             value = getattr(self, name)
             if value is not None and not (isinstance(value, int) and 0 <= value <= MAX_VAD_MS):
                 raise ValueError(f"{name.replace('_', ' ')} must be a whole number of ms from 0 to {MAX_VAD_MS}, got {value}")
+        if self.vad_max_speech_s is not None:
+            pad_s = (self.vad_speech_pad_ms if self.vad_speech_pad_ms is not None else MAX_DEFAULT_PAD_MS) / 1000
+            if not self.vad_max_speech_s >= 2 * pad_s + 1.0:
+                raise ValueError(f"vad max speech must be at least 1 s more than twice the speech pad ({pad_s:g} s), "
+                                 f"got {self.vad_max_speech_s}")
         if self.beam_size is not None and self.beam_size < 1:
             raise ValueError(f"beam size must be >= 1, got {self.beam_size}")
         if self.patience <= 0:

@@ -29,6 +29,7 @@ import numpy as np
 
 from specwhisper.results.language import LanguageDetection
 from specwhisper.results.transcript import Segment, Transcript
+from specwhisper.audio.chunking import WHISPER_WINDOW_S
 from specwhisper.audio.loading import (SAMPLE_RATE, AudioError, from_array, load_audio,
                                        load_audio_bytes, load_audio_stream)
 from specwhisper.pipeline.options import BY_NAME, check_values, options_for
@@ -265,7 +266,7 @@ class _Closed(Exception):
 
 # faster-whisper's ``vad_parameters`` keys -> our options (``WhisperModel.transcribe(vad_parameters=...)``)
 VAD_PARAMETERS = {"threshold": "vad_threshold", "min_silence_duration_ms": "vad_min_silence_ms",
-                  "speech_pad_ms": "vad_speech_pad_ms"}
+                  "speech_pad_ms": "vad_speech_pad_ms", "max_speech_duration_s": "vad_max_speech_s"}
 # the fields of faster-whisper's ``VadOptions`` taken at their default only: the VAD's own behaviour here
 VAD_DEFAULTS = {"neg_threshold": None, "min_speech_duration_ms": 0, "max_speech_duration_s": float("inf")}
 
@@ -284,6 +285,8 @@ def _vad_parameters(options: dict) -> dict:
     for key, value in given.items():
         if key in VAD_DEFAULTS and value == VAD_DEFAULTS[key]:
             continue
+        if key == "max_speech_duration_s" and isinstance(value, (int, float)) and value >= WHISPER_WINDOW_S:
+            continue  # no span here is longer than a chunk (at most Whisper's window) already
         name = VAD_PARAMETERS.get(key)
         if name is None:
             raise ValueError(f"vad_parameters: {str(key)[:40]!r} is not taken (take {', '.join(VAD_PARAMETERS)}; a "

@@ -346,6 +346,9 @@ OPTIONS: tuple[Option, ...] = (
     Option("vad_speech_pad_ms", int, None, "silero-vad: the audio in ms kept on each side of a speech span (default: "
            "200; 400 with --vad-filter; faster-whisper's speech_pad_ms, OpenAI's prefix_padding_ms)", nullable=True,
            low=0, high=10_000),
+    Option("vad_max_speech_s", float, None, "silero-vad: the longest speech span in seconds, cut at its longest inner "
+           "pause (default: --chunk-length; faster-whisper's vad_parameters max_speech_duration_s)", nullable=True,
+           low=1.0, high=30.0),
     Option("chunk_length", float, 30.0, "longest chunk in seconds (chunks are cut in the VAD's pauses)", low=1.0,
            high=30.0, peer_flags=("--chunk_size",), peer_names=("chunk_length_s",)),
     Option("word_timestamps", bool, None, "per-word times and probabilities in the json, as a 'words' list in each "
@@ -521,7 +524,8 @@ def run_options(values: dict[str, Any]):
     subtitles = subtitle_options(v)
     decode = DecodeOptions(language=v["language"], task=v["task"], batch_size=v["batch_size"],
                            vad_threshold=v["vad_threshold"], vad_min_silence_ms=v["vad_min_silence_ms"],
-                           vad_speech_pad_ms=v["vad_speech_pad_ms"], max_chunk_s=v["chunk_length"], word_timestamps=word_ts,
+                           vad_speech_pad_ms=v["vad_speech_pad_ms"], vad_max_speech_s=v["vad_max_speech_s"],
+                           max_chunk_s=v["chunk_length"], word_timestamps=word_ts,
                            beam_size=v["beam_size"], patience=v["patience"], quality=quality,
                            repetition_penalty=v["repetition_penalty"], no_repeat_ngram_size=v["no_repeat_ngram_size"],
                            suppress_tokens=v["suppress_tokens"], initial_prompt=v["initial_prompt"], hotwords=v["hotwords"],
