@@ -295,3 +295,13 @@ def test_vad_max_speech_duration_cuts_the_spans(models, eval_root, manifest):
     with pytest.raises(ValueError, match="vad max speech must be at least 1 s more than twice the speech pad") as error:
         ours.transcriber.speech_spans(audio, vad_filter=True, vad_parameters={**vad, "max_speech_duration_s": 1.5})
     assert "\n" not in str(error.value)
+
+
+def test_a_file_object_is_read_once(models, eval_root):
+    """A binary file object (faster-whisper takes them) is read once: the language detected, the VAD's spans and
+    the segments all come from it (it was read to its end by the language detection, then found empty)."""
+    ours, _ = models
+    with open(eval_root / "openai-whisper/jfk.flac", "rb") as f:
+        segments, info = ours.transcribe(f, beam_size=1, vad_filter=True)
+        text = " ".join(s.text for s in segments)
+    assert info.language == "en" and "what your country can do" in text and 0 < info.duration_after_vad <= 11.0

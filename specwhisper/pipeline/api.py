@@ -30,7 +30,7 @@ import numpy as np
 from specwhisper.results.language import LanguageDetection
 from specwhisper.results.transcript import Segment, Transcript
 from specwhisper.audio.chunking import WHISPER_WINDOW_S
-from specwhisper.audio.loading import (SAMPLE_RATE, AudioError, from_array, load_audio,
+from specwhisper.audio.loading import (DEFAULT_MAX_SECONDS, SAMPLE_RATE, AudioError, from_array, load_audio,
                                        load_audio_bytes, load_audio_stream)
 from specwhisper.pipeline.options import BY_NAME, check_values, options_for
 from specwhisper.pipeline.subtitles import SubtitleOptions
@@ -114,7 +114,7 @@ class Transcriber:
         reports come inside a transcription batch, at its fraction so far. What it raises stops the run."""
         opts = self.options(**options)
         t = time.perf_counter()
-        waveform, source = _waveform(audio, sample_rate, opts.max_audio_s, opts.multichannel)
+        waveform, source = read_audio(audio, sample_rate, opts.max_audio_s, opts.multichannel)
         load_s = time.perf_counter() - t
         with self.turn:
             result = self.pipeline.run(waveform, opts, progress, source=source)
@@ -139,7 +139,7 @@ class Transcriber:
         opts = self.options(**options)
         if opts.align_text is not None:
             raise ValueError("align_text: the text's segments come once the whole input is heard; use transcribe")
-        waveform, source = _waveform(audio, sample_rate, opts.max_audio_s, opts.multichannel)
+        waveform, source = read_audio(audio, sample_rate, opts.max_audio_s, opts.multichannel)
         return SegmentStream(self, waveform, opts, source, progress)
 
     def detect_language(self, audio: Audio, *, sample_rate: int | None = None, progress: Progress | None = None,
@@ -152,7 +152,7 @@ class Transcriber:
         if other:
             raise ValueError(f"detect_language takes {', '.join(DETECTION_NAMES)}, not {other[0]}")
         opts = self.options(**options)
-        waveform, source = _waveform(audio, sample_rate, opts.max_audio_s)
+        waveform, source = read_audio(audio, sample_rate, opts.max_audio_s)
         with self.turn:
             found = self.pipeline.asr.detect_language(waveform, opts.decode_options(), progress)
         found.source = source
@@ -164,7 +164,7 @@ class Transcriber:
         decoding: with ``vad_filter`` the VAD's speech spans (the audio between them is never heard; their
         sum is faster-whisper's ``duration_after_vad``), without it the windows that cover the whole input."""
         opts = self.options(**options)
-        waveform, _ = _waveform(audio, sample_rate, opts.max_audio_s)
+        waveform, _ = read_audio(audio, sample_rate, opts.max_audio_s)
         report = (lambda f: progress("vad", f)) if progress is not None else None
         with self.turn:
             spans = self.pipeline.asr.decoded_spans(waveform, opts.decode_options(), report)
@@ -177,7 +177,7 @@ class Transcriber:
         ``sample_rate`` applies to the arrays among ``audios``. Every input is read (and checked)
         before any is transcribed."""
         opts = self.options(**options)
-        loaded = [_waveform(a, sample_rate, opts.max_audio_s, opts.multichannel) for a in audios]
+        loaded = [read_audio(a, sample_rate, opts.max_audio_s, opts.multichannel) for a in audios]
         if not loaded:
             return []
         with self.turn:
@@ -297,8 +297,10 @@ def _vad_parameters(options: dict) -> dict:
     return out
 
 
-def _waveform(audio: Audio, sample_rate: int | None, max_seconds: float, channels: bool = False) -> tuple[np.ndarray, str | None]:
-    """Any input -> (16 kHz mono float32 waveform, or one row per channel with ``channels``; source name or None)."""
+def read_audio(audio: Audio, sample_rate: int | None = None, max_seconds: float = DEFAULT_MAX_SECONDS,
+               channels: bool = False) -> tuple[np.ndarray, str | None]:
+    """Any input ``transcribe`` takes -> (16 kHz mono float32 waveform, or one row per channel with ``channels``;
+    source name or None); an ``AudioError``, one line, for what is not audio."""
     if isinstance(audio, (str, os.PathLike)):
         return load_audio(audio, max_seconds=max_seconds, channels=channels), os.fspath(audio)
     if isinstance(audio, (bytes, bytearray, memoryview)):

@@ -30,8 +30,8 @@ from typing import Any, BinaryIO
 import numpy as np
 
 from specwhisper.asr.decoding.quality import schedule_of
-from specwhisper.audio.loading import at_rate, load_audio, load_audio_stream
-from specwhisper.pipeline.api import Audio, Transcriber, load
+from specwhisper.audio.loading import SAMPLE_RATE, at_rate
+from specwhisper.pipeline.api import Audio, Transcriber, load, read_audio
 from specwhisper.pipeline.writers import format_timestamp
 
 # faster-whisper's logger (``faster_whisper.utils.get_logger``) and its INFO lines, for programs that read them
@@ -91,9 +91,9 @@ class FwSegment:
 @dataclass
 class TranscriptionInfo:
     """faster-whisper's ``TranscriptionInfo``; ``duration_after_vad``: the seconds the decoder hears (with
-    ``vad_filter`` the VAD's speech alone, with ``clip_timestamps`` the clips: ``Transcriber.speech_spans``); ``transcription_options``: the options
-    the transcription ran with, by our names; ``vad_options``: faster-whisper's ``vad_parameters`` as applied
-    (with ``vad_filter``)."""
+    ``vad_filter`` the VAD's speech alone, with ``clip_timestamps`` the clips: ``Transcriber.speech_spans``);
+    ``transcription_options``: the options the transcription ran with, by our names; ``vad_options``:
+    faster-whisper's ``vad_parameters`` as applied (with ``vad_filter``)."""
 
     language: str
     language_probability: float
@@ -133,11 +133,7 @@ def available_models() -> list[str]:
 def decode_audio(input_file: str | BinaryIO, sampling_rate: int = 16000, split_stereo: bool = False):
     """faster-whisper's ``decode_audio``: a path or a binary file object as mono float32 samples at
     ``sampling_rate`` Hz, or with ``split_stereo`` its (left, right) channels (a mono file's one channel twice)."""
-    if hasattr(input_file, "read"):
-        channels = load_audio_stream(input_file, channels=split_stereo)
-    else:
-        channels = load_audio(input_file, channels=split_stereo)
-    channels = at_rate(channels, sampling_rate)
+    channels = at_rate(read_audio(input_file, channels=split_stereo)[0], sampling_rate)
     if not split_stereo:
         return channels
     if len(channels) > 2:
@@ -168,7 +164,9 @@ class WhisperModel:
             kwargs["vad_parameters"] = _vad_options(kwargs.get("vad_parameters"))
         options = self._options(language, task, beam_size, best_of, patience, temperature, condition_on_previous_text,
                                 clip_timestamps, {**kwargs, "language_detection_segments": language_detection_segments})
-        rate = 16000 if isinstance(audio, np.ndarray) else None
+        if not isinstance(audio, np.ndarray):  # read once: the language, the VAD's spans and the stream read it
+            audio = read_audio(audio)[0]
+        rate = SAMPLE_RATE  # a numpy array is 16 kHz samples, as faster-whisper takes it
         languages = None
         if options.get("language") is None:  # known before the first segment, as faster-whisper's info is
             detection_options = {k: options[k] for k in _DETECTION if k in options}
