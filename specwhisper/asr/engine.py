@@ -199,17 +199,16 @@ class AsrEngine:
             chunks = to_decode(plan_chunks(spans, len(audio), opts.max_chunk_s, levels), opts.max_chunk_s)
         return chunks
 
-    def decode_windows(self, features: torch.Tensor, prompt: list[int], opts: DecodeOptions) -> tuple[torch.Tensor, list[Attempt]]:
-        """One decode of each log-mel window of ``features`` ([rows, mels, frames]) after ``prompt``, as
-        openai-whisper's ``decode``: greedy (speculative where a drafter runs) or ``opts.beam_size`` beams at
-        temperature 0, else ``best_of`` samples, at ``opts.quality``'s first temperature alone, no fallback.
-        The encoder output and each row's attempt."""
-        features = features.to(self.device, self.bundle.model.dtype)
-        enc = self.encoder.encode(features)
+    def decode_windows(self, encoder_out: torch.Tensor, features: torch.Tensor, prompt: list[int], opts: DecodeOptions
+                       ) -> list[Attempt]:
+        """One decode of each row of ``encoder_out`` (of the log-mel windows ``features``, on the model's device)
+        after ``prompt``, as openai-whisper's ``decode``: greedy (speculative where a drafter runs) or
+        ``opts.beam_size`` beams at temperature 0, else ``best_of`` samples, at ``opts.quality``'s first
+        temperature alone, no fallback. Each row's attempt."""
         quality = replace(opts.quality, temperatures=opts.quality.temperatures[:1])
         decoder = self.decoder.with_rules(self.suppressing(self.decoder.rules, opts.suppress_tokens))
-        return enc, decode_with_fallback(self._first_decoder(opts, decoder), lambda: self._sampler(decoder.rules), enc,
-                                         prompt, features, quality, self.text_of, DecodeStats())
+        return decode_with_fallback(self._first_decoder(opts, decoder), lambda: self._sampler(decoder.rules), encoder_out,
+                                    prompt, features, quality, self.text_of, DecodeStats())
 
     def suppressing(self, rules: WhisperLogitRules, spec: str | None) -> WhisperLogitRules:
         """``rules`` with the tokens a call's ``suppress_tokens`` ``spec`` names never written (and the

@@ -189,17 +189,25 @@ def _checked(engine: AsrEngine, mel: torch.Tensor, options: DecodingOptions) -> 
 def detect_language(engine: AsrEngine, mel) -> tuple[torch.Tensor, list[dict[str, float]]]:
     """openai-whisper's ``detect_language`` of [rows, mels, frames]: each row's language token and every
     language's probability."""
+    return _languages(engine, _encoded(engine, _checked(engine, mel, DecodingOptions()))[1])
+
+
+def _encoded(engine: AsrEngine, mel: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """The windows on the model's device and dtype, and their encoder output (once per ``decode``)."""
+    features = mel.to(engine.device, engine.bundle.model.dtype)
+    return features, engine.encoder.encode(features)
+
+
+def _languages(engine: AsrEngine, enc: torch.Tensor) -> tuple[torch.Tensor, list[dict[str, float]]]:
+    """Each encoded row's language token and every language's probability."""
     import torch
 
     from specwhisper.asr.decoding.language import language_probabilities
 
     if not engine.special.multilingual:
         raise ValueError("detect_language: this model is English-only and has no language tokens")
-    mel = _checked(engine, mel, DecodingOptions())
-    enc = engine.encoder.encode(mel.to(engine.device, engine.bundle.model.dtype))
     probs = [language_probabilities(engine.runtime, engine.special, enc[i:i + 1]) for i in range(len(enc))]
-    tokens = torch.tensor([engine.special.languages[next(iter(p))] for p in probs])
-    return tokens, probs
+    return torch.tensor([engine.special.languages[next(iter(p))] for p in probs]), probs
 
 
 def decode(engine: AsrEngine, mel, options: DecodingOptions) -> list[DecodingResult]:
@@ -218,11 +226,12 @@ def decode(engine: AsrEngine, mel, options: DecodingOptions) -> list[DecodingRes
                          patience=options.patience or 1.0, suppress_tokens=suppress_spec(options.suppress_tokens),
                          quality=quality)
     opts.validate(engine.special)  # the language a code ("English" -> "en"), or a one-line ValueError
+    features, enc = _encoded(engine, mel)
     rows = len(mel)
     languages: list[str] = [opts.language or "en"] * rows
     probs: list[dict[str, float] | None] = [None] * rows
     if opts.language is None and engine.special.multilingual:
-        _, found = detect_language(engine, mel)
+        _, found = _languages(engine, enc)
         languages, probs = [next(iter(p)) for p in found], found
     context = options.prompt if isinstance(options.prompt, list) else engine.context_of(options.prompt)
     results: list[DecodingResult | None] = [None] * rows
@@ -230,10 +239,10 @@ def decode(engine: AsrEngine, mel, options: DecodingOptions) -> list[DecodingRes
         picked = [i for i in range(rows) if languages[i] == language]
         prompt = engine.special.prompt(language if engine.special.multilingual else None, options.task,
                                        not options.without_timestamps, context)
-        enc, attempts = engine.decode_windows(mel[picked], prompt, opts)
-        for j, (i, a) in enumerate(zip(picked, attempts)):
+        attempts = engine.decode_windows(enc[picked], features[picked], prompt, opts)
+        for i, a in zip(picked, attempts):
             text = engine.text_of(a.seq.tokens).strip()
-            results[i] = DecodingResult(enc[j], language, probs[i], list(a.seq.tokens), text, a.seq.avg_logprob,
+            results[i] = DecodingResult(enc[i], language, probs[i], list(a.seq.tokens), text, a.seq.avg_logprob,
                                         a.seq.no_speech_prob, float(options.temperature), compression_ratio(text))
     return results  # type: ignore[return-value]
 
