@@ -165,10 +165,9 @@ def _checked(engine: AsrEngine, mel: torch.Tensor, options: DecodingOptions) -> 
     """``mel`` as [rows, mels, frames], or a one-line ValueError; the options this package does not offer refused."""
     import torch
 
-    for name, (default, why) in ONLY_DEFAULT.items():
-        value = getattr(options, name)
-        if value != default:
-            raise ValueError(f"{name}: only openai-whisper's default ({default!r}) here: {why}")
+    from specwhisper.pipeline.faster_whisper import peer_options
+
+    peer_options({name: getattr(options, name) for name in ONLY_DEFAULT}, "openai-whisper", "0", ONLY_DEFAULT, ())
     if options.task not in ("transcribe", "translate"):
         raise ValueError(f"task: transcribe or translate, got {options.task!r}")
     if options.beam_size is not None and options.best_of is not None:
