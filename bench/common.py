@@ -155,7 +155,7 @@ def faster_whisper(model: str, files: list[str], threads: int, q) -> None:
     from specwhisper.audio.loading import load_audio
     from specwhisper.asr.weights.loader import write_ct2_folder
 
-    fw = WhisperModel(str(write_ct2_folder(model, Path(tempfile.mkdtemp()))), device="cpu", compute_type="float32",
+    fw = WhisperModel(str(write_ct2_folder(model, ROOT / "bench" / ".cache" / "ct2")), device="cpu", compute_type="float32",
                       cpu_threads=threads)
     kw = dict(language="en", beam_size=1, condition_on_previous_text=False, vad_filter=False)
     list(fw.transcribe(load_audio(files[0]), **kw)[0])  # warm-up

@@ -49,7 +49,7 @@ def main() -> None:
     from specwhisper.pipeline.faster_whisper import BatchedInferencePipeline, WhisperModel
 
     ours = WhisperModel("base", device="cpu", cpu_threads=args.threads)
-    theirs = faster_whisper.WhisperModel(str(write_ct2_folder("base", Path(tempfile.mkdtemp()))), device="cpu",
+    theirs = faster_whisper.WhisperModel(str(write_ct2_folder("base", CACHE / "ct2")), device="cpu",
                                          compute_type="float32", cpu_threads=args.threads)
     items = [i for i in english_set() if i.duration <= 30.0]
     audios = [load_audio(i.path) for i in items]

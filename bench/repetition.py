@@ -58,7 +58,7 @@ def main() -> None:
     items = [i for i in english_set() if i.duration <= 30.0]
     engine = AsrEngine("base")
     plain, drafted = decoder_factory("none")(engine), decoder_factory("tiny.en")(engine)
-    fw = WhisperModel(str(write_ct2_folder("base", Path(tempfile.mkdtemp()))), device="cpu", compute_type="float32",
+    fw = WhisperModel(str(write_ct2_folder("base", ROOT / "bench" / ".cache" / "ct2")), device="cpu", compute_type="float32",
                       cpu_threads=args.threads)
     greedy = QualityRules(temperatures=(0.0,))
     tally = {n: dict(ours=[], theirs=[], same=0, plain_s=0.0, tokens=0, spec_s=0.0, identical=True, drafted=0, accepted=0)
