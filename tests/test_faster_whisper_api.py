@@ -267,9 +267,13 @@ def test_suppress_tokens_per_call_as_faster_whisper(models, eval_root):
 
 def test_vad_max_speech_duration_cuts_the_spans(models, eval_root, manifest):
     """faster-whisper's ``max_speech_duration_s`` (a dict's key or ``VadOptions``' field): every VAD span at most that
-    long, as faster-whisper's own spans are, the sentence still transcribed whole; at or above a chunk it changes
+    long, its pads included, as faster-whisper's own spans are; the spans silero-vad's own ``get_speech_timestamps``
+    gives with the same settings (not cut a pad's width short of the limit), the sentence still transcribed whole; at or above a chunk it changes
     nothing (every span fits one already); below twice the pad plus a second, one line."""
-    from faster_whisper.vad import VadOptions, get_speech_timestamps
+    import torch
+    from faster_whisper.vad import VadOptions
+    from faster_whisper.vad import get_speech_timestamps as fw_timestamps
+    from silero_vad import get_speech_timestamps, load_silero_vad
 
     from specwhisper.audio.loading import load_audio
     from specwhisper.evaluation.transcripts import wer
@@ -280,11 +284,17 @@ def test_vad_max_speech_duration_cuts_the_spans(models, eval_root, manifest):
     vad = {"min_silence_duration_ms": 2000, "speech_pad_ms": 400}
     whole = ours.transcriber.speech_spans(audio, sample_rate=16000, vad_filter=True, vad_parameters=vad)
     assert len(whole) == 1 and whole[0][1] - whole[0][0] > 10
-    for limit in (5, VadOptions(**vad, max_speech_duration_s=5)):
+    silero = load_silero_vad()
+    for limit in (5, VadOptions(**vad, max_speech_duration_s=5), 8):
         given = {**vad, "max_speech_duration_s": limit} if isinstance(limit, int) else limit
+        seconds = limit if isinstance(limit, int) else limit.max_speech_duration_s
         spans = ours.transcriber.speech_spans(audio, sample_rate=16000, vad_filter=True, vad_parameters=given)
-        assert len(spans) > 1 and all(b - a <= 5 for a, b in spans)
-    theirs = get_speech_timestamps(audio, VadOptions(**vad, max_speech_duration_s=5))
+        # silero-vad's own spans with faster-whisper's settings and this limit (its pads inside the limit)
+        want = get_speech_timestamps(torch.from_numpy(audio), silero, threshold=0.5, min_speech_duration_ms=0,
+                                     min_silence_duration_ms=2000, speech_pad_ms=400, max_speech_duration_s=seconds)
+        assert spans == [(c["start"] / 16000, c["end"] / 16000) for c in want], limit
+        assert len(spans) > 1 and all(b - a <= seconds for a, b in spans)
+    theirs = fw_timestamps(audio, VadOptions(**vad, max_speech_duration_s=5))
     assert len(theirs) > 1 and all(c["end"] - c["start"] <= 5 * 16000 for c in theirs)
     segments, _ = ours.transcribe(audio, language="en", beam_size=1, vad_filter=True,
                                   vad_parameters={**vad, "max_speech_duration_s": 5})

@@ -141,7 +141,7 @@ class VoiceActivityDetector:
             min_speech_duration_ms=self.min_speech_ms if min_speech_ms is None else min_speech_ms,
             min_silence_duration_ms=self.min_silence_ms if min_silence_ms is None else min_silence_ms,
             speech_pad_ms=pad_ms,
-            max_speech_duration_s=max_span_s - 2 * pad_ms / 1000 - 0.1,
+            max_speech_duration_s=max_span_s,  # silero keeps the pads and a window inside it: spans <= max_span_s
             audio_length_samples=samples,
         )
         return [(int(s["start"]), int(s["end"])) for s in spans]
