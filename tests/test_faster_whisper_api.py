@@ -315,3 +315,28 @@ def test_a_file_object_is_read_once(models, eval_root):
         segments, info = ours.transcribe(f, beam_size=1, vad_filter=True)
         text = " ".join(s.text for s in segments)
     assert info.language == "en" and "what your country can do" in text and 0 < info.duration_after_vad <= 11.0
+
+
+def test_vad_filter_hears_the_file_once(models, eval_root, monkeypatch):
+    """``transcribe(vad_filter=True)`` without a language runs silero over the file once, though the language,
+    ``duration_after_vad`` and the plan each need its spans (three passes before, on this 11 s file); other samples of the same
+    length are heard again, and the probabilities kept are those a fresh pass gives."""
+    from specwhisper.audio.loading import load_audio
+
+    ours, _ = models
+    vad = ours.transcriber.pipeline.asr.vad
+    audio = load_audio(str(eval_root / "openai-whisper/jfk.flac"))
+    vad._last = None  # what an earlier test heard
+    heard = []
+    windows = vad._windows
+    monkeypatch.setattr(vad, "_windows", lambda *a: heard.append(1) or windows(*a))
+    segments, info = ours.transcribe(audio, beam_size=1, vad_filter=True)
+    assert "ask not what your country" in " ".join(s.text for s in segments) and info.language == "en"
+    assert len(heard) == 1  # one block: JFK's 11 s is one call of the network
+    kept = vad.speech_probs(audio)
+    assert len(heard) == 1
+    other = audio.copy()
+    other[: len(other) // 2] = 0.0
+    assert vad.speech_probs(other) != kept and len(heard) == 2
+    vad._last = None
+    assert vad.speech_probs(audio) == kept and len(heard) == 3
