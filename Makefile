@@ -22,7 +22,14 @@ system-packages:
 		$(SUDO) apt-get update -qq && DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y -qq $$missing; \
 	fi
 
+# A fresh install takes about 8 GB in $(VENV) and 1 GB of converted models (docs/install.md): with less
+# free, stop before pip does, with one line, not midway with its OSError.
+NEED_GB ?= 9
 $(STAMP): pyproject.toml requirements.lock | system-packages
+	@if [ ! -x $(PY) ]; then free=$$(df -Pk . | awk 'NR==2 {print int($$4 / 1048576)}'); \
+		if [ "$$free" -lt $(NEED_GB) ]; then \
+			echo "make: the install needs about $(NEED_GB) GB free here ($(VENV) and the models), $$free GB are free" >&2; exit 1; \
+		fi; fi
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PIP) install -q --upgrade pip
 	$(PIP) install -q -r requirements.lock
