@@ -29,7 +29,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from bench.common import machine  # noqa: E402
+from bench.common import embedded_ct2_folder, machine  # noqa: E402
 
 CACHE = ROOT / "bench" / ".cache"
 OUT = ROOT / "bench" / "results" / "accuracy.json"
@@ -98,9 +98,7 @@ def ours(beam: int | None):
 def faster_whisper(beam: int, vad: bool):
     from faster_whisper import WhisperModel
 
-    from specwhisper.asr.weights.loader import write_ct2_folder
-
-    model = WhisperModel(str(write_ct2_folder("base", CACHE / "ct2")), device="cpu", compute_type="float32")
+    model = WhisperModel(str(embedded_ct2_folder("base")), device="cpu", compute_type="float32")
 
     def run(case: Case) -> dict:
         segments, _ = model.transcribe(str(case.path), beam_size=beam, vad_filter=vad)

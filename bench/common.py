@@ -8,7 +8,6 @@ import os
 import platform
 import queue
 import sys
-import tempfile
 import time
 from pathlib import Path
 
@@ -148,14 +147,21 @@ def ours_interleaved(model: str, drafts: list[str], files: list[str], threads: i
     q.put({d: t.result() for d, t in tallies.items()})
 
 
+def embedded_ct2_folder(model: str) -> Path:
+    """The embedded ``model`` as a CTranslate2 folder, faster-whisper's reference decoder of the same weights:
+    converted once, into bench/.cache/ct2 (a new temp folder per run left 142 MB behind each time)."""
+    from specwhisper.asr.weights.loader import write_ct2_folder
+
+    return write_ct2_folder(model, ROOT / "bench" / ".cache" / "ct2")
+
+
 def faster_whisper(model: str, files: list[str], threads: int, q) -> None:
     """faster-whisper (CTranslate2) on the same embedded weights, fp32, greedy, no VAD filter."""
     from faster_whisper import WhisperModel
 
     from specwhisper.audio.loading import load_audio
-    from specwhisper.asr.weights.loader import write_ct2_folder
 
-    fw = WhisperModel(str(write_ct2_folder(model, ROOT / "bench" / ".cache" / "ct2")), device="cpu", compute_type="float32",
+    fw = WhisperModel(str(embedded_ct2_folder(model)), device="cpu", compute_type="float32",
                       cpu_threads=threads)
     kw = dict(language="en", beam_size=1, condition_on_previous_text=False, vad_filter=False)
     list(fw.transcribe(load_audio(files[0]), **kw)[0])  # warm-up

@@ -39,7 +39,7 @@ ROOT = Path(__file__).resolve().parents[1]
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
-from bench.common import machine  # noqa: E402
+from bench.common import embedded_ct2_folder, machine  # noqa: E402
 
 SYSTEMS = ("ours none", "ours auto", "ours int8", "ours int8 auto", "ours bf16 none", "ours bf16 auto", "ours vf none",
            "ours vf auto", "ours vf int8 none", "ours vf bf16 none", "fw fp32", "fw int8", "fw batched fp32", "fw batched int8")
@@ -52,9 +52,7 @@ def _fw_child(audio_path: str, compute_type: str, batched: bool, threads: int, o
     ``.segments.json``)."""
     from faster_whisper import BatchedInferencePipeline, WhisperModel
 
-    from specwhisper.asr.weights.loader import write_ct2_folder
-
-    folder = write_ct2_folder("base", CACHE / "ct2")  # the embedded base weights as a CTranslate2 folder
+    folder = embedded_ct2_folder("base")  # the embedded base weights as a CTranslate2 folder
     model = WhisperModel(str(folder), device="cpu", compute_type=compute_type, cpu_threads=threads)
     if batched:
         segments, _ = BatchedInferencePipeline(model).transcribe(audio_path, language="en", beam_size=1, batch_size=8)

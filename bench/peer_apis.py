@@ -21,7 +21,6 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-import tempfile
 import time
 from pathlib import Path
 
@@ -29,7 +28,7 @@ ROOT = Path(__file__).resolve().parents[1]
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
-from bench.common import machine  # noqa: E402
+from bench.common import embedded_ct2_folder, machine  # noqa: E402
 
 CACHE = ROOT / "bench" / ".cache"
 
@@ -43,13 +42,12 @@ def main() -> None:
 
     import faster_whisper
 
-    from specwhisper.asr.weights.loader import write_ct2_folder
     from specwhisper.audio.loading import load_audio
     from specwhisper.evaluation.transcripts import build_long_file, english_set, normalize, wer
     from specwhisper.pipeline.faster_whisper import BatchedInferencePipeline, WhisperModel
 
     ours = WhisperModel("base", device="cpu", cpu_threads=args.threads)
-    theirs = faster_whisper.WhisperModel(str(write_ct2_folder("base", CACHE / "ct2")), device="cpu",
+    theirs = faster_whisper.WhisperModel(str(embedded_ct2_folder("base")), device="cpu",
                                          compute_type="float32", cpu_threads=args.threads)
     items = [i for i in english_set() if i.duration <= 30.0]
     audios = [load_audio(i.path) for i in items]

@@ -20,14 +20,13 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-import tempfile
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
-from bench.common import machine  # noqa: E402
+from bench.common import embedded_ct2_folder, machine  # noqa: E402
 
 SETTINGS = {"off": (1.0, 0), "rp1.1": (1.1, 0), "rp1.5": (1.5, 0), "ng2": (1.0, 2), "ng3": (1.0, 3)}
 
@@ -50,7 +49,6 @@ def main() -> None:
     from specwhisper.asr.drafters.choice import decoder_factory
     from specwhisper.asr.engine import AsrEngine
     from specwhisper.asr.options import DecodeOptions
-    from specwhisper.asr.weights.loader import write_ct2_folder
     from specwhisper.audio.loading import load_audio
     from specwhisper.evaluation.transcripts import english_set, normalize, wer
 
@@ -58,7 +56,7 @@ def main() -> None:
     items = [i for i in english_set() if i.duration <= 30.0]
     engine = AsrEngine("base")
     plain, drafted = decoder_factory("none")(engine), decoder_factory("tiny.en")(engine)
-    fw = WhisperModel(str(write_ct2_folder("base", ROOT / "bench" / ".cache" / "ct2")), device="cpu", compute_type="float32",
+    fw = WhisperModel(str(embedded_ct2_folder("base")), device="cpu", compute_type="float32",
                       cpu_threads=args.threads)
     greedy = QualityRules(temperatures=(0.0,))
     tally = {n: dict(ours=[], theirs=[], same=0, plain_s=0.0, tokens=0, spec_s=0.0, identical=True, drafted=0, accepted=0)

@@ -37,7 +37,7 @@ ROOT = Path(__file__).resolve().parents[1]
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
-from bench.common import machine, run_isolated  # noqa: E402
+from bench.common import embedded_ct2_folder, machine, run_isolated  # noqa: E402
 
 SYSTEMS = ("ours", "ours vad-filter", "ours vad-filter no-timestamps", "ours vad-filter no-timestamps int8",
            "ours vad-filter no-timestamps fw-spans", "ours vad-filter no-timestamps fw-spans int8", "fw batched", "fw batched int8")
@@ -73,9 +73,7 @@ def _ours(path: str, system: str, threads: int, q) -> None:
 def _fw(path: str, compute_type: str, threads: int, q) -> None:
     from faster_whisper import BatchedInferencePipeline, WhisperModel
 
-    from specwhisper.asr.weights.loader import write_ct2_folder
-
-    model = WhisperModel(str(write_ct2_folder("base", ROOT / "bench" / ".cache" / "ct2")), device="cpu",
+    model = WhisperModel(str(embedded_ct2_folder("base")), device="cpu",
                          compute_type=compute_type, cpu_threads=threads)
     spent = {"encoder": 0.0, "generate": 0.0, "windows": 0, "tokens": 0}
     encode = model.encode
