@@ -225,6 +225,20 @@ def run_cli(base_pipeline, tiny_pipeline, monkeypatch, capsys):
 
 
 @pytest.fixture
+def cli_run(run_cli, capsys):
+    """``run_cli`` for arguments it may refuse: (exit code, stdout, stderr), argparse's own refusals
+    (its SystemExit before anything runs) included."""
+
+    def run(*argv):
+        try:
+            return run_cli(*argv)
+        except SystemExit as exc:
+            return (exc.code, *capsys.readouterr())
+
+    return run
+
+
+@pytest.fixture
 def read_only_dir(tmp_path):
     """A folder nobody can create files in (root too: the immutable attribute)."""
     folder = tmp_path / "read-only"

@@ -152,9 +152,9 @@ def test_length_penalty_ranks_as_openai_whispers_ranker(base_engine, encoded, pr
     collected: list[list[tuple[tuple[int, ...], float]]] = []
     best = BeamSearchDecoder._best
 
-    def recording(self, finished, cut, no_speech_prob):
+    def recording(self, finished, cut, capped, no_speech_prob):
         collected.append(list(finished.items()))
-        return best(self, finished, cut, no_speech_prob)
+        return best(self, finished, cut, capped, no_speech_prob)
 
     monkeypatch.setattr(BeamSearchDecoder, "_best", recording)
     batch = torch.cat([encoded[f] for f in FILES])

@@ -225,12 +225,9 @@ FAILED_FILES = {"missing", "empty", "text", "random", "zero_samples", "truncated
 
 
 @pytest.mark.parametrize("case", CASES)
-def test_bad_input_one_line_error(run_cli, tmp_path, case, capsys):
+def test_bad_input_one_line_error(cli_run, tmp_path, case):
     argv, expected = _bad_inputs(tmp_path)[case]
-    try:
-        code, out, err = run_cli(*argv, "-o", tmp_path / "out", "-q")
-    except SystemExit as exc:  # argparse rejects the arguments before anything runs
-        code, (out, err) = exc.code, capsys.readouterr()
+    code, out, err = cli_run(*argv, "-o", tmp_path / "out", "-q")
     assert code == (1 if case in FAILED_FILES else 2), (code, err)  # docs/transcription.md: 2 for bad options
     assert "Traceback" not in out, out  # the error goes to stderr alone
     line = _one_line_error(err)

@@ -116,6 +116,23 @@ def test_a_lone_chunks_draws_share_its_row_and_stop_at_their_cap(base_engine, ev
     assert stats.target_passes == 2 + sum(len(s.tokens) + (not s.hit_max_length) - 1 for s in capped + free)
 
 
+def test_draws_stopped_at_max_new_tokens_are_whole_and_below_it_a_sample_cap_cuts(base_engine, eval_root):
+    """A sampler capped at 8 tokens (``max_new_tokens``): draws stop there, marked capped, which is no
+    reason to sample again (``is_cut``); a unit whose own cap (5) is below it stops at 5, cut short."""
+    from specwhisper.asr.decoding.quality import is_cut
+
+    _, enc, prompt = _jfk(base_engine, eval_root)
+    drawn = []
+    base_engine._sampler().with_cap(8).stream(enc, prompt, [Draws(0, 1.0, 3, limit=5), Draws(0, 1.0, 3)],
+                                               lambda u, s: drawn.append(s), rows=3)
+    cut, capped = drawn
+    assert all(len(s.tokens) == 5 and s.hit_max_length and not s.capped for s in cut)
+    assert all(len(s.tokens) == 8 and s.capped and not s.hit_max_length for s in capped)
+    text_of = base_engine.text_of
+    assert all(is_cut(Attempt.of(s, 1.0, text_of(s.tokens))) for s in cut)
+    assert not any(is_cut(Attempt.of(s, 1.0, text_of(s.tokens))) for s in capped)
+
+
 def test_samples_cut_at_their_cap_fail_and_lose_to_the_greedy_text(tiny_engine, eval_root):
     feats, enc, prompt = _jfk(tiny_engine, eval_root)
     text_of = tiny_engine.text_of

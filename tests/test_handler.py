@@ -387,7 +387,7 @@ def test_toolkit_bad_generate_kwargs_are_400(toolkit, jfk_head):
     def post(parameters):
         return toolkit.post("/", json={"inputs": base64.b64encode(jfk_head).decode(), "parameters": parameters})
 
-    _toolkit_error(post({"generate_kwargs": {"max_new_tokens": 5}}), "generate_kwargs: unknown key 'max_new_tokens'")
+    _toolkit_error(post({"generate_kwargs": {"max_length": 5}}), "generate_kwargs: unknown key 'max_length'")
     _toolkit_error(post({"generate_kwargs": {"temperature": [0.0, 0.3, 0.4]}}), "rise in equal steps")
     _toolkit_error(post({"language": "de", "generate_kwargs": {"language": "english"}}), "language is 'de' but")
     _toolkit_error(post({"generate_kwargs": "fast"}), "generate_kwargs must be an object")

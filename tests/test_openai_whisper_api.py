@@ -87,7 +87,8 @@ def test_openai_whispers_readme_example_runs_and_decodes_as_openai_whisper(model
     """The second example of openai-whisper's README (``load_audio``, ``pad_or_trim``, ``log_mel_spectrogram``,
     ``model.detect_language``, ``whisper.decode``), through ``import specwhisper as whisper``: openai-whisper's own
     log-mel of the same samples, its language probability, and its tokens, text and scores from its own
-    ``decode`` on the same weights: greedy, beam search, without timestamps, after a prompt, translating."""
+    ``decode`` on the same weights: greedy, beam search, without timestamps, after a prompt, translating, and
+    each stopped at ``sample_len`` tokens."""
     import specwhisper as ours
 
     audio = ours.pad_or_trim(ours.load_audio(str(jfk.path)))
@@ -100,7 +101,8 @@ def test_openai_whispers_readme_example_runs_and_decodes_as_openai_whisper(model
     assert wer([jfk.reference], [result.text]) <= 0.05
     (fellow,) = model.transcriber.pipeline.asr.bundle.tokenizer.encode(" fellow", add_special_tokens=False)
     for options in [{}, dict(beam_size=5), dict(without_timestamps=True), dict(prompt="Kennedy's speech."),
-                    dict(language="es", task="translate"), dict(suppress_tokens=f"-1,{fellow}")]:
+                    dict(language="es", task="translate"), dict(suppress_tokens=f"-1,{fellow}"), dict(sample_len=10),
+                    dict(sample_len=10, beam_size=5), dict(sample_len=3, without_timestamps=True)]:
         got = model.decode(mel, ours.DecodingOptions(**options))
         want = whisper.decode(theirs, mel, whisper.DecodingOptions(fp16=False, **options))
         assert (got.tokens, got.text, got.language) == (want.tokens, want.text, want.language), options
@@ -112,11 +114,28 @@ def test_openai_whispers_readme_example_runs_and_decodes_as_openai_whisper(model
     assert [r.text for r in batch] == [want.text] * 2 and batch[0].language_probs["en"] == pytest.approx(probs["en"])
 
 
+@pytest.mark.parametrize("sample_len", [10, 40])
+def test_transcribe_stops_each_window_at_sample_len_as_openai_whisper(model, theirs, manifest, sample_len):
+    """openai-whisper's own ``transcribe`` with ``sample_len`` on the same weights (greedy, each window after
+    the text before), a LibriSpeech clip of 47 tokens. At 40: three segments, the last decoded again from
+    the last finished one, the same text as ours. At 10 its one window's text has no closing timestamp:
+    openai-whisper keeps it and seeks past the window; ours keeps it too and decodes the rest again."""
+    item = next(m for m in manifest if m.file == "lhotse/2412-153948-0000.flac")
+    got = [s["text"].strip() for s in model.transcribe(str(item.path), sample_len=sample_len, temperature=0.0)["segments"]]
+    want = [s["text"].strip() for s in whisper.transcribe(theirs, str(item.path), sample_len=sample_len,
+                                                          temperature=0.0, fp16=False)["segments"]]
+    if sample_len == 40:
+        assert got == want and len(got) == 3
+    else:
+        assert want == ["If the reader will excuse me, I will"] and got[0] == want[0]
+        assert wer([item.reference], [" ".join(got)]) < wer([item.reference], [" ".join(want)]) - 0.3, got
+
+
 def test_decoding_options_it_does_not_offer_and_bad_windows_are_one_line_errors(model, jfk):
     import specwhisper as ours
 
     mel = ours.log_mel_spectrogram(ours.pad_or_trim(ours.load_audio(str(jfk.path))))
-    for bad, words in [(dict(prefix="And so"), "prefix"), (dict(sample_len=10), "sample_len"),
+    for bad, words in [(dict(prefix="And so"), "prefix"), (dict(sample_len=0), "max new tokens"),
                        (dict(language="Klingon"), "unknown language 'Klingon'"),
                        (dict(best_of=2), "best_of"), (dict(beam_size=2, best_of=2), "beam_size")]:
         with pytest.raises(ValueError, match=words) as error:

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from specwhisper.asr.options import MAX_NGRAM
+from specwhisper.asr.options import WINDOW_TOKENS
 from specwhisper.audio.loading import DEFAULT_MAX_SECONDS
 from specwhisper.pipeline.api import Transcriber, load
 from specwhisper.pipeline.options import ENTRY_POINTS, OPTIONS, options_for
@@ -112,7 +112,7 @@ def test_the_peers_spellings_reach_the_same_options():
 
 def test_defaults_agree_with_the_audio_loader():
     assert next(o for o in OPTIONS if o.name == "max_duration").default == DEFAULT_MAX_SECONDS
-    assert next(o for o in OPTIONS if o.name == "no_repeat_ngram_size").high == MAX_NGRAM
+    assert next(o for o in OPTIONS if o.name == "no_repeat_ngram_size").high == WINDOW_TOKENS
 
 
 def test_the_cli_reference_is_generated_from_the_parser():

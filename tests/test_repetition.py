@@ -104,7 +104,7 @@ def test_beam_search_and_sampling_never_repeat_a_banned_ngram(base_engine, eval_
     assert not _repeated_ngrams(tokens[2], 2)
 
 
-def test_the_entry_points_take_them_and_refuse_bad_values_in_one_line(run_cli, eval_root, tmp_path, capsys):
+def test_the_entry_points_take_them_and_refuse_bad_values_in_one_line(run_cli, cli_run, eval_root, tmp_path):
     """The CLI (our spelling and whisper-ctranslate2's), its bounds, and the live mode, which does not
     apply them."""
     jfk = eval_root / "openai-whisper/jfk.flac"
@@ -114,10 +114,7 @@ def test_the_entry_points_take_them_and_refuse_bad_values_in_one_line(run_cli, e
                          (["--no-repeat-ngram-size", "-1"], "--no-repeat-ngram-size: must be between 0 and 448, got -1"),
                          (["--no_repeat_ngram_size", "2.5"], "--no_repeat_ngram_size: must be a whole number, got '2.5'"),
                          (["--live", "--repetition-penalty", "1.2"], "--repetition-penalty does not apply to --live")]:
-        try:
-            code, _, err = run_cli(jfk, "-o", tmp_path, *bad)
-        except SystemExit as exc:  # argparse rejects the arguments before anything runs
-            code, (_, err) = exc.code, capsys.readouterr()
+        code, _, err = cli_run(jfk, "-o", tmp_path, *bad)
         lines = err.strip().splitlines()
         assert code == 2 and len(lines) == 1 and message in lines[0], (bad, err)
 

@@ -27,7 +27,7 @@ SAMPLING = "sampling"
 
 MAX_VAD_MS = 10_000  # the longest VAD silence or padding setting, ms
 MAX_DEFAULT_PAD_MS = 400  # the larger of the VAD's default speech pads (audio.vad: 200, FILTER_SETTINGS' 400 with vad_filter)
-MAX_NGRAM = 448  # the longest n-gram no_repeat_ngram_size may name: Whisper's most tokens in a window
+WINDOW_TOKENS = 448  # Whisper's most tokens in a window: the longest n-gram no_repeat_ngram_size may name, the most max_new_tokens
 
 
 @dataclass
@@ -51,6 +51,9 @@ class DecodeOptions:
     # token ids never written, openai-whisper's spec ("-1": the model's own set; asr.decoding.suppress), with
     # the numerals when the engine loaded with suppress_numerals; None: the engine's own set
     suppress_tokens: str | None = None
+    # the most tokens a window's decode writes, timestamps included (faster-whisper's max_new_tokens,
+    # openai-whisper's sample_len); None: up to Whisper's 448 less the prompt
+    max_new_tokens: int | None = None
     quality: QualityRules = field(default_factory=QualityRules)
     initial_prompt: str | None = None  # text before every chunk (before the first one only when conditioning)
     hotwords: str | None = None  # words to favour: put in the prompt of every chunk
@@ -125,9 +128,12 @@ class DecodeOptions:
                 raise ValueError(f"suppress-tokens: {exc}") from None
             if special is not None:
                 check_vocabulary(ids, special.vocab_size)
+        cap = self.max_new_tokens
+        if cap is not None and (isinstance(cap, bool) or not isinstance(cap, int) or not 1 <= cap <= WINDOW_TOKENS):
+            raise ValueError(f"max new tokens must be a whole number from 1 to {WINDOW_TOKENS}, got {cap!r}")
         size = self.no_repeat_ngram_size
-        if isinstance(size, bool) or not isinstance(size, int) or not 0 <= size <= MAX_NGRAM:
-            raise ValueError(f"no repeat ngram size must be a whole number from 0 to {MAX_NGRAM}, got {size!r}")
+        if isinstance(size, bool) or not isinstance(size, int) or not 0 <= size <= WINDOW_TOKENS:
+            raise ValueError(f"no repeat ngram size must be a whole number from 0 to {WINDOW_TOKENS}, got {size!r}")
         if not 0.0 <= self.language_threshold <= 1.0:
             raise ValueError(f"language threshold must be between 0 and 1, got {self.language_threshold}")
         if self.language_detection_segments < 1:

@@ -13,7 +13,7 @@ this package by changing its import::
 ``decode`` is one decode of each 30-second window, as there (no fallback, no seeking): greedy (speculative
 where the model's drafter runs: the same tokens), ``beam_size`` beams, or ``best_of`` samples at a
 ``temperature``; ``prompt`` is the text (or tokens) before the window. The options this package does not
-offer away from their defaults (a ``prefix``, a ``sample_len``, ...) are a one-line ValueError.
+offer away from their defaults (a ``prefix``, ...) are a one-line ValueError.
 """
 
 from __future__ import annotations
@@ -37,7 +37,6 @@ N_FRAMES = 3000  # a window's log-mel frames
 
 # DecodingOptions that only take their default here: name -> (default, why)
 ONLY_DEFAULT = {
-    "sample_len": (None, "a window writes up to Whisper's 448 tokens"),
     "prefix": (None, "no prefix is forced"),
     "suppress_blank": (True, "a blank first token is always suppressed"),
     "max_initial_timestamp": (1.0, "the first timestamp is at most 1 s"),
@@ -223,7 +222,7 @@ def decode(engine: AsrEngine, mel, options: DecodingOptions) -> list[DecodingRes
                            length_penalty=options.length_penalty)
     opts = DecodeOptions(language=options.language, task=options.task, beam_size=options.beam_size,
                          patience=options.patience or 1.0, suppress_tokens=suppress_spec(options.suppress_tokens),
-                         quality=quality)
+                         max_new_tokens=options.sample_len, quality=quality)
     opts.validate(engine.special)  # the language a code ("English" -> "en"), or a one-line ValueError
     features, enc = _encoded(engine, mel)
     rows = len(mel)

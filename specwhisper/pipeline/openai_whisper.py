@@ -13,7 +13,7 @@ fallback schedule, each window after the text of the one before) and returns its
 ``avg_logprob``, ``compression_ratio``, ``no_speech_prob``, ``words`` with ``word_timestamps``) and
 ``language``, which openai-whisper's own writers (``whisper.utils.get_writer``) write. ``verbose=True``
 prints each segment as it becomes final, as openai-whisper does. A decoding option whose value this package
-does not offer (a ``prefix``, a ``sample_len``, ...) is a one-line ValueError, never ignored;
+does not offer (a ``prefix``, ...) is a one-line ValueError, never ignored;
 ``condition_on_previous_text=False`` lets the chunks of a file decode side by side in batches. The
 lower-level ``detect_language`` and ``decode`` of log-mel windows are ``specwhisper.pipeline.openai_decoding``'s.
 """
@@ -42,6 +42,7 @@ ONLY_DEFAULT = {
     "prepend_punctuations": ("\"'“¿([{-", "word timestamps merge openai-whisper's default punctuation"),
     "append_punctuations": ("\"'.。,，!！?？:：”)]}、", "word timestamps merge openai-whisper's default punctuation"),
 }
+RENAMED = {"sample_len": "max_new_tokens"}
 PASSED = ("language", "task", "best_of", "beam_size", "length_penalty", "without_timestamps",
           "compression_ratio_threshold", "logprob_threshold", "no_speech_threshold", "condition_on_previous_text",
           "initial_prompt", "word_timestamps", "hallucination_silence_threshold", "suppress_tokens")
@@ -88,7 +89,7 @@ class OpenaiWhisperModel:
             ours["patience"] = patience
         if options.get("best_of", 1) is None:
             options["best_of"] = 1
-        ours.update(peer_options(options, "openai-whisper", clip_timestamps, ONLY_DEFAULT, PASSED))
+        ours.update(peer_options(options, "openai-whisper", clip_timestamps, ONLY_DEFAULT, PASSED, RENAMED))
         if hasattr(audio, "detach"):  # a torch tensor of samples, as openai-whisper takes it
             audio = audio.detach().cpu().numpy()
         rate = None if isinstance(audio, (str, bytes)) or hasattr(audio, "__fspath__") else 16000

@@ -25,7 +25,7 @@ ENTRY_POINTS = ("cli", "http", "api", "ui")
 SCOPES = ("load", "run", "output")
 MAX_KNOWN_SPEAKERS = 8
 MAX_ALIGN_CHARS = 1_000_000  # about 20 hours of speech
-MAX_NGRAM = 448  # specwhisper.asr.options.MAX_NGRAM (test_options checks they agree)
+WINDOW_TOKENS = 448  # specwhisper.asr.options.WINDOW_TOKENS (test_options checks they agree)
 DEFAULT_MAX_SECONDS = 12 * 3600.0  # specwhisper.audio.loading.DEFAULT_MAX_SECONDS (test_options checks they agree)
 
 DEPLOYMENT = "a deployment setting (the server's SPECWHISPER_* variables, app.py's flags), not a request's"
@@ -403,8 +403,12 @@ OPTIONS: tuple[Option, ...] = (
            "(faster-whisper's repetition_penalty, as CTranslate2 applies it; 1: off)", group="quality", low=0.0,
            high=10.0, low_open=True, generate_names=("repetition_penalty",)),
     Option("no_repeat_ngram_size", int, 0, "a window never writes the same n tokens twice (faster-whisper's "
-           "no_repeat_ngram_size; 0: off)", group="quality", low=0, high=MAX_NGRAM,
+           "no_repeat_ngram_size; 0: off)", group="quality", low=0, high=WINDOW_TOKENS,
            generate_names=("no_repeat_ngram_size",)),
+    Option("max_new_tokens", int, None, "the most tokens a window's decode writes, timestamps included (faster-"
+           "whisper's max_new_tokens, openai-whisper's sample_len; default: up to Whisper's 448 less the prompt); "
+           "a window's text after its last timestamp pair is decoded again, as a stretch it skipped",
+           group="quality", nullable=True, low=1, high=WINDOW_TOKENS, generate_names=("max_new_tokens",)),
     Option("best_of", int, 5, "samples per fallback temperature", group="quality", low=1, high=10),
     Option("temperature", float, 0.0, "first decoding temperature", group="quality", low=0.0, high=1.0),
     Option("temperature_increment_on_fallback", float, 0.2, "temperature step when a decode fails the checks below; "
@@ -528,7 +532,7 @@ def run_options(values: dict[str, Any]):
                            max_chunk_s=v["chunk_length"], word_timestamps=word_ts,
                            beam_size=v["beam_size"], patience=v["patience"], quality=quality,
                            repetition_penalty=v["repetition_penalty"], no_repeat_ngram_size=v["no_repeat_ngram_size"],
-                           suppress_tokens=v["suppress_tokens"], initial_prompt=v["initial_prompt"], hotwords=v["hotwords"],
+                           max_new_tokens=v["max_new_tokens"], suppress_tokens=v["suppress_tokens"], initial_prompt=v["initial_prompt"], hotwords=v["hotwords"],
                            condition_on_previous_text=v["condition_on_previous_text"],
                            hallucination_silence_threshold=v["hallucination_silence_threshold"],
                            multilingual=v["multilingual"], language_threshold=v["language_threshold"],

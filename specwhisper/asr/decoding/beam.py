@@ -64,6 +64,8 @@ class BeamSearchDecoder(Decoder):
         beams: list[list[Beam]] = [[([], 0.0)] * k for _ in range(b)]  # identical at first: merged below
         finished: list[Finished] = [{} for _ in range(b)]
         cut: list[set[tuple[int, ...]]] = [set() for _ in range(b)]  # sequences ended by the length limit
+        capped: list[set[tuple[int, ...]]] = [set() for _ in range(b)]  # ended by ``max_new_tokens``
+        limit = self.limit(prompt)
         active = list(range(b))  # audio row of each group of k cache rows
         length = len(prompt)
         device = self.rt.device
@@ -78,13 +80,15 @@ class BeamSearchDecoder(Decoder):
                 beams[a], parents = self._advance(beams[a], tokens, logprobs, i * k, finished[a])
                 if len(finished[a]) >= self.max_candidates:
                     continue
-                if length + 1 >= self.max_len:  # no position left: the live beams end here (openai's finalize)
+                written = length + 1 - len(prompt)  # tokens each live beam holds
+                if written >= limit or (self.max_new_tokens is not None and written >= self.max_new_tokens):
+                    # no position left, or the caller's cap: the live beams end here (openai's finalize)
                     for seq, score in sorted(beams[a], key=lambda beam: beam[1], reverse=True):
                         if len(finished[a]) >= k:
                             break
                         key = (*seq, self.sp.eot)
                         finished[a][key] = score
-                        cut[a].add(key)
+                        (cut if written >= limit else capped)[a].add(key)
                     continue
                 sources += [len(keep) * k + j for j in parents]  # the group's cache rows once finished ones are gone
                 keep.append(i)
@@ -100,7 +104,7 @@ class BeamSearchDecoder(Decoder):
             stats.target_passes += len(active) * k
             stats.decoder_steps += 1
             length += 1
-        results = [self._best(finished[a], cut[a], no_speech_probs[a]) for a in range(b)]
+        results = [self._best(finished[a], cut[a], capped[a], no_speech_probs[a]) for a in range(b)]
         stats.generated_tokens = sum(len(r.tokens) for r in results)
         stats.decoder_seconds = time.perf_counter() - t0
         return DecodeOutput(results, stats)
@@ -136,8 +140,9 @@ class BeamSearchDecoder(Decoder):
             finished[seq] = ended[seq]
         return nxt, parents
 
-    def _best(self, finished: Finished, cut: set[tuple[int, ...]], no_speech_prob: float) -> SequenceResult:
+    def _best(self, finished: Finished, cut: set[tuple[int, ...]], capped: set[tuple[int, ...]],
+              no_speech_prob: float) -> SequenceResult:
         """openai's ``MaximumLikelihoodRanker``: the best ``length_normalized`` score, the length without
         end-of-text (the first of equals, as openai's ``argmax``)."""
         seq = max(finished, key=lambda s: length_normalized(finished[s], len(s) - 1, self.length_penalty))
-        return SequenceResult(list(seq[:-1]), finished[seq], no_speech_prob, hit_max_length=seq in cut)
+        return SequenceResult(list(seq[:-1]), finished[seq], no_speech_prob, hit_max_length=seq in cut, capped=seq in capped)

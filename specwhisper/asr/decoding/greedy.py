@@ -42,7 +42,8 @@ class SequenceResult:
     tokens: list[int]
     sum_logprob: float = 0.0
     no_speech_prob: float = 0.0
-    hit_max_length: bool = False
+    hit_max_length: bool = False  # stopped at Whisper's length limit or its row's own (unfinished), or looping
+    capped: bool = False  # stopped at the caller's ``Decoder.max_new_tokens`` (a whole decode by the caller's measure)
 
     @property
     def avg_logprob(self) -> float:
@@ -63,6 +64,7 @@ class Decoder:
         self.sp = special
         self.rules = rules
         self.max_len = runtime.max_len
+        self.max_new_tokens: int | None = None  # the most tokens a decode writes (``with_cap``); None: to max_len
 
     def prefill(self, cache: KVCache, prompt: list[int]) -> tuple[torch.Tensor, torch.Tensor]:
         """Run the prompt; return last-position logits [B, V] and no-speech probabilities [B]."""
@@ -78,6 +80,17 @@ class Decoder:
             no_speech = torch.zeros(b, device=device)
         return logits[:, -1], no_speech
 
+    @torch.inference_mode()
+    def closing_timestamp(self, encoder_out: torch.Tensor, prompt: list[int], tokens: list[int], most: int) -> int:
+        """Where Whisper would close a text it did not (``tokens`` after ``prompt``, over the one row of
+        ``encoder_out``): the likeliest timestamp token after them, at or after their last one and at
+        most ``most``, as its index (0: <|0.00|>). One pass over the prompt and the tokens."""
+        tb = self.sp.timestamp_begin
+        logits, _ = self.prefill(self.rt.new_cache(encoder_out), prompt + tokens)
+        low = max([t - tb for t in tokens if t >= tb], default=0)
+        high = max(low, min(most, self.rt.vocab_size - 1 - tb))
+        return low + int(logits[0, tb + low : tb + high + 1].argmax())
+
     def with_rules(self, rules: WhisperLogitRules) -> Decoder:
         """This decoder choosing with ``rules`` (a call's penalties on repetition: ``WhisperLogitRules.with_penalties``),
         sharing its captured calls (they are kept per rules) and its drafter."""
@@ -86,6 +99,34 @@ class Decoder:
         clone = copy.copy(self)
         clone.rules = rules
         return clone
+
+    def with_cap(self, max_new_tokens: int | None) -> Decoder:
+        """This decoder writing at most ``max_new_tokens`` tokens per decode, timestamps included
+        (faster-whisper's ``max_new_tokens``, openai-whisper's ``sample_len``; None: up to Whisper's
+        length limit), sharing what ``with_rules`` shares. A row stopped there is ``capped``."""
+        if max_new_tokens == self.max_new_tokens:
+            return self
+        clone = copy.copy(self)
+        clone.max_new_tokens = max_new_tokens
+        return clone
+
+    def limit(self, prompt: list[int], row_limit: int | None = None) -> int:
+        """The most tokens a row may write after ``prompt`` before it is cut (``hit_max_length``):
+        Whisper's length limit, or ``row_limit`` (a sample's own cap) when that is lower."""
+        room = self.max_len - len(prompt)
+        return room if row_limit is None else min(row_limit, room)
+
+    def at_end(self, res: SequenceResult, limit: int) -> bool:
+        """Whether ``res`` stops at the token it just wrote: at ``limit`` tokens (``hit_max_length``) or at
+        the caller's ``max_new_tokens`` (``capped``)."""
+        n = len(res.tokens)
+        if n >= limit:
+            res.hit_max_length = True
+        elif self.max_new_tokens is not None and n >= self.max_new_tokens:
+            res.capped = True
+        else:
+            return False
+        return True
 
     def decode(self, encoder_out: torch.Tensor, prompt: list[int], features: torch.Tensor | None = None,
                looping: Looping | None = None) -> DecodeOutput:
@@ -188,8 +229,7 @@ class GreedyDecoder(Decoder):
                     continue
                 res.tokens.append(tok)
                 stats.generated_tokens += 1
-                if length + 1 >= self.max_len or (limits is not None and len(res.tokens) >= limits[r]):
-                    res.hit_max_length = True
+                if self.at_end(res, self.limit(prompt, None if limits is None else limits[r])):
                     continue
                 if cut_if_looping(res, looping, stats):
                     continue
@@ -397,10 +437,7 @@ class SamplingDecoder(Decoder):
                 if not ended:
                     res.tokens.append(picked[j])
                     stats.generated_tokens += 1
-                    if d.position + 1 >= self.max_len or (d.unit.limit is not None and len(res.tokens) >= d.unit.limit):
-                        res.hit_max_length = ended = True
-                    else:
-                        ended = cut_if_looping(res, looping, stats)
+                    ended = self.at_end(res, self.limit(prompt, d.unit.limit)) or cut_if_looping(res, looping, stats)
                 if not ended:
                     keep.append(j)
                     continue

@@ -155,7 +155,9 @@ class SpeculativeDecoder(Decoder):
         stats = DecodeStats()
         cache = self.rt.new_cache(encoder_out, slack=self.lookahead.maximum + 1)
         look = self.lookahead_for(cache)
-        cap = [self.max_len - len(prompt)] * b if limits is None else [min(n, self.max_len - len(prompt)) for n in limits]
+        cut = [self.limit(prompt, None if limits is None else limits[r]) for r in range(b)]
+        # the most tokens each row writes: where it is cut, or the caller's cap (``Decoder.at_end``)
+        cap = cut if self.max_new_tokens is None else [min(n, self.max_new_tokens) for n in cut]
         self.drafter.begin(encoder_out, prompt, features)
         self.drafter.attach(cache)
         last, no_speech = self.prefill(cache, prompt)
@@ -166,7 +168,7 @@ class SpeculativeDecoder(Decoder):
         first, first_lp = read_choices(*rules.select(last.float(), [[] for _ in range(b)]))
         active: list[int] = []
         for r in range(b):
-            if self._emit(results[r], first[r], first_lp[r], cap[r], stats, looping):
+            if self._emit(results[r], first[r], first_lp[r], cut[r], stats, looping):
                 active.append(r)
         if len(active) < b:
             cache = cache.select(active)
@@ -181,7 +183,7 @@ class SpeculativeDecoder(Decoder):
             drafts, greedy, logprobs = self._score(cache, rules, contexts, drafts, lengths)
             stats.target_passes += len(active)
             stats.decoder_steps += 1
-            keep = self._accept(active, drafts, greedy, logprobs, results, cap, lengths, ks, look, stats, looping)
+            keep = self._accept(active, drafts, greedy, logprobs, results, cut, lengths, ks, look, stats, looping)
             if len(keep) < len(active):
                 if not keep:
                     break
@@ -275,7 +277,7 @@ class SpeculativeDecoder(Decoder):
         return drafts, greedy_rows, logprob_rows
 
     def _accept(self, active: list[int], drafts: list[list[int]], greedy: list[list[int]], logprobs: list[list[float]],
-                results: list[SequenceResult], cap: list[int], lengths: list[int], ks: list[int], look: Lookahead,
+                results: list[SequenceResult], cut: list[int], lengths: list[int], ks: list[int], look: Lookahead,
                 stats: DecodeStats, looping: Looping | None = None) -> list[int]:
         """Each row keeps its drafts while they equal the target's tokens, plus the target's next one
         (``specwhisper.speculative.acceptance``); its ``lengths`` and next draft length ``ks`` move on.
@@ -286,7 +288,7 @@ class SpeculativeDecoder(Decoder):
             accepted, tokens = accept(d, greedy[i])
             emitted, alive = 0, True
             for g, lp in zip(tokens, logprobs[i]):
-                alive = self._emit(results[r], g, lp, cap[r], stats, looping)
+                alive = self._emit(results[r], g, lp, cut[r], stats, looping)
                 emitted += 1
                 if not alive:  # the row ended at this token: the drafts after it do not count
                     accepted = min(accepted, emitted - 1)
@@ -298,17 +300,14 @@ class SpeculativeDecoder(Decoder):
                 ks[i] = look.update(ks[i], len(d), accepted)
         return keep
 
-    def _emit(self, res: SequenceResult, token: int, logprob: float, cap: int, stats: DecodeStats,
+    def _emit(self, res: SequenceResult, token: int, logprob: float, limit: int, stats: DecodeStats,
               looping: Looping | None = None) -> bool:
         """Append the target's greedy token as plain decoding would; False when the row ends (at
-        end-of-text, with ``cap`` tokens: Whisper's length limit or the row's own, or where ``looping``
-        finds its tokens looping)."""
+        end-of-text, at ``limit`` tokens: Whisper's length limit or the row's own, at the caller's
+        ``max_new_tokens``, or where ``looping`` finds its tokens looping)."""
         res.sum_logprob += logprob
         if token == self.sp.eot:
             return False
         res.tokens.append(token)
         stats.generated_tokens += 1
-        if len(res.tokens) >= cap:
-            res.hit_max_length = True
-            return False
-        return not cut_if_looping(res, looping, stats)
+        return not (self.at_end(res, limit) or cut_if_looping(res, looping, stats))

@@ -185,6 +185,15 @@ class AutoDecoder(Decoder):
         clone.candidates = {n: d.with_rules(rules) for n, d in self.candidates.items()}
         return clone
 
+    def with_cap(self, max_new_tokens: int | None) -> AutoDecoder:
+        """``Decoder.with_cap`` for the plain decoder and every candidate, shared as ``with_rules`` shares."""
+        if max_new_tokens == self.max_new_tokens:
+            return self
+        clone = super().with_cap(max_new_tokens)
+        clone.plain = self.plain.with_cap(max_new_tokens)
+        clone.candidates = {n: d.with_cap(max_new_tokens) for n, d in self.candidates.items()}
+        return clone
+
     def decode(self, encoder_out: torch.Tensor, prompt: list[int], features: torch.Tensor | None = None,
                looping: Looping | None = None) -> DecodeOutput:
         b = encoder_out.shape[0]
