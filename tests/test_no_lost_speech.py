@@ -141,6 +141,49 @@ def test_initial_prompt_steers_the_spelling(base_engine, eval_root):
     assert "Sintra" in prompted and "Sintra" in hot
 
 
+def spy_prompts(monkeypatch, context_tokens: int) -> list[list[int]]:
+    """The prompt of every window the engine decodes from now on, with room for ``context_tokens`` of text
+    before a window (openai-whisper's 223: ``SpecialTokens.MAX_CONTEXT``)."""
+    from specwhisper.asr import engine as engine_module
+    from specwhisper.asr.decoding.tokens import SpecialTokens
+
+    monkeypatch.setattr(SpecialTokens, "MAX_CONTEXT", context_tokens)
+    prompts: list[list[int]] = []
+    first = engine_module.first_attempts
+
+    def recording(decoder, enc, prompt, *args, **kwargs):
+        prompts.append(list(prompt))
+        return first(decoder, enc, prompt, *args, **kwargs)
+
+    monkeypatch.setattr(engine_module, "first_attempts", recording)
+    return prompts
+
+
+def test_hotwords_precede_every_conditioned_window_however_long_the_text_before(base_engine, eval_root, monkeypatch):
+    """Each window after the text before it (``condition_on_previous_text``), the prompt holding 24 tokens of
+    text (so that one window's text fills it): the hotwords open every window's prompt, the text before the
+    window after them, the initial prompt before the first window's alone (faster-whisper's hotwords,
+    openai-whisper's carry_initial_prompt). They scrolled out with the text before."""
+    prompts = spy_prompts(monkeypatch, 24)
+    pause = np.zeros(SAMPLE_RATE, dtype=np.float32)
+    audio = np.concatenate([p for name in ("lhotse/2412-153948-0000.flac", "openai-whisper/jfk.flac",
+                                           "cuttledoc-fleurs/fleurs-en-002.ogg") for p in (_clip(eval_root, name), pause)])
+    result = base_engine.transcribe(audio, DecodeOptions(language="en", condition_on_previous_text=True,
+                                                         hotwords="Sintra, Byron", initial_prompt="A reading."))
+    sp, hot = base_engine.special, base_engine.context_of("Sintra, Byron")
+    contexts = [p[1 : p.index(sp.sot)] for p in prompts]  # between <|startofprev|> and <|startoftranscript|>
+    assert len(contexts) >= 2 and contexts[0] == hot + base_engine.context_of("A reading.")
+    text = [t for s in result.segments for t in s.tokens]
+    for c in contexts[1:]:
+        assert c[: len(hot)] == hot and len(c) == 24, c
+        assert _contains(text, c[len(hot) :])  # the text before the window
+    assert "Sintra" in _text(result)
+
+
+def _contains(tokens: list[int], part: list[int]) -> bool:
+    return any(tokens[i : i + len(part)] == part for i in range(len(tokens) - len(part) + 1))
+
+
 @pytest.fixture(scope="module")
 def prompted(base_engine, eval_root):
     """JFK's clip and FLEURS en-002 after the text prompt "Lord Byron in Sintra.": the prompt, and per clip its

@@ -421,7 +421,9 @@ class AsrEngine:
         for i in range(n):
             for c in plans[i]:
                 work.wait((i, c)) if opts.multilingual else work.add((i, c), languages[i][0])
-        files = FileResults(n, initial, conditioning)
+        # conditioning: the hotwords are carried before every chunk's text, the initial prompt before the first's
+        files = (FileResults(n, self.context_of(opts.initial_prompt), True, self.context_of(opts.hotwords))
+                 if conditioning else FileResults(n, initial, False))
         speech = [_speech_seconds(plan) for plan in plans]
         final = None if on_final is None else FinalSegments(n, self.bundle.tokenizer, speech, on_final)
         # samples of audio to decode (the whole file, but what --vad-filter drops between windows), decoded
@@ -473,7 +475,7 @@ class AsrEngine:
                 finish()  # its batches may queue stretches again
                 continue
             language = work.language_of[batch[0]]
-            prompt = list(prompt_of(language, files.contexts[batch[0][0]]))
+            prompt = list(prompt_of(language, files.context(batch[0][0])))
             if waiting and prompt != waiting[0].prompt:  # one stream samples after one prompt
                 finish(holding=batch)
             recorded = journal.replay(batch, prompt) if journal else None

@@ -107,13 +107,24 @@ def _speech(chunk: Chunk) -> int:
 class FileResults:
     """What the decoded chunks have given each of ``n`` files so far."""
 
-    def __init__(self, n: int, context: list[int], conditioning: bool):
+    def __init__(self, n: int, context: list[int], conditioning: bool, carried: list[int] | None = None):
+        """``context``: the text before each file's first chunk (before every chunk, without
+        ``conditioning``); ``carried``: conditioning, text before every chunk's, however long the text
+        before it grows and after a reset (faster-whisper's hotwords, openai-whisper's
+        carry_initial_prompt)."""
         self.segments: list[list[Segment]] = [[] for _ in range(n)]
         self.decoded: list[list[Chunk]] = [[] for _ in range(n)]
         self.contexts = [list(context) for _ in range(n)]  # conditioning: the text each file's next chunk follows
+        self.carried = list(carried or [])[: SpecialTokens.MAX_CONTEXT]
         self.redecoded: set[int] = set()  # ids of the segments of re-decoded stretches
         self._conditioning = conditioning
         self._replaces: dict[Item, Standing] = {}  # a stretch queued again -> the text it may replace
+
+    def context(self, i: int) -> list[int]:
+        """The text file ``i``'s next chunk is decoded after: the carried text, then as much of the text
+        before the chunk as the prompt holds (openai-whisper's ``MAX_CONTEXT`` tokens in all)."""
+        room = SpecialTokens.MAX_CONTEXT - len(self.carried)
+        return self.carried + (self.contexts[i][-room:] if room else [])
 
     def standing(self, item: Item) -> Standing | None:
         """The text a stretch still to decode may replace."""

@@ -38,7 +38,6 @@ from specwhisper.results.transcript import Transcript, segments_to_dicts
 ONLY_DEFAULT = {
     **openai_decoding.ONLY_DEFAULT,
     "prompt": (None, "give the text before the first window as initial_prompt"),
-    "carry_initial_prompt": (False, "initial_prompt precedes the first window, as openai-whisper's default"),
     "prepend_punctuations": ("\"'“¿([{-", "word timestamps merge openai-whisper's default punctuation"),
     "append_punctuations": ("\"'.。,，!！?？:：”)]}、", "word timestamps merge openai-whisper's default punctuation"),
 }
@@ -89,7 +88,10 @@ class OpenaiWhisperModel:
             ours["patience"] = patience
         if options.get("best_of", 1) is None:
             options["best_of"] = 1
+        carry = options.pop("carry_initial_prompt", False)
         ours.update(peer_options(options, "openai-whisper", clip_timestamps, ONLY_DEFAULT, PASSED, RENAMED))
+        if carry and ours.get("initial_prompt"):  # before every window however long the text grows: our hotwords
+            ours["hotwords"] = ours.pop("initial_prompt")
         if hasattr(audio, "detach"):  # a torch tensor of samples, as openai-whisper takes it
             audio = audio.detach().cpu().numpy()
         rate = None if isinstance(audio, (str, bytes)) or hasattr(audio, "__fspath__") else 16000

@@ -359,7 +359,9 @@ OPTIONS: tuple[Option, ...] = (
            choices=("chunk", "sentence"), live=True),
     Option("initial_prompt", str, None, "text to put before every chunk (before the first with "
            "--condition-on-previous-text): spellings, names, style", nullable=True, max_chars=2000, live=True),
-    Option("hotwords", str, None, "words or phrases to favour, put in every chunk's prompt", nullable=True,
+    Option("hotwords", str, None, "words or phrases to favour, put in every chunk's prompt (with "
+           "--condition-on-previous-text, before the text that precedes the chunk, as openai-whisper's "
+           "carry_initial_prompt)", nullable=True,
            max_chars=2000, live=True),
     Option("condition_on_previous_text", bool, False, "decode each chunk after the text of the one before, one chunk "
            "at a time (off: chunks decode in batches, as faster-whisper's and WhisperX's batched pipelines)",
@@ -569,7 +571,8 @@ def pipeline_config(values: dict[str, Any], base=None):
 
 # Peer options with no meaning here, and why: the CLI refuses them by name (one line each).
 REFUSED: dict[str, str] = {
-    "--carry_initial_prompt": "--initial-prompt already precedes every chunk unless --condition-on-previous-text is on",
+    "--carry_initial_prompt": "--initial-prompt already precedes every chunk; with --condition-on-previous-text, give the "
+                              "text as --hotwords, which precedes every chunk's text",
     "--prepend_punctuations": "word timestamps use openai-whisper's default punctuation merging",
     "--append_punctuations": "word timestamps use openai-whisper's default punctuation merging",
     "--align_model": "word times come from Whisper's own cross-attention, not a wav2vec2 model",
