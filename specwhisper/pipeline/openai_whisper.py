@@ -100,10 +100,8 @@ class OpenaiWhisperModel:
             if verbose:
                 print(f"[{format_timestamp(segment.start)} --> {format_timestamp(segment.end)}] {segment.text}", file=sys.stdout, flush=True)
         result = stream.result
-        segments = segments_to_dicts(result.segments)
-        for d, s in zip(segments, result.segments):
-            d["text"] = s.text  # as openai-whisper's: the tokens' text, its leading space kept
-        return {"text": "".join(s.text for s in result.segments), "segments": segments, "language": result.language}
+        return {"text": "".join(s.text for s in result.segments),
+                "segments": segments_to_dicts(result.segments, strip_text=False), "language": result.language}
 
 
 def load_model(name: str = "base", device: str | None = None, download_root: str | None = None,

@@ -141,7 +141,7 @@ def word_to_dict(w: Word) -> dict:
     return d
 
 
-def segments_to_dicts(segments: list[Segment]) -> list[dict]:
+def segments_to_dicts(segments: list[Segment], strip_text: bool = True) -> list[dict]:
     """openai-whisper's verbose segments (``id, seek, start, end, text, tokens, temperature, avg_logprob,
     compression_ratio, no_speech_prob``, ``words`` when word timestamps ran) with WhisperX's ``speaker``
     and the ``language`` the segment was decoded in.
@@ -149,11 +149,12 @@ def segments_to_dicts(segments: list[Segment]) -> list[dict]:
     Keys follow the peers' readers: ``words`` is absent, not empty, without word timestamps (openai's
     subtitle writers switch to word cues on its presence, and an empty list writes an empty file), and
     ``speaker`` is absent where none was assigned (WhisperX's writers test ``"speaker" in segment``, and a
-    null would print ``[None]:``)."""
+    null would print ``[None]:``). ``strip_text=False``: each text as decoded, its leading space kept, as
+    openai-whisper's own result holds it."""
     with_words = any(s.words for s in segments)
     out = []
     for i, s in enumerate(segments):
-        d = {"id": i, "seek": s.seek, "start": round(s.start, 3), "end": round(s.end, 3), "text": s.text.strip(),
+        d = {"id": i, "seek": s.seek, "start": round(s.start, 3), "end": round(s.end, 3), "text": s.text.strip() if strip_text else s.text,
              "tokens": s.tokens, "temperature": s.temperature, "avg_logprob": round(s.avg_logprob, 4),
              "compression_ratio": round(s.compression_ratio, 4), "no_speech_prob": round(s.no_speech_prob, 4)}
         if s.language is not None:
