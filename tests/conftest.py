@@ -163,6 +163,16 @@ def plain_reference(base_engine, windows):
 
 
 @pytest.fixture(scope="session")
+def faster_whisper_base(tmp_path_factory):
+    """faster-whisper (CTranslate2, float32 on the CPU) on the embedded base weights."""
+    faster_whisper = pytest.importorskip("faster_whisper")
+    from specwhisper.asr.weights.loader import write_ct2_folder
+
+    folder = write_ct2_folder("base", tmp_path_factory.mktemp("ct2"))
+    return faster_whisper.WhisperModel(str(folder), device="cpu", compute_type="float32", cpu_threads=2)
+
+
+@pytest.fixture(scope="session")
 def base_pipeline(base_engine):
     """A plain-decoding pipeline sharing the session's base engine."""
     from specwhisper.pipeline.core import Pipeline

@@ -17,16 +17,6 @@ CLIPS = ["lhotse/2412-153948-0000.flac", "openai-whisper/jfk.flac", "cuttledoc-f
 GREEDY = QualityRules(temperatures=(0.0,))  # faster-whisper's temperature=0.0: no fallback
 
 
-@pytest.fixture(scope="module")
-def faster_whisper_base(tmp_path_factory):
-    """faster-whisper (CTranslate2, float32 on the CPU) on the embedded base weights."""
-    faster_whisper = pytest.importorskip("faster_whisper")
-    from specwhisper.asr.weights.loader import write_ct2_folder
-
-    folder = write_ct2_folder("base", tmp_path_factory.mktemp("ct2"))
-    return faster_whisper.WhisperModel(str(folder), device="cpu", compute_type="float32", cpu_threads=2)
-
-
 def _text(segments) -> str:
     return " ".join(s.text.strip() for s in segments)
 

@@ -36,7 +36,7 @@ from specwhisper.asr.redecode import Standing
 from specwhisper.asr.scheduling import FileResults, FinalSegments, Item, WorkQueues
 from specwhisper.asr.decoding.segments import TIME_PRECISION, dated, stitch, tokens_to_segments
 from specwhisper.results.language import LanguageDetection
-from specwhisper.results.stats import DecodeStats
+from specwhisper.results.stats import DecodeStats, share_stats
 from specwhisper.results.transcript import Segment
 from specwhisper.audio.vad import FILTER_SETTINGS, VoiceActivityDetector
 
@@ -241,6 +241,19 @@ class AsrEngine:
         """The tokens of a prompt's ``text`` (a space before it, as openai-whisper encodes it); none for none."""
         return self.bundle.tokenizer.encode(" " + text.strip(), add_special_tokens=False) if text and text.strip() else []
 
+    def check(self, opts: DecodeOptions) -> None:
+        """The checks of ``opts`` that need the model (``DecodeOptions.validate``'s, the prefix's length)."""
+        opts.validate(self.special)
+        self.lead_of(opts)
+
+    def lead_of(self, opts: DecodeOptions) -> tuple[int, ...]:
+        """The tokens a file's first chunk is forced to start with: <|0.00|> (with timestamps) and the
+        prefix's text, as faster-whisper's ``prefix``; none without one."""
+        text = self.context_of(opts.prefix)
+        if len(text) > self.special.MAX_CONTEXT:
+            raise ValueError(f"prefix is {len(text)} tokens long; at most {self.special.MAX_CONTEXT} fit")
+        return tuple(([] if opts.without_timestamps else [self.special.timestamp_begin]) + text) if text else ()
+
     def _finish(self, first: FirstPass, attempts: list[Attempt], opts: DecodeOptions
                 ) -> tuple[list[list[Segment]], list[list[tuple[Chunk, Standing | None]]]]:
         """A batch's results from the attempt kept per chunk: each chunk's segments (absolute times; none
@@ -248,6 +261,7 @@ class AsrEngine:
         (``redecode.skipped``, and ``hallucination.screen``'s with its option; none unless
         ``opts.redecodes``); the alignment time is added to the batch's stats."""
         chunks, enc, language = first.chunks, first.failing.encoder_out, first.language
+        lead = self.special.lead(first.prompt)  # a forced prefix starts the text
         per_chunk: list[list[Segment]] = []
         open_text: list[int] = []  # chunks whose one segment is a capped decode's unfinished text
         for chunk, a in zip(chunks, attempts):
@@ -259,10 +273,10 @@ class AsrEngine:
             # unfinished text for a re-decode too, unless nothing before it is finished: then that text is
             # the chunk's one segment (``open_text``), as openai-whisper and faster-whisper keep it.
             cut = (a.seq.hit_max_length or a.seq.capped) and not opts.without_timestamps
-            segs = tokens_to_segments(a.seq.tokens, self.special, self.bundle.tokenizer, _offset(chunk), chunk.duration_s,
+            segs = tokens_to_segments(lead + a.seq.tokens, self.special, self.bundle.tokenizer, _offset(chunk), chunk.duration_s,
                                       drop_unfinished=cut)
             if cut and a.seq.capped and not segs:
-                segs = tokens_to_segments(a.seq.tokens, self.special, self.bundle.tokenizer, _offset(chunk),
+                segs = tokens_to_segments(lead + a.seq.tokens, self.special, self.bundle.tokenizer, _offset(chunk),
                                           chunk.duration_s)
                 open_text.append(len(per_chunk))
             facts = dict(seek=chunk.start // 160, temperature=a.temperature, avg_logprob=a.seq.avg_logprob,
@@ -388,6 +402,7 @@ class AsrEngine:
         decoder = decoder or self.decoder
         opts = options or DecodeOptions()
         opts.validate(self.special)
+        lead = self.lead_of(opts)
         decoder = decoder.with_rules(self.suppressing(decoder.rules, opts.suppress_tokens)
                                      .with_penalties(opts.repetition_penalty, opts.no_repeat_ngram_size)
                                      ).with_cap(opts.max_new_tokens)
@@ -409,13 +424,16 @@ class AsrEngine:
             languages = file_languages(self, audios, plans, opts, rows, encoded, stats)
         initial = self.context_of(opts.prompt_text)
 
-        def prompt_of(language: str | None, context: list[int]) -> tuple[int, ...]:
-            return tuple(self.special.prompt(language, opts.task, timestamps=not opts.without_timestamps, context=context))
+        def prompt_of(language: str | None, context: list[int], item: Item) -> tuple[int, ...]:
+            """The prompt of ``item``'s decode; a file's first chunk's ends with the prefix it starts with."""
+            first = lead and item[1] is plans[item[0]][0]
+            return tuple(self.special.prompt(language, opts.task, timestamps=not opts.without_timestamps,
+                                             context=context)) + (lead if first else ())
 
         latest = [opts.language] * n  # multilingual: each file's language so far
         conditioning = opts.condition_on_previous_text
         work = WorkQueues(1 if conditioning else rows,
-                          key=lambda item, language: item[0] if conditioning else prompt_of(language, initial),
+                          key=lambda item, language: item[0] if conditioning else prompt_of(language, initial, item),
                           detect=lambda items: chunk_languages(self, audios, plans, items, opts, encoded, stats, latest),
                           in_order=conditioning or on_final is not None)
         for i in range(n):
@@ -439,7 +457,7 @@ class AsrEngine:
                 work.again(items, language)
                 stats[item[0]].redecoded_chunks += len(items)
                 total += sum(c.end - c.start for _, c in items)
-            _share_stats(batch_stats, [i for i, _ in batch], [len(a.seq.tokens) for a in attempts], stats)
+            share_stats(batch_stats, [i for i, _ in batch], [len(a.seq.tokens) for a in attempts], stats)
             done += sum(c.end - c.start for _, c in batch)
             shown = max(shown, done / total)  # a stretch queued again adds work: the bar waits, never goes back
             report("resume" if replayed else "transcribe", shown)
@@ -475,7 +493,7 @@ class AsrEngine:
                 finish()  # its batches may queue stretches again
                 continue
             language = work.language_of[batch[0]]
-            prompt = list(prompt_of(language, files.context(batch[0][0])))
+            prompt = list(prompt_of(language, files.context(batch[0][0]), batch[0]))
             if waiting and prompt != waiting[0].prompt:  # one stream samples after one prompt
                 finish(holding=batch)
             recorded = journal.replay(batch, prompt) if journal else None
@@ -571,27 +589,6 @@ def _main_language(segments: list[Segment]) -> tuple[str | None, None]:
     for s in segments:
         seconds[s.language] = seconds.get(s.language, 0.0) + max(s.end - s.start, 0.01)
     return (max(seconds, key=seconds.__getitem__) if seconds else None), None
-
-
-def _share_stats(batch: DecodeStats, files: list[int], generated: list[int], into: list[DecodeStats]) -> None:
-    """Split a shared batch's counters over its files by their generated tokens (rows when none)."""
-    weights: dict[int, float] = {}
-    for i, g in zip(files, generated):
-        weights[i] = weights.get(i, 0.0) + g + 1  # +1: end of text, so a silent row still counts
-    total = sum(weights.values())
-    for i, w in weights.items():
-        share = w / total
-        into[i].generated_tokens += sum(g for f, g in zip(files, generated) if f == i)
-        into[i].target_passes += round(batch.target_passes * share)
-        into[i].drafted_tokens += round(batch.drafted_tokens * share)
-        into[i].accepted_tokens += round(batch.accepted_tokens * share)
-        into[i].decoder_seconds += batch.decoder_seconds * share
-        into[i].alignment_seconds += batch.alignment_seconds * share
-        into[i].fallback_passes += round(batch.fallback_passes * share)
-        into[i].decoder_steps += round(batch.decoder_steps * share)
-        into[i].fallback_steps += round(batch.fallback_steps * share)
-        into[i].loops_cut += round(batch.loops_cut * share)
-        into[i].fallback_seconds += batch.fallback_seconds * share
 
 
 def plain_decoder(engine: AsrEngine) -> Decoder:

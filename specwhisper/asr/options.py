@@ -57,6 +57,7 @@ class DecodeOptions:
     quality: QualityRules = field(default_factory=QualityRules)
     initial_prompt: str | None = None  # text before every chunk (before the first one only when conditioning)
     hotwords: str | None = None  # words to favour: put in the prompt of every chunk
+    prefix: str | None = None  # the text each file's first chunk starts with, forced (faster-whisper's prefix)
     condition_on_previous_text: bool = False  # True: chunks decode one at a time, each after the text before it
     multilingual: bool = False  # detect the language of every chunk, not once per file
     # a file's detection below this hears its next chunk with speech too (asr.languages.file_detections);
@@ -146,6 +147,8 @@ class DecodeOptions:
             raise ValueError("hallucination silence threshold does not apply with vad filter: the silence it looks for is dropped before decoding")
         if self.clips is not None:
             self.clips = check_clips(self.clips)
+        if self.prefix is not None and not isinstance(self.prefix, str):
+            raise ValueError(f"prefix must be text, got {self.prefix!r}")
         self.quality.validate()
         if special is None:
             return

@@ -102,7 +102,7 @@ class Transcriber:
         options = {"diarize": self.diarize, "postedit": self.postedit, **_vad_parameters(options)}
         values = check_values(options, "api")
         opts = run_options({k: v for k, v in values.items() if k not in LOAD_NAMES})
-        opts.decode.validate(self.pipeline.asr.special)
+        self.pipeline.asr.check(opts.decode)
         return opts
 
     def transcribe(self, audio: Audio, *, sample_rate: int | None = None, progress: Progress | None = None,

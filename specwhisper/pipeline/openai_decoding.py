@@ -37,7 +37,8 @@ N_FRAMES = 3000  # a window's log-mel frames
 
 # DecodingOptions that only take their default here: name -> (default, why)
 ONLY_DEFAULT = {
-    "prefix": (None, "no prefix is forced"),
+    "prefix": (None, "openai-whisper forces it on every window and leaves it out of the text; specwhisper's prefix "
+                     "starts a file's transcript, as faster-whisper's does"),
     "suppress_blank": (True, "a blank first token is always suppressed"),
     "max_initial_timestamp": (1.0, "the first timestamp is at most 1 s"),
 }

@@ -363,6 +363,8 @@ OPTIONS: tuple[Option, ...] = (
            "--condition-on-previous-text, before the text that precedes the chunk, as openai-whisper's "
            "carry_initial_prompt)", nullable=True,
            max_chars=2000, live=True),
+    Option("prefix", str, None, "text the transcript starts with: each file's first window is decoded on from it, "
+           "and keeps it (faster-whisper's prefix)", nullable=True, max_chars=1000),
     Option("condition_on_previous_text", bool, False, "decode each chunk after the text of the one before, one chunk "
            "at a time (off: chunks decode in batches, as faster-whisper's and WhisperX's batched pipelines)",
            generate_names=("condition_on_prev_tokens",), live=True),
@@ -535,6 +537,7 @@ def run_options(values: dict[str, Any]):
                            beam_size=v["beam_size"], patience=v["patience"], quality=quality,
                            repetition_penalty=v["repetition_penalty"], no_repeat_ngram_size=v["no_repeat_ngram_size"],
                            max_new_tokens=v["max_new_tokens"], suppress_tokens=v["suppress_tokens"], initial_prompt=v["initial_prompt"], hotwords=v["hotwords"],
+                           prefix=v["prefix"],
                            condition_on_previous_text=v["condition_on_previous_text"],
                            hallucination_silence_threshold=v["hallucination_silence_threshold"],
                            multilingual=v["multilingual"], language_threshold=v["language_threshold"],

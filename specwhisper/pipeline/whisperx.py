@@ -46,7 +46,8 @@ LOAD_READ = ("suppress_numerals",)
 # read by WhisperX, at their default only here: name -> (default, why)
 ONLY_DEFAULT = {
     "length_penalty": (1, "beams are ranked by log-probability over length (CTranslate2's length ** penalty is not offered)"),
-    "prefix": (None, "no prefix is forced"),
+    "prefix": (None, "WhisperX forces it on every chunk; specwhisper's prefix starts a file's transcript, as "
+                     "faster-whisper's does"),
     "suppress_blank": (True, "a blank first token is always suppressed"),
     "without_timestamps": (True, "WhisperX's batched windows decode without timestamp tokens"),
 }

@@ -63,3 +63,24 @@ class DecodeStats(SpeculativeCounts):
         d["acceptance_rate"] = round(self.acceptance_rate, 4) if self.drafted else None
         d["tokens_per_target_pass"] = round(self.tokens_per_target_pass, 4) if self.drafted else None
         return d
+
+
+def share_stats(batch: DecodeStats, files: list[int], generated: list[int], into: list[DecodeStats]) -> None:
+    """Split a shared batch's counters over its files by their generated tokens (rows when none)."""
+    weights: dict[int, float] = {}
+    for i, g in zip(files, generated):
+        weights[i] = weights.get(i, 0.0) + g + 1  # +1: end of text, so a silent row still counts
+    total = sum(weights.values())
+    for i, w in weights.items():
+        share = w / total
+        into[i].generated_tokens += sum(g for f, g in zip(files, generated) if f == i)
+        into[i].target_passes += round(batch.target_passes * share)
+        into[i].drafted_tokens += round(batch.drafted_tokens * share)
+        into[i].accepted_tokens += round(batch.accepted_tokens * share)
+        into[i].decoder_seconds += batch.decoder_seconds * share
+        into[i].alignment_seconds += batch.alignment_seconds * share
+        into[i].fallback_passes += round(batch.fallback_passes * share)
+        into[i].decoder_steps += round(batch.decoder_steps * share)
+        into[i].fallback_steps += round(batch.fallback_steps * share)
+        into[i].loops_cut += round(batch.loops_cut * share)
+        into[i].fallback_seconds += batch.fallback_seconds * share

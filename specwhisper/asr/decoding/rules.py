@@ -6,6 +6,7 @@ position. Sharing this one implementation is what makes speculative output ident
 
 from __future__ import annotations
 
+import copy
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -45,6 +46,8 @@ class WhisperLogitRules:
         self._untimed: WhisperLogitRules | None = None
         self._penalized: dict[tuple[float, int], WhisperLogitRules] = {}
         self._suppressing: dict[tuple[int, ...], WhisperLogitRules] = {}
+        self.lead: tuple[int, ...] = ()  # tokens before every prefix (``for_prompt``: a forced prefix)
+        self._leads: dict[tuple[int, ...], WhisperLogitRules] = {}
         always = set(t for t in suppress_tokens if 0 <= t < vocab_size)
         always |= {special.transcribe, special.translate, special.sot, special.sot_prev, special.sot_lm}
         if special.no_speech is not None:
@@ -58,16 +61,32 @@ class WhisperLogitRules:
         self._masks: dict[torch.device, tuple[torch.Tensor, torch.Tensor]] = {}
 
     def for_prompt(self, prompt: list[int]) -> WhisperLogitRules:
-        """The rules for a decode after ``prompt``: these, or, for a prompt ending in
+        """The rules for a decode after ``prompt``: these, or, for a prompt whose SOT sequence ends in
         ``<|notimestamps|>``, the same rules without the timestamp ones (openai/whisper adds its
-        ApplyTimestampRules only when timestamps are asked for)."""
-        if not self.timestamps or not prompt or prompt[-1] != self.sp.no_timestamps:
-            return self
-        if self._untimed is None:
-            vocab_size, suppress, begin, max_initial = self._settings
-            self._untimed = WhisperLogitRules(self.sp, vocab_size, suppress, begin, False, max_initial,
-                                              self.repetition_penalty, self.no_repeat_ngram_size)
-        return self._untimed
+        ApplyTimestampRules only when timestamps are asked for). Tokens after the SOT sequence
+        (``SpecialTokens.lead``: a forced prefix) are read as the start of every row's tokens: the first
+        token after ``<|0.00|> And so`` is text or a timestamp, not the initial timestamp."""
+        lead = self.sp.lead(prompt)
+        sot_sequence = prompt[: len(prompt) - len(lead)]
+        rules = self
+        if self.timestamps and sot_sequence and sot_sequence[-1] == self.sp.no_timestamps:
+            if self._untimed is None:
+                vocab_size, suppress, begin, max_initial = self._settings
+                self._untimed = WhisperLogitRules(self.sp, vocab_size, suppress, begin, False, max_initial,
+                                                  self.repetition_penalty, self.no_repeat_ngram_size)
+            rules = self._untimed
+        return rules._led(tuple(lead)) if lead else rules
+
+    def _led(self, lead: tuple[int, ...]) -> WhisperLogitRules:
+        """These rules with ``lead`` before every prefix they read (made once per lead)."""
+        if lead not in self._leads:
+            clone = copy.copy(self)
+            clone.lead, clone._leads = lead, {}
+            self._leads[lead] = clone
+        return self._leads[lead]
+
+    def _with_lead(self, prefixes: list[list[int]]) -> list[list[int]]:
+        return [[*self.lead, *p] for p in prefixes] if self.lead else prefixes
 
     @property
     def penalized(self) -> bool:
@@ -120,7 +139,8 @@ class WhisperLogitRules:
         in one or two timestamps, its last timestamp) are read from the short prefixes in Python and
         queued to the device as one small copy (``on_device``: a copy from a host list would wait for
         the GPU)."""
-        rows = self.facts(prefixes)
+        prefixes = self._with_lead(prefixes)
+        rows = self._facts(prefixes)
         state = RuleState.of(on_device(rows, device, dtype=torch.long).reshape(len(rows), 4),
                              maybe_empty=any(r[0] for r in rows))
         if self.penalized:
@@ -133,6 +153,9 @@ class WhisperLogitRules:
 
     def facts(self, prefixes: list[list[int]]) -> list[list[int]]:
         """Per prefix, the facts :class:`RuleState` holds, on the host: [empty, last_ts, penult_ts, stamp]."""
+        return self._facts(self._with_lead(prefixes))
+
+    def _facts(self, prefixes: list[list[int]]) -> list[list[int]]:
         tb = self.sp.timestamp_begin
         rows = []
         for seq in prefixes:

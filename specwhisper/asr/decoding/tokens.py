@@ -60,6 +60,17 @@ class SpecialTokens:
     # openai/whisper keeps this many tokens of previous text: half the text context (448), less one
     MAX_CONTEXT = 223
 
+    def lead(self, prompt: list[int]) -> list[int]:
+        """The tokens of ``prompt`` after its SOT sequence (<|startoftranscript|>, the language, the task,
+        <|notimestamps|>): a prefix every decoded row starts with (faster-whisper's ``prefix``, the
+        tokens a decode is forced to begin with); none for a prompt that ends with its SOT sequence."""
+        if self.sot not in prompt:
+            return []
+        i = prompt.index(self.sot) + 1
+        while i < len(prompt) and self.eot <= prompt[i] < self.timestamp_begin:
+            i += 1
+        return prompt[i:]
+
     def prompt(self, language: str | None, task: str, timestamps: bool, context: list[int] | None = None) -> list[int]:
         """The decoder prompt; ``context`` (previous text, an initial prompt) goes after <|startofprev|>,
         its last ``MAX_CONTEXT`` tokens."""

@@ -269,7 +269,7 @@ def _run_files(args, inputs: list[Input], out_dir: Path | None, formats: list[st
     _check_device(args)
     _quiet_libraries()
     pipeline = _pipeline(args)
-    opts.decode_options().validate(pipeline.asr.special)  # what the model decides (a language, translation): exit 2
+    pipeline.asr.check(opts.decode_options())  # what the model decides (a language, translation): exit 2
     if args.detect_language:
         return max(_detect_languages(pipeline, todo, opts), 1 if failures else 0)
     for i, item in enumerate(todo):
