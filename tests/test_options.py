@@ -14,7 +14,8 @@ import pytest
 from specwhisper.asr.options import WINDOW_TOKENS
 from specwhisper.audio.loading import DEFAULT_MAX_SECONDS
 from specwhisper.pipeline.api import Transcriber, load
-from specwhisper.pipeline.options import ENTRY_POINTS, OPTIONS, options_for
+from specwhisper.pipeline.option import ENTRY_POINTS
+from specwhisper.pipeline.options import OPTIONS, options_for
 from specwhisper.serving.cli.args import build_parser
 from specwhisper.serving.params import Choices, RequestError, TranscribeParams, parse_params
 

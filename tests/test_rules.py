@@ -30,11 +30,12 @@ def ours(tok, timestamps: bool = True) -> WhisperLogitRules:
     return WhisperLogitRules(sp, VOCAB, list(tok.non_speech_tokens), tok.encode(" ") + [tok.eot], timestamps, 50)
 
 
-def openai_filters(tok, timestamps: bool, sample_begin: int):
+def openai_filters(tok, timestamps: bool, sample_begin: int, suppress_blank: bool = True, max_initial: int | None = 50):
     suppress = [*tok.non_speech_tokens, tok.transcribe, tok.translate, tok.sot, tok.sot_prev, tok.sot_lm, tok.no_speech]
-    filters = [whisper_decoding.SuppressBlank(tok, sample_begin), whisper_decoding.SuppressTokens(suppress)]
+    filters = [whisper_decoding.SuppressBlank(tok, sample_begin)] if suppress_blank else []
+    filters.append(whisper_decoding.SuppressTokens(suppress))
     if timestamps:
-        filters.append(whisper_decoding.ApplyTimestampRules(tok, sample_begin, 50))
+        filters.append(whisper_decoding.ApplyTimestampRules(tok, sample_begin, max_initial))
     return filters
 
 
@@ -76,12 +77,14 @@ def logits_for(tok, n: int, seed: int) -> torch.Tensor:
     return x
 
 
+@pytest.mark.parametrize("start", [(True, 1.0), (False, 0.0), (True, None)], ids=["defaults", "blank-first-0s", "any-first"])
 @pytest.mark.parametrize("timestamps", [True, False])
-def test_select_equals_openai_whisper_filters_row_by_row(tok, timestamps):
+def test_select_equals_openai_whisper_filters_row_by_row(tok, timestamps, start):
     """Our batched select (every row with its own prefix, one call) picks openai-whisper's greedy token
-    and masks exactly what its filters mask, row by row."""
+    and masks exactly what its filters mask, row by row; with its ``suppress_blank`` and ``max_initial_timestamp``
+    (seconds; its filter takes their index of 0.02 s steps) at their defaults and not."""
     rng = random.Random(7)
-    rules = ours(tok, timestamps)
+    rules = ours(tok, timestamps).with_start(*start)
     rows = prefixes(tok, 160, rng)
     x = logits_for(tok, len(rows), seed=3)
     mine = x.clone()
@@ -90,7 +93,8 @@ def test_select_equals_openai_whisper_filters_row_by_row(tok, timestamps):
     for i, seq in enumerate(rows):
         ref = x[i : i + 1].clone()
         context = torch.tensor([sot + seq])
-        for f in openai_filters(tok, timestamps, len(sot)):
+        blank, initial = start
+        for f in openai_filters(tok, timestamps, len(sot), blank, None if initial is None else round(initial / 0.02)):
             f.apply(ref, context)
         assert torch.equal(torch.isinf(mine[i]), torch.isinf(ref[0])), f"row {i} prefix {seq[-4:]}"
         assert picked[i].item() == int(ref[0].argmax()), f"row {i}"

@@ -206,9 +206,15 @@ class AsrEngine:
         ``opts.beam_size`` beams at temperature 0, else ``best_of`` samples, at ``opts.quality``'s first
         temperature alone, no fallback. Each row's attempt."""
         quality = replace(opts.quality, temperatures=opts.quality.temperatures[:1])
-        decoder = self.decoder.with_rules(self.suppressing(self.decoder.rules, opts.suppress_tokens)).with_cap(opts.max_new_tokens)
+        decoder = self.decoder.with_rules(self.call_rules(self.decoder.rules, opts)).with_cap(opts.max_new_tokens)
         return decode_with_fallback(self._first_decoder(opts, decoder), lambda: self._sampler(decoder), encoder_out,
                                     prompt, features, quality, self.text_of, DecodeStats())
+
+    def call_rules(self, rules: WhisperLogitRules, opts: DecodeOptions) -> WhisperLogitRules:
+        """``rules`` as a call's options set them: the tokens suppressed, the penalties on repetition, the
+        first token's limits."""
+        return (self.suppressing(rules, opts.suppress_tokens).with_penalties(opts.repetition_penalty, opts.no_repeat_ngram_size)
+                .with_start(opts.suppress_blank, opts.max_initial_timestamp))
 
     def suppressing(self, rules: WhisperLogitRules, spec: str | None) -> WhisperLogitRules:
         """``rules`` with the tokens a call's ``suppress_tokens`` ``spec`` names never written (and the
@@ -287,7 +293,8 @@ class AsrEngine:
             self._end_open_text(first, attempts, per_chunk, open_text, durations)
         if opts.needs_words:
             t = time.perf_counter()
-            self.aligner.align(enc, per_chunk, offsets, durations, language, opts.task)
+            self.aligner.align(enc, per_chunk, offsets, durations, language, opts.task,
+                               punctuations=(opts.prepend_punctuations, opts.append_punctuations))
             first.stats.alignment_seconds += time.perf_counter() - t
         again: list[list[tuple[Chunk, Standing | None]]] = []
         for k, chunk in enumerate(chunks):
@@ -403,9 +410,7 @@ class AsrEngine:
         opts = options or DecodeOptions()
         opts.validate(self.special)
         lead = self.lead_of(opts)
-        decoder = decoder.with_rules(self.suppressing(decoder.rules, opts.suppress_tokens)
-                                     .with_penalties(opts.repetition_penalty, opts.no_repeat_ngram_size)
-                                     ).with_cap(opts.max_new_tokens)
+        decoder = decoder.with_rules(self.call_rules(decoder.rules, opts)).with_cap(opts.max_new_tokens)
         # what the device's memory holds (one warning line when it is less), before any work
         rows = fit_batch_size(opts.batch_size, self.runtime)
         report = progress or (lambda stage, frac: None)
@@ -440,8 +445,8 @@ class AsrEngine:
             for c in plans[i]:
                 work.wait((i, c)) if opts.multilingual else work.add((i, c), languages[i][0])
         # conditioning: the hotwords are carried before every chunk's text, the initial prompt before the first's
-        files = (FileResults(n, self.context_of(opts.initial_prompt), True, self.context_of(opts.hotwords))
-                 if conditioning else FileResults(n, initial, False))
+        files = (FileResults(n, self.context_of(opts.initial_prompt), True, self.context_of(opts.hotwords),
+                             opts.prompt_reset_on_temperature) if conditioning else FileResults(n, initial, False))
         speech = [_speech_seconds(plan) for plan in plans]
         final = None if on_final is None else FinalSegments(n, self.bundle.tokenizer, speech, on_final)
         # samples of audio to decode (the whole file, but what --vad-filter drops between windows), decoded

@@ -12,6 +12,7 @@ from specwhisper.asr.decoding.language import normalize_language
 from specwhisper.asr.decoding.quality import QualityRules
 from specwhisper.asr.decoding.suppress import check_vocabulary, parse_suppress_tokens
 from specwhisper.audio.clips import Clip, check_clips
+from specwhisper.results.words import APPEND_PUNCTUATIONS, PREPEND_PUNCTUATIONS
 
 if TYPE_CHECKING:
     from specwhisper.asr.decoding.tokens import SpecialTokens
@@ -43,6 +44,9 @@ class DecodeOptions:
     vad_max_speech_s: float | None = None  # the longest VAD span (cut at its longest pause); None: max_chunk_s
     max_chunk_s: float = 30.0
     word_timestamps: bool = False
+    # word timestamps: the marks joined to the word after them / the word before them (openai-whisper's)
+    prepend_punctuations: str = PREPEND_PUNCTUATIONS
+    append_punctuations: str = APPEND_PUNCTUATIONS
     beam_size: int | None = None  # None: greedy (speculative when a drafter runs)
     patience: float = 1.0
     # faster-whisper's penalties on repetition within a window (asr.decoding.rules): 1.0 and 0 are off
@@ -51,6 +55,10 @@ class DecodeOptions:
     # token ids never written, openai-whisper's spec ("-1": the model's own set; asr.decoding.suppress), with
     # the numerals when the engine loaded with suppress_numerals; None: the engine's own set
     suppress_tokens: str | None = None
+    # a decode's first token: never a blank or end-of-text, never a timestamp past this many seconds (None: any);
+    # openai-whisper's and faster-whisper's suppress_blank and max_initial_timestamp
+    suppress_blank: bool = True
+    max_initial_timestamp: float | None = 1.0
     # the most tokens a window's decode writes, timestamps included (faster-whisper's max_new_tokens,
     # openai-whisper's sample_len); None: up to Whisper's 448 less the prompt
     max_new_tokens: int | None = None
@@ -59,6 +67,7 @@ class DecodeOptions:
     hotwords: str | None = None  # words to favour: put in the prompt of every chunk
     prefix: str | None = None  # the text each file's first chunk starts with, forced (faster-whisper's prefix)
     condition_on_previous_text: bool = False  # True: chunks decode one at a time, each after the text before it
+    prompt_reset_on_temperature: float = 0.5  # conditioning: no text carried past a decode kept above this temperature
     multilingual: bool = False  # detect the language of every chunk, not once per file
     # a file's detection below this hears its next chunk with speech too (asr.languages.file_detections);
     # multilingual: a chunk detected below this keeps the language before it
@@ -129,6 +138,12 @@ class DecodeOptions:
                 raise ValueError(f"suppress-tokens: {exc}") from None
             if special is not None:
                 check_vocabulary(ids, special.vocab_size)
+        if not 0.0 <= self.prompt_reset_on_temperature <= 1.0:
+            raise ValueError(f"prompt reset on temperature must be between 0 and 1, got {self.prompt_reset_on_temperature}")
+        initial = self.max_initial_timestamp
+        if initial is not None and (isinstance(initial, bool) or not isinstance(initial, (int, float))
+                                    or not 0 <= initial <= 30):
+            raise ValueError(f"max initial timestamp must be a number of seconds from 0 to 30, got {initial!r}")
         cap = self.max_new_tokens
         if cap is not None and (isinstance(cap, bool) or not isinstance(cap, int) or not 1 <= cap <= WINDOW_TOKENS):
             raise ValueError(f"max new tokens must be a whole number from 1 to {WINDOW_TOKENS}, got {cap!r}")

@@ -27,7 +27,6 @@ from specwhisper.results.transcript import Segment
 
 log = logging.getLogger(__name__)
 Item = tuple[int, Chunk]  # (file, chunk)
-PROMPT_RESET_TEMPERATURE = 0.5  # openai/whisper: previous text is not carried past a decode this random
 
 
 class WorkQueues:
@@ -107,17 +106,20 @@ def _speech(chunk: Chunk) -> int:
 class FileResults:
     """What the decoded chunks have given each of ``n`` files so far."""
 
-    def __init__(self, n: int, context: list[int], conditioning: bool, carried: list[int] | None = None):
+    def __init__(self, n: int, context: list[int], conditioning: bool, carried: list[int] | None = None,
+                 reset_temperature: float = 0.5):
         """``context``: the text before each file's first chunk (before every chunk, without
         ``conditioning``); ``carried``: conditioning, text before every chunk's, however long the text
         before it grows and after a reset (faster-whisper's hotwords, openai-whisper's
-        carry_initial_prompt)."""
+        carry_initial_prompt); ``reset_temperature``: conditioning, the text before a chunk is dropped after a
+        decode kept at a temperature above it (openai-whisper's 0.5, faster-whisper's prompt_reset_on_temperature)."""
         self.segments: list[list[Segment]] = [[] for _ in range(n)]
         self.decoded: list[list[Chunk]] = [[] for _ in range(n)]
         self.contexts = [list(context) for _ in range(n)]  # conditioning: the text each file's next chunk follows
         self.carried = list(carried or [])[: SpecialTokens.MAX_CONTEXT]
         self.redecoded: set[int] = set()  # ids of the segments of re-decoded stretches
         self._conditioning = conditioning
+        self._reset_temperature = reset_temperature
         self._replaces: dict[Item, Standing] = {}  # a stretch queued again -> the text it may replace
 
     def context(self, i: int) -> list[int]:
@@ -163,7 +165,7 @@ class FileResults:
         self.decoded[i].append(chunk)
         self._replaces.update({(i, c): standing for c, standing in skipped if standing is not None})
         if self._conditioning:
-            reset = attempt.temperature > PROMPT_RESET_TEMPERATURE
+            reset = attempt.temperature > self._reset_temperature
             following = self.contexts[i] + [t for s in segments for t in s.tokens]
             self.contexts[i] = [] if reset else following[-SpecialTokens.MAX_CONTEXT :]
         return [(i, c) for c, _ in skipped]

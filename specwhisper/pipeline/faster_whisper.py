@@ -13,7 +13,7 @@ package by changing its import::
 window after the text of the one before), so a program gets the decoding it asked for; the speculative
 drafters pay in greedy decoding (``beam_size=1``), chunks decoded side by side in batches
 (``condition_on_previous_text=False``). An argument whose faster-whisper value this package does not
-offer (a ``length_penalty`` other than 1, ``suppress_blank=False``, ...) is a one-line ValueError, never ignored. The
+offer (a ``length_penalty`` other than 1) is a one-line ValueError, never ignored. The
 segments are faster-whisper's fields (``id``, ``seek``, ``start``, ``end``, ``text``, ``tokens``,
 ``avg_logprob``, ``compression_ratio``, ``no_speech_prob``, ``words``, ``temperature``); ``info`` is its
 ``TranscriptionInfo`` (the language detected first when none is given, as faster-whisper does).
@@ -45,11 +45,6 @@ COMPUTE_TYPES = {"default": ("auto", False), "auto": ("auto", False), "float32":
 ONLY_DEFAULT = {
     "length_penalty": (1, "beams are ranked by log-probability over length; CTranslate2's length ** penalty is not "
                           "offered (openai-whisper's Google NMT penalty is: specwhisper.load_model)"),
-    "prompt_reset_on_temperature": (0.5, "the prompt resets after a window kept at a temperature above 0.5"),
-    "suppress_blank": (True, "a blank first token is always suppressed"),
-    "max_initial_timestamp": (1.0, "the first timestamp is at most 1 s"),
-    "prepend_punctuations": ("\"'“¿([{-", "word timestamps merge openai-whisper's default punctuation"),
-    "append_punctuations": ("\"'.。,，!！?？:：”)]}、", "word timestamps merge openai-whisper's default punctuation"),
 }
 # faster-whisper's name -> ours, where they differ
 RENAMED = {"log_prob_threshold": "logprob_threshold", "language_detection_threshold": "language_threshold"}
@@ -59,7 +54,8 @@ PASSED = ("batch_size", "language", "task", "best_of", "patience", "repetition_p
           "compression_ratio_threshold", "no_speech_threshold", "condition_on_previous_text", "initial_prompt",
           "without_timestamps", "word_timestamps", "multilingual", "vad_filter", "vad_parameters", "chunk_length",
           "hallucination_silence_threshold", "hotwords", "language_detection_segments", "suppress_tokens",
-          "max_new_tokens", "prefix")
+          "max_new_tokens", "prefix", "prepend_punctuations", "append_punctuations",
+          "suppress_blank", "max_initial_timestamp", "prompt_reset_on_temperature")
 
 
 @dataclass

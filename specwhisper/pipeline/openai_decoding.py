@@ -39,8 +39,6 @@ N_FRAMES = 3000  # a window's log-mel frames
 ONLY_DEFAULT = {
     "prefix": (None, "openai-whisper forces it on every window and leaves it out of the text; specwhisper's prefix "
                      "starts a file's transcript, as faster-whisper's does"),
-    "suppress_blank": (True, "a blank first token is always suppressed"),
-    "max_initial_timestamp": (1.0, "the first timestamp is at most 1 s"),
 }
 
 
@@ -223,7 +221,8 @@ def decode(engine: AsrEngine, mel, options: DecodingOptions) -> list[DecodingRes
                            length_penalty=options.length_penalty)
     opts = DecodeOptions(language=options.language, task=options.task, beam_size=options.beam_size,
                          patience=options.patience or 1.0, suppress_tokens=suppress_spec(options.suppress_tokens),
-                         max_new_tokens=options.sample_len, quality=quality)
+                         max_new_tokens=options.sample_len, quality=quality, suppress_blank=options.suppress_blank,
+                         max_initial_timestamp=options.max_initial_timestamp)
     opts.validate(engine.special)  # the language a code ("English" -> "en"), or a one-line ValueError
     features, enc = _encoded(engine, mel)
     rows = len(mel)

@@ -38,13 +38,12 @@ from specwhisper.results.transcript import Transcript, segments_to_dicts
 ONLY_DEFAULT = {
     **openai_decoding.ONLY_DEFAULT,
     "prompt": (None, "give the text before the first window as initial_prompt"),
-    "prepend_punctuations": ("\"'“¿([{-", "word timestamps merge openai-whisper's default punctuation"),
-    "append_punctuations": ("\"'.。,，!！?？:：”)]}、", "word timestamps merge openai-whisper's default punctuation"),
 }
 RENAMED = {"sample_len": "max_new_tokens"}
 PASSED = ("language", "task", "best_of", "beam_size", "length_penalty", "without_timestamps",
           "compression_ratio_threshold", "logprob_threshold", "no_speech_threshold", "condition_on_previous_text",
-          "initial_prompt", "word_timestamps", "hallucination_silence_threshold", "suppress_tokens")
+          "initial_prompt", "word_timestamps", "hallucination_silence_threshold", "suppress_tokens",
+          "prepend_punctuations", "append_punctuations", "suppress_blank", "max_initial_timestamp")
 
 
 class OpenaiWhisperModel:

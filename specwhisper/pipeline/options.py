@@ -1,7 +1,7 @@
 """Every transcription option, declared once.
 
-Each :class:`Option` says its name, type, default, valid range, help text, the peers' spellings of it
-and which entry points take it. From this one table are built: the ``transcribe`` argument parser
+Each :class:`~specwhisper.pipeline.option.Option` says its name, type, default, valid range, help text, the
+peers' spellings of it and which entry points take it. From this one table are built: the ``transcribe`` argument parser
 (``specwhisper.serving.arguments``), the HTTP / Inference Endpoint request model
 (``specwhisper.serving.params``), the Python API's keyword arguments and their docstring
 (``specwhisper.pipeline.api``), the web UI's controls (``specwhisper.serving.ui.app``) and the CLI
@@ -16,13 +16,12 @@ This module imports neither torch nor transformers (``import specwhisper`` stays
 
 from __future__ import annotations
 
-import math
-from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
-ENTRY_POINTS = ("cli", "http", "api", "ui")
-SCOPES = ("load", "run", "output")
+from specwhisper.pipeline.option import Option, OptionError, short_text
+from specwhisper.results.words import APPEND_PUNCTUATIONS, PREPEND_PUNCTUATIONS
+
 MAX_KNOWN_SPEAKERS = 8
 MAX_ALIGN_CHARS = 1_000_000  # about 20 hours of speech
 WINDOW_TOKENS = 448  # specwhisper.asr.options.WINDOW_TOKENS (test_options checks they agree)
@@ -30,139 +29,6 @@ DEFAULT_MAX_SECONDS = 12 * 3600.0  # specwhisper.audio.loading.DEFAULT_MAX_SECON
 
 DEPLOYMENT = "a deployment setting (the server's SPECWHISPER_* variables, app.py's flags), not a request's"
 LOADED_ONCE = "chosen when the models load: the server's SPECWHISPER_* variables, app.py's flags"
-
-
-class OptionError(ValueError):
-    """A value an option does not take; ``problem`` is the part every entry point words the same."""
-
-    def __init__(self, option: Option, problem: str):
-        super().__init__(f"{option.name}: {problem}")
-        self.option = option
-        self.problem = problem
-
-
-@dataclass(frozen=True)
-class Option:
-    name: str  # the Python / JSON name (keyword argument, HTTP field); the CLI flag is --name-with-dashes
-    kind: type  # bool, int, float, str or Path
-    default: Any
-    help: str
-    scope: str = "run"
-    group: str = "transcription"
-    nullable: bool = False  # None is a value (detect, switched off, ...)
-    low: float | None = None
-    high: float | None = None
-    low_open: bool = False  # the bound itself is not allowed
-    high_open: bool = False
-    choices: tuple[str, ...] | None = None
-    max_chars: int | None = None
-    flags: tuple[str, ...] = ()  # CLI flags when not just --name-with-dashes (e.g. ("-l", "--language"))
-    peer_flags: tuple[str, ...] = ()  # openai-whisper's / WhisperX's / faster-whisper's spellings (hidden)
-    peer_names: tuple[str, ...] = ()  # request names of transformers' ASR pipeline (chunk_length_s)
-    generate_names: tuple[str, ...] = ()  # names in transformers' generate_kwargs (num_beams)
-    not_in: dict[str, str] = field(default_factory=dict)  # entry point -> why it does not take this option
-    # the option's own reading of a value that passed the checks above (a language name to its code)
-    parse: Callable[[Option, Any], Any] | None = None
-    takes_list: bool = False  # a list, tuple or dict goes to ``parse`` as it is (the Python API's clip_timestamps=[0, 30])
-    # a run option the live engine applies (``specwhisper.live``); one it does not is refused by the live
-    # entry points when set to anything but its default (``live_refusal``)
-    live: bool = False
-
-    def __post_init__(self):
-        assert self.scope in SCOPES and set(self.not_in) <= set(ENTRY_POINTS), self.name  # noqa: S101
-
-    @property
-    def entry_points(self) -> tuple[str, ...]:
-        return tuple(e for e in ENTRY_POINTS if e not in self.not_in)
-
-    @property
-    def cli_flags(self) -> tuple[str, ...]:
-        return self.flags or ("--" + self.name.replace("_", "-"),)
-
-    def range_text(self) -> str:
-        """The valid values in words ('' when any value of the type goes)."""
-        if self.choices:
-            return "one of " + ", ".join(self.choices)
-        lo, hi = self.low, self.high
-        if lo is not None and hi is not None:
-            left, right = ("(" if self.low_open else "["), (")" if self.high_open else "]")
-            return f"{left}{_num(lo)}, {_num(hi)}{right}"
-        if lo is not None:
-            return (">" if self.low_open else ">=") + f" {_num(lo)}"
-        if hi is not None:
-            return ("<" if self.high_open else "<=") + f" {_num(hi)}"
-        return ""
-
-    def describe(self) -> str:
-        """The help with the valid values and the default, as --help, the API docstring and docs/cli.md show it."""
-        extra = []
-        if self.choices:
-            extra.append(", ".join(self.choices))
-        elif self.range_text():
-            extra.append(self.range_text())
-        if self.kind is bool and self.default is not None:
-            extra.append(f"default: {'on' if self.default else 'off'}")
-        elif self.default is not None and "(default" not in self.help:
-            extra.append(f"default: {_num(self.default)}")
-        return self.help + (f" ({'; '.join(extra)})" if extra else "")
-
-    def check(self, value: Any) -> Any:
-        """``value`` converted to this option's type and checked; OptionError (one line) otherwise.
-        Text is taken too ("5", "0.2", "true", "None"), as command lines and query strings send it."""
-        if value is None or (isinstance(value, str) and value.strip().lower() in ("none", "null") and self.kind is not str):
-            if self.nullable or self.default is None:
-                return None
-            raise OptionError(self, "needs a value")
-        if self.takes_list and isinstance(value, (list, tuple, dict)):
-            return self.parse(self, value)
-        value = self._convert(value)
-        if self.choices and value not in self.choices:
-            raise OptionError(self, f"must be one of {', '.join(self.choices)}, got '{_short(value)}'")
-        if self.kind in (int, float):
-            if (self.low is not None and (value < self.low or (self.low_open and value == self.low))) or (
-                    self.high is not None and (value > self.high or (self.high_open and value == self.high))):
-                raise OptionError(self, f"must be {self._bounds()}, got {_num(value)}")
-        if self.max_chars is not None and isinstance(value, str) and len(value) > self.max_chars:
-            raise OptionError(self, f"must be at most {self.max_chars} characters, got {len(value)}")
-        return self.parse(self, value) if self.parse else value
-
-    def _bounds(self) -> str:
-        lo, hi = self.low, self.high
-        if lo is not None and hi is not None:
-            if not (self.low_open or self.high_open):
-                return f"between {_num(lo)} and {_num(hi)}"
-            if self.low_open and self.high_open:
-                return f"between {_num(lo)} and {_num(hi)}, exclusive"
-            return f"{'>' if self.low_open else '>='} {_num(lo)} and {'<' if self.high_open else '<='} {_num(hi)}"
-        return self.range_text()
-
-    def _convert(self, value: Any) -> Any:
-        kind = self.kind
-        if kind is bool:
-            if isinstance(value, bool):
-                return value
-            if isinstance(value, str) and value.strip().lower() in ("true", "1", "false", "0"):
-                return value.strip().lower() in ("true", "1")
-            if isinstance(value, int) and value in (0, 1):
-                return bool(value)
-            raise OptionError(self, f"must be true or false, got '{_short(value)}'")
-        if kind in (int, float):
-            if isinstance(value, bool):
-                raise OptionError(self, f"must be a number, got {value}")
-            try:
-                number = float(value) if kind is float else _whole(value)
-            except (TypeError, ValueError):
-                raise OptionError(self, f"must be {'a whole number' if kind is int else 'a number'}, got '{_short(value)}'") from None
-            if kind is float and not math.isfinite(number):
-                raise OptionError(self, f"must be a finite number, got {value}")
-            return number
-        if kind is Path:
-            return Path(value)
-        if isinstance(value, (int, float)) and not isinstance(value, bool):
-            return str(value)  # ?initial_prompt=1961 arrives as a number
-        if not isinstance(value, str):
-            raise OptionError(self, f"must be text, got {type(value).__name__}")
-        return value
 
 
 def _language_code(option: Option, value: str) -> str | None:
@@ -203,7 +69,7 @@ def _known_speakers(option: Option, value: Any) -> str | None:
     if isinstance(value, str):
         pairs = [part.partition("=")[::2] for part in value.split(",") if part.strip()]
         if any(not source.strip() for _, source in pairs):
-            raise OptionError(option, f"give NAME=FILE,NAME=FILE (got '{_short(value)}')")
+            raise OptionError(option, f"give NAME=FILE,NAME=FILE (got '{short_text(value)}')")
     elif isinstance(value, dict):
         pairs = list(value.items())
     elif isinstance(value, (list, tuple)) and all(isinstance(p, (list, tuple)) and len(p) == 2 for p in value):
@@ -266,23 +132,6 @@ def known_speaker_pairs(text: str | None) -> tuple[tuple[str, str], ...]:
     import json
 
     return tuple((name, source) for name, source in json.loads(text)) if text else ()
-
-
-def _whole(value: Any) -> int:
-    if isinstance(value, float):
-        if not value.is_integer():
-            raise ValueError(value)
-        return int(value)
-    return int(str(value).strip())
-
-
-def _num(x: float) -> str:
-    return f"{x:g}" if isinstance(x, float) else str(x)
-
-
-def _short(value: Any, limit: int = 60) -> str:
-    text = " ".join(str(value).split())
-    return text if len(text) <= limit else text[: limit - 3] + "..."
 
 
 NOT_HTTP_LOAD = {"http": LOADED_ONCE, "ui": LOADED_ONCE}
@@ -354,6 +203,12 @@ OPTIONS: tuple[Option, ...] = (
     Option("word_timestamps", bool, None, "per-word times and probabilities in the json, as a 'words' list in each "
            "segment, and each segment from its first word's start to its last word's end, as openai-whisper "
            "dates it (without: Whisper's times narrowed to the VAD's speech; default: on with --diarize)", nullable=True, live=True),
+    Option("prepend_punctuations", str, PREPEND_PUNCTUATIONS, "word timestamps: these marks join the word after them "
+           "(openai-whisper's and faster-whisper's prepend_punctuations; empty: each mark is a word of its own)",
+           max_chars=100),
+    Option("append_punctuations", str, APPEND_PUNCTUATIONS, "word timestamps: these marks join the word before them "
+           "(openai-whisper's and faster-whisper's append_punctuations; empty: each mark is a word of its own)",
+           max_chars=100),
     Option("segment_resolution", str, "chunk", "segments as Whisper writes them (chunk) or one per sentence "
            "(sentence: each segment cut at its sentence ends, WhisperX's default; turns word timestamps on)",
            choices=("chunk", "sentence"), live=True),
@@ -368,6 +223,9 @@ OPTIONS: tuple[Option, ...] = (
     Option("condition_on_previous_text", bool, False, "decode each chunk after the text of the one before, one chunk "
            "at a time (off: chunks decode in batches, as faster-whisper's and WhisperX's batched pipelines)",
            generate_names=("condition_on_prev_tokens",), live=True),
+    Option("prompt_reset_on_temperature", float, 0.5, "with --condition-on-previous-text: the text before a chunk is "
+           "dropped after a decode kept at a temperature above this (openai-whisper's 0.5; faster-whisper's "
+           "prompt_reset_on_temperature)", low=0.0, high=1.0),
     Option("multilingual", bool, False, "detect the language of every chunk (a window of up to 30 s, cut in a pause), "
            "not once per file, for audio that changes language; a window whose turns speak two languages is cut "
            "between them; each segment's language is in the json"),
@@ -409,6 +267,11 @@ OPTIONS: tuple[Option, ...] = (
     Option("no_repeat_ngram_size", int, 0, "a window never writes the same n tokens twice (faster-whisper's "
            "no_repeat_ngram_size; 0: off)", group="quality", low=0, high=WINDOW_TOKENS,
            generate_names=("no_repeat_ngram_size",)),
+    Option("suppress_blank", bool, True, "a window's first token is never a blank or end-of-text (openai-whisper's "
+           "and faster-whisper's suppress_blank)", group="quality"),
+    Option("max_initial_timestamp", float, 1.0, "a window's first timestamp is at most this many seconds (openai-"
+           "whisper's and faster-whisper's max_initial_timestamp; None: any)", group="quality", nullable=True,
+           low=0.0, high=30.0),
     Option("max_new_tokens", int, None, "the most tokens a window's decode writes, timestamps included (faster-"
            "whisper's max_new_tokens, openai-whisper's sample_len; default: up to Whisper's 448 less the prompt); "
            "a window's text after its last timestamp pair is decoded again, as a stretch it skipped",
@@ -493,7 +356,7 @@ def check_values(values: dict[str, Any], entry: str) -> dict[str, Any]:
     for name, value in values.items():
         option = BY_NAME.get(name)
         if option is None:
-            raise ValueError(f"unknown option '{_short(name)}'")
+            raise ValueError(f"unknown option '{short_text(name)}'")
         if entry not in option.entry_points:
             raise ValueError(f"{name} is not taken here: {option.not_in[entry]}")
         out[name] = option.check(value)
@@ -534,11 +397,15 @@ def run_options(values: dict[str, Any]):
                            vad_threshold=v["vad_threshold"], vad_min_silence_ms=v["vad_min_silence_ms"],
                            vad_speech_pad_ms=v["vad_speech_pad_ms"], vad_max_speech_s=v["vad_max_speech_s"],
                            max_chunk_s=v["chunk_length"], word_timestamps=word_ts,
+                           prepend_punctuations=v["prepend_punctuations"], append_punctuations=v["append_punctuations"],
                            beam_size=v["beam_size"], patience=v["patience"], quality=quality,
                            repetition_penalty=v["repetition_penalty"], no_repeat_ngram_size=v["no_repeat_ngram_size"],
-                           max_new_tokens=v["max_new_tokens"], suppress_tokens=v["suppress_tokens"], initial_prompt=v["initial_prompt"], hotwords=v["hotwords"],
+                           max_new_tokens=v["max_new_tokens"], suppress_tokens=v["suppress_tokens"],
+                           suppress_blank=v["suppress_blank"], max_initial_timestamp=v["max_initial_timestamp"],
+                           initial_prompt=v["initial_prompt"], hotwords=v["hotwords"],
                            prefix=v["prefix"],
                            condition_on_previous_text=v["condition_on_previous_text"],
+                           prompt_reset_on_temperature=v["prompt_reset_on_temperature"],
                            hallucination_silence_threshold=v["hallucination_silence_threshold"],
                            multilingual=v["multilingual"], language_threshold=v["language_threshold"],
                            language_detection_segments=v["language_detection_segments"],
@@ -576,8 +443,6 @@ def pipeline_config(values: dict[str, Any], base=None):
 REFUSED: dict[str, str] = {
     "--carry_initial_prompt": "--initial-prompt already precedes every chunk; with --condition-on-previous-text, give the "
                               "text as --hotwords, which precedes every chunk's text",
-    "--prepend_punctuations": "word timestamps use openai-whisper's default punctuation merging",
-    "--append_punctuations": "word timestamps use openai-whisper's default punctuation merging",
     "--align_model": "word times come from Whisper's own cross-attention, not a wav2vec2 model",
     "--interpolate_method": "every word gets a time from Whisper's cross-attention",
     "--return_char_alignments": "there is no character alignment",

@@ -41,14 +41,13 @@ from specwhisper.pipeline.faster_whisper import peer_load, suppress_spec
 
 # WhisperX's asr_options its batched decoding reads: ours by the same names (LOAD_READ: chosen when the model loads)
 READ = ("beam_size", "patience", "repetition_penalty", "no_repeat_ngram_size", "initial_prompt", "hotwords",
-        "suppress_tokens")
+        "suppress_tokens", "suppress_blank")
 LOAD_READ = ("suppress_numerals",)
 # read by WhisperX, at their default only here: name -> (default, why)
 ONLY_DEFAULT = {
     "length_penalty": (1, "beams are ranked by log-probability over length (CTranslate2's length ** penalty is not offered)"),
     "prefix": (None, "WhisperX forces it on every chunk; specwhisper's prefix starts a file's transcript, as "
                      "faster-whisper's does"),
-    "suppress_blank": (True, "a blank first token is always suppressed"),
     "without_timestamps": (True, "WhisperX's batched windows decode without timestamp tokens"),
 }
 # in WhisperX's TranscriptionOptions but read nowhere by its batched pipeline: taken, unused, as there

@@ -16,6 +16,9 @@ from dataclasses import replace
 from specwhisper.results.transcript import Segment, Word
 
 SENTENCE_END = ".。!！?？"
+# openai-whisper's punctuation marks a word timestamp attaches to the word after (prepended) or before (appended)
+PREPEND_PUNCTUATIONS = "\"'“¿([{-"
+APPEND_PUNCTUATIONS = "\"'.。,，!！?？:：”)]}、"
 CLOSERS = "\"'”’»)]」』"
 TITLES = frozenset("mr mrs ms dr prof st jr sr vs mt no fig gen gov sen rep lt col capt sgt rev hon".split())
 

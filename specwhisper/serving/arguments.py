@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import argparse
 
-from specwhisper.pipeline.options import Option, OptionError
+from specwhisper.pipeline.option import Option, OptionError
 
 
 class OneLineParser(argparse.ArgumentParser):

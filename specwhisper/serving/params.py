@@ -19,8 +19,9 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, ValidationIn
 from specwhisper.asr.decoding.quality import schedule_of
 from specwhisper.asr.decoding.language import normalize_language
 from specwhisper.pipeline.config import PipelineConfig, RunOptions
-from specwhisper.pipeline.options import (BY_NAME, Option, OptionError, known_speaker_pairs, options_for, pipeline_config,
-                                          run_options, subtitle_options)
+from specwhisper.pipeline.option import Option, OptionError
+from specwhisper.pipeline.options import (BY_NAME, known_speaker_pairs, options_for, pipeline_config, run_options,
+                                          subtitle_options)
 from specwhisper.pipeline.subtitles import SubtitleOptions
 from specwhisper.pipeline.writers import WRITERS, with_all
 from specwhisper.serving.messages import clip, short_repr

@@ -21,13 +21,11 @@ import torch
 from specwhisper.asr.decoding.tokens import SpecialTokens
 from specwhisper.asr.runtime.decoder import WhisperDecoderRuntime
 from specwhisper.hardware.device import on_device
-from specwhisper.results.words import SENTENCE_END
+from specwhisper.results.words import APPEND_PUNCTUATIONS, PREPEND_PUNCTUATIONS, SENTENCE_END
 from specwhisper.results.transcript import Segment, Word
 
 FRAME_S = 0.02  # seconds per encoder frame
 MEDFILT_WIDTH = 7
-PREPEND_PUNCT = "\"'“¿([{-"
-APPEND_PUNCT = "\"'.。,，!！?？:：”)]}、"
 NO_SPACE_LANGUAGES = {"zh", "ja", "th", "lo", "my", "yue"}
 
 
@@ -82,12 +80,26 @@ def _dtw(x: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
 
 @dataclass
 class WordTokens:
+    """A word's text and tokens; ``core``: the slice of its tokens it is dated and scored by (None: all of them)."""
+
     text: str
     tokens: list[int]
+    core: tuple[int, int] | None = None
+
+    @property
+    def span(self) -> tuple[int, int]:
+        return self.core if self.core is not None else (0, len(self.tokens))
 
 
-def split_words(tokens: list[int], tokenizer, language: str | None) -> list[WordTokens]:
-    """Group tokens into words (openai's split_to_word_tokens + merge_punctuations)."""
+def split_words(tokens: list[int], tokenizer, language: str | None, prepend: str = PREPEND_PUNCTUATIONS,
+                append: str = APPEND_PUNCTUATIONS) -> list[WordTokens]:
+    """Group tokens into words (openai's ``split_to_word_tokens``), then attach each opening punctuation mark in
+    ``prepend`` to the word after it and each closing one in ``append`` to the word before it (its
+    ``merge_punctuations``: a mark stays a word of its own when it is not in them). A word keeps its own
+    tokens' span as its ``core``, its probability's (openai-whisper's: a mark's doubt is not the word's; with
+    the mark's, JFK's "you," scores 0.68 where faster-whisper gives 0.996). Its time spans the marks too,
+    unlike openai-whisper's: against the forced alignment of mfa/acoustic_corpus, the 13 words ending in a
+    mark end 0.16 s early (median) dated without it, 0.00 s with it (mean error 0.26 s against 0.19 s)."""
     # whole unicode characters first: a character may span several byte-level tokens
     pieces: list[WordTokens] = []
     pending: list[int] = []
@@ -107,25 +119,29 @@ def split_words(tokens: list[int], tokenizer, language: str | None) -> list[Word
             if not words or p.text.startswith(" ") or p.text.strip() in string.punctuation:
                 words.append(WordTokens(p.text, list(p.tokens)))
             else:
-                words[-1].text += p.text
-                words[-1].tokens += p.tokens
-    # attach opening punctuation to the next word and closing punctuation to the previous one
-    merged: list[WordTokens] = []
-    carry: WordTokens | None = None
-    for w in words:
-        if carry is not None:
-            w = WordTokens(carry.text + w.text, carry.tokens + w.tokens)
-            carry = None
-        if w.text.startswith(" ") and w.text.strip() in PREPEND_PUNCT and w.text.strip():
-            carry = w
-            continue
-        if merged and not merged[-1].text.endswith(" ") and w.text in APPEND_PUNCT:
-            merged[-1] = WordTokens(merged[-1].text + w.text, merged[-1].tokens + w.tokens)
-            continue
-        merged.append(w)
-    if carry is not None:
-        merged.append(carry)
-    return merged
+                words[-1] = WordTokens(words[-1].text + p.text, words[-1].tokens + p.tokens)
+    # openai's two passes, in its order (``in`` is a substring test there too)
+    i, j = len(words) - 2, len(words) - 1
+    while i >= 0:
+        before, after = words[i], words[j]
+        if before.text.startswith(" ") and before.text.strip() in prepend:
+            lo, hi = after.span
+            n = len(before.tokens)
+            words[j] = WordTokens(before.text + after.text, before.tokens + after.tokens, (lo + n, hi + n))
+            words[i] = WordTokens("", [], (0, 0))
+        else:
+            j = i
+        i -= 1
+    i, j = 0, 1
+    while j < len(words):
+        before, after = words[i], words[j]
+        if not before.text.endswith(" ") and after.text in append:
+            words[i] = WordTokens(before.text + after.text, before.tokens + after.tokens, before.span)
+            words[j] = WordTokens("", [], (0, 0))
+        else:
+            i = j
+        j += 1
+    return [w for w in words if w.text]
 
 
 class WordAligner:
@@ -154,11 +170,14 @@ class WordAligner:
         language: str | None,
         task: str,
         words_of: Callable[[Segment], list[WordTokens]] | None = None,
+        punctuations: tuple[str, str] = (PREPEND_PUNCTUATIONS, APPEND_PUNCTUATIONS),
     ) -> None:
         """Fill the words of every segment; row i of ``encoder_out`` is chunk i. ``words_of``: a segment's
-        tokens grouped into words, when not the tokenizer's word split (``split_words``)."""
+        tokens grouped into words, when not the tokenizer's word split (``split_words``, which attaches the
+        marks ``punctuations``, (prepended, appended), to their words)."""
         from scipy.ndimage import median_filter  # imported on first use, like numba (``_compiled_dtw``)
 
+        words_of = words_of or (lambda seg: split_words(seg.tokens, self.tokenizer, language, *punctuations))
         prompt = self.sot_sequence(language, task)
         rows = [i for i, segs in enumerate(chunk_segments) if any(s.tokens for s in segs)]
         if not rows:
@@ -195,13 +214,13 @@ class WordAligner:
                 token_p = logprobs[r, at[0], at[1]].exp().cpu().numpy()
             else:
                 token_p = np.zeros(0)
-            self._assign(chunk_segments[i], text, jump_times, token_p, chunk_offsets[i], language, words_of)
+            self._assign(chunk_segments[i], text, jump_times, token_p, chunk_offsets[i], words_of)
 
-    def _assign(self, segments, text, jump_times, token_p, offset, language, words_of=None) -> None:
+    def _assign(self, segments, text, jump_times, token_p, offset, words_of) -> None:
         k = 0
         per_segment: list[list[Word]] = []
         for seg in segments:
-            words = words_of(seg) if words_of is not None else split_words(seg.tokens, self.tokenizer, language)
+            words = words_of(seg)
             out: list[Word] = []
             for w in words:
                 a, b = k, k + len(w.tokens)
@@ -210,7 +229,8 @@ class WordAligner:
                     break
                 start = offset + float(jump_times[a])
                 end = offset + float(jump_times[min(b, len(jump_times) - 1)])
-                prob = float(np.mean(token_p[a:b])) if b > a else None
+                lo, hi = w.span  # scored by its own tokens, as openai-whisper scores it (``split_words``)
+                prob = float(np.mean(token_p[a + lo:a + hi])) if hi > lo else None
                 out.append(Word(start=start, end=end, text=w.text, probability=prob))
             per_segment.append(out)
         median = median_duration([w for out in per_segment for w in out])

@@ -12,6 +12,7 @@ from dataclasses import dataclass
 
 import torch
 
+from specwhisper.asr.decoding.segments import TIME_PRECISION
 from specwhisper.asr.decoding.tokens import SpecialTokens
 from specwhisper.asr.runtime.graphs import CapturedCall
 from specwhisper.hardware.device import on_device
@@ -32,20 +33,26 @@ class WhisperLogitRules:
         max_initial_timestamp_index: int | None = 50,
         repetition_penalty: float = 1.0,
         no_repeat_ngram_size: int = 0,
+        suppress_blank: bool = True,
     ):
         """``repetition_penalty``, ``no_repeat_ngram_size``: faster-whisper's (CTranslate2's) penalties on
         the tokens sampled so far in the decode (its prompt excluded, timestamps included): each such
         token's logit is divided by the penalty when positive, multiplied when negative; a token that
-        would complete an n-gram already sampled is not written. 1.0 and 0: off."""
+        would complete an n-gram already sampled is not written. 1.0 and 0: off. ``suppress_blank``: the
+        ``begin_suppress_tokens`` (a blank and end-of-text) are not a decode's first token (openai-whisper's
+        SuppressBlank); ``max_initial_timestamp_index``: nor a timestamp past this one (None: any)."""
         self.sp = special
         self.timestamps = timestamps
         self.max_initial = max_initial_timestamp_index
         self.repetition_penalty = float(repetition_penalty)
         self.no_repeat_ngram_size = int(no_repeat_ngram_size)
-        self._settings = (vocab_size, suppress_tokens, begin_suppress_tokens, max_initial_timestamp_index)
-        self._untimed: WhisperLogitRules | None = None
-        self._penalized: dict[tuple[float, int], WhisperLogitRules] = {}
-        self._suppressing: dict[tuple[int, ...], WhisperLogitRules] = {}
+        # what :meth:`_variant` builds a variant from
+        self._settings = dict(vocab_size=vocab_size, suppress_tokens=tuple(sorted(set(suppress_tokens))),
+                              begin_suppress_tokens=tuple(begin_suppress_tokens), timestamps=timestamps,
+                              max_initial_timestamp_index=max_initial_timestamp_index,
+                              repetition_penalty=self.repetition_penalty, no_repeat_ngram_size=self.no_repeat_ngram_size,
+                              suppress_blank=suppress_blank)
+        self._variants: dict[tuple, WhisperLogitRules] = {}
         self.lead: tuple[int, ...] = ()  # tokens before every prefix (``for_prompt``: a forced prefix)
         self._leads: dict[tuple[int, ...], WhisperLogitRules] = {}
         always = set(t for t in suppress_tokens if 0 <= t < vocab_size)
@@ -57,7 +64,8 @@ class WhisperLogitRules:
         self.suppress = torch.zeros(vocab_size, dtype=torch.bool)
         self.suppress[sorted(always)] = True
         self.begin = torch.zeros(vocab_size, dtype=torch.bool)
-        self.begin[[t for t in begin_suppress_tokens if 0 <= t < vocab_size]] = True
+        if suppress_blank:
+            self.begin[[t for t in begin_suppress_tokens if 0 <= t < vocab_size]] = True
         self._masks: dict[torch.device, tuple[torch.Tensor, torch.Tensor]] = {}
 
     def for_prompt(self, prompt: list[int]) -> WhisperLogitRules:
@@ -70,20 +78,29 @@ class WhisperLogitRules:
         sot_sequence = prompt[: len(prompt) - len(lead)]
         rules = self
         if self.timestamps and sot_sequence and sot_sequence[-1] == self.sp.no_timestamps:
-            if self._untimed is None:
-                vocab_size, suppress, begin, max_initial = self._settings
-                self._untimed = WhisperLogitRules(self.sp, vocab_size, suppress, begin, False, max_initial,
-                                                  self.repetition_penalty, self.no_repeat_ngram_size)
-            rules = self._untimed
+            rules = self._variant(timestamps=False)
         return rules._led(tuple(lead)) if lead else rules
 
     def _led(self, lead: tuple[int, ...]) -> WhisperLogitRules:
-        """These rules with ``lead`` before every prefix they read (made once per lead)."""
+        """These rules with ``lead`` before every prefix they read (made once per lead; no variant is made of
+        them: :meth:`for_prompt` is the last step)."""
         if lead not in self._leads:
             clone = copy.copy(self)
-            clone.lead, clone._leads = lead, {}
+            clone.lead, clone._leads, clone._variants = lead, {}, {}
             self._leads[lead] = clone
         return self._leads[lead]
+
+    def _variant(self, **changes) -> WhisperLogitRules:
+        """These rules with some settings changed (made once per change)."""
+        if self.lead:
+            raise ValueError("a variant of rules with a lead would drop it: make variants before for_prompt")
+        settings = {**self._settings, **changes}
+        if settings == self._settings:
+            return self
+        key = tuple(sorted(changes.items()))
+        if key not in self._variants:
+            self._variants[key] = WhisperLogitRules(self.sp, **settings)
+        return self._variants[key]
 
     def _with_lead(self, prefixes: list[list[int]]) -> list[list[int]]:
         return [[*self.lead, *p] for p in prefixes] if self.lead else prefixes
@@ -95,27 +112,18 @@ class WhisperLogitRules:
         return self.repetition_penalty != 1.0 or self.no_repeat_ngram_size > 0
 
     def with_penalties(self, repetition_penalty: float = 1.0, no_repeat_ngram_size: int = 0) -> WhisperLogitRules:
-        """These rules with the penalties on repetition set so (made once per setting)."""
-        key = (float(repetition_penalty), int(no_repeat_ngram_size))
-        if key == (self.repetition_penalty, self.no_repeat_ngram_size):
-            return self
-        if key not in self._penalized:
-            vocab_size, suppress, begin, max_initial = self._settings
-            self._penalized[key] = WhisperLogitRules(self.sp, vocab_size, suppress, begin, self.timestamps,
-                                                     max_initial, *key)
-        return self._penalized[key]
+        """These rules with the penalties on repetition set so."""
+        return self._variant(repetition_penalty=float(repetition_penalty), no_repeat_ngram_size=int(no_repeat_ngram_size))
 
     def with_suppressed(self, suppress_tokens: list[int]) -> WhisperLogitRules:
-        """These rules with ``suppress_tokens`` never written instead of theirs (a call's ``suppress_tokens``;
-        made once per set)."""
-        vocab_size, suppress, begin, max_initial = self._settings
-        key = tuple(sorted(set(suppress_tokens)))
-        if key == tuple(sorted(set(suppress))):
-            return self
-        if key not in self._suppressing:
-            self._suppressing[key] = WhisperLogitRules(self.sp, vocab_size, list(key), begin, self.timestamps, max_initial,
-                                                       self.repetition_penalty, self.no_repeat_ngram_size)
-        return self._suppressing[key]
+        """These rules with ``suppress_tokens`` never written instead of theirs (a call's ``suppress_tokens``)."""
+        return self._variant(suppress_tokens=tuple(sorted(set(suppress_tokens))))
+
+    def with_start(self, suppress_blank: bool = True, max_initial_timestamp: float | None = 1.0) -> WhisperLogitRules:
+        """These rules with their first token's limits set so (openai-whisper's ``suppress_blank`` and
+        ``max_initial_timestamp``, seconds, None: any; its index rounded as openai-whisper rounds it)."""
+        index = None if max_initial_timestamp is None else round(max_initial_timestamp / TIME_PRECISION)
+        return self._variant(suppress_blank=bool(suppress_blank), max_initial_timestamp_index=index)
 
     def masks(self, device: torch.device) -> tuple[torch.Tensor, torch.Tensor]:
         """The suppress and begin-suppress masks on ``device`` (moved once per device)."""

@@ -94,7 +94,8 @@ def _text_folder(args) -> Path | None:
 
 def _text_to_align(path: str) -> str:
     """--align-text's file (- for standard input), read and checked as the option's text."""
-    from specwhisper.pipeline.options import BY_NAME, OptionError, read_align_text
+    from specwhisper.pipeline.option import OptionError
+    from specwhisper.pipeline.options import BY_NAME, read_align_text
 
     try:
         return BY_NAME["align_text"].check(sys.stdin.read()) if path == "-" else read_align_text(Path(path))

@@ -6,7 +6,8 @@ from __future__ import annotations
 import argparse
 import sys
 
-from specwhisper.pipeline.options import ENTRY_POINTS, OPTIONS, REFUSED
+from specwhisper.pipeline.option import ENTRY_POINTS
+from specwhisper.pipeline.options import OPTIONS, REFUSED
 from specwhisper.serving.cli.args import PEER_MEANINGS, build_parser
 
 HEADER = """# `transcribe` command line

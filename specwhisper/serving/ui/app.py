@@ -28,7 +28,8 @@ from specwhisper.asr.options import SAMPLING
 from specwhisper.audio.loading import AudioError, check_length
 from specwhisper.pipeline.core import BETWEEN_BATCHES
 from specwhisper.results.transcript import Transcript
-from specwhisper.pipeline.options import Option, options_for
+from specwhisper.pipeline.option import Option
+from specwhisper.pipeline.options import options_for
 from specwhisper.serving.params import Choices, RequestError, parse_params
 from specwhisper.serving.messages import one_line
 from specwhisper.serving.service import PipelinePool
