@@ -131,10 +131,13 @@ def test_transcribe_stops_each_window_at_sample_len_as_openai_whisper(model, the
         assert wer([item.reference], [" ".join(got)]) < wer([item.reference], [" ".join(want)]) - 0.3, got
 
 
-def test_carry_initial_prompt_opens_every_windows_prompt(model, manifest, monkeypatch):
+def test_carry_initial_prompt_opens_every_windows_prompt(model, manifest, monkeypatch, run_cli, tmp_path):
     """openai-whisper's ``carry_initial_prompt=True``: the initial prompt opens every window's prompt however
     long the text before the window grows (here a prompt holding 24 tokens of text, which one window's text
-    fills); without it, the first window's alone."""
+    fills); without it, the first window's alone. The same from the command line, in openai-whisper's
+    spelling (``--carry_initial_prompt True``)."""
+    import soundfile as sf
+
     from tests.test_no_lost_speech import spy_prompts
 
     engine = model.transcriber.pipeline.asr
@@ -143,12 +146,19 @@ def test_carry_initial_prompt_opens_every_windows_prompt(model, manifest, monkey
              if m.file in ("lhotse/2412-153948-0000.flac", "openai-whisper/jfk.flac", "cuttledoc-fleurs/fleurs-en-002.ogg")]
     audio = np.concatenate([p for clip in clips for p in (clip, np.zeros(16000, np.float32))])
     initial = engine.context_of("A reading.")
+    sf.write(tmp_path / "three.wav", audio, 16000)
     for carry in (True, False):
-        prompts.clear()
-        model.transcribe(audio, initial_prompt="A reading.", carry_initial_prompt=carry, temperature=0.0)
-        contexts = [p[1 : p.index(engine.special.sot)] for p in prompts]  # after <|startofprev|>
-        assert len(contexts) >= 2 and contexts[0][: len(initial)] == initial
-        assert all((c[: len(initial)] == initial) == carry for c in contexts[1:]), (carry, contexts)
+        for how in ("python", "cli"):
+            prompts.clear()
+            if how == "python":
+                model.transcribe(audio, initial_prompt="A reading.", carry_initial_prompt=carry, temperature=0.0)
+            else:
+                code, _, _ = run_cli(tmp_path / "three.wav", "--condition_on_previous_text", "True", "--initial_prompt",
+                                     "A reading.", "--carry_initial_prompt", str(carry), "-f", "txt", "-o", tmp_path)
+                assert code == 0
+            contexts = [p[1 : p.index(engine.special.sot)] for p in prompts]  # after <|startofprev|>
+            assert len(contexts) >= 2 and contexts[0][: len(initial)] == initial, how
+            assert all((c[: len(initial)] == initial) == carry for c in contexts[1:]), (carry, how, contexts)
 
 
 def test_decoding_options_it_does_not_offer_and_bad_windows_are_one_line_errors(model, jfk):

@@ -43,7 +43,7 @@ RENAMED = {"sample_len": "max_new_tokens"}
 PASSED = ("language", "task", "best_of", "beam_size", "length_penalty", "without_timestamps",
           "compression_ratio_threshold", "logprob_threshold", "no_speech_threshold", "condition_on_previous_text",
           "initial_prompt", "word_timestamps", "hallucination_silence_threshold", "suppress_tokens",
-          "prepend_punctuations", "append_punctuations", "suppress_blank", "max_initial_timestamp")
+          "prepend_punctuations", "append_punctuations", "suppress_blank", "max_initial_timestamp", "carry_initial_prompt")
 
 
 class OpenaiWhisperModel:
@@ -87,10 +87,7 @@ class OpenaiWhisperModel:
             ours["patience"] = patience
         if options.get("best_of", 1) is None:
             options["best_of"] = 1
-        carry = options.pop("carry_initial_prompt", False)
         ours.update(peer_options(options, "openai-whisper", clip_timestamps, ONLY_DEFAULT, PASSED, RENAMED))
-        if carry and ours.get("initial_prompt"):  # before every window however long the text grows: our hotwords
-            ours["hotwords"] = ours.pop("initial_prompt")
         if hasattr(audio, "detach"):  # a torch tensor of samples, as openai-whisper takes it
             audio = audio.detach().cpu().numpy()
         rate = None if isinstance(audio, (str, bytes)) or hasattr(audio, "__fspath__") else 16000

@@ -218,6 +218,9 @@ OPTIONS: tuple[Option, ...] = (
            "--condition-on-previous-text, before the text that precedes the chunk, as openai-whisper's "
            "carry_initial_prompt)", nullable=True,
            max_chars=2000, live=True),
+    Option("carry_initial_prompt", bool, False, "with --condition-on-previous-text: --initial-prompt opens every "
+           "chunk's prompt, however long the text before the chunk grows, as --hotwords do (openai-whisper's "
+           "carry_initial_prompt; without conditioning it precedes every chunk already)"),
     Option("prefix", str, None, "text the transcript starts with: each file's first window is decoded on from it, "
            "and keeps it (faster-whisper's prefix)", nullable=True, max_chars=1000),
     Option("condition_on_previous_text", bool, False, "decode each chunk after the text of the one before, one chunk "
@@ -393,6 +396,9 @@ def run_options(values: dict[str, Any]):
     diarize = v["diarize"] or bool(known) or v["speaker_embeddings"]
     word_ts = diarize if v["word_timestamps"] is None else v["word_timestamps"]
     subtitles = subtitle_options(v)
+    initial, hotwords = v["initial_prompt"], v["hotwords"]
+    if v["carry_initial_prompt"] and initial:  # before every chunk however long the text grows: the hotwords' place
+        initial, hotwords = None, " ".join(t for t in (hotwords, initial) if t)
     decode = DecodeOptions(language=v["language"], task=v["task"], batch_size=v["batch_size"],
                            vad_threshold=v["vad_threshold"], vad_min_silence_ms=v["vad_min_silence_ms"],
                            vad_speech_pad_ms=v["vad_speech_pad_ms"], vad_max_speech_s=v["vad_max_speech_s"],
@@ -402,7 +408,7 @@ def run_options(values: dict[str, Any]):
                            repetition_penalty=v["repetition_penalty"], no_repeat_ngram_size=v["no_repeat_ngram_size"],
                            max_new_tokens=v["max_new_tokens"], suppress_tokens=v["suppress_tokens"],
                            suppress_blank=v["suppress_blank"], max_initial_timestamp=v["max_initial_timestamp"],
-                           initial_prompt=v["initial_prompt"], hotwords=v["hotwords"],
+                           initial_prompt=initial, hotwords=hotwords,
                            prefix=v["prefix"],
                            condition_on_previous_text=v["condition_on_previous_text"],
                            prompt_reset_on_temperature=v["prompt_reset_on_temperature"],
@@ -441,8 +447,6 @@ def pipeline_config(values: dict[str, Any], base=None):
 
 # Peer options with no meaning here, and why: the CLI refuses them by name (one line each).
 REFUSED: dict[str, str] = {
-    "--carry_initial_prompt": "--initial-prompt already precedes every chunk; with --condition-on-previous-text, give the "
-                              "text as --hotwords, which precedes every chunk's text",
     "--align_model": "word times come from Whisper's own cross-attention, not a wav2vec2 model",
     "--interpolate_method": "every word gets a time from Whisper's cross-attention",
     "--return_char_alignments": "there is no character alignment",
