@@ -100,9 +100,12 @@ def test_openai_whispers_readme_example_runs_and_decodes_as_openai_whisper(model
     result = ours.decode(model, mel, ours.DecodingOptions())
     assert wer([jfk.reference], [result.text]) <= 0.05
     (fellow,) = model.transcriber.pipeline.asr.bundle.tokenizer.encode(" fellow", add_special_tokens=False)
+    prefix = "And so, my fellow Americans,"  # commas greedy base does not write
     for options in [{}, dict(beam_size=5), dict(without_timestamps=True), dict(prompt="Kennedy's speech."),
                     dict(language="es", task="translate"), dict(suppress_tokens=f"-1,{fellow}"), dict(sample_len=10),
-                    dict(sample_len=10, beam_size=5), dict(sample_len=3, without_timestamps=True)]:
+                    dict(sample_len=10, beam_size=5), dict(sample_len=3, without_timestamps=True),
+                    dict(prefix=prefix), dict(prefix=prefix, without_timestamps=True), dict(prefix=prefix, beam_size=5),
+                    dict(prefix=prefix, sample_len=220), dict(suppress_blank=False, max_initial_timestamp=None)]:
         got = model.decode(mel, ours.DecodingOptions(**options))
         want = whisper.decode(theirs, mel, whisper.DecodingOptions(fp16=False, **options))
         assert (got.tokens, got.text, got.language) == (want.tokens, want.text, want.language), options
@@ -165,7 +168,7 @@ def test_decoding_options_it_does_not_offer_and_bad_windows_are_one_line_errors(
     import specwhisper as ours
 
     mel = ours.log_mel_spectrogram(ours.pad_or_trim(ours.load_audio(str(jfk.path))))
-    for bad, words in [(dict(prefix="And so"), "prefix"), (dict(sample_len=0), "max new tokens"),
+    for bad, words in [(dict(sample_len=0), "max new tokens"),
                        (dict(language="Klingon"), "unknown language 'Klingon'"),
                        (dict(best_of=2), "best_of"), (dict(beam_size=2, best_of=2), "beam_size")]:
         with pytest.raises(ValueError, match=words) as error:

@@ -77,7 +77,7 @@ def test_only_the_first_window_starts_with_it_and_speculation_changes_nothing(ba
 
 def test_the_entry_points_take_it_and_refuse_what_does_not_apply_in_one_line(run_cli, cli_run, eval_root, tmp_path):
     """The CLI (a long prefix refused before any decoding; the live mode does not apply it), faster-whisper's
-    ``WhisperModel``, and the peers whose prefix means something else (openai-whisper's on every window, left
+    ``WhisperModel``, and the peers whose prefix means something else (openai-whisper's transcribe, on every window, left
     out of the text; WhisperX's on every chunk): refused, saying why."""
     from specwhisper.pipeline.faster_whisper import WhisperModel
     from specwhisper.pipeline.openai_whisper import load_model
@@ -95,5 +95,5 @@ def test_the_entry_points_take_it_and_refuse_what_does_not_apply_in_one_line(run
 
     segments, _ = WhisperModel("base", device="cpu").transcribe(str(jfk), language="en", beam_size=1, prefix=PREFIX)
     assert next(iter(segments)).text.startswith(" " + PREFIX)
-    with pytest.raises(ValueError, match="prefix: .*openai-whisper forces it on every window"):
+    with pytest.raises(ValueError, match="prefix: .*openai-whisper's transcribe forces it on every window"):
         load_model("base").transcribe(str(jfk), prefix=PREFIX)

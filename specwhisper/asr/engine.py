@@ -202,11 +202,11 @@ class AsrEngine:
     def decode_windows(self, encoder_out: torch.Tensor, features: torch.Tensor, prompt: list[int], opts: DecodeOptions
                        ) -> list[Attempt]:
         """One decode of each row of ``encoder_out`` (of the log-mel windows ``features``, on the model's device)
-        after ``prompt``, as openai-whisper's ``decode``: greedy (speculative where a drafter runs) or
-        ``opts.beam_size`` beams at temperature 0, else ``best_of`` samples, at ``opts.quality``'s first
-        temperature alone, no fallback. Each row's attempt."""
+        after ``prompt``, as openai-whisper's ``decode`` (tokens after its SOT sequence are its ``prefix``, which
+        sampling starts after): greedy (speculative where a drafter runs) or ``opts.beam_size`` beams at
+        temperature 0, else ``best_of`` samples, at ``opts.quality``'s first temperature alone. Each row's attempt."""
         quality = replace(opts.quality, temperatures=opts.quality.temperatures[:1])
-        decoder = self.decoder.with_rules(self.call_rules(self.decoder.rules, opts)).with_cap(opts.max_new_tokens)
+        decoder = self.decoder.with_rules(self.call_rules(self.decoder.rules, opts).with_prompt_lead()).with_cap(opts.max_new_tokens)
         return decode_with_fallback(self._first_decoder(opts, decoder), lambda: self._sampler(decoder), encoder_out,
                                     prompt, features, quality, self.text_of, DecodeStats())
 

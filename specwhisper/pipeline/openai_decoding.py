@@ -12,8 +12,8 @@ this package by changing its import::
 
 ``decode`` is one decode of each 30-second window, as there (no fallback, no seeking): greedy (speculative
 where the model's drafter runs: the same tokens), ``beam_size`` beams, or ``best_of`` samples at a
-``temperature``; ``prompt`` is the text (or tokens) before the window. The options this package does not
-offer away from their defaults (a ``prefix``, ...) are a one-line ValueError.
+``temperature``; ``prompt`` is the text (or tokens) before the window, ``prefix`` the text (or tokens) it is forced
+to start with, left out of the result, as there. A combination openai-whisper refuses is a one-line ValueError.
 """
 
 from __future__ import annotations
@@ -35,11 +35,6 @@ if TYPE_CHECKING:  # torch and the engine load with the models (``import specwhi
 N_SAMPLES = 30 * SAMPLE_RATE  # a window's samples
 N_FRAMES = 3000  # a window's log-mel frames
 
-# DecodingOptions that only take their default here: name -> (default, why)
-ONLY_DEFAULT = {
-    "prefix": (None, "openai-whisper forces it on every window and leaves it out of the text; specwhisper's prefix "
-                     "starts a file's transcript, as faster-whisper's does"),
-}
 
 
 @dataclass(frozen=True)
@@ -160,12 +155,9 @@ def log_mel_spectrogram(audio, n_mels: int = 80, padding: int = 0, device: str |
 
 
 def _checked(engine: AsrEngine, mel: torch.Tensor, options: DecodingOptions) -> torch.Tensor:
-    """``mel`` as [rows, mels, frames], or a one-line ValueError; the options this package does not offer refused."""
+    """``mel`` as [rows, mels, frames], or a one-line ValueError (the option combinations openai-whisper refuses)."""
     import torch
 
-    from specwhisper.pipeline.faster_whisper import peer_options
-
-    peer_options({name: getattr(options, name) for name in ONLY_DEFAULT}, "openai-whisper", "0", ONLY_DEFAULT, ())
     if options.task not in ("transcribe", "translate"):
         raise ValueError(f"task: transcribe or translate, got {options.task!r}")
     if options.beam_size is not None and options.best_of is not None:
@@ -232,11 +224,15 @@ def decode(engine: AsrEngine, mel, options: DecodingOptions) -> list[DecodingRes
         _, found = _languages(engine, enc)
         languages, probs = [next(iter(p)) for p in found], found
     context = options.prompt if isinstance(options.prompt, list) else engine.context_of(options.prompt)
+    # the prefix as openai-whisper cuts it: its last n_ctx // 2 - sample_len tokens ([-0:] keeps them all, as there)
+    forced = options.prefix if isinstance(options.prefix, list) else engine.context_of(options.prefix)
+    half = engine.bundle.model.config.max_target_positions // 2
+    forced = list(forced)[-(half - (options.sample_len or half)):]
     results: list[DecodingResult | None] = [None] * rows
     for language in dict.fromkeys(languages):  # one prompt per language, its rows decoded together
         picked = [i for i in range(rows) if languages[i] == language]
         prompt = engine.special.prompt(language if engine.special.multilingual else None, options.task,
-                                       not options.without_timestamps, context)
+                                       not options.without_timestamps, context) + forced
         attempts = engine.decode_windows(enc[picked], features[picked], prompt, opts)
         for i, a in zip(picked, attempts):
             text = engine.text_of(a.seq.tokens).strip()

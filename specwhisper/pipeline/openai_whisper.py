@@ -33,11 +33,11 @@ from specwhisper.pipeline.writers import format_timestamp, render
 from specwhisper.pipeline.faster_whisper import peer_load, peer_options, temperature_options
 from specwhisper.results.transcript import Transcript, segments_to_dicts
 
-# openai-whisper's transcribe arguments that only take their default here: name -> (default, why); the
-# DecodingOptions among them are ``decode``'s (``openai_decoding.ONLY_DEFAULT``)
+# openai-whisper's transcribe arguments that only take their default here: name -> (default, why)
 ONLY_DEFAULT = {
-    **openai_decoding.ONLY_DEFAULT,
     "prompt": (None, "give the text before the first window as initial_prompt"),
+    "prefix": (None, "openai-whisper's transcribe forces it on every window and leaves it out of the text; specwhisper's "
+                     "prefix starts a file's transcript, as faster-whisper's does (decode takes openai-whisper's)"),
 }
 RENAMED = {"sample_len": "max_new_tokens"}
 PASSED = ("language", "task", "best_of", "beam_size", "length_penalty", "without_timestamps",

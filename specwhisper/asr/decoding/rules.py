@@ -34,13 +34,16 @@ class WhisperLogitRules:
         repetition_penalty: float = 1.0,
         no_repeat_ngram_size: int = 0,
         suppress_blank: bool = True,
+        lead_is_text: bool = True,
     ):
         """``repetition_penalty``, ``no_repeat_ngram_size``: faster-whisper's (CTranslate2's) penalties on
         the tokens sampled so far in the decode (its prompt excluded, timestamps included): each such
         token's logit is divided by the penalty when positive, multiplied when negative; a token that
         would complete an n-gram already sampled is not written. 1.0 and 0: off. ``suppress_blank``: the
         ``begin_suppress_tokens`` (a blank and end-of-text) are not a decode's first token (openai-whisper's
-        SuppressBlank); ``max_initial_timestamp_index``: nor a timestamp past this one (None: any)."""
+        SuppressBlank); ``max_initial_timestamp_index``: nor a timestamp past this one (None: any).
+        ``lead_is_text``: tokens after a prompt's SOT sequence are read as text Whisper wrote (faster-whisper's
+        prefix, :meth:`for_prompt`); False: as prompt, sampling starts after them (openai-whisper's ``decode``)."""
         self.sp = special
         self.timestamps = timestamps
         self.max_initial = max_initial_timestamp_index
@@ -51,7 +54,7 @@ class WhisperLogitRules:
                               begin_suppress_tokens=tuple(begin_suppress_tokens), timestamps=timestamps,
                               max_initial_timestamp_index=max_initial_timestamp_index,
                               repetition_penalty=self.repetition_penalty, no_repeat_ngram_size=self.no_repeat_ngram_size,
-                              suppress_blank=suppress_blank)
+                              suppress_blank=suppress_blank, lead_is_text=lead_is_text)
         self._variants: dict[tuple, WhisperLogitRules] = {}
         self.lead: tuple[int, ...] = ()  # tokens before every prefix (``for_prompt``: a forced prefix)
         self._leads: dict[tuple[int, ...], WhisperLogitRules] = {}
@@ -79,7 +82,7 @@ class WhisperLogitRules:
         rules = self
         if self.timestamps and sot_sequence and sot_sequence[-1] == self.sp.no_timestamps:
             rules = self._variant(timestamps=False)
-        return rules._led(tuple(lead)) if lead else rules
+        return rules._led(tuple(lead)) if lead and self._settings["lead_is_text"] else rules
 
     def _led(self, lead: tuple[int, ...]) -> WhisperLogitRules:
         """These rules with ``lead`` before every prefix they read (made once per lead; no variant is made of
@@ -118,6 +121,10 @@ class WhisperLogitRules:
     def with_suppressed(self, suppress_tokens: list[int]) -> WhisperLogitRules:
         """These rules with ``suppress_tokens`` never written instead of theirs (a call's ``suppress_tokens``)."""
         return self._variant(suppress_tokens=tuple(sorted(set(suppress_tokens))))
+
+    def with_prompt_lead(self) -> WhisperLogitRules:
+        """These rules reading the tokens after a prompt's SOT sequence as prompt (openai-whisper's ``prefix``)."""
+        return self._variant(lead_is_text=False)
 
     def with_start(self, suppress_blank: bool = True, max_initial_timestamp: float | None = 1.0) -> WhisperLogitRules:
         """These rules with their first token's limits set so (openai-whisper's ``suppress_blank`` and
