@@ -164,11 +164,11 @@ def test_carry_initial_prompt_opens_every_windows_prompt(model, manifest, monkey
             assert all((c[: len(initial)] == initial) == carry for c in contexts[1:]), (carry, how, contexts)
 
 
-def test_decoding_options_it_does_not_offer_and_bad_windows_are_one_line_errors(model, jfk):
+def test_bad_decoding_options_and_windows_are_one_line_errors(model, jfk):
     import specwhisper as ours
 
     mel = ours.log_mel_spectrogram(ours.pad_or_trim(ours.load_audio(str(jfk.path))))
-    for bad, words in [(dict(sample_len=0), "max new tokens"),
+    for bad, words in [(dict(sample_len=0), "max new tokens"), (dict(prompt="ab " * 300, prefix="ab " * 300), "prompt and prefix"),
                        (dict(language="Klingon"), "unknown language 'Klingon'"),
                        (dict(best_of=2), "best_of"), (dict(beam_size=2, best_of=2), "beam_size")]:
         with pytest.raises(ValueError, match=words) as error:

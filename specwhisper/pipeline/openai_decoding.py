@@ -36,7 +36,6 @@ N_SAMPLES = 30 * SAMPLE_RATE  # a window's samples
 N_FRAMES = 3000  # a window's log-mel frames
 
 
-
 @dataclass(frozen=True)
 class DecodingOptions:
     """openai-whisper's ``DecodingOptions``, its fields and defaults (``fp16``: taken and not needed: the dtype
@@ -233,6 +232,8 @@ def decode(engine: AsrEngine, mel, options: DecodingOptions) -> list[DecodingRes
         picked = [i for i in range(rows) if languages[i] == language]
         prompt = engine.special.prompt(language if engine.special.multilingual else None, options.task,
                                        not options.without_timestamps, context) + forced
+        if len(prompt) >= 2 * half - 1:
+            raise ValueError(f"prompt and prefix: {len(prompt)} tokens with the start tokens; the decoder holds {2 * half}")
         attempts = engine.decode_windows(enc[picked], features[picked], prompt, opts)
         for i, a in zip(picked, attempts):
             text = engine.text_of(a.seq.tokens).strip()
