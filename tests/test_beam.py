@@ -172,6 +172,26 @@ def test_length_penalty_ranks_as_openai_whispers_ranker(base_engine, encoded, pr
     assert picked[0.0] != picked[2.0]  # the penalty changes what is chosen here
 
 
+@pytest.mark.parametrize("clip", ["openai-whisper/jfk.flac", "cuttledoc-fleurs/fleurs-en-001.ogg"])
+def test_faster_whispers_length_penalty_picks_the_beams_it_picks(faster_whisper_base, eval_root, clip):
+    """faster-whisper's ``length_penalty`` (CTranslate2's ranking: the log-probability over length ** penalty; our
+    ``length_exponent``) through our faster-whisper interface: its text on the same weights, beams of 5, at 0,
+    0.5, 1 and 2; on both clips a lower one picks a shorter candidate (a comma fewer) than 1 does."""
+    from specwhisper.audio.loading import load_audio
+    from specwhisper.pipeline.faster_whisper import WhisperModel
+
+    audio = load_audio(eval_root / clip)
+    ours = WhisperModel("base", device="cpu")
+    texts = {}
+    for penalty in (0.0, 0.5, 1.0, 2.0):
+        args = dict(language="en", beam_size=5, temperature=0.0, condition_on_previous_text=False, length_penalty=penalty)
+        got = " ".join(s.text.strip() for s in ours.transcribe(audio, **args)[0])
+        want = " ".join(s.text.strip() for s in faster_whisper_base.transcribe(audio, **args)[0])
+        assert got == want, penalty
+        texts[penalty] = got
+    assert texts[0.0].count(",") < texts[1.0].count(","), texts
+
+
 def test_length_penalty_is_an_option_of_every_way_in(base_engine):
     from specwhisper.pipeline.options import run_options
     from specwhisper.serving.cli.args import parse_args
@@ -181,6 +201,9 @@ def test_length_penalty_is_an_option_of_every_way_in(base_engine):
     assert parse_args(["x.wav", "--length_penalty", "1.0"]).length_penalty == 1.0  # openai-whisper's spelling
     with pytest.raises(ValueError, match="length penalty must be between 0 and 10"):
         run_options({"length_penalty": -1.0})
+    assert run_options({"length_exponent": 0.5}).decode.quality.length_exponent == 0.5
+    with pytest.raises(ValueError, match="a length penalty .* or a length exponent .*, not both"):
+        run_options({"length_penalty": 0.6, "length_exponent": 0.5})
 
 
 def test_beams_share_their_rows_cross_attention_to_the_bit(base_engine, encoded, prompt, alone, monkeypatch):

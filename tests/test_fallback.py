@@ -584,7 +584,8 @@ def test_best_of_samples_are_ranked_as_openai_whispers_ranker(tiny_engine, manif
     clips, feats, enc, prompt = _two_chunks(tiny_engine, manifest)
     rules = _PassingFrom04(best_of=5, length_penalty=penalty)
     ranked, likelihood = [], fallback._likelihood
-    monkeypatch.setattr(fallback, "_likelihood", lambda seq, p=None: ranked.append((seq, p)) or likelihood(seq, p))
+    monkeypatch.setattr(fallback, "_likelihood",
+                        lambda seq, rules: ranked.append((seq, rules.length_penalty)) or likelihood(seq, rules))
     sampler = SamplingDecoder(tiny_engine.runtime, tiny_engine.special, tiny_engine.rules)
     attempts = decode_with_fallback(tiny_engine.decoder, lambda: sampler, enc, prompt, feats, rules, tiny_engine.text_of,
                                     DecodeStats(), seconds=[c.duration for c in clips], keys=[101, 202])

@@ -62,7 +62,7 @@ def test_the_fields_of_faster_whispers_own_dataclasses():
 def test_what_it_does_not_offer_is_refused_in_one_line(models, eval_root):
     ours, _ = models
     path = str(eval_root / "openai-whisper/jfk.flac")
-    for arguments, message in [(dict(length_penalty=2.0), "length_penalty: only faster-whisper's default (1)"),
+    for arguments, message in [(dict(length_penalty=-2.0), "length_exponent: must be between 0 and 10, got -2"),
                                (dict(max_initial_timestamp=-1.0), "max_initial_timestamp: must be between 0 and 30"),
                                (dict(beam_size=5, made_up=1), "made_up is not one of faster-whisper's arguments"),
                                (dict(temperature=[0.0, 0.5, 0.6]), "temperature: a list must rise in equal steps"),

@@ -130,7 +130,7 @@ def test_the_diarization_frame_scores_against_the_rttm():
 
 @pytest.mark.parametrize("call,fragment", [
     (lambda: whisperx.load_model("base", "cpu", asr_options={"prefix": "And so"}), "prefix only at WhisperX's default"),
-    (lambda: whisperx.load_model("base", "cpu", asr_options={"length_penalty": 2}), "length_penalty"),
+    (lambda: whisperx.load_model("base", "cpu", asr_options={"length_penalty": -1}), "length_exponent: must be between 0 and 10"),
     (lambda: whisperx.load_model("base", "cpu", asr_options={"beams": 2}), "'beams' is not one of WhisperX's"),
     (lambda: whisperx.load_model("base", "cpu", vad_options={"vad_offset": 0.2}), "vad_offset only"),
     (lambda: whisperx.load_model("base", "cpu", vad_method="webrtc"), "vad_method: one of pyannote, silero"),

@@ -231,7 +231,7 @@ class AsrEngine:
         from specwhisper.asr.decoding.beam import BeamSearchDecoder
 
         return BeamSearchDecoder(self.runtime, self.special, decoder.rules, opts.beam_size, opts.patience,
-                                 opts.quality.length_penalty).with_cap(decoder.max_new_tokens)
+                                 opts.quality.length_penalty, opts.quality.length_exponent).with_cap(decoder.max_new_tokens)
 
     def _sampler(self, decoder: Decoder | None = None) -> SamplingDecoder:
         """A sampler for the fallback with the rules and token cap of ``decoder`` (the run's; None: the

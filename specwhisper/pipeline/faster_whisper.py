@@ -12,8 +12,9 @@ package by changing its import::
 ``transcribe`` takes faster-whisper's arguments with faster-whisper's defaults (beam search of 5, each
 window after the text of the one before), so a program gets the decoding it asked for; the speculative
 drafters pay in greedy decoding (``beam_size=1``), chunks decoded side by side in batches
-(``condition_on_previous_text=False``). An argument whose faster-whisper value this package does not
-offer (a ``length_penalty`` other than 1) is a one-line ValueError, never ignored. The
+(``condition_on_previous_text=False``). ``length_penalty`` ranks beams as CTranslate2 does (the
+log-probability over length ** penalty: our ``length_exponent``); an argument faster-whisper does not have is
+a one-line ValueError, never ignored. The
 segments are faster-whisper's fields (``id``, ``seek``, ``start``, ``end``, ``text``, ``tokens``,
 ``avg_logprob``, ``compression_ratio``, ``no_speech_prob``, ``words``, ``temperature``); ``info`` is its
 ``TranscriptionInfo`` (the language detected first when none is given, as faster-whisper does).
@@ -42,12 +43,10 @@ COMPUTE_TYPES = {"default": ("auto", False), "auto": ("auto", False), "float32":
                  "float16": ("float16", False), "bfloat16": ("bfloat16", False), "int8": ("auto", True),
                  "int8_float32": ("float32", True)}
 # faster-whisper's arguments that only take their default here: name -> (default, why)
-ONLY_DEFAULT = {
-    "length_penalty": (1, "beams are ranked by log-probability over length; CTranslate2's length ** penalty is not "
-                          "offered (openai-whisper's Google NMT penalty is: specwhisper.load_model)"),
-}
+ONLY_DEFAULT: dict[str, tuple[Any, str]] = {}
 # faster-whisper's name -> ours, where they differ
-RENAMED = {"log_prob_threshold": "logprob_threshold", "language_detection_threshold": "language_threshold"}
+RENAMED = {"log_prob_threshold": "logprob_threshold", "language_detection_threshold": "language_threshold",
+           "length_penalty": "length_exponent"}  # CTranslate2's length ** penalty
 # max_new_tokens as faster-whisper documents it, the most tokens a window writes (CTranslate2 itself stops at
 # half of the prompt and max_new_tokens: 21 tokens for 40 after a 3-token prompt, measured)
 PASSED = ("batch_size", "language", "task", "best_of", "patience", "repetition_penalty", "no_repeat_ngram_size",

@@ -263,6 +263,9 @@ OPTIONS: tuple[Option, ...] = (
            "((5 + length) / 6) ** this (Google NMT's; 0: the plain log-probability, higher favours longer texts); "
            "default: over their length (openai-whisper's length_penalty)", group="quality", nullable=True,
            low=0.0, high=10.0),
+    Option("length_exponent", float, 1.0, "without --length-penalty, the ranking of beams and best-of samples: their "
+           "log-probability over length ** this (faster-whisper's and WhisperX's length_penalty, as CTranslate2 ranks; "
+           "1: over the length; 0: the plain log-probability)", group="quality", low=0.0, high=10.0),
     Option("repetition_penalty", float, 1.0, "the score of every token already written in a window is divided by this "
            "(multiplied, when it is negative): above 1, Whisper is less inclined to repeat itself, below 1 more "
            "(faster-whisper's repetition_penalty, as CTranslate2 applies it; 1: off)", group="quality", low=0.0,
@@ -391,7 +394,7 @@ def run_options(values: dict[str, Any]):
     quality = QualityRules(temperatures=temperature_schedule(v["temperature"], v["temperature_increment_on_fallback"]),
                            compression_ratio_threshold=v["compression_ratio_threshold"],
                            logprob_threshold=v["logprob_threshold"], no_speech_threshold=v["no_speech_threshold"],
-                           best_of=v["best_of"], length_penalty=v["length_penalty"])
+                           best_of=v["best_of"], length_penalty=v["length_penalty"], length_exponent=v["length_exponent"])
     known = known_speaker_pairs(v["known_speakers"])
     diarize = v["diarize"] or bool(known) or v["speaker_embeddings"]
     word_ts = diarize if v["word_timestamps"] is None else v["word_timestamps"]

@@ -21,8 +21,8 @@ word (``align_text``), one segment per sentence as WhisperX splits them; a word'
 probability under the model. ``DiarizationPipeline`` is this package's diarizer (``model_name`` None: the
 embedded offline pipeline; a pyannote id or folder otherwise) and answers WhisperX's DataFrame.
 ``assign_word_speakers`` is WhisperX's rule: the speaker whose turns overlap a segment or word longest.
-WhisperX's options that only its CTranslate2 call reads and this package does not offer (a ``prefix``, a
-``length_penalty`` other than 1, ...) are refused in one line; those WhisperX's batched pipeline reads
+WhisperX's options that only its CTranslate2 call reads and this package does not offer (a ``prefix``, ...)
+are refused in one line (``length_penalty`` is CTranslate2's: our ``length_exponent``); those WhisperX's batched pipeline reads
 nowhere (``temperatures``, the thresholds, ...) are taken and unused, as there.
 """
 
@@ -38,6 +38,7 @@ from specwhisper.audio.loading import SAMPLE_RATE
 from specwhisper.pipeline.openai_decoding import load_audio  # WhisperX's is openai-whisper's
 from specwhisper.pipeline.api import Transcriber
 from specwhisper.pipeline.faster_whisper import peer_load, suppress_spec
+from specwhisper.pipeline.options import check_values
 
 # WhisperX's asr_options its batched decoding reads: ours by the same names (LOAD_READ: chosen when the model loads)
 READ = ("beam_size", "patience", "repetition_penalty", "no_repeat_ngram_size", "initial_prompt", "hotwords",
@@ -45,7 +46,6 @@ READ = ("beam_size", "patience", "repetition_penalty", "no_repeat_ngram_size", "
 LOAD_READ = ("suppress_numerals",)
 # read by WhisperX, at their default only here: name -> (default, why)
 ONLY_DEFAULT = {
-    "length_penalty": (1, "beams are ranked by log-probability over length (CTranslate2's length ** penalty is not offered)"),
     "prefix": (None, "WhisperX forces it on every chunk; specwhisper's prefix starts a file's transcript, as "
                      "faster-whisper's does"),
     "without_timestamps": (True, "WhisperX's batched windows decode without timestamp tokens"),
@@ -132,7 +132,9 @@ def _asr_options(given: dict) -> tuple[dict, dict]:
                            "word_timestamps": False, "beam_size": 5}
     at_load: dict[str, Any] = {}
     for name, value in given.items():
-        if name in READ:
+        if name == "length_penalty":  # CTranslate2's: the log-probability over length ** penalty
+            run["length_exponent"] = value
+        elif name in READ:
             run[name] = suppress_spec(value) if name == "suppress_tokens" else value
         elif name in LOAD_READ:
             at_load[name] = value
@@ -144,6 +146,7 @@ def _asr_options(given: dict) -> tuple[dict, dict]:
             raise ValueError(f"asr_options: {str(name)[:40]!r} is not one of WhisperX's")
     if run["beam_size"] == 1:
         run["beam_size"] = None  # greedy: where a drafter runs
+    check_values(run, "api")  # a value out of range: one line when the model loads, not at its first file
     return run, at_load
 
 

@@ -34,11 +34,11 @@ class BeamSearchDecoder(Decoder):
 
     def __init__(
         self, runtime: WhisperDecoderRuntime, special: SpecialTokens, rules: WhisperLogitRules,
-        beam_size: int = 5, patience: float = 1.0, length_penalty: float | None = None,
+        beam_size: int = 5, patience: float = 1.0, length_penalty: float | None = None, length_exponent: float = 1.0,
     ):
         super().__init__(runtime, special, rules)
         self.beam_size = beam_size
-        self.length_penalty = length_penalty
+        self.length_penalty, self.length_exponent = length_penalty, length_exponent
         self.max_candidates = round(beam_size * patience)  # openai's rule
         if beam_size < 1 or self.max_candidates < 1:
             raise ValueError(f"invalid beam size ({beam_size}) or patience ({patience})")
@@ -144,5 +144,5 @@ class BeamSearchDecoder(Decoder):
               no_speech_prob: float) -> SequenceResult:
         """openai's ``MaximumLikelihoodRanker``: the best ``length_normalized`` score, the length without
         end-of-text (the first of equals, as openai's ``argmax``)."""
-        seq = max(finished, key=lambda s: length_normalized(finished[s], len(s) - 1, self.length_penalty))
+        seq = max(finished, key=lambda s: length_normalized(finished[s], len(s) - 1, self.length_penalty, self.length_exponent))
         return SequenceResult(list(seq[:-1]), finished[seq], no_speech_prob, hit_max_length=seq in cut, capped=seq in capped)

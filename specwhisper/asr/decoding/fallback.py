@@ -38,10 +38,11 @@ from specwhisper.hardware.device import on_device
 from specwhisper.results.stats import DecodeStats
 
 
-def _likelihood(seq: SequenceResult, length_penalty: float | None = None) -> tuple[bool, float]:
+def _likelihood(seq: SequenceResult, rules: QualityRules) -> tuple[bool, float]:
     """openai's ranking of best-of candidates (``length_normalized``); a draw stopped at its cap only
     wins when every draw was."""
-    return not seq.hit_max_length, length_normalized(seq.sum_logprob, len(seq.tokens), length_penalty)
+    return not seq.hit_max_length, length_normalized(seq.sum_logprob, len(seq.tokens), rules.length_penalty,
+                                                     rules.length_exponent)
 
 
 def _final(attempts: list[Attempt], rules: QualityRules) -> Attempt:
@@ -179,7 +180,7 @@ def sample_again(
     def then(unit: Draws, sequences: list[SequenceResult]) -> Draws | None:
         if report is not None:
             report()
-        best = max(sequences, key=lambda seq: _likelihood(seq, rules.length_penalty))
+        best = max(sequences, key=lambda seq: _likelihood(seq, rules))
         attempt = Attempt.of(best, unit.temperature, text_of(best.tokens))
         if not ahead:
             history[unit.row].append(attempt)

@@ -30,13 +30,15 @@ def temperature_schedule(first: float = 0.0, increment: float | None = 0.2) -> t
     return tuple(round(first + k * increment, 6) for k in range(steps + 1))
 
 
-def length_normalized(sum_logprob: float, length: int, length_penalty: float | None = None) -> float:
+def length_normalized(sum_logprob: float, length: int, length_penalty: float | None = None,
+                      length_exponent: float = 1.0) -> float:
     """openai-whisper's ``MaximumLikelihoodRanker`` score of a candidate of ``length`` tokens (end-of-text
     not counted): its log-probability over its length, or, with a ``length_penalty``, over Google NMT's
     ``((5 + length) / 6) ** length_penalty`` (0: the plain log-probability; the higher, the more a long
-    candidate is favoured)."""
+    candidate is favoured). Without one, over ``length ** length_exponent`` (CTranslate2's ranking, faster-
+    whisper's ``length_penalty``; 1: openai-whisper's)."""
     if length_penalty is None:
-        return sum_logprob / max(length, 1)  # openai's divides by zero for an empty candidate
+        return sum_logprob / max(length, 1) ** length_exponent  # openai's divides by zero for an empty candidate
     return sum_logprob / ((5 + length) / 6) ** length_penalty
 
 
@@ -136,6 +138,7 @@ class QualityRules:
     best_of: int = 5
     sample_tokens_per_s: float | None = 12.0  # a sample's cap per second of audio; None: Whisper's 448
     length_penalty: float | None = None  # the ranking of beams and best-of samples (``length_normalized``)
+    length_exponent: float = 1.0  # without a length_penalty, that ranking's power of the length (CTranslate2's)
 
     def sample_limit(self, seconds: float) -> int | None:
         """The most tokens a sample of ``seconds`` of audio may write."""
@@ -160,6 +163,11 @@ class QualityRules:
             raise ValueError(f"sample tokens per second must be > 0, got {self.sample_tokens_per_s}")
         if self.length_penalty is not None and not 0.0 <= self.length_penalty <= 10.0:
             raise ValueError(f"length penalty must be between 0 and 10, got {self.length_penalty}")
+        if not 0.0 <= self.length_exponent <= 10.0:
+            raise ValueError(f"length exponent must be between 0 and 10, got {self.length_exponent}")
+        if self.length_penalty is not None and self.length_exponent != 1.0:
+            raise ValueError("give one ranking of beams: a length penalty (openai-whisper's) or a length exponent "
+                             "(faster-whisper's length_penalty), not both")
 
     def is_silence(self, seq: SequenceResult, vad_speech: bool = True, stock: bool = False) -> bool:
         """openai's rule: Whisper's no-speech probability is high and the text unlikely. For audio the
