@@ -44,6 +44,7 @@ from specwhisper.pipeline.options import check_values
 READ = ("beam_size", "patience", "repetition_penalty", "no_repeat_ngram_size", "initial_prompt", "hotwords",
         "suppress_tokens", "suppress_blank")
 LOAD_READ = ("suppress_numerals",)
+RENAMED = {"length_penalty": "length_exponent"}  # CTranslate2's: the log-probability over length ** penalty
 # read by WhisperX, at their default only here: name -> (default, why)
 ONLY_DEFAULT = {
     "prefix": (None, "WhisperX forces it on every chunk; specwhisper's prefix starts a file's transcript, as "
@@ -132,10 +133,8 @@ def _asr_options(given: dict) -> tuple[dict, dict]:
                            "word_timestamps": False, "beam_size": 5}
     at_load: dict[str, Any] = {}
     for name, value in given.items():
-        if name == "length_penalty":  # CTranslate2's: the log-probability over length ** penalty
-            run["length_exponent"] = value
-        elif name in READ:
-            run[name] = suppress_spec(value) if name == "suppress_tokens" else value
+        if name in READ or name in RENAMED:
+            run[RENAMED.get(name, name)] = suppress_spec(value) if name == "suppress_tokens" else value
         elif name in LOAD_READ:
             at_load[name] = value
         elif name in ONLY_DEFAULT:

@@ -80,7 +80,8 @@ def _dtw(x: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
 
 @dataclass
 class WordTokens:
-    """A word's text and tokens; ``core``: the slice of its tokens it is dated and scored by (None: all of them)."""
+    """A word's text and tokens (dated by all of them); ``core``: the slice of its tokens its probability is the
+    mean over (None: all of them), without the punctuation marks joined to it."""
 
     text: str
     tokens: list[int]
