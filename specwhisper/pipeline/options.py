@@ -144,7 +144,7 @@ NOT_HTTP_SUPPRESS_TOKENS = {"http": TOKENS_WHERE, "ui": TOKENS_WHERE}
 OPTIONS: tuple[Option, ...] = (
     # ---------------------------------------------------------------- models (what loads)
     Option("model", str, "base", "Whisper model: the embedded 'base' or 'tiny.en', an openai or distil-whisper name "
-           "(large-v3, large-v3-turbo, medium.en, distil-large-v3, ...: its Hugging Face id), a Hugging Face id or a local folder; MODEL:int8 runs its decoder products in int8 on the "
+           "(large-v3, large-v3-turbo, medium.en, distil-large-v3, ...: its Hugging Face id), a Hugging Face id or a local folder (faster-whisper's CTranslate2 ones too); MODEL:int8 runs its decoder products in int8 on the "
            "CPU. Servers offer the models their deployment lists", scope="load", group="models", flags=("-m", "--model")),
     Option("draft", str, "auto", "speculative drafter: auto (measured per batch size: a drafter runs only where it "
            "beats plain decoding), none (the target alone), ngram (prompt lookup), early-exit[:k] (the target's first k "

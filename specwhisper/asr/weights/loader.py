@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import hashlib
 import importlib.util
+import json
 import os
 import shutil
 from dataclasses import dataclass
@@ -54,12 +56,27 @@ EMBEDDED_MODELS = {
 # Hugging Face ids. The embedded names above come first: ``base`` and ``tiny.en`` are those checkpoints, converted.
 SHORT_NAMES = {
     **{n: f"openai/whisper-{n}" for n in ("tiny", "tiny.en", "base", "base.en", "small", "small.en", "medium", "medium.en",
-                                           "large-v1", "large-v2", "large-v3", "large-v3-turbo")},
+                                           "large-v2", "large-v3", "large-v3-turbo")},
+    "large-v1": "openai/whisper-large",  # the first large checkpoint kept the plain name on the hub
     "large": "openai/whisper-large-v3",
     "turbo": "openai/whisper-large-v3-turbo",
     **{n: f"distil-whisper/{n}" for n in ("distil-large-v3.5", "distil-large-v3", "distil-large-v2", "distil-medium.en",
                                            "distil-small.en")},
 }
+# faster-whisper's names -> its CTranslate2 repositories (faster_whisper.utils._MODELS): the same checkpoints in
+# float16, so a user who ran faster-whisper has them in the hub cache already and loads them offline.
+FASTER_WHISPER_IDS = {
+    **{n: f"Systran/faster-whisper-{n}" for n in ("tiny", "tiny.en", "base", "base.en", "small", "small.en", "medium",
+                                                  "medium.en", "large-v1", "large-v2", "large-v3")},
+    "large": "Systran/faster-whisper-large-v3",
+    **{n: f"Systran/faster-{n.replace('distil-', 'distil-whisper-')}" for n in ("distil-large-v3", "distil-large-v2",
+                                                                             "distil-medium.en", "distil-small.en")},
+    "distil-large-v3.5": "distil-whisper/distil-large-v3.5-ct2",
+    "large-v3-turbo": "mobiuslabsgmbh/faster-whisper-large-v3-turbo",
+    "turbo": "mobiuslabsgmbh/faster-whisper-large-v3-turbo",
+}
+# a Hugging Face id -> the CTranslate2 repository holding the same weights (its faster-whisper twin)
+CT2_TWINS = {SHORT_NAMES[n]: repo for n, repo in FASTER_WHISPER_IDS.items()}
 # The distil-whisper drafters of a target, best first: the target's tokenizer and, distilled with the
 # encoder frozen, its encoder (so its output is reused), 2 decoder layers (distil-medium.en and
 # distil-small.en: 2 of 24, 2 of 12). English only. large-v3-turbo has none (its decoder is 4 layers).
@@ -163,7 +180,8 @@ def check_int8(name: str, device: str, dtype: torch.dtype) -> None:
 
 def resolve_model_path(name: str, cache_dir: Path | None = None) -> str:
     """Embedded name -> converted folder; a short name (``large-v3``) -> its hub id; anything else is an
-    HF id or a local folder."""
+    HF id or a local folder (transformers' or CTranslate2's: ``local_folder`` converts the latter). An id in the
+    local hub cache, or its faster-whisper twin there, -> that folder."""
     if name in EMBEDDED_MODELS:
         return str(ensure_embedded(name, cache_dir))
     if name in SHORT_NAMES and not Path(name).exists():
@@ -179,17 +197,54 @@ def resolve_model_path(name: str, cache_dir: Path | None = None) -> str:
 
 
 def cached_hub_snapshot(name: str) -> str | None:
-    """The local hub cache's folder of ``name`` when it holds the weights, else None. Loading that folder
-    needs no network: given the id instead, transformers asks the hub first and, with no network,
-    retried for minutes (a user measured 364 s and 70 retries) before it fell back to this very copy."""
+    """The local hub cache's folder of ``name`` when it holds the weights, else that of its faster-whisper twin
+    (``CT2_TWINS``: the same weights as a CTranslate2 folder), else None. Loading that folder needs no
+    network: given the id instead, transformers asks the hub first and, with no network, retried for
+    minutes (a user measured 364 s and 70 retries) before it fell back to this very copy."""
     from huggingface_hub import snapshot_download
     from huggingface_hub.errors import LocalEntryNotFoundError
 
+    for repo in (name, CT2_TWINS.get(name)):
+        try:
+            folder = Path(snapshot_download(repo, local_files_only=True)) if repo else None
+        except (LocalEntryNotFoundError, ValueError, OSError):
+            continue
+        if folder is not None and (any((folder / f).exists() for f in WEIGHT_FILES) or is_ct2_folder(folder)):
+            return str(folder)
+    return None
+
+
+def is_ct2_folder(folder: Path) -> bool:
+    """A CTranslate2 model folder (faster-whisper's format: ``model.bin`` beside a ``config.json`` that is not
+    transformers')."""
+    if not (folder / "model.bin").is_file() or any((folder / f).exists() for f in WEIGHT_FILES):
+        return False
     try:
-        folder = Path(snapshot_download(name, local_files_only=True))
-    except (LocalEntryNotFoundError, ValueError, OSError):
-        return None
-    return str(folder) if any((folder / f).exists() for f in WEIGHT_FILES) else None
+        return "model_type" not in json.loads((folder / "config.json").read_text())
+    except (OSError, ValueError):
+        return False
+
+
+def ct2_converted(folder: Path, cache_dir: Path | None = None) -> Path:
+    """A CTranslate2 Whisper folder as a transformers folder, converted once into the cache in the float type
+    it stores (float16 stays float16; int8 rows become float32). The cache key follows the weights' path,
+    size and time, so a replaced model is converted again."""
+    if not (folder / "tokenizer.json").is_file():
+        raise ModelError(f"{folder}: a CTranslate2 model without tokenizer.json (copy the one of the model it was "
+                         f"converted from beside model.bin)")
+    weights = folder / "model.bin"
+    stat = weights.stat()
+    key = hashlib.sha256(f"{weights.resolve()}:{stat.st_size}:{stat.st_mtime_ns}".encode()).hexdigest()[:16]
+    label = folder.parent.parent.name.split("--")[-1] if folder.parent.name == "snapshots" else folder.name
+    out = (cache_dir or default_cache_dir()) / "models" / f"{label}-{key}-ct2conv{CONVERTER_VERSION}"
+    if (out / "config.json").exists():
+        return out
+    out.parent.mkdir(parents=True, exist_ok=True)
+    try:
+        return convert_ct2_whisper([weights], folder, out, dtype=None)
+    except (OSError, ValueError, KeyError) as exc:  # CT2FormatError is a ValueError
+        first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        raise ModelError(f"cannot convert the CTranslate2 model in {folder}: {first}") from exc
 
 
 def _check_hub_model(name: str, timeout: float = 10.0) -> None:
@@ -227,17 +282,21 @@ class WhisperBundle:
 HUB_FILES = ("*.json", "*.txt", "*.tiktoken", "*.safetensors")
 
 
-def local_folder(path: str) -> Path:
-    """``path`` itself when it is a folder, else the hub's files of that id (config, tokenizer, weights:
-    safetensors, or the .bin files of a checkpoint that has none), fetched once into the hub cache."""
+def local_folder(path: str, cache_dir: Path | None = None) -> Path:
+    """The transformers folder of ``path``: the folder itself, or the hub's files of that id (config,
+    tokenizer, weights: safetensors, else the .bin files of a checkpoint that has none, else a CTranslate2
+    ``model.bin``), fetched once into the hub cache; a CTranslate2 folder converted (``ct2_converted``)."""
     if Path(path).is_dir():
-        return Path(path)
-    from huggingface_hub import snapshot_download
+        folder = Path(path)
+    else:
+        from huggingface_hub import snapshot_download
 
-    folder = Path(snapshot_download(path, allow_patterns=list(HUB_FILES)))
-    if not any((folder / f).exists() for f in WEIGHT_FILES):
-        folder = Path(snapshot_download(path, allow_patterns=[*HUB_FILES, "pytorch_model*.bin"]))
-    return folder
+        folder = Path(snapshot_download(path, allow_patterns=list(HUB_FILES)))
+        for more in (["pytorch_model*.bin"], ["model.bin", "vocabulary.*"]):
+            if any((folder / f).exists() for f in WEIGHT_FILES) or is_ct2_folder(folder):
+                break
+            folder = Path(snapshot_download(path, allow_patterns=[*HUB_FILES, *more]))
+    return ct2_converted(folder, cache_dir) if is_ct2_folder(folder) else folder
 
 
 def generation_config_of(folder: Path, config: WhisperConfig) -> GenerationConfig:
@@ -259,7 +318,7 @@ def load_whisper(
     check_int8(name, device, dtype)
     path = resolve_model_path(source, cache_dir)
     try:
-        folder = local_folder(path)
+        folder = local_folder(path, cache_dir)
         config = WhisperConfig.from_pretrained(folder)
         tokenizer = WhisperTokenizer.from_pretrained(folder)
         feature_extractor = WhisperFeatureExtractor.from_pretrained(folder)

@@ -17,13 +17,11 @@ none (the usual repository: ``handler.py`` and ``requirements.txt`` only) keeps 
 
 from __future__ import annotations
 
-import hashlib
 import json
 from dataclasses import dataclass, replace
 from pathlib import Path
 
-from specwhisper.asr.weights.convert import convert_ct2_whisper
-from specwhisper.asr.weights.loader import WEIGHT_FILES, ModelError, default_cache_dir
+from specwhisper.asr.weights.loader import WEIGHT_FILES, ct2_converted, is_ct2_folder
 from specwhisper.serving.service import ServiceSettings
 
 DRAFTER_DIR, DIARIZATION_DIR, POSTEDIT_DIR = "drafter", "diarization", "postedit"
@@ -46,22 +44,6 @@ def _config(folder: Path) -> dict:
         return {}
 
 
-def _ct2_converted(folder: Path, cache_dir: Path | None) -> str:
-    """A CTranslate2 Whisper folder converted to transformers once; the cache key follows the weights'
-    path, size and time, so a replaced model is converted again."""
-    weights = folder / "model.bin"
-    stat = weights.stat()
-    key = hashlib.sha256(f"{weights.resolve()}:{stat.st_size}:{stat.st_mtime_ns}".encode()).hexdigest()[:16]
-    out = (cache_dir or default_cache_dir()) / "models" / f"repository-{folder.name}-{key}"
-    if (out / "config.json").exists():
-        return str(out)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    try:
-        return str(convert_ct2_whisper([weights], folder, out))
-    except (OSError, ValueError, KeyError) as exc:
-        raise ModelError(f"cannot convert the CTranslate2 model in {folder}: {str(exc).splitlines()[0] if str(exc) else type(exc).__name__}") from exc
-
-
 def whisper_folder(folder: Path, cache_dir: Path | None = None) -> str | None:
     """The loadable Whisper folder ``folder`` holds (itself, or its CTranslate2 model converted), or None."""
     if not folder.is_dir():
@@ -69,8 +51,8 @@ def whisper_folder(folder: Path, cache_dir: Path | None = None) -> str | None:
     config = _config(folder)
     if config.get("model_type") == "whisper" and any((folder / f).exists() for f in WEIGHT_FILES):
         return str(folder)
-    if (folder / "model.bin").is_file() and (folder / "tokenizer.json").is_file() and "model_type" not in config:
-        return _ct2_converted(folder, cache_dir)
+    if is_ct2_folder(folder) and (folder / "tokenizer.json").is_file():
+        return str(ct2_converted(folder, cache_dir))
     return None
 
 
