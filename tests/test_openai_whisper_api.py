@@ -99,6 +99,11 @@ def test_openai_whispers_readme_example_runs_and_decodes_as_openai_whisper(model
     assert max(probs, key=probs.get) == "en" and probs["en"] == pytest.approx(want_probs["en"], abs=1e-3)
     result = ours.decode(model, mel, ours.DecodingOptions())
     assert wer([jfk.reference], [result.text]) <= 0.05
+    # the encoder's output, which decode and detect_language take in the mel's place: each side's own, once
+    features, want_features = model.embed_audio(mel[None]), theirs.embed_audio(mel[None])
+    assert features.shape == want_features.shape == (1, model.dims.n_audio_ctx, model.dims.n_audio_state)
+    assert torch_allclose(features, want_features, atol=1e-3)
+    assert model.detect_language(features[0])[1] == probs and model.decode(features[0]).tokens == result.tokens
     (fellow,) = model.transcriber.pipeline.asr.bundle.tokenizer.encode(" fellow", add_special_tokens=False)
     prefix = "And so, my fellow Americans,"  # commas greedy base does not write
     for options in [{}, dict(beam_size=5), dict(without_timestamps=True), dict(prompt="Kennedy's speech."),
@@ -106,8 +111,8 @@ def test_openai_whispers_readme_example_runs_and_decodes_as_openai_whisper(model
                     dict(sample_len=10, beam_size=5), dict(sample_len=3, without_timestamps=True),
                     dict(prefix=prefix), dict(prefix=prefix, without_timestamps=True), dict(prefix=prefix, beam_size=5),
                     dict(prefix=prefix, sample_len=220), dict(suppress_blank=False, max_initial_timestamp=None)]:
-        got = model.decode(mel, ours.DecodingOptions(**options))
-        want = whisper.decode(theirs, mel, whisper.DecodingOptions(fp16=False, **options))
+        got = model.decode(features[0], ours.DecodingOptions(**options))
+        want = whisper.decode(theirs, want_features[0], whisper.DecodingOptions(fp16=False, **options))
         assert (got.tokens, got.text, got.language) == (want.tokens, want.text, want.language), options
         assert got.avg_logprob == pytest.approx(want.avg_logprob, abs=1e-3)
         assert got.no_speech_prob == pytest.approx(want.no_speech_prob, abs=1e-3)
@@ -115,6 +120,20 @@ def test_openai_whispers_readme_example_runs_and_decodes_as_openai_whisper(model
     batch = model.decode(mel[None].repeat(2, 1, 1), without_timestamps=True)  # a batch: a list, row by row
     want = whisper.decode(theirs, mel, whisper.DecodingOptions(fp16=False, without_timestamps=True))
     assert [r.text for r in batch] == [want.text] * 2 and batch[0].language_probs["en"] == pytest.approx(probs["en"])
+
+
+def test_encoder_output_alone_decodes_with_a_drafter_of_its_own_encoder(model, jfk):
+    """tiny.en drafts for base with an encoder of its own, which encoder output alone cannot feed: that
+    decode runs without drafts and gives the tokens of the mel's (drafted) decode and of plain decoding."""
+    import specwhisper as ours
+
+    drafted = ours.load_model("base", device="cpu", draft="tiny.en")
+    mel = ours.log_mel_spectrogram(ours.pad_or_trim(ours.load_audio(str(jfk.path))))
+    want = model.decode(mel, beam_size=None).tokens
+    assert drafted.decode(mel).tokens == want
+    assert drafted.decode(drafted.embed_audio(mel[None])[0]).tokens == want
+    with pytest.raises(ValueError, match=r"the encoder's \[batch, 1500, 512\]"):
+        drafted.decode(mel[:, :1500])
 
 
 @pytest.mark.parametrize("sample_len", [10, 40])
@@ -185,8 +204,8 @@ def test_bad_decoding_options_and_windows_are_one_line_errors(model, jfk):
             ours.log_mel_spectrogram(samples)
 
 
-def torch_allclose(a, b) -> bool:
-    return bool((a - b).abs().max() < 1e-5)
+def torch_allclose(a, b, atol: float = 1e-5) -> bool:
+    return bool((a - b).abs().max() < atol)
 
 
 def test_the_fields_of_openai_whispers_own_dataclasses(model, theirs):

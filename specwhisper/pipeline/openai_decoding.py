@@ -10,6 +10,9 @@ this package by changing its import::
     result = whisper.decode(model, mel, whisper.DecodingOptions())
     print(result.text)
 
+``model.embed_audio(mel[None])`` is the encoder's output, which ``decode`` and ``detect_language`` take in the
+mel's place, as there (several decodes of one window encode it once).
+
 ``decode`` is one decode of each 30-second window, as there (no fallback, no seeking): greedy (speculative
 where the model's drafter runs: the same tokens), ``beam_size`` beams, or ``best_of`` samples at a
 ``temperature``; ``prompt`` is the text (or tokens) before the window, ``prefix`` the text (or tokens) it is forced
@@ -154,7 +157,9 @@ def log_mel_spectrogram(audio, n_mels: int = 80, padding: int = 0, device: str |
 
 
 def _checked(engine: AsrEngine, mel: torch.Tensor, options: DecodingOptions) -> torch.Tensor:
-    """``mel`` as [rows, mels, frames], or a one-line ValueError (the option combinations openai-whisper refuses)."""
+    """``mel`` as [rows, mels, frames] (or the encoder's output of such windows, [rows, n_audio_ctx,
+    n_audio_state], which openai-whisper takes in its place), or a one-line ValueError (the option
+    combinations openai-whisper refuses)."""
     import torch
 
     if options.task not in ("transcribe", "translate"):
@@ -168,9 +173,11 @@ def _checked(engine: AsrEngine, mel: torch.Tensor, options: DecodingOptions) -> 
     if not torch.is_tensor(mel):
         mel = torch.as_tensor(np.asarray(mel, np.float32))
     mels = engine.bundle.model.config.num_mel_bins
-    if mel.dim() not in (2, 3) or tuple(mel.shape[-2:]) != (mels, N_FRAMES):
+    if mel.dim() not in (2, 3) or tuple(mel.shape[-2:]) not in ((mels, N_FRAMES), _encoded_shape(engine)):
+        ctx, state = _encoded_shape(engine)
         raise ValueError(f"mel: [{mels}, {N_FRAMES}] or [batch, {mels}, {N_FRAMES}] (log_mel_spectrogram of "
-                         f"pad_or_trim(audio)), got {list(mel.shape)}")
+                         f"pad_or_trim(audio)), or the encoder's [batch, {ctx}, {state}] (model.embed_audio), "
+                         f"got {list(mel.shape)}")
     return mel if mel.dim() == 3 else mel[None]
 
 
@@ -180,10 +187,25 @@ def detect_language(engine: AsrEngine, mel) -> tuple[torch.Tensor, list[dict[str
     return _languages(engine, _encoded(engine, _checked(engine, mel, DecodingOptions()))[1])
 
 
-def _encoded(engine: AsrEngine, mel: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-    """The windows on the model's device and dtype, and their encoder output (once per ``decode``)."""
-    features = mel.to(engine.device, engine.bundle.model.dtype)
-    return features, engine.encoder.encode(features)
+def embed_audio(engine: AsrEngine, mel) -> torch.Tensor:
+    """openai-whisper's ``model.embed_audio``: the encoder's output of [rows, mels, frames] windows, which
+    ``decode`` and ``detect_language`` take in their place (the encoder then runs no more)."""
+    return _encoded(engine, _checked(engine, mel, DecodingOptions()))[1]
+
+
+def _encoded_shape(engine: AsrEngine) -> tuple[int, int]:
+    config = engine.bundle.model.config
+    return config.max_source_positions, config.d_model
+
+
+def _encoded(engine: AsrEngine, mel: torch.Tensor) -> tuple[torch.Tensor | None, torch.Tensor]:
+    """The windows on the model's device and dtype, and their encoder output (once per ``decode``); given
+    the encoder's output, no windows (None: a drafter with an encoder of its own then drafts nothing, and the
+    tokens are the same)."""
+    given = mel.to(engine.device, engine.bundle.model.dtype)
+    if tuple(mel.shape[-2:]) == _encoded_shape(engine):
+        return None, given
+    return given, engine.encoder.encode(given)
 
 
 def _languages(engine: AsrEngine, enc: torch.Tensor) -> tuple[torch.Tensor, list[dict[str, float]]]:
@@ -234,7 +256,7 @@ def decode(engine: AsrEngine, mel, options: DecodingOptions) -> list[DecodingRes
                                        not options.without_timestamps, context) + forced
         if len(prompt) >= 2 * half - 1:
             raise ValueError(f"prompt and prefix: {len(prompt)} tokens with the start tokens; the decoder holds {2 * half}")
-        attempts = engine.decode_windows(enc[picked], features[picked], prompt, opts)
+        attempts = engine.decode_windows(enc[picked], None if features is None else features[picked], prompt, opts)
         for i, a in zip(picked, attempts):
             text = engine.text_of(a.seq.tokens).strip()
             results[i] = DecodingResult(enc[i], language, probs[i], list(a.seq.tokens), text, a.seq.avg_logprob,

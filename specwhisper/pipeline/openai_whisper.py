@@ -47,8 +47,8 @@ PASSED = ("language", "task", "best_of", "beam_size", "length_penalty", "without
 
 
 class OpenaiWhisperModel:
-    """What openai-whisper's ``load_model`` returns: its ``transcribe``, and its lower-level ``detect_language``
-    and ``decode`` of log-mel windows (``specwhisper.pipeline.openai_decoding``), ``dims``, ``device``,
+    """What openai-whisper's ``load_model`` returns: its ``transcribe``, and its lower-level ``detect_language``,
+    ``embed_audio`` and ``decode`` of log-mel windows (``specwhisper.pipeline.openai_decoding``), ``dims``, ``device``,
     ``is_multilingual``, ``num_languages``; ``transcriber``: ours."""
 
     def __init__(self, transcriber: Transcriber):
@@ -65,6 +65,12 @@ class OpenaiWhisperModel:
         with self.transcriber.turn:
             tokens, probs = openai_decoding.detect_language(self.transcriber.pipeline.asr, mel)
         return (tokens[0], probs[0]) if _single(mel) else (tokens, probs)
+
+    def embed_audio(self, mel):
+        """openai-whisper's ``model.embed_audio(mel)``: the encoder's output [batch, n_audio_ctx, n_audio_state] of
+        [batch, n_mels, 3000] windows, for ``decode`` and ``detect_language`` in the mel's place."""
+        with self.transcriber.turn:
+            return openai_decoding.embed_audio(self.transcriber.pipeline.asr, mel)
 
     def decode(self, mel, options: DecodingOptions | None = None, **kwargs):
         """openai-whisper's ``model.decode(mel, options)``: a ``DecodingResult`` of a [n_mels, 3000] window, a list

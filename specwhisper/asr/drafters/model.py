@@ -192,8 +192,9 @@ class WhisperModelDrafter(model_drafter.ModelDrafter, WhisperDrafter):
         if self.m.shares_encoder:
             enc = encoder_out
         else:
-            if features is None:
-                raise ValueError(f"drafter {self.name} needs the input features (it has its own encoder)")
+            if features is None:  # openai-whisper's decode of encoder output alone: no drafts, plain decoding
+                self.enabled = False
+                return
             enc = self.m.encoder.encode_audio_part(features.to(self.m.runtime.model.dtype))
         self.runtime.cache = self.m.runtime.new_cache(enc, slack=1)
         self.reset(enc.shape[0])
