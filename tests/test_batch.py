@@ -194,7 +194,7 @@ def test_folder_resume_changed_file_and_retry(run_cli, eval_root, tmp_path):
     assert _rows(out)["talk.mp3"]["completions"] == 1 and not (out / "sub" / "lj.srt").exists()
 
 
-def test_empty_folder_and_bad_output_dirs(run_cli, tmp_path):
+def test_empty_folder_and_bad_output_dirs(run_cli, cli_run, tmp_path):
     empty = tmp_path / "empty"
     empty.mkdir()
     (empty / "readme.txt").write_text("no audio here")
@@ -220,6 +220,12 @@ def test_empty_folder_and_bad_output_dirs(run_cli, tmp_path):
     assert code == 2 and "--workers goes with --engine ray" in _error_lines(err)[0]
     code, _, err = run_cli(src, "-o", tmp_path / "out", "--engine", "ray", "--ray-address", "127.0.0.1:1")
     assert code == 2 and "cannot reach a Ray cluster at 127.0.0.1:1" in _error_lines(err)[0]
+    for argv, message in [((src / "a.wav", "--watch", "5"), "--watch applies to a folder input"),
+                          ((src, "--watch", "0"), "expected a positive float, got '0'"),
+                          ((src, "--watch", "inf"), "--watch: seconds between looks at the folder, under a day"),
+                          ((src, "--watch", "5", "--engine", "ray"), "--watch runs on the local engine")]:
+        code, _, err = cli_run(*argv, "-o", tmp_path / "out")
+        assert code == 2 and message in _error_lines(err)[0], (argv, err)
 
 
 def test_unwritable_output_dir(run_cli, eval_root, tmp_path, read_only_dir):
@@ -387,3 +393,31 @@ def test_ray_engine_two_workers(run_cli, eval_root, tmp_path):
     code, _, err = run_cli(src, "-o", out, "-f", "txt,json", "-q", "--engine", "ray", "-m", "tiny.en")
     assert code == 1 and len(_error_lines(err)) == 0
     assert {r: v["attempts"] for r, v in _rows(out).items()} == {r: v["attempts"] for r, v in rows.items()}
+
+
+def test_a_watched_folder_takes_each_file_once_it_is_whole(eval_root, manifest, tmp_path):
+    """``--watch 1``: the files there at the start are transcribed; one copied in slowly (a piece every 0.3 s for
+    3.6 s, longer than the interval) is read once, whole; a bad file fails once, not at every look (--retry-failed
+    retries at the first look only); Ctrl-C while the run waits ends it with nothing cut short (exit 1: a file failed)."""
+    src = _copy(eval_root, tmp_path / "in", {"jfk.flac": "openai-whisper/jfk.flac", "bad.wav": "text:not audio"})
+    out = tmp_path / "out"
+    proc = _start(src, out, "-m", "tiny.en", "--watch", "1", "--retry-failed")
+    _wait_done(proc, out, 1)
+    late = next(m for m in manifest if m.file == "lhotse/2412-153948-0000.flac")
+    data, pieces = late.path.read_bytes(), 12
+    with open(src / "late.flac", "wb") as f:
+        for i in range(pieces):
+            f.write(data[i * len(data) // pieces:(i + 1) * len(data) // pieces])
+            f.flush()
+            time.sleep(0.3)
+    _wait_done(proc, out, 2)
+    time.sleep(2.5)  # two more looks at the folder
+    proc.send_signal(signal.SIGINT)
+    _, err = proc.communicate(timeout=60)
+    rows = _rows(out)
+    assert proc.returncode == 1 and "interrupted" not in err, err
+    assert [(r["state"], r["attempts"]) for r in (rows["jfk.flac"], rows["late.flac"], rows["bad.wav"])] == \
+        [("done", 1), ("done", 1), ("failed", 1)], rows
+    assert len(_error_lines(err)) == 1 and "bad.wav" in _error_lines(err)[0]
+    _assert_outputs_valid(out, rows)
+    assert wer([late.reference], [(out / "late.txt").read_text()]) < 0.2

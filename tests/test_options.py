@@ -22,7 +22,7 @@ from specwhisper.serving.params import Choices, RequestError, TranscribeParams, 
 ROOT = Path(__file__).resolve().parents[1]
 # the command's own arguments, not transcription options: inputs, outputs, live playback, batch folders
 CLI_OWN = {"help", "version", "inputs", "output_dir", "live", "live_chunk", "detect_language", "quiet", "verbose", "recursive", "glob", "retry_failed",
-           "summary", "group_files", "engine", "ray_address", "workers"}
+           "summary", "group_files", "engine", "ray_address", "workers", "watch"}
 HTTP_OWN = {"return_timestamps", "formats"}  # shape the answer (declared with scope "output")
 
 

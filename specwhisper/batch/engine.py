@@ -177,6 +177,7 @@ class LocalEngine:
         self.config = config
         self.options = options
         self.limits = limits or GroupLimits()
+        self._loaded = None  # the pipeline, kept from one run to the next (a watched folder's looks)
 
     def start(self) -> None:
         """Nothing to start: the models load in ``run``, while the first files decode."""
@@ -187,7 +188,9 @@ class LocalEngine:
     def _pipeline(self):
         from specwhisper.pipeline import core  # looked up at run time: tests hand in an already loaded pipeline
 
-        return core.Pipeline(self.config)
+        if self._loaded is None:
+            self._loaded = core.Pipeline(self.config)
+        return self._loaded
 
     def run(self, jobs: list[Job]) -> Iterator[Event]:
         prefetch = AudioPrefetcher(jobs, lambda job: load_job(job, self.options.max_audio_s, self.options.multichannel), self.limits)

@@ -6,6 +6,10 @@ pending files through an engine (local: one process, cross-file chunk batching, 
 ahead; ray: actors on a cluster) and, as the only writer, writes each file's outputs and then
 marks it done. SIGINT/SIGTERM stop the run: files in the models go back to pending, and a file
 whose outputs are being written finishes first, so no half-written file is ever marked done.
+
+With ``watch`` seconds the folder is looked at again every ``watch`` seconds, the models staying
+loaded, and a file is taken once it has not changed for that long (one being copied in waits until it
+is whole); a stop while it waits ends the run with nothing cut short.
 """
 
 from __future__ import annotations
@@ -16,6 +20,8 @@ import shutil
 import signal
 import sys
 import threading
+import time
+from collections.abc import Callable
 from contextlib import closing, contextmanager
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -50,6 +56,7 @@ class BatchConfig:
     limits: GroupLimits = field(default_factory=GroupLimits)
     # a corpus: each audio file's text to align, named after it in this folder (batch.inputs.with_texts)
     text_dir: Path | None = None
+    watch: float | None = None  # seconds between looks at the folder (None: one look, then the run ends)
 
 
 @dataclass
@@ -277,14 +284,41 @@ def _record(db: JobDB, event: Finished, formats: list[str], layout: SubtitleOpti
     return error
 
 
+class Settled:
+    """The files that have not changed (size and modification time) for ``seconds``: those a watched
+    folder's run takes, so a file still being copied in is not read half-written."""
+
+    def __init__(self, seconds: float):
+        self.seconds = seconds
+        self.since: dict[Path, tuple[tuple[int, int], float]] = {}  # file -> (its state, when first seen so)
+
+    def of(self, files: list[Path]) -> list[Path]:
+        now, seen, out = time.time(), {}, []
+        for f in files:
+            try:
+                st = f.stat()
+            except OSError:  # gone since the folder was read
+                continue
+            state = (st.st_size, st.st_mtime_ns)
+            old = self.since.get(f)
+            first = old[1] if old is not None and old[0] == state else min(now, st.st_mtime_ns / 1e9)
+            seen[f] = (state, first)
+            if now - first >= self.seconds:
+                out.append(f)
+        self.since = seen
+        return out
+
+
 def run_batch(
     cfg: BatchConfig,
     pipeline_config: PipelineConfig,
     options: RunOptions,
     show_progress: bool = False,
+    on_round: Callable[[BatchReport], None] | None = None,
 ) -> BatchReport:
     """Transcribe every input file of ``cfg.input_dir`` that is not done yet; see the module doc.
-    Per-file errors are printed as they happen (one line each) and recorded in the job database."""
+    Per-file errors are printed as they happen (one line each) and recorded in the job database.
+    ``on_round``: called after each look at a watched folder that transcribed something."""
     options.validate()
     if cfg.text_dir is not None:
         try:
@@ -295,28 +329,59 @@ def run_batch(
             raise BatchError("a corpus of texts to align runs on the local engine (leave --engine ray out)")
         if not cfg.text_dir.is_dir():
             raise BatchError(f"{cfg.text_dir}: not a folder (the texts to align, named after the audio files)")
-    try:
-        files = find_inputs(cfg.input_dir, cfg.recursive, cfg.globs)
-    except InputError as exc:
-        raise BatchError(str(exc)) from exc
-    if not files:
+    if cfg.watch is not None and cfg.engine != "local":
+        raise BatchError("--watch runs on the local engine (leave --engine ray out)")
+    files = _inputs(cfg)
+    if not files and cfg.watch is None:
         what = ", ".join(cfg.globs) if cfg.globs else "audio or video files"
         hint = "" if cfg.recursive else " (--recursive to look in subfolders)"
         raise BatchError(f"{cfg.input_dir}: no input files found ({what}){hint}")
     engine = _make_engine(cfg, pipeline_config, options)
-    report = BatchReport(files=len(files))
-    jobs = make_jobs(cfg.input_dir, files, cfg.output_dir)
-    if cfg.text_dir is not None:
-        jobs = with_texts(jobs, cfg.text_dir)
-        check_texts(jobs, cfg.formats)
+    report = BatchReport()
+    settings = settings_key(pipeline_config, options, cfg.formats)
+    settled = Settled(cfg.watch) if cfg.watch is not None else None
     with _open_output(cfg.output_dir) as db:
         db.recover()
-        plan = plan_jobs(db, jobs, settings_key(pipeline_config, options, cfg.formats), cfg.retry_failed)
-        report.done_before, report.failed_before = len(plan.done_before), len(plan.failed_before)
-        if plan.todo:
-            _run_jobs(db, engine, plan.todo, cfg.formats, options.subtitles, report, show_progress)
-        report.records = db.records([j.key for j in jobs])
-    return report
+        retry, seen = cfg.retry_failed, set()
+        while True:
+            jobs = make_jobs(cfg.input_dir, settled.of(files) if settled else files, cfg.output_dir)
+            if cfg.text_dir is not None:
+                jobs = with_texts(jobs, cfg.text_dir)
+                check_texts(jobs, cfg.formats)
+            plan = plan_jobs(db, jobs, settings, retry)
+            retry = False  # a watched folder's failed file is tried again once it changes, not at every look
+            report.done_before += sum(j.key not in seen for j in plan.done_before)
+            report.failed_before += sum(j.key not in seen for j in plan.failed_before)
+            seen.update(j.key for j in jobs)
+            report.files = len(seen)
+            before = report.done_now + report.failed_now
+            if plan.todo:
+                _run_jobs(db, engine, plan.todo, cfg.formats, options.subtitles, report, show_progress)
+            report.records = db.records(sorted(seen))
+            if settled is None or report.interrupted:
+                return report
+            if on_round is not None and report.done_now + report.failed_now > before:
+                on_round(report)
+            if not _wait(cfg.watch):
+                return report
+            files = _inputs(cfg)
+
+
+def _inputs(cfg: BatchConfig) -> list[Path]:
+    try:
+        return find_inputs(cfg.input_dir, cfg.recursive, cfg.globs)
+    except InputError as exc:
+        raise BatchError(str(exc)) from exc
+
+
+def _wait(seconds: float) -> bool:
+    """Sleep between two looks at a watched folder; False when a stop (Ctrl-C, SIGTERM) came meanwhile."""
+    try:
+        with StopSignals():
+            time.sleep(seconds)
+    except KeyboardInterrupt:
+        return False
+    return True
 
 
 def _run_jobs(db: JobDB, engine, todo: list[Job], formats: list[str], layout: SubtitleOptions, report: BatchReport,

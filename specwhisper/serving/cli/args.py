@@ -14,7 +14,7 @@ from specwhisper.pipeline.options import REFUSED, options_for
 from specwhisper.serving.arguments import OneLineParser, add_options, positive
 
 PROG = "transcribe"
-BATCH_FLAGS = ("recursive", "glob", "retry_failed", "summary", "ray_address", "workers")
+BATCH_FLAGS = ("recursive", "glob", "retry_failed", "summary", "ray_address", "workers", "watch")
 BATCH_DEFAULTS = {"engine": "local", "group_files": 16}
 
 
@@ -99,6 +99,10 @@ def build_parser() -> argparse.ArgumentParser:
                    help="only files matching this pattern (name or path under the folder; repeatable; default: audio/video extensions)")
     b.add_argument("--retry-failed", action="store_true", help="run files that failed in an earlier run again")
     b.add_argument("--summary", action="store_true", help="print a table of the files, durations, RTF and errors")
+    b.add_argument("--watch", type=positive(float), metavar="SECONDS",
+                   help="keep watching the folder, the models loaded: every SECONDS, transcribe the files that are new "
+                        "or changed, each once it has not changed for SECONDS (a file being copied in waits until it "
+                        "is whole); Ctrl-C stops")
     b.add_argument("--group-files", type=int, default=16,
                    help="files whose chunks are decoded in shared batches (default: 16)")
     b.add_argument("--engine", choices=["local", "ray"], default="local", help="local process or a Ray cluster (default: local)")

@@ -127,6 +127,8 @@ def run_folder(args, formats: list[str], opts) -> int:
             raise CliError(f"--{flag.replace('_', '-')} goes with --engine ray")
     if args.group_files < 1:
         raise CliError(f"--group-files must be >= 1, got {args.group_files}")
+    if args.watch is not None and not args.watch < 86400:
+        raise CliError(f"--watch: seconds between looks at the folder, under a day, got {args.watch:g}")
     cfg = BatchConfig(
         input_dir=Path(args.inputs[0]),
         output_dir=args.output_dir or Path("."),
@@ -139,10 +141,19 @@ def run_folder(args, formats: list[str], opts) -> int:
         workers=args.workers,
         limits=GroupLimits(max_files=args.group_files),
         text_dir=_text_folder(args),
+        watch=args.watch,
     )
     _quiet_libraries()
+
+    def said(report) -> None:  # after each look at a watched folder that transcribed something
+        if not args.quiet:
+            print(f"{PROG}: {report.line(cfg.input_dir)}; watching (Ctrl-C stops)", file=sys.stderr, flush=True)
+
+    if args.watch is not None and not args.quiet:
+        print(f"{PROG}: watching {cfg.input_dir} every {args.watch:g} s (Ctrl-C stops)", file=sys.stderr, flush=True)
     try:
-        report = run_batch(cfg, _pipeline_config(args), opts, show_progress=not args.quiet and sys.stderr.isatty())
+        report = run_batch(cfg, _pipeline_config(args), opts, show_progress=not args.quiet and sys.stderr.isatty(),
+                           on_round=said)
     except (BatchError, RayEngineError) as exc:
         raise CliError(one_line(exc)) from None
     if args.summary:
