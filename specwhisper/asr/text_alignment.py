@@ -10,13 +10,16 @@ missed or invented changes nothing but which window a word of the text falls in;
 gets a time, with its probability under the model (low where the audio does not say it).
 
 Segments are the text's sentences and lines (in a text without sentence ends, the transcript's segments);
-a sentence that crosses windows is one segment while it lasts at most a window's length.
+a sentence that crosses windows is one segment while it lasts at most a window's length. A subtitle file
+(SRT or WebVTT) gives its cues' text, each cue one segment whatever sentences it holds: its cues come
+back timed to the audio (subtitles brought in sync).
 """
 
 from __future__ import annotations
 
 import bisect
 import logging
+import re
 import unicodedata
 from dataclasses import dataclass, replace
 
@@ -55,9 +58,36 @@ def match_key(text: str) -> str:
     return word_key(unicodedata.normalize("NFKC", text))
 
 
-def text_words(text: str, language: str | None) -> list[TextWord]:
+# a cue's timing line: SRT's 00:00:01,000 --> 00:00:04,000, WebVTT's (hours optional) 00:01.000 --> 00:04.000 ...
+CUE_TIMES = re.compile(r"^\s*(\d+:)?\d{1,2}:\d{2}[.,]\d{3}\s*-->\s*(\d+:)?\d{1,2}:\d{2}[.,]\d{3}")
+# markup inside a cue: <i>, </b>, <c.yellow>, <v Bob>, WebVTT's <00:00:01.000>, ASS-style {\an8}
+CUE_MARKUP = re.compile(r"<[^>]*>|\{\\[^}]*\}")
+
+
+def subtitle_cues(text: str) -> list[str] | None:
+    """The cues of an SRT or WebVTT file, each its text lines joined and its markup dropped; None when
+    ``text`` has no cue timing line (a plain text). Cue numbers, identifiers, NOTE and STYLE blocks are
+    not cue text: a cue's text is the lines after its timing line, up to a blank line."""
+    lines = text.splitlines()
+    if not any(CUE_TIMES.match(line) for line in lines):
+        return None
+    cues: list[str] = []
+    current: list[str] | None = None
+    for line in [*lines, ""]:
+        if CUE_TIMES.match(line):
+            current = []
+        elif not line.strip():
+            if current:
+                cues.append(" ".join(current))
+            current = None
+        elif current is not None and (piece := " ".join(CUE_MARKUP.sub("", line).split())):
+            current.append(piece)
+    return cues
+
+
+def text_words(text: str, language: str | None, sentences: bool = True) -> list[TextWord]:
     """The text's words (characters in languages written without spaces), each with its sentence: a
-    sentence ends at . ! ? (and their full-width forms) and at the end of a line."""
+    sentence ends at the end of a line and, with ``sentences``, at . ! ? (and their full-width forms)."""
     no_space = language in NO_SPACE_LANGUAGES
     words: list[TextWord] = []
     sentence = 0
@@ -69,7 +99,7 @@ def text_words(text: str, language: str | None) -> list[TextWord]:
                 words[-1].text += piece  # 。 and ， belong to the character before them
             else:
                 words.append(TextWord(piece, key, sentence))
-            if piece[-1] in SENTENCE_END:
+            if sentences and piece[-1] in SENTENCE_END:
                 sentence += 1
         if pieces and (not words or words[-1].sentence == sentence):
             sentence += 1
@@ -146,15 +176,16 @@ def align_text(engine, audio: np.ndarray, text: str, segments: list[Segment], ch
                language: str | None, batch_size: int = 8) -> TextAlignment:
     """The segments of ``text`` with word times in ``audio``; ``segments`` and ``chunks`` are the
     transcription pass's (``AsrResult``), ``engine`` its ``AsrEngine``."""
-    words = text_words(text, language)
+    cues = subtitle_cues(text)
+    words = text_words(text if cues is None else "\n".join(cues), language, sentences=cues is None)
     if not words:
-        raise ValueError("the text to align has no words")
+        raise ValueError("the text to align has no words" + (" (its subtitle cues are empty)" if cues is not None else ""))
     windows = windows_of(chunks)
     if not windows:
         raise ValueError("the audio is too short to align a text to")
     heard = heard_words(segments, language)
     anchors, matched = anchor_words(words, heard)
-    if not any(w.text[-1] in SENTENCE_END for w in words):
+    if cues is None and not any(w.text[-1] in SENTENCE_END for w in words):
         follow_heard_segments(words, anchors, heard)
     times = [heard[a].time if a >= 0 else 0.0 for a in anchors]
     if matched < ROUGH_MATCH * len(words):

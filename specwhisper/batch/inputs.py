@@ -75,12 +75,13 @@ def output_stems(files: list[Path]) -> list[str]:
     return out
 
 
-TEXT_EXTENSIONS = (".lab", ".txt")  # the Montreal Forced Aligner's corpus layout: talk.wav beside talk.lab
+# the Montreal Forced Aligner's corpus layout (talk.wav beside talk.lab), and subtitles to bring in sync
+TEXT_EXTENSIONS = (".lab", ".txt", ".srt", ".vtt")
 
 
 def with_texts(jobs: list[Job], text_root: Path) -> list[Job]:
-    """Each job with its text to align: under ``text_root``, in the audio's subfolder, its stem with .lab or
-    .txt (.lab when both are there; the .lab, which its loader will not find, when neither is)."""
+    """Each job with its text to align: under ``text_root``, in the audio's subfolder, its stem with the first
+    of ``TEXT_EXTENSIONS`` there (the .lab, which its loader will not find, when none is)."""
     out = []
     for job in jobs:
         candidates = [text_root / job.rel.parent / (job.rel.stem + ext) for ext in TEXT_EXTENSIONS]

@@ -251,8 +251,8 @@ OPTIONS: tuple[Option, ...] = (
            takes_list=True),  # [0, 30, 60, 90] from Python, as faster-whisper takes it
     Option("align_text", str, None, "the words spoken, when you have them: the transcript is this text, word for "
            "word, and Whisper gives each word its time (forced alignment, as stable-ts's align; segments are its "
-           "sentences and lines). The command line takes a text file, - for standard input, or, with a folder of audio, "
-           "the folder of their texts (talk.wav: talk.lab or talk.txt)", nullable=True,
+           "sentences and lines; of a subtitle file, SRT or WebVTT, its cues, re-timed). The command line takes a text "
+           "file, - for standard input, or, with a folder of audio, the folder of their texts (talk.wav: talk.lab, talk.txt, talk.srt or talk.vtt)", nullable=True,
            max_chars=MAX_ALIGN_CHARS, parse=_align_text, peer_flags=("--align",)),
     # ---------------------------------------------------------------- decoding quality (openai-whisper's safeguards)
     Option("beam_size", int, None, "beam search with this many beams (default: greedy, speculative when a drafter "
