@@ -421,3 +421,14 @@ def test_a_watched_folder_takes_each_file_once_it_is_whole(eval_root, manifest, 
     assert len(_error_lines(err)) == 1 and "bad.wav" in _error_lines(err)[0]
     _assert_outputs_valid(out, rows)
     assert wer([late.reference], [(out / "late.txt").read_text()]) < 0.2
+
+
+def test_a_file_moved_away_while_the_folder_is_read_is_left_out(tmp_path):
+    """A watched folder's files come and go: one gone between the folder's listing and its job is no job
+    (and no traceback)."""
+    from specwhisper.batch.inputs import make_jobs
+
+    (tmp_path / "in").mkdir()
+    (tmp_path / "in" / "here.wav").write_bytes(b"RIFF")
+    jobs = make_jobs(tmp_path / "in", [tmp_path / "in" / "gone.wav", tmp_path / "in" / "here.wav"], tmp_path / "out")
+    assert [j.rel.name for j in jobs] == ["here.wav"]

@@ -101,6 +101,9 @@ def make_jobs(root: Path, files: list[Path], out_root: Path) -> list[Job]:
     jobs = []
     for rel in rels:
         path = root / rel
-        st = path.stat()
+        try:
+            st = path.stat()
+        except FileNotFoundError:  # moved away since the folder was read (a watched folder's files come and go)
+            continue
         jobs.append(Job(path, rel, out_root / rel.parent, stems[rel], st.st_size, st.st_mtime_ns))
     return jobs
