@@ -134,7 +134,8 @@ def test_cli_aligns_a_text_file(run_cli, eval_root, tmp_path):
 
 
 def test_a_corpus_of_recordings_and_their_texts(run_cli, eval_root, tmp_path):
-    """The Montreal Forced Aligner's layout: a folder of recordings, each with its text beside it (.lab or .txt).
+    """The Montreal Forced Aligner's layout: a folder of recordings, each with its text beside it (.lab or .txt, or
+    its subtitles, .srt).
     Every recording with a text gets its text's words, timed; one without fails alone; an edited text aligns its
     recording again, and nothing else; outputs that would overwrite a text are refused before anything runs
     (tiny.en)."""
@@ -154,6 +155,10 @@ def test_a_corpus_of_recordings_and_their_texts(run_cli, eval_root, tmp_path):
     (corpus / "jfk.txt").write_text("And so, my fellow Americans: ask not what your country can do for you;\n"
                                     "ask what you can do for your country.\n")
     shutil.copy(eval_root / "coqui-tts-ljspeech/LJ001-0001.wav", corpus)  # no text
+    shutil.copy(eval_root / "whisper.cpp/jfk.wav", corpus / "kennedy.wav")  # its subtitles, out of sync
+    (corpus / "kennedy.srt").write_text("1\n00:01:00,000 --> 00:01:02,000\nAnd so, my fellow Americans,\n\n"
+                                        "2\n00:01:03,000 --> 00:01:09,000\nask not what your country can do for you,\n"
+                                        "ask what you can do for your country.\n")
     code, _, err = run_tiny(corpus, "--align-text", corpus, "-o", out, "-f", "json,srt,textgrid")
     assert code == 1, err
     assert [line for line in err.splitlines() if "error" in line] == [
@@ -164,6 +169,10 @@ def test_a_corpus_of_recordings_and_their_texts(run_cli, eval_root, tmp_path):
     # Praat's TextGrid, as MFA writes one per recording, read by MFA's own TextGrid library
     grid = textgrid.openTextgrid(str(out / "acoustic_corpus.TextGrid"), includeEmptyIntervals=False, reportingMode="error")
     assert [e.label for e in grid.getTier("words").entries] == (corpus / "acoustic_corpus.lab").read_text().split()
+    kennedy = json.loads((out / "kennedy.json").read_text())["segments"]
+    assert [s["text"].strip() for s in kennedy] == ["And so, my fellow Americans,", "ask not what your country can do for "
+                                                    "you, ask what you can do for your country."]
+    assert kennedy[-1]["end"] < 11.5  # the cues' own times (a minute in) are not the audio's
     assert not (out / "LJ001-0001.json").exists()
     before = {p.name: p.stat().st_mtime_ns for p in out.glob("*.json")}
 
