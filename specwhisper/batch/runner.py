@@ -357,14 +357,15 @@ def run_batch(
             before = report.done_now + report.failed_now
             if plan.todo:
                 _run_jobs(db, engine, plan.todo, cfg.formats, options.subtitles, report, show_progress)
-            report.records = db.records(sorted(seen))
             if settled is None or report.interrupted:
-                return report
+                break
             if on_round is not None and report.done_now + report.failed_now > before:
                 on_round(report)
             if not _wait(cfg.watch):
-                return report
+                break
             files = _inputs(cfg)
+        report.records = db.records(sorted(seen))
+    return report
 
 
 def _inputs(cfg: BatchConfig) -> list[Path]:

@@ -204,12 +204,12 @@ def cached_hub_snapshot(name: str) -> str | None:
     from huggingface_hub import snapshot_download
     from huggingface_hub.errors import LocalEntryNotFoundError
 
-    for repo in (name, CT2_TWINS.get(name)):
+    for repo in filter(None, (name, CT2_TWINS.get(name))):
         try:
-            folder = Path(snapshot_download(repo, local_files_only=True)) if repo else None
+            folder = Path(snapshot_download(repo, local_files_only=True))
         except (LocalEntryNotFoundError, ValueError, OSError):
             continue
-        if folder is not None and (any((folder / f).exists() for f in WEIGHT_FILES) or is_ct2_folder(folder)):
+        if any((folder / f).exists() for f in WEIGHT_FILES) or is_ct2_folder(folder):
             return str(folder)
     return None
 
