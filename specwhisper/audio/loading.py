@@ -15,6 +15,7 @@ import soundfile as sf
 import soxr
 
 from specwhisper.audio.probe import probe_duration, soundfile_info
+from specwhisper.messages import one_line
 
 SAMPLE_RATE = 16000
 DEFAULT_MAX_SECONDS = 12 * 3600  # refuse to load more than this unless told otherwise
@@ -163,7 +164,7 @@ def _soundfile_decode(path: str, name: str, info, max_seconds: float) -> np.ndar
                 if last:
                     break
     except (sf.LibsndfileError, RuntimeError) as exc:
-        raise AudioError(f"{name}: corrupt audio ({str(exc).splitlines()[0]})") from exc
+        raise AudioError(f"{name}: corrupt audio ({one_line(exc)})") from exc
     if out.over:
         raise over_limit(name, max_seconds)
     return out.audio()
@@ -254,7 +255,7 @@ def _soundfile_channels(path: str, name: str, info, max_seconds: float) -> np.nd
                 if last:
                     break
     except (sf.LibsndfileError, RuntimeError) as exc:
-        raise AudioError(f"{name}: corrupt audio ({str(exc).splitlines()[0]})") from exc
+        raise AudioError(f"{name}: corrupt audio ({one_line(exc)})") from exc
     if n > limit:
         raise over_limit(name, max_seconds)
     return np.ascontiguousarray(np.concatenate(blocks).T, dtype=np.float32)

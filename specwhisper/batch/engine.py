@@ -22,6 +22,7 @@ from specwhisper.batch.inputs import Job
 from specwhisper.pipeline.config import PipelineConfig, RunOptions
 from specwhisper.pipeline.options import read_align_text
 from specwhisper.batch.jobs import file_sha256
+from specwhisper.messages import one_line
 
 
 @dataclass
@@ -49,10 +50,9 @@ class GroupLimits:
     prefetch_seconds: float = 3600.0  # decoded audio held ahead of the models (float32: 230 MB per hour)
 
 
-def one_line(exc: BaseException, name: str) -> str:
+def file_error(exc: BaseException, name: str) -> str:
     """A user-facing one-line error naming the file."""
-    lines = str(exc).strip().splitlines()
-    msg = lines[0] if lines else type(exc).__name__
+    msg = one_line(exc)
     return msg if msg.startswith(name) else f"{name}: {msg}"
 
 
@@ -76,7 +76,7 @@ def transcribe_group(pipeline, audios: list[np.ndarray], sources: list[str], opt
             except (KeyboardInterrupt, MemoryError):
                 raise
             except Exception as exc:
-                outcomes.append(one_line(exc, source))
+                outcomes.append(file_error(exc, source))
         return outcomes
 
 
@@ -99,11 +99,11 @@ def load_job(job: Job, max_seconds: float, channels: bool = False) -> Loaded:
     try:
         sha = file_sha256(job.path)
     except OSError as exc:
-        return Loaded(job, None, one_line(exc, str(job.path)), None, time.perf_counter() - t)
+        return Loaded(job, None, file_error(exc, str(job.path)), None, time.perf_counter() - t)
     try:
         audio = load_audio(job.path, max_seconds=max_seconds, channels=channels)
     except Exception as exc:  # a bad file is recorded and never stops the others
-        return Loaded(job, None, one_line(exc, str(job.path)), sha, time.perf_counter() - t)
+        return Loaded(job, None, file_error(exc, str(job.path)), sha, time.perf_counter() - t)
     text = None
     if job.text is not None:
         try:

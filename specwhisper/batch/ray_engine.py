@@ -17,9 +17,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterator
 
-from specwhisper.batch.engine import Event, Finished, Started, one_line, transcribe_group
+from specwhisper.batch.engine import Event, Finished, Started, file_error, transcribe_group
 from specwhisper.batch.inputs import Job
 from specwhisper.pipeline.config import PipelineConfig, RunOptions
+from specwhisper.messages import one_line
 
 Outcome = tuple  # (Transcript | None, error: str | None, load_seconds: float)
 
@@ -59,7 +60,7 @@ class BatchWorker:
                 try:
                     audio = load_audio(local, max_seconds=options.max_audio_s)
                 except Exception as exc:
-                    errors[i] = (one_line(exc, str(local)).replace(str(local), name), time.perf_counter() - t)
+                    errors[i] = (file_error(exc, str(local)).replace(str(local), name), time.perf_counter() - t)
                     continue
                 loaded[i] = (len(audios), time.perf_counter() - t)
                 audios.append(audio)
@@ -135,7 +136,7 @@ class RayEngine:
                 )
             except (ConnectionError, RuntimeError, ValueError) as exc:
                 raise RayEngineError(f"cannot start or reach Ray at {self.address or 'a local instance'}: "
-                                     f"{str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__}") from exc
+                                     + one_line(exc)) from exc
             self._started_ray = True
         cpus = int(ray.cluster_resources().get("CPU", 1))
         n = self.workers or max(1, cpus // self.threads)
@@ -169,7 +170,7 @@ class RayEngine:
             try:
                 data = job.path.read_bytes()
             except OSError as exc:
-                failed.append(Finished(job, None, one_line(exc, str(job.path)), None))
+                failed.append(Finished(job, None, file_error(exc, str(job.path)), None))
                 continue
             items.append((str(job.path), data))
             kept.append(job)
@@ -214,7 +215,7 @@ class RayEngine:
                         task.tries += 1
                         queue.appendleft(task)
                     else:
-                        msg = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+                        msg = one_line(exc)
                         for job, sha in zip(task.jobs, task.sha256):
                             yield Finished(job, None, f"{job.path}: Ray worker died twice ({msg})", sha)
                     yield from submit(idx)

@@ -39,6 +39,7 @@ from specwhisper.diarize.coverage import cover_words, embedding_of, speech_heard
 from specwhisper.diarize.known import KnownSpeaker, named_turns, voice_embeddings  # noqa: E402
 from specwhisper.diarize.embedding import FRAME_SAMPLES, SAMPLE_RATE, CAMPPlusEmbedding, num_output_frames  # noqa: E402
 from specwhisper.diarize.models import campplus_checkpoint, segmentation_checkpoint  # noqa: E402
+from specwhisper.messages import one_line  # noqa: E402
 
 DEFAULT_PARAMS = Path(__file__).with_name("params.json")
 FRAME_RATE = SAMPLE_RATE / FRAME_SAMPLES  # CAM++ output frames per second (50)
@@ -422,8 +423,7 @@ def load_diarizer(model: str | None = None, token: str | None = None, params: st
     try:
         pipeline = Pipeline.from_pretrained(model, token=token)
     except Exception as exc:  # hub errors come in many types; keep the message to one line
-        first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
-        raise ValueError(f"could not load diarization pipeline {model!r}: {first}") from exc
+        raise ValueError(f"could not load diarization pipeline {model!r}: {one_line(exc)}") from exc
     if pipeline is None:
         raise ValueError(f"could not load diarization pipeline {model!r} (gated model? pass a token)")
     if params is not None:

@@ -24,7 +24,7 @@ from specwhisper.pipeline.options import (BY_NAME, known_speaker_pairs, options_
                                           subtitle_options)
 from specwhisper.pipeline.subtitles import SubtitleOptions
 from specwhisper.pipeline.writers import WRITERS, with_all
-from specwhisper.serving.messages import clip, short_repr
+from specwhisper.messages import clip, short_repr
 
 Format = Literal["txt", "srt", "vtt", "json", "tsv", "rttm", "aud", "textgrid"]
 assert set(Format.__args__) == set(WRITERS)  # noqa: S101 - the writers and the schema list the same formats

@@ -44,7 +44,7 @@ from specwhisper.results.language import LanguageDetection
 from specwhisper.results.transcript import Segment, Transcript
 from specwhisper.pipeline.core import Pipeline, Progress
 from specwhisper.pipeline.config import PipelineConfig
-from specwhisper.serving.messages import one_line
+from specwhisper.messages import one_line
 from specwhisper.serving.params import Choices, TranscribeParams
 from specwhisper.serving.spool import Spool, default_spool_dir
 

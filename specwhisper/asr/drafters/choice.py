@@ -36,6 +36,7 @@ from specwhisper.asr.runtime.encoder import EncoderRuntime
 from specwhisper.asr.weights.loader import (DISTIL_DRAFTERS, ModelError, WhisperBundle, find_distil_drafter, hub_id, load_whisper,
                                             resolve_model_path, split_int8)
 from specwhisper.asr.decoding.speculative import Lookahead, SpeculativeDecoder
+from specwhisper.messages import one_line
 
 log = logging.getLogger(__name__)
 DRAFT_CHOICES = ("auto", "none", "ngram", "early-exit")
@@ -97,7 +98,7 @@ def auto_decoder(engine, lookahead: Lookahead | None = None, cache_dir: Path | N
         try:
             candidates[distil] = spec(model_drafter(engine, distil, cache_dir))
         except (ModelError, ValueError) as exc:
-            distil, why = None, f"{distil} could not be loaded ({str(exc).splitlines()[0]})"
+            distil, why = None, f"{distil} could not be loaded ({one_line(exc)})"
     if distil is None:  # one line, and on with the drafters there are
         log.warning(f"--draft auto: {why}; weighing {', '.join(candidates)} and plain decoding")
     return AutoDecoder(engine.runtime, engine.special, engine.rules, candidates, notes=[why])

@@ -27,6 +27,7 @@ import torch
 
 from specwhisper.asr.runtime.kv_cache import KVCache
 from specwhisper.hardware.kernels import empty_host_cache
+from specwhisper.messages import one_line
 
 log = logging.getLogger(__name__)
 
@@ -140,7 +141,7 @@ class CapturedCall:
                 out = capture(graph, fn, pool)
             except RuntimeError as e:  # a capture records and runs nothing: the buffers are as they were
                 name = getattr(fn, "__qualname__", repr(fn))
-                log.warning("%s runs op by op: its CUDA graph capture failed (%s)", name, str(e).splitlines()[0])
+                log.warning("%s runs op by op: its CUDA graph capture failed (%s)", name, one_line(e))
             else:
                 self.graph, self.out = graph, out
 

@@ -19,6 +19,7 @@ from specwhisper.asr.weights.convert import convert_ct2_whisper
 from specwhisper.asr.weights.errors import ModelError
 from specwhisper.asr.weights.net import WEIGHT_FILES, WhisperNet, load_net
 from specwhisper.hardware.kernels import int8_available, quantize_linears
+from specwhisper.messages import one_line
 
 CONVERTER_VERSION = "2"  # part of the cache folder's name: raised whenever what the converter writes changes
 
@@ -243,8 +244,7 @@ def ct2_converted(folder: Path, cache_dir: Path | None = None) -> Path:
     try:
         return convert_ct2_whisper([weights], folder, out, dtype=None)
     except (OSError, ValueError, KeyError) as exc:  # CT2FormatError is a ValueError
-        first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
-        raise ModelError(f"cannot convert the CTranslate2 model in {folder}: {first}") from exc
+        raise ModelError(f"cannot convert the CTranslate2 model in {folder}: {one_line(exc)}") from exc
 
 
 def _check_hub_model(name: str, timeout: float = 10.0) -> None:
@@ -259,7 +259,7 @@ def _check_hub_model(name: str, timeout: float = 10.0) -> None:
     except RepositoryNotFoundError:
         raise ModelError(f"model '{name}' is not an embedded model ({embedded}), a folder, or a model on the Hugging Face hub") from None
     except HfHubHTTPError as exc:
-        raise ModelError(f"cannot look up model '{name}' on the Hugging Face hub: {str(exc).splitlines()[0]}") from None
+        raise ModelError(f"cannot look up model '{name}' on the Hugging Face hub: {one_line(exc)}") from None
     except Exception as exc:  # connection refused, DNS, timeout: no hub from here
         raise ModelError(f"model '{name}' is not an embedded model ({embedded}) or a folder, and the Hugging Face hub "
                          f"cannot be reached to fetch it ({type(exc).__name__})") from None
@@ -324,8 +324,7 @@ def load_whisper(
         feature_extractor = WhisperFeatureExtractor.from_pretrained(folder)
         model = load_net(folder, config, generation_config_of(folder, config), dtype=dtype)
     except (OSError, ValueError, KeyError) as exc:  # WeightsError is an OSError
-        first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
-        raise ModelError(f"cannot load Whisper model '{name}': {first}") from exc
+        raise ModelError(f"cannot load Whisper model '{name}': {one_line(exc)}") from exc
     model.to(device)
     if int8:
         # The decoder only: int8 encoder products made no window faster here (fbgemm's products are

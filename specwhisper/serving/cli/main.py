@@ -20,7 +20,7 @@ from specwhisper.serving.arguments import option_values
 from specwhisper.serving.cli.args import PROG, batch_flags_used, parse_args
 from specwhisper.serving.cli.rerender import is_json, rerender
 from specwhisper.serving.cli.stdio import STDIN_NAME, STDIN_STEM, check_stdin, check_stdout, reads_stdin, stdin_file, write_transcript, writes_stdout
-from specwhisper.serving.messages import clip, one_line
+from specwhisper.messages import clip, one_line
 
 
 class CliError(Exception):

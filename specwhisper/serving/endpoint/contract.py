@@ -30,7 +30,7 @@ from specwhisper.results.transcript import Segment, Transcript
 from specwhisper.pipeline.core import Progress
 from specwhisper.pipeline.config import PipelineConfig
 from specwhisper.serving.params import Choices, RequestError, TranscribeParams, model_named, offered_names, parse_params
-from specwhisper.serving.messages import clip, one_line
+from specwhisper.messages import clip, one_line
 from specwhisper.serving.service import LiveLimits, ServiceSettings, PipelinePool
 from specwhisper.pipeline.writers import render
 

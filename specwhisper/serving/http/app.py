@@ -53,7 +53,7 @@ from specwhisper.serving.http.realtime_ws import add_realtime_route
 from specwhisper.serving.worker import ModelWorker
 from specwhisper.serving.http.openai_api import add_openai_routes, is_openai_path, openai_refused
 from specwhisper.serving.params import RequestError, TranscribeParams
-from specwhisper.serving.messages import clip
+from specwhisper.messages import clip
 from specwhisper.serving.spool import Spool
 from specwhisper.serving.http.config import RequestLimits
 from specwhisper.serving.http.uploads import Refusal, Uploads

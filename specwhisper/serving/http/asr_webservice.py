@@ -36,7 +36,7 @@ from specwhisper.audio.loading import SAMPLE_RATE
 from specwhisper.pipeline.writers import render
 from specwhisper.serving.http.form_upload import receive_form
 from specwhisper.serving.http.uploads import Refusal, Uploads
-from specwhisper.serving.messages import clip
+from specwhisper.messages import clip
 from specwhisper.serving.params import RequestError, TranscribeParams
 
 FILE_FIELD = "audio_file"

@@ -18,7 +18,7 @@ from fastapi import Request
 from python_multipart.exceptions import FormParserError
 from python_multipart.multipart import MultipartParser, parse_options_header
 
-from specwhisper.serving.messages import clip
+from specwhisper.messages import clip
 from specwhisper.serving.http.uploads import Refusal, Uploads
 
 FILE_FIELD = "file"

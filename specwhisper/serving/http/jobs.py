@@ -34,7 +34,7 @@ from specwhisper.asr.options import SAMPLING
 from specwhisper.pipeline.core import BETWEEN_BATCHES
 from specwhisper.serving.endpoint.contract import Endpoint, response
 from specwhisper.serving.params import RequestError, TranscribeParams, parse_params
-from specwhisper.serving.messages import one_line
+from specwhisper.messages import one_line
 from specwhisper.serving.worker import Cancelled, CancelToken, ModelWorker, QueueFull
 from specwhisper.serving.http.callbacks import Deliveries, allowed
 from specwhisper.serving.http.config import JobLimits

@@ -77,7 +77,7 @@ from specwhisper.pipeline.options import BY_NAME, LIVE_TAKES, options_for
 from specwhisper.serving.endpoint.contract import response
 from specwhisper.serving.worker import ModelWorker, QueueFull
 from specwhisper.serving.params import RequestError, TranscribeParams, parse_params
-from specwhisper.serving.messages import clip, one_line, short_repr
+from specwhisper.messages import clip, one_line, short_repr
 from specwhisper.serving.service import LiveLimits, PipelinePool
 
 log = logging.getLogger(__name__)

@@ -46,7 +46,7 @@ from specwhisper.results.transcript import Transcript, Word, segments_to_dicts
 from specwhisper.pipeline.writers import render
 from specwhisper.serving.http.form_upload import CLIP_FIELDS, FILE_FIELD, receive_form
 from specwhisper.serving.params import Choices, RequestError, TranscribeParams, model_named, offered_names, parse_params
-from specwhisper.serving.messages import clip, short_repr
+from specwhisper.messages import clip, short_repr
 from specwhisper.serving.http.uploads import Refusal, StreamEvents, Uploads
 
 OWNER = "specwhisper"

@@ -20,7 +20,7 @@ import soundfile as sf
 
 from specwhisper.live.turns import EAGERNESS_WAIT_MS, TurnSettings
 from specwhisper.serving.params import ALIAS, RequestError, TranscribeParams, model_named, offered_names, parse_params
-from specwhisper.serving.messages import clip, one_line, short_repr
+from specwhisper.messages import clip, one_line, short_repr
 
 INPUT_RATE = 24_000  # OpenAI's PCM rate
 G711_RATE = 8_000

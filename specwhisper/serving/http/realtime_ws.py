@@ -64,7 +64,7 @@ from specwhisper.serving.http.openai_api import logprob_entries
 from specwhisper.serving.http.realtime_config import (EventError, InputFormat, SessionConfig, checked, format_of, from_beta,
                                                        updated)
 from specwhisper.serving.params import ALIAS
-from specwhisper.serving.messages import clip, short_repr
+from specwhisper.messages import clip, short_repr
 from specwhisper.serving.service import PipelinePool
 from specwhisper.serving.worker import ModelWorker
 

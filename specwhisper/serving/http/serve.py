@@ -17,7 +17,7 @@ from pathlib import Path
 from specwhisper.asr.weights.errors import ModelError
 from specwhisper.pipeline.options import BY_NAME
 from specwhisper.serving.arguments import OneLineParser, add_options, positive, tcp_port
-from specwhisper.serving.messages import one_line
+from specwhisper.messages import one_line
 from specwhisper.serving.http.callbacks import callback_prefixes
 from specwhisper.serving.http.config import ConnectionLimits, JobLimits, RequestLimits, ServerConfig, check_api_key
 

@@ -31,7 +31,7 @@ from specwhisper.results.transcript import Transcript
 from specwhisper.pipeline.option import Option
 from specwhisper.pipeline.options import options_for
 from specwhisper.serving.params import Choices, RequestError, parse_params
-from specwhisper.serving.messages import one_line
+from specwhisper.messages import one_line
 from specwhisper.serving.service import PipelinePool
 from specwhisper.serving.ui.live import build_live_tab
 from specwhisper.serving.worker import OVERTAKE_S, Cancelled, CancelToken, ModelWorker, QueueFull

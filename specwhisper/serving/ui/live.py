@@ -37,7 +37,7 @@ from specwhisper.audio.loading import MIN_SOURCE_RATE, SAMPLE_RATE
 from specwhisper.live.stream import LiveError, StreamingTranscriber, StreamUpdate
 from specwhisper.pipeline.writers import write_outputs
 from specwhisper.serving.params import RequestError, TranscribeParams, parse_params
-from specwhisper.serving.messages import one_line
+from specwhisper.messages import one_line
 from specwhisper.serving.service import PipelinePool
 from specwhisper.serving.worker import ModelWorker, QueueFull
 

@@ -1,6 +1,6 @@
-"""What the servers and the command line say to users about a failure: one line, bounded in length
-(the text may come from a hostile request). Light on purpose: the CLI reports bad arguments with it
-before torch is imported."""
+"""What every layer says to users about a failure: one line, bounded in length (the text may come from
+a hostile request or a library's multi-line message). Light on purpose: the CLI reports bad arguments
+with it before torch is imported."""
 
 from __future__ import annotations
 
