@@ -3,6 +3,9 @@ path, a hub id or the hub cache's copy of an openai checkpoint; a broken one is 
 
 from __future__ import annotations
 
+import hashlib
+from pathlib import Path
+
 import pytest
 
 import specwhisper
@@ -34,12 +37,21 @@ def _decoded(transcript) -> list[tuple]:
 
 
 def test_a_float16_folder_decodes_as_the_model_it_holds(folders, tiny_transcripts, eval_root, tmp_path):
-    """tiny.en's float16 weights from a faster-whisper folder: every token and timestamp of tiny.en's."""
+    """tiny.en's float16 weights from a faster-whisper folder: every token and timestamp of tiny.en's. The
+    conversion the Inference Endpoint handler wrote of the same file before (``repository-<folder>-<key>``,
+    float32) is removed once this one is written."""
+    weights = Path(folders["float16"]) / "model.bin"
+    stat = weights.stat()
+    key = hashlib.sha256(f"{weights.resolve()}:{stat.st_size}:{stat.st_mtime_ns}".encode()).hexdigest()[:16]
+    (tmp_path / "models" / f"repository-float16-{key}").mkdir(parents=True)
+    (tmp_path / "models" / f"repository-float16-{key}" / "config.json").write_text("{}")
+    (tmp_path / "models" / "repository-other-0123456789abcdef").mkdir()  # another model's: kept
     model = specwhisper.load(folders["float16"], draft="none", cache_dir=str(tmp_path))
     for clip, want in zip(CLIPS, tiny_transcripts):
         assert _decoded(model.transcribe(str(eval_root / clip))) == _decoded(want), clip
-    (converted,) = (tmp_path / "models").iterdir()
+    converted, other = sorted((tmp_path / "models").iterdir())
     assert converted.name.startswith("float16-")  # converted once, named after the folder
+    assert other.name == "repository-other-0123456789abcdef"
 
 
 def test_an_int8_folder_gives_faster_whispers_segments(folders, eval_root, tmp_path):

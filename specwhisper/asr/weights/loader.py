@@ -242,9 +242,13 @@ def ct2_converted(folder: Path, cache_dir: Path | None = None) -> Path:
         return out
     out.parent.mkdir(parents=True, exist_ok=True)
     try:
-        return convert_ct2_whisper([weights], folder, out, dtype=None)
+        convert_ct2_whisper([weights], folder, out, dtype=None)
     except (OSError, ValueError, KeyError) as exc:  # CT2FormatError is a ValueError
         raise ModelError(f"cannot convert the CTranslate2 model in {folder}: {one_line(exc)}") from exc
+    # the Inference Endpoint handler's own conversion of the same file, float32 under an older name (a
+    # large-v3 one is 6 GB): nothing reads it once this one is there
+    shutil.rmtree(out.parent / f"repository-{folder.name}-{key}", ignore_errors=True)
+    return out
 
 
 def _check_hub_model(name: str, timeout: float = 10.0) -> None:
