@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+
 import pytest
 
 from specwhisper.audio.loading import load_audio
@@ -103,10 +105,10 @@ def test_the_bound_before_the_wide_passes_are_timed():
     assert best_possible(Costs(step=0.240, verify={2: 0.223}), 0.026, 0.8, bonus=True) == pytest.approx(2.3948, abs=1e-4)
 
 
-def test_auto_is_exact_and_measures_once_per_batch_size(base_engine, eval_root):
+def test_auto_is_exact_and_measures_once_per_batch_size(base_engine, eval_root, tmp_path):
     """Two English files at batch size 1 (the second decoded with the first's measurement): plain
     decoding's tokens, and one measurement."""
-    auto = AsrEngine("base", bundle=base_engine.bundle, decoder_factory=decoder_factory("auto"))
+    auto = AsrEngine("base", bundle=base_engine.bundle, decoder_factory=decoder_factory("auto", cache_dir=tmp_path))
     dec = auto.decoder
     assert set(dec.candidates) == {"ngram", "early-exit:3"}  # base has committed adapters
     opts = DecodeOptions(language="en")
@@ -125,6 +127,42 @@ def test_auto_is_exact_and_measures_once_per_batch_size(base_engine, eval_root):
     assert dec.last_choice is not None
     if dec.last_choice[0] is None:  # plain decoding pays for one head product, not the drafter's split
         assert dec.rt.head.compact_split is None
+
+
+def test_a_later_process_takes_the_stored_costs(base_engine, eval_root, tmp_path, monkeypatch):
+    """The costs one engine measured are kept in the cache folder: an engine built later (a new process:
+    the CLI run on the next file) decodes without timing anything, to the same tokens and choice. A
+    damaged store, or costs a week old, are timed again."""
+    audio = load_audio(eval_root / "openai-whisper/jfk.flac")
+    opts = DecodeOptions(language="en")
+    want = [s.tokens for s in base_engine.transcribe(audio, opts).segments]
+
+    def engine():
+        return AsrEngine("base", bundle=base_engine.bundle, decoder_factory=decoder_factory("auto", cache_dir=tmp_path))
+
+    first = engine()
+    assert [s.tokens for s in first.transcribe(audio, opts).segments] == want
+    assert first.decoder.summary()["choices"]["1"]["costs"] == "measured"
+    second = engine()
+    monkeypatch.setattr(type(second.decoder), "measure", lambda *a, **k: pytest.fail("measured again"))
+    assert [s.tokens for s in second.transcribe(audio, opts).segments] == want
+    assert second.decoder.costs[1] == first.decoder.costs[1]
+    assert second.decoder.last_choice == first.decoder.last_choice
+    assert second.decoder.summary()["choices"]["1"]["costs"] == "stored"
+    monkeypatch.undo()
+
+    store = tmp_path / "auto-costs.json"
+    store.write_text("{not json")
+    third = engine()
+    assert [s.tokens for s in third.transcribe(audio, opts).segments] == want
+    assert third.decoder.summary()["choices"]["1"]["costs"] == "measured"
+    assert second.decoder.store.get(1) is not None  # rewritten whole
+
+    data = json.loads(store.read_text())
+    for setting in data.values():
+        setting["1"]["measured_at"] -= 8 * 86400
+    store.write_text(json.dumps(data))
+    assert engine().decoder.store.get(1) is None  # a week old: timed again
 
 
 def test_a_batch_keeps_the_chosen_draft_length_where_a_lone_row_adapts(unpacked_engine, unpacked, eval_root):

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import platform
+
 import torch
 
 DEVICE_CHOICES = "auto, cpu, cuda or cuda:N"
@@ -88,3 +90,18 @@ class HostCopy:
 
     def ready(self) -> bool:
         return self._event is None or self._event.query()
+
+
+def device_label(device: torch.device | str) -> str:
+    """What a timing on ``device`` depends on, in words: the GPU's name, or the CPU's model and the threads
+    torch runs with (a cost measured with 2 threads says nothing of 16)."""
+    device = torch.device(device)
+    if device.type == "cuda":
+        return f"{torch.cuda.get_device_name(device)}, torch {torch.__version__}"
+    model = platform.processor() or platform.machine()
+    try:
+        with open("/proc/cpuinfo") as f:
+            model = next((line.split(":", 1)[1].strip() for line in f if line.startswith("model name")), model)
+    except OSError:
+        pass
+    return f"{model}, {torch.get_num_threads()} threads, torch {torch.__version__}"

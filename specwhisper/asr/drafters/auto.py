@@ -116,9 +116,13 @@ def family(name: str) -> str:
 
 
 class AutoDecoder(Decoder):
-    def __init__(self, runtime, special, rules, candidates: dict[str, SpeculativeDecoder], notes: list[str] | None = None):
-        """``notes``: what the user should know of how the candidates were found (the distil drafter's)."""
+    def __init__(self, runtime, special, rules, candidates: dict[str, SpeculativeDecoder], notes: list[str] | None = None,
+                 store=None):
+        """``notes``: what the user should know of how the candidates were found (the distil drafter's);
+        ``store``: where costs measured by an earlier process are kept (``cost_store.CostStore``), or None."""
         super().__init__(runtime, special, rules)
+        self.store = store
+        self.stored: set[int] = set()  # the batch sizes whose costs came from the store
         self.plain = GreedyDecoder(runtime, special, rules)
         self.candidates = candidates
         self.acceptance = {n: PRIOR_ACCEPTANCE.get(family(n), 0.3) for n in candidates}
@@ -133,7 +137,8 @@ class AutoDecoder(Decoder):
         """What auto weighed and chose per batch size, and why (the transcript's json carries it)."""
         return {"candidates": list(self.candidates), "notes": self.notes,
                 "choices": {str(b): {"drafter": n or "none", "k": k, "expected_speedup": round(s, 3),
-                                     "acceptance_estimate": round(self.acceptance[n], 3) if n else None}
+                                     "acceptance_estimate": round(self.acceptance[n], 3) if n else None,
+                                     "costs": "stored" if b in self.stored else "measured"}
                             for b, (n, k, s) in sorted(self.choices.items())}}
 
     def describe(self) -> str:
@@ -198,7 +203,14 @@ class AutoDecoder(Decoder):
                looping: Looping | None = None) -> DecodeOutput:
         b = encoder_out.shape[0]
         if self.candidates and b not in self.costs:
-            self.costs[b] = self.measure(encoder_out, prompt)
+            stored = self.store.get(b) if self.store is not None else None
+            if stored is not None and set(stored.draft) == set(self.candidates):
+                self.costs[b] = stored
+                self.stored.add(b)
+            else:
+                self.costs[b] = self.measure(encoder_out, prompt)
+                if self.store is not None:
+                    self.store.put(b, self.costs[b])
         name, k, speedup = choose(self.costs[b], self.acceptance, self.bonus) if self.candidates else (None, 0, 1.0)
         self.last_choice = self.choices[b] = (name, k, speedup)
         if name is None:

@@ -16,6 +16,7 @@ MODEL         any Whisper model (embedded name, HF id, folder) drafting for the 
 
 from __future__ import annotations
 
+import json
 import logging
 from pathlib import Path
 
@@ -25,6 +26,7 @@ from specwhisper.asr.decoding.greedy import Decoder, GreedyDecoder
 from specwhisper.asr.decoding.tokens import SpecialTokens
 from specwhisper.asr.decoding.rules import WhisperLogitRules
 from specwhisper.asr.drafters.auto import AutoDecoder
+from specwhisper.asr.drafters.cost_store import CostStore
 from specwhisper.asr.drafters.early_exit import DEFAULT_EXIT_LAYER, early_exit_drafter
 from specwhisper.asr.drafters.exit_adapters import find_adapters, model_fingerprint
 from specwhisper.asr.drafters.vocab import HEAD_TEXT_TOKENS
@@ -33,9 +35,10 @@ from specwhisper.asr.drafters.ngram import WhisperNgramDrafter
 from specwhisper.speculative.token_map import SameVocab
 from specwhisper.asr.runtime.decoder import WhisperDecoderRuntime
 from specwhisper.asr.runtime.encoder import EncoderRuntime
-from specwhisper.asr.weights.loader import (DISTIL_DRAFTERS, ModelError, WhisperBundle, find_distil_drafter, hub_id, load_whisper,
-                                            resolve_model_path, split_int8)
+from specwhisper.asr.weights.loader import (DISTIL_DRAFTERS, ModelError, WhisperBundle, default_cache_dir,
+                                            find_distil_drafter, hub_id, load_whisper, resolve_model_path, split_int8)
 from specwhisper.asr.decoding.speculative import Lookahead, SpeculativeDecoder
+from specwhisper.hardware.device import device_label
 from specwhisper.messages import one_line
 
 log = logging.getLogger(__name__)
@@ -87,21 +90,27 @@ def auto_decoder(engine, lookahead: Lookahead | None = None, cache_dir: Path | N
         return SpeculativeDecoder(engine.runtime, engine.special, engine.rules, drafter, lookahead)
 
     candidates = {"ngram": spec(WhisperNgramDrafter())}
-    adapters = find_adapters(model_fingerprint(engine.bundle.model))
+    fingerprint = model_fingerprint(engine.bundle.model)
+    adapters = find_adapters(fingerprint)
     if adapters:
         k = DEFAULT_EXIT_LAYER if DEFAULT_EXIT_LAYER in adapters else max(adapters)
         candidates[f"early-exit:{k}"] = spec(early_exit_drafter(engine, k, adapter=adapters[k]))
-    if hub_id(engine.model_name) not in DISTIL_DRAFTERS:
-        return AutoDecoder(engine.runtime, engine.special, engine.rules, candidates)
-    distil, why = find_distil_drafter(engine.model_name)
-    if distil is not None:
-        try:
-            candidates[distil] = spec(model_drafter(engine, distil, cache_dir))
-        except (ModelError, ValueError) as exc:
-            distil, why = None, f"{distil} could not be loaded ({one_line(exc)})"
-    if distil is None:  # one line, and on with the drafters there are
-        log.warning(f"--draft auto: {why}; weighing {', '.join(candidates)} and plain decoding")
-    return AutoDecoder(engine.runtime, engine.special, engine.rules, candidates, notes=[why])
+    notes = []
+    if hub_id(engine.model_name) in DISTIL_DRAFTERS:
+        distil, why = find_distil_drafter(engine.model_name)
+        if distil is not None:
+            try:
+                candidates[distil] = spec(model_drafter(engine, distil, cache_dir))
+            except (ModelError, ValueError) as exc:
+                distil, why = None, f"{distil} could not be loaded ({one_line(exc)})"
+        if distil is None:  # one line, and on with the drafters there are
+            log.warning(f"--draft auto: {why}; weighing {', '.join(candidates)} and plain decoding")
+        notes.append(why)
+    rt = engine.runtime
+    setting = json.dumps([device_label(engine.device), fingerprint, str(engine.bundle.model.dtype), rt.int8,
+                          rt.fixed_width, sorted(candidates)])
+    store = CostStore((cache_dir or default_cache_dir()) / "auto-costs.json", setting)
+    return AutoDecoder(rt, engine.special, engine.rules, candidates, notes=notes, store=store)
 
 
 def early_exit_spec(draft: str) -> tuple[int | None, bool]:
