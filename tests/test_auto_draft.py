@@ -222,3 +222,23 @@ def test_on_a_gpu_a_measured_pass_includes_the_gpu_work():
     device_s = start.elapsed_time(end) / 1000
     assert device_s > 0.002
     assert _seconds(busy, "cuda") >= 0.9 * device_s
+
+
+@pytest.mark.parametrize("stored", ["[]", '{"S": [1]}', '{"S": {"1": [2]}}',
+                                    '{"S": {"1": {"step": "x", "verify": 3, "draft": {}, "measured_at": NOW}}}',
+                                    '{"S": {"1": {"step": 1, "verify": {"2": 1}, "draft": {}, "width": "8", "measured_at": NOW}}}',
+                                    '{"S": {"1": {"step": 1, "verify": {"2": 1}, "draft": {}}}}',
+                                    '{"S": {"1": {"step": 1, "verify": {"2": 1}, "draft": {}, "measured_at": 1e12}}}'])
+def test_a_store_that_is_not_what_it_wrote_is_timed_again(tmp_path, stored):
+    """Whatever the file holds (edited, another version's, a clock set back), a bad entry is no costs,
+    never an error, and the next measurement is written over it."""
+    from specwhisper.asr.drafters.cost_store import CostStore
+
+    import time
+
+    (tmp_path / "auto-costs.json").write_text(stored.replace("NOW", str(time.time())))
+    store = CostStore(tmp_path / "auto-costs.json", "S")
+    assert store.get(1) is None
+    costs = Costs(step=0.1, verify={2: 0.2}, draft={"ngram": 0.001})
+    store.put(1, costs)
+    assert CostStore(tmp_path / "auto-costs.json", "S").get(1) == costs

@@ -34,20 +34,27 @@ class CostStore:
         except (OSError, ValueError):  # absent, or damaged: measured again and rewritten
             return {}
 
+    def _setting(self, data: dict) -> dict:
+        setting = data.get(self.key)
+        return setting if isinstance(setting, dict) else {}
+
     def get(self, batch: int) -> Costs | None:
-        entry = self._read().get(self.key, {}).get(str(batch))
-        if not isinstance(entry, dict) or time.time() - entry.get("measured_at", 0) > self.max_age_s:
-            return None
+        entry = self._setting(self._read()).get(str(batch))
         try:
+            if not 0 <= time.time() - float(entry["measured_at"]) <= self.max_age_s:
+                return None
+            width = entry.get("width")
+            if not (width is None or (isinstance(width, int) and width > 1)):
+                return None
             return Costs(step=float(entry["step"]), verify={int(w): float(s) for w, s in entry["verify"].items()},
-                         draft={n: float(s) for n, s in entry["draft"].items()}, width=entry.get("width"))
-        except (KeyError, TypeError, ValueError, AttributeError):
+                         draft={n: float(s) for n, s in entry["draft"].items()}, width=width)
+        except (KeyError, TypeError, ValueError, AttributeError):  # not what put() writes: timed again
             return None
 
     def put(self, batch: int, costs: Costs) -> None:
         """Add ``costs`` (beside what other processes wrote); a cache that cannot be written is left alone."""
         data = self._read()
-        data.setdefault(self.key, {})[str(batch)] = {**asdict(costs), "measured_at": time.time()}
+        data[self.key] = {**self._setting(data), str(batch): {**asdict(costs), "measured_at": time.time()}}
         try:
             self.path.parent.mkdir(parents=True, exist_ok=True)
             fd, tmp = tempfile.mkstemp(dir=self.path.parent, prefix=".auto-costs.", suffix=".partial")
