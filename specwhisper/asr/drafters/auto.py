@@ -144,7 +144,8 @@ class AutoDecoder(Decoder):
     def describe(self) -> str:
         """One line for the CLI's summary: the choice per batch size, with the expected speed-up."""
         parts = [f"{n or 'plain'} at batch {b} ({'expected ' if n else 'best drafter expected '}{s:.2f}x"
-                 f"{'' if n else f', under {MARGIN:.2f}x'})" for b, (n, k, s) in sorted(self.choices.items())]
+                 f"{'' if n else f', under {MARGIN:.2f}x'}{', stored costs' if b in self.stored else ''})"
+                 for b, (n, k, s) in sorted(self.choices.items())]
         return "; ".join(parts + self.notes)
 
     @torch.inference_mode()
