@@ -222,8 +222,7 @@ def test_empty_folder_and_bad_output_dirs(run_cli, cli_run, tmp_path):
     assert code == 2 and "cannot reach a Ray cluster at 127.0.0.1:1" in _error_lines(err)[0]
     for argv, message in [((src / "a.wav", "--watch", "5"), "--watch applies to a folder input"),
                           ((src, "--watch", "0"), "expected a positive float, got '0'"),
-                          ((src, "--watch", "inf"), "--watch: seconds between looks at the folder, under a day"),
-                          ((src, "--watch", "5", "--engine", "ray"), "--watch runs on the local engine")]:
+                          ((src, "--watch", "inf"), "--watch: seconds between looks at the folder, under a day")]:
         code, _, err = cli_run(*argv, "-o", tmp_path / "out")
         assert code == 2 and message in _error_lines(err)[0], (argv, err)
 
@@ -393,6 +392,22 @@ def test_ray_engine_two_workers(run_cli, eval_root, tmp_path):
     code, _, err = run_cli(src, "-o", out, "-f", "txt,json", "-q", "--engine", "ray", "-m", "tiny.en")
     assert code == 1 and len(_error_lines(err)) == 0
     assert {r: v["attempts"] for r, v in _rows(out).items()} == {r: v["attempts"] for r, v in rows.items()}
+
+    # Watching on Ray: nothing to do at first (no Ray starts); each file copied in later is transcribed by the
+    # same worker, its model loaded once; Ctrl-C while it waits ends the run (exit 1: broken.wav failed before)
+    proc = _start(src, out, "--engine", "ray", "--workers", "1", "-m", "tiny.en", "--watch", "0.5")
+    workers = []
+    for n, name in enumerate(("jfk2.wav", "lj2.wav"), start=5):
+        shutil.copy(src / name.replace("2", ""), src / name)
+        _wait_done(proc, out, n)
+        workers.append({p for p, cmd in _descendants(proc.pid).items() if cmd.startswith("ray::BatchWorker")})
+    proc.send_signal(signal.SIGINT)
+    _, err = proc.communicate(timeout=120)
+    assert proc.returncode == 1 and "interrupted" not in err, err
+    assert len(workers[0]) == 1 and workers[0] == workers[1], workers
+    rows = _rows(out)
+    assert rows["jfk2.wav"]["attempts"] == rows["lj2.wav"]["attempts"] == 1
+    assert (out / "jfk2.txt").read_text() == (tmp_path / "local" / "jfk.txt").read_text()
 
 
 def test_a_watched_folder_takes_each_file_once_it_is_whole(eval_root, manifest, tmp_path):

@@ -100,7 +100,8 @@ class _Task:
 
 class RayEngine:
     """``start()`` connects (``address``) or starts a local Ray with ``workers`` CPUs and creates the
-    actors; ``run(jobs)`` yields the same events as the local engine; ``close()`` ends the actors."""
+    actors (once: ``run`` may be called again for a watched folder's later looks); ``run(jobs)`` yields
+    the same events as the local engine; ``close()`` ends the actors."""
 
     def __init__(self, config: PipelineConfig, options: RunOptions, address: str | None = None,
                  workers: int | None = None, max_files_per_task: int = 16, threads_per_worker: int = 1):
@@ -119,6 +120,8 @@ class RayEngine:
     def start(self) -> None:
         import ray
 
+        if self._actors:  # a watched folder's later look: the actors wait with their models loaded
+            return
         os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
         if not ray.is_initialized():
             local = self.address in (None, "local")

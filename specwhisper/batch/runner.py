@@ -329,8 +329,6 @@ def run_batch(
             raise BatchError("a corpus of texts to align runs on the local engine (leave --engine ray out)")
         if not cfg.text_dir.is_dir():
             raise BatchError(f"{cfg.text_dir}: not a folder (the texts to align, named after the audio files)")
-    if cfg.watch is not None and cfg.engine != "local":
-        raise BatchError("--watch runs on the local engine (leave --engine ray out)")
     files = _inputs(cfg)
     if not files and cfg.watch is None:
         what = ", ".join(cfg.globs) if cfg.globs else "audio or video files"
@@ -340,7 +338,7 @@ def run_batch(
     report = BatchReport()
     settings = settings_key(pipeline_config, options, cfg.formats)
     settled = Settled(cfg.watch) if cfg.watch is not None else None
-    with _open_output(cfg.output_dir) as db:
+    with _open_output(cfg.output_dir) as db, closing(engine):  # a watched folder's looks share the engine
         db.recover()
         retry, seen = cfg.retry_failed, set()
         while True:
@@ -387,7 +385,7 @@ def _wait(seconds: float) -> bool:
 
 def _run_jobs(db: JobDB, engine, todo: list[Job], formats: list[str], layout: SubtitleOptions, report: BatchReport,
               show_progress: bool) -> None:
-    engine.start()  # before our signal handlers: Ray installs its own while starting
+    engine.start()  # before our signal handlers: Ray installs its own while starting (once: later looks find it started)
     running: set[str] = set()
     bar = _Bar(len(todo), show_progress)
     try:
@@ -414,7 +412,6 @@ def _run_jobs(db: JobDB, engine, todo: list[Job], formats: list[str], layout: Su
                     db.release(sorted(running))
     finally:
         bar.close()
-        engine.close()
 
 
 def print_summary(records: list[JobRecord], file=None) -> None:
