@@ -228,10 +228,12 @@ def test_on_a_gpu_a_measured_pass_includes_the_gpu_work():
                                     '{"S": {"1": {"step": "x", "verify": 3, "draft": {}, "measured_at": NOW}}}',
                                     '{"S": {"1": {"step": 1, "verify": {"2": 1}, "draft": {}, "width": "8", "measured_at": NOW}}}',
                                     '{"S": {"1": {"step": 1, "verify": {"2": 1}, "draft": {}}}}',
-                                    '{"S": {"1": {"step": 1, "verify": {"2": 1}, "draft": {}, "measured_at": 1e12}}}'])
+                                    '{"S": {"1": {"step": 1, "verify": {"2": 1}, "draft": {}, "measured_at": 1e12}}}',
+                                    '{"T": {"1": {"step": 1, "verify": {"2": 1}, "draft": {}, "measured_at": 0}}}'])
 def test_a_store_that_is_not_what_it_wrote_is_timed_again(tmp_path, stored):
     """Whatever the file holds (edited, another version's, a clock set back), a bad entry is no costs,
-    never an error, and the next measurement is written over it."""
+    never an error, and the next measurement is written over it; costs too old to be taken (another
+    setting's here) are dropped then."""
     from specwhisper.asr.drafters.cost_store import CostStore
 
     import time
@@ -242,3 +244,4 @@ def test_a_store_that_is_not_what_it_wrote_is_timed_again(tmp_path, stored):
     costs = Costs(step=0.1, verify={2: 0.2}, draft={"ngram": 0.001})
     store.put(1, costs)
     assert CostStore(tmp_path / "auto-costs.json", "S").get(1) == costs
+    assert list(json.loads((tmp_path / "auto-costs.json").read_text())) == ["S"]

@@ -104,4 +104,5 @@ def device_label(device: torch.device | str) -> str:
             model = next((line.split(":", 1)[1].strip() for line in f if line.startswith("model name")), model)
     except OSError:
         pass
-    return f"{model}, {torch.get_num_threads()} threads, torch {torch.__version__}"
+    threads = torch.get_num_threads()
+    return f"{model}, {threads} thread{'s' * (threads != 1)}, torch {torch.__version__}"

@@ -38,10 +38,16 @@ class CostStore:
         setting = data.get(self.key)
         return setting if isinstance(setting, dict) else {}
 
+    def _fresh(self, entry, now: float) -> bool:
+        try:
+            return 0 <= now - float(entry["measured_at"]) <= self.max_age_s
+        except (KeyError, TypeError, ValueError):
+            return False
+
     def get(self, batch: int) -> Costs | None:
         entry = self._setting(self._read()).get(str(batch))
         try:
-            if not 0 <= time.time() - float(entry["measured_at"]) <= self.max_age_s:
+            if not self._fresh(entry, time.time()):
                 return None
             width = entry.get("width")
             if not (width is None or (isinstance(width, int) and width > 1)):
@@ -53,8 +59,10 @@ class CostStore:
 
     def put(self, batch: int, costs: Costs) -> None:
         """Add ``costs`` (beside what other processes wrote); a cache that cannot be written is left alone."""
-        data = self._read()
-        data[self.key] = {**self._setting(data), str(batch): {**asdict(costs), "measured_at": time.time()}}
+        data, now = self._read(), time.time()
+        data[self.key] = {**self._setting(data), str(batch): {**asdict(costs), "measured_at": now}}
+        data = {key: kept for key, setting in data.items() if isinstance(setting, dict)  # what is timed again anyway goes
+                if (kept := {b: e for b, e in setting.items() if self._fresh(e, now)})}
         try:
             self.path.parent.mkdir(parents=True, exist_ok=True)
             fd, tmp = tempfile.mkstemp(dir=self.path.parent, prefix=".auto-costs.", suffix=".partial")
