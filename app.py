@@ -65,7 +65,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"app: error: {exc}", file=sys.stderr)
         return 2
     from specwhisper.serving.params import parse_params
-    from specwhisper.serving.messages import one_line
+    from specwhisper.messages import one_line
     from specwhisper.serving.service import LiveLimits, ServiceSettings, PipelinePool
     from specwhisper.serving.ui.app import UiConfig, build_demo, theme
 

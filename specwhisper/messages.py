@@ -23,6 +23,8 @@ def clip(text: str, limit: int = MAX_MESSAGE) -> str:
 
 
 def one_line(exc: BaseException) -> str:
-    """The first line of an exception's message (its type when it has none)."""
+    """The first line of an exception's message (its type when it has none), at most ``MAX_MESSAGE``
+    characters; its spaces as they are (a file name in it stays the file's name)."""
     lines = str(exc).strip().splitlines()
-    return clip(lines[0]) if lines else type(exc).__name__
+    first = lines[0].strip() if lines else type(exc).__name__
+    return first if len(first) <= MAX_MESSAGE else first[: MAX_MESSAGE - 3] + "..."

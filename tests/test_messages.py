@@ -16,6 +16,7 @@ def test_one_line_takes_the_first_line_and_bounds_it():
     assert one_line(OSError("\n\n")) == "OSError"
     said = one_line(ValueError("x" * 10_000))
     assert len(said) <= 300 and said.endswith("...")
+    assert one_line(OSError("/in/Meeting  notes.wav: not found\n")) == "/in/Meeting  notes.wav: not found"
 
 
 def test_a_decoder_failing_without_a_message_is_one_line(tmp_path, monkeypatch):
