@@ -36,7 +36,8 @@ class _Source:
         self.size = sum(n for _, n in self.parts)
         self.pos = 0
 
-    def read(self, start: int, n: int) -> bytes:
+    def read(self, start: int, n: int) -> bytearray:
+        """``n`` bytes from ``start``, in a buffer of their own (an array made on it is writable as it is)."""
         if start + n > self.size:
             raise CT2FormatError("truncated CTranslate2 model file")
         out, offset = bytearray(), 0
@@ -46,9 +47,9 @@ class _Source:
                     f.seek(max(start - offset, 0))
                     out += f.read(min(n - len(out), offset + size - max(start, offset)))
             offset += size
-        return bytes(out)
+        return out
 
-    def take(self, n: int) -> bytes:
+    def take(self, n: int) -> bytearray:
         chunk = self.read(self.pos, n)
         self.pos += n
         return chunk
@@ -91,7 +92,7 @@ class CT2Variables(Mapping):
         if e.dtype_id == _BFLOAT16:
             arr = (np.frombuffer(raw, dtype=np.uint16).astype(np.uint32) << 16).view(np.float32)
         else:
-            arr = np.frombuffer(raw, dtype=e.dtype).copy()  # writable, owning its memory
+            arr = np.frombuffer(raw, dtype=e.dtype)  # on the buffer read for it alone: writable, no copy
         return arr.reshape(e.shape)
 
     def __iter__(self) -> Iterator[str]:
