@@ -3,8 +3,8 @@ transformers route.
 
     python bench/ct2_conversion.py [--shape large-v3] [--reps 2]
 
-Ours (``specwhisper.asr.weights.convert.convert_ct2_whisper``) writes the mapped tensors straight to
-``model.safetensors``; the transformers route builds ``WhisperForConditionalGeneration``, loads the same
+Ours (``specwhisper.asr.weights.convert.convert_ct2_whisper``) writes the mapped tensors to
+``model.safetensors`` a layer at a time; the transformers route builds ``WhisperForConditionalGeneration``, loads the same
 float32 state into it and calls ``save_pretrained`` (what the converter did before). Each conversion runs
 in a fresh process (its peak resident set is its own), the two alternating; the folders written hold the
 same tensors (checked).

@@ -101,3 +101,46 @@ def test_a_new_converter_version_removes_the_folders_of_older_ones(tmp_path):
     folder = ensure_embedded("tiny.en", cache_dir=tmp_path)
     assert folder.name == f"tiny.en-ct2conv{CONVERTER_VERSION}" and (folder / "config.json").is_file()
     assert sorted(p.name for p in models.iterdir()) == sorted(["base-ct2conv1", "tiny.en-ct2conv1-mine", folder.name])
+
+
+def test_a_streamed_safetensors_file_is_what_safetensors_reads(tmp_path):
+    """The tensors written one by one after their header: safetensors' own reader gives them back, with the
+    metadata, from an 8-byte-aligned data section; a tensor out of the planned order or shape is refused."""
+    from safetensors import safe_open
+
+    from specwhisper.asr.weights.safetensors_stream import write_streamed
+
+    rng = np.random.default_rng(0)
+    tensors = {"b.weight": rng.standard_normal((3, 5)), "a.bias": rng.standard_normal(7),
+               "c.q": rng.standard_normal((4, 2, 3))[:, 1]}  # a strided view, written contiguous
+    for dtype in (np.float16, np.float32):
+        path = tmp_path / f"{np.dtype(dtype).name}.safetensors"
+        write_streamed(path, {k: v.shape for k, v in tensors.items()}, dtype, tensors.items(), metadata={"format": "pt"})
+        assert int.from_bytes(path.read_bytes()[:8], "little") % 8 == 0
+        with safe_open(str(path), framework="np") as f:
+            assert f.metadata() == {"format": "pt"} and sorted(f.keys()) == sorted(tensors)
+            for name, value in tensors.items():
+                got = f.get_tensor(name)
+                assert got.dtype == dtype and np.array_equal(got, value.astype(dtype)), name
+    shapes = {k: v.shape for k, v in tensors.items()}
+    with pytest.raises(ValueError, match="not the one planned next"):
+        write_streamed(tmp_path / "x.safetensors", shapes, np.float32, reversed(list(tensors.items())))
+    with pytest.raises(ValueError, match="was planned but never came"):
+        write_streamed(tmp_path / "y.safetensors", shapes, np.float32, list(tensors.items())[:2])
+
+
+def test_a_conversion_that_fails_leaves_no_folder(tmp_path, monkeypatch):
+    """A disk that fills while the weights are written: the error comes through and neither the model folder
+    nor its partial copy is left for the next run to trust."""
+    from specwhisper.asr.weights import convert
+
+    def full_disk(path, *args, **kwargs):
+        path.write_bytes(b"\0" * 64)
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(convert, "write_streamed", full_disk)
+    emb = EMBEDDED_MODELS["tiny.en"]
+    with pytest.raises(OSError, match="No space left"):
+        convert.convert_ct2_whisper([_package_dir(p) / r for p, r in emb.parts], write_ct2_folder("tiny.en", tmp_path / "ct2"),
+                                    tmp_path / "out" / "tiny.en")
+    assert not (tmp_path / "out").exists() or list((tmp_path / "out").iterdir()) == []

