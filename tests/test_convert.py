@@ -27,13 +27,32 @@ def test_reader_reads_whole_file():
     assert int(m.get("decoder/num_heads")) == 6
 
 
-def test_reader_rejects_truncated_file(tmp_path):
+@pytest.mark.parametrize("fraction", [0.00001, 0.001, 1 / 3, 0.99999])
+def test_reader_rejects_truncated_file(tmp_path, fraction):
+    # cut inside the header's names and shapes, inside an array, and in the aliases at the end
     emb = EMBEDDED_MODELS["tiny.en"]
     data = (_package_dir(emb.parts[0][0]) / emb.parts[0][1]).read_bytes()
     bad = tmp_path / "model.bin"
-    bad.write_bytes(data[: len(data) // 3])
+    bad.write_bytes(data[: int(len(data) * fraction)])
     with pytest.raises(CT2FormatError):
         read_ct2_model(bad)
+
+
+def test_reader_reads_a_file_split_anywhere(tmp_path):
+    # parts that split a name, a shape and an array: the same arrays as the whole file
+    emb = EMBEDDED_MODELS["tiny.en"]
+    data = (_package_dir(emb.parts[0][0]) / emb.parts[0][1]).read_bytes()
+    cuts = [0, 7, 70_001, 70_003, len(data) // 2, len(data)]
+    parts = []
+    for i, (a, b) in enumerate(zip(cuts, cuts[1:])):
+        parts.append(tmp_path / f"model.bin.part{i}")
+        parts[-1].write_bytes(data[a:b])
+    whole = tmp_path / "model.bin"
+    whole.write_bytes(data)
+    split, ref = read_ct2_model(parts), read_ct2_model(whole)
+    assert list(split.variables) == list(ref.variables) and split.aliases == ref.aliases
+    for name in ref.variables:
+        np.testing.assert_array_equal(split.variables[name], ref.variables[name])
 
 
 @pytest.mark.parametrize("model", ["base", "tiny.en"])

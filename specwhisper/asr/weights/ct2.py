@@ -35,6 +35,7 @@ class _Source:
         self.parts = [(Path(p), Path(p).stat().st_size) for p in paths]
         self.size = sum(n for _, n in self.parts)
         self.pos = 0
+        self._window = (0, bytearray())  # (start, bytes): the header's small fields, read 64 KiB at a time
 
     def read(self, start: int, n: int) -> bytearray:
         """``n`` bytes from ``start``, in a buffer of their own (an array made on it is writable as it is)."""
@@ -49,8 +50,14 @@ class _Source:
             offset += size
         return out
 
-    def take(self, n: int) -> bytearray:
-        chunk = self.read(self.pos, n)
+    def take(self, n: int) -> bytes:
+        """The next ``n`` header bytes: served from a window read ahead, not one open and read per field."""
+        start, window = self._window
+        if not start <= self.pos <= self.pos + n <= start + len(window):
+            self._window = start, window = self.pos, self.read(self.pos, min(max(n, 1 << 16), self.size - self.pos))
+            if n > len(window):
+                raise CT2FormatError("truncated CTranslate2 model file")
+        chunk = bytes(window[self.pos - start : self.pos - start + n])
         self.pos += n
         return chunk
 
