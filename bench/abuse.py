@@ -303,7 +303,7 @@ def server_cases(server: Server, media: dict[str, Path]) -> list[dict]:
     big = json.dumps({"inputs": base64.b64encode(os.urandom(150 * 2**20)).decode()}).encode()
     rows.append(server.case("JSON body of 200 MB (150 MB in base64, not audio)",
                             lambda: [server.request("POST", "/", big, "application/json")[0]]))
-    del big
+    big = None  # freed
     deep = b"[" * 500_000 + b"]" * 500_000
     rows.append(server.case("deeply nested JSON (500k levels)", lambda: [server.request("POST", "/", deep, "application/json")[0]]))
     head = b"POST / HTTP/1.1\r\nHost: x\r\nContent-Type: audio/wav\r\n"
@@ -344,7 +344,7 @@ def openai_cases(server: Server, media: dict[str, Path]) -> list[dict]:
     chunked = b"".join(b"%x\r\n%s\r\n" % (len(c), c) for c in (big[i : i + 2**20] for i in range(0, len(big), 2**20)))
     rows.append(server.case("OpenAI route: 250 MB file part, chunked, no length (refused at 200 MB as it streams)",
                             lambda: [raw_status(server.raw(head + b"Transfer-Encoding: chunked\r\n\r\n" + chunked + b"0\r\n\r\n"))]))
-    del noise, big, chunked
+    noise = big = chunked = None  # freed
     rows.append(server.case("OpenAI route: Content-Length of 250 MB announced (refused unread)",
                             lambda: [raw_status(server.raw(head + f"Content-Length: {250 * 2**20}\r\n\r\n".encode()))]))
     rows.append(server.case("OpenAI route: multipart body trickled a byte per 0.5 s (body timeout 5 s)",

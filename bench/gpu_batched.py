@@ -120,7 +120,7 @@ def step_costs(rt, enc: torch.Tensor, prompt: list[int], widths=(1, 4, 8, 16), c
             rt.step(torch.tensor([seq] * b, device=dev), torch.arange(len(seq), device=dev).expand(b, -1), cache)
             tok, pos = torch.full((b, 1), 220, device=dev), torch.full((b, 1), context, device=dev)
             out[w] = round(timed(lambda: rt.step(tok, pos, cache), dev, reps), 3)
-            del cache
+            cache = None  # freed before the next width
     return out
 
 
@@ -304,7 +304,7 @@ class Bench:
             del enc, feats
             if self.device.startswith("cuda"):
                 torch.cuda.empty_cache()
-        del engine, d_bundle
+        engine = d_bundle = None  # freed before the next model
 
 
     def waiting_row(self, model, b, kind, spec, round_out, round_tps, plain_tps, refs, enc, prompt, feats, limits,

@@ -207,7 +207,7 @@ def run_target(name: str, device: str, dtype: torch.dtype, tokens: int, reps: in
             runs.append(r)
             on_row(r)
             print(json.dumps(r), flush=True)
-    del engine, d_bundle
+    engine = d_bundle = None  # freed
     return runs
 
 

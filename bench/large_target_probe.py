@@ -95,7 +95,7 @@ def probe(name: str, device: str, dtype: torch.dtype, reps: int, context: int = 
     row["verify_ms"] = {k: round(timed(step(k), device, reps), 3) for k in range(2, 9)}
     params = sum(p.numel() for n, p in model.named_parameters() if n.startswith(("model.decoder", "proj_out")))
     row["decoder_weight_bytes"] = params * torch.finfo(dtype).bits // 8
-    del model
+    model = None  # freed before the cache is emptied
     if device.startswith("cuda"):
         torch.cuda.empty_cache()
     return row
