@@ -54,9 +54,8 @@ class _Source:
         """The next ``n`` header bytes: served from a window read ahead, not one open and read per field."""
         start, window = self._window
         if not start <= self.pos <= self.pos + n <= start + len(window):
-            self._window = start, window = self.pos, self.read(self.pos, min(max(n, 1 << 16), self.size - self.pos))
-            if n > len(window):
-                raise CT2FormatError("truncated CTranslate2 model file")
+            # at least ``n``: past the file's end ``read`` says it is truncated
+            self._window = start, window = self.pos, self.read(self.pos, max(n, min(1 << 16, self.size - self.pos)))
         chunk = bytes(window[self.pos - start : self.pos - start + n])
         self.pos += n
         return chunk
