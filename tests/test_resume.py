@@ -199,3 +199,46 @@ def test_a_batch_replays_with_the_text_its_redecodes_may_replace(tmp_path):
     assert [(c.start, c.end, c.depth, s) for c, s in back[0]] == [(c.start, c.end, c.depth, s) for c, s in again]
     assert back[0][1][1].segments[0] is per_chunk[0][0]  # a chunk's own thin segment is that very segment
     assert back[0][2][1].segments[0] is per_chunk[0][0] and back[0][2][1].window == chunk  # the text dated before, its window
+
+
+def test_an_interrupted_call_resumes_every_channel(tiny_pipeline, manifest, tmp_path, monkeypatch):
+    """``multichannel``: the checkpoint keeps the batches of all the call's channels (one pass decodes
+    them); the resumed call equals the uninterrupted one, channel by channel, and the same samples read
+    as another layout (channels swapped, or one waveform) find none of its records."""
+    from specwhisper.evaluation.calls import build_call
+
+    call = build_call(manifest)
+    opts = RunOptions(decode=DecodeOptions(language="en", batch_size=1, word_timestamps=True), multichannel=True)
+    decoded = _count_decoded(monkeypatch, tiny_pipeline.asr)
+    whole = tiny_pipeline.run(call.channels, opts)
+    batches = len(decoded)
+    assert batches >= 2 and whole.speakers == ["CHANNEL_1", "CHANNEL_2"], batches
+    monkeypatch.undo()
+
+    ckpt = tmp_path / ".call.partial.jsonl"
+    original, calls = tiny_pipeline.asr._first_pass, []
+
+    def second_batch_interrupted(*a):
+        calls.append(1)
+        if len(calls) == 2:
+            raise Stop
+        return original(*a)
+
+    monkeypatch.setattr(tiny_pipeline.asr, "_first_pass", second_batch_interrupted)
+    with pytest.raises(Stop):
+        tiny_pipeline.run(call.channels, opts, checkpoint=ckpt)
+    monkeypatch.undo()
+    assert _records(ckpt) == 1
+    probe = tmp_path / "probe.jsonl"
+    mono = RunOptions(decode=opts.decode)
+    for audio, other, expected in [(call.channels, opts, 1), (call.channels[::-1], opts, 0), (call.channels.reshape(1, -1), opts, 0),
+                                   (call.channels.reshape(-1), mono, 0)]:
+        shutil.copy(ckpt, probe)
+        assert len(tiny_pipeline._journal(probe, audio, other).records) == expected
+
+    decoded = _count_decoded(monkeypatch, tiny_pipeline.asr)
+    again = tiny_pipeline.run(call.channels, opts, checkpoint=ckpt)
+    assert again.stats.resumed_chunks == 1 and len(decoded) == batches - 1
+    assert again.segments == whole.segments and again.speakers == whole.speakers
+    assert render(again, "srt") == render(whole, "srt")
+    assert _records(ckpt) == batches

@@ -109,17 +109,20 @@ class Pipeline:
         removes it once the transcript is safe. ``on_segments``: ``run_many``'s, for the one file."""
         opts = options or RunOptions()
         opts.validate()
-        if opts.multichannel:  # the channels' chunks batched together; a checkpoint keeps one waveform's
-            show = None if on_segments is None else (lambda n, segments: on_segments(segments))
-            return self._run_channels([audio], opts, progress, [source], show)[0]
-        known = load_known_speakers(opts.known_speakers)  # a bad clip fails before the ASR runs
-        report = TimedReports(progress)
-        t = time.perf_counter()
+        known = () if opts.multichannel else load_known_speakers(opts.known_speakers)  # a bad clip fails before the ASR runs
         if checkpoint is not None:  # a batch no memory holds fails before any checkpoint is written
             from specwhisper.asr.batch_memory import fit_batch_size
 
             fit_batch_size(opts.decode.batch_size, self.asr.runtime, warn=False)
         journal = self._journal(checkpoint, audio, opts) if checkpoint is not None else None
+        if opts.multichannel:  # the channels' chunks batched together, the checkpoint keeping the batches of all
+            show = None if on_segments is None else (lambda n, segments: on_segments(segments))
+            result = self._run_channels([audio], opts, progress, [source], show, journal)[0]
+            if journal is not None:
+                result.stats.resumed_chunks = journal.resumed_chunks
+            return result
+        report = TimedReports(progress)
+        t = time.perf_counter()
         final = None  # with align_text, the pass's text is not the transcript's
         if on_segments is not None and opts.align_text is None:
             final = lambda segments: on_segments(opts.resolved(segments))  # noqa: E731
@@ -151,6 +154,8 @@ class Pipeline:
         decode.validate(self.asr.special)  # the language as the engine will see it
         settings = {"model": self.asr.model_name, "draft": self.config.draft, "device": self.config.device,
                     "dtype": self.config.dtype, "decode": asdict(decode)}
+        if opts.multichannel:  # its records are of every channel's chunks (the same samples as one waveform are not)
+            settings["channels"] = list(np.atleast_2d(audio).shape)
         return ChunkCheckpoint.open(path, checkpoint_key(audio_identity(audio), settings))
 
     def run_many(
@@ -174,6 +179,13 @@ class Pipeline:
         opts.validate()
         if opts.multichannel:
             return self._run_channels(audios, opts, progress, sources, on_segments)
+        return self._run_many(audios, opts, progress, sources, on_segments, texts)
+
+    def _run_many(self, audios: list[np.ndarray], opts: RunOptions, progress: Progress | None, sources: list[str | None] | None,
+                  on_segments: Callable[[int, list[Segment]], None] | None, texts: list[str] | None = None,
+                  journal=None) -> list[Transcript]:
+        """``run_many`` of waveforms (``multichannel`` already split into them); ``journal``: their ASR's
+        checkpoint (``ChunkCheckpoint``, the batches of all of them)."""
         if texts is not None:
             opts.check_alignment()
         per_file = [opts] * len(audios) if texts is None else [replace(opts, align_text=text) for text in texts]
@@ -184,7 +196,7 @@ class Pipeline:
         final = None
         if on_segments is not None and opts.align_text is None and texts is None:
             final = lambda n, segments: on_segments(n, opts.resolved(segments))  # noqa: E731
-        results = self.asr.transcribe_many(audios, opts.decode_options(), report, on_final=final)
+        results = self.asr.transcribe_many(audios, opts.decode_options(), report, journal=journal, on_final=final)
         aligned = [self._align(audio, asr, o) for audio, asr, o in zip(audios, results, per_file)]
         wall = time.perf_counter() - t - report.seconds
         work = [r.vad_seconds + r.stats.encoder_seconds + r.stats.decoder_seconds + r.stats.alignment_seconds for r in results]
@@ -195,15 +207,18 @@ class Pipeline:
         ]
 
     def _run_channels(self, audios: list[np.ndarray], opts: RunOptions, progress: Progress | None,
-                      sources: list[str | None] | None, on_segments: Callable[[int, list[Segment]], None] | None) -> list[Transcript]:
+                      sources: list[str | None] | None, on_segments: Callable[[int, list[Segment]], None] | None,
+                      journal=None) -> list[Transcript]:
         """``multichannel``: every channel of every waveform (channels x samples; a mono one is one channel),
         its bleed of the others muted, transcribed as a file of its own in one shared pass, then each
-        waveform's channels merged, each channel a speaker (``pipeline.channels``)."""
+        waveform's channels merged, each channel a speaker (``pipeline.channels``); ``journal``: the pass's
+        checkpoint."""
         from specwhisper.audio.channels import without_bleed
         from specwhisper.pipeline.channels import merge_channels
 
         split = [without_bleed(np.atleast_2d(audio)) for audio in audios]
-        alone = self.run_many([c for channels in split for c in channels], replace(opts, multichannel=False, decode=opts.decode_options()), progress)
+        alone = self._run_many([c for channels in split for c in channels],
+                               replace(opts, multichannel=False, decode=opts.decode_options()), progress, None, None, journal=journal)
         out, first = [], 0
         for n, (channels, source) in enumerate(zip(split, sources or [None] * len(audios))):
             out.append(merge_channels(alone[first : first + len(channels)], source))
