@@ -39,6 +39,19 @@ def _count_decoded(monkeypatch, engine) -> list[int]:
     return rows
 
 
+def _interrupt_second_batch(monkeypatch, engine, exc: type[BaseException]) -> None:
+    """The engine's second decoded batch raises ``exc`` (a Ctrl-C)."""
+    original, calls = engine._first_pass, []
+
+    def second_batch_interrupted(*a):
+        calls.append(1)
+        if len(calls) == 2:
+            raise exc
+        return original(*a)
+
+    monkeypatch.setattr(engine, "_first_pass", second_batch_interrupted)
+
+
 def _records(path) -> int:
     return len(path.read_bytes().split(b"\n")) - 2  # the header, and the empty piece after the last newline
 
@@ -126,15 +139,7 @@ def test_cli_removes_the_checkpoint_and_says_how_to_resume(tiny_pipeline, long_f
     out = tmp_path / "out"
     args = [short, "-o", out, "-f", "json", "--batch-size", "1", "--language", "en"]
     original = tiny_pipeline.asr._first_pass
-    calls = []
-
-    def second_batch_interrupted(*a, **k):
-        calls.append(1)
-        if len(calls) == 2:
-            raise KeyboardInterrupt
-        return original(*a, **k)
-
-    monkeypatch.setattr(tiny_pipeline.asr, "_first_pass", second_batch_interrupted)
+    _interrupt_second_batch(monkeypatch, tiny_pipeline.asr, KeyboardInterrupt)
     code, _, err = run_cli(*args)
     assert code == 130 and "run the same command again to resume" in err and (out / ".short.partial.jsonl").is_file()
     monkeypatch.setattr(tiny_pipeline.asr, "_first_pass", original)
@@ -216,15 +221,7 @@ def test_an_interrupted_call_resumes_every_channel(tiny_pipeline, manifest, tmp_
     monkeypatch.undo()
 
     ckpt = tmp_path / ".call.partial.jsonl"
-    original, calls = tiny_pipeline.asr._first_pass, []
-
-    def second_batch_interrupted(*a):
-        calls.append(1)
-        if len(calls) == 2:
-            raise Stop
-        return original(*a)
-
-    monkeypatch.setattr(tiny_pipeline.asr, "_first_pass", second_batch_interrupted)
+    _interrupt_second_batch(monkeypatch, tiny_pipeline.asr, Stop)
     with pytest.raises(Stop):
         tiny_pipeline.run(call.channels, opts, checkpoint=ckpt)
     monkeypatch.undo()
@@ -242,3 +239,31 @@ def test_an_interrupted_call_resumes_every_channel(tiny_pipeline, manifest, tmp_
     assert again.segments == whole.segments and again.speakers == whole.speakers
     assert render(again, "srt") == render(whole, "srt")
     assert _records(ckpt) == batches
+
+
+def test_a_file_of_a_folder_resumes_where_it_stopped(run_cli, tiny_pipeline, long_file, tmp_path, monkeypatch):
+    """A batch folder (the local engine): a file its group holds alone keeps its finished batches beside its
+    outputs, so the interrupted batch resumes inside it; the outputs equal an uninterrupted batch's and the
+    checkpoint goes once they are written. The long file's first 20 s: two chunks, a batch each."""
+    import soundfile as sf
+
+    folder = tmp_path / "in"
+    folder.mkdir()
+    audio, rate = sf.read(long_file.path, dtype="float32")
+    sf.write(folder / "short.wav", audio[: 20 * rate], rate)
+    args = ["-m", "tiny.en", "-f", "json", "--batch-size", "1", "--language", "en", "-q"]
+    code, _, err = run_cli(folder, "-o", tmp_path / "whole", *args)
+    assert code == 0, err
+    out = tmp_path / "out"
+    original = tiny_pipeline.asr._first_pass
+    _interrupt_second_batch(monkeypatch, tiny_pipeline.asr, KeyboardInterrupt)
+    code, _, err = run_cli(folder, "-o", out, *args)
+    assert code == 130 and "run the same command again to resume" in err, err
+    assert _records(out / ".short.partial.jsonl") == 1
+    monkeypatch.setattr(tiny_pipeline.asr, "_first_pass", original)  # run_cli's own patch stays
+    code, _, err = run_cli(folder, "-o", out, *args)
+    assert code == 0, err
+    resumed, whole = (json.loads((o / "short.json").read_text()) for o in (out, tmp_path / "whole"))
+    assert resumed["speculative"]["resumed_chunks"] == 1 and whole["speculative"]["resumed_chunks"] == 0
+    assert resumed["segments"] == whole["segments"]
+    assert not list(out.glob(".*partial*")), "the checkpoint outlives the outputs"

@@ -12,6 +12,7 @@ import threading
 import time
 from collections import deque
 from dataclasses import dataclass, replace
+from pathlib import Path
 from typing import Callable, Iterator
 
 import numpy as np
@@ -57,27 +58,28 @@ def file_error(exc: BaseException, name: str) -> str:
 
 
 def transcribe_group(pipeline, audios: list[np.ndarray], sources: list[str], options: RunOptions,
-                     texts: list[str] | None = None) -> list[Transcript | str]:
+                     texts: list[str] | None = None, checkpoint: Path | None = None) -> list[Transcript | str]:
     """Transcripts of several files with their chunks batched together (``texts``: each one's text to
     align); when the shared run fails, each file is run alone so that only the failing one is lost (its
-    entry is its one-line error)."""
-    if not audios:
-        return []
-    try:
-        return list(pipeline.run_many(audios, options, sources=sources, texts=texts))
-    except (KeyboardInterrupt, MemoryError):
-        raise
-    except Exception:
-        outcomes: list[Transcript | str] = []
-        for n, (audio, source) in enumerate(zip(audios, sources)):
-            try:
-                alone = options if texts is None else replace(options, align_text=texts[n])
-                outcomes.append(pipeline.run(audio, alone, source=source))
-            except (KeyboardInterrupt, MemoryError):
-                raise
-            except Exception as exc:
-                outcomes.append(file_error(exc, source))
-        return outcomes
+    entry is its one-line error). ``checkpoint``: where a group of one file keeps its finished batches
+    (specwhisper.pipeline.checkpoint), so that an interrupted run of it resumes there."""
+    if len(audios) > 1:
+        try:
+            return list(pipeline.run_many(audios, options, sources=sources, texts=texts))
+        except (KeyboardInterrupt, MemoryError):
+            raise
+        except Exception:
+            pass  # each file alone, below
+    outcomes: list[Transcript | str] = []
+    for n, (audio, source) in enumerate(zip(audios, sources)):
+        try:
+            alone = options if texts is None else replace(options, align_text=texts[n])
+            outcomes.append(pipeline.run(audio, alone, source=source, checkpoint=checkpoint if len(audios) == 1 else None))
+        except (KeyboardInterrupt, MemoryError):
+            raise
+        except Exception as exc:
+            outcomes.append(file_error(exc, source))
+    return outcomes
 
 
 @dataclass
@@ -193,6 +195,8 @@ class LocalEngine:
         return self._loaded
 
     def run(self, jobs: list[Job]) -> Iterator[Event]:
+        from specwhisper.pipeline.checkpoint import checkpoint_path
+
         prefetch = AudioPrefetcher(jobs, lambda job: load_job(job, self.options.max_audio_s, self.options.multichannel), self.limits)
         try:
             pipeline = self._pipeline() if jobs else None
@@ -205,7 +209,8 @@ class LocalEngine:
                     if item.error is not None:
                         yield Finished(item.job, None, item.error, item.sha256)
                 texts = None if all(i.text is None for i in ok) else [i.text for i in ok]
-                outcomes = transcribe_group(pipeline, [i.audio for i in ok], [str(i.job.path) for i in ok], self.options, texts)
+                alone = checkpoint_path(ok[0].job.out_dir, ok[0].job.stem) if len(ok) == 1 else None
+                outcomes = transcribe_group(pipeline, [i.audio for i in ok], [str(i.job.path) for i in ok], self.options, texts, alone)
                 for item, outcome in zip(ok, outcomes):
                     if isinstance(outcome, str):
                         yield Finished(item.job, None, outcome, item.sha256)

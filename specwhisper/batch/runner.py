@@ -269,6 +269,8 @@ class _Bar:
 def _record(db: JobDB, event: Finished, formats: list[str], layout: SubtitleOptions) -> str | None:
     """Write a finished file's outputs (srt and vtt laid out by ``layout``), then its done mark; or its
     failure. Returns the error, if any."""
+    from specwhisper.pipeline.checkpoint import checkpoint_path  # its module imports torch: not for the batch's start
+
     job, error = event.job, event.error
     if event.transcript is not None:
         try:
@@ -279,6 +281,7 @@ def _record(db: JobDB, event: Finished, formats: list[str], layout: SubtitleOpti
             t = event.transcript
             db.done(job.key, event.sha256, [str(p) for p in written], t.duration, t.timings.get("total", 0.0),
                     t.timings.get("rtf", 0.0), t.language)
+            checkpoint_path(job.out_dir, job.stem).unlink(missing_ok=True)  # its finished batches: no longer needed
             return None
     db.failed(job.key, event.sha256, error or f"{job.path}: failed")
     return error
