@@ -124,6 +124,15 @@ def test_prefetcher_groups_files_within_limits(eval_root, tmp_path):
     assert broken.audio is None and "3.wav" in broken.error and broken.sha256
     assert all(i.error is None and i.seconds > 1 and len(i.sha256) == 64 for g in groups for i in g if i is not broken)
 
+    # --multichannel reads each file as channels x samples: the same seconds, the same groups.
+    prefetch = AudioPrefetcher(jobs, lambda job: load_job(job, 3600, channels=True), GroupLimits(3, 12.0, prefetch_seconds=3600.0))
+    prefetch._thread.join(timeout=120)
+    split = []
+    while group := prefetch.take():
+        split.append(group)
+    prefetch.close()
+    assert [[(i.job.rel.name, i.seconds) for i in g] for g in split] == [[(i.job.rel.name, i.seconds) for i in g] for g in groups]
+
 
 def test_folder_resume_changed_file_and_retry(run_cli, eval_root, tmp_path):
     """The job database resumes, skips, redoes changed files and retries failed ones (tiny.en)."""

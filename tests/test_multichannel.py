@@ -117,3 +117,17 @@ def test_multichannel_in_the_python_api(base_pipeline, eval_root, manifest):
         result = transcriber.transcribe(audio, sample_rate=rate, multichannel=True, language="en")
         said = {s.speaker: s.text for s in result.segments}
         assert wer([left], [said["CHANNEL_1"]]) < 0.05 and wer([right], [said["CHANNEL_2"]]) < 0.05, said
+
+
+def test_a_ray_worker_hears_each_channel(tiny_pipeline, eval_root):
+    """``--engine ray --multichannel``: the actor reads the bytes it is sent as channels, as the local
+    engine reads the file, not downmixed into one speaker (the actor's class, without a Ray to run it)."""
+    from specwhisper.batch.ray_engine import BatchWorker
+
+    worker = BatchWorker.__new__(BatchWorker)  # its __init__ loads a pipeline: the session's stands in
+    worker.pipeline = tiny_pipeline
+    opts = RunOptions(decode=DecodeOptions(language="en"), multichannel=True)
+    [(transcript, error, _)] = worker.run([("calls/stereo.wav", (eval_root / STEREO).read_bytes())], opts)
+    local = tiny_pipeline.run_file(eval_root / STEREO, opts)
+    assert error is None and transcript.speakers == ["CHANNEL_1", "CHANNEL_2"], error
+    assert transcript.segments == local.segments

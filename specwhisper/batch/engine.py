@@ -93,7 +93,7 @@ class Loaded:
 
     @property
     def seconds(self) -> float:
-        return 0.0 if self.audio is None else len(self.audio) / SAMPLE_RATE
+        return 0.0 if self.audio is None else self.audio.shape[-1] / SAMPLE_RATE  # multichannel: channels x samples
 
 
 def load_job(job: Job, max_seconds: float, channels: bool = False) -> Loaded:

@@ -58,7 +58,7 @@ class BatchWorker:
                 local.write_bytes(data)
                 t = time.perf_counter()
                 try:
-                    audio = load_audio(local, max_seconds=options.max_audio_s)
+                    audio = load_audio(local, max_seconds=options.max_audio_s, channels=options.multichannel)
                 except Exception as exc:
                     errors[i] = (file_error(exc, str(local)).replace(str(local), name), time.perf_counter() - t)
                     continue
