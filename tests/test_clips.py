@@ -55,6 +55,18 @@ def test_a_clip_past_the_end_transcribes_nothing_and_says_so(base_pipeline, thre
     assert any("no clip is within" in r.getMessage() for r in caplog.records), caplog.text
 
 
+def test_a_clip_past_the_end_among_others_is_left_out_with_a_warning(tiny_pipeline, three, caplog):
+    """The clips in the file are heard; the one past its end is named in one warning line."""
+    audio, ((a0, b0, first), _, _) = three
+    seconds = len(audio) / SAMPLE_RATE
+    with caplog.at_level(logging.WARNING):
+        got = Transcriber(tiny_pipeline).transcribe(audio, sample_rate=SAMPLE_RATE, language="en",
+                                                    clip_timestamps=[a0, b0 + 0.5, 500, 520])
+    assert wer([first], [got.text]) <= 0.1, got.text
+    warned = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
+    assert warned == [f"clip_timestamps: the clip from 500 s past the {seconds:.1f} s of audio left out"], warned
+
+
 @pytest.mark.parametrize("clips, message", [
     ("", "needs start,end seconds (e.g. 0,30 or 0,30,60,90)"),
     ("1,x", "must be start,end seconds separated by commas, got 'x'"),

@@ -15,7 +15,7 @@ from specwhisper.asr.decoding.alignment import WordAligner
 from specwhisper.asr.batch_memory import fit_batch_size
 from specwhisper.audio.loading import SAMPLE_RATE
 from specwhisper.audio.chunking import Chunk, Span, frame_levels, join_heard, join_spans, plan_chunks, to_decode
-from specwhisper.audio.clips import clip_spans
+from specwhisper.audio.clips import clip_spans, clips_left_out
 from specwhisper.asr.decoding.greedy import CapturedChoices, Decoder, GreedyDecoder, SamplingDecoder
 from specwhisper.asr.decoding.tokens import SpecialTokens
 from specwhisper.asr.decoding.rules import WhisperLogitRules
@@ -165,8 +165,8 @@ class AsrEngine:
         if opts.clips is None:
             return self._plan_piece(audio, opts, progress), time.perf_counter() - t0
         spans = clip_spans(opts.clips, len(audio))
-        if not spans:
-            log.warning(f"clip_timestamps: no clip is within the {len(audio) / SAMPLE_RATE:.1f} s of audio: nothing to transcribe")
+        if note := clips_left_out(opts.clips, len(audio)):
+            log.warning(f"clip_timestamps: {note}")
         total = sum(b - a for a, b in spans)
         chunks, done = [], 0
         for a, b in spans:

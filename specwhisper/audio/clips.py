@@ -63,6 +63,17 @@ def clip_spans(clips: Sequence[Clip], n_samples: int) -> list[tuple[int, int]]:
     return spans
 
 
+def clips_left_out(clips: Sequence[Clip], n_samples: int) -> str | None:
+    """What of ``clips`` a file of ``n_samples`` leaves out (``clip_spans``), in words; None: nothing."""
+    seconds = n_samples / SAMPLE_RATE
+    if not clip_spans(clips, n_samples):
+        return f"no clip is within the {seconds:.1f} s of audio: nothing to transcribe"
+    past = [_num(start) for start, _ in clips if round(start * SAMPLE_RATE) >= n_samples]
+    if not past:
+        return None
+    return f"{'the clip' if len(past) == 1 else 'the clips'} from {', '.join(past)} s past the {seconds:.1f} s of audio left out"
+
+
 @dataclass(frozen=True)
 class ClipMap:
     """A file's clips (sample ``spans``, ``clip_spans``) back to back, as the diarization hears them, and
