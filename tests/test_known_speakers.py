@@ -126,3 +126,16 @@ def test_bad_reference_clips_are_one_line_errors(eval_root, tmp_path):
         with pytest.raises(AudioError) as err:
             load_reference("ann", source)
         assert message in str(err.value) and "\n" not in str(err.value), (source[:40], str(err.value))
+
+
+def test_known_speakers_on_the_command_line_take_the_speaker_count(run_cli, eval_root, tmp_path):
+    """--known-speakers turns diarization on, so --num-speakers goes with it without --diarize (the CLI
+    refused it as if diarization were off): JFK's excerpt, one speaker, named after a clip of his voice."""
+    import json
+
+    jfk = eval_root / "whisper.cpp/jfk.wav"
+    code, _, err = run_cli(jfk, "-o", tmp_path, "-f", "json", "-l", "en", "--known-speakers", f"jfk={eval_root / 'openai-whisper/jfk.flac'}",
+                           "--num-speakers", "1")
+    assert code == 0, err
+    segments = json.loads((tmp_path / "jfk.json").read_text())["segments"]
+    assert segments and {s["speaker"] for s in segments} == {"jfk"}, segments

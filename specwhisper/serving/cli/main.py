@@ -181,7 +181,7 @@ def output_formats(spec: str | None, speakers: bool) -> list[str]:
 def _check_combination(args) -> None:
     """Options that ask for opposite things, or for what another option they lack would do."""
     speakers = [f"--{n.replace('_', '-')}" for n in ("num_speakers", "min_speakers", "max_speakers") if getattr(args, n) is not None]
-    if speakers and not args.diarize:
+    if speakers and not (args.diarize or args.known_speakers or args.speaker_embeddings):  # each turns diarization on
         raise CliError(f"{speakers[0]} needs --diarize (the number of speakers is the diarizer's)")
     if args.verbose and args.quiet:
         raise CliError("--verbose prints every segment and --quiet prints nothing: give one of them")
