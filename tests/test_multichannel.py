@@ -106,8 +106,11 @@ def test_multichannel_from_the_command_line(run_cli, eval_root, tmp_path):
     assert code == 1 and err.count("\n") == 1 and "9 channels" in err, err
 
 
-def test_multichannel_in_the_python_api(base_pipeline, eval_root, manifest):
-    """A path, and a (samples, channels) array with its rate, as the API takes audio."""
+def test_multichannel_in_the_python_api(base_pipeline, eval_root, manifest, tmp_path):
+    """A path, and a (samples, channels) array with its rate, as the API takes audio; ``write`` of "all"
+    includes the channels' rttm, as the CLI's -f all does."""
+    from pyannote.database.util import load_rttm
+
     from specwhisper.pipeline.api import Transcriber
 
     left, right = _references(manifest)
@@ -117,6 +120,11 @@ def test_multichannel_in_the_python_api(base_pipeline, eval_root, manifest):
         result = transcriber.transcribe(audio, sample_rate=rate, multichannel=True, language="en")
         said = {s.speaker: s.text for s in result.segments}
         assert wer([left], [said["CHANNEL_1"]]) < 0.05 and wer([right], [said["CHANNEL_2"]]) < 0.05, said
+    written = result.write(tmp_path)
+    assert tmp_path / "audio.rttm" in written, written
+    assert sorted(load_rttm(tmp_path / "audio.rttm")["audio"].labels()) == ["CHANNEL_1", "CHANNEL_2"]
+    mixed = transcriber.transcribe(data, sample_rate=rate, language="en").write(tmp_path / "mixed")
+    assert sorted(p.suffix for p in mixed) == [".json", ".srt", ".tsv", ".txt", ".vtt"]  # no speakers: no rttm
 
 
 def test_a_ray_worker_hears_each_channel(tiny_pipeline, eval_root):

@@ -67,11 +67,11 @@ class Transcription(Transcript):
     def write(self, folder: str | os.PathLike, formats: str | Iterable[str] = "all", stem: str | None = None) -> list[Path]:
         """Write ``folder/stem.fmt`` for each format (all or none, as the CLI does) and return the paths.
 
-        ``formats``: ``"srt,json"``, a list, or ``"all"`` (rttm only when diarized). ``stem``: default
-        the input file's stem, or ``"audio"`` for arrays and bytes."""
+        ``formats``: ``"srt,json"``, a list, or ``"all"`` (rttm only with speakers: diarized, or multichannel's
+        channels). ``stem``: default the input file's stem, or ``"audio"`` for arrays and bytes."""
         spec = formats if isinstance(formats, str) else ",".join(formats)
         names = parse_formats(spec)
-        if spec.strip().lower() == "all" and self.turns is None:
+        if spec.strip().lower() == "all" and self.turns is None and not self.speakers:
             names = [n for n in names if n != "rttm"]
         folder = Path(folder)
         check_output_dir(folder)
