@@ -488,6 +488,35 @@ def test_a_failed_write_leaves_nothing_behind(tmp_path, monkeypatch):
     assert (tmp_path / "talk.txt").read_text() == "earlier run\n"
 
 
+@pytest.mark.parametrize("links", [True, False])
+def test_a_rename_that_fails_midway_puts_the_earlier_outputs_back(tmp_path, monkeypatch, links):
+    """The second of three renames into place fails (EIO): the first format's new file had already
+    replaced the earlier run's, which comes back; the earlier set is whole and nothing hidden is left
+    (``links`` False: a file system without hard links, where the earlier files are copied aside)."""
+    import specwhisper.pipeline.writers as writers
+
+    earlier = {f"talk.{fmt}": f"earlier {fmt}\n" for fmt in ("txt", "srt", "json")}
+    for name, text in earlier.items():
+        (tmp_path / name).write_text(text)
+    if not links:
+        monkeypatch.setattr(writers.os, "link", lambda a, b: (_ for _ in ()).throw(OSError(1, "Operation not permitted")))
+    real_replace, renames = Path.replace, []
+
+    def failing(self, target):
+        renames.append(target)
+        if len(renames) == 2:
+            raise OSError(5, "Input/output error")
+        return real_replace(self, target)
+
+    monkeypatch.setattr(Path, "replace", failing)
+    with pytest.raises(OSError, match="Input/output error"):
+        writers.write_outputs(_transcript(), tmp_path, "talk", ["txt", "srt", "json"])
+    assert {p.name: p.read_text() for p in tmp_path.iterdir()} == earlier
+    monkeypatch.setattr(Path, "replace", real_replace)
+    writers.write_outputs(_transcript(), tmp_path, "talk", ["txt", "srt", "json"])  # and a whole new set, alone
+    assert sorted(p.name for p in tmp_path.iterdir()) == sorted(earlier) and (tmp_path / "talk.txt").read_text() == "hello\n"
+
+
 def test_in_memory_uploads_go_through_a_swept_spool(tmp_path):
     """The endpoint handler and the UI decode uploads held in memory through a file: it lives in a
     spool named after its process, so what a killed handler left is removed when the next one starts,

@@ -6,6 +6,7 @@ from __future__ import annotations
 import io
 import json
 import os
+import shutil
 import tempfile
 from pathlib import Path
 from typing import Callable, TextIO
@@ -261,27 +262,57 @@ def check_output_dir(folder: Path) -> None:
         raise OutputDirError(f"{folder}: cannot write to the output folder ({exc.strerror or exc})") from None
 
 
+def _kept(path: Path) -> Path | None:
+    """A second, hidden name for an earlier run's ``path`` (a hard link; a copy where the file system has
+    none), so that a failed write can put it back; None when there is no such file."""
+    backup = path.with_name(f".{path.name}.{os.urandom(6).hex()}.old.tmp")
+    try:
+        os.link(path, backup)
+    except FileNotFoundError:
+        return None
+    except OSError:  # no hard links on this file system (some network and FUSE ones)
+        try:
+            shutil.copy2(path, backup)
+        except FileNotFoundError:
+            return None
+    return backup
+
+
 def write_outputs(
     t: Transcript, out_dir: Path, stem: str, formats: list[str], layout: SubtitleOptions = NO_LAYOUT
 ) -> list[Path]:
     """Write each format to ``out_dir/stem.fmt`` (srt and vtt laid out by ``layout``), all or none:
     an invalid ``layout`` raises ValueError before anything is written; every format goes to its own unique
     temp file (fsynced) first, then they are renamed into place and the folder is fsynced. A failure
-    removes the temp files and whatever this call had already renamed into place."""
+    removes the temp files and what this call had renamed into place, and puts back the earlier run's
+    files those had replaced (kept under a second name until the new set is whole)."""
     layout.validate()
     out_dir.mkdir(parents=True, exist_ok=True)
     temps: dict[Path, Path] = {}
+    kept: dict[Path, Path] = {}
     placed: list[Path] = []
     try:
         for fmt in formats:
             path = out_dir / file_name(stem, fmt)
             temps[path] = _write_temp(out_dir, path.name, render(t, fmt, layout))
+        for path in temps:
+            if (backup := _kept(path)) is not None:
+                kept[path] = backup
         for path, tmp in temps.items():
             tmp.replace(path)
             placed.append(path)
         _fsync_dir(out_dir)
     except BaseException:
-        for leftover in [tmp for path, tmp in temps.items() if path not in placed] + placed:
-            leftover.unlink(missing_ok=True)
+        for path, tmp in temps.items():
+            if path not in placed:
+                tmp.unlink(missing_ok=True)
+            elif path in kept:
+                kept.pop(path).replace(path)  # the earlier run's file, back in place of the new one
+            else:
+                path.unlink(missing_ok=True)
+        for backup in kept.values():
+            backup.unlink(missing_ok=True)
         raise
+    for backup in kept.values():
+        backup.unlink(missing_ok=True)
     return placed
