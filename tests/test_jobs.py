@@ -175,6 +175,11 @@ def test_bad_job_requests_are_one_line(clips, tmp_path):
         assert full.status_code == 429 and full.json()["error"].startswith("1 jobs are held already")
         assert httpx.get(f"{srv.url}/v1/jobs/job_nothing", timeout=30).status_code == 404
         assert httpx.delete(f"{srv.url}/v1/jobs/job_nothing", timeout=30).status_code == 404
+        # the jobs' routes answer with our error body, though under OpenAI's /v1/
+        for answer, status in [(httpx.put(f"{srv.url}/v1/jobs", timeout=30), 405),
+                               (httpx.get(f"{srv.url}/v1/jobs/job_x/result", timeout=30), 404)]:
+            assert answer.status_code == status and set(answer.json()) == {"error", "status"}, answer.text
+            assert "\n" not in answer.json()["error"]
     with _server(tmp_path) as first, _server(tmp_path) as second:
         off = _submit(second.url, clips["jfk"][0])
         assert off.status_code == 503 and "in use by another server" in off.json()["error"]
@@ -195,6 +200,8 @@ def test_a_job_calls_back_when_it_ends(clips, tmp_path, server_log):  # noqa: F8
     dead.server.server_close()
     try:
         with _server(tmp_path, api_key=key, callbacks=(f"{hook.url}/hooks/", f"{dead.url}/"), callback_retry_s=(0.2, 0.2)) as srv:
+            keyless = httpx.get(f"{srv.url}/v1/jobs", timeout=30)
+            assert keyless.status_code == 401 and keyless.json() == {"error": keyless.json()["error"], "status": 401}, keyless.text
             submitted = httpx.post(f"{srv.url}/v1/jobs?language=en&callback_url={hook.url}/hooks/jfk%3Fuser%3D7",
                                    content=audio, headers={"Content-Type": "audio/wav", **auth}, timeout=60)
             assert submitted.status_code == 202, submitted.text

@@ -47,7 +47,7 @@ from specwhisper.serving.http.callbacks import check_callback_url
 from specwhisper.serving.http.jobs import Jobs
 from specwhisper.serving.endpoint.contract import Endpoint, base64_to_file, outputs_again, response
 from specwhisper.pipeline.options import options_for
-from specwhisper.serving.http.live_ws import add_live_route
+from specwhisper.serving.http.live_ws import LIVE_PATH, add_live_route
 from specwhisper.serving.http.metrics import METRICS_PATH, RequestMetrics, ServerMetrics
 from specwhisper.serving.http.realtime_ws import add_realtime_route
 from specwhisper.serving.worker import ModelWorker
@@ -82,8 +82,10 @@ def refused(refusal: Refusal) -> JSONResponse:
 
 
 def refuser(path: str) -> Callable[[Refusal], Response]:
-    """How a failure on ``path`` is answered: OpenAI's error body under its routes, ours elsewhere."""
-    return openai_refused if is_openai_path(path) else refused
+    """How a failure on ``path`` is answered: OpenAI's error body under its routes, ours elsewhere (our
+    live stream and jobs too, though they live under /v1/)."""
+    ours = any(path == route or path.startswith(route + "/") for route in (LIVE_PATH, JOBS_PATH))
+    return openai_refused if is_openai_path(path) and not ours else refused
 
 
 def query_parameters(query: str) -> dict:

@@ -77,7 +77,8 @@ SET_BY = {**OPENAI_NAMES, "word_timestamps": "timestamp_granularities[]=word wit
 
 
 def is_openai_path(path: str) -> bool:
-    return path.startswith("/v1/") and path != "/v1/live"
+    """Under OpenAI's /v1/: its routes, or one a client of them may try (``app.refuser`` sets ours apart)."""
+    return path.startswith("/v1/")
 
 
 def error_type(status: int) -> str:
