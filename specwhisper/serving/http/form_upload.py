@@ -25,7 +25,8 @@ FILE_FIELD = "file"
 MAX_FIELDS = 64  # text fields in one request
 MAX_FIELD_BYTES = 64 * 1024  # one text field (a prompt is at most a few hundred tokens)
 # OpenAI's known speakers' reference clips come as data URLs in text fields: up to 4, of 2 to 10 s each
-# (a 10 s 48 kHz stereo WAV is 2.6 MB in base64)
+# there (a 10 s 48 kHz stereo WAV is 2.6 MB in base64); ours take up to 30 s, in 4 MiB a field (30 s of
+# 16 kHz mono WAV is 1.3 MB)
 CLIP_FIELDS = ("known_speaker_references[]", "known_speaker_references")
 MAX_CLIP_FIELDS = 4
 MAX_CLIP_FIELD_BYTES = 4 << 20
