@@ -415,3 +415,24 @@ def test_a_post_edit_round_reads_the_host_once(llm, texts, greedy_reference, dra
     reads = sum(mode.transfers.values())
     assert stats.drafted_tokens > stats.target_passes
     assert reads <= stats.target_passes, (reads, stats.target_passes, dict(mode.transfers))
+
+
+def test_the_post_editor_is_kept_in_the_pipelines_cache_dir(tiny_engine, tmp_path, monkeypatch):
+    """--cache-dir (load(cache_dir=...)) holds the dequantised embedded LLM too, not only the Whisper models:
+    the folder the Pipeline's post-editor asks for is under its cache_dir (stopped there: dequantising takes
+    about 25 s)."""
+    import specwhisper.postedit.models as models
+    from specwhisper.pipeline.config import PipelineConfig
+    from specwhisper.pipeline.core import Pipeline
+
+    asked = []
+
+    def where(name, cache_dir=None):
+        asked.append(cache_dir)
+        raise models.LLMError("stop")
+
+    monkeypatch.setattr(models, "ensure_embedded_llm", where)
+    pipeline = Pipeline(PipelineConfig(model="tiny.en", draft="none", cache_dir=tmp_path / "cache"), asr=tiny_engine)
+    with pytest.raises(models.LLMError):
+        pipeline.post_editor()
+    assert asked == [tmp_path / "cache"]

@@ -78,6 +78,7 @@ class Pipeline:
                 drafter=self.config.postedit_drafter,
                 max_change=self.config.postedit_max_change,
                 device=self.config.device,
+                cache_dir=self.config.cache_dir,
             )
         return self._post_editor
 
