@@ -11,13 +11,13 @@ import sys
 import tempfile
 from pathlib import Path
 
-from specwhisper.pipeline.options import BY_NAME, pipeline_config
+from specwhisper.pipeline.options import BY_NAME, STAGE_SETTINGS, pipeline_config
 from specwhisper.serving.arguments import OneLineParser, add_options, option_values, positive, tcp_port
 from specwhisper.serving.params import Choices
 from specwhisper.serving.worker import OVERTAKE_S
 
 # the models' options, declared once for every entry point (specwhisper.pipeline.options)
-LOAD_OPTIONS = [BY_NAME[name] for name in ("device", "dtype", "threads", "cache_dir")]
+LOAD_OPTIONS = [BY_NAME[name] for name in ("device", "dtype", "threads", "cache_dir", "hf_token", *STAGE_SETTINGS)]
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -15,7 +15,7 @@ from specwhisper.asr.options import WINDOW_TOKENS
 from specwhisper.audio.loading import DEFAULT_MAX_SECONDS
 from specwhisper.pipeline.api import Transcriber, load
 from specwhisper.pipeline.option import ENTRY_POINTS
-from specwhisper.pipeline.options import OPTIONS, options_for
+from specwhisper.pipeline.options import OPTIONS, options_for, pipeline_config
 from specwhisper.serving.cli.args import build_parser
 from specwhisper.serving.params import Choices, RequestError, TranscribeParams, parse_params
 
@@ -63,6 +63,47 @@ def test_the_web_ui_builds_a_control_per_option(tmp_path):
     pool = PipelinePool(ServiceSettings(base=PipelineConfig(), choices=Choices(models=("tiny.en",), drafters=("none",))))
     demo = build_demo(pool, UiConfig(output_dir=tmp_path))
     assert sorted(demo.option_names) == sorted(o.name for o in options_for("ui") if o.scope != "output")
+
+
+def test_the_web_ui_asks_for_words_with_speakers_unless_told_not_to():
+    """Word timestamps default to on with diarization (the words are where speaker turns cut segments); the
+    page's control has that default too: its untouched form with diarize ticked asks for words."""
+    from specwhisper.serving.params import parse_params
+    from specwhisper.serving.ui.app import control, request_values
+
+    choices = Choices(models=("tiny.en",), drafters=("none",))
+    controls = {o.name: control(o, choices) for o in options_for("ui") if o.scope != "output"}
+
+    def words(**set_on_the_page) -> bool:
+        values = tuple(set_on_the_page.get(name, c.value) for name, c in controls.items())
+        return parse_params(request_values(list(controls), values), choices).run_options(3600.0).decode.word_timestamps
+
+    assert words(diarize=True) is True and words() is False
+    assert words(diarize=True, word_timestamps="off") is False and words(word_timestamps="on") is True
+
+
+def test_a_deployment_chooses_the_diarizer_and_the_post_edit():
+    """The server's SPECWHISPER_* variables and app.py's flags set the models of the stages after the ASR, as
+    docs/cli.md says they do (a value they refuse is one line naming the variable or the flag)."""
+    import app
+    from specwhisper.serving.arguments import option_values
+    from specwhisper.serving.endpoint.contract import settings_from_env
+
+    env = {"SPECWHISPER_DIARIZATION_MODEL": "/models/pyannote-3.1", "SPECWHISPER_POSTEDIT_MODEL": "HuggingFaceTB/SmolLM2-360M-Instruct",
+           "SPECWHISPER_POSTEDIT_DRAFTER": "layers:4", "SPECWHISPER_POSTEDIT_MAX_CHANGE": "0.5"}
+    base = settings_from_env(env).base
+    assert (base.diarization_model, base.postedit_model, base.postedit_drafter, base.postedit_max_change) == (
+        "/models/pyannote-3.1", "HuggingFaceTB/SmolLM2-360M-Instruct", "layers:4", 0.5)
+    assert settings_from_env({}).base.postedit_drafter == "copy"
+    with pytest.raises(ValueError) as info:
+        settings_from_env({"SPECWHISPER_POSTEDIT_MAX_CHANGE": "most"})
+    assert str(info.value) == "SPECWHISPER_POSTEDIT_MAX_CHANGE: must be a number, got 'most'"
+
+    args = app.build_parser().parse_args(["--diarization-model", "/models/pyannote-3.1", "--postedit-drafter", "none",
+                                          "--postedit-max-change", "0.2", "--hf-token", "hf_x"])
+    loaded = pipeline_config(option_values(args, app.LOAD_OPTIONS))
+    assert (loaded.diarization_model, loaded.postedit_drafter, loaded.postedit_max_change, loaded.hf_token) == (
+        "/models/pyannote-3.1", "none", 0.2, "hf_x")
 
 
 BAD = [  # (option, value, the message every entry point gives; written out, not computed)

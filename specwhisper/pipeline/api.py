@@ -34,7 +34,7 @@ from specwhisper.audio.loading import (DEFAULT_MAX_SECONDS, SAMPLE_RATE, AudioEr
                                        load_audio_bytes, load_audio_stream)
 from specwhisper.pipeline.options import BY_NAME, check_values, options_for
 from specwhisper.pipeline.subtitles import SubtitleOptions
-from specwhisper.pipeline.writers import ALL_FORMATS, check_output_dir, parse_formats, render, write_outputs
+from specwhisper.pipeline.writers import ALL_FORMATS, check_output_dir, formats_of_all, parse_formats, render, write_outputs
 
 if TYPE_CHECKING:
     from specwhisper.pipeline.core import Pipeline
@@ -71,8 +71,8 @@ class Transcription(Transcript):
         channels). ``stem``: default the input file's stem, or ``"audio"`` for arrays and bytes."""
         spec = formats if isinstance(formats, str) else ",".join(formats)
         names = parse_formats(spec)
-        if spec.strip().lower() == "all" and self.turns is None and not self.speakers:
-            names = [n for n in names if n != "rttm"]
+        if spec.strip().lower() == "all":
+            names = formats_of_all(self)
         folder = Path(folder)
         check_output_dir(folder)
         return write_outputs(self, folder, stem or (Path(self.source).stem if self.source else "audio"), names, self.layout)

@@ -135,6 +135,8 @@ def known_speaker_pairs(text: str | None) -> tuple[tuple[str, str], ...]:
 
 
 NOT_HTTP_LOAD = {"http": LOADED_ONCE, "ui": LOADED_ONCE}
+# the models of the stages after the ASR a deployment chooses (SPECWHISPER_<NAME> on a server, app.py's flags)
+STAGE_SETTINGS = ("diarization_model", "postedit_model", "postedit_drafter", "postedit_max_change")
 SUPPRESS_WHERE = "built into the decoder when the model loads: the command line and the Python API take it"
 NOT_HTTP_SUPPRESS = {"http": SUPPRESS_WHERE, "ui": SUPPRESS_WHERE}
 # decoding rules (and a GPU's captured calls) are made per set of tokens and kept: not a request's to grow
@@ -164,7 +166,8 @@ OPTIONS: tuple[Option, ...] = (
     Option("diarization_model", str, None, "pyannote pipeline id or folder (default: the embedded offline pipeline)",
            scope="load", group="speakers", nullable=True, peer_flags=("--diarize_model",), not_in=NOT_HTTP_LOAD),
     Option("hf_token", str, None, "Hugging Face token for gated hub models (default: $HF_TOKEN; the embedded models "
-           "need none)", scope="load", group="models", nullable=True, not_in=NOT_HTTP_LOAD),
+           "need none)", scope="load", group="models", nullable=True,
+           not_in={"http": "the server's $HF_TOKEN, which the hub reads", "ui": LOADED_ONCE}),
     Option("postedit_model", str, None, "causal LM id or folder for --postedit (default: the embedded "
            "SmolLM2-135M-Instruct)", scope="load", group="post-edit", nullable=True, not_in=NOT_HTTP_LOAD),
     Option("postedit_drafter", str, "copy", "post-edit drafter: copy, none, layers:N, or a causal LM", scope="load",

@@ -185,6 +185,11 @@ def with_all(names: list[str]) -> list[str]:
     return [n for n in dict.fromkeys(names) if n != "all"]
 
 
+def formats_of_all(t: Transcript) -> list[str]:
+    """What "all" writes of ``t``: rttm only with speakers (diarized, or multichannel's channels)."""
+    return [f for f in ALL_FORMATS if f != "rttm" or t.turns is not None or t.speakers]
+
+
 def parse_formats(spec: str) -> list[str]:
     """'srt,json', 'all' or 'all,aud' -> validated list of format names."""
     names = [n.strip().lower() for n in spec.split(",") if n.strip()]

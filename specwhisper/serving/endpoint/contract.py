@@ -29,6 +29,8 @@ from specwhisper.results.language import LanguageDetection
 from specwhisper.results.transcript import Segment, Transcript
 from specwhisper.pipeline.core import Progress
 from specwhisper.pipeline.config import PipelineConfig
+from specwhisper.pipeline.option import OptionError
+from specwhisper.pipeline.options import BY_NAME, STAGE_SETTINGS
 from specwhisper.serving.params import Choices, RequestError, TranscribeParams, model_named, offered_names, parse_params
 from specwhisper.messages import clip, one_line
 from specwhisper.serving.service import LiveLimits, ServiceSettings, PipelinePool
@@ -87,12 +89,19 @@ def settings_from_env(env: Mapping[str, str]) -> ServiceSettings:
                           aliases=tuple(aliases))
     except ValueError as exc:
         raise ValueError(f"SPECWHISPER_MODEL_ALIASES: {exc}") from None
+    stages = {}  # the diarizer's and the post-edit's models, checked as every entry point checks them
+    for name in STAGE_SETTINGS:
+        if (value := env.get(f"SPECWHISPER_{name.upper()}")) is not None:
+            try:
+                stages[name] = BY_NAME[name].check(value)
+            except OptionError as exc:
+                raise ValueError(f"SPECWHISPER_{name.upper()}: {exc.problem}") from None
     ttl = number("SPECWHISPER_MODEL_TTL", -1)
     if not (ttl >= 0 or ttl == -1):
         raise ValueError(f"SPECWHISPER_MODEL_TTL is seconds a model may stay idle before it is unloaded (-1: never), got {ttl:g}")
     return ServiceSettings(
         base=PipelineConfig(device=device, dtype=dtype, threads=int(threads) if threads else None,
-                            cache_dir=Path(cache) if cache else None),
+                            cache_dir=Path(cache) if cache else None, **stages),
         choices=choices,
         max_audio_s=max_audio_s, max_upload_bytes=max(1, int(max_upload_mb * 2**20)), live=live,
         model_ttl_s=None if ttl == -1 else ttl)

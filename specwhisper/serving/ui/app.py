@@ -29,13 +29,13 @@ from specwhisper.audio.loading import AudioError, check_length
 from specwhisper.pipeline.core import BETWEEN_BATCHES
 from specwhisper.results.transcript import Transcript
 from specwhisper.pipeline.option import Option
-from specwhisper.pipeline.options import options_for
+from specwhisper.pipeline.options import BY_NAME, options_for
 from specwhisper.serving.params import Choices, RequestError, parse_params
 from specwhisper.messages import one_line
 from specwhisper.serving.service import PipelinePool
 from specwhisper.serving.ui.live import build_live_tab
 from specwhisper.serving.worker import OVERTAKE_S, Cancelled, CancelToken, ModelWorker, QueueFull
-from specwhisper.pipeline.writers import ALL_FORMATS, write_outputs
+from specwhisper.pipeline.writers import formats_of_all, write_outputs
 
 log = logging.getLogger(__name__)
 COLUMNS = ["Start", "End", "Speaker", "Text"]
@@ -221,6 +221,10 @@ def user_error(exc: BaseException) -> gr.Error:
     return gr.Error(one_line(exc), duration=None, print_exception=False)
 
 
+# a yes-or-no option whose default follows others (word timestamps: on with speakers): its control's values
+TRI_STATE = {"default": None, "on": True, "off": False}
+
+
 def request_values(names: list[str], values: tuple) -> dict:
     """The form's values as request parameters: empty text and numbers, 'auto' language and 0
     speakers mean the option's default; the known speakers' uploaded clips are sent as data URLs, each
@@ -231,6 +235,10 @@ def request_values(names: list[str], values: tuple) -> dict:
             continue
         if (name == "language" and value == "auto") or (name == "num_speakers" and not value):
             continue
+        if (option := BY_NAME.get(name)) is not None and option.kind is bool and option.default is None:  # three states
+            value = TRI_STATE[value]
+            if value is None:
+                continue
         out[name] = known_speaker_clips(value) if name == "known_speakers" else value
     return out
 
@@ -309,8 +317,7 @@ def make_transcribe(service: PipelinePool, ui: UiConfig, names: list[str], worke
             log.error("transcription failed", exc_info=exc)
             raise gr.Error(f"internal error: {one_line(exc)}", duration=None, print_exception=False) from None
         transcript = outcome["transcript"]
-        formats = [f for f in ALL_FORMATS if f != "rttm" or params.diarize]
-        files = write_outputs(transcript, fresh_output_dir(ui), Path(name).stem, formats, params.layout())
+        files = write_outputs(transcript, fresh_output_dir(ui), Path(name).stem, formats_of_all(transcript), params.layout())
         vtt = next(p for p in files if p.suffix == ".vtt")
         player = gr.Audio(value=audio_path, subtitles=str(vtt) if transcript.segments else None)
         timeline = speaker_timeline(transcript)
@@ -350,13 +357,15 @@ def control(option: Option, choices: Choices) -> gr.components.Component:
     if option.name == "language":
         return gr.Dropdown(language_choices(), value="auto", label="Language", elem_id=elem_id)
     if option.name == "num_speakers":
-        return gr.Slider(0, 10, value=0, step=1, label=label, elem_id=elem_id)
+        return gr.Slider(0, option.high, value=0, step=1, label=label, elem_id=elem_id)  # 0: the diarizer finds it
     if option.name == "known_speakers":
         return gr.File(file_count="multiple", file_types=["audio"], type="filepath", label=label, elem_id=elem_id)
     if option.name == "align_text":  # a script: many lines, kept as pasted (sentences and lines are its segments)
         return gr.Textbox("", label=label, info="the transcript is this text, word for word, each word timed; a row "
                           "per sentence or line", lines=4, max_lines=12, placeholder="leave empty to transcribe",
                           elem_id=elem_id)
+    if option.kind is bool and option.default is None:  # its default follows other options: three states
+        return gr.Radio(list(TRI_STATE), value="default", label=label, info=option.help, elem_id=elem_id)
     if option.kind is bool:
         return gr.Checkbox(bool(option.default), label=label, info=None if option.name in LABELS else option.help,
                            elem_id=elem_id)
