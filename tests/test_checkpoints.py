@@ -134,3 +134,45 @@ def test_hub_id_in_the_local_cache_loads_offline(bare_checkpoint, tmp_path, monk
     monkeypatch.setattr(specwhisper.asr.weights.loader, "_check_hub_model", no_hub)
     assert resolve_model_path("someone/bare-whisper") == str(repo / "snapshots" / "0123abcd")
     assert AsrEngine("someone/bare-whisper").model_name == "someone/bare-whisper"
+
+
+def test_a_private_hub_model_is_fetched_with_the_token_given(bare_checkpoint, tmp_path, monkeypatch):
+    """--hf-token (load(hf_token=...)) reaches every hub request of the Whisper model, its drafter and the
+    post-edit LLM, not only the diarizer's (a private fine-tune, a gated LLM). No hub answers here: its two
+    calls are stood in for, recording the token each is given, the 'download' handing over a local copy."""
+    import huggingface_hub
+    from huggingface_hub.errors import LocalEntryNotFoundError
+    from transformers import AutoTokenizer
+
+    from specwhisper.pipeline.config import PipelineConfig
+    from specwhisper.pipeline.core import Pipeline
+    from specwhisper.postedit.models import LLMError
+
+    tokens = []
+
+    def snapshot_download(repo, local_files_only=False, token=None, **kw):
+        if local_files_only:
+            raise LocalEntryNotFoundError(f"{repo} is not cached")
+        tokens.append(("download", repo, token))
+        return str(bare_checkpoint)
+
+    def model_info(self, repo, timeout=None, token=None, **kw):
+        tokens.append(("info", repo, token))
+
+    def tokenizer(path, token=None, **kw):
+        tokens.append(("llm", path, token))
+        raise OSError("stop: no LLM to load here")
+
+    monkeypatch.setattr(huggingface_hub, "snapshot_download", snapshot_download)
+    monkeypatch.setattr(huggingface_hub.HfApi, "model_info", model_info)
+    monkeypatch.setattr(AutoTokenizer, "from_pretrained", tokenizer)
+    config = PipelineConfig(model="someone/private-whisper", draft="someone/private-drafter", hf_token="hf_secret",
+                            postedit_model="someone/gated-llm", cache_dir=tmp_path / "cache")
+    pipeline = Pipeline(config)
+    assert pipeline.asr.model_name == "someone/private-whisper"
+    with pytest.raises(LLMError):
+        pipeline.post_editor()
+    asked = {(kind, repo) for kind, repo, _ in tokens}
+    assert {("info", "someone/private-whisper"), ("download", "someone/private-whisper"), ("info", "someone/private-drafter"),
+            ("download", "someone/private-drafter"), ("llm", "someone/gated-llm")} <= asked, tokens
+    assert {token for _, _, token in tokens} == {"hf_secret"}, tokens

@@ -99,12 +99,15 @@ class AsrEngine:
         dtype: str = "auto",
         suppress_tokens: str = "-1",
         suppress_numerals: bool = False,
+        token: str | None = None,
     ):
-        """``suppress_tokens`` and ``suppress_numerals``: the tokens never written (``decoding.suppress``)."""
+        """``suppress_tokens`` and ``suppress_numerals``: the tokens never written (``decoding.suppress``);
+        ``token``: the Hugging Face token a gated or private hub model needs (default: the hub's own, $HF_TOKEN)."""
         device = resolve_device(device)
         if device == "cpu":
             release_gpu_library_pages()  # a CUDA build of torch: 279 MB resident for nothing (specwhisper.hardware.memory)
-        self.bundle = bundle or load_whisper(model, cache_dir=cache_dir, device=device, dtype=resolve_dtype(dtype, device))
+        self.bundle = bundle or load_whisper(model, cache_dir=cache_dir, device=device, dtype=resolve_dtype(dtype, device),
+                                             token=token)
         self.device = device
         self.special = SpecialTokens.from_tokenizer(self.bundle.tokenizer, self.bundle.generation_config,
                                                     self.bundle.model.config.vocab_size)
@@ -116,13 +119,8 @@ class AsrEngine:
         self.numerals = numeral_tokens(self.bundle.tokenizer, self.special.eot) if suppress_numerals else []
         self.suppressed = suppressed_tokens(suppress_tokens, list(gc.suppress_tokens or []), self.runtime.vocab_size,
                                             self.numerals)
-        self.rules = WhisperLogitRules(
-            self.special,
-            self.runtime.vocab_size,
-            self.suppressed,
-            list(gc.begin_suppress_tokens or []),
-            timestamps=True,
-        )
+        self.rules = WhisperLogitRules(self.special, self.runtime.vocab_size, self.suppressed,
+                                       list(gc.begin_suppress_tokens or []), timestamps=True)
         self.vad = VoiceActivityDetector(device=device)
         self.aligner = WordAligner(self.runtime, self.special, self.bundle.tokenizer, getattr(gc, "alignment_heads", None))
         self.decoder: Decoder = (decoder_factory or plain_decoder)(self)

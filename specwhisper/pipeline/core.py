@@ -55,8 +55,9 @@ class Pipeline:
             cache_dir=self.config.cache_dir,
             device=self.config.device,
             dtype=self.config.dtype,
-            decoder_factory=decoder_factory(self.config.draft, self.config.cache_dir),
+            decoder_factory=decoder_factory(self.config.draft, self.config.cache_dir, token=self.config.hf_token),
             suppress_numerals=self.config.suppress_numerals,
+            token=self.config.hf_token,
         )
         self._diarizer = None
         self._post_editor = None
@@ -79,6 +80,7 @@ class Pipeline:
                 max_change=self.config.postedit_max_change,
                 device=self.config.device,
                 cache_dir=self.config.cache_dir,
+                token=self.config.hf_token,
             )
         return self._post_editor
 

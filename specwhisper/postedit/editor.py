@@ -246,22 +246,24 @@ def load_post_editor(
     max_change: float = 0.3,
     device: str = "cpu",
     cache_dir: Path | None = None,
+    token: str | None = None,
 ) -> PostEditor:
     """A post-editor. ``model``: None (embedded SmolLM2-135M-Instruct), an HF id, a folder or a .gguf.
 
     ``drafter``: "none", "copy" (default: copies from the transcript), "layers:N" (the target's first N
     layers, same tokenizer), or a model id/path/embedded alias ("gemma3-270m"); a drafter whose
-    tokenizer differs from the target's is used through universal assisted generation.
+    tokenizer differs from the target's is used through universal assisted generation. ``token``: for a
+    gated or private hub model (default: the hub's own, $HF_TOKEN).
     """
     if not 0.0 <= max_change <= 1.0:
         raise ValueError(f"max_change must be in [0, 1], got {max_change}")
-    target, tok = load_llm(model, device=device, cache_dir=cache_dir)
+    target, tok = load_llm(model, device=device, cache_dir=cache_dir, token=token)
     spec = parse_drafter(drafter)
     d_model = d_tok = None
     if spec.kind == "layers":
         d_model, d_tok = early_exit_model(target, spec.layers), tok
     elif spec.kind == "model":
-        d_model, d_tok = load_llm(spec.model, device=device, cache_dir=cache_dir)
+        d_model, d_tok = load_llm(spec.model, device=device, cache_dir=cache_dir, token=token)
     return PostEditor(
         target,
         tok,

@@ -124,13 +124,13 @@ def resolve_llm_path(name: str | None, cache_dir: Path | None = None) -> str:
 
 
 def load_llm(name: str | None = None, device: str = "cpu", cache_dir: Path | None = None, dtype=torch.float32,
-             pack: bool = True):
+             pack: bool = True, token: str | None = None):
     """(model, tokenizer) in eval mode. ``name``: embedded alias, HF id, local folder or .gguf file.
     ``pack``: its float32 CPU linear layers become packed inference-only products (``specwhisper.hardware.kernels``)."""
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     path = resolve_llm_path(name, cache_dir)
-    kwargs = {}
+    kwargs = {"token": token} if token else {}  # a gated or private hub model's (default: the hub's own)
     p = Path(path).expanduser()
     if p.suffix == ".gguf" and p.is_file():
         kwargs["gguf_file"] = p.name

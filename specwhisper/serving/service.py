@@ -132,9 +132,10 @@ class PipelinePool:
             weights = (config.model, device, dtype)  # one copy of a model's weights per device and dtype
             bundle = self._bundles.get(weights)
             if bundle is None:
-                bundle = self._bundles[weights] = load_whisper(config.model, cache_dir=config.cache_dir, device=device, dtype=dtype)
+                bundle = self._bundles[weights] = load_whisper(config.model, cache_dir=config.cache_dir, device=device, dtype=dtype,
+                                                               token=config.hf_token)
             engine = self._engines[key] = AsrEngine(config.model, cache_dir=config.cache_dir, device=device, bundle=bundle,
-                                                    decoder_factory=decoder_factory(config.draft, config.cache_dir),
+                                                    decoder_factory=decoder_factory(config.draft, config.cache_dir, token=config.hf_token),
                                                     suppress_numerals=config.suppress_numerals)
         pipeline = self._pipelines[key] = Pipeline(config, asr=engine)
         self._listed()

@@ -45,8 +45,8 @@ log = logging.getLogger(__name__)
 DRAFT_CHOICES = ("auto", "none", "ngram", "early-exit")
 
 
-def decoder_factory(draft: str, cache_dir: Path | None = None, lookahead: Lookahead | None = None):
-    """Return a function building the decoder for an engine, per ``--draft``."""
+def decoder_factory(draft: str, cache_dir: Path | None = None, lookahead: Lookahead | None = None, token: str | None = None):
+    """Return a function building the decoder for an engine, per ``--draft`` (``token``: a hub drafter's)."""
     if not draft or not isinstance(draft, str):
         raise ValueError("--draft must be auto, none, ngram, early-exit[:k] or a Whisper model")
     if draft.split(":")[0] == "early-exit":
@@ -54,7 +54,7 @@ def decoder_factory(draft: str, cache_dir: Path | None = None, lookahead: Lookah
 
     def build(engine) -> Decoder:
         if draft == "auto":
-            return auto_decoder(engine, lookahead, cache_dir)
+            return auto_decoder(engine, lookahead, cache_dir, token)
         choice = draft
         if choice == "none":
             return GreedyDecoder(engine.runtime, engine.special, engine.rules)
@@ -64,7 +64,7 @@ def decoder_factory(draft: str, cache_dir: Path | None = None, lookahead: Lookah
             layer, raw = early_exit_spec(choice)
             drafter = early_exit_drafter(engine, layer, adapter=None if raw else "auto")
         else:
-            drafter = model_drafter(engine, choice, cache_dir)
+            drafter = model_drafter(engine, choice, cache_dir, token=token)
         return SpeculativeDecoder(engine.runtime, engine.special, engine.rules, drafter, lookahead)
 
     return build
@@ -82,7 +82,7 @@ def check_draft(draft: str, cache_dir: Path | None = None) -> None:
     resolve_model_path(split_int8(draft)[0], cache_dir)
 
 
-def auto_decoder(engine, lookahead: Lookahead | None = None, cache_dir: Path | None = None) -> AutoDecoder:
+def auto_decoder(engine, lookahead: Lookahead | None = None, cache_dir: Path | None = None, token: str | None = None) -> AutoDecoder:
     """``--draft auto``: candidates are the n-gram drafter, where an adapter for this target exists the
     early-exit drafter (at the default exit layer if trained, else the deepest), and the target's
     distil-whisper drafter where this machine has it or the hub answers (``find_distil_drafter``)."""
@@ -97,10 +97,10 @@ def auto_decoder(engine, lookahead: Lookahead | None = None, cache_dir: Path | N
         candidates[f"early-exit:{k}"] = spec(early_exit_drafter(engine, k, adapter=adapters[k]))
     notes = []
     if hub_id(engine.model_name) in DISTIL_DRAFTERS:
-        distil, why = find_distil_drafter(engine.model_name)
+        distil, why = find_distil_drafter(engine.model_name, token)
         if distil is not None:
             try:
-                candidates[distil] = spec(model_drafter(engine, distil, cache_dir))
+                candidates[distil] = spec(model_drafter(engine, distil, cache_dir, token=token))
             except (ModelError, ValueError) as exc:
                 distil, why = None, f"{distil} could not be loaded ({one_line(exc)})"
         if distil is None:  # one line, and on with the drafters there are
@@ -129,7 +129,8 @@ def same_encoder(a, b) -> bool:
 
 
 def model_drafter(engine, name: str, cache_dir: Path | None = None, head_text_tokens: int | None = HEAD_TEXT_TOKENS,
-                  min_confidence: float = 0.0, num_layers: int | None = None, bundle: WhisperBundle | None = None) -> WhisperModelDrafter:
+                  min_confidence: float = 0.0, num_layers: int | None = None, bundle: WhisperBundle | None = None,
+                  token: str | None = None) -> WhisperModelDrafter:
     """A Whisper model drafting for ``engine``'s target. ``name`` may be the target itself: all its
     layers make a perfect (and slow) drafter, its first ``num_layers`` a cheap, weaker one; ``NAME:int8``
     drafts with int8 weights (``specwhisper.asr.weights.loader.load_whisper``: a quarter of the memory traffic per step).
@@ -138,7 +139,7 @@ def model_drafter(engine, name: str, cache_dir: Path | None = None, head_text_to
         bundle = engine.bundle
     elif bundle is None:  # in the target's dtype (an int8 drafter computes in float32)
         dtype = torch.float32 if split_int8(name)[1] else engine.bundle.model.dtype
-        bundle = load_whisper(name, cache_dir=cache_dir, device=engine.device, dtype=dtype)
+        bundle = load_whisper(name, cache_dir=cache_dir, device=engine.device, dtype=dtype, token=token)
     if bundle.model.config.num_mel_bins != engine.bundle.model.config.num_mel_bins:
         raise ValueError(f"drafter '{name}' uses {bundle.model.config.num_mel_bins} mel bins, the target "
                          f"{engine.bundle.model.config.num_mel_bins}: they cannot share input features")

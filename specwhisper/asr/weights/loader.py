@@ -94,7 +94,7 @@ def hub_id(name: str) -> str:
     return SHORT_NAMES.get(split_int8(name)[0], split_int8(name)[0])
 
 
-def find_distil_drafter(target: str) -> tuple[str | None, str]:
+def find_distil_drafter(target: str, token: str | None = None) -> tuple[str | None, str]:
     """The distil-whisper drafter of ``target`` (a name, short name or hub id) that this machine can load,
     and why: in the local Hugging Face cache, else on the hub (asked once, for seconds at most)."""
     candidates = DISTIL_DRAFTERS.get(hub_id(target), ())
@@ -104,7 +104,7 @@ def find_distil_drafter(target: str) -> tuple[str | None, str]:
         if cached_hub_snapshot(name) is not None:
             return name, f"{name} (the distil drafter of {hub_id(target)}) is in the local Hugging Face cache"
     try:
-        _check_hub_model(candidates[0], timeout=5.0)
+        _check_hub_model(candidates[0], timeout=5.0, token=token)
     except ModelError:
         return None, f"{candidates[0]} is not in the local Hugging Face cache and the hub cannot be reached"
     return candidates[0], f"{candidates[0]} (the distil drafter of {hub_id(target)}) is on the Hugging Face hub"
@@ -179,7 +179,7 @@ def check_int8(name: str, device: str, dtype: torch.dtype) -> None:
         raise ModelError(f"'{name}': int8 weights need fbgemm (an x86-64 CPU with AVX2), which this torch/CPU lacks")
 
 
-def resolve_model_path(name: str, cache_dir: Path | None = None) -> str:
+def resolve_model_path(name: str, cache_dir: Path | None = None, token: str | None = None) -> str:
     """Embedded name -> converted folder; a short name (``large-v3``) -> its hub id; anything else is an
     HF id or a local folder (transformers' or CTranslate2's: ``local_folder`` converts the latter). An id in the
     local hub cache, or its faster-whisper twin there, -> that folder."""
@@ -193,7 +193,7 @@ def resolve_model_path(name: str, cache_dir: Path | None = None) -> str:
         cached = cached_hub_snapshot(name)
         if cached is not None:
             return cached
-        _check_hub_model(name)
+        _check_hub_model(name, token=token)
     return name
 
 
@@ -251,7 +251,7 @@ def ct2_converted(folder: Path, cache_dir: Path | None = None) -> Path:
     return out
 
 
-def _check_hub_model(name: str, timeout: float = 10.0) -> None:
+def _check_hub_model(name: str, timeout: float = 10.0, token: str | None = None) -> None:
     """Fail in seconds, with one line, for a hub id that is neither cached nor reachable: left alone,
     transformers retries an unreachable hub for minutes before it gives up."""
     from huggingface_hub import HfApi
@@ -259,7 +259,7 @@ def _check_hub_model(name: str, timeout: float = 10.0) -> None:
 
     embedded = ", ".join(EMBEDDED_MODELS)
     try:
-        HfApi().model_info(name, timeout=timeout)
+        HfApi().model_info(name, timeout=timeout, token=token)
     except RepositoryNotFoundError:
         raise ModelError(f"model '{name}' is not an embedded model ({embedded}), a folder, or a model on the Hugging Face hub") from None
     except HfHubHTTPError as exc:
@@ -286,7 +286,7 @@ class WhisperBundle:
 HUB_FILES = ("*.json", "*.txt", "*.tiktoken", "*.safetensors")
 
 
-def local_folder(path: str, cache_dir: Path | None = None) -> Path:
+def local_folder(path: str, cache_dir: Path | None = None, token: str | None = None) -> Path:
     """The transformers folder of ``path``: the folder itself, or the hub's files of that id (config,
     tokenizer, weights: safetensors, else the .bin files of a checkpoint that has none, else a CTranslate2
     ``model.bin``), fetched once into the hub cache; a CTranslate2 folder converted (``ct2_converted``)."""
@@ -295,11 +295,11 @@ def local_folder(path: str, cache_dir: Path | None = None) -> Path:
     else:
         from huggingface_hub import snapshot_download
 
-        folder = Path(snapshot_download(path, allow_patterns=list(HUB_FILES)))
+        folder = Path(snapshot_download(path, allow_patterns=list(HUB_FILES), token=token))
         for more in (["pytorch_model*.bin"], ["model.bin", "vocabulary.*"]):
             if any((folder / f).exists() for f in WEIGHT_FILES) or is_ct2_folder(folder):
                 break
-            folder = Path(snapshot_download(path, allow_patterns=[*HUB_FILES, *more]))
+            folder = Path(snapshot_download(path, allow_patterns=[*HUB_FILES, *more], token=token))
     return ct2_converted(folder, cache_dir) if is_ct2_folder(folder) else folder
 
 
@@ -315,14 +315,16 @@ def load_whisper(
     cache_dir: Path | None = None,
     device: str = "cpu",
     dtype: torch.dtype = torch.float32,
+    token: str | None = None,
 ) -> WhisperBundle:
     """``name``: an embedded name, HF id or folder; ``NAME:int8`` quantizes its decoder's matrix products
-    to int8 (``specwhisper.hardware.kernels.Int8Linear``; CPU only): a target of its own, exact with respect to itself."""
+    to int8 (``specwhisper.hardware.kernels.Int8Linear``; CPU only): a target of its own, exact with respect to itself.
+    ``token``: for a gated or private hub model (default: the hub's own, $HF_TOKEN)."""
     source, int8 = split_int8(name)
     check_int8(name, device, dtype)
-    path = resolve_model_path(source, cache_dir)
+    path = resolve_model_path(source, cache_dir, token)
     try:
-        folder = local_folder(path, cache_dir)
+        folder = local_folder(path, cache_dir, token)
         config = WhisperConfig.from_pretrained(folder)
         tokenizer = WhisperTokenizer.from_pretrained(folder)
         feature_extractor = WhisperFeatureExtractor.from_pretrained(folder)
