@@ -131,6 +131,12 @@ def test_cli_aligns_a_text_file(run_cli, eval_root, tmp_path):
     assert code == 2 and err.strip() == f"transcribe: error: --align-text: {tmp_path / 'missing.txt'}: file not found"
     code, out, err = run_tiny(eval_root / "openai-whisper/jfk.flac", eval_root / "whisper.cpp/jfk.wav", "--align-text", text)
     assert code == 2 and "give that file or folder alone" in err and "Traceback" not in err
+    # the outputs beside the text, as its name would write them (-f all: txt): refused, the text kept
+    kept = text.read_text()
+    code, out, err = run_tiny(eval_root / "openai-whisper/jfk.flac", "--align-text", text, "-o", tmp_path)
+    assert code == 2 and err == f"transcribe: error: {text}: the txt output would overwrite this text to align: write the " \
+                                "outputs to another folder (-o) or leave txt out\n", err
+    assert text.read_text() == kept
 
 
 def test_a_corpus_of_recordings_and_their_texts(run_cli, eval_root, tmp_path):

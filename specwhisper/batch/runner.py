@@ -15,7 +15,6 @@ is whole); a stop while it waits ends the run with nothing cut short.
 from __future__ import annotations
 
 import json
-import os
 import shutil
 import signal
 import sys
@@ -30,7 +29,7 @@ from specwhisper.batch.engine import Finished, GroupLimits, LocalEngine, Started
 from specwhisper.batch.inputs import InputError, Job, find_inputs, make_jobs, with_texts
 from specwhisper.pipeline.config import PipelineConfig, RunOptions
 from specwhisper.batch.jobs import JobDB, JobRecord, file_sha256
-from specwhisper.pipeline.writers import OutputDirError, check_output_dir, file_name, write_outputs
+from specwhisper.pipeline.writers import OutputDirError, check_output_dir, overwrites_text, write_outputs
 from specwhisper.pipeline.subtitles import SubtitleOptions
 
 ENGINES = ("local", "ray")
@@ -217,11 +216,8 @@ def _make_engine(cfg: BatchConfig, pipeline_config: PipelineConfig, options: Run
 def check_texts(jobs: list[Job], formats: list[str]) -> None:
     """A corpus whose outputs would overwrite a text to align is refused before anything runs."""
     for job in jobs:
-        for fmt in formats:
-            out = Path(os.path.abspath(job.out_dir / file_name(job.stem, fmt)))
-            if job.text is not None and out == job.text:
-                raise BatchError(f"{job.text}: the {fmt} output would overwrite this text to align: write the outputs "
-                                 f"to another folder (-o) or leave {fmt} out")
+        if job.text is not None and (refusal := overwrites_text(job.text, job.out_dir, job.stem, formats)):
+            raise BatchError(refusal)
 
 
 def _open_output(folder: Path) -> JobDB:

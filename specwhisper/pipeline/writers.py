@@ -185,6 +185,17 @@ def with_all(names: list[str]) -> list[str]:
     return [n for n in dict.fromkeys(names) if n != "all"]
 
 
+def overwrites_text(text: Path, out_dir: Path, stem: str, formats: list[str]) -> str | None:
+    """The one-line refusal when one of ``stem``'s outputs in ``out_dir`` would be the file ``text`` (the text
+    to align: ``talk.srt`` brought in sync writes ``talk.srt``), else None."""
+    for fmt in formats:
+        out = out_dir / file_name(stem, fmt)
+        if os.path.realpath(out) == os.path.realpath(text) or (out.exists() and text.exists() and os.path.samefile(out, text)):
+            return (f"{text}: the {fmt} output would overwrite this text to align: write the outputs to another folder "
+                    f"(-o) or leave {fmt} out")
+    return None
+
+
 def formats_of_all(t: Transcript) -> list[str]:
     """What "all" writes of ``t``: rttm only with speakers (diarized, or multichannel's channels)."""
     return [f for f in ALL_FORMATS if f != "rttm" or t.turns is not None or t.speakers]
