@@ -76,6 +76,9 @@ def test_the_entry_points_take_it_and_refuse_bad_values_in_one_line(run_cli, cli
     # rest decoded again from where Whisper closes it, 6 tokens at a time
     lines = out.strip().splitlines()
     assert code == 0 and lines[0] == "And so my fellow Americans" and len(lines) > 1, out
+    # a cap of one token: each window's decode writes its first timestamp and stops, no text to keep
+    code, out, err = run_cli(jfk, "-l", "en", "--max-new-tokens", "1", "-f", "txt", "-o", "-")
+    assert code == 0 and out.strip() == "" and "Traceback" not in err, (out, err)
     for bad, message in [(["--max-new-tokens", "0"], "--max-new-tokens: must be between 1 and 448, got 0"),
                          (["--max_new_tokens", "449"], "--max_new_tokens: must be between 1 and 448, got 449"),
                          (["--max-new-tokens", "2.5"], "--max-new-tokens: must be a whole number, got '2.5'"),

@@ -282,7 +282,7 @@ class AsrEngine:
             if cut and a.seq.capped and not segs:
                 segs = tokens_to_segments(lead + a.seq.tokens, self.special, self.bundle.tokenizer, _offset(chunk),
                                           chunk.duration_s)
-                open_text.append(len(per_chunk))
+                open_text += [len(per_chunk)] if segs else []  # none: a cap that left no text (--max-new-tokens 1)
             facts = dict(seek=chunk.start // 160, temperature=a.temperature, avg_logprob=a.seq.avg_logprob,
                          compression_ratio=a.compression_ratio, no_speech_prob=a.seq.no_speech_prob, language=language)
             per_chunk.append([replace(seg, **facts) for seg in segs])
