@@ -153,6 +153,9 @@ def test_the_readme_error_example_is_one_line(readme):
     lambda t, a: t.transcribe(a.reshape(400, 80), sample_rate=16000),  # neither channels by samples nor the other way
     lambda t, a: t.transcribe(a.astype(complex), sample_rate=16000),
     lambda t, a: t.transcribe(a, sample_rate=16000, max_duration=1),
+    lambda t, a: t.transcribe(a, sample_rate=0, max_duration=1),  # the rate is checked before the length it gives
+    lambda t, a: t.transcribe(a, sample_rate=-16000, max_duration=1),
+    lambda t, a: t.transcribe(((a + 0.3) * 10000).astype(np.int64), sample_rate=16000),  # np.array(list) of 16-bit samples
     lambda t, a: t.transcribe(b"", sample_rate=None),
     lambda t, a: t.transcribe(b"not audio at all"),
     lambda t, a: t.transcribe(42),

@@ -321,9 +321,15 @@ def from_array(audio: np.ndarray, rate: int, name: str = "array", max_seconds: f
     """Downmix/resample an in-memory array (e.g. a microphone recording; layouts: ``_samples_first``),
     refused when longer than ``max_seconds``; ``channels``: resampled, one row per channel (``load_audio``'s ``channels``)."""
     audio = _samples_first(audio, name)
-    if len(audio) / max(int(rate), 1) > max_seconds:
+    if rate < MIN_SOURCE_RATE:
+        raise AudioError(f"{name}: sample rate {rate} Hz is too low to hold speech")
+    if len(audio) / rate > max_seconds:
         raise over_limit(name, max_seconds, len(audio) / rate)
     if np.issubdtype(audio.dtype, np.integer):
+        wide = np.iinfo(audio.dtype).bits > 16 and audio.size
+        if wide and 0 < (peak := int(np.abs(audio).max())) <= np.iinfo(np.int16).max + 1:  # np.array(list) is int64
+            raise AudioError(f"{name}: {audio.dtype} samples whose largest is {peak}, 16-bit audio in a wider type, "
+                             f"would be read as near silence: pass it as int16, or as floats in [-1, 1]")
         audio = audio.astype(np.float32) / float(np.iinfo(audio.dtype).max)
     if channels:
         rows = audio.reshape(len(audio), -1).T
