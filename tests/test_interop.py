@@ -311,13 +311,18 @@ def test_openai_whispers_json_laid_out_again(jfk_run, tmp_path, no_model):
     (["-f", "rttm"], "-f rttm needs speakers", 1),
     (["EXTRA_AUDIO"], "json transcripts are rendered and audio transcribed", 2),
     (["NOT_A_TRANSCRIPT"], "not a transcript: no 'segments' list", 1),
+    (["NAN_TIMES"], "nan.json: not a transcript: a time must be seconds >= 0, got nan", 1),
+    (["NOT_OBJECTS"], "ints.json: not a transcript: segment 1 or one of its words is not an object", 1),
 ])
 def test_bad_json_renders_are_one_line(jfk_run, tmp_path, capsys, no_model, eval_root, argv, fragment, code):
     import specwhisper.serving.cli.main as cli
 
     (tmp_path / "other.json").write_text('{"text": "hello"}')
-    argv = [{"EXTRA_AUDIO": str(eval_root / "openai-whisper/jfk.flac"), "NOT_A_TRANSCRIPT": str(tmp_path / "other.json")}.get(a, a)
-            for a in argv]
+    (tmp_path / "nan.json").write_text('{"segments": [{"start": NaN, "end": Infinity, "text": "hi"}]}')  # json.dumps writes these
+    (tmp_path / "ints.json").write_text('{"segments": [5, null]}')
+    files = {"EXTRA_AUDIO": eval_root / "openai-whisper/jfk.flac", "NOT_A_TRANSCRIPT": tmp_path / "other.json",
+             "NAN_TIMES": tmp_path / "nan.json", "NOT_OBJECTS": tmp_path / "ints.json"}
+    argv = [str(files[a]) if a in files else a for a in argv]
     inputs = [a for a in argv if not a.startswith("-") and a not in ("json", "rttm")]
     flags = [a for a in argv if a not in inputs]
     assert cli.main([str(jfk_run / "plain" / "jfk.json"), *inputs, "-o", str(tmp_path / "out"), *flags]) == code

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field, fields
 
 from specwhisper.results.stats import DecodeStats
@@ -97,6 +98,9 @@ class Transcript:
         ValueError, one line, for what is not a transcript."""
         if not isinstance(d, dict) or not isinstance(d.get("segments"), list):
             raise ValueError("not a transcript: no 'segments' list (openai-whisper's, WhisperX's or ours)")
+        for k, s in enumerate(d["segments"]):
+            if not isinstance(s, dict) or not all(isinstance(w, dict) for w in s.get("words") or []):
+                raise ValueError(f"not a transcript: segment {k + 1} or one of its words is not an object")
         try:
             segments = [_segment_from_dict(s) for s in d["segments"]]
             turns = d.get("speaker_turns")
@@ -106,24 +110,32 @@ class Transcript:
                        duration=float(d.get("duration") or max([0.0, *(s.end for s in segments)])),
                        model=dict(d.get("model") or {}), timings=dict(d.get("timings") or {}), stats=stats,
                        source=d.get("source"), speaker_embeddings=d.get("speaker_embeddings"),
-                       turns=None if turns is None else [SpeakerTurn(float(t["start"]), float(t["end"]), t["speaker"])
+                       turns=None if turns is None else [SpeakerTurn(_time(t["start"]), _time(t["end"]), t["speaker"])
                                                          for t in turns])
         except (KeyError, TypeError, ValueError) as exc:
             raise ValueError(f"not a transcript: a segment, word or turn lacks {exc}" if isinstance(exc, KeyError)
                              else f"not a transcript: {exc}") from None
 
 
+def _time(value) -> float:
+    """A time read back: seconds, finite and not negative (json allows NaN and Infinity)."""
+    t = float(value)
+    if not (math.isfinite(t) and t >= 0):
+        raise ValueError(f"a time must be seconds >= 0, got {value}")
+    return t
+
+
 def _segment_from_dict(d: dict) -> Segment:
-    words, at = [], float(d["start"])
+    words, at = [], _time(d["start"])
     for w in d.get("words") or []:  # WhisperX leaves a word it could not align (a number) without times: kept at the last end
-        start = float(w["start"]) if w.get("start") is not None else at
-        at = float(w["end"]) if w.get("end") is not None else start
+        start = _time(w["start"]) if w.get("start") is not None else at
+        at = _time(w["end"]) if w.get("end") is not None else start
         words.append(Word(start=start, end=at, text=w["word"], probability=w.get("probability", w.get("score")),
                           speaker=w.get("speaker"), overlap=bool(w.get("overlap"))))
     if words and not any(w.text.startswith(" ") for w in words) and " " in str(d["text"]).strip():
         for w in words:  # WhisperX's words have no leading space (openai-whisper's and ours do): the text has spaces
             w.text = " " + w.text
-    return Segment(start=float(d["start"]), end=float(d["end"]), text=" " + str(d["text"]).strip(), words=words,
+    return Segment(start=_time(d["start"]), end=_time(d["end"]), text=" " + str(d["text"]).strip(), words=words,
                    tokens=list(d.get("tokens") or []), speaker=d.get("speaker"), overlap=bool(d.get("overlap")),
                    seek=int(d.get("seek") or 0), temperature=float(d.get("temperature") or 0.0),
                    avg_logprob=float(d.get("avg_logprob") or 0.0), compression_ratio=float(d.get("compression_ratio") or 0.0),
