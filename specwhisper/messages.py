@@ -22,6 +22,12 @@ def clip(text: str, limit: int = MAX_MESSAGE) -> str:
     return text if len(text) <= limit else text[: limit - 3] + "..."
 
 
+def printable(name: str) -> str:
+    """A file name as a message shows it: its control characters (a newline, a tab) escaped, so that the
+    message stays one line and says the whole name; any other character as it is."""
+    return "".join(c if c.isprintable() else repr(c)[1:-1] for c in name)
+
+
 def one_line(exc: BaseException) -> str:
     """The first line of an exception's message (its type when it has none), at most ``MAX_MESSAGE``
     characters; its spaces as they are (a file name in it stays the file's name)."""

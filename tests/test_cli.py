@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import shutil
 import subprocess
 import sys
 import wave
@@ -240,6 +241,19 @@ def test_bad_file_among_good_ones_keeps_the_good_results(run_cli, eval_root, tmp
     assert code == 1
     assert "broken.wav" in _one_line_error(err)
     assert wer([JFK_REF], [(tmp_path / "out/jfk.txt").read_text()]) <= 0.05
+
+
+def test_a_file_name_with_a_newline_is_shown_escaped_on_one_line(run_cli, eval_root, tmp_path):
+    """The name a message shows keeps its newline as \\n: the error says the whole name and the reason, the
+    status line stays one line; the outputs keep the real name."""
+    named = tmp_path / "jf\nk.wav"
+    shutil.copy(eval_root / "whisper.cpp/jfk.wav", named)
+    code, _, err = run_cli(tmp_path / "miss\ning.wav", named, "-o", tmp_path / "out", "-f", "txt")
+    assert code == 1 and f"transcribe: error: {tmp_path}/miss\\ning.wav: file not found\n" in err, err
+    status = [line for line in err.splitlines() if "jf" in line and "error" not in line]
+    assert len(status) == 1 and status[0].startswith(f"transcribe: {tmp_path}/jf\\nk.wav: 11.0 s audio") and \
+        status[0].endswith("wrote jf\\nk.txt"), err
+    assert wer([JFK_REF], [(tmp_path / "out" / "jf\nk.txt").read_text()]) <= 0.05
 
 
 def test_console_script_errors_without_traceback(eval_root, tmp_path):

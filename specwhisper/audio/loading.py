@@ -15,7 +15,7 @@ import soundfile as sf
 import soxr
 
 from specwhisper.audio.probe import probe_duration, soundfile_info
-from specwhisper.messages import one_line
+from specwhisper.messages import one_line, printable
 
 SAMPLE_RATE = 16000
 DEFAULT_MAX_SECONDS = 12 * 3600  # refuse to load more than this unless told otherwise
@@ -174,7 +174,7 @@ def check_length(path: str | os.PathLike, max_seconds: float, name: str | None =
     """Refuse, without decoding it, a file that is missing or empty or whose header or container claims
     more than ``max_seconds`` of audio (errors name it ``name``); the seconds it claims, None when it does
     not say. What it holds is checked while decoding."""
-    name = name or str(path)
+    name = name or printable(str(path))
     _check_file(Path(path), name)
     claimed = probe_duration(path)
     if claimed is not None and claimed > max_seconds:
@@ -194,7 +194,7 @@ def load_audio(path: str | os.PathLike, max_seconds: float = DEFAULT_MAX_SECONDS
     through ffmpeg.
     """
     path = str(path)
-    name = name or path
+    name = name or printable(path)
     _check_file(Path(path), name)
     info = soundfile_info(path)
     if info is not None:

@@ -23,7 +23,7 @@ from specwhisper.batch.inputs import Job
 from specwhisper.pipeline.config import PipelineConfig, RunOptions
 from specwhisper.pipeline.options import read_align_text
 from specwhisper.batch.jobs import file_sha256
-from specwhisper.messages import one_line
+from specwhisper.messages import one_line, printable
 
 
 @dataclass
@@ -53,7 +53,7 @@ class GroupLimits:
 
 def file_error(exc: BaseException, name: str) -> str:
     """A user-facing one-line error naming the file."""
-    msg = one_line(exc)
+    msg, name = one_line(exc), printable(name)
     return msg if msg.startswith(name) else f"{name}: {msg}"
 
 

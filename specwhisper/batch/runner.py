@@ -31,6 +31,7 @@ from specwhisper.pipeline.config import PipelineConfig, RunOptions
 from specwhisper.batch.jobs import JobDB, JobRecord, file_sha256
 from specwhisper.pipeline.writers import OutputDirError, check_output_dir, overwrites_text, write_outputs
 from specwhisper.pipeline.subtitles import SubtitleOptions
+from specwhisper.messages import printable
 
 ENGINES = ("local", "ray")
 # Settings that cannot change a transcript (or are secrets), left out of a file's settings key.
@@ -272,14 +273,14 @@ def _record(db: JobDB, event: Finished, formats: list[str], layout: SubtitleOpti
         try:
             written = write_outputs(event.transcript, job.out_dir, job.stem, formats, layout)
         except OSError as exc:
-            error = f"{job.path}: cannot write outputs to {job.out_dir} ({exc.strerror or exc})"
+            error = f"{printable(str(job.path))}: cannot write outputs to {printable(str(job.out_dir))} ({exc.strerror or exc})"
         else:
             t = event.transcript
             db.done(job.key, event.sha256, [str(p) for p in written], t.duration, t.timings.get("total", 0.0),
                     t.timings.get("rtf", 0.0), t.language)
             checkpoint_path(job.out_dir, job.stem).unlink(missing_ok=True)  # its finished batches: no longer needed
             return None
-    db.failed(job.key, event.sha256, error or f"{job.path}: failed")
+    db.failed(job.key, event.sha256, error or f"{printable(str(job.path))}: failed")
     return error
 
 
@@ -423,7 +424,7 @@ def print_summary(records: list[JobRecord], file=None) -> None:
         table.add_column(col, justify="right" if col in ("audio s", "RTF", "attempts") else "left", overflow="fold")
     for r in records:
         table.add_row(
-            r.rel,
+            printable(r.rel),
             r.state,
             f"{r.duration:.1f}" if r.duration is not None and r.state == "done" else "",
             f"{r.rtf:.3f}" if r.rtf is not None and r.state == "done" else "",

@@ -20,7 +20,7 @@ from specwhisper.serving.arguments import option_values
 from specwhisper.serving.cli.args import PROG, batch_flags_used, parse_args
 from specwhisper.serving.cli.rerender import is_json, rerender
 from specwhisper.serving.cli.stdio import STDIN_NAME, STDIN_STEM, check_stdin, check_stdout, reads_stdin, stdin_file, write_transcript, writes_stdout
-from specwhisper.messages import clip, one_line
+from specwhisper.messages import clip, one_line, printable
 
 
 class CliError(Exception):
@@ -257,7 +257,7 @@ def run(args) -> int:
     if args.align_text not in (None, "-") and out_dir is not None:  # talk.srt brought in sync is not written over
         if refusal := overwrites_text(Path(args.align_text), out_dir, stems[0], formats):
             raise CliError(refusal)
-    return _run_files(args, [Input(path, stem, path) for path, stem in zip(inputs, stems)], out_dir, formats, opts)
+    return _run_files(args, [Input(path, stem, printable(path)) for path, stem in zip(inputs, stems)], out_dir, formats, opts)
 
 
 @dataclass(frozen=True)
@@ -396,7 +396,7 @@ def _transcribe_one(pipeline, item: Input, out_dir: Path | None, formats: list[s
         if aligned := transcript.model.get("aligned_text"):  # how far the text and what Whisper heard agree
             resumed += f", text aligned ({aligned['matched_words']} of its {aligned['text_words']} words heard the same)"
         print(f"{PROG}: {path}: {transcript.duration:.1f} s audio{resumed}, RTF {transcript.timings.get('rtf', 0):.3f}, "
-              f"language {transcript.language or 'not detected'}, {speculative}; wrote {', '.join(written)}", file=sys.stderr)
+              f"language {transcript.language or 'not detected'}, {speculative}; wrote {', '.join(map(printable, written))}", file=sys.stderr)
     return True
 
 

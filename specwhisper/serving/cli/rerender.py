@@ -11,6 +11,7 @@ from specwhisper.batch.inputs import output_stems
 from specwhisper.pipeline.options import options_for, run_options, subtitle_options
 from specwhisper.pipeline.writers import check_output_dir, parse_formats
 from specwhisper.results.transcript import Transcript
+from specwhisper.messages import printable
 from specwhisper.serving.arguments import option_values
 from specwhisper.serving.cli.args import batch_flags_used
 from specwhisper.serving.cli.stdio import check_stdout, write_transcript, writes_stdout
@@ -92,6 +93,6 @@ def rerender(args, prog: str) -> int:
             failures += 1
             continue
         if not args.quiet:
-            print(f"{prog}: {path}: wrote {', '.join(written)} (rendered from the json, no model run)",
+            print(f"{prog}: {printable(str(path))}: wrote {', '.join(map(printable, written))} (rendered from the json, no model run)",
                   file=sys.stderr)
     return 1 if failures else 0
