@@ -175,6 +175,9 @@ def _bad_inputs(tmp_path):
     (tmp_path / "truncated.flac").write_bytes(b"fLaC" + data[4:200])
     sf.write(tmp_path / "lowrate.wav", np.zeros(400, dtype=np.int16), 400, subtype="PCM_16")
     (tmp_path / "no-audio").mkdir(exist_ok=True)  # a folder is a batch input (tests/test_batch.py)
+    for a, b in (("loop-a.wav", "loop-b.wav"), ("loop-b.wav", "loop-a.wav")):
+        if not (tmp_path / a).is_symlink():
+            (tmp_path / a).symlink_to(tmp_path / b)
     subprocess.run(["ffmpeg", "-loglevel", "error", "-y", "-f", "lavfi", "-i", "testsrc=duration=1:size=32x32:rate=5",
                     "-pix_fmt", "yuv420p", str(tmp_path / "silent-video.mp4")], check=True)
     return {
@@ -214,6 +217,9 @@ def _bad_inputs(tmp_path):
         "known_speaker_too_short": ([tmp_path / "good.wav", "--known-speakers", f"ann={tmp_path / 'short.wav'}"],
                                     "the reference clip is 0.5 s (give 2 to 30 s of the voice alone)"),
         "known_speaker_no_file": ([tmp_path / "good.wav", "--known-speakers", "ann"], "give name=file,name=file"),
+        "link_loop": ([tmp_path / "loop-a.wav"], "loop-a.wav: a link to nothing (or a loop of links)"),
+        "cache_dir_a_file": ([tmp_path / "good.wav", "--cache-dir", tmp_path / "good.wav"],
+                             f"--cache-dir: must be a folder, and {tmp_path / 'good.wav'} is a file"),
     }
 
 
@@ -221,8 +227,10 @@ CASES = ["missing", "directory", "empty", "text", "random", "zero_samples", "tru
          "bad_format", "bad_batch", "bad_language", "bad_speakers", "bad_max_change", "not_a_number", "unknown_option",
          "bad_threads", "bad_device", "missing_gpu", "bad_dtype", "half_on_cpu", "int8_in_bfloat16",
          "rttm_without_diarize", "peer_unsupported", "peer_bad_bool", "code_the_model_lacks", "speakers_outside_range",
-         "bad_clips", "peer_bad_clips", "known_speaker_missing", "known_speaker_too_short", "known_speaker_no_file"]
-FAILED_FILES = {"missing", "empty", "text", "random", "zero_samples", "truncated", "low_rate", "too_long"}  # exit 1; the rest are options
+         "bad_clips", "peer_bad_clips", "known_speaker_missing", "known_speaker_too_short", "known_speaker_no_file",
+         "link_loop", "cache_dir_a_file"]
+FAILED_FILES = {"missing", "empty", "text", "random", "zero_samples", "truncated", "low_rate", "too_long",
+                "link_loop"}  # exit 1; the rest are options
 
 
 @pytest.mark.parametrize("case", CASES)
@@ -263,6 +271,11 @@ def test_console_script_errors_without_traceback(eval_root, tmp_path):
         proc = subprocess.run([sys.executable, "-m", "specwhisper.serving.cli.main", *argv], capture_output=True, text=True, timeout=300)
         assert proc.returncode != 0
         assert expected in _one_line_error(proc.stderr).lower()
+    with open("/dev/full", "w") as full:  # standard output that takes nothing
+        proc = subprocess.run([sys.executable, "-m", "specwhisper.serving.cli.main", jfk, "-m", "tiny.en", "-o", "-", "-f", "txt"],
+                              stdout=full, stderr=subprocess.PIPE, text=True, timeout=300)
+    assert proc.returncode == 1 and _one_line_error(proc.stderr) == \
+        f"transcribe: error: {jfk}: cannot write outputs to standard output (No space left on device)", proc.stderr
 
 
 def test_mistakes_are_told_before_torch_is_imported(eval_root, tmp_path):

@@ -264,7 +264,7 @@ def _soundfile_channels(path: str, name: str, info, max_seconds: float) -> np.nd
 def _check_file(p: Path, name: str) -> None:
     """A regular file with something in it, or a one-line AudioError saying what it is instead."""
     if not p.exists():
-        raise AudioError(f"{name}: file not found")
+        raise AudioError(f"{name}: file not found" if not p.is_symlink() else f"{name}: a link to nothing (or a loop of links)")
     if p.is_dir():
         raise AudioError(f"{name}: is a directory, not an audio file")
     if not p.is_file():

@@ -21,6 +21,7 @@ from typing import Any
 
 from specwhisper.pipeline.option import Option, OptionError, short_text
 from specwhisper.results.words import APPEND_PUNCTUATIONS, PREPEND_PUNCTUATIONS
+from specwhisper.messages import printable
 
 MAX_KNOWN_SPEAKERS = 8
 MAX_ALIGN_CHARS = 1_000_000  # about 20 hours of speech
@@ -29,6 +30,13 @@ DEFAULT_MAX_SECONDS = 12 * 3600.0  # specwhisper.audio.loading.DEFAULT_MAX_SECON
 
 DEPLOYMENT = "a deployment setting (the server's SPECWHISPER_* variables, app.py's flags), not a request's"
 LOADED_ONCE = "chosen when the models load: the server's SPECWHISPER_* variables, app.py's flags"
+
+
+def _folder(option: Option, value: Path) -> Path:
+    """A folder the models are kept in: made when missing, so only a file in its place is refused."""
+    if value.exists() and not value.is_dir():
+        raise OptionError(option, f"must be a folder, and {printable(str(value))} is a file")
+    return value
 
 
 def _language_code(option: Option, value: str) -> str | None:
@@ -162,7 +170,7 @@ OPTIONS: tuple[Option, ...] = (
     Option("threads", int, None, "CPU threads for torch (default: one per core)", scope="load", group="models",
            nullable=True, low=1, not_in=NOT_HTTP_LOAD),
     Option("cache_dir", Path, None, "where converted models are kept (default: ~/.cache/specwhisper)", scope="load",
-           group="models", nullable=True, peer_flags=("--model_dir",), not_in=NOT_HTTP_LOAD),
+           group="models", nullable=True, peer_flags=("--model_dir",), not_in=NOT_HTTP_LOAD, parse=_folder),
     Option("diarization_model", str, None, "pyannote pipeline id or folder (default: the embedded offline pipeline)",
            scope="load", group="speakers", nullable=True, peer_flags=("--diarize_model",), not_in=NOT_HTTP_LOAD),
     Option("hf_token", str, None, "Hugging Face token for gated hub models (default: $HF_TOKEN; the embedded models "

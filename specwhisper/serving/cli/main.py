@@ -373,7 +373,8 @@ def _transcribe_one(pipeline, item: Input, out_dir: Path | None, formats: list[s
     try:
         written = write_transcript(transcript, out_dir, item.stem, formats, opts.subtitles)
     except OSError as exc:
-        _error(OSError(f"{path}: cannot write outputs to {out_dir} ({exc.strerror or exc})"))
+        where = "standard output" if out_dir is None else printable(str(out_dir))
+        _error(OSError(f"{path}: cannot write outputs to {where} ({exc.strerror or exc})"))
         return False
     if checkpoint is not None:
         checkpoint.unlink(missing_ok=True)
