@@ -174,6 +174,13 @@ def test_the_readme_error_example_is_one_line(readme):
     lambda t, a: t.transcribe(a, sample_rate=16000, vad_parameters="fast"),
     lambda t, a: t.transcribe_many(["jfk.flac", "missing.wav"]),
     lambda t, a: __import__("specwhisper").load("base", device="tpu"),
+    lambda t, a: __import__("specwhisper").load("./no/such/model"),  # a model not there is a bad argument too
+    lambda t, a: __import__("specwhisper").load("tiny.en", diarize="yes"),
+    lambda t, a: t.transcribe_many("jfk.flac"),  # one input, not a list of its characters
+    lambda t, a: t.transcribe(a, sample_rate=16000).to(None),
+    lambda t, a: t.transcribe(a, sample_rate=16000).write(None),
+    lambda t, a: t.transcribe(a, sample_rate=16000).write("out", formats=123),
+    lambda t, a: t.transcribe(a, sample_rate=16000).write("out", stem="../elsewhere"),  # never outside the folder
 ])
 def test_bad_arguments_raise_a_one_line_value_error(readme, call):
     audio = np.zeros(16000 * 2, dtype=np.float32)

@@ -32,6 +32,7 @@ from specwhisper.results.transcript import Segment, Transcript
 from specwhisper.audio.chunking import WHISPER_WINDOW_S
 from specwhisper.audio.loading import (DEFAULT_MAX_SECONDS, SAMPLE_RATE, AudioError, from_array, load_audio,
                                        load_audio_bytes, load_audio_stream)
+from specwhisper.asr.weights.errors import ModelError
 from specwhisper.pipeline.options import BY_NAME, check_values, options_for
 from specwhisper.pipeline.subtitles import SubtitleOptions
 from specwhisper.pipeline.writers import ALL_FORMATS, check_output_dir, formats_of_all, parse_formats, render, write_outputs
@@ -59,6 +60,8 @@ class Transcription(Transcript):
 
     def to(self, fmt: str) -> str:
         """The text of one format (``"srt"``, ``"json"``, ...), as the CLI writes it."""
+        if not isinstance(fmt, str):
+            raise ValueError(f"to() takes a format's name ('srt', 'json', ...), got {type(fmt).__name__}")
         names = parse_formats(fmt)
         if len(names) != 1:
             raise ValueError(f"to() renders one format, got '{fmt}' (write() writes several)")
@@ -69,10 +72,16 @@ class Transcription(Transcript):
 
         ``formats``: ``"srt,json"``, a list, or ``"all"`` (rttm only with speakers: diarized, or multichannel's
         channels). ``stem``: default the input file's stem, or ``"audio"`` for arrays and bytes."""
-        spec = formats if isinstance(formats, str) else ",".join(formats)
-        names = parse_formats(spec)
-        if spec.strip().lower() == "all":
-            names = formats_of_all(self)
+        if not isinstance(folder, (str, os.PathLike)):
+            raise ValueError(f"write() takes a folder (a path), got {type(folder).__name__}")
+        if isinstance(formats, Iterable) and not isinstance(formats, str):
+            formats = list(formats)  # a generator too
+            formats = ",".join(formats) if all(isinstance(f, str) for f in formats) else formats
+        if not isinstance(formats, str):
+            raise ValueError(f"formats: give 'srt,json', a list of names or 'all', got {type(formats).__name__}")
+        if stem is not None and (not isinstance(stem, str) or not stem or Path(stem).name != stem or stem in (".", "..")):
+            raise ValueError(f"stem: the outputs' name in the folder, without a folder of its own, got {stem!r}")
+        names = formats_of_all(self) if formats.strip().lower() == "all" else parse_formats(formats)
         folder = Path(folder)
         check_output_dir(folder)
         return write_outputs(self, folder, stem or (Path(self.source).stem if self.source else "audio"), names, self.layout)
@@ -176,6 +185,8 @@ class Transcriber:
         tokens each file gets are those it gets alone); diarization and post-edit run per file.
         ``sample_rate`` applies to the arrays among ``audios``. Every input is read (and checked)
         before any is transcribed."""
+        if isinstance(audios, (str, bytes, bytearray, os.PathLike, np.ndarray)) or callable(getattr(audios, "read", None)):
+            raise ValueError("transcribe_many takes a list of inputs; for one, transcribe(audio) (or transcribe_many([audio]))")
         opts = self.options(**options)
         loaded = [read_audio(a, sample_rate, opts.max_audio_s, opts.multichannel) for a in audios]
         if not loaded:
@@ -337,12 +348,18 @@ def load(model: str = "base", *, diarize: bool = False, postedit: bool = False, 
     run_time = [n for n in options if n in BY_NAME and n not in LOAD_NAMES]
     if run_time:
         raise ValueError(f"{run_time[0]} is an option of each transcription: transcriber.transcribe(audio, {run_time[0]}=...)")
+    for name, flag in (("diarize", diarize), ("postedit", postedit)):
+        if not isinstance(flag, bool):
+            raise ValueError(f"{name}: must be True or False, got {flag!r}")
     values = check_values({"model": model, **options}, "api")
-    pipeline = Pipeline(pipeline_config({k: v for k, v in values.items() if k in LOAD_NAMES}))
-    if diarize:
-        pipeline.diarizer()
-    if postedit:
-        pipeline.post_editor()
+    try:
+        pipeline = Pipeline(pipeline_config({k: v for k, v in values.items() if k in LOAD_NAMES}))
+        if diarize:
+            pipeline.diarizer()
+        if postedit:
+            pipeline.post_editor()
+    except ModelError as exc:  # a model that is not there is a bad argument, as a missing audio file is
+        raise ValueError(str(exc)) from None
     return Transcriber(pipeline, diarize=diarize, postedit=postedit)
 
 
