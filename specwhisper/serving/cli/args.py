@@ -85,13 +85,14 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--live", action="store_true", help="play the file in real time through the live engine, "
                    "printing confirmed text as it comes (previous hypothesis as the draft; --draft none: plain)")
     p.add_argument("--live-chunk", type=positive(float), default=1.0, metavar="SECONDS",
-                   help="--live audio piece length (default: 1.0)")
+                   help="--live: the file played in pieces of this many seconds (default: 1.0; standard input is "
+                        "taken as it arrives)")
     p.add_argument("--detect-language", action="store_true", help="print each file's language and its probability "
                    "(found as transcription finds it, on the first windows with speech) and exit, writing nothing")
     p.add_argument("-q", "--quiet", action="store_true", help="no progress bars and no transcript on stdout")
     p.add_argument("--verbose", nargs="?", const=True, type=str2bool, metavar="True|False",
                    help="print each segment with its times on stdout as soon as nothing left to decode can change it "
-                        "(the chunks then decode in the file's order; with --diarize or --postedit, once the file is done); "
+                        "(the chunks then decode in the file's order; with --diarize, --postedit or --align-text, once the file is done); "
                         "openai-whisper's --verbose True; --verbose False is --quiet")
     b = p.add_argument_group("folder input", "a job database in the output folder lets an interrupted batch resume")
     b.add_argument("-r", "--recursive", action="store_true", help="also transcribe files in subfolders")
