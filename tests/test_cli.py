@@ -264,6 +264,19 @@ def test_a_file_name_with_a_newline_is_shown_escaped_on_one_line(run_cli, eval_r
     assert wer([JFK_REF], [(tmp_path / "out" / "jf\nk.txt").read_text()]) <= 0.05
 
 
+def test_a_wav_cut_short_is_transcribed_with_a_warning(run_cli, eval_root, tmp_path):
+    """A WAV whose download stopped a third of the way: its header still says 11 s (libsndfile and ffprobe
+    both say 3.7): what is there is transcribed, and one warning line says the file is shorter than its header."""
+    data = (eval_root / "whisper.cpp/jfk.wav").read_bytes()
+    (tmp_path / "cut.wav").write_bytes(data[: len(data) // 3])
+    code, out, err = run_cli(tmp_path / "cut.wav", "-o", "-", "-f", "txt", "-q")
+    assert code == 0 and out.lower().startswith("and so my fellow americans"), out
+    assert err == f"transcribe: warning: {tmp_path / 'cut.wav'}: its header says 11.0 s of audio, the file holds 3.7 s (cut " \
+                  "short?): transcribing what is there\n", err
+    code, _, err = run_cli(eval_root / "whisper.cpp/jfk.wav", "-o", "-", "-f", "txt", "-q")
+    assert code == 0 and err == ""  # a whole file: no warning
+
+
 def test_console_script_errors_without_traceback(eval_root, tmp_path):
     """The installed entry point, in a fresh process: a bad model and a missing file."""
     jfk = str(eval_root / "whisper.cpp/jfk.wav")

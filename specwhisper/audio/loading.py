@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import io
+import logging
 import os
 import shutil
 import subprocess
@@ -14,8 +15,10 @@ import numpy as np
 import soundfile as sf
 import soxr
 
-from specwhisper.audio.probe import probe_duration, soundfile_info
+from specwhisper.audio.probe import probe_duration, soundfile_info, wav_header_seconds
 from specwhisper.messages import one_line, printable
+
+log = logging.getLogger(__name__)
 
 SAMPLE_RATE = 16000
 DEFAULT_MAX_SECONDS = 12 * 3600  # refuse to load more than this unless told otherwise
@@ -203,6 +206,9 @@ def load_audio(path: str | os.PathLike, max_seconds: float = DEFAULT_MAX_SECONDS
         if info.duration > max_seconds:
             raise over_limit(name, max_seconds, info.duration)
         audio = (_soundfile_channels if channels else _soundfile_decode)(path, name, info, max_seconds)
+        if (said := wav_header_seconds(path)) is not None and said - info.duration > max(1.0, 0.02 * said):
+            log.warning(f"{name}: its header says {said:.1f} s of audio, the file holds {info.duration:.1f} s (cut short?): "
+                        "transcribing what is there")
     else:
         claimed = probe_duration(path)
         if claimed is not None and claimed > max_seconds:

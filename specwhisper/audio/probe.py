@@ -56,3 +56,25 @@ def probe_duration(path: str | Path) -> float | None:
     if info is not None and info.samplerate > 0:
         return info.frames / info.samplerate
     return _ffprobe_duration(path)
+
+
+def wav_header_seconds(path: str | Path) -> float | None:
+    """The seconds a RIFF WAV's own header gives its data chunk (None: not a WAV, or a streamed one with no
+    length). libsndfile and ffprobe both clamp a cut-off file's length to what is there, so only the
+    header tells that a download or a copy stopped short."""
+    try:
+        with open(path, "rb") as f:
+            head = f.read(1 << 16)
+    except OSError:
+        return None
+    if head[:4] != b"RIFF" or head[8:12] != b"WAVE":
+        return None
+    at, frame_bytes, rate = 12, 0, 0
+    while at + 8 <= len(head):
+        kind, size = head[at : at + 4], int.from_bytes(head[at + 4 : at + 8], "little")
+        if kind == b"fmt " and at + 22 <= len(head):
+            rate, frame_bytes = int.from_bytes(head[at + 12 : at + 16], "little"), int.from_bytes(head[at + 20 : at + 22], "little")
+        if kind == b"data":
+            return size / (rate * frame_bytes) if rate and frame_bytes and size not in (0, 0xFFFFFFFF) else None
+        at += 8 + size + (size & 1)
+    return None
