@@ -113,6 +113,8 @@ class Pipeline:
         opts = options or RunOptions()
         opts.validate()
         known = () if opts.multichannel else load_known_speakers(opts.known_speakers)  # a bad clip fails before the ASR runs
+        report = TimedReports(progress)
+        t = time.perf_counter()
         if checkpoint is not None:  # a batch no memory holds fails before any checkpoint is written
             from specwhisper.asr.batch_memory import fit_batch_size
 
@@ -124,8 +126,6 @@ class Pipeline:
             if journal is not None:
                 result.stats.resumed_chunks = journal.resumed_chunks
             return result
-        report = TimedReports(progress)
-        t = time.perf_counter()
         final = None  # with align_text, the pass's text is not the transcript's
         if on_segments is not None and opts.align_text is None:
             final = lambda segments: on_segments(opts.resolved(segments))  # noqa: E731
