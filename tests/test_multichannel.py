@@ -123,7 +123,10 @@ def test_multichannel_in_the_python_api(base_pipeline, eval_root, manifest, tmp_
     written = result.write(tmp_path)
     assert tmp_path / "audio.rttm" in written, written
     assert sorted(load_rttm(tmp_path / "audio.rttm")["audio"].labels()) == ["CHANNEL_1", "CHANNEL_2"]
-    mixed = transcriber.transcribe(data, sample_rate=rate, language="en").write(tmp_path / "mixed")
+    from specwhisper.pipeline.api import Transcription
+    from specwhisper.results.transcript import Segment, Transcript
+
+    mixed = Transcription.of(Transcript([Segment(0.0, 1.0, " hello")], "en", 1.0)).write(tmp_path / "mixed")
     assert sorted(p.suffix for p in mixed) == [".json", ".srt", ".tsv", ".txt", ".vtt"]  # no speakers: no rttm
 
 
