@@ -36,9 +36,13 @@ class AudioTooLong(AudioError):
     """The input holds (or claims) more audio than the limit it was read under."""
 
 
-def _to_mono_16k(audio: np.ndarray, rate: int, name: str) -> np.ndarray:
+def _check_rate(rate: int, name: str) -> None:
     if rate < MIN_SOURCE_RATE:
         raise AudioError(f"{name}: sample rate {rate} Hz is too low to hold speech")
+
+
+def _to_mono_16k(audio: np.ndarray, rate: int, name: str) -> np.ndarray:
+    _check_rate(rate, name)
     if audio.ndim == 2:
         audio = audio.mean(axis=1)
     audio = np.ascontiguousarray(audio, dtype=np.float32)
@@ -152,8 +156,7 @@ def _ffmpeg_failure(stderr, path: str, name: str) -> AudioError:
 def _soundfile_decode(path: str, name: str, info, max_seconds: float) -> np.ndarray:
     """Read block by block, downmix and resample as a stream into the buffer (the same samples as
     reading the whole file at once: blocks are whole mp3 frames, and soxr streams exactly)."""
-    if info.samplerate < MIN_SOURCE_RATE:
-        raise AudioError(f"{name}: sample rate {info.samplerate} Hz is too low to hold speech")
+    _check_rate(info.samplerate, name)
     out = _Samples(info.duration, max_seconds)
     stream = None if info.samplerate == SAMPLE_RATE else soxr.ResampleStream(
         info.samplerate, SAMPLE_RATE, 1, dtype="float32", quality="HQ")
@@ -243,8 +246,7 @@ def _check_channels(count: int, name: str) -> None:
 
 def _soundfile_channels(path: str, name: str, info, max_seconds: float) -> np.ndarray:
     """``_soundfile_decode`` keeping the channels apart: block by block, each resampled as a stream."""
-    if info.samplerate < MIN_SOURCE_RATE:
-        raise AudioError(f"{name}: sample rate {info.samplerate} Hz is too low to hold speech")
+    _check_rate(info.samplerate, name)
     _check_channels(info.channels, name)
     limit = int(max_seconds * SAMPLE_RATE)
     stream = None if info.samplerate == SAMPLE_RATE else soxr.ResampleStream(
@@ -327,8 +329,7 @@ def from_array(audio: np.ndarray, rate: int, name: str = "array", max_seconds: f
     """Downmix/resample an in-memory array (e.g. a microphone recording; layouts: ``_samples_first``),
     refused when longer than ``max_seconds``; ``channels``: resampled, one row per channel (``load_audio``'s ``channels``)."""
     audio = _samples_first(audio, name)
-    if rate < MIN_SOURCE_RATE:
-        raise AudioError(f"{name}: sample rate {rate} Hz is too low to hold speech")
+    _check_rate(rate, name)
     if len(audio) / rate > max_seconds:
         raise over_limit(name, max_seconds, len(audio) / rate)
     if np.issubdtype(audio.dtype, np.integer):
