@@ -267,6 +267,11 @@ def test_cli_live_prints_confirmed_text_and_writes_formats(tiny_pipeline, eval_r
         assert s["avg_logprob"] == pytest.approx(np.mean([np.log(w["probability"]) for w in s["words"]]), abs=1e-3), s
         assert -1.0 < s["avg_logprob"] < 0.0, s  # clear speech: likely words, as offline
     assert "played live" in err
+    code, _, err = run_cli("--live", eval_root / "whisper.cpp/jfk.wav", "--no-word-timestamps", "-o", tmp_path / "plain",
+                           "-f", "json", "-l", "en")  # as offline: segments without a words list
+    plain = json.loads((tmp_path / "plain/jfk.json").read_text())
+    assert code == 0 and all("words" not in s for s in plain["segments"]), plain["segments"][0]
+    assert [s["text"] for s in plain["segments"]] == [s["text"] for s in data["segments"]]
     code, _, err = run_cli("--live", eval_root / "whisper.cpp/jfk.wav", "--diarize", "-o", tmp_path)
     assert code == 2 and err.count("\n") == 1 and "--diarize does not apply to --live" in err
     jfk = eval_root / "whisper.cpp/jfk.wav"

@@ -77,16 +77,21 @@ class StreamOptions:
     no_speech_threshold: float | None = 0.6
     logprob_threshold: float | None = -1.0
     suppress_tokens: str | None = None  # offline's --suppress-tokens (None: the engine's own set)
+    # False: the transcript's segments without their words (offline's --no-word-timestamps); the stream
+    # confirms words either way (its agreement is of timed words)
+    word_timestamps: bool = True
 
     @classmethod
-    def of(cls, decode: DecodeOptions, **live) -> StreamOptions:
+    def of(cls, decode: DecodeOptions, word_timestamps: bool | None = None, **live) -> StreamOptions:
         """The live stream of a request's decode options: its language, task, prompt text, language
         threshold, VAD threshold, silence thresholds and suppressed tokens (the run options the live engine applies:
-        ``specwhisper.pipeline.options.Option.live``)."""
+        ``specwhisper.pipeline.options.Option.live``); ``word_timestamps`` as the request gave it (None, the
+        default: on, live words always have times; ``decode`` holds offline's resolved value)."""
         return cls(language=decode.language, task=decode.task, initial_prompt=decode.prompt_text,
                    language_threshold=decode.language_threshold, vad_threshold=decode.vad_threshold,
                    no_speech_threshold=decode.quality.no_speech_threshold,
-                   logprob_threshold=decode.quality.logprob_threshold, suppress_tokens=decode.suppress_tokens, **live)
+                   logprob_threshold=decode.quality.logprob_threshold, suppress_tokens=decode.suppress_tokens,
+                   word_timestamps=word_timestamps is not False, **live)
 
     @property
     def silence(self) -> QualityRules:
@@ -307,6 +312,8 @@ class StreamingTranscriber:
             seg.compression_ratio = compression_ratio(seg.text)
             probabilities = [w.probability for w in seg.words if w.probability]
             seg.avg_logprob = sum(map(math.log, probabilities)) / len(probabilities) if probabilities else 0.0
+            if not self.opts.word_timestamps:
+                seg.words = []
         return Transcript(segments, self.language, duration,
                           model={"asr": self.engine.model_name, "live": True,
                                  "drafter": self.drafter.name if self.opts.speculative else None},

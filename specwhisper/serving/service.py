@@ -226,7 +226,7 @@ class PipelinePool:
     def open_stream(self, params: TranscribeParams) -> StreamingTranscriber:
         """A live transcriber on the request's model (loaded if it is not), with the request's options; the
         caller keeps the model to itself while using it, as with ``engine``."""
-        options = StreamOptions.of(params.run_options(self.settings.max_audio_s).decode)
+        options = StreamOptions.of(params.run_options(self.settings.max_audio_s).decode, params.word_timestamps)
         return StreamingTranscriber(self.engine(params), options)
 
     def loaded(self) -> list[tuple[str, str]]:

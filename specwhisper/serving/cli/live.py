@@ -32,7 +32,7 @@ def run_live(args, formats: list[str], opts, pipeline_factory) -> int:
     check_output_dir(out_dir)
     if not listening:
         check_length(path, args.max_duration)
-    options = StreamOptions.of(opts.decode, speculative=args.draft != "none")
+    options = StreamOptions.of(opts.decode, args.word_timestamps, speculative=args.draft != "none")
     options.validate()
     audio = None if listening else load_audio(path, max_seconds=args.max_duration)
     engine = pipeline_factory().asr
