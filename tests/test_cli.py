@@ -262,6 +262,9 @@ def test_a_file_name_with_a_newline_is_shown_escaped_on_one_line(run_cli, eval_r
     assert len(status) == 1 and status[0].startswith(f"transcribe: {tmp_path}/jf\\nk.wav: 11.0 s audio") and \
         status[0].endswith("wrote jf\\nk.txt"), err
     assert wer([JFK_REF], [(tmp_path / "out" / "jf\nk.txt").read_text()]) <= 0.05
+    (tmp_path / "ba\nd.json").write_text("{")  # a transcript to render again: its errors name it the same way
+    code, _, err = run_cli(tmp_path / "ba\nd.json", "-o", tmp_path / "out", "-f", "txt")
+    assert code == 1 and err == f"transcribe: error: {tmp_path}/ba\\nd.json: not a readable json file (JSONDecodeError)\n", err
 
 
 def test_a_wav_cut_short_is_transcribed_with_a_warning(run_cli, eval_root, tmp_path):

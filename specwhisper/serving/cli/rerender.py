@@ -47,16 +47,17 @@ def check_args(args) -> None:
 
 def read_transcript(path: Path) -> Transcript:
     """A json file as a transcript; a ValueError of one line naming it."""
+    name = printable(str(path))
     try:
         data = json.loads(path.read_text(encoding="utf-8"))
     except FileNotFoundError:
-        raise ValueError(f"{path}: file not found") from None
+        raise ValueError(f"{name}: file not found") from None
     except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
-        raise ValueError(f"{path}: not a readable json file ({type(exc).__name__})") from None
+        raise ValueError(f"{name}: not a readable json file ({type(exc).__name__})") from None
     try:
         return Transcript.from_dict(data)
     except ValueError as exc:
-        raise ValueError(f"{path}: {exc}") from None
+        raise ValueError(f"{name}: {exc}") from None
 
 
 def rerender(args, prog: str) -> int:
@@ -81,12 +82,12 @@ def rerender(args, prog: str) -> int:
         try:
             transcript = read_transcript(path)
             if opts.segment_resolution == "sentence" and not any(s.words for s in transcript.segments):
-                raise ValueError(f"{path}: --segment-resolution sentence cuts at words, and this json has none "
+                raise ValueError(f"{printable(str(path))}: --segment-resolution sentence cuts at words, and this json has none "
                                  "(transcribe with --word-timestamps)")
             transcript.segments = opts.resolved(transcript.segments)
             diarized = bool(transcript.speakers)
             if "rttm" in asked and not diarized:
-                raise ValueError(f"{path}: -f rttm needs speakers, and this transcript has none")
+                raise ValueError(f"{printable(str(path))}: -f rttm needs speakers, and this transcript has none")
             written = write_transcript(transcript, out_dir, stem, [f for f in formats if f != "rttm" or diarized], layout)
         except (ValueError, OSError) as exc:
             print(f"{prog}: error: {exc}", file=sys.stderr)
