@@ -282,6 +282,30 @@ def test_a_wav_cut_short_is_transcribed_with_a_warning(run_cli, eval_root, tmp_p
         assert wav_header_seconds(whole) == pytest.approx(sf.info(str(whole)).duration, abs=1e-3), whole
 
 
+def test_a_flac_cut_short_or_written_to_a_pipe_is_read(eval_root, tmp_path, caplog):
+    """A FLAC download stopped a third of the way: libsndfile loses sync in its first block (all 11 s of it);
+    what is there is read (ffmpeg's decode of it), with the cut-short warning. A FLAC ffmpeg wrote to a pipe
+    has no length in its header (libsndfile says 2**63 - 1 frames, then fails to seek): read whole."""
+    from specwhisper.audio.loading import check_length, load_audio
+
+    jfk = eval_root / "whisper.cpp/jfk.wav"
+    whole, _ = sf.read(str(jfk), dtype="float32")
+    sf.write(str(tmp_path / "whole.flac"), whole, 16000, subtype="PCM_16")
+    data = (tmp_path / "whole.flac").read_bytes()
+    (tmp_path / "cut.flac").write_bytes(data[: len(data) // 3])
+    with caplog.at_level("WARNING", logger="specwhisper.audio.loading"):
+        cut = load_audio(tmp_path / "cut.flac")
+    assert 3.0 < len(cut) / 16000 < 4.0 and np.array_equal(cut, whole[: len(cut)])  # lossless up to the cut
+    assert [r.getMessage() for r in caplog.records] == [
+        f"{tmp_path / 'cut.flac'}: its header says 11.0 s of audio, the file holds {len(cut) / 16000:.1f} s (cut short?): "
+        "transcribing what is there"]
+    piped = subprocess.run(["ffmpeg", "-nostdin", "-v", "error", "-i", str(jfk), "-f", "flac", "-"], capture_output=True,
+                           check=True).stdout
+    (tmp_path / "piped.flac").write_bytes(piped)
+    assert check_length(tmp_path / "piped.flac", 60.0) is None  # its length is unknown until decoded
+    assert np.array_equal(load_audio(tmp_path / "piped.flac"), whole)
+
+
 def test_console_script_errors_without_traceback(eval_root, tmp_path):
     """The installed entry point, in a fresh process: a bad model and a missing file."""
     jfk = str(eval_root / "whisper.cpp/jfk.wav")

@@ -28,6 +28,7 @@ def test_a_decoder_failing_without_a_message_is_one_line(tmp_path, monkeypatch):
         raise RuntimeError("")
 
     monkeypatch.setattr(sf.SoundFile, "read", fail)
+    monkeypatch.setenv("PATH", "")  # and no ffmpeg to read what libsndfile could not
     with pytest.raises(AudioError) as err:
         load_audio(path)
     assert str(err.value) == f"{path}: corrupt audio (RuntimeError)"

@@ -170,7 +170,7 @@ def _soundfile_decode(path: str, name: str, info, max_seconds: float) -> np.ndar
                 if last:
                     break
     except (sf.LibsndfileError, RuntimeError) as exc:
-        raise AudioError(f"{name}: corrupt audio ({one_line(exc)})") from exc
+        raise _Corrupt(f"{name}: corrupt audio ({one_line(exc)})") from exc
     if out.over:
         raise over_limit(name, max_seconds)
     return out.audio()
@@ -208,9 +208,14 @@ def load_audio(path: str | os.PathLike, max_seconds: float = DEFAULT_MAX_SECONDS
             raise AudioError(f"{name}: the audio is empty (0 samples)")
         if info.duration > max_seconds:
             raise over_limit(name, max_seconds, info.duration)
-        audio = (_soundfile_channels if channels else _soundfile_decode)(path, name, info, max_seconds)
-        if (said := wav_header_seconds(path)) is not None and said - info.duration > max(1.0, 0.02 * said):
-            log.warning(f"{name}: its header says {said:.1f} s of audio, the file holds {info.duration:.1f} s (cut short?): "
+        try:
+            audio = (_soundfile_channels if channels else _soundfile_decode)(path, name, info, max_seconds)
+        except _Corrupt as exc:
+            audio = _recovered(path, name, max_seconds, info.duration, channels, exc)
+        said = wav_header_seconds(path) if info.format.startswith("WAV") else info.duration if info.format == "FLAC" else None
+        held = audio.shape[-1] / SAMPLE_RATE
+        if said is not None and said - held > max(1.0, 0.02 * said):
+            log.warning(f"{name}: its header says {said:.1f} s of audio, the file holds {held:.1f} s (cut short?): "
                         "transcribing what is there")
     else:
         claimed = probe_duration(path)
@@ -239,6 +244,25 @@ def _ffmpeg_channels(path: str, name: str, max_seconds: float, claimed_s: float 
 MAX_SPLIT_CHANNELS = 8  # load_audio(channels=True): a call or an interview has 2; 5.1 film sound is not speakers
 
 
+class _Corrupt(AudioError):
+    """libsndfile stopped at a frame it could not decode."""
+
+
+def _recovered(path: str, name: str, max_seconds: float, claimed_s: float, channels: bool, exc: _Corrupt) -> np.ndarray:
+    """What ffmpeg decodes of a file libsndfile stopped on: the frames before the damage (a FLAC download cut
+    a third of the way lost sync in libsndfile's first block of 18 s, all of it; ffmpeg kept its 3.4 s), or
+    ``exc`` when that is nothing."""
+    try:
+        audio = (_ffmpeg_channels if channels else _ffmpeg_decode)(path, name, max_seconds, claimed_s)
+    except AudioTooLong:
+        raise
+    except AudioError:
+        raise exc from None
+    if audio.shape[-1] == 0:
+        raise exc
+    return audio
+
+
 def _check_channels(count: int, name: str) -> None:
     if count > MAX_SPLIT_CHANNELS:
         raise AudioError(f"{name}: {count} channels; each is transcribed on its own up to {MAX_SPLIT_CHANNELS}")
@@ -263,7 +287,7 @@ def _soundfile_channels(path: str, name: str, info, max_seconds: float) -> np.nd
                 if last:
                     break
     except (sf.LibsndfileError, RuntimeError) as exc:
-        raise AudioError(f"{name}: corrupt audio ({one_line(exc)})") from exc
+        raise _Corrupt(f"{name}: corrupt audio ({one_line(exc)})") from exc
     if n > limit:
         raise over_limit(name, max_seconds)
     return np.ascontiguousarray(np.concatenate(blocks).T, dtype=np.float32)

@@ -16,14 +16,18 @@ from pathlib import Path
 import soundfile as sf
 
 PROBE_TIMEOUT_S = 30.0
+SF_COUNT_MAX = 2**63 - 1  # libsndfile's frame count of a file whose header leaves the length out
 
 
 def soundfile_info(path: str | Path) -> sf._SoundFileInfo | None:
-    """libsndfile's header facts (wav, flac, ogg, mp3), or None when it cannot read the file."""
+    """libsndfile's header facts (wav, flac, ogg, mp3), or None when it cannot read the file, or cannot
+    tell its length: a FLAC written to a pipe has none in its header, libsndfile says 2**63 - 1 frames and
+    fails to seek in it (ffmpeg reads it)."""
     try:
-        return sf.info(str(path))
+        info = sf.info(str(path))
     except (sf.LibsndfileError, RuntimeError, TypeError):
         return None
+    return None if info.frames >= SF_COUNT_MAX else info
 
 
 def _ffprobe_duration(path: str | Path) -> float | None:
