@@ -517,6 +517,28 @@ def test_a_rename_that_fails_midway_puts_the_earlier_outputs_back(tmp_path, monk
     assert sorted(p.name for p in tmp_path.iterdir()) == sorted(earlier) and (tmp_path / "talk.txt").read_text() == "hello\n"
 
 
+def test_an_output_made_read_only_is_not_replaced(run_cli, media, tmp_path):
+    """A transcript someone corrected and made read-only (chmod a-w): a rerun writes none of the set (the
+    writable txt neither) and says which file stopped it; the CLI says so before any model loads. Root
+    may write any file: the mode is the owner's word, so the refusal holds for root too."""
+    from specwhisper.pipeline.writers import write_outputs
+
+    (tmp_path / "talk.srt").write_text("corrected by hand\n")
+    (tmp_path / "talk.txt").write_text("earlier\n")
+    (tmp_path / "talk.srt").chmod(0o444)
+    with pytest.raises(PermissionError, match="talk.srt is read-only: make it writable or remove it"):
+        write_outputs(_transcript(), tmp_path, "talk", ["txt", "srt"])
+    assert {p.name: p.read_text() for p in tmp_path.iterdir()} == {"talk.srt": "corrected by hand\n", "talk.txt": "earlier\n"}
+    talk = tmp_path / "talk.wav"
+    talk.write_bytes(media["jfk"].read_bytes())
+    code, out, err = run_cli(talk, "-o", tmp_path, "-f", "txt,srt")
+    assert code == 2 and err == f"transcribe: error: {tmp_path / 'talk.srt'} is read-only: make it writable or remove it " \
+                                "to write it again\n", err
+    assert (tmp_path / "talk.srt").read_text() == "corrected by hand\n"
+    assert run_cli(talk, "-o", tmp_path, "-f", "txt,vtt", "-q")[0] == 0  # the other formats are written
+    assert (tmp_path / "talk.txt").read_text() != "earlier\n"
+
+
 def test_in_memory_uploads_go_through_a_swept_spool(tmp_path):
     """The endpoint handler and the UI decode uploads held in memory through a file: it lives in a
     spool named after its process, so what a killed handler left is removed when the next one starts,

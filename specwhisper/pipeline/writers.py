@@ -7,10 +7,12 @@ import io
 import json
 import os
 import shutil
+import stat
 import tempfile
 from pathlib import Path
 from typing import Callable, TextIO
 
+from specwhisper.messages import printable
 from specwhisper.results.transcript import Segment, Transcript
 from specwhisper.diarize.rttm import format_rttm
 from specwhisper.pipeline.subtitles import SubtitleOptions, word_cues
@@ -196,6 +198,20 @@ def overwrites_text(text: Path, out_dir: Path, stem: str, formats: list[str]) ->
     return None
 
 
+def read_only_output(out_dir: Path, stem: str, formats: list[str]) -> str | None:
+    """Why ``stem``'s outputs in ``out_dir`` may not be written (one of them is there and read-only: a
+    transcript someone corrected and locked is not replaced by a rerun, root's included), else None."""
+    for fmt in formats:
+        out = out_dir / file_name(stem, fmt)
+        try:
+            locked = out.is_file() and not out.stat().st_mode & stat.S_IWUSR
+        except OSError:
+            continue
+        if locked:
+            return f"{printable(str(out))} is read-only: make it writable or remove it to write it again"
+    return None
+
+
 def formats_of_all(t: Transcript) -> list[str]:
     """What "all" writes of ``t``: rttm only with speakers (diarized, or multichannel's channels)."""
     return [f for f in ALL_FORMATS if f != "rttm" or t.turns is not None or t.speakers]
@@ -301,8 +317,11 @@ def write_outputs(
     an invalid ``layout`` raises ValueError before anything is written; every format goes to its own unique
     temp file (fsynced) first, then they are renamed into place and the folder is fsynced. A failure
     removes the temp files and what this call had renamed into place, and puts back the earlier run's
-    files those had replaced (kept under a second name until the new set is whole)."""
+    files those had replaced (kept under a second name until the new set is whole). An earlier output made
+    read-only is not replaced: PermissionError, nothing written."""
     layout.validate()
+    if refusal := read_only_output(out_dir, stem, formats):
+        raise PermissionError(refusal)
     out_dir.mkdir(parents=True, exist_ok=True)
     temps: dict[Path, Path] = {}
     kept: dict[Path, Path] = {}

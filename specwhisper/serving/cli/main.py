@@ -15,7 +15,7 @@ from specwhisper.batch.inputs import output_stems
 from specwhisper.diarize.known import load_known_speakers
 from specwhisper.hardware.threads import check_threads
 from specwhisper.pipeline.options import options_for, pipeline_config, run_options
-from specwhisper.pipeline.writers import check_output_dir, overwrites_text, parse_formats, render, timed_line
+from specwhisper.pipeline.writers import check_output_dir, overwrites_text, parse_formats, read_only_output, render, timed_line
 from specwhisper.serving.arguments import option_values
 from specwhisper.serving.cli.args import PROG, batch_flags_used, parse_args
 from specwhisper.serving.cli.rerender import is_json, rerender
@@ -254,6 +254,9 @@ def run(args) -> int:
             return _run_files(args, [Input(str(path), STDIN_STEM, STDIN_NAME)], out_dir, formats, opts)
     inputs = list(dict.fromkeys(args.inputs))  # a file named twice is transcribed once
     stems = output_stems([Path(p) for p in inputs])
+    for stem in stems if out_dir is not None else ():  # before any model loads, as the output folder's check
+        if refusal := read_only_output(out_dir, stem, formats):
+            raise CliError(refusal)
     if args.align_text not in (None, "-") and out_dir is not None:  # talk.srt brought in sync is not written over
         if refusal := overwrites_text(Path(args.align_text), out_dir, stems[0], formats):
             raise CliError(refusal)
