@@ -282,7 +282,7 @@ def test_a_wav_cut_short_is_transcribed_with_a_warning(run_cli, eval_root, tmp_p
         assert wav_header_seconds(whole) == pytest.approx(sf.info(str(whole)).duration, abs=1e-3), whole
 
 
-def test_a_flac_cut_short_or_written_to_a_pipe_is_read(eval_root, tmp_path, caplog):
+def test_a_flac_or_mp3_cut_short_or_a_flac_written_to_a_pipe_is_read(eval_root, tmp_path, caplog):
     """A FLAC download stopped a third of the way: libsndfile loses sync in its first block (all 11 s of it);
     what is there is read (ffmpeg's decode of it), with the cut-short warning. A FLAC ffmpeg wrote to a pipe
     has no length in its header (libsndfile says 2**63 - 1 frames, then fails to seek): read whole."""
@@ -304,6 +304,26 @@ def test_a_flac_cut_short_or_written_to_a_pipe_is_read(eval_root, tmp_path, capl
     (tmp_path / "piped.flac").write_bytes(piped)
     assert check_length(tmp_path / "piped.flac", 60.0) is None  # its length is unknown until decoded
     assert np.array_equal(load_audio(tmp_path / "piped.flac"), whole)
+    for xing in (1, 0):  # an MP3 cut short: warned where its Xing header counts the frames; without one,
+        # libsndfile's length is an estimate from the file's size, of what is there
+        subprocess.run(["ffmpeg", "-nostdin", "-v", "error", "-y", "-i", str(jfk), "-write_xing", str(xing), str(tmp_path / "t.mp3")],
+                       check=True)
+        data = (tmp_path / "t.mp3").read_bytes()
+        (tmp_path / "t.mp3").write_bytes(data[: len(data) // 3])
+        caplog.clear()
+        with caplog.at_level("WARNING", logger="specwhisper.audio.loading"):
+            held = len(load_audio(tmp_path / "t.mp3")) / 16000
+        assert 3.0 < held < 4.0 and [r.getMessage() for r in caplog.records] == ([
+            f"{tmp_path / 't.mp3'}: its header says 11.0 s of audio, the file holds {held:.1f} s (cut short?): "
+            "transcribing what is there"] if xing else []), xing
+    # a VBR MP3 without a frame count, whole: libsndfile's estimate (96.7 s of 11) is neither a limit's claim nor a header's
+    subprocess.run(["ffmpeg", "-nostdin", "-v", "error", "-y", "-i", str(jfk), "-q:a", "0", "-write_xing", "0", str(tmp_path / "vbr.mp3")],
+                   check=True)
+    assert sf.info(str(tmp_path / "vbr.mp3")).duration > 60
+    caplog.clear()
+    with caplog.at_level("WARNING", logger="specwhisper.audio.loading"):
+        assert abs(len(load_audio(tmp_path / "vbr.mp3", max_seconds=30.0)) / 16000 - 11.0) < 0.2
+    assert check_length(tmp_path / "vbr.mp3", 30.0) < 30.0 and not caplog.records  # ffprobe's estimate, 10.4 s
 
 
 def test_console_script_errors_without_traceback(eval_root, tmp_path):

@@ -15,7 +15,7 @@ import numpy as np
 import soundfile as sf
 import soxr
 
-from specwhisper.audio.probe import probe_duration, soundfile_info, wav_header_seconds
+from specwhisper.audio.probe import header_seconds, probe_duration, soundfile_info, wav_header_seconds
 from specwhisper.messages import one_line, printable
 
 log = logging.getLogger(__name__)
@@ -153,11 +153,11 @@ def _ffmpeg_failure(stderr, path: str, name: str) -> AudioError:
     return AudioError(f"{name}: not a readable audio file ({reason})")
 
 
-def _soundfile_decode(path: str, name: str, info, max_seconds: float) -> np.ndarray:
+def _soundfile_decode(path: str, name: str, info, max_seconds: float, claimed_s: float | None) -> np.ndarray:
     """Read block by block, downmix and resample as a stream into the buffer (the same samples as
     reading the whole file at once: blocks are whole mp3 frames, and soxr streams exactly)."""
     _check_rate(info.samplerate, name)
-    out = _Samples(info.duration, max_seconds)
+    out = _Samples(claimed_s, max_seconds)
     stream = None if info.samplerate == SAMPLE_RATE else soxr.ResampleStream(
         info.samplerate, SAMPLE_RATE, 1, dtype="float32", quality="HQ")
     try:
@@ -206,13 +206,16 @@ def load_audio(path: str | os.PathLike, max_seconds: float = DEFAULT_MAX_SECONDS
     if info is not None:
         if info.frames == 0:
             raise AudioError(f"{name}: the audio is empty (0 samples)")
-        if info.duration > max_seconds:
-            raise over_limit(name, max_seconds, info.duration)
+        claimed = header_seconds(path, info)
+        if claimed is not None and claimed > max_seconds:
+            raise over_limit(name, max_seconds, claimed)
         try:
-            audio = (_soundfile_channels if channels else _soundfile_decode)(path, name, info, max_seconds)
+            audio = (_soundfile_channels(path, name, info, max_seconds) if channels else
+                     _soundfile_decode(path, name, info, max_seconds, claimed))
         except _Corrupt as exc:
-            audio = _recovered(path, name, max_seconds, info.duration, channels, exc)
-        said = wav_header_seconds(path) if info.format.startswith("WAV") else info.duration if info.format == "FLAC" else None
+            audio = _recovered(path, name, max_seconds, claimed, channels, exc)
+        # a WAV's own header: libsndfile's length of a cut-off WAV is what is there
+        said = wav_header_seconds(path) if info.format.startswith("WAV") else claimed
         held = audio.shape[-1] / SAMPLE_RATE
         if said is not None and said - held > max(1.0, 0.02 * said):
             log.warning(f"{name}: its header says {said:.1f} s of audio, the file holds {held:.1f} s (cut short?): "
@@ -248,7 +251,7 @@ class _Corrupt(AudioError):
     """libsndfile stopped at a frame it could not decode."""
 
 
-def _recovered(path: str, name: str, max_seconds: float, claimed_s: float, channels: bool, exc: _Corrupt) -> np.ndarray:
+def _recovered(path: str, name: str, max_seconds: float, claimed_s: float | None, channels: bool, exc: _Corrupt) -> np.ndarray:
     """What ffmpeg decodes of a file libsndfile stopped on: the frames before the damage (a FLAC download cut
     a third of the way lost sync in libsndfile's first block of 18 s, all of it; ffmpeg kept its 3.4 s), or
     ``exc`` when that is nothing."""

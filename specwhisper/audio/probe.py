@@ -53,12 +53,21 @@ def _ffprobe_duration(path: str | Path) -> float | None:
     return max(seconds) if seconds else None
 
 
+def header_seconds(path: str | Path, info: sf._SoundFileInfo) -> float | None:
+    """The seconds libsndfile read in ``path``'s header (``info``), or None where its length is an estimate:
+    an MP3 without a frame count (``mp3_counts_frames``) is timed from its first frame's bitrate and its size,
+    96.7 s for an 11 s VBR file whose first frames are quiet."""
+    if info.samplerate <= 0 or (info.format == "MP3" and not mp3_counts_frames(path)):
+        return None
+    return info.frames / info.samplerate
+
+
 def probe_duration(path: str | Path) -> float | None:
     """Seconds of audio the file claims (libsndfile's header, else ffprobe's container metadata);
     None when neither can tell (then only a decode that stops at the limit knows)."""
     info = soundfile_info(path)
-    if info is not None and info.samplerate > 0:
-        return info.frames / info.samplerate
+    if info is not None and (seconds := header_seconds(path, info)) is not None:
+        return seconds
     return _ffprobe_duration(path)
 
 
@@ -82,3 +91,20 @@ def wav_header_seconds(path: str | Path) -> float | None:
             return size / (rate * frame_bytes) if rate and frame_bytes and size not in (0, 0xFFFFFFFF) else None
         at += 8 + size + (size & 1)
     return None
+
+
+def mp3_counts_frames(path: str | Path) -> bool:
+    """Whether an MP3's first frame is a Xing, Info or VBRI header, which counts the stream's frames: libsndfile's
+    length is then that count, not its estimate from the bitrate and the file's size, and a file decoding to
+    less was cut short."""
+    try:
+        with open(path, "rb") as f:
+            head = f.read(10)
+            skip = 0
+            if head[:3] == b"ID3" and len(head) == 10:  # ID3v2: a syncsafe size, then the frames
+                skip = 10 + sum((b & 0x7F) << (7 * (3 - i)) for i, b in enumerate(head[6:10])) + (10 if head[5] & 0x10 else 0)
+            f.seek(skip)
+            frame = f.read(192)  # the tag sits 13 to 36 bytes past the frame's sync word
+    except OSError:
+        return False
+    return frame[:1] == b"\xff" and any(tag in frame[:64] for tag in (b"Xing", b"Info", b"VBRI"))
