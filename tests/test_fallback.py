@@ -565,10 +565,12 @@ def test_a_text_of_whispers_stock_phrases_alone_is_one_and_one_with_other_words_
 
     # what base wrote over the whispered clip, the noise and music of bench/noise.py and test_hallucination
     for text in (" Thank you very much.", " Thank you. Thank you.", " Thanks for watching!", " you",
-                 " Subtitles by the Amara.org community"):
+                 " Subtitles by the Amara.org community", " Thank you for watching, see you next time!",
+                 " Thank you for watching. Please subscribe and hit the bell."):
         assert is_stock_phrase(text), text
     # spoken: the end of the eval set's acoustic_corpus.wav, and a misheard sentence under pink noise
-    for text in (" And that should be all. Thanks.", " Thank you for the point communication. Thanks.", "", " ."):
+    for text in (" And that should be all. Thanks.", " Thank you for the point communication. Thanks.", "", " .",
+                 " Thank you, John.", " See you next time, we go to Rome."):
         assert not is_stock_phrase(text), text
 
 

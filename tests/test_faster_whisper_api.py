@@ -296,9 +296,9 @@ def test_vad_max_speech_duration_cuts_the_spans(models, eval_root, manifest):
         assert len(spans) > 1 and all(b - a <= seconds for a, b in spans)
     theirs = fw_timestamps(audio, VadOptions(**vad, max_speech_duration_s=5))
     assert len(theirs) > 1 and all(c["end"] - c["start"] <= 5 * 16000 for c in theirs)
-    segments, _ = ours.transcribe(audio, language="en", beam_size=1, vad_filter=True,
-                                  vad_parameters={**vad, "max_speech_duration_s": 5})
-    assert wer([item.reference], [" ".join(s.text for s in segments)]) < 0.15
+    segments, info = ours.transcribe(audio, beam_size=1, vad_filter=True,  # the language detected on those spans too
+                                     vad_parameters={**vad, "max_speech_duration_s": 5})
+    assert wer([item.reference], [" ".join(s.text for s in segments)]) < 0.15 and info.language == "en"
     same = ours.transcriber.speech_spans(audio, sample_rate=16000, vad_filter=True,
                                          vad_parameters={**vad, "max_speech_duration_s": 30})
     assert same == whole
@@ -340,3 +340,61 @@ def test_vad_filter_hears_the_file_once(models, eval_root, monkeypatch):
     assert vad.speech_probs(other) != kept and len(heard) == 2
     vad._last = None
     assert vad.speech_probs(audio) == kept and len(heard) == 3
+
+
+def test_faster_whisper_code_that_ran_there_runs_here(models, eval_root, caplog):
+    """Calls faster-whisper takes, against faster-whisper on the same weights where it runs them: a prompt of
+    token ids, ``chunk_length=None`` (its default), a clip past the end (no segment), its deprecated ``_asdict``,
+    ``supported_languages``; a language name is given back as its code."""
+    ours, theirs = models
+    path = str(eval_root / "openai-whisper/jfk.flac")
+    ids = theirs.hf_tokenizer.encode(" Ask not, Americans.", add_special_tokens=False).ids
+    got = [s.text for s in ours.transcribe(path, beam_size=1, initial_prompt=ids, chunk_length=None)[0]]
+    assert got == [s.text for s in theirs.transcribe(path, beam_size=1, initial_prompt=ids, chunk_length=None)[0]]
+    assert list(theirs.transcribe(path, clip_timestamps=[20, 30])[0]) == []
+    segments, info = ours.transcribe(path, clip_timestamps=[20, 30])
+    assert list(segments) == [] and info.duration_after_vad == 0.0
+    segment = next(iter(ours.transcribe(path, beam_size=1, word_timestamps=True, language="English")[0]))
+    want = next(iter(theirs.transcribe(path, beam_size=1, word_timestamps=True, language="en")[0]))
+    assert segment._asdict().keys() == want._asdict().keys() and segment.words[0]._asdict().keys() == want.words[0]._asdict().keys()
+    assert segment._asdict()["words"][0]["word"] == want._asdict()["words"][0]["word"]
+    assert ours.transcribe(path, beam_size=1, language="English")[1].language == "en"
+    assert ours.supported_languages == sorted(set(theirs.supported_languages) - {"yue"})  # base has no Cantonese
+    with pytest.raises(ValueError, match=r"initial_prompt: token id 99999999 is not in the model's vocabulary \(0 to 51864\)"):
+        ours.transcribe(path, initial_prompt=[99999999])
+
+
+def test_an_english_only_model_transcribes_english_as_faster_whisper_does(eval_root, caplog):
+    """A language other than English, translation and ``multilingual`` on an English-only model: faster-whisper
+    warns and transcribes English (its tokenizer has no task or language tokens); so do the three peers' ways in."""
+    import specwhisper as whisper
+    import specwhisper.whisperx as whisperx
+    from specwhisper.evaluation.transcripts import wer
+
+    path = str(eval_root / "openai-whisper/jfk.flac")
+    reference = "And so my fellow Americans ask not what your country can do for you ask what you can do for your country"
+    model = WhisperModel("tiny.en", device="cpu")
+    with caplog.at_level("WARNING", logger="faster_whisper"):
+        segments, info = model.transcribe(path, beam_size=1, language="fr", task="translate", multilingual=True)
+        assert wer([reference], [" ".join(s.text for s in segments)]) < 0.1 and info.language == "en"
+        assert info.all_language_probs is None  # as there: nothing detected
+        assert wer([reference], [whisper.load_model("tiny.en").transcribe(path, language="fr")["text"]]) < 0.1
+        wx = whisperx.load_model("tiny.en", "cpu", task="translate", asr_options={"beam_size": 1})
+        assert wer([reference], [" ".join(s["text"] for s in wx.transcribe(path)["segments"])]) < 0.1
+    said = [r.getMessage() for r in caplog.records]
+    assert "The current model is English-only but the language parameter is set to 'fr'; using 'en' instead." in said
+    assert "The current model is English-only and cannot translate; transcribing instead." in said
+    assert any("multilingual parameter is set to True" in line for line in said)
+
+
+def test_no_sign_off_is_written_over_the_silence_after_the_speech(models, eval_root):
+    """A German FLEURS clip translated with faster-whisper's defaults: its 4 s of silence after the speech,
+    a stretch the first decode skipped, is decoded again (nothing is lost here) and read as YouTube sign-offs
+    ("Thank you for watching, see you next time!", then "Thank you for watching. Don't forget to like and
+    subscribe."): Whisper's stock phrases where the VAD hears no speech are silence. faster-whisper writes
+    the one segment too."""
+    ours, theirs = models
+    path = str(eval_root / "cuttledoc-fleurs/fleurs-de-000.ogg")
+    want = [s.text for s in theirs.transcribe(path, task="translate")[0]]
+    got = [s.text for s in ours.transcribe(path, task="translate")[0]]
+    assert len(want) == len(got) == 1 and "Hong Kong" in got[0], (got, want)

@@ -189,7 +189,9 @@ def test_bad_decoding_options_and_windows_are_one_line_errors(model, jfk):
     mel = ours.log_mel_spectrogram(ours.pad_or_trim(ours.load_audio(str(jfk.path))))
     for bad, words in [(dict(sample_len=0), "max new tokens"), (dict(prompt="ab " * 300, prefix="ab " * 300), "prompt and prefix"),
                        (dict(language="Klingon"), "unknown language 'Klingon'"),
-                       (dict(best_of=2), "best_of"), (dict(beam_size=2, best_of=2), "beam_size")]:
+                       (dict(best_of=2), "best_of"), (dict(beam_size=2, best_of=2), "beam_size"),
+                       (dict(prompt=[99999999]), r"prompt: token id 99999999 is not in the model's vocabulary"),
+                       (dict(prefix=["a"]), "prefix: token ids are integers")]:
         with pytest.raises(ValueError, match=words) as error:
             ours.decode(model, mel, ours.DecodingOptions(**bad))
         assert "\n" not in str(error.value)
@@ -199,6 +201,11 @@ def test_bad_decoding_options_and_windows_are_one_line_errors(model, jfk):
         assert "\n" not in str(error.value)
     with pytest.raises(ValueError, match="beam_sizes"):
         ours.decode(model, mel, beam_sizes=2)
+    ids = tuple(model.transcriber.pipeline.asr.context_of("Ask not."))  # token ids as a tuple, as openai takes any sequence
+    assert ours.decode(model, mel, ours.DecodingOptions(prompt=ids)).text == \
+        ours.decode(model, mel, ours.DecodingOptions(prompt="Ask not.")).text
+    with open(jfk.path, "rb") as f:  # a file object is read (openai-whisper takes none; this package's others do)
+        assert "ask not what your country" in model.transcribe(f)["text"] and not f.closed
     for samples in (np.zeros(0, np.float32), np.zeros(100, np.float32), np.zeros((2, 16000), np.float32)):
         with pytest.raises(ValueError, match="log_mel_spectrogram: mono samples"):
             ours.log_mel_spectrogram(samples)

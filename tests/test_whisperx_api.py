@@ -6,6 +6,7 @@ own writers; the diarizer's DataFrame scored against dev00's RTTM; what is not o
 from __future__ import annotations
 
 import io
+import re
 import sys
 import types
 
@@ -94,6 +95,28 @@ def test_align_dates_each_word_of_the_text(flow, two_speakers):
     assert len(country) == 2 and country[-1]["end"] < boundary  # JFK's words before the pause
     assert all(w["start"] > boundary - 0.5 for w in words[len(words) - 5 :])  # the reader's after it
     assert len(aligned["segments"]) == 2  # a segment per sentence: JFK's, the reader's
+
+
+def test_align_keeps_what_it_cannot_date_and_refuses_what_is_not_segments(flow, two_speakers):
+    """WhisperX's ``[1, n]`` tensor of the audio is taken; a segment with no text, or past the audio's end, is kept
+    as given without words ("resorting to original" there), in its place; the result dict itself, a segment
+    without times or with text for times: one line each."""
+    import torch
+
+    _, _, boundary = two_speakers
+    model_a, metadata = whisperx.load_align_model(language_code="en", device="cpu")
+    n = len(flow["aligned"]["segments"])
+    extra = [{"text": " ", "start": 1.0, "end": 2.0}, {"text": " gone", "start": 90.0, "end": 95.0}]
+    given = [dict(s) for s in flow["transcribed"]["segments"]] + [dict(s) for s in extra]
+    aligned = whisperx.align(given, model_a, metadata, torch.from_numpy(flow["audio"])[None], "cpu")
+    assert aligned["segments"][:n] == flow["aligned"]["segments"]  # as from the 1-D array
+    assert aligned["segments"][n:] == [{**s, "words": []} for s in extra]
+    for transcript, message in [(flow["transcribed"], "transcript is the list of segments (result['segments']), got a dict"),
+                                ([{"text": " so"}], "segment 1 is not a dict with 'start', 'end' and 'text'"),
+                                ([{"text": " so", "start": "0", "end": 1.0}], "segment 1: start and end are seconds")]:
+        with pytest.raises(ValueError, match=re.escape(message)) as error:
+            whisperx.align(transcript, model_a, metadata, flow["audio"], "cpu")
+        assert "\n" not in str(error.value)
 
 
 def test_speakers_are_assigned_as_whisperx_assigns_them(flow, whisperx_diarize, two_speakers):

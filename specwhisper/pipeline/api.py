@@ -390,8 +390,8 @@ _with_options(Transcriber.transcribe_many, options_for("api", "run"), keep=4)
 _with_options(Transcriber.stream, options_for("api", "run"), keep=4)
 _with_options(load, options_for("api", "load"), keep=3)
 # the options that choose the windows a file's language is detected on
-DETECTION_NAMES = ("vad_filter", "vad_threshold", "vad_min_silence_ms", "vad_speech_pad_ms", "chunk_length", "clip_timestamps",
-                   "batch_size", "max_duration", "language_threshold", "language_detection_segments")
+DETECTION_NAMES = ("vad_filter", "vad_threshold", "vad_min_silence_ms", "vad_speech_pad_ms", "vad_max_speech_s", "chunk_length",
+                   "clip_timestamps", "batch_size", "max_duration", "language_threshold", "language_detection_segments")
 _with_options(Transcriber.detect_language, [BY_NAME[n] for n in DETECTION_NAMES], keep=4)
 
 

@@ -24,15 +24,19 @@ segments are faster-whisper's fields (``id``, ``seek``, ``start``, ``end``, ``te
 from __future__ import annotations
 
 import logging
+import operator
 from collections.abc import Iterable, Iterator
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from typing import Any, BinaryIO
 
 import numpy as np
 
+from specwhisper.asr.decoding.language import normalize_language
 from specwhisper.asr.decoding.quality import schedule_of
+from specwhisper.audio.clips import clip_spans, parse_clips
 from specwhisper.audio.loading import SAMPLE_RATE, at_rate
 from specwhisper.pipeline.api import Audio, Transcriber, load, read_audio
+from specwhisper.messages import short_repr
 from specwhisper.pipeline.writers import format_timestamp
 
 # faster-whisper's logger (``faster_whisper.utils.get_logger``) and its INFO lines, for programs that read them
@@ -66,6 +70,10 @@ class FwWord:
     word: str
     probability: float
 
+    def _asdict(self) -> dict:
+        """faster-whisper's (deprecated there for ``dataclasses.asdict``, which works too)."""
+        return asdict(self)
+
 
 @dataclass
 class FwSegment:
@@ -82,6 +90,10 @@ class FwSegment:
     no_speech_prob: float
     words: list[FwWord] | None
     temperature: float | None
+
+    def _asdict(self) -> dict:
+        """faster-whisper's (deprecated there for ``dataclasses.asdict``, which works too)."""
+        return asdict(self)
 
 
 @dataclass
@@ -158,13 +170,28 @@ class WhisperModel:
         array is 16 kHz samples, as faster-whisper takes it."""
         if kwargs.get("vad_filter"):
             kwargs["vad_parameters"] = _vad_options(kwargs.get("vad_parameters"))
+        engine = self.transcriber.pipeline.asr
+        if kwargs.get("initial_prompt") is not None and not isinstance(kwargs["initial_prompt"], str):  # token ids
+            kwargs["initial_prompt"] = engine.text_of(token_ids(kwargs["initial_prompt"], "initial_prompt",
+                                                                engine.bundle.model.config.vocab_size))
         options = self._options(language, task, beam_size, best_of, patience, temperature, condition_on_previous_text,
                                 clip_timestamps, {**kwargs, "language_detection_segments": language_detection_segments})
         if not isinstance(audio, np.ndarray):  # read once: the language, the VAD's spans and the stream read it
             audio = read_audio(audio)[0]
         rate = SAMPLE_RATE  # a numpy array is 16 kHz samples, as faster-whisper takes it
         languages = None
-        if options.get("language") is None:  # known before the first segment, as faster-whisper's info is
+        multilingual = engine.special.multilingual
+        options = english_only(multilingual, options)
+        options["language"] = normalize_language(options.get("language"))  # "EN", "English": "en"; "auto": None
+        if options["language"] is None and not multilingual:
+            options["language"] = "en"  # as there: an English-only model's, not detected
+        clips = options.get("clip_timestamps")
+        unheard = clips is not None and not clip_spans(parse_clips(clips), len(audio))  # no clip within the audio
+        if options["language"] is not None:
+            language, probability = options["language"], 1.0
+        elif unheard:
+            language, probability = None, 0.0  # no clip within the audio: nothing heard, no segment
+        else:  # known before the first segment, as faster-whisper's info is
             detection_options = {k: options[k] for k in _DETECTION if k in options}
             found = self.transcriber.detect_language(audio, sample_rate=rate, **detection_options)
             languages = sorted(found.probabilities.items(), key=lambda kv: -kv[1])
@@ -172,18 +199,25 @@ class WhisperModel:
                 options["language"] = found.language
             language, probability = found.language, found.probability
             LOG.info("Detected language '%s' with probability %.2f", language, probability)
-        else:
-            language, probability = options["language"], 1.0
         progress = _printed if log_progress else None
         stream = self.transcriber.stream(audio, sample_rate=rate, progress=progress, **options)
         duration = heard = stream.duration
         LOG.info("Processing audio with duration %s", format_timestamp(duration))
-        if options.get("vad_filter") or "clip_timestamps" in options:  # known before the first segment, as there
+        if unheard:
+            heard = 0.0
+        elif options.get("vad_filter") or "clip_timestamps" in options:  # known before the first segment, as there
             heard = sum(b - a for a, b in self.transcriber.speech_spans(audio, sample_rate=rate, **options))
             LOG.info("VAD filter removed %s of audio", format_timestamp(max(duration - heard, 0.0)))
         info = TranscriptionInfo(language, probability, duration, heard, languages, dict(options),
                                  kwargs.get("vad_parameters"))
         return _segments(stream, options.get("word_timestamps", False)), info
+
+    @property
+    def supported_languages(self) -> list[str]:
+        """faster-whisper's: the language codes the model takes, sorted (``["en"]`` for an English-only one; there
+        every code of the newest model's, Cantonese for large-v3 too)."""
+        special = self.transcriber.pipeline.asr.special
+        return sorted(special.languages) if special.multilingual else ["en"]
 
     def detect_language(self, audio: Audio, vad_filter: bool = False, vad_parameters: dict | None = None,
                         language_detection_segments: int = 1, language_detection_threshold: float = 0.5
@@ -205,6 +239,8 @@ class WhisperModel:
                                    "beam_size": None if beam_size == 1 else beam_size}
         options.update(temperature_options(temperature))
         options.update(peer_options(kwargs, "faster-whisper", clip_timestamps, ONLY_DEFAULT, PASSED, RENAMED))
+        if "chunk_length" in options and options["chunk_length"] is None:  # faster-whisper's default: the model's 30 s
+            del options["chunk_length"]
         return options
 
 
@@ -264,6 +300,26 @@ _DETECTION = ("vad_filter", "vad_parameters", "chunk_length", "clip_timestamps",
               "language_detection_segments")
 
 
+def english_only(multilingual_model: bool, options: dict) -> dict:
+    """``options`` for an English-only model as the peers take them: a language other than English, translation
+    and ``multilingual`` ignored, each with faster-whisper's warning, and English transcribed (this package's
+    own entry points refuse them with one line instead)."""
+    if multilingual_model:
+        return options
+    out = dict(options)
+    if normalize_language(out.get("language")) not in (None, "en"):
+        LOG.warning("The current model is English-only but the language parameter is set to '%s'; using 'en' instead.",
+                    out["language"])
+        out["language"] = "en"
+    if out.get("task") == "translate":
+        LOG.warning("The current model is English-only and cannot translate; transcribing instead.")
+        out["task"] = "transcribe"
+    if out.get("multilingual"):
+        LOG.warning("The current model is English-only but the multilingual parameter is set to True; setting to False instead.")
+        out["multilingual"] = False
+    return out
+
+
 def peer_options(arguments: dict, peer: str, clip_timestamps, only_default: dict[str, tuple[Any, str]],
                  passed: tuple[str, ...], renamed: dict[str, str] | None = None) -> dict:
     """A peer's keyword ``arguments`` as our options: those ``passed`` as they are (or ``renamed``), those
@@ -283,6 +339,20 @@ def peer_options(arguments: dict, peer: str, clip_timestamps, only_default: dict
         else:
             raise ValueError(f"transcribe: {name} is not one of {peer}'s arguments")
     return out
+
+
+def token_ids(value: Any, name: str, vocab_size: int) -> list[int]:
+    """A peer's prompt or prefix given as token ids (faster-whisper's ``initial_prompt``, openai-whisper's
+    ``DecodingOptions.prompt``): integers in the model's vocabulary, or a one-line ValueError naming ``name``."""
+    if isinstance(value, (str, bytes)) or not isinstance(value, Iterable):
+        raise ValueError(f"{name}: text or a list of token ids, got {type(value).__name__}")
+    try:
+        ids = [operator.index(i) for i in value]
+    except TypeError:
+        raise ValueError(f"{name}: token ids are integers, got {short_repr(value)}") from None
+    if (bad := next((i for i in ids if not 0 <= i < vocab_size), None)) is not None:
+        raise ValueError(f"{name}: token id {bad} is not in the model's vocabulary (0 to {vocab_size - 1})")
+    return ids
 
 
 def suppress_spec(value: str | Iterable[int] | None) -> str:

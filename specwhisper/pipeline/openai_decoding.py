@@ -224,7 +224,7 @@ def decode(engine: AsrEngine, mel, options: DecodingOptions) -> list[DecodingRes
     """openai-whisper's ``decode`` of [rows, mels, frames] (see the module's docstring)."""
     from specwhisper.asr.decoding.quality import QualityRules, compression_ratio
     from specwhisper.asr.options import DecodeOptions
-    from specwhisper.pipeline.faster_whisper import suppress_spec
+    from specwhisper.pipeline.faster_whisper import suppress_spec, token_ids
 
     mel = _checked(engine, mel, options)
     # beam search ranks log-probabilities at temperature 0, whatever ``temperature`` says, as there
@@ -244,9 +244,12 @@ def decode(engine: AsrEngine, mel, options: DecodingOptions) -> list[DecodingRes
     if opts.language is None and engine.special.multilingual:
         _, found = _languages(engine, enc)
         languages, probs = [next(iter(p)) for p in found], found
-    context = options.prompt if isinstance(options.prompt, list) else engine.context_of(options.prompt)
+    vocab = engine.bundle.model.config.vocab_size
+    context = (engine.context_of(options.prompt) if options.prompt is None or isinstance(options.prompt, str)
+               else token_ids(options.prompt, "prompt", vocab))
     # the prefix as openai-whisper cuts it: its last n_ctx // 2 - sample_len tokens ([-0:] keeps them all, as there)
-    forced = options.prefix if isinstance(options.prefix, list) else engine.context_of(options.prefix)
+    forced = (engine.context_of(options.prefix) if options.prefix is None or isinstance(options.prefix, str)
+              else token_ids(options.prefix, "prefix", vocab))
     half = engine.bundle.model.config.max_target_positions // 2
     forced = list(forced)[-(half - (options.sample_len or half)):]
     results: list[DecodingResult | None] = [None] * rows

@@ -25,12 +25,14 @@ import sys
 from pathlib import Path
 from typing import Any
 
+import numpy as np
+
 from specwhisper.pipeline import openai_decoding
 from specwhisper.pipeline.api import Audio, Transcriber
 from specwhisper.pipeline.openai_decoding import DecodingOptions, ModelDimensions
 from specwhisper.pipeline.subtitles import SubtitleOptions
 from specwhisper.pipeline.writers import format_timestamp, render
-from specwhisper.pipeline.faster_whisper import peer_load, peer_options, temperature_options
+from specwhisper.pipeline.faster_whisper import english_only, peer_load, peer_options, temperature_options
 from specwhisper.results.transcript import Transcript, segments_to_dicts
 
 # openai-whisper's transcribe arguments that only take their default here: name -> (default, why)
@@ -94,9 +96,12 @@ class OpenaiWhisperModel:
         if options.get("best_of", 1) is None:
             options["best_of"] = 1
         ours.update(peer_options(options, "openai-whisper", clip_timestamps, ONLY_DEFAULT, PASSED, RENAMED))
-        if hasattr(audio, "detach"):  # a torch tensor of samples, as openai-whisper takes it
+        ours = english_only(self.is_multilingual, ours)
+        import torch
+
+        if isinstance(audio, torch.Tensor):  # samples, as openai-whisper takes them
             audio = audio.detach().cpu().numpy()
-        rate = None if isinstance(audio, (str, bytes)) or hasattr(audio, "__fspath__") else 16000
+        rate = 16000 if isinstance(audio, np.ndarray) else None  # an array is 16 kHz samples, as there
         stream = self.transcriber.stream(audio, sample_rate=rate, **ours)
         for segment in stream:
             if verbose:

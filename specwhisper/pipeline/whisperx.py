@@ -28,6 +28,8 @@ nowhere (``temperatures``, the thresholds, ...) are taken and unused, as there.
 
 from __future__ import annotations
 
+import numbers
+import os
 import sys
 from collections.abc import Callable, Iterable
 from typing import Any
@@ -35,9 +37,10 @@ from typing import Any
 import numpy as np
 
 from specwhisper.audio.loading import SAMPLE_RATE
+from specwhisper.messages import short_repr
 from specwhisper.pipeline.openai_decoding import load_audio  # WhisperX's is openai-whisper's
 from specwhisper.pipeline.api import Transcriber
-from specwhisper.pipeline.faster_whisper import peer_load, suppress_spec
+from specwhisper.pipeline.faster_whisper import english_only, peer_load, suppress_spec
 from specwhisper.pipeline.options import check_values
 
 # WhisperX's asr_options its batched decoding reads: ours by the same names (LOAD_READ: chosen when the model loads)
@@ -74,8 +77,9 @@ class FasterWhisperPipeline:
                    progress_callback: Callable[[float], None] | None = None) -> dict:
         """WhisperX's ``transcribe``: ``{"segments": [{"text", "start", "end", "avg_logprob"}], "language"}``, a
         segment per window of the VAD's speech (an array is 16 kHz samples, as WhisperX takes it)."""
-        options = {**self.options, "language": language or self.language, "task": task or self.task,
-                   "chunk_length": float(chunk_size), "vad_threshold": self.vad_options["vad_onset"]}
+        options = english_only(self.transcriber.pipeline.asr.special.multilingual,
+                               {**self.options, "language": language or self.language, "task": task or self.task,
+                                "chunk_length": float(chunk_size), "vad_threshold": self.vad_options["vad_onset"]})
         if batch_size:
             options["batch_size"] = batch_size
 
@@ -178,10 +182,13 @@ def align(transcript: Iterable[dict], model: AlignModel, align_model_metadata: d
     if interpolate_method != "nearest":
         raise ValueError(f"interpolate_method: only 'nearest' here: every word gets a time, nothing is interpolated "
                          f"(got {interpolate_method!r})")
-    if isinstance(audio, str):
-        audio = load_audio(audio)
-    given = [s for s in transcript if str(s.get("text", "")).strip()]
-    pieces = [audio[int(s["start"] * SAMPLE_RATE) : int(s["end"] * SAMPLE_RATE)] for s in given]
+    audio = _samples(audio)
+    given = _segments_to_align(transcript)
+    if not isinstance(align_model_metadata, dict) or "language" not in align_model_metadata:
+        raise ValueError("align: align_model_metadata is the dict load_align_model returns (with its 'language')")
+    # a segment's stretch, its start at 0 at least (a negative start would slice from the end)
+    pieces = [audio[int(max(s["start"], 0.0) * SAMPLE_RATE) : max(int(s["end"] * SAMPLE_RATE), 0)] if str(s["text"]).strip()
+              else audio[:0] for s in given]
     kept = [k for k, piece in enumerate(pieces) if len(piece)]
     transcriber = model.transcriber
     opts = transcriber.options(language=align_model_metadata["language"], condition_on_previous_text=False,
@@ -197,15 +204,52 @@ def align(transcript: Iterable[dict], model: AlignModel, align_model_metadata: d
     with transcriber.turn:
         results = transcriber.pipeline.run_many([pieces[k] for k in kept], opts, progress,
                                                 texts=[given[k]["text"] for k in kept]) if kept else []
+    aligned = dict(zip(kept, results))
     segments: list[dict] = []
-    for k, result in zip(kept, results):
-        offset = given[k]["start"]
-        for s in result.segments:
+    for k, seg in enumerate(given):
+        if k not in aligned:  # no text, or no audio in its stretch: kept as it was, without words (as WhisperX)
+            segments.append({"start": float(seg["start"]), "end": float(seg["end"]), "text": seg["text"], "words": []})
+            continue
+        offset = float(max(seg["start"], 0.0))
+        for s in aligned[k].segments:
             words = [{"word": w.text.strip(), "start": round(w.start + offset, 3), "end": round(w.end + offset, 3),
                       "score": round(w.probability or 0.0, 3)} for w in s.words]
             segments.append({"start": round(s.start + offset, 3), "end": round(s.end + offset, 3), "text": s.text,
                              "words": words})
     return {"segments": segments, "word_segments": [w for s in segments for w in s["words"]]}
+
+
+def _samples(audio: Any) -> np.ndarray:
+    """``align``'s audio: a path, or 16 kHz samples (a numpy array or tensor, 1-D or WhisperX's ``[1, n]``)."""
+    if isinstance(audio, (str, os.PathLike)):
+        return load_audio(os.fspath(audio))
+    if hasattr(audio, "detach") and hasattr(audio, "numpy"):  # a torch tensor
+        audio = audio.detach().cpu().numpy()
+    if not isinstance(audio, np.ndarray):
+        raise ValueError(f"align: audio is a path or 16 kHz samples (a numpy array), got {type(audio).__name__}")
+    if audio.ndim == 2 and 1 in audio.shape:
+        audio = audio.reshape(-1)
+    if audio.ndim != 1:
+        raise ValueError(f"align: audio is mono samples (n or [1, n]), got shape {tuple(audio.shape)}")
+    return np.ascontiguousarray(audio, dtype=np.float32)
+
+
+def _segments_to_align(transcript: Any) -> list[dict]:
+    """``align``'s segments (``transcribe(...)["segments"]``), each with numeric ``start`` and ``end`` and a
+    ``text``; a one-line ValueError naming the first that is not."""
+    if isinstance(transcript, dict):
+        raise ValueError("align: transcript is the list of segments (result['segments']), got a dict")
+    if isinstance(transcript, (str, bytes)) or not isinstance(transcript, Iterable):
+        raise ValueError(f"align: transcript is a list of segments, got {type(transcript).__name__}")
+    segments = list(transcript)
+    for k, seg in enumerate(segments, start=1):
+        if not isinstance(seg, dict) or not {"start", "end", "text"} <= seg.keys():
+            raise ValueError(f"align: segment {k} is not a dict with 'start', 'end' and 'text': {short_repr(seg)}")
+        if not all(isinstance(seg[key], numbers.Real) and not isinstance(seg[key], bool) and np.isfinite(seg[key])
+                   for key in ("start", "end")):
+            raise ValueError(f"align: segment {k}: start and end are seconds (numbers), got {short_repr(seg['start'])}, "
+                             f"{short_repr(seg['end'])}")
+    return segments
 
 
 class DiarizationPipeline:

@@ -100,7 +100,8 @@ def ends_in_loop(text: str) -> bool:
 STOCK_PHRASES = frozenset({
     "thank you", "thank you very much", "thank you so much", "thanks", "thanks for watching",
     "thank you for watching", "thanks for listening", "thank you for listening", "please subscribe",
-    "subtitles by the amara org community", "you", "bye",
+    "subtitles by the amara org community", "you", "bye", "see you next time", "see you in the next video",
+    "please subscribe and hit the bell", "don t forget to subscribe to my channel", "don t forget to like and subscribe",
 })
 # A text made only of them is silence at a lower no-speech probability and a higher log-probability
 # than openai's (0.6 and -1.0). Measured with base on bench/noise.py's ten files, whose references
@@ -116,8 +117,9 @@ STOCK_LOGPROB = -0.85
 
 
 def is_stock_phrase(text: str) -> bool:
-    """Whether ``text`` is made only of ``STOCK_PHRASES`` (one or more sentences, each one of them)."""
-    sentences = [" ".join(re.sub(r"[^\w\s]", " ", t).lower().split()) for t in re.split(r"[.!?]+(?:\s+|$)", text)]
+    """Whether ``text`` is made only of ``STOCK_PHRASES`` (one or more sentences or clauses, each one of them:
+    "Thank you for watching, see you next time!", written by base translating after a FLEURS clip's end)."""
+    sentences = [" ".join(re.sub(r"[^\w\s]", " ", t).lower().split()) for t in re.split(r"[.!?,]+(?:\s+|$)", text)]
     sentences = [t for t in sentences if t]
     return bool(sentences) and all(t in STOCK_PHRASES for t in sentences)
 
@@ -173,10 +175,12 @@ class QualityRules:
         """openai's rule: Whisper's no-speech probability is high and the text unlikely. For audio the
         VAD already rejected, Whisper's no-speech probability alone is enough: both say no speech. A
         text of Whisper's stock phrases (``stock``: ``is_stock_phrase``) is silence at ``STOCK_NO_SPEECH``
-        and ``STOCK_LOGPROB``; switched off with the no-speech check."""
+        and ``STOCK_LOGPROB``, and at any where the VAD hears no speech either (a FLEURS clip's last 4 s of
+        silence, decoded again as a stretch the decode skipped, read "Thank you for watching. Don't forget
+        to like and subscribe." at no-speech 0.49, log-probability -0.81); switched off with the no-speech check."""
         if self.no_speech_threshold is None:
             return False
-        if stock and seq.no_speech_prob > STOCK_NO_SPEECH and seq.avg_logprob < STOCK_LOGPROB:
+        if stock and (not vad_speech or (seq.no_speech_prob > STOCK_NO_SPEECH and seq.avg_logprob < STOCK_LOGPROB)):
             return True
         if seq.no_speech_prob <= self.no_speech_threshold:
             return False
