@@ -72,6 +72,8 @@ def test_what_it_does_not_offer_is_refused_in_one_line(models, eval_root):
         assert "\n" not in str(info.value)
     with pytest.raises(ValueError, match="compute_type: one of"):
         WhisperModel("base", compute_type="int16")
+    # faster-whisper's README GPU type on a CPU: CTranslate2 falls back to int8_float32, and so does this
+    assert WhisperModel("tiny.en", device="cpu", compute_type="int8_float16").transcriber.pipeline.asr.model_name == "tiny.en:int8"
 
 
 def test_two_transcriptions_iterated_together_take_turns(models, eval_root):

@@ -46,6 +46,9 @@ LOG = logging.getLogger("faster_whisper")
 COMPUTE_TYPES = {"default": ("auto", False), "auto": ("auto", False), "float32": ("float32", False),
                  "float16": ("float16", False), "bfloat16": ("bfloat16", False), "int8": ("auto", True),
                  "int8_float32": ("float32", True)}
+# CTranslate2's int8 weights with half-precision activations (faster-whisper's README on a GPU): int8 on a CPU,
+# that half precision on a GPU (int8 weights run on the CPU only here)
+INT8_GPU_TYPES = {"int8_float16": "float16", "int8_bfloat16": "bfloat16"}
 # faster-whisper's arguments that only take their default here: name -> (default, why)
 ONLY_DEFAULT: dict[str, tuple[Any, str]] = {}
 # faster-whisper's name -> ours, where they differ
@@ -117,11 +120,20 @@ def peer_load(model: str, device: Any = "auto", compute_type: str = "default", d
     """``load`` from the peers' model arguments (faster-whisper's, WhisperX's and openai-whisper's): ``device``
     None is ``auto``; ``compute_type`` one of ``COMPUTE_TYPES``, one device (index 0); ``options``: more of
     ``load``'s. A ValueError, one line, for a value not offered."""
-    if compute_type not in COMPUTE_TYPES:
-        raise ValueError(f"compute_type: one of {', '.join(COMPUTE_TYPES)} here, got {compute_type!r}")
+    if compute_type not in COMPUTE_TYPES and compute_type not in INT8_GPU_TYPES:
+        raise ValueError(f"compute_type: one of {', '.join([*COMPUTE_TYPES, *INT8_GPU_TYPES])} here, got {compute_type!r}")
     if device_index not in (0, [0]):
         raise ValueError("device_index: one device (0) per model here; load a model per device")
-    dtype, int8 = COMPUTE_TYPES[compute_type]
+    if compute_type in INT8_GPU_TYPES:  # as CTranslate2 does with a type the device lacks: the nearest it has
+        from specwhisper.hardware.device import resolve_device
+
+        if resolve_device("auto" if device is None else str(device)) == "cpu":
+            dtype, int8 = "float32", True  # CTranslate2's int8_float32 on a CPU
+        else:
+            dtype, int8 = INT8_GPU_TYPES[compute_type], False
+            LOG.warning("int8 weights run on the CPU only here: %s takes %s weights on the GPU", compute_type, dtype)
+    else:
+        dtype, int8 = COMPUTE_TYPES[compute_type]
     options.update(draft=draft, device="auto" if device is None else str(device), dtype=dtype)
     if threads is not None:
         options["threads"] = threads
