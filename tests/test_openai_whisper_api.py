@@ -68,6 +68,7 @@ def test_every_argument_of_openai_whispers_transcribe_is_taken_at_its_default(mo
     (dict(suppress_tokens="-1,x"), "suppress_tokens: token ids separated by commas"),
     (dict(made_up=1), "made_up is not one of openai-whisper's arguments"),
     (dict(temperature=(0.0, 0.3)), "temperature: a list must rise in equal steps"),
+    (dict(patience=2.0), "patience requires beam_size to be given"),  # openai-whisper's own check and words
 ])
 def test_what_it_does_not_offer_is_refused_in_one_line(model, arguments, message):
     with pytest.raises(ValueError, match=re.escape(message)) as info:

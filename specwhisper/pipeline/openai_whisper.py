@@ -92,6 +92,8 @@ class OpenaiWhisperModel:
         ours: dict[str, Any] = {"condition_on_previous_text": condition_on_previous_text, "best_of": 1,
                                 **temperature_options(temperature)}
         if patience is not None:
+            if options.get("beam_size") is None:  # openai-whisper's DecodingOptions check
+                raise ValueError("patience requires beam_size to be given")
             ours["patience"] = patience
         if options.get("best_of", 1) is None:
             options["best_of"] = 1
