@@ -269,7 +269,9 @@ class AsrEngine:
         per_chunk: list[list[Segment]] = []
         open_text: list[int] = []  # chunks whose one segment is a capped decode's unfinished text
         for chunk, a in zip(chunks, attempts):
-            if opts.quality.is_silence(a.seq, vad_speech=redecode.vad_speech(chunk), stock=a.stock) or redecode.unheard(chunk, a.passed):
+            heard = redecode.vad_speech(chunk)
+            if (opts.quality.is_silence(a.seq, vad_speech=heard, stock=a.stock, unheard_stretch=chunk.depth > 0 and not heard)
+                    or redecode.unheard(chunk, a.passed)):
                 per_chunk.append([])
                 continue
             # a joined chunk's times are placed in the file below; a decode without timestamps has no

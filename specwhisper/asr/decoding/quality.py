@@ -171,16 +171,17 @@ class QualityRules:
             raise ValueError("give one ranking of beams: a length penalty (openai-whisper's) or a length exponent "
                              "(faster-whisper's length_penalty), not both")
 
-    def is_silence(self, seq: SequenceResult, vad_speech: bool = True, stock: bool = False) -> bool:
+    def is_silence(self, seq: SequenceResult, vad_speech: bool = True, stock: bool = False, unheard_stretch: bool = False) -> bool:
         """openai's rule: Whisper's no-speech probability is high and the text unlikely. For audio the
         VAD already rejected, Whisper's no-speech probability alone is enough: both say no speech. A
         text of Whisper's stock phrases (``stock``: ``is_stock_phrase``) is silence at ``STOCK_NO_SPEECH``
-        and ``STOCK_LOGPROB``, and at any where the VAD hears no speech either (a FLEURS clip's last 4 s of
-        silence, decoded again as a stretch the decode skipped, read "Thank you for watching. Don't forget
-        to like and subscribe." at no-speech 0.49, log-probability -0.81); switched off with the no-speech check."""
+        and ``STOCK_LOGPROB``, and at any in a stretch its chunk's decode skipped where the VAD hears no
+        speech (``unheard_stretch``; a FLEURS clip's last 4 s of silence, decoded again, read "Thank you for
+        watching. Don't forget to like and subscribe." at no-speech 0.49, log-probability -0.81; a chunk of
+        its own the VAD did not hear may be a quiet "Thanks!", spoken); switched off with the no-speech check."""
         if self.no_speech_threshold is None:
             return False
-        if stock and (not vad_speech or (seq.no_speech_prob > STOCK_NO_SPEECH and seq.avg_logprob < STOCK_LOGPROB)):
+        if stock and (unheard_stretch or (seq.no_speech_prob > STOCK_NO_SPEECH and seq.avg_logprob < STOCK_LOGPROB)):
             return True
         if seq.no_speech_prob <= self.no_speech_threshold:
             return False
