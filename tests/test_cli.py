@@ -100,7 +100,8 @@ def test_verbose_prints_segments_as_they_become_final(run_cli, eval_root, tmp_pa
     data = json.loads(json_out.read_text())
     segments = data["segments"]
     assert data["model"]["asr"] == "tiny.en"
-    assert out.splitlines() == [f"[{_whisper_clock(s['start'])} --> {_whisper_clock(s['end'])}] {s['text'].strip()}"
+    # openai-whisper's line (transcribe.py: f"[{start} --> {end}] {text}", its text starting with a space)
+    assert out.splitlines() == [f"[{_whisper_clock(s['start'])} --> {_whisper_clock(s['end'])}]  {s['text'].strip()}"
                                 for s in segments]
     assert len(printed) >= 2 and not any(written for _, written in printed), printed  # in runs, before the end
     code, _, err = run_cli(talk.path, "-o", tmp_path / "q", "-f", "json", "--batch-size", "1", "-q", "-m", "tiny.en")
@@ -199,7 +200,7 @@ def _bad_inputs(tmp_path):
         "bad_max_change": ([tmp_path / "good.wav", "--postedit-max-change", "2"], "between 0 and 1"),
         "not_a_number": ([tmp_path / "good.wav", "--batch-size", "many"], "--batch-size: must be a whole number"),
         "unknown_option": ([tmp_path / "good.wav", "--frobnicate"], "unrecognized arguments"),
-        "bad_threads": ([tmp_path / "good.wav", "--threads", "0"], "--threads: must be >= 1, got 0"),
+        "bad_threads": ([tmp_path / "good.wav", "--threads", "-1"], "--threads: must be >= 0, got -1"),  # 0: the peers' default
         "bad_device": ([tmp_path / "good.wav", "--device", "tpu"], "unknown device 'tpu'"),
         "missing_gpu": ([tmp_path / "good.wav", "--device", "cuda:99"], "device 'cuda:99'"),  # no GPU, or not 100
         "bad_dtype": ([tmp_path / "good.wav", "--dtype", "float64"], "--dtype: must be one of auto, float32, float16, bfloat16, got 'float64'"),
@@ -425,7 +426,7 @@ def test_draft_help_lists_every_drafter_form():
         assert form in text, form
 
 
-def test_peer_spellings_are_documented_and_parsed(monkeypatch, capsys):
+def test_peer_spellings_are_documented_and_parsed(monkeypatch, capsys, caplog):
     """Every peer spelling the parser takes or refuses is in the CLI reference (docs/cli.md, generated;
     tests/test_options.py checks it is current and names every flag --help shows), and they parse to our
     options."""
@@ -462,6 +463,27 @@ def test_peer_spellings_are_documented_and_parsed(monkeypatch, capsys):
     assert (d.formats, d.word_timestamps, d.quiet, d.dtype, d.model, d.vad_threshold) == ("all", None, False, "auto", "base", 0.5)
     assert d.verbose is None and parse_args(["x.wav", "--verbose"]).verbose is True
     assert parse_args(["x.wav", "--verbose", "True"]).verbose is True
+    # the peers' spelled-out defaults: --device_index 0 is auto's own GPU (a CPU machine stays on the CPU), --threads 0
+    # torch's count, --best_of None one sample (openai's DecodingOptions)
+    z = parse_args(["x.wav", "--device_index", "0", "--threads", "0", "--best_of", "None"])
+    assert (z.device, z.threads, z.best_of) == ("auto", None, None)
+    assert parse_args(["x.wav", "--device_index", "1"]).device == "cuda:1"
+    from specwhisper.pipeline.options import run_options
+
+    assert run_options({"best_of": None}).decode.quality.best_of == 1
+    with pytest.raises(ValueError, match="they need the word timestamps that were turned off"):  # as WhisperX refuses
+        run_options({"word_timestamps": False, "highlight_words": True})
+    import specwhisper.hardware.device as device
+    import specwhisper.serving.cli.main as cli
+
+    # WhisperX's --compute_type int8 on a GPU: float16 weights there, one warning (no GPU needed to check the choice)
+    monkeypatch.setattr(device, "resolve_device", lambda name: "cuda")
+    g = parse_args(["x.wav", "--compute_type", "int8"])
+    with caplog.at_level("WARNING", logger="specwhisper"):
+        cli._check_device(g)
+    assert (g.model, g.dtype) == ("base", "float16")
+    assert [r.getMessage() for r in caplog.records] == ["--compute_type int8: int8 weights run on the CPU only here; "
+                                                        "float16 weights on the GPU"]
 
 
 def test_version(capsys):

@@ -503,8 +503,8 @@ def run(main, *argv):
     except SystemExit as exc:  # the parsers' answers
         return exc.code
 with contextlib.redirect_stderr(io.StringIO()) as err, contextlib.redirect_stdout(io.StringIO()) as out:
-    codes = [run(serve.main, "--help"), run(serve.main, "--threads", "0"), run(serve.main, "--api-key", ""),
-             run(serve.main, "--queue", "0"), run(app.main, "--help"), run(app.main, "--threads", "0"),
+    codes = [run(serve.main, "--help"), run(serve.main, "--threads", "-1"), run(serve.main, "--api-key", ""),
+             run(serve.main, "--queue", "0"), run(app.main, "--help"), run(app.main, "--threads", "-1"),
              run(app.main, "--live-streams", "0"), run(app.main, "--dtype", "float8")]
 print(codes, [m for m in ("torch", "transformers", "fastapi", "uvicorn", "gradio") if m in sys.modules])
 print(err.getvalue(), end="")
@@ -515,10 +515,10 @@ print(out.getvalue().count("usage:"))
     first, *errors, usages = proc.stdout.splitlines()
     assert first == "[0, 2, 2, 2, 0, 2, 2, 2] []" and usages == "2", proc.stdout
     assert errors == [
-        "python -m specwhisper.serving.http.serve: error: argument --threads: must be >= 1, got 0 (see --help)",
+        "python -m specwhisper.serving.http.serve: error: argument --threads: must be >= 0, got -1 (see --help)",
         "serve: error: --api-key: the API key must be non-empty printable ASCII without spaces",
         "python -m specwhisper.serving.http.serve: error: argument --queue: expected a positive int, got '0' (see --help)",
-        "python app.py: error: argument --threads: must be >= 1, got 0 (see --help)",
+        "python app.py: error: argument --threads: must be >= 0, got -1 (see --help)",
         "python app.py: error: argument --live-streams: expected a positive int, got '0' (see --help)",
         "python app.py: error: argument --dtype: must be one of auto, float32, float16, bfloat16, got 'float8' (see --help)",
     ], errors

@@ -167,8 +167,8 @@ OPTIONS: tuple[Option, ...] = (
     Option("dtype", str, "auto", "weights and activations: auto (float16 on a GPU, float32 on the CPU), float32, "
            "float16 (GPU only) or bfloat16", scope="load", group="models",
            choices=("auto", "float32", "float16", "bfloat16"), not_in=NOT_HTTP_LOAD),
-    Option("threads", int, None, "CPU threads for torch (default: one per core)", scope="load", group="models",
-           nullable=True, low=1, not_in=NOT_HTTP_LOAD),
+    Option("threads", int, None, "CPU threads for torch (default, or 0 as openai-whisper's and WhisperX's: one per core)",
+           scope="load", group="models", nullable=True, low=0, not_in=NOT_HTTP_LOAD, parse=lambda option, n: n or None),
     Option("cache_dir", Path, None, "where converted models are kept (default: ~/.cache/specwhisper)", scope="load",
            group="models", nullable=True, peer_flags=("--model_dir",), not_in=NOT_HTTP_LOAD, parse=_folder),
     Option("diarization_model", str, None, "pyannote pipeline id or folder (default: the embedded offline pipeline)",
@@ -293,7 +293,8 @@ OPTIONS: tuple[Option, ...] = (
            "whisper's max_new_tokens, openai-whisper's sample_len; default: up to Whisper's 448 less the prompt); "
            "a window's text after its last timestamp pair is decoded again, as a stretch it skipped",
            group="quality", nullable=True, low=1, high=WINDOW_TOKENS, generate_names=("max_new_tokens",)),
-    Option("best_of", int, 5, "samples per fallback temperature", group="quality", low=1, high=10),
+    Option("best_of", int, 5, "samples per fallback temperature (None: one, as openai-whisper's DecodingOptions)",
+           group="quality", nullable=True, low=1, high=10),
     Option("temperature", float, 0.0, "first decoding temperature", group="quality", low=0.0, high=1.0),
     Option("temperature_increment_on_fallback", float, 0.2, "temperature step when a decode fails the checks below; "
            "0 or None: no fallback", group="quality", nullable=True, low=0.0, high=1.0),
@@ -331,7 +332,7 @@ OPTIONS: tuple[Option, ...] = (
            group="speakers", nullable=True, parse=_known_speakers, takes_list=True),
     Option("speaker_embeddings", bool, False, "each speaker's voice embedding in the json, as 'speaker_embeddings' "
            "(WhisperX's; unit vectors of the diarizer's embedding model, comparable by cosine across files; turns "
-           "diarization on)", group="speakers"),
+           "diarization on)", group="speakers", peer_flags=("--return_embeddings",)),
     Option("multichannel", bool, False, "transcribe each channel on its own, its words attributed to it (speakers "
            "CHANNEL_1, CHANNEL_2, ...; up to 8 channels): a call or an interview recorded one speaker per channel. Talk "
            "that overlaps is kept, which a downmix loses; each channel's bleed of the others (crosstalk, a line's "
@@ -405,11 +406,15 @@ def run_options(values: dict[str, Any]):
     quality = QualityRules(temperatures=temperature_schedule(v["temperature"], v["temperature_increment_on_fallback"]),
                            compression_ratio_threshold=v["compression_ratio_threshold"],
                            logprob_threshold=v["logprob_threshold"], no_speech_threshold=v["no_speech_threshold"],
-                           best_of=v["best_of"], length_penalty=v["length_penalty"], length_exponent=v["length_exponent"])
+                           best_of=v["best_of"] or 1, length_penalty=v["length_penalty"], length_exponent=v["length_exponent"])
     known = known_speaker_pairs(v["known_speakers"])
     diarize = v["diarize"] or bool(known) or v["speaker_embeddings"]
     word_ts = diarize if v["word_timestamps"] is None else v["word_timestamps"]
     subtitles = subtitle_options(v)
+    if v["word_timestamps"] is False and (subtitles.active or v["segment_resolution"] == "sentence"):
+        # as WhisperX's CLI refuses --no_align with them, rather than turn the words back on unasked
+        raise ValueError("the subtitle layout (highlight words, line width and count, words per line) and sentence "
+                         "segments are cut at words: they need the word timestamps that were turned off")
     initial, hotwords = v["initial_prompt"], v["hotwords"]
     if v["carry_initial_prompt"] and initial:  # before every chunk however long the text grows: the hotwords' place
         initial, hotwords = None, " ".join(t for t in (hotwords, initial) if t)

@@ -37,8 +37,10 @@ def format_timestamp(seconds: float, always_include_hours: bool = False, decimal
 
 
 def timed_line(s: Segment) -> str:
-    """openai-whisper's ``--verbose`` line: ``[00:01.000 --> 00:04.500] text`` (the speaker label as in txt)."""
-    return f"[{format_timestamp(s.start)} --> {format_timestamp(s.end)}] {_labelled(s)}"
+    """openai-whisper's ``--verbose`` line: ``[00:01.000 --> 00:04.500]  text`` (two spaces: openai prints the
+    segment's text after one, and it starts with one); the speaker label as in txt after one."""
+    text = _labelled(s) if s.speaker is not None else f" {s.text.strip()}"
+    return f"[{format_timestamp(s.start)} --> {format_timestamp(s.end)}] {text}"
 
 
 def _labelled(s: Segment) -> str:

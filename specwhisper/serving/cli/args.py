@@ -48,8 +48,8 @@ PEER_MEANINGS: list[tuple[str, str, dict, str]] = [
     ("--no_align", "word_timestamps", {"action": "store_const", "const": False}, "`--no-word-timestamps`"),
     ("--fp16", "fp16", {"type": str2bool}, "`--fp16 False` is `--dtype float32`"),
     ("--compute_type", "compute_type", {"choices": ["default", "float16", "float32", "int8"]},
-     "`--dtype` (int8: `-m MODEL:int8`)"),
-    ("--device_index", "device_index", {"type": int}, "`--device cuda:N`"),
+     "`--dtype` (int8: `-m MODEL:int8` on the CPU; on a GPU, where int8 weights do not run, float16 with a warning)"),
+    ("--device_index", "device_index", {"type": int}, "`--device cuda:N` (0 with `--device auto`: auto's own GPU, or the CPU)"),
     ("--print_progress", "print_progress", {"type": str2bool}, "taken: progress bars are on unless `--quiet`"),
     ("--log-level", "log_level", {"choices": LOG_LEVELS},
      "the level of the package's messages on stderr (default: warning)"),
@@ -128,7 +128,8 @@ def apply_peer_meanings(args: argparse.Namespace) -> argparse.Namespace:
         args.dtype = args.compute_type
     elif args.compute_type == "int8" and not args.model.endswith(":int8"):
         args.model += ":int8"
-    if args.device_index is not None and args.device in ("auto", "cuda"):  # WhisperX: the GPU's index
+    # WhisperX: the GPU's index, where its --device (cuda when one is usable) is a GPU: index 0 is auto's own
+    if args.device_index is not None and (args.device == "cuda" or (args.device == "auto" and args.device_index != 0)):
         args.device = f"cuda:{args.device_index}"
     if args.hf_token is None:
         args.hf_token = os.environ.get("HF_TOKEN")

@@ -213,6 +213,12 @@ def _check_device(args) -> None:
     from specwhisper.hardware.device import resolve_device, resolve_dtype
 
     device = resolve_device(args.device)
+    if args.compute_type == "int8" and device != "cpu" and args.model.endswith(":int8"):
+        # WhisperX's advice for a small GPU; int8 weights run on the CPU only here: CTranslate2's fallback,
+        # as WhisperModel(compute_type="int8_float16") takes it
+        args.model, args.dtype = args.model.removesuffix(":int8"), "float16"
+        logging.getLogger("specwhisper").warning("--compute_type int8: int8 weights run on the CPU only here; float16 "
+                                                 "weights on the GPU")
     check_int8(args.model, device, resolve_dtype(args.dtype, device))
 
 
