@@ -224,7 +224,7 @@ def decode(engine: AsrEngine, mel, options: DecodingOptions) -> list[DecodingRes
     """openai-whisper's ``decode`` of [rows, mels, frames] (see the module's docstring)."""
     from specwhisper.asr.decoding.quality import QualityRules, compression_ratio
     from specwhisper.asr.options import DecodeOptions
-    from specwhisper.pipeline.faster_whisper import suppress_spec, token_ids
+    from specwhisper.pipeline.faster_whisper import english_only, suppress_spec, token_ids
 
     mel = _checked(engine, mel, options)
     # beam search ranks log-probabilities at temperature 0, whatever ``temperature`` says, as there
@@ -232,7 +232,8 @@ def decode(engine: AsrEngine, mel, options: DecodingOptions) -> list[DecodingRes
     quality = QualityRules(temperatures=(temperature,), compression_ratio_threshold=None, logprob_threshold=None,
                            no_speech_threshold=None, best_of=options.best_of or 1, sample_tokens_per_s=None,
                            length_penalty=options.length_penalty)
-    opts = DecodeOptions(language=options.language, task=options.task, beam_size=options.beam_size,
+    asked = english_only(engine.special.multilingual, {"language": options.language, "task": options.task})
+    opts = DecodeOptions(language=asked["language"], task=asked["task"], beam_size=options.beam_size,
                          patience=options.patience or 1.0, suppress_tokens=suppress_spec(options.suppress_tokens),
                          max_new_tokens=options.sample_len, quality=quality, suppress_blank=options.suppress_blank,
                          max_initial_timestamp=options.max_initial_timestamp)
