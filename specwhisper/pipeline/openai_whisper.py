@@ -95,8 +95,6 @@ class OpenaiWhisperModel:
             if options.get("beam_size") is None:  # openai-whisper's DecodingOptions check
                 raise ValueError("patience requires beam_size to be given")
             ours["patience"] = patience
-        if options.get("best_of", 1) is None:
-            options["best_of"] = 1
         ours.update(peer_options(options, "openai-whisper", clip_timestamps, ONLY_DEFAULT, PASSED, RENAMED))
         ours = english_only(self.is_multilingual, ours)
         import torch

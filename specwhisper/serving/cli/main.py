@@ -208,7 +208,8 @@ def _check_combination(args) -> None:
 
 
 def _check_device(args) -> None:
-    """A GPU that is not there, or int8 where it cannot run: one line, before any model loads."""
+    """A GPU that is not there, or int8 where it cannot run: one line, before any model loads. WhisperX's
+    ``--compute_type int8`` on a GPU becomes float16 weights there (``args`` changed), with a warning."""
     from specwhisper.asr.weights.loader import check_int8
     from specwhisper.hardware.device import resolve_device, resolve_dtype
 
