@@ -74,6 +74,16 @@ def test_what_it_does_not_offer_is_refused_in_one_line(models, eval_root):
         WhisperModel("base", compute_type="int16")
     # faster-whisper's README GPU type on a CPU: CTranslate2 falls back to int8_float32, and so does this
     assert WhisperModel("tiny.en", device="cpu", compute_type="int8_float16").transcriber.pipeline.asr.model_name == "tiny.en:int8"
+    # and on a GPU, where CTranslate2 runs int8 and this does not, every int8 type takes half-precision weights
+    # with a warning, not a refusal (no GPU needed to check the choice)
+    from specwhisper.pipeline.faster_whisper import compute_weights
+
+    assert compute_weights("int8", "cpu") == ("auto", True, None)
+    assert compute_weights("float16", "cuda") == ("float16", False, None)
+    for compute_type, dtype in [("int8", "float16"), ("int8_float32", "float16"), ("int8_float16", "float16"),
+                                ("int8_bfloat16", "bfloat16")]:
+        assert compute_weights(compute_type, "cuda") == (dtype, False, f"compute_type {compute_type}: int8 weights "
+                                                         f"run on the CPU only here; {dtype} weights on the GPU")
 
 
 def test_two_transcriptions_iterated_together_take_turns(models, eval_root):

@@ -124,22 +124,34 @@ def peer_load(model: str, device: Any = "auto", compute_type: str = "default", d
         raise ValueError(f"compute_type: one of {', '.join([*COMPUTE_TYPES, *INT8_GPU_TYPES])} here, got {compute_type!r}")
     if device_index not in (0, [0]):
         raise ValueError("device_index: one device (0) per model here; load a model per device")
-    if compute_type in INT8_GPU_TYPES:  # as CTranslate2 does with a type the device lacks: the nearest it has
-        from specwhisper.hardware.device import resolve_device
+    from specwhisper.hardware.device import resolve_device
 
-        if resolve_device("auto" if device is None else str(device)) == "cpu":
-            dtype, int8 = "float32", True  # CTranslate2's int8_float32 on a CPU
-        else:
-            dtype, int8 = INT8_GPU_TYPES[compute_type], False
-            LOG.warning("int8 weights run on the CPU only here: %s takes %s weights on the GPU", compute_type, dtype)
-    else:
-        dtype, int8 = COMPUTE_TYPES[compute_type]
+    dtype, int8, warning = compute_weights(compute_type, resolve_device("auto" if device is None else str(device)))
+    if warning:
+        LOG.warning(warning)
     options.update(draft=draft, device="auto" if device is None else str(device), dtype=dtype)
     if threads is not None:
         options["threads"] = threads
     if cache_dir is not None:
         options["cache_dir"] = cache_dir
     return load(model + (":int8" if int8 else ""), **options)
+
+
+def compute_weights(compute_type: str, device: str) -> tuple[str, bool, str | None]:
+    """A CTranslate2 compute type on a resolved device -> (our dtype, int8 weights, a warning or None). int8
+    weights run on the CPU only here: on a GPU an int8 type takes the half precision it names (``int8`` and
+    ``int8_float32``: float16, the type WhisperX's README gives a GPU), with a warning, as CTranslate2 itself
+    falls back to the nearest type a device has; on a CPU ``int8_float16`` / ``int8_bfloat16`` are CTranslate2's
+    int8_float32 fallback."""
+    if compute_type in INT8_GPU_TYPES:
+        if device == "cpu":
+            return "float32", True, None
+        dtype = INT8_GPU_TYPES[compute_type]
+    elif COMPUTE_TYPES[compute_type][1] and device != "cpu":
+        dtype = "float16"
+    else:
+        return (*COMPUTE_TYPES[compute_type], None)
+    return dtype, False, f"compute_type {compute_type}: int8 weights run on the CPU only here; {dtype} weights on the GPU"
 
 
 def available_models() -> list[str]:

@@ -209,17 +209,18 @@ def _check_combination(args) -> None:
 
 def _check_device(args) -> None:
     """A GPU that is not there, or int8 where it cannot run: one line, before any model loads. WhisperX's
-    ``--compute_type int8`` on a GPU becomes float16 weights there (``args`` changed), with a warning."""
+    ``--compute_type int8`` on a GPU becomes float16 weights there (``args`` changed), with a warning, as
+    ``WhisperModel(compute_type="int8")`` takes it (``compute_weights``)."""
     from specwhisper.asr.weights.loader import check_int8
     from specwhisper.hardware.device import resolve_device, resolve_dtype
+    from specwhisper.pipeline.faster_whisper import compute_weights
 
     device = resolve_device(args.device)
-    if args.compute_type == "int8" and device != "cpu" and args.model.endswith(":int8"):
-        # WhisperX's advice for a small GPU; int8 weights run on the CPU only here: CTranslate2's fallback,
-        # as WhisperModel(compute_type="int8_float16") takes it
-        args.model, args.dtype = args.model.removesuffix(":int8"), "float16"
-        logging.getLogger("specwhisper").warning("--compute_type int8: int8 weights run on the CPU only here; float16 "
-                                                 "weights on the GPU")
+    if args.compute_type == "int8" and args.model.endswith(":int8"):
+        dtype, _, warning = compute_weights(args.compute_type, device)
+        if warning:
+            args.model, args.dtype = args.model.removesuffix(":int8"), dtype
+            logging.getLogger("specwhisper").warning(warning.replace("compute_type ", "--compute_type ", 1))
     check_int8(args.model, device, resolve_dtype(args.dtype, device))
 
 
