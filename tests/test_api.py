@@ -104,6 +104,12 @@ def test_a_channels_first_array_is_the_same_speech(readme, jfk):
     channels_first = transcriber.transcribe(stereo, sample_rate=rate).text
     assert channels_first == transcriber.transcribe(stereo.T.copy(), sample_rate=rate).text
     assert wer([jfk.reference], [channels_first]) <= WER_MAX
+    import torch
+
+    # torchaudio.load's own type: a tensor, taken as its samples; one tensor is one input, not a list of them
+    assert transcriber.transcribe(torch.from_numpy(stereo), sample_rate=rate).text == channels_first
+    with pytest.raises(ValueError, match="transcribe_many takes a list of inputs"):
+        transcriber.transcribe_many(torch.from_numpy(stereo), sample_rate=rate)
 
 
 def test_binary_file_objects_transcribe_as_their_files(readme, jfk):

@@ -18,6 +18,7 @@ from __future__ import annotations
 import inspect
 import os
 import queue
+import sys
 import threading
 import time
 from collections.abc import Callable, Iterable, Iterator
@@ -38,10 +39,11 @@ from specwhisper.pipeline.subtitles import SubtitleOptions
 from specwhisper.pipeline.writers import ALL_FORMATS, check_output_dir, formats_of_all, parse_formats, render, write_outputs
 
 if TYPE_CHECKING:
+    import torch
     from specwhisper.pipeline.core import Pipeline
     from specwhisper.pipeline.config import RunOptions
 
-Audio = Union[str, os.PathLike, bytes, bytearray, memoryview, np.ndarray, BinaryIO]
+Audio = Union[str, os.PathLike, bytes, bytearray, memoryview, np.ndarray, BinaryIO, "torch.Tensor"]
 Progress = Callable[[str, float], None]  # progress(stage, fraction done of that stage)
 
 
@@ -185,7 +187,8 @@ class Transcriber:
         tokens each file gets are those it gets alone); diarization and post-edit run per file.
         ``sample_rate`` applies to the arrays among ``audios``. Every input is read (and checked)
         before any is transcribed."""
-        if isinstance(audios, (str, bytes, bytearray, os.PathLike, np.ndarray)) or callable(getattr(audios, "read", None)):
+        if isinstance(audios, (str, bytes, bytearray, os.PathLike, np.ndarray)) or callable(getattr(audios, "read", None)) \
+                or as_samples(audios) is not audios:
             raise ValueError("transcribe_many takes a list of inputs; for one, transcribe(audio) (or transcribe_many([audio]))")
         opts = self.options(**options)
         loaded = [read_audio(a, sample_rate, opts.max_audio_s, opts.multichannel) for a in audios]
@@ -308,10 +311,20 @@ def _vad_parameters(options: dict) -> dict:
     return out
 
 
+def as_samples(audio):
+    """A torch tensor of samples (the peers' APIs take them) -> its numpy array, on the CPU; anything else as
+    given. A program holding a tensor has imported torch, so a tensor is told without importing it here."""
+    torch = sys.modules.get("torch")
+    if torch is not None and isinstance(audio, torch.Tensor):
+        return audio.detach().cpu().numpy()
+    return audio
+
+
 def read_audio(audio: Audio, sample_rate: int | None = None, max_seconds: float = DEFAULT_MAX_SECONDS,
                channels: bool = False) -> tuple[np.ndarray, str | None]:
     """Any input ``transcribe`` takes -> (16 kHz mono float32 waveform, or one row per channel with ``channels``;
     source name or None); an ``AudioError``, one line, for what is not audio."""
+    audio = as_samples(audio)
     if isinstance(audio, (str, os.PathLike)):
         return load_audio(audio, max_seconds=max_seconds, channels=channels), os.fspath(audio)
     if isinstance(audio, (bytes, bytearray, memoryview)):
@@ -331,7 +344,7 @@ def read_audio(audio: Audio, sample_rate: int | None = None, max_seconds: float 
             raise AudioError("file object: sample_rate is for numpy arrays; an audio file carries its own")
         name = audio.name if isinstance(getattr(audio, "name", None), str) else "file object"
         return load_audio_stream(audio, name=name, max_seconds=max_seconds, channels=channels), None
-    raise AudioError(f"audio must be a path, a binary file object, the bytes of an audio file or a numpy array, "
+    raise AudioError(f"audio must be a path, a binary file object, the bytes of an audio file or an array of samples, "
                      f"not {type(audio).__name__}")
 
 

@@ -28,7 +28,7 @@ from typing import Any
 import numpy as np
 
 from specwhisper.pipeline import openai_decoding
-from specwhisper.pipeline.api import Audio, Transcriber
+from specwhisper.pipeline.api import Audio, Transcriber, as_samples
 from specwhisper.pipeline.openai_decoding import DecodingOptions, ModelDimensions
 from specwhisper.pipeline.subtitles import SubtitleOptions
 from specwhisper.pipeline.writers import format_timestamp, render
@@ -97,10 +97,7 @@ class OpenaiWhisperModel:
             ours["patience"] = patience
         ours.update(peer_options(options, "openai-whisper", clip_timestamps, ONLY_DEFAULT, PASSED, RENAMED))
         ours = english_only(self.is_multilingual, ours)
-        import torch
-
-        if isinstance(audio, torch.Tensor):  # samples, as openai-whisper takes them
-            audio = audio.detach().cpu().numpy()
+        audio = as_samples(audio)  # a tensor of samples, as openai-whisper takes them
         rate = 16000 if isinstance(audio, np.ndarray) else None  # an array is 16 kHz samples, as there
         stream = self.transcriber.stream(audio, sample_rate=rate, **ours)
         for segment in stream:

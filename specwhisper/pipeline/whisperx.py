@@ -39,7 +39,7 @@ import numpy as np
 from specwhisper.audio.loading import SAMPLE_RATE
 from specwhisper.messages import short_repr
 from specwhisper.pipeline.openai_decoding import load_audio  # WhisperX's is openai-whisper's
-from specwhisper.pipeline.api import Transcriber
+from specwhisper.pipeline.api import Transcriber, as_samples
 from specwhisper.pipeline.faster_whisper import english_only, peer_load, suppress_spec
 from specwhisper.pipeline.options import check_values
 
@@ -223,8 +223,7 @@ def _samples(audio: Any) -> np.ndarray:
     """``align``'s audio: a path, or 16 kHz samples (a numpy array or tensor, 1-D or WhisperX's ``[1, n]``)."""
     if isinstance(audio, (str, os.PathLike)):
         return load_audio(os.fspath(audio))
-    if hasattr(audio, "detach") and hasattr(audio, "numpy"):  # a torch tensor
-        audio = audio.detach().cpu().numpy()
+    audio = as_samples(audio)
     if not isinstance(audio, np.ndarray):
         raise ValueError(f"align: audio is a path or 16 kHz samples (a numpy array), got {type(audio).__name__}")
     if audio.ndim == 2 and 1 in audio.shape:
