@@ -403,6 +403,19 @@ def test_progress_bars_draw_on_a_terminal_without_a_size(eval_root, tmp_path):
     assert "Traceback" not in err
 
 
+def test_print_progress_into_a_log_writes_lines(eval_root, tmp_path):
+    """WhisperX's ``--print_progress True`` where stderr is a file (a log, ``docker logs``): plain lines per
+    stage and tenth, no bar and no carriage returns."""
+    proc = subprocess.run(
+        [sys.executable, "-m", "specwhisper.serving.cli.main", str(eval_root / "whisper.cpp/jfk.wav"), "-o", str(tmp_path), "-f", "txt",
+         "-m", "tiny.en", "--print_progress", "True"],
+        stdin=subprocess.DEVNULL, capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stderr
+    lines = proc.stderr.splitlines()
+    assert "jfk.wav vad: 100%" in lines and lines.count("jfk.wav transcribe: 100%") == 1, proc.stderr
+    assert "\r" not in proc.stderr and "|" not in proc.stderr
+
+
 # -- --help, the README and the peers' spellings ---------------------------------------------------
 
 def _visible_actions():

@@ -50,7 +50,8 @@ PEER_MEANINGS: list[tuple[str, str, dict, str]] = [
     ("--compute_type", "compute_type", {"choices": ["default", "float16", "float32", "int8"]},
      "`--dtype` (int8: `-m MODEL:int8` on the CPU; on a GPU, where int8 weights do not run, float16 with a warning)"),
     ("--device_index", "device_index", {"type": int}, "`--device cuda:N` (0 with `--device auto`: auto's own GPU, or the CPU)"),
-    ("--print_progress", "print_progress", {"type": str2bool}, "taken: progress bars are on unless `--quiet`"),
+    ("--print_progress", "print_progress", {"type": str2bool}, "progress bars are on a terminal unless `--quiet`; "
+     "`True` where stderr is no terminal (a log): a line per stage and tenth, `talk.wav transcribe: 40%`"),
     ("--log-level", "log_level", {"choices": LOG_LEVELS},
      "the level of the package's messages on stderr (default: warning)"),
     ("--model_cache_only", "model_cache_only", {"type": str2bool},

@@ -32,18 +32,31 @@ class _Progress:
     when its length is unknown) and the time left. The time left is the average rate since the stage's
     bar appeared (tqdm's, with no smoothing: the engine reports after each batch, and batches of a long
     file take about equal time per second of audio). Chunks taken from a checkpoint report the stage
-    ``resume``, so the ``transcribe`` bar starts where they ended and its rate counts decoding only."""
+    ``resume``, so the ``transcribe`` bar starts where they ended and its rate counts decoding only.
 
-    def __init__(self, label: str, enabled: bool, seconds: float | None = None):
+    ``lines`` (WhisperX's ``--print_progress True`` where stderr is no terminal: a log): a line per stage and
+    per tenth of it, ``talk.wav transcribe: 40%``, in place of the bar."""
+
+    def __init__(self, label: str, enabled: bool, seconds: float | None = None, lines: bool = False):
         self.label = label
         self.enabled = enabled
+        self.lines = lines
+        self.printed: tuple[str, int] | None = None
         self.bar = None
         self.stage = None
         self.total = round(seconds) if seconds else 100
         self.done = "{n}/{total} s audio " if seconds else ""
 
     def __call__(self, stage: str, fraction: float) -> None:
-        if not self.enabled or stage == SAMPLING:  # inside a batch: nothing new to show
+        if stage == SAMPLING:  # inside a batch: nothing new to show
+            return
+        if self.lines:
+            tenth = int(min(max(fraction, 0.0), 1.0) * 10)
+            if self.printed is None or self.printed[0] != stage or self.printed[1] < tenth:
+                self.printed = (stage, tenth)
+                print(f"{self.label} {stage}: {tenth * 10}%", file=sys.stderr, flush=True)
+            return
+        if not self.enabled:
             return
         from tqdm import tqdm
 
@@ -301,7 +314,8 @@ def _run_files(args, inputs: list[Input], out_dir: Path | None, formats: list[st
     for i, item in enumerate(todo):
         # which transcript is which on stdout, as `tail` labels files: printed with its first line (none if it fails)
         header = f"{'' if i == 0 else chr(10)}==> {item.name} <==" if not args.quiet and len(inputs) > 1 else None
-        failures += not _transcribe_one(pipeline, item, out_dir, formats, opts, args.quiet, bool(args.verbose), header)
+        failures += not _transcribe_one(pipeline, item, out_dir, formats, opts, args.quiet, bool(args.verbose), header,
+                                        progress_lines=bool(getattr(args, "print_progress", False)))
     return 1 if failures else 0
 
 
@@ -342,7 +356,7 @@ def _print_timed(segments) -> None:
 
 
 def _transcribe_one(pipeline, item: Input, out_dir: Path | None, formats: list[str], opts, quiet: bool,
-                    verbose: bool = False, header: str | None = None) -> bool:
+                    verbose: bool = False, header: str | None = None, progress_lines: bool = False) -> bool:
     """Transcribe one input and write its outputs (``out_dir`` None: its one format to stdout); a failure is
     one line on stderr and False. ``verbose``: each segment with its times on stdout as soon as it is final
     (the ASR's; with diarization or the post-edit, which change them, the finished transcript's), in place
@@ -355,7 +369,8 @@ def _transcribe_one(pipeline, item: Input, out_dir: Path | None, formats: list[s
 
     path = item.name
     enabled = not quiet and sys.stderr.isatty()
-    progress = _Progress(Path(item.name).name, enabled, probe_duration(item.path) if enabled else None)
+    lines = not quiet and not enabled and progress_lines  # --print_progress True into a log
+    progress = _Progress(Path(item.name).name, enabled, probe_duration(item.path) if enabled else None, lines)
     checkpoint = None if out_dir is None else checkpoint_path(out_dir, item.stem)
     streamed = verbose and not quiet and not (opts.diarize or opts.postedit or opts.align_text)
     pending_header = [header] if header else []
