@@ -101,6 +101,10 @@ def test_a_word_the_audio_does_not_say_takes_its_place_with_a_low_probability(ba
     others = sorted(w.probability for w in wrong if w is not martians)
     assert martians.probability < 0.2 and martians.probability < others[0] / 2  # measured 0.13; the others 0.64 and up
     assert americans.probability > 0.5
+    # a text far longer than 11 s of speech can hold: refused at once, not placed word by word for minutes
+    with pytest.raises(ValueError, match=r"the text to align has 3000 words for 11\.0 s of audio \(more than 20 a "
+                                         r"second\): is it this audio's text\?$"):
+        base_pipeline.run_file(jfk, run_options({"align_text": said + " word" * (3000 - len(said.split()))}))
 
 
 @pytest.mark.parametrize("values, fragment", [

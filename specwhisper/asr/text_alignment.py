@@ -33,6 +33,9 @@ from specwhisper.results.transcript import Segment, Word
 log = logging.getLogger(__name__)
 
 ROUGH_MATCH = 0.3  # below this share of the text's words heard the same, the text may not be this audio's
+# more words than this a second of audio (and a few over) cannot be the audio's: the fastest speech measured
+# (rap, auctioneers) is 7-11 syllables a second; a text far too long would only cost minutes of placing
+MAX_WORDS_PER_SECOND = 20
 
 
 @dataclass
@@ -180,6 +183,10 @@ def align_text(engine, audio: np.ndarray, text: str, segments: list[Segment], ch
     words = text_words(text if cues is None else "\n".join(cues), language, sentences=cues is None)
     if not words:
         raise ValueError("the text to align has no words" + (" (its subtitle cues are empty)" if cues is not None else ""))
+    seconds = len(audio) / 16000
+    if len(words) > MAX_WORDS_PER_SECOND * seconds + MAX_WORDS_PER_SECOND:
+        raise ValueError(f"the text to align has {len(words)} words for {seconds:.1f} s of audio (more than "
+                         f"{MAX_WORDS_PER_SECOND} a second): is it this audio's text?")
     windows = windows_of(chunks)
     if not windows:
         raise ValueError("the audio is too short to align a text to")
