@@ -171,7 +171,11 @@ def test_postedit_reports_its_decode(handler, jfk_bytes):
 @pytest.mark.parametrize(
     "data, status, fragment",
     [
-        ({"inputs": b"RIFF", "parameters": {"num_beams": 5}}, 400, "unknown parameter 'num_beams'"),
+        ({"inputs": b"RIFF", "parameters": {"beam_width": 5}}, 400, "unknown parameter 'beam_width'"),
+        ({"inputs": b"RIFF", "parameters": {"num_beams": 5, "beam_size": 2}}, 400, "beam_size is 2 but num_beams is 5"),
+        ({"inputs": b"RIFF", "parameters": {"stride_length_s": [1, -2]}}, 400, "parameters.stride_length_s: seconds of overlap"),
+        ({"inputs": b"RIFF", "parameters": {"generate_kwargs": {"do_sample": "x"}}}, 400,
+         "generate_kwargs.do_sample: must be true or false"),
         ({"inputs": b"RIFF", "parameters": {"beam_size": 0}}, 400, "parameters.beam_size"),
         ({"inputs": b"RIFF", "parameters": {"temperature": 1.5}}, 400, "parameters.temperature"),
         ({"inputs": b"RIFF", "parameters": {"model": "openai/whisper-large-v3"}}, 400, "parameters.model: 'openai/whisper-large-v3' is not offered"),
@@ -186,7 +190,13 @@ def test_postedit_reports_its_decode(handler, jfk_bytes):
          "parameters.known_speakers: 'ann': send the clip itself as a data URL"),  # never a server's file
         ({"inputs": "not base64!"}, 400, "not valid base64"),
         ({"inputs": b""}, 400, "empty"),
-        ({"inputs": 42}, 400, "expected audio bytes or a base64 string"),
+        ({"inputs": 42}, 400, "expected audio bytes, a base64 string or"),
+        ({"inputs": []}, 400, "inputs: an empty list"),
+        ({"inputs": [b"RIFF", 42]}, 400, "inputs[1]: expected audio bytes"),
+        ({"inputs": {"raw": [0.1, 0.2], "rate": 16000}}, 400, "samples come as"),
+        ({"inputs": {"raw": [0.1, 0.2], "sampling_rate": 16000.5}}, 400, "inputs.sampling_rate: a whole number of Hz"),
+        ({"inputs": {"raw": "abc", "sampling_rate": 16000}}, 400, "inputs.raw: expected a list of numbers"),
+        ({"inputs": {"array": [0.1, float("nan")], "sampling_rate": 16000}}, 400, "inputs.array: the samples must be finite"),
         ({"parameters": {}}, 400, "inputs: missing"),
         ({"inputs": b"x", "options": {}}, 400, "unknown field 'options'"),
         (["not", "a", "dict"], 400, "must be an object"),
@@ -196,6 +206,34 @@ def test_postedit_reports_its_decode(handler, jfk_bytes):
 )
 def test_bad_requests_are_one_line_errors(handler, data, status, fragment):
     _raises(handler, data, status, fragment)
+
+
+def test_what_transformers_pipeline_takes(handler, jfk_head):
+    """transformers' ASR pipeline's own parameters and input shapes, as a client written for it sends them:
+    generate kwargs among the parameters, ``return_language``, its chunking settings (no effect here), a list
+    of inputs (one pass, an answer each) and ``{"raw": samples, "sampling_rate": Hz}``."""
+    tiny = {"model": "tiny.en"}
+    plain = handler({"inputs": jfk_head, "parameters": tiny})
+    assert "fellow americans" in plain["text"].lower() and "chunks" not in plain
+    beams = handler({"inputs": jfk_head, "parameters": {**tiny, "generate_kwargs": {"num_beams": 2}}})
+    assert handler({"inputs": jfk_head, "parameters": {**tiny, "num_beams": 2}})["segments"] == beams["segments"]
+    taken = {**tiny, "return_timestamps": None, "stride_length_s": [4, 2], "chunk_length_s": 30, "ignore_warning": True,
+             "decoder_kwargs": {}, "generate_kwargs": {"do_sample": False, "use_cache": True}}
+    same = handler({"inputs": jfk_head, "parameters": taken})
+    assert same["segments"] == plain["segments"] and "chunks" not in same
+    named = handler({"inputs": jfk_head, "parameters": {**tiny, "return_language": True}})["chunks"]
+    assert named == [{"text": s["text"], "language": "english"} for s in plain["segments"]]
+    words = handler({"inputs": jfk_head, "parameters": {**tiny, "return_language": True, "return_timestamps": "word"}})["chunks"]
+    assert len(words) >= 4 and all(set(w) == {"text", "timestamp", "language"} and w["language"] == "english" for w in words)
+
+    samples, rate = sf.read(io.BytesIO(jfk_head), dtype="float32")
+    batch = handler({"inputs": [jfk_head, base64.b64encode(jfk_head).decode(), {"raw": samples.tolist(), "sampling_rate": rate}],
+                     "parameters": tiny})
+    assert isinstance(batch, list) and [b["segments"] for b in batch] == [plain["segments"]] * 3
+    stereo = {"array": np.stack([samples, samples]), "sampling_rate": rate, "path": "jfk.wav"}  # a datasets row
+    assert handler({"inputs": stereo, "parameters": tiny})["segments"] == plain["segments"]
+    _raises(handler, {"inputs": [jfk_head, b"this is a text file, not audio"], "parameters": tiny}, 400,
+            "inputs[1]: not a readable audio file")
 
 
 def test_options_the_model_refuses(handler, jfk_bytes):
@@ -375,7 +413,7 @@ def test_toolkit_json_with_generate_kwargs(handler, jfk_flac):
         ("?formats=srt,docx", None, "parameters.formats.1"),
         ("?return_timestamps=char", None, "parameters.return_timestamps: must be true, false or 'word'"),
         ("?chunk_length_s=60", None, "parameters.chunk_length_s"),
-        ("?num_beams=5", None, "unknown parameter 'num_beams'"),
+        ("?num_beam=5", None, "unknown parameter 'num_beam'"),
     ],
 )
 def test_toolkit_bad_requests_are_400(toolkit, jfk_head, query, body, fragment):

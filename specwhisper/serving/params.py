@@ -80,6 +80,16 @@ class _ParamsBase(BaseModel):
     model_config = ConfigDict(extra="forbid", coerce_numbers_to_str=True)  # ?initial_prompt=1961 arrives as int 1961
 
     return_timestamps: bool | Literal["word"] = Field(False, description="transformers' ASR pipeline: add `chunks`")
+    return_language: bool = Field(False, description="transformers' ASR pipeline: each of `chunks` names its "
+                                  "language (`english`); `chunks` without times when alone")
+    # transformers' pipeline's own settings, taken as it takes them for Whisper
+    stride_length_s: float | tuple[float, float] | None = Field(
+        None, description="transformers' ASR pipeline: the overlap of its chunks; no effect: chunks here are cut at "
+                          "pauses and do not overlap")
+    ignore_warning: bool = Field(False, description="transformers' ASR pipeline: silences its chunking warning; no "
+                                 "effect (none here)")
+    decoder_kwargs: dict | None = Field(None, description="transformers' ASR pipeline: a CTC model's language-model "
+                                        "decoder's; no effect for Whisper, as there")
     formats: list[Format] = Field(default_factory=list, description="rendered outputs to return")
 
     @field_validator("*", mode="before")
@@ -125,11 +135,34 @@ class _ParamsBase(BaseModel):
     def _timestamps_kind(cls, value):
         kinds = {"true": True, "1": True, "false": False, "0": False, "word": "word"}
         key = value.strip().lower() if isinstance(value, str) else value
+        if key is None:  # transformers' default
+            return False
         if isinstance(key, str) and key in kinds:
             return kinds[key]
         if key in (True, False):
             return bool(key)
         raise ValueError(f"must be true, false or 'word', got {short_repr(value)}")
+
+    @field_validator("return_language", "ignore_warning", mode="before")
+    @classmethod
+    def _flag(cls, value):
+        return False if value is None else value  # transformers' default None is off
+
+    @field_validator("stride_length_s", mode="before")
+    @classmethod
+    def _stride(cls, value):
+        if value is None:
+            return None
+        if isinstance(value, str):  # a query string's "5" or "4,2"
+            value = [v.strip() for v in value.split(",")] if "," in value else value.strip()
+        values = value if isinstance(value, (list, tuple)) else [value]
+        try:
+            seconds = [float(v) for v in values if not isinstance(v, bool)]
+        except (TypeError, ValueError):
+            seconds = []
+        if len(seconds) != len(values) or len(seconds) not in (1, 2) or not all(0 <= v < 3600 for v in seconds):
+            raise ValueError(f"seconds of overlap, one number or [left, right], got {short_repr(value)}")
+        return seconds[0] if len(seconds) == 1 else tuple(seconds)
 
     def pipeline_config(self, base: PipelineConfig) -> PipelineConfig:
         """The deployment's config with this request's model and drafter."""
@@ -203,6 +236,11 @@ GENERATE_KWARGS = {
 }
 
 
+# generate flags Whisper decides itself: transformers' Whisper generate samples exactly when the temperature is
+# above 0 (``generate_with_fallback`` sets do_sample so), as the temperature here does; the cache is always used
+DECIDED_BY_WHISPER = ("do_sample", "use_cache")
+
+
 def _schedule(values: list) -> dict:
     """A temperature list -> our first temperature and fallback increment."""
     try:
@@ -227,7 +265,8 @@ def peer_names(raw: dict) -> tuple[dict, dict[str, str]]:
     were spelled so (ours -> theirs); the same setting given both ways with different values is refused."""
     raw, spelled = dict(raw), {}
     for option in options_for("http"):
-        for peer in option.peer_names:
+        # transformers' pipeline takes its generate kwargs (num_beams) among its own parameters too
+        for peer in (*option.peer_names, *(g for g in option.generate_names if g != option.name)):
             if peer in raw:
                 value = raw.pop(peer)
                 if option.name in raw and not _same(option.name, raw[option.name], value):
@@ -251,9 +290,14 @@ def fold_generate_kwargs(raw: dict) -> dict:
     if not isinstance(kwargs, dict):
         raise RequestError(f"parameters.{given[0]} must be an object, got {type(kwargs).__name__}")
     for key, value in kwargs.items():
+        if key in DECIDED_BY_WHISPER:  # checked, no effect
+            if not isinstance(value, bool):
+                raise RequestError(f"parameters.{given[0]}.{key}: must be true or false, got {short_repr(value)}")
+            continue
         name = GENERATE_KWARGS.get(key)
         if name is None:
-            raise RequestError(f"parameters.{given[0]}: unknown key '{clip(str(key), 60)}' (known: {', '.join(GENERATE_KWARGS)})")
+            raise RequestError(f"parameters.{given[0]}: unknown key '{clip(str(key), 60)}' "
+                               f"(known: {', '.join([*GENERATE_KWARGS, *DECIDED_BY_WHISPER])})")
         values = _schedule(value) if name == "temperature" and isinstance(value, (list, tuple)) else {name: value}
         for flat, v in values.items():
             if flat in raw and not _same(flat, raw[flat], v):

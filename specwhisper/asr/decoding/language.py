@@ -45,6 +45,14 @@ def normalize_language(value: str | None) -> str | None:
     raise ValueError(f"unknown language '{' '.join(shown.split())}' (give a code such as 'en' or a name such as 'english')")
 
 
+def language_name(code: str | None) -> str:
+    """A code's name as transformers writes it ("en" -> "english"): what its ASR pipeline's ``return_language``,
+    OpenAI's verbose_json and the asr-webservice answer with; a code the tables lack as it is; "" for None."""
+    from transformers.models.whisper.tokenization_whisper import LANGUAGES
+
+    return LANGUAGES.get(code, code) if code else ""
+
+
 def language_probabilities(runtime: WhisperDecoderRuntime, special: SpecialTokens, encoder_out: "torch.Tensor"
                            ) -> dict[str, float]:
     """Every language's probability for the first row of ``encoder_out``, most likely first

@@ -23,6 +23,7 @@ from pathlib import Path
 from typing import BinaryIO
 
 from specwhisper.audio.loading import AudioError
+from specwhisper.asr.decoding.language import language_name
 from specwhisper.hardware.device import resolve_device, resolve_dtype
 from specwhisper.asr.weights.loader import ModelError
 from specwhisper.results.language import LanguageDetection
@@ -131,48 +132,92 @@ def base64_to_file(text: str, out: BinaryIO, max_bytes: int) -> int:
     return written
 
 
-def decode_inputs(inputs: object, max_bytes: int) -> bytes:
-    """Raw bytes, or a base64 string (optionally a ``data:...;base64,`` URL), to bytes."""
+def decode_inputs(inputs: object, max_bytes: int, name: str = "inputs") -> bytes:
+    """Raw bytes, a base64 string (optionally a ``data:...;base64,`` URL), or transformers' samples
+    (``{"raw" or "array": [...], "sampling_rate": 16000}``) to the bytes of an audio file."""
     if isinstance(inputs, (bytes, bytearray, memoryview)):
         data = bytes(inputs)
     elif isinstance(inputs, str):
         buf = io.BytesIO()
         base64_to_file(inputs, buf, max_bytes)
         data = buf.getvalue()
+    elif isinstance(inputs, Mapping):
+        data = samples_to_wav(inputs, max_bytes, name)
     elif inputs is None:
-        raise RequestError("inputs: missing (send the audio file as raw bytes or a base64 string)")
+        raise RequestError(f"{name}: missing (send the audio file as raw bytes or a base64 string)")
     else:
-        raise RequestError(f"inputs: expected audio bytes or a base64 string, got {type(inputs).__name__}")
+        raise RequestError(f"{name}: expected audio bytes, a base64 string or {{\"raw\": samples, \"sampling_rate\": Hz}}, "
+                           f"got {type(inputs).__name__}")
     if not data:
-        raise RequestError("inputs: the upload is empty (0 bytes)")
+        raise RequestError(f"{name}: the upload is empty (0 bytes)")
     if len(data) > max_bytes:
-        raise RequestError(f"inputs: the upload is larger than {max_bytes} bytes", status=413)
+        raise RequestError(f"{name}: the upload is larger than {max_bytes} bytes", status=413)
     return data
+
+
+def samples_to_wav(inputs: Mapping, max_bytes: int, name: str) -> bytes:
+    """transformers' ASR pipeline's dict input (``raw``, or ``array`` as the datasets library names it, and
+    ``sampling_rate``; a dataset row's ``path`` is ignored, as there) as a float WAV file's bytes."""
+    import numpy as np
+    import soundfile as sf
+
+    key = "raw" if "raw" in inputs else "array"
+    unknown = [k for k in inputs if k not in (key, "sampling_rate", "path")]
+    if key not in inputs or "sampling_rate" not in inputs or unknown:
+        raise RequestError(f"{name}: samples come as {{\"raw\": [...], \"sampling_rate\": Hz}}"
+                           + (f" (unknown key '{clip(str(unknown[0]), 40)}')" if unknown else ""))
+    rate = inputs["sampling_rate"]
+    if isinstance(rate, bool) or not isinstance(rate, int) or not 1000 <= rate <= 384000:
+        raise RequestError(f"{name}.sampling_rate: a whole number of Hz from 1000 to 384000, got {clip(repr(rate), 40)}")
+    raw = inputs[key]
+    if isinstance(raw, (list, tuple)) and len(raw) * 4 > max_bytes:
+        raise RequestError(f"{name}: the upload is larger than {max_bytes} bytes", status=413)
+    try:
+        samples = np.asarray(raw, dtype=np.float32)
+    except (TypeError, ValueError):
+        raise RequestError(f"{name}.{key}: expected a list of numbers (samples)") from None
+    if samples.ndim == 2 and min(samples.shape) <= 8:  # channels, either way round: mixed down as a file's are
+        samples = samples if samples.shape[1] <= samples.shape[0] else samples.T
+    elif samples.ndim != 1:
+        raise RequestError(f"{name}.{key}: expected samples (one row per channel), got shape {samples.shape}")
+    if not np.isfinite(samples).all():
+        raise RequestError(f"{name}.{key}: the samples must be finite numbers")
+    buf = io.BytesIO()
+    sf.write(buf, samples, rate, format="WAV", subtype="FLOAT")
+    return buf.getvalue()
 
 
 def error(message: str, status: int) -> dict:
     return {"error": message, "status": status}
 
 
-def timestamp_chunks(segments: list[dict], kind: bool | str) -> list[dict]:
+def timestamp_chunks(segments: list[dict], kind: bool | str, language: str | None = None) -> list[dict]:
     """transformers' ASR pipeline's ``chunks``: ``{"text", "timestamp": (start, end)}`` per segment
-    (``return_timestamps=True``) or per word (``"word"``), so a Hugging Face ASR client reads them."""
-    if kind == "word":
-        words = [w for seg in segments for w in seg.get("words") or []]
-        return [{"text": w.get("word", w.get("text")), "timestamp": (w["start"], w["end"])} for w in words]
-    return [{"text": seg["text"], "timestamp": (seg["start"], seg["end"])} for seg in segments]
+    (``return_timestamps=True``) or per word (``"word"``), so a Hugging Face ASR client reads them; with
+    ``return_language`` (``language``: the transcript's) each names its language, as there ("english"), and
+    without ``return_timestamps`` holds the segment's text and language alone."""
+    chunks = []
+    for seg in segments:
+        said = {"language": language_name(seg.get("language") or language)} if language is not None else {}
+        if kind == "word":
+            chunks += [{"text": w.get("word", w.get("text")), "timestamp": (w["start"], w["end"]), **said}
+                       for w in seg.get("words") or []]
+        else:
+            chunks.append({"text": seg["text"], **({"timestamp": (seg["start"], seg["end"])} if kind else {}), **said})
+    return chunks
 
 
 def response(transcript: Transcript, params: TranscribeParams, request_s: float) -> dict:
     """Text, segments (times, speaker, words), language, timing and speculative facts; ``chunks``
-    when ``return_timestamps`` asks for them."""
+    when ``return_timestamps`` or ``return_language`` asks for them."""
     out = transcript.to_dict()
     out.pop("source", None)
     for seg in out["segments"]:
         seg.pop("tokens", None)
     out["timings"]["request"] = round(request_s, 3)
-    if params.return_timestamps:
-        out["chunks"] = timestamp_chunks(out["segments"], params.return_timestamps)
+    if params.return_timestamps or params.return_language:
+        out["chunks"] = timestamp_chunks(out["segments"], params.return_timestamps,
+                                         (out.get("language") or "") if params.return_language else None)
     if params.formats:
         out["outputs"] = {fmt: render(transcript, fmt, params.layout()) for fmt in params.formats}
     return out
@@ -198,8 +243,8 @@ def _request_error(exc: Exception) -> RequestError:
     return RequestError(f"internal error: {one_line(exc)}", 500)
 
 
-def is_error(result: dict) -> bool:
-    return set(result) == {"error", "status"}
+def is_error(result: dict | list) -> bool:
+    return isinstance(result, dict) and set(result) == {"error", "status"}
 
 
 class Endpoint:
@@ -222,16 +267,29 @@ class Endpoint:
             raise RequestError(f"unknown field '{clip(str(unknown[0]))}' (a request has {' and '.join(REQUEST_FIELDS)})")
         return parse_params(data.get("parameters"), self.transcriber.settings.choices)
 
-    def __call__(self, data: object) -> dict:
+    def __call__(self, data: object) -> dict | list[dict]:
+        """The answer to a request; for a list of ``inputs`` (transformers' pipeline takes a batch so) the list of
+        their answers, transcribed in one pass, or the first failure's error."""
         t0 = time.perf_counter()
         try:
             params = self.parse(data)
-            audio = decode_inputs(data.get("inputs"), self.transcriber.settings.max_upload_bytes)
+            inputs, limit = data.get("inputs"), self.transcriber.settings.max_upload_bytes
+            if not isinstance(inputs, list):
+                return self.transcribe(decode_inputs(inputs, limit), params, t0=t0)
+            if not inputs:
+                raise RequestError("inputs: an empty list (send one audio file, or a list of them)")
+            uploads = [(decode_inputs(item, limit, f"inputs[{i}]"), f"inputs[{i}]") for i, item in enumerate(inputs)]
+            if sum(len(audio) for audio, _ in uploads) > limit:
+                raise RequestError(f"inputs: the uploads are larger than {limit} bytes together", status=413)
         except RequestError as exc:
             return error(str(exc), exc.status)
-        return self.transcribe(audio, params, t0=t0)
+        outcomes = self.run_many(uploads, params)
+        failed = next((o for o in outcomes if isinstance(o, RequestError)), None)
+        if failed is not None:
+            return error(str(failed), failed.status)
+        return [response(t, params, time.perf_counter() - t0) for t in outcomes]
 
-    def predict(self, data: object) -> dict:
+    def predict(self, data: object) -> dict | list[dict]:
         """The answer, or a :class:`RequestError` (one-line message, ``status``) raised for a failure."""
         result = self(data)
         if is_error(result):
