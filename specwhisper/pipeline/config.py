@@ -65,7 +65,7 @@ class RunOptions:
         if self.align_text is not None:
             self.check_alignment()
         if self.multichannel and (self.diarize or self.align_text is not None):
-            clash = "--diarize (or known speakers)" if self.diarize else "--align-text"
+            clash = "diarize (or known speakers)" if self.diarize else "align-text"
             raise ValueError(f"multichannel gives each channel its own speaker: it does not go with {clash}, which "
                              "hears one mix")
         if self.segment_resolution not in ("chunk", "sentence"):
