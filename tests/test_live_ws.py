@@ -172,7 +172,7 @@ BAD_QUERIES = [
     ("?model=large-v3", 400, "is not offered here"),
     ("?language=de", 400, "English-only"),
     ("?task=dance", 400, "parameters.task"),
-    ("?initial_prompt=" + "x" * 2001, 400, "at most 2000 characters"),
+    ("?hotwords=" + "x" * 2001, 400, "at most 2000 characters"),
 ]
 
 

@@ -472,7 +472,7 @@ def _create(client, **overrides):
     ({"model": "gpt-4o-transcribe"}, 404, "The model 'gpt-4o-transcribe' does not exist here", "model", "model_not_found"),
     ({"language": "klingon"}, 400, "unknown language 'klingon'", "language", None),
     ({"temperature": 1.5}, 400, "temperature: must be between 0 and 1, got 1.5", "temperature", None),
-    ({"prompt": "x" * 2001}, 400, "prompt: must be at most 2000 characters, got 2001", "prompt", None),
+    ({"prompt": "x" * 50_001}, 400, "prompt: must be at most 50000 characters, got 50001", "prompt", None),
     ({"extra_body": {"num_speakers": "two"}}, 400, "num_speakers: must be a whole number, got 'two'", "num_speakers", None),
     ({"extra_body": {"colour": "blue"}}, 400, "Unrecognized request argument supplied: colour", "colour", "unknown_parameter"),
     ({"stream": True, "response_format": "verbose_json"}, 400, "for response_format json, text or diarized_json (got verbose_json)",

@@ -473,20 +473,21 @@ def test_logprobs_when_included(server, clips):
 
 def test_a_prompt_spells_the_names(server, eval_root):
     """``transcription.prompt`` (OpenAI's: names, a glossary) is each turn's initial prompt, echoed in the
-    session: the meeting's "Abigail Claflin", which tiny.en hears as "Abigail Classroom"; one over 2000
+    session: the meeting's "Abigail Claflin", which tiny.en hears as "Abigail Classroom"; one over 50 000
     characters gets its error event."""
     item = next(i for i in english_set(eval_root) if i.file.endswith("ES2011a.Headset-0-40s-46s.wav"))
     appends = [json.dumps({"type": "input_audio_buffer.append", "audio": p}) for p in _appends(_pcm24(load_audio(item.path)))]
     texts = {}
-    for prompt in ("", "Claflin", "x" * 2001):
+    long = "the minutes of the last meeting, read aloud. " * 200 + "Claflin"  # 9007 characters: its end is kept
+    for prompt in ("", "Claflin", long, "x" * 50_001):
         update = {"type": "session.update", "event_id": "p", "session": {"type": "transcription", "audio": {"input": {
             "transcription": {"model": "gpt-4o-mini-transcribe", "prompt": prompt}, "turn_detection": None}}}}
-        if len(prompt) > 2000:  # refused: no audio to hear
+        if len(prompt) > 50_000:  # refused: no audio to hear
             received, _ = _raw(server, "?intent=transcription", [json.dumps(update)], until="error")
         else:
             received, _ = _raw(server, "?intent=transcription", [json.dumps(update), *appends,
                                                                   json.dumps({"type": "input_audio_buffer.commit"})], until=COMPLETED)
-        if len(prompt) > 2000:
+        if len(prompt) > 50_000:
             error = next(e for e in received if e["type"] == "error")
             assert error["error"]["param"] == "session.audio.input.transcription.prompt" and "prompt" in error["error"]["message"]
             continue
@@ -494,7 +495,7 @@ def test_a_prompt_spells_the_names(server, eval_root):
         assert answer.session.audio.input.transcription.prompt == prompt
         assert answer.session.audio.input.transcription.model == "gpt-4o-mini-transcribe"  # the deployment's alias
         texts[prompt] = next(e for e in received if e["type"] == COMPLETED)["transcript"]
-    assert "Claflin" in texts["Claflin"] and "Claflin" not in texts[""], texts
+    assert "Claflin" in texts["Claflin"] and "Claflin" in texts[long] and "Claflin" not in texts[""], texts
     assert wer([item.reference], [texts["Claflin"]]) < wer([item.reference], [texts[""]])
 
 

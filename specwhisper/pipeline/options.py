@@ -25,6 +25,10 @@ from specwhisper.messages import printable
 
 MAX_KNOWN_SPEAKERS = 8
 MAX_ALIGN_CHARS = 1_000_000  # about 20 hours of speech
+# an initial prompt is taken whole and its last 223 tokens kept (SpecialTokens.MAX_CONTEXT), as openai-whisper and
+# faster-whisper keep them: apps pass the transcript so far (OpenAI advises the previous chunk's; 25 MB of
+# compressed audio, its upload limit, is about half an hour of speech, 25 000 characters)
+MAX_PROMPT_CHARS = 50_000
 WINDOW_TOKENS = 448  # specwhisper.asr.options.WINDOW_TOKENS (test_options checks they agree)
 DEFAULT_MAX_SECONDS = 12 * 3600.0  # specwhisper.audio.loading.DEFAULT_MAX_SECONDS (test_options checks they agree)
 
@@ -224,7 +228,8 @@ OPTIONS: tuple[Option, ...] = (
            "(sentence: each segment cut at its sentence ends, WhisperX's default; turns word timestamps on)",
            choices=("chunk", "sentence"), live=True),
     Option("initial_prompt", str, None, "text to put before every chunk (before the first with "
-           "--condition-on-previous-text): spellings, names, style", nullable=True, max_chars=2000, live=True),
+           "--condition-on-previous-text): spellings, names, style; its last 223 tokens are kept", nullable=True,
+           max_chars=MAX_PROMPT_CHARS, live=True),
     Option("hotwords", str, None, "words or phrases to favour, put in every chunk's prompt (with "
            "--condition-on-previous-text, before the text that precedes the chunk, as openai-whisper's "
            "carry_initial_prompt)", nullable=True,
