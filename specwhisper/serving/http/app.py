@@ -40,6 +40,7 @@ from urllib.parse import parse_qs
 from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse, Response
 from starlette.exceptions import HTTPException
+from starlette.routing import Match, Route
 
 from specwhisper.serving.http.asr_webservice import add_asr_webservice_routes
 from specwhisper.serving.http.auth import ApiKeyGuard
@@ -180,7 +181,14 @@ def create_app(endpoint: Endpoint, worker: ModelWorker, spool: Spool, limits: Re
             refusal = Refusal(405, f"{request.method} is not allowed on {path} ({ROUTES_HINT})")
         else:
             refusal = Refusal(exc.status_code, str(exc.detail))
-        return refuser(path)(refusal)
+        answer = refuser(path)(refusal)
+        headers = {k.lower(): v for k, v in (exc.headers or {}).items()}  # Starlette's (405: Allow, RFC 9110 15.5.6)
+        if exc.status_code == 405:  # every route's methods on the path, not the first route's alone
+            methods = {m for r in app.router.routes if isinstance(r, Route) and r.matches(request.scope)[0] != Match.NONE
+                       for m in r.methods or ()}
+            headers["allow"] = ", ".join(sorted(methods)) or headers.get("allow", "")
+        answer.headers.update(headers)
+        return answer
 
     app.add_exception_handler(HTTPException, http_error)
 

@@ -30,8 +30,8 @@ import numpy as np
 import soundfile as sf
 from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse, Response
-from transformers.models.whisper.tokenization_whisper import LANGUAGES
 
+from specwhisper.asr.decoding.language import language_name
 from specwhisper.audio.loading import SAMPLE_RATE
 from specwhisper.pipeline.writers import render
 from specwhisper.serving.http.form_upload import receive_form
@@ -133,7 +133,7 @@ def add_asr_webservice_routes(app: FastAPI, uploads: Uploads, refused: Callable[
             await receive(request, path, query)
             await uploads.length(path, FILE_FIELD)  # too long: refused before it is decoded
             found = await uploads.on_worker(request, lambda: endpoint.detect_language(path, params, FILE_FIELD))
-            return JSONResponse({"detected_language": LANGUAGES.get(found.language, found.language),
+            return JSONResponse({"detected_language": found.language and language_name(found.language),
                                  "language_code": found.language, "confidence": found.probability})
 
         return await uploads.answer(handle, refused)

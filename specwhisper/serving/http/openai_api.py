@@ -6,7 +6,8 @@ them) use it as they use OpenAI's: set the client's base URL to ``http://HOST:PO
   ``language`` (of the speech; optional, detected without it), ``prompt``, ``response_format`` (``json``, the default, ``text``,
   ``srt``, ``verbose_json``, ``vtt``; transcriptions also ``diarized_json``), ``temperature`` and
   ``timestamp_granularities[]`` (``segment``, ``word``: only with ``verbose_json``, as OpenAI's) and
-  ``chunking_strategy`` (``auto``, what is done anyway, or ``server_vad`` with a ``threshold``) and
+  ``chunking_strategy`` (``auto``, what is done anyway, or ``server_vad`` with a ``threshold``, in brackets
+  or as a JSON string), ``keywords[]`` (our ``hotwords``), ``languages[]`` (one: our ``language``) and
   ``include[]=logprobs`` (``json`` only, as OpenAI's: ``logprobs``, one entry per word, ``logprob_entries``)
   and ``known_speaker_names[]`` with ``known_speaker_references[]`` (up to 4 clips of one voice, 2 to 30 s, as data URLs: the
   speakers who sound like them are named so, the others keep ``SPEAKER_NN``; diarization turns on).
@@ -23,7 +24,8 @@ unless only ``word`` was asked for, ``words`` when it was); ``diarized_json`` is
 "text", "segments": [{"type", "id", "start", "end", "text", "speaker"}], "usage"}``; ``text``, ``srt`` and
 ``vtt`` come as ``text/plain``. With ``stream=true`` (transcriptions, ``json``, ``text`` or ``diarized_json``)
 the answer is OpenAI's server-sent events (``stream_events``), the text of each segment once it is final
-(``diarized_json``: then each segment with its speaker, once the file is diarized). Every error
+(``diarized_json``: then each segment with its speaker, once the file is diarized); elsewhere ``stream`` is
+ignored, as OpenAI ignores it for ``whisper-1``, and the answer is the format's one answer. Every error
 is ``{"error": {"message", "type", "param", "code"}}`` with its HTTP status. Uploads go through the same
 steps, limits, queue and deadline as ``POST /`` (:mod:`specwhisper.serving.http.uploads`).
 """
@@ -39,8 +41,8 @@ from pathlib import Path
 from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse, PlainTextResponse, Response
 from pydantic import ValidationError
-from transformers.models.whisper.tokenization_whisper import LANGUAGES
 
+from specwhisper.asr.decoding.language import language_name, normalize_language
 from specwhisper.diarize.known import ERROR_PREFIX as KNOWN_SPEAKER_ERROR
 from specwhisper.results.transcript import Transcript, Word, segments_to_dicts
 from specwhisper.pipeline.writers import render
@@ -58,8 +60,10 @@ GRANULARITY_FIELDS = ("timestamp_granularities[]", "timestamp_granularities")
 INCLUDE_FIELDS = ("include[]", "include")
 INCLUDABLE = ("logprobs",)
 SPEAKER_NAME_FIELDS = ("known_speaker_names[]", "known_speaker_names")
+KEYWORD_FIELDS = ("keywords[]", "keywords")  # gpt-transcribe's words to favour: our hotwords
+LANGUAGES_FIELDS = ("languages[]", "languages")  # gpt-transcribe's possible languages: one is our language
 OPENAI_FIELDS = ("model", "language", "prompt", "response_format", "temperature", "stream", "chunking_strategy",
-                 *GRANULARITY_FIELDS, *INCLUDE_FIELDS, *SPEAKER_NAME_FIELDS, *CLIP_FIELDS)
+                 *GRANULARITY_FIELDS, *INCLUDE_FIELDS, *SPEAKER_NAME_FIELDS, *CLIP_FIELDS, *KEYWORD_FIELDS, *LANGUAGES_FIELDS)
 # chunking_strategy's object form, as the clients send it in a form: chunking_strategy[type]=server_vad ...
 VAD_CONFIG = "chunking_strategy["
 VAD_KEYS = ("type", "threshold", "prefix_padding_ms", "silence_duration_ms")
@@ -165,12 +169,8 @@ def openai_request(fields: Mapping[str, list[str]], task: str, choices: Choices)
     stream = (_one(fields, "stream") or "false").lower()
     if stream not in ("true", "1", "false", "0"):
         raise Refusal(400, f"stream: must be true or false, got {short_repr(stream)}", param="stream", code="invalid_value")
-    stream = stream in ("true", "1")
-    if stream and task != "transcribe":
-        raise Refusal(400, "stream: translations do not stream (send stream=false)", param="stream", code="unsupported_value")
-    if stream and response_format not in STREAM_FORMATS:
-        raise Refusal(400, f"stream: streamed answers are text events, for response_format json, text or diarized_json "
-                           f"(got {response_format})", param="stream", code="unsupported_value")
+    # no events for translations nor these formats: ignored, as OpenAI ignores it where it cannot stream (whisper-1)
+    stream = stream in ("true", "1") and task == "transcribe" and response_format in STREAM_FORMATS
     raw: dict[str, object] = {name: value for name in EXTRA_FIELDS if (value := _one(fields, name)) is not None}
     chunking = _chunking(fields)
     for key, name in VAD_NAMES.items():
@@ -182,6 +182,10 @@ def openai_request(fields: Mapping[str, list[str]], task: str, choices: Choices)
     for field, name in (("language", "language"), ("prompt", "initial_prompt"), ("temperature", "temperature")):
         if (value := _one(fields, field)) is not None:
             raw[name] = value
+    if keywords := _keywords(fields, raw.get("hotwords")):
+        raw["hotwords"] = keywords
+    if language := _languages(fields, raw.get("language")):
+        raw["language"] = language
     if known := _known_speakers(fields, task):
         raw["known_speakers"] = known
     if "word" in granularities or included:  # a word's probability comes with its timing
@@ -193,7 +197,12 @@ def openai_request(fields: Mapping[str, list[str]], task: str, choices: Choices)
         params = parse_params(raw, choices)
     except RequestError as exc:
         names = {name: f"chunking_strategy[{key}]" for key, name in VAD_NAMES.items() if name in chunking}
-        raise _parameter_error(exc, {**names, "known_speakers": "known_speaker_references[]"}) from None
+        if keywords:
+            names["hotwords"] = "keywords[]"
+        refusal = _parameter_error(exc, {**names, "known_speakers": "known_speaker_references[]"})
+        if refusal.param == "language" and language and _one(fields, "language") is None:  # named as it was sent
+            refusal.param = "languages[]"
+        raise refusal from None
     if stream and params.postedit:
         raise Refusal(400, "stream: the post-edit needs the whole file first (send stream=false, or no postedit)",
                       param="stream", code="unsupported_value")
@@ -204,6 +213,41 @@ def openai_request(fields: Mapping[str, list[str]], task: str, choices: Choices)
         raise Refusal(400, "stream: speakers come only in diarized_json's segment events (send response_format "
                            "diarized_json, or stream=false)", param="stream", code="unsupported_value")
     return OpenAIRequest(task, response_format, frozenset(granularities), params, stream, bool(included))
+
+
+def _keywords(fields: Mapping[str, list[str]], hotwords: object) -> str | None:
+    """``keywords[]`` as our ``hotwords`` (the words put in every chunk's prompt), joined with ", " as a
+    glossary is written; the same words also given as ``hotwords`` are taken, other words refused."""
+    words = [w.strip() for name in KEYWORD_FIELDS for w in fields.get(name, []) if w.strip()]
+    if not words:
+        return None
+    joined = ", ".join(words)
+    if hotwords is not None and hotwords != joined:
+        raise Refusal(400, f"keywords[] and hotwords say different words ({short_repr(joined)} and "
+                           f"{short_repr(hotwords)}); send one", param="keywords[]", code="invalid_value")
+    return joined
+
+
+def _languages(fields: Mapping[str, list[str]], language: object) -> str | None:
+    """``languages[]`` as our ``language``: Whisper decodes in one language, given or detected among all of
+    its own, so one possible language is taken (it is the language) and several are refused."""
+    given = list(dict.fromkeys(v.strip() for name in LANGUAGES_FIELDS for v in fields.get(name, []) if v.strip()))
+    if not given:
+        return None
+    if len(given) > 1:
+        raise Refusal(400, f"languages[]: one language is taken here, got {len(given)} ({clip(', '.join(given), 60)}); "
+                           "send one, or none to detect it", param="languages[]", code="unsupported_value")
+    if language is not None and _language_code(language) != _language_code(given[0]):  # "en" and "english" agree
+        raise Refusal(400, f"languages[] and language say different languages ({short_repr(given[0])} and "
+                           f"{short_repr(language)}); send one", param="languages[]", code="invalid_value")
+    return given[0]
+
+
+def _language_code(name: object) -> object:
+    try:
+        return normalize_language(name)
+    except ValueError:  # a name no table knows: the language field's own check names it
+        return name
 
 
 def _known_speakers(fields: Mapping[str, list[str]], task: str) -> list[tuple[str, str]]:
@@ -232,6 +276,8 @@ def _chunking(fields: Mapping[str, list[str]]) -> dict[str, object]:
     config = {name[len(VAD_CONFIG):-1]: _one(fields, name) for name in fields if name.startswith(VAD_CONFIG)}
     if strategy is not None and config:
         raise Refusal(400, "chunking_strategy: 'auto' or a server_vad object, not both", param="chunking_strategy")
+    if strategy is not None and strategy.startswith("{"):  # the object as a JSON string, as some clients send it
+        config, strategy = _json_object(strategy), None
     if strategy is not None and strategy != "auto":
         raise invalid_value("chunking_strategy", strategy, ("auto",))
     if not config:
@@ -245,9 +291,17 @@ def _chunking(fields: Mapping[str, list[str]]) -> dict[str, object]:
     return {VAD_NAMES[key]: value for key, value in config.items() if key in VAD_NAMES and value is not None}
 
 
-def language_name(code: str | None) -> str:
-    """OpenAI's ``language``: the full name in lower case ("english"), as Whisper's tables spell it."""
-    return LANGUAGES.get(code, code) if code else ""
+def _json_object(text: str) -> dict[str, str | None]:
+    """A ``chunking_strategy`` sent as a JSON object, its values as the bracket form's strings, so that both
+    forms get the same checks (``null`` is a field not sent)."""
+    try:
+        value = json.loads(text)
+    except (json.JSONDecodeError, RecursionError):
+        value = None
+    if not isinstance(value, dict):
+        raise Refusal(400, f"chunking_strategy: not 'auto' nor a JSON object ({short_repr(text)})",
+                      param="chunking_strategy", code="invalid_value")
+    return {str(k): (v.strip() or None) if isinstance(v, str) else None if v is None else json.dumps(v) for k, v in value.items()}
 
 
 def usage(t: Transcript) -> dict:
@@ -337,7 +391,7 @@ def stream_events(diarized: bool = False, logprobs: bool = False) -> StreamEvent
     """OpenAI's transcription events: ``transcript.text.delta`` for each final segment's text (the deltas
     joined are the text; with ``logprobs`` its words' entries, and all of them in the last event), with
     ``diarized`` a ``transcript.text.segment`` for each segment of the diarized transcript (``diarized_json``'s segments, speakers included) once it is whole, then
-    ``transcript.text.done`` with the whole text and ``usage``, and an error as ``{"error": {...}}``,
+    ``transcript.text.done`` with the whole text, and an error as ``{"error": {...}}``,
     which the ``openai`` client raises."""
     started = [False]
 
@@ -352,8 +406,9 @@ def stream_events(diarized: bool = False, logprobs: bool = False) -> StreamEvent
 
     def done(t: Transcript) -> bytes:
         spoken = b"".join(_event(segment) for segment in _diarized(t)) if diarized else b""
-        return spoken + _event({"type": "transcript.text.done", "text": t.text, **(_logprobs(t) if logprobs else {}),
-                                "usage": usage(t)})
+        # no usage: the event's is OpenAI's token-billed kind alone (transcription_text_done_event.Usage), and a
+        # typed client refuses the duration kind the other answers carry
+        return spoken + _event({"type": "transcript.text.done", "text": t.text, **(_logprobs(t) if logprobs else {})})
 
     def error(refusal: Refusal) -> bytes:
         return _event({"type": "error", "error": {"message": clip(str(refusal)), "type": error_type(refusal.status),

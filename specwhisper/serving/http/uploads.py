@@ -14,6 +14,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import math
 from collections.abc import Awaitable, Callable
@@ -192,6 +193,7 @@ class Uploads:
             answer.result()  # the failure (a RequestError) before any audio was decoded
 
         async def body():
+            get: asyncio.Future | None = None
             try:
                 async with asyncio.timeout(max(0.0, self.limits.request_timeout_s - (loop.time() - t0))):
                     while not answer.done() or not queue.empty():
@@ -208,6 +210,10 @@ class Uploads:
                 if not answer.done():  # the client went away (the event could not be sent) or the deadline passed
                     token.cancel()
                     answer.cancel()
+                if get is not None and not get.done():  # a pending get left behind is logged as destroyed when collected
+                    get.cancel()
+                    with contextlib.suppress(asyncio.CancelledError):
+                        await get
 
         return StreamingResponse(body(), media_type="text/event-stream", headers={"cache-control": "no-cache"})
 
