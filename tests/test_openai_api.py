@@ -228,6 +228,11 @@ def test_channels_as_speakers(client, eval_root):
                                                 response_format="verbose_json", extra_body={"multichannel": True})
     said = {s["speaker"]: s["text"] for s in answer.model_dump()["segments"]}
     assert sorted(said) == ["CHANNEL_1", "CHANNEL_2"] and "horizon" in said["CHANNEL_2"].lower(), said
+    # diarized_json's speakers are the channels too (no diarizer runs: the channels are the speakers)
+    diarized = client.audio.transcriptions.create(file=("call.wav", item.path.read_bytes()), model="tiny.en",
+                                                  response_format="diarized_json", extra_body={"multichannel": True})
+    assert isinstance(diarized, TranscriptionDiarized)
+    assert {s.speaker: s.text for s in diarized.segments} == {k: v.strip() for k, v in said.items()}
 
 
 def _data_url(path) -> str:

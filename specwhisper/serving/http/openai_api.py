@@ -190,9 +190,11 @@ def openai_request(fields: Mapping[str, list[str]], task: str, choices: Choices)
         raw["known_speakers"] = known
     if "word" in granularities or included:  # a word's probability comes with its timing
         raw["word_timestamps"] = True
-    if response_format == "diarized_json":
+    channels = str(raw.get("multichannel", False)).lower() in ("true", "1")
+    if response_format == "diarized_json" and not channels:  # its speakers: the diarizer's, or each channel's
         if str(raw.setdefault("diarize", True)).lower() in ("false", "0"):
-            raise Refusal(400, "diarize: diarized_json needs diarization (drop diarize=false)", param="diarize")
+            raise Refusal(400, "diarize: diarized_json needs diarization, or multichannel (drop diarize=false)",
+                          param="diarize")
     try:
         params = parse_params(raw, choices)
     except RequestError as exc:
