@@ -155,6 +155,10 @@ NOT_HTTP_SUPPRESS = {"http": SUPPRESS_WHERE, "ui": SUPPRESS_WHERE}
 TOKENS_WHERE = "a set per request would make and keep decoding rules per set: the command line and the Python API take it"
 NOT_HTTP_SUPPRESS_TOKENS = {"http": TOKENS_WHERE, "ui": TOKENS_WHERE}
 
+# where transformers' ASR pipeline's own request fields are not taken
+TRANSFORMERS_ONLY = {"cli": "a field of transformers' ASR pipeline's requests", "api": "a field of transformers' ASR "
+                     "pipeline's requests", "ui": "a field of transformers' ASR pipeline's requests"}
+
 OPTIONS: tuple[Option, ...] = (
     # ---------------------------------------------------------------- models (what loads)
     Option("model", str, "base", "Whisper model: the embedded 'base' or 'tiny.en', an openai or distil-whisper name "
@@ -358,6 +362,18 @@ OPTIONS: tuple[Option, ...] = (
            not_in={"cli": "the transformers pipeline's answer shape; the CLI writes segments and words to json",
                    "api": "the transformers pipeline's answer shape; a Transcription has segments and words",
                    "ui": "the transformers pipeline's answer shape; the page shows segments"}),
+    Option("return_language", bool, False, "transformers' ASR pipeline field: each of its 'chunks' names its "
+           "language ('english'); alone, 'chunks' of text and language", scope="output", group="outputs",
+           not_in=TRANSFORMERS_ONLY),
+    # transformers' pipeline's own settings, taken as it takes them for Whisper: checked, no effect
+    Option("stride_length_s", str, None, "transformers' ASR pipeline field: the overlap of its chunks (seconds, or "
+           "[left, right]); no effect: chunks here are cut at pauses and do not overlap", nullable=True,
+           scope="output", group="outputs", not_in=TRANSFORMERS_ONLY),
+    Option("ignore_warning", bool, False, "transformers' ASR pipeline field: silences its chunking warning; no effect "
+           "(none here)", scope="output", group="outputs", not_in=TRANSFORMERS_ONLY),
+    Option("decoder_kwargs", str, None, "transformers' ASR pipeline field: a CTC model's language-model decoder's "
+           "settings; no effect for Whisper, as there", nullable=True, scope="output", group="outputs",
+           not_in=TRANSFORMERS_ONLY),
 )
 
 BY_NAME: dict[str, Option] = {o.name: o for o in OPTIONS}

@@ -80,16 +80,10 @@ class _ParamsBase(BaseModel):
     model_config = ConfigDict(extra="forbid", coerce_numbers_to_str=True)  # ?initial_prompt=1961 arrives as int 1961
 
     return_timestamps: bool | Literal["word"] = Field(False, description="transformers' ASR pipeline: add `chunks`")
-    return_language: bool = Field(False, description="transformers' ASR pipeline: each of `chunks` names its "
-                                  "language (`english`); `chunks` without times when alone")
-    # transformers' pipeline's own settings, taken as it takes them for Whisper
-    stride_length_s: float | tuple[float, float] | None = Field(
-        None, description="transformers' ASR pipeline: the overlap of its chunks; no effect: chunks here are cut at "
-                          "pauses and do not overlap")
-    ignore_warning: bool = Field(False, description="transformers' ASR pipeline: silences its chunking warning; no "
-                                 "effect (none here)")
-    decoder_kwargs: dict | None = Field(None, description="transformers' ASR pipeline: a CTC model's language-model "
-                                        "decoder's; no effect for Whisper, as there")
+    return_language: bool = Field(False, description=BY_NAME["return_language"].help)
+    stride_length_s: float | tuple[float, float] | None = Field(None, description=BY_NAME["stride_length_s"].help)
+    ignore_warning: bool = Field(False, description=BY_NAME["ignore_warning"].help)
+    decoder_kwargs: dict | None = Field(None, description=BY_NAME["decoder_kwargs"].help)
     formats: list[Format] = Field(default_factory=list, description="rendered outputs to return")
 
     @field_validator("*", mode="before")
