@@ -161,7 +161,20 @@ def test_commits_and_bad_events(server, clips):
                 "session.audio.input.transcription.language"),
                ({"type": "session.update", "event_id": "s7", "session": {"type": "transcription", "audio": {"input": {
                    "turn_detection": {"type": "semantic_vad", "eagerness": "eager"}}}}}, "invalid_value",
-                "session.audio.input.turn_detection.eagerness")]
+                "session.audio.input.turn_detection.eagerness"),
+               # values of the wrong kind, which ended the session with a 500 and a traceback in the log
+               ({"type": "session.update", "event_id": "s8", "session": {"type": "transcription", "audio": {"input": {
+                   "turn_detection": {"type": "server_vad", "silence_duration_ms": float("inf")}}}}}, "invalid_value",
+                "session.audio.input.turn_detection"),
+               ({"type": "session.update", "event_id": "s9", "session": {"type": "transcription", "audio": {"input": {
+                   "transcription": {"model": ["whisper-1"]}}}}}, "invalid_value", "session.audio.input.transcription.model"),
+               ({"type": "session.update", "event_id": "s10", "session": {"type": "transcription", "audio": {"input": {
+                   "turn_detection": {"type": "semantic_vad", "eagerness": ["low"]}}}}}, "invalid_value",
+                "session.audio.input.turn_detection.eagerness"),
+               ({"type": "session.update", "event_id": "s11", "session": {"type": "transcription", "audio": {"input": {
+                   "format": {"type": ["audio/pcm"]}}}}}, "invalid_value", "session.audio.input.format"),
+               ({"type": "transcription_session.update", "event_id": "s12", "session": {"input_audio_format": {"pcm16": 1}}},
+                "invalid_value", "session.audio.input.format")]
         for event, _, _ in bad:
             connection.send(event)
         for (event, code, param) in bad:
@@ -220,6 +233,7 @@ def _fatal(received: list[dict], code: int | None, close: int, fragment: str) ->
     error = received[-1]
     assert error["type"] == "error" and fragment in error["error"]["message"], received
     assert "\n" not in error["error"]["message"] and code == close, (code, received)
+    RealtimeErrorEvent.model_validate(error)  # the schema's own check: a server event has its event_id
 
 
 @pytest.mark.parametrize("query, fragment", [("?intent=conversation", "transcription sessions only"),

@@ -142,6 +142,10 @@ def updated(config: SessionConfig, session: object, choices) -> SessionConfig:
         prompt = t.get("prompt") or ""
         if not isinstance(prompt, str):
             raise EventError(f"prompt must be a string, got {short_repr(prompt)}", param="session.audio.input.transcription.prompt")
+        for key in ("model", "language"):
+            if not isinstance(t.get(key) or "", str):
+                raise EventError(f"{key} must be a string, got {short_repr(t[key])}",
+                                 param=f"session.audio.input.transcription.{key}")
         config = replace(config, model=t.get("model") or ALIAS, language=t.get("language") or None, prompt=prompt)
     if "turn_detection" in entry:
         config = replace(config, turns=_turns(entry["turn_detection"]))
@@ -155,7 +159,7 @@ def format_of(session: object) -> InputFormat | None:
     fmt = _input(session).get("format")
     if fmt is None:
         return None
-    if not isinstance(fmt, dict) or fmt.get("type") not in FORMATS:
+    if not isinstance(fmt, dict) or not isinstance(fmt.get("type"), str) or fmt["type"] not in FORMATS:
         raise EventError(f"the input format must be one of {', '.join(FORMATS)}, got {short_repr(fmt)}",
                          param="session.audio.input.format")
     chosen = FORMATS[fmt["type"]]
@@ -173,7 +177,7 @@ def from_beta(session: object) -> object:
     entry: dict = {}
     if session.get("input_audio_format") is not None:
         fmt = session["input_audio_format"]
-        entry["format"] = BETA_FORMATS[fmt].to_json() if fmt in BETA_FORMATS else {"type": fmt}
+        entry["format"] = BETA_FORMATS[fmt].to_json() if isinstance(fmt, str) and fmt in BETA_FORMATS else {"type": fmt}
     if "input_audio_transcription" in session:
         entry["transcription"] = session["input_audio_transcription"]
     if "turn_detection" in session:
@@ -217,12 +221,12 @@ def _turns(detection: object) -> TurnSettings | None:
                          param=param)
     if detection["type"] == "semantic_vad":  # create_response, interrupt_response: a transcription session makes no responses
         eagerness = detection.get("eagerness") or "auto"
-        if eagerness not in EAGERNESS_WAIT_MS:
+        if not isinstance(eagerness, str) or eagerness not in EAGERNESS_WAIT_MS:
             raise EventError(f"eagerness must be one of {', '.join(EAGERNESS_WAIT_MS)}, got {short_repr(eagerness)}",
                              param=f"{param}.eagerness")
         return TurnSettings(eagerness=eagerness)
     kept = {k: detection[k] for k in ("threshold", "prefix_padding_ms", "silence_duration_ms") if detection.get(k) is not None}
     try:
         return TurnSettings(**{k: (float(v) if k == "threshold" else int(v)) for k, v in kept.items()})
-    except (TypeError, ValueError) as exc:
+    except (TypeError, ValueError, OverflowError) as exc:  # OverflowError: 1e400 or Infinity as a whole number
         raise EventError(f"turn_detection: {one_line(exc)}", param=param) from None

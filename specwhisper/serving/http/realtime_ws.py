@@ -297,8 +297,9 @@ def error_event(exc: EventError) -> dict:
 async def end_with(ws: WebSocket, error: LiveError) -> None:
     """The session's last event, an error, then the close (``/v1/live``'s codes)."""
     kind = "server_error" if error.status >= 500 else "invalid_request_error"
-    await send_json(ws, {"type": "error", "error": {"type": kind, "code": str(error.status), "message": clip(str(error)),
-                                                    "param": None, "event_id": None}})
+    # a server event's own event_id is required (openai's RealtimeErrorEvent); error.event_id names a client's event
+    await send_json(ws, {"event_id": f"event_{uuid.uuid4().hex[:20]}", "type": "error", "error": {
+        "type": kind, "code": str(error.status), "message": clip(str(error)), "param": None, "event_id": None}})
     await close(ws, CLOSE_CODES.get(error.status, 1011))
 
 
