@@ -258,12 +258,14 @@ def test_a_backlog_past_the_window_loses_no_speech(eager, eval_root):
 
 
 class _Instant:
-    """A WebSocket whose frames are all there at once; records when each was asked for."""
+    """A WebSocket whose frames are all there at once (then nothing more comes); records when each was asked for."""
 
     def __init__(self, frames: list):
         self.frames, self.asked = list(frames), []
 
     async def receive(self) -> dict:
+        if not self.frames:
+            await asyncio.sleep(3600)
         self.asked.append(time.monotonic())
         frame = self.frames.pop(0)
         return {"type": "websocket.receive", "bytes" if isinstance(frame, bytes) else "text": frame}
@@ -271,14 +273,41 @@ class _Instant:
 
 def test_reading_is_paced_by_the_wall_clock():
     """The receiver alone (no model, so no compute time hides the pace): after a 0.5 s burst, frame k
-    (0.25 s each) is read no earlier than k * 0.25 - 0.5 s after the first."""
+    (0.25 s each) is taken no earlier than k * 0.25 - 0.5 s after the first, while the socket is read on
+    ahead of it (keepalive pings answered, a close noticed: test_a_client_gone_far_ahead_frees_its_stream)."""
     ws = _Instant([b"\x00\x00" * 4000] * 12 + [END])
     stream = LiveStream(ws, worker=None, limits=LiveLimits(max_ahead_s=0.5), max_audio_s=60, dtype=np.dtype("<i2"))
+    taken, add = [], stream._add
+    stream._add = lambda samples: (taken.append(time.monotonic()), add(samples))
     asyncio.run(stream.receive())
     assert stream.inbox.ended and stream.inbox.received_s == 3.0 and stream.inbox.error is None
-    for k, t in enumerate(ws.asked[:12]):
-        assert t - ws.asked[0] >= k * 0.25 - 0.5 - 0.01, (k, t - ws.asked[0])
-    assert ws.asked[12] - ws.asked[0] < 3.0  # and not slower than the clock
+    for k, t in enumerate(taken):
+        assert t - taken[0] >= k * 0.25 - 0.5 - 0.01, (k, t - taken[0])
+    assert taken[-1] - taken[0] < 3.0  # and not slower than the clock
+    assert ws.asked[12] - ws.asked[0] < 1.0  # every frame was read long before it was taken
+
+
+def test_a_client_gone_far_ahead_frees_its_stream(strict, speech):
+    """A client sending 5.5 s at once in 0.1 s frames (STRICT lets it be 1 s ahead): its frames are read at
+    once and wait, its keepalive ping is answered, and once it leaves its stream's slot is free at once: two
+    new streams are both taken (with the reader stopped, TCP held its sends and ping until the clock caught
+    up, then the slot stayed taken: the openai client's keepalive timed out that way)."""
+    audio, _ = speech
+
+    async def run() -> float:
+        t0 = time.monotonic()
+        async with connect(_url(strict, "?format=f32le&sample_rate=16000"), ping_interval=None) as ws:
+            for frame in _pcm(audio[: int(5.5 * RATE)], piece_s=0.1, fmt="f32le"):  # as the openai client sends it
+                await ws.send(frame)
+            await asyncio.wait_for(await ws.ping(), 2.0)
+        while True:  # the update in hand when it left ends first (0.3 s here)
+            answers = await asyncio.gather(*(_session(_url(strict), [END]) for _ in range(2)))
+            if all(code == 1000 and messages[-1]["type"] == "final" for messages, code in answers):
+                return time.monotonic() - t0
+            await asyncio.sleep(0.1)
+
+    # not held back in its sends, then gone: the clock would catch up 4.5 s after the sends
+    assert asyncio.run(run()) < 2.5
 
 
 def test_live_limits_from_the_environment():

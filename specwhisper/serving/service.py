@@ -57,7 +57,7 @@ class LiveLimits:
 
     max_streams: int = 2  # open live sockets; each re-decodes every second or two on the one model worker
     idle_timeout_s: float = 20.0  # a stream that sends nothing for this long is closed
-    max_ahead_s: float = 10.0  # audio may run this far ahead of the wall clock; reading pauses beyond
+    max_ahead_s: float = 10.0  # audio may run this far ahead of the wall clock; what comes next waits beyond
     # one WebSocket message; bigger: closed by the protocol (1009). OpenAI's Realtime API takes appends of up to
     # 15 MiB, so an app may send a file in one (8.7 min of /v1/live's s16le)
     max_frame_bytes: int = 16 * 2**20

@@ -39,8 +39,9 @@ model worker queue full at connect     error 503                                
 =====================================  =====================================================  =====
 
 A client faster than real time is throttled, not refused: once its audio runs ``max_ahead_s`` ahead of
-the wall clock since its first frame, the server stops reading until the clock catches up (the
-protocol reads no further frame before the application took the last one, so TCP holds the sender).
+the wall clock since its first frame, what it sends next is taken when the clock catches up; the socket
+is read meanwhile, up to ``max_frame_bytes`` ahead (keepalive pings answered, a client that left noticed:
+``Pacing``), and past that TCP holds the sender.
 
 The model. Every update, like every HTTP request, runs on the server's one model worker thread
 (:mod:`specwhisper.serving.worker`), so a live stream never runs the model at the same time as a
@@ -59,6 +60,7 @@ import contextlib
 import json
 import logging
 import time
+from collections import deque
 from collections.abc import Awaitable, Callable, Iterator
 from dataclasses import dataclass, field
 from typing import TypeVar
@@ -192,10 +194,10 @@ class LiveStream:
 
     async def receive(self) -> None:
         """Read frames into the inbox until the end, the length limit, an error or the client's close."""
-        box, pacing = self.inbox, Pacing(self.limits.max_ahead_s)
+        box, pacing = self.inbox, Pacing(self.limits.max_ahead_s, self.limits.max_frame_bytes)
         with receiving(box, "live stream"):
             while not box.ended:
-                message = await next_message(self.ws, self.limits.idle_timeout_s, "audio")
+                message = await pacing.next(self.ws, self.limits.idle_timeout_s, "audio")
                 if message["type"] == "websocket.disconnect":
                     box.gone = True
                     return
@@ -203,7 +205,7 @@ class LiveStream:
                     box.ended = is_end(message["text"])
                 elif message.get("bytes") is not None:
                     self._add(to_samples(message["bytes"], self.dtype))
-                    await pacing.hold(box.received_s)
+                    await pacing.hold(box.received_s, self.ws)
                 box.changed.set()
 
     def _add(self, samples: np.ndarray) -> None:
@@ -289,17 +291,54 @@ async def next_message(ws: WebSocket, idle_s: float, what: str, busy: Callable[[
 @dataclass
 class Pacing:
     """A client faster than real time is throttled: once its audio runs ``max_ahead_s`` ahead of the
-    wall clock since its first audio, the reader waits (reading nothing) until the clock catches up."""
+    wall clock since its first audio, what it sends next is taken when the clock catches up. The socket is
+    read meanwhile (``hold``), up to ``read_ahead_bytes`` of messages kept in order (``next`` hands them
+    out): uvicorn's protocol reads no frame while a message waits for the application, so a reader that
+    stopped reading left the client's keepalive pings unanswered (the openai client closed at 40 s, 1011
+    keepalive ping timeout, its text lost) and a client gone unnoticed, its stream's slot taken, until the
+    clock caught up (92 s after two clients left 100 s ahead: every other client refused)."""
 
     max_ahead_s: float
+    read_ahead_bytes: int = 16 * 2**20
     first: float | None = None
+    early: deque = field(default_factory=deque)
+    early_bytes: int = 0
 
-    async def hold(self, received_s: float) -> None:
-        now = asyncio.get_running_loop().time()
-        self.first = now if self.first is None else self.first
-        ahead = received_s - (now - self.first)
-        if ahead > self.max_ahead_s:
-            await asyncio.sleep(ahead - self.max_ahead_s)
+    async def next(self, ws: WebSocket, idle_s: float, what: str, busy: Callable[[], bool] = lambda: False) -> dict:
+        """The socket's next message: one read ahead, a disconnect read ahead first (what came before it would
+        only be decoded for no one), or ``next_message``'s."""
+        if any(m["type"] == "websocket.disconnect" for m in self.early):
+            self.early.clear()
+            return {"type": "websocket.disconnect"}
+        if self.early:
+            message = self.early.popleft()
+            self.early_bytes -= _size(message)
+            return message
+        return await next_message(ws, idle_s, what, busy)
+
+    async def hold(self, received_s: float, ws: WebSocket) -> None:
+        """Wait until ``received_s`` of audio is at most ``max_ahead_s`` ahead of the clock, reading ahead."""
+        loop = asyncio.get_running_loop()
+        self.first = loop.time() if self.first is None else self.first
+        until = self.first + received_s - self.max_ahead_s
+        while (left := until - loop.time()) > 0:
+            if self.early_bytes >= self.read_ahead_bytes:  # far ahead: TCP holds the sender, as it always did
+                await asyncio.sleep(left)
+                return
+            receive = asyncio.ensure_future(ws.receive())
+            done, _ = await asyncio.wait({receive}, timeout=left)
+            if not done:
+                receive.cancel()
+                return
+            message = receive.result()
+            self.early.append(message)
+            self.early_bytes += _size(message)
+            if message["type"] == "websocket.disconnect":
+                return
+
+
+def _size(message: dict) -> int:
+    return len(message.get("bytes") or message.get("text") or "")
 
 
 async def on_worker(worker: ModelWorker, job: Callable[[], T]) -> T:

@@ -58,7 +58,7 @@ from specwhisper.audio.loading import SAMPLE_RATE
 from specwhisper.live.stream import LiveError, StreamingTranscriber, StreamUpdate
 from specwhisper.live.turns import TurnDetector
 from specwhisper.results.words import SENTENCE_END
-from specwhisper.serving.http.live_ws import (CLOSE_CODES, Pacing, StreamSlots, close, guarded, next_message, on_worker,
+from specwhisper.serving.http.live_ws import (CLOSE_CODES, Pacing, StreamSlots, close, guarded, on_worker,
                                               open_stream, opened, receiving, send_json, stream_engine)
 from specwhisper.serving.http.openai_api import logprob_entries
 from specwhisper.serving.http.realtime_config import (EventError, InputFormat, SessionConfig, checked, format_of, from_beta,
@@ -369,11 +369,11 @@ class RealtimeSession:
                 return
 
     async def receive(self) -> None:
-        box, pacing = self.inbox, Pacing(self.limits.max_ahead_s)
+        box, pacing = self.inbox, Pacing(self.limits.max_ahead_s, self.limits.max_frame_bytes)
         with receiving(box, "realtime session"):
             while not box.over_limit:
                 # a client waiting for its transcript is not idle
-                message = await next_message(self.ws, self.limits.idle_timeout_s, "event",
+                message = await pacing.next(self.ws, self.limits.idle_timeout_s, "event",
                                              busy=lambda: box.working or bool(box.actions))
                 if message["type"] == "websocket.disconnect":
                     box.gone = True
@@ -384,7 +384,7 @@ class RealtimeSession:
                     action = ("event", error_event(exc))
                 if action[0] == "audio":
                     action = self._within_limit(action)
-                    await pacing.hold(box.received_s)
+                    await pacing.hold(box.received_s, self.ws)
                 box.actions.append(action)
                 if box.over_limit:
                     box.actions.append(("end",))
