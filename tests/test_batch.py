@@ -203,6 +203,33 @@ def test_folder_resume_changed_file_and_retry(run_cli, eval_root, tmp_path):
     assert _rows(out)["talk.mp3"]["completions"] == 1 and not (out / "sub" / "lj.srt").exists()
 
 
+def test_output_names_hold_across_runs_and_folders(run_cli, eval_root, tmp_path):
+    """Two recorders' folders, each with its ZOOM0001.WAV, transcribed into one output folder: the second is
+    ZOOM0001-2 and the first's transcript stays (it was overwritten while the database called both done); and a
+    talk.mp3 added beside a done talk.mp3.wav does not take the name of its outputs (tiny.en)."""
+    day1 = _copy(eval_root, tmp_path / "day1", {"ZOOM0001.WAV": "lhotse/LJ002-0020.wav"})
+    day2 = _copy(eval_root, tmp_path / "day2", {"ZOOM0001.WAV": "coqui-tts-ljspeech/LJ001-0002.wav"})
+    out = tmp_path / "out"
+    for folder in (day1, day2):
+        code, _, err = run_cli(folder, "-o", out, "-f", "txt", "-m", "tiny.en")
+        assert code == 0, err
+    first, second = (out / "ZOOM0001.txt").read_text(), (out / "ZOOM0001-2.txt").read_text()
+    assert "1813" in first and "modern" in second.lower(), (first, second)
+    code, _, err = run_cli(day1, "-o", out, "-f", "txt", "-m", "tiny.en")
+    assert code == 0 and "1 files: 0 done, 1 already done" in err, err
+    assert (out / "ZOOM0001.txt").read_text() == first
+
+    names = _copy(eval_root, tmp_path / "names", {"talk.mp3.wav": "coqui-tts-ljspeech/LJ001-0002.wav"})
+    code, _, err = run_cli(names, "-o", tmp_path / "named", "-f", "txt", "-m", "tiny.en")
+    assert code == 0, err
+    kept = (tmp_path / "named" / "talk.mp3.txt").read_text()
+    _copy(eval_root, names, {"talk.mp3": "mfa/common_voice_en_22058264.mp3", "talk.wav": "lhotse/LJ002-0020.wav"})
+    code, _, err = run_cli(names, "-o", tmp_path / "named", "-f", "txt", "-m", "tiny.en")
+    assert code == 0 and "3 files: 2 done, 1 already done" in err, err
+    assert (tmp_path / "named" / "talk.mp3.txt").read_text() == kept
+    assert sorted(p.name for p in (tmp_path / "named").glob("*.txt")) == ["talk.mp3-2.txt", "talk.mp3.txt", "talk.wav.txt"]
+
+
 def test_empty_folder_and_bad_output_dirs(run_cli, cli_run, tmp_path):
     empty = tmp_path / "empty"
     empty.mkdir()

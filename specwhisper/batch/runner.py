@@ -26,7 +26,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from specwhisper.batch.engine import Finished, GroupLimits, LocalEngine, Started
-from specwhisper.batch.inputs import InputError, Job, find_inputs, make_jobs, with_texts
+from specwhisper.batch.inputs import InputError, Job, find_inputs, make_jobs, settle_stems, with_texts
 from specwhisper.pipeline.config import PipelineConfig, RunOptions
 from specwhisper.batch.jobs import JobDB, JobRecord, file_sha256
 from specwhisper.pipeline.writers import OutputDirError, check_output_dir, overwrites_text, write_outputs
@@ -343,6 +343,7 @@ def run_batch(
         retry, seen = cfg.retry_failed, set()
         while True:
             jobs = make_jobs(cfg.input_dir, settled.of(files) if settled else files, cfg.output_dir)
+            jobs = settle_stems(jobs, {r.path: r.outputs for r in db.records()})
             if cfg.text_dir is not None:
                 jobs = with_texts(jobs, cfg.text_dir)
                 check_texts(jobs, cfg.formats)
