@@ -26,6 +26,9 @@ REPO = Path(__file__).resolve().parent.parent
 JFK_REF = "And so my fellow Americans ask not what your country can do for you, ask what you can do for your country."
 
 
+LONG = "interview-" + "y" * 240  # a file name's stem near the file system's 255 bytes
+
+
 def _rows(out: Path) -> dict[str, dict]:
     """The job database's rows by input path under the folder; {} while it does not exist yet."""
     if not (out / DB_NAME).exists():
@@ -230,6 +233,33 @@ def test_output_names_hold_across_runs_and_folders(run_cli, eval_root, tmp_path)
     assert sorted(p.name for p in (tmp_path / "named").glob("*.txt")) == ["talk.mp3-2.txt", "talk.mp3.txt", "talk.wav.txt"]
 
 
+def test_a_name_of_250_bytes_is_transcribed_and_redone(run_cli, eval_root, tmp_path):
+    """A valid file name near the file system's 255 bytes: its outputs' working files (temp files, the
+    earlier run's kept copies, the checkpoint) fit beside them ("File name too long" failed the file)."""
+    stem = LONG
+    src = _copy(eval_root, tmp_path / "in", {stem + ".wav": "coqui-tts-ljspeech/LJ001-0002.wav"})
+    out = tmp_path / "out"
+    for extra in ((), ("--beam-size", "2")):  # the second redoes it, replacing the first's outputs
+        code, _, err = run_cli(src, "-o", out, "-f", "txt", "-m", "tiny.en", *extra)
+        assert code == 0 and "1 done" in err, err
+        assert "modern" in (out / f"{stem}.txt").read_text().lower()
+    assert sorted(p.name for p in out.iterdir() if p.name != DB_NAME and not p.name.startswith(DB_NAME)) == [f"{stem}.txt"]
+
+
+def test_a_job_database_that_fails_after_it_opens_is_one_line(run_cli, eval_root, tmp_path):
+    """A database page corrupted after a run (a full disk and another program's lock fail alike): the
+    rerun's error is one line, exit 2, not sqlite3's traceback."""
+    src = _copy(eval_root, tmp_path / "in", {"lj.wav": "coqui-tts-ljspeech/LJ001-0002.wav"})
+    out = tmp_path / "out"
+    code, _, err = run_cli(src, "-o", out, "-f", "txt", "-m", "tiny.en")
+    assert code == 0, err
+    db = out / DB_NAME
+    db.write_bytes(db.read_bytes()[:4096] + b"\xff" * (db.stat().st_size - 4096))
+    code, _, err = run_cli(src, "-o", out, "-f", "txt", "-m", "tiny.en")
+    assert code == 2 and _error_lines(err) == [f"transcribe: error: {db}: the job database failed (database disk image "
+                                               "is malformed); the files done so far are recorded"], err
+
+
 def test_empty_folder_and_bad_output_dirs(run_cli, cli_run, tmp_path):
     empty = tmp_path / "empty"
     empty.mkdir()
@@ -404,6 +434,7 @@ def test_ray_engine_two_workers(run_cli, eval_root, tmp_path):
         "lj.wav": "coqui-tts-ljspeech/LJ001-0002.wav",
         "fleurs.ogg": "cuttledoc-fleurs/fleurs-en-004.ogg",
         "broken.wav": "text:this is not audio",
+        LONG + ".wav": "lhotse/LJ002-0020.wav",  # a worker's copy of it was past 255 bytes: every run stopped
     })
     code, _, err = run_cli(src, "-o", tmp_path / "local", "-f", "txt,json", "-q", "-m", "tiny.en")
     assert code == 1, err
@@ -417,11 +448,11 @@ def test_ray_engine_two_workers(run_cli, eval_root, tmp_path):
     assert len(errors) == 1 and "broken.wav" in errors[0]
     rows = _rows(out)
     assert {r: v["state"] for r, v in rows.items()} == {
-        "jfk.wav": "done", "talk.mp3": "done", "lj.wav": "done", "fleurs.ogg": "done", "broken.wav": "failed"}
+        "jfk.wav": "done", "talk.mp3": "done", "lj.wav": "done", "fleurs.ogg": "done", "broken.wav": "failed", LONG + ".wav": "done"}
     assert all(v["completions"] == 1 for r, v in rows.items() if r != "broken.wav")
     assert killed and any(v["attempts"] == 2 for v in rows.values()), rows
     _assert_outputs_valid(out, rows)
-    for name in ("jfk", "talk", "lj", "fleurs"):
+    for name in ("jfk", "talk", "lj", "fleurs", LONG):
         assert (out / f"{name}.txt").read_text() == (tmp_path / "local" / f"{name}.txt").read_text()
 
     # Resuming on Ray: nothing left to do, nothing redone (in this process: with nothing to do no Ray starts)
@@ -433,7 +464,7 @@ def test_ray_engine_two_workers(run_cli, eval_root, tmp_path):
     # same worker, its model loaded once; Ctrl-C while it waits ends the run (exit 1: broken.wav failed before)
     proc = _start(src, out, "--engine", "ray", "--workers", "1", "-m", "tiny.en", "--watch", "0.5")
     workers = []
-    for n, name in enumerate(("jfk2.wav", "lj2.wav"), start=5):
+    for n, name in enumerate(("jfk2.wav", "lj2.wav"), start=6):
         shutil.copy(src / name.replace("2", ""), src / name)
         _wait_done(proc, out, n)
         workers.append({p for p, cmd in _descendants(proc.pid).items() if cmd.startswith("ray::BatchWorker")})

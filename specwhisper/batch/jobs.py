@@ -109,16 +109,30 @@ class JobDB:
         self._write_many(sql, [params])
 
     def _write_many(self, sql: str, rows: list[tuple | list]) -> None:
-        with self._conn:  # one transaction; committed when the block ends, rolled back on error
-            self._conn.execute("BEGIN IMMEDIATE")
-            self._conn.executemany(sql, rows)
+        try:
+            with self._conn:  # one transaction; committed when the block ends, rolled back on error
+                self._conn.execute("BEGIN IMMEDIATE")
+                self._conn.executemany(sql, rows)
+        except sqlite3.Error as exc:
+            raise self._failed(exc) from None
+
+    def _read(self, sql: str, params: tuple = ()) -> list[sqlite3.Row]:
+        try:
+            return self._conn.execute(sql, params).fetchall()
+        except sqlite3.Error as exc:
+            raise self._failed(exc) from None
+
+    def _failed(self, exc: sqlite3.Error) -> JobDBError:
+        """A database that opened and then failed (a full disk, a corrupt page, another program's lock held
+        past the 30 s timeout), as one line."""
+        return JobDBError(f"{self.path}: the job database failed ({exc}); the files done so far are recorded")
 
     def get(self, path: str) -> JobRecord | None:
-        row = self._conn.execute("SELECT * FROM files WHERE path = ?", (path,)).fetchone()
-        return JobRecord.from_row(row) if row else None
+        rows = self._read("SELECT * FROM files WHERE path = ?", (path,))
+        return JobRecord.from_row(rows[0]) if rows else None
 
     def records(self, paths: list[str] | None = None) -> list[JobRecord]:
-        rows = self._conn.execute("SELECT * FROM files ORDER BY rel").fetchall()
+        rows = self._read("SELECT * FROM files ORDER BY rel")
         records = [JobRecord.from_row(r) for r in rows]
         if paths is None:
             return records
@@ -127,7 +141,7 @@ class JobDB:
 
     def recover(self) -> int:
         """Rows left 'running' by a process that died go back to 'pending'; returns how many."""
-        n = self._conn.execute("SELECT COUNT(*) FROM files WHERE state = 'running'").fetchone()[0]
+        n = self._read("SELECT COUNT(*) FROM files WHERE state = 'running'")[0][0]
         if n:
             self._write("UPDATE files SET state = 'pending', updated = ? WHERE state = 'running'", (time.time(),))
         return n

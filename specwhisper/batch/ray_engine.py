@@ -54,10 +54,11 @@ class BatchWorker:
         errors: dict[int, tuple[str, float]] = {}
         with tempfile.TemporaryDirectory(prefix="specwhisper-") as tmp:
             for i, (name, data) in enumerate(items):
-                local = Path(tmp) / f"{i}-{Path(name).name}"
-                local.write_bytes(data)
+                # the extension alone: a name of 250 bytes with a prefix is past the file system's 255
+                local = Path(tmp) / f"{i}{Path(name).suffix[:16]}"
                 t = time.perf_counter()
                 try:
+                    local.write_bytes(data)
                     audio = load_audio(local, max_seconds=options.max_audio_s, channels=options.multichannel)
                 except Exception as exc:
                     errors[i] = (file_error(exc, str(local)).replace(str(local), name), time.perf_counter() - t)

@@ -28,7 +28,7 @@ from pathlib import Path
 from specwhisper.batch.engine import Finished, GroupLimits, LocalEngine, Started
 from specwhisper.batch.inputs import InputError, Job, find_inputs, make_jobs, settle_stems, with_texts
 from specwhisper.pipeline.config import PipelineConfig, RunOptions
-from specwhisper.batch.jobs import JobDB, JobRecord, file_sha256
+from specwhisper.batch.jobs import JobDB, JobDBError, JobRecord, file_sha256
 from specwhisper.pipeline.writers import OutputDirError, check_output_dir, overwrites_text, write_outputs
 from specwhisper.pipeline.subtitles import SubtitleOptions
 from specwhisper.messages import printable
@@ -222,8 +222,6 @@ def check_texts(jobs: list[Job], formats: list[str]) -> None:
 
 
 def _open_output(folder: Path) -> JobDB:
-    from specwhisper.batch.jobs import JobDBError
-
     try:
         check_output_dir(folder)
     except OutputDirError as exc:
@@ -338,32 +336,35 @@ def run_batch(
     report = BatchReport()
     settings = settings_key(pipeline_config, options, cfg.formats)
     settled = Settled(cfg.watch) if cfg.watch is not None else None
-    with _open_output(cfg.output_dir) as db, closing(engine):  # a watched folder's looks share the engine
-        db.recover()
-        retry, seen = cfg.retry_failed, set()
-        while True:
-            jobs = make_jobs(cfg.input_dir, settled.of(files) if settled else files, cfg.output_dir)
-            jobs = settle_stems(jobs, {r.path: r.outputs for r in db.records()})
-            if cfg.text_dir is not None:
-                jobs = with_texts(jobs, cfg.text_dir)
-                check_texts(jobs, cfg.formats)
-            plan = plan_jobs(db, jobs, settings, retry)
-            retry = False  # a watched folder's failed file is tried again once it changes, not at every look
-            report.done_before += sum(j.key not in seen for j in plan.done_before)
-            report.failed_before += sum(j.key not in seen for j in plan.failed_before)
-            seen.update(j.key for j in jobs)
-            report.files = len(seen)
-            before = report.done_now + report.failed_now
-            if plan.todo:
-                _run_jobs(db, engine, plan.todo, cfg.formats, options.subtitles, report, show_progress)
-            if settled is None or report.interrupted:
-                break
-            if on_round is not None and report.done_now + report.failed_now > before:
-                on_round(report)
-            if not _wait(cfg.watch):
-                break
-            files = _inputs(cfg)
-        report.records = db.records(sorted(seen))
+    try:
+        with _open_output(cfg.output_dir) as db, closing(engine):  # a watched folder's looks share the engine
+            db.recover()
+            retry, seen = cfg.retry_failed, set()
+            while True:
+                jobs = make_jobs(cfg.input_dir, settled.of(files) if settled else files, cfg.output_dir)
+                jobs = settle_stems(jobs, {r.path: r.outputs for r in db.records()})
+                if cfg.text_dir is not None:
+                    jobs = with_texts(jobs, cfg.text_dir)
+                    check_texts(jobs, cfg.formats)
+                plan = plan_jobs(db, jobs, settings, retry)
+                retry = False  # a watched folder's failed file is tried again once it changes, not at every look
+                report.done_before += sum(j.key not in seen for j in plan.done_before)
+                report.failed_before += sum(j.key not in seen for j in plan.failed_before)
+                seen.update(j.key for j in jobs)
+                report.files = len(seen)
+                before = report.done_now + report.failed_now
+                if plan.todo:
+                    _run_jobs(db, engine, plan.todo, cfg.formats, options.subtitles, report, show_progress)
+                if settled is None or report.interrupted:
+                    break
+                if on_round is not None and report.done_now + report.failed_now > before:
+                    on_round(report)
+                if not _wait(cfg.watch):
+                    break
+                files = _inputs(cfg)
+            report.records = db.records(sorted(seen))
+    except JobDBError as exc:  # it failed after it opened: one line, what was done stays recorded
+        raise BatchError(str(exc)) from None
     return report
 
 

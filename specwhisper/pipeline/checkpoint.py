@@ -48,6 +48,7 @@ from specwhisper.results.stats import DecodeStats
 from specwhisper.results.transcript import Segment, Word
 from specwhisper.asr.redecode import Standing
 from specwhisper.asr.scheduling import Item
+from specwhisper.pipeline.writers import hidden_name
 
 VERSION = 3  # 2: the text a stretch queued again may replace is a list of segments; attempts say if they passed;
 # 3: attempts say if their text ends in a loop; standings name their kind
@@ -55,7 +56,7 @@ VERSION = 3  # 2: the text a stretch queued again may replace is a list of segme
 
 def checkpoint_path(out_dir: str | os.PathLike, stem: str) -> Path:
     """Where the checkpoint of the output ``stem`` lives: a hidden file beside its outputs."""
-    return Path(out_dir) / f".{stem}.partial.jsonl"
+    return Path(out_dir) / f".{hidden_name(stem)}.partial.jsonl"
 
 
 def audio_identity(audio: np.ndarray) -> dict:

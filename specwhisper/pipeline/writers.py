@@ -252,10 +252,22 @@ def _umask() -> int:
     return mask
 
 
+def hidden_name(name: str, room: int = 200) -> str:
+    """``name`` for a hidden working file beside it (a temp file, a backup, a checkpoint), which adds a dozen to
+    thirty bytes to it: past ``room`` bytes, its start and a digest of the whole, so that a valid name of 250
+    bytes still has its working files under the file system's 255 ("File name too long" failed the file)."""
+    data = name.encode("utf-8", "surrogateescape")
+    if len(data) <= room:
+        return name
+    import hashlib
+
+    return data[: room - 9].decode("utf-8", "ignore") + "~" + hashlib.sha1(data).hexdigest()[:8]
+
+
 def _write_temp(out_dir: Path, name: str, text: str) -> Path:
     """``text`` in a new, uniquely named hidden file beside its destination, flushed to disk, with the
     mode a new file gets (``mkstemp`` makes it 0600: transcripts other users and servers could not read)."""
-    fd, tmp = tempfile.mkstemp(prefix=f".{name}.", suffix=".tmp", dir=out_dir)
+    fd, tmp = tempfile.mkstemp(prefix=f".{hidden_name(name)}.", suffix=".tmp", dir=out_dir)
     try:
         os.fchmod(fd, 0o666 & ~_umask())
         with os.fdopen(fd, "w", encoding="utf-8") as f:
@@ -299,7 +311,7 @@ def check_output_dir(folder: Path) -> None:
 def _kept(path: Path) -> Path | None:
     """A second, hidden name for an earlier run's ``path`` (a hard link; a copy where the file system has
     none), so that a failed write can put it back; None when there is no such file."""
-    backup = path.with_name(f".{path.name}.{os.urandom(6).hex()}.old.tmp")
+    backup = path.with_name(f".{hidden_name(path.name)}.{os.urandom(6).hex()}.old.tmp")
     try:
         os.link(path, backup)
     except FileNotFoundError:
