@@ -233,6 +233,19 @@ def test_output_names_hold_across_runs_and_folders(run_cli, eval_root, tmp_path)
     assert sorted(p.name for p in (tmp_path / "named").glob("*.txt")) == ["talk.mp3-2.txt", "talk.mp3.txt", "talk.wav.txt"]
 
 
+def test_a_rerun_from_another_folder_finds_its_work_done(run_cli, eval_root, tmp_path, monkeypatch):
+    """The job database keeps absolute paths: a batch run as ``transcribe in -o out`` and resumed from
+    elsewhere (a service with another working directory) redoes nothing (it redid every file: the outputs
+    were kept relative to the first run's folder and not found)."""
+    src = _copy(eval_root, tmp_path / "in", {"lj.wav": "coqui-tts-ljspeech/LJ001-0002.wav"})
+    monkeypatch.chdir(tmp_path)
+    code, _, err = run_cli("in", "-o", "out", "-f", "txt", "-m", "tiny.en")
+    assert code == 0, err
+    monkeypatch.chdir("/")
+    code, _, err = run_cli(src, "-o", tmp_path / "out", "-f", "txt", "-m", "tiny.en")
+    assert code == 0 and "1 files: 0 done, 1 already done" in err, err
+
+
 def test_a_name_of_250_bytes_is_transcribed_and_redone(run_cli, eval_root, tmp_path):
     """A valid file name near the file system's 255 bytes: its outputs' working files (temp files, the
     earlier run's kept copies, the checkpoint) fit beside them ("File name too long" failed the file)."""

@@ -121,7 +121,8 @@ def with_texts(jobs: list[Job], text_root: Path) -> list[Job]:
 def make_jobs(root: Path, files: list[Path], out_root: Path) -> list[Job]:
     """A Job per file; outputs mirror the input's subfolders, named by ``output_stems`` per folder."""
     rels = [f.relative_to(root) for f in files]
-    root = Path(os.path.abspath(root))
+    # absolute, as the job database keeps them: a rerun from another working directory finds its outputs done
+    root, out_root = Path(os.path.abspath(root)), Path(os.path.abspath(out_root))
     folders: dict[Path, list[Path]] = {}
     for rel in rels:
         folders.setdefault(rel.parent, []).append(rel)
