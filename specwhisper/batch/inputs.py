@@ -79,26 +79,27 @@ def settle_stems(jobs: list[Job], written: dict[str, list[str]]) -> list[Job]:
     """The jobs with output names that hold across runs; ``written``: each input path's outputs in the job
     database. A job whose outputs were written keeps their name (a file added beside it later does not
     rename it); another takes ``output_stems``' name unless another input's outputs, or another job here,
-    have it in that folder already, then ``-2``, ``-3``, ... Without this, two folders transcribed into one
-    output folder (two recorders' ZOOM0001.WAV), or a talk.mp3 added beside a done talk.mp3.wav, overwrote
-    a finished transcript while the database called both done."""
+    have it in that folder already, then ``-2``, ``-3``, ...: two folders transcribed into one output folder
+    (two recorders' ZOOM0001.WAV), or a talk.mp3 added beside a done talk.mp3.wav, never overwrite a
+    finished transcript."""
 
     def place(folder: Path | str, stem: str) -> tuple[str, str]:
         return os.path.abspath(folder), stem
 
-    owner = {place(Path(out).parent, Path(out).name.rsplit(".", 1)[0]): path
-             for path, outputs in written.items() for out in outputs}
-    own = {job.key: name for job in jobs for name, path in owner.items() if path == job.key and name[0] == place(job.out_dir, "")[0]}
+    owner: dict[tuple[str, str], str] = {}  # (folder, stem) -> the input whose outputs have it
+    for path, outputs in written.items():
+        for output in outputs:
+            owner[place(Path(output).parent, Path(output).name.rsplit(".", 1)[0])] = path
+    owned = {(path, folder): stem for (folder, stem), path in owner.items()}
     out: list[Job] = []
     for job in jobs:
-        if job.key in own:
-            out.append(replace(job, stem=own[job.key][1]))
-            continue
-        stem, n = job.stem, 1
-        while owner.get(place(job.out_dir, stem), job.key) != job.key:
-            n += 1
-            stem = f"{job.stem}-{n}"
-        owner[place(job.out_dir, stem)] = job.key
+        folder = os.path.abspath(job.out_dir)
+        stem = owned.get((job.key, folder))
+        if stem is None:
+            stem, n = job.stem, 1
+            while owner.setdefault((folder, stem), job.key) != job.key:
+                n += 1
+                stem = f"{job.stem}-{n}"
         out.append(replace(job, stem=stem))
     return out
 

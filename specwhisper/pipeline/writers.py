@@ -255,7 +255,7 @@ def _umask() -> int:
 def hidden_name(name: str, room: int = 200) -> str:
     """``name`` for a hidden working file beside it (a temp file, a backup, a checkpoint), which adds a dozen to
     thirty bytes to it: past ``room`` bytes, its start and a digest of the whole, so that a valid name of 250
-    bytes still has its working files under the file system's 255 ("File name too long" failed the file)."""
+    bytes still has its working files under the file system's 255."""
     data = name.encode("utf-8", "surrogateescape")
     if len(data) <= room:
         return name

@@ -294,9 +294,9 @@ class Pacing:
     wall clock since its first audio, what it sends next is taken when the clock catches up. The socket is
     read meanwhile (``hold``), up to ``read_ahead_bytes`` of messages kept in order (``next`` hands them
     out): uvicorn's protocol reads no frame while a message waits for the application, so a reader that
-    stopped reading left the client's keepalive pings unanswered (the openai client closed at 40 s, 1011
+    stops reading leaves the client's keepalive pings unanswered (the openai client closes at 40 s, 1011
     keepalive ping timeout, its text lost) and a client gone unnoticed, its stream's slot taken, until the
-    clock caught up (92 s after two clients left 100 s ahead: every other client refused)."""
+    clock catches up (92 s for two clients that leave 100 s ahead: every other client refused meanwhile)."""
 
     max_ahead_s: float
     read_ahead_bytes: int = 16 * 2**20
