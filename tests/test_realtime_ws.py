@@ -552,3 +552,35 @@ def test_each_update_is_answered_with_the_session_it_made(server):
             answers[1]["session"]["turn_detection"]["silence_duration_ms"],
             SessionUpdatedEvent.model_validate(answers[2]).session.audio.input.turn_detection.silence_duration_ms] == [700, 900, 1100]
     assert len({e["session"]["id"] for e in answers}) == 1
+
+
+class _Flood:
+    """A client's socket that sends event after event and reads none of the server's."""
+
+    def __init__(self):
+        self.read = 0
+
+    async def receive(self) -> dict:
+        self.read += 1
+        return {"type": "websocket.receive", "text": json.dumps({"type": "session.update", "session": "x" * 1000})}
+
+
+def test_a_client_that_reads_no_events_is_read_no_further():
+    """The session's loop is stuck sending to a client that reads nothing (here: it never takes the actions):
+    the receiver stops reading at QUEUED_ACTIONS waiting events, where it read on without bound (8 MiB
+    session.updates so grew the server by 700 MiB)."""
+    from types import SimpleNamespace
+
+    from specwhisper.serving.http.realtime_ws import QUEUED_ACTIONS, RealtimeSession
+
+    ws = _Flood()
+    settings = SimpleNamespace(live=LIMITS, max_audio_s=MAX_AUDIO_S)
+    session = RealtimeSession(ws, worker=None, transcriber=SimpleNamespace(settings=settings), slots=None)
+
+    async def run():
+        receiver = asyncio.create_task(session.receive())
+        await asyncio.sleep(0.5)
+        receiver.cancel()
+
+    asyncio.run(run())
+    assert len(session.inbox.actions) == QUEUED_ACTIONS and ws.read == QUEUED_ACTIONS

@@ -306,6 +306,11 @@ async def end_with(ws: WebSocket, error: LiveError) -> None:
 # ------------------------------------------------------------------------------ the socket
 
 
+# a client that reads none of its events blocks the session's sends; past this many of its events waiting
+# behind them, the session reads no more of it (8 MiB session.updates flooded in so grew the server 700 MiB)
+QUEUED_ACTIONS = 32
+
+
 @dataclass
 class ClientEvents:
     """What the receiver hands the session's loop: the client's events as ``Turns.handle``'s actions,
@@ -318,6 +323,7 @@ class ClientEvents:
     working: bool = False  # the model worker has actions of the session in hand
     error: LiveError | None = None
     changed: asyncio.Event = field(default_factory=asyncio.Event)
+    taken: asyncio.Event = field(default_factory=asyncio.Event)  # the session's loop took the actions
 
 
 class RealtimeSession:
@@ -359,6 +365,7 @@ class RealtimeSession:
             box.changed.clear()
             if box.actions:
                 actions, box.actions, box.working = box.actions, [], True
+                box.taken.set()
                 try:
                     events = await on_worker(self.worker, lambda: turns.handle(actions))
                 finally:
@@ -372,6 +379,9 @@ class RealtimeSession:
         box, pacing = self.inbox, Pacing(self.limits.max_ahead_s, self.limits.max_frame_bytes)
         with receiving(box, "realtime session"):
             while not box.over_limit:
+                while len(box.actions) >= QUEUED_ACTIONS:  # its events wait to be sent: read no more of it
+                    box.taken.clear()
+                    await box.taken.wait()
                 # a client waiting for its transcript is not idle
                 message = await pacing.next(self.ws, self.limits.idle_timeout_s, "event",
                                              busy=lambda: box.working or bool(box.actions))
