@@ -197,6 +197,7 @@ def test_postedit_reports_its_decode(handler, jfk_bytes):
         ({"inputs": {"raw": [0.1, 0.2], "sampling_rate": 16000.5}}, 400, "inputs.sampling_rate: a whole number of Hz"),
         ({"inputs": {"raw": "abc", "sampling_rate": 16000}}, 400, "inputs.raw: expected a list of numbers"),
         ({"inputs": {"array": [0.1, float("nan")], "sampling_rate": 16000}}, 400, "inputs.array: the samples must be finite"),
+        ({"inputs": {"raw": [], "sampling_rate": 16000}}, 400, "inputs: the audio is empty (0 samples)"),
         ({"parameters": {}}, 400, "inputs: missing"),
         ({"inputs": b"x", "options": {}}, 400, "unknown field 'options'"),
         (["not", "a", "dict"], 400, "must be an object"),

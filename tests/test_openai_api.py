@@ -524,6 +524,8 @@ def _create(client, **overrides):
     ({"languages": ["fr"], "language": "en"}, 400, "languages[] and language say different languages", "languages[]",
      "invalid_value"),
     ({"languages": ["klingon"]}, 400, "unknown language 'klingon'", "languages[]", None),
+    ({"response_format": "diarized_json", "extra_body": {"diarize": False}}, 400, "diarized_json needs diarization",
+     "diarize", None),
     ({"known_speaker_names": ["ann"]}, 400, "must be as many (got 1 names and 0 references)",
      "known_speaker_references[]", "invalid_value"),
     ({"known_speaker_names": ["ann"], "known_speaker_references": ["/etc/passwd"]}, 400,

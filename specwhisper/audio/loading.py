@@ -8,6 +8,7 @@ import os
 import shutil
 import subprocess
 import tempfile
+from dataclasses import dataclass
 from pathlib import Path
 from typing import BinaryIO
 
@@ -349,6 +350,18 @@ def at_rate(audio: np.ndarray, rate: int) -> np.ndarray:
     if not isinstance(rate, int) or rate <= 0:
         raise ValueError(f"sample rate: a positive number of Hz, got {rate!r}")
     return np.ascontiguousarray(soxr.resample(audio.T, SAMPLE_RATE, rate, quality="HQ").T, dtype=np.float32)
+
+
+@dataclass(frozen=True)
+class InMemoryAudio:
+    """Samples already decoded (a client's array: transformers' ``{"raw", "sampling_rate"}``) at ``rate``
+    Hz, in ``from_array``'s layouts; read by ``from_array`` where a file would be decoded."""
+    samples: np.ndarray
+    rate: int
+
+    @property
+    def nbytes(self) -> int:
+        return self.samples.nbytes
 
 
 def from_array(audio: np.ndarray, rate: int, name: str = "array", max_seconds: float = DEFAULT_MAX_SECONDS,

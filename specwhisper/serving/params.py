@@ -17,7 +17,7 @@ from typing import Literal
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, ValidationInfo, create_model, field_validator
 
 from specwhisper.asr.decoding.quality import schedule_of
-from specwhisper.asr.decoding.language import normalize_language
+from specwhisper.asr.decoding.language import same_language
 from specwhisper.pipeline.config import PipelineConfig, RunOptions
 from specwhisper.pipeline.option import Option, OptionError
 from specwhisper.pipeline.options import (BY_NAME, known_speaker_pairs, options_for, pipeline_config, run_options,
@@ -246,12 +246,7 @@ def _schedule(values: list) -> dict:
 
 def _same(name: str, a: object, b: object) -> bool:
     """Equal values, or the same language written two ways ("en", "english")."""
-    if name == "language" and a != b:
-        try:
-            return normalize_language(a) == normalize_language(b)
-        except ValueError:  # a bad name: the field's own check reports it
-            return False
-    return a == b
+    return same_language(a, b) if name == "language" else a == b
 
 
 def peer_names(raw: dict) -> tuple[dict, dict[str, str]]:

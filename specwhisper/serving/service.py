@@ -33,7 +33,7 @@ from typing import Callable
 
 import numpy as np
 
-from specwhisper.audio.loading import DEFAULT_MAX_SECONDS, AudioError, AudioTooLong, load_audio
+from specwhisper.audio.loading import DEFAULT_MAX_SECONDS, AudioError, AudioTooLong, InMemoryAudio, from_array, load_audio
 from specwhisper.hardware.device import resolve_device, resolve_dtype
 from specwhisper.asr.drafters.choice import check_draft, decoder_factory
 from specwhisper.asr.engine import AsrEngine
@@ -257,9 +257,14 @@ class PipelinePool:
         with self._taken(params.pipeline_config(self.settings.base)):
             pass
 
-    def load(self, source: str | Path | bytes, name: str, max_seconds: float | None = None, channels: bool = False) -> np.ndarray:
+    def load(self, source: str | Path | bytes | InMemoryAudio, name: str, max_seconds: float | None = None,
+             channels: bool = False) -> np.ndarray:
         """Decode a file or in-memory upload, at most ``max_seconds`` of it (default: the deployment's limit;
-        ``channels``: one row per channel); errors name it ``name``, never a temp path."""
+        ``channels``: one row per channel); errors name it ``name``, never a temp path. Samples are
+        resampled as they are, with no file in between."""
+        if isinstance(source, InMemoryAudio):
+            return from_array(source.samples, source.rate, name, min(max_seconds or math.inf, self.settings.max_audio_s),
+                              channels=channels)
         if isinstance(source, (bytes, bytearray, memoryview)):
             if not len(source):
                 raise AudioError(f"{name}: the upload is empty (0 bytes)")
@@ -275,7 +280,7 @@ class PipelinePool:
             message = str(exc).replace(f"({source}: ", "(")  # ffmpeg repeats the path in its reason
             raise type(exc)(message.replace(str(source), name)) from None  # AudioTooLong stays itself
 
-    def transcribe_input(self, source: str | Path | bytes, name: str, params: TranscribeParams,
+    def transcribe_input(self, source: str | Path | bytes | InMemoryAudio, name: str, params: TranscribeParams,
                          progress: Progress | None = None,
                          on_segments: Callable[[list[Segment]], None] | None = None) -> Transcript:
         """Decode ``source`` then transcribe it (``timings['load_audio']`` included); ``on_segments`` gets
@@ -286,7 +291,7 @@ class PipelinePool:
             raise outcome
         return outcome
 
-    def transcribe_inputs(self, inputs: list[tuple[str | Path | bytes, str]], params: TranscribeParams,
+    def transcribe_inputs(self, inputs: list[tuple[str | Path | bytes | InMemoryAudio, str]], params: TranscribeParams,
                           progress: Progress | None = None, most_s: list[float] | None = None,
                           on_segments: Callable[[int, list[Segment]], None] | None = None) -> list[Transcript | AudioError]:
         """Decode each (source, name), then transcribe them together, their chunks batched across files
@@ -327,7 +332,7 @@ class PipelinePool:
             outcomes[k] = self.transcribe_inputs([inputs[k]], params, progress, on_segments=show)[0]
         return outcomes
 
-    def detect_language(self, source: str | Path | bytes, name: str, params: TranscribeParams,
+    def detect_language(self, source: str | Path | bytes | InMemoryAudio, name: str, params: TranscribeParams,
                         progress: Progress | None = None) -> LanguageDetection:
         """Decode ``source`` and find the language its transcription with ``params`` would be decoded in
         without a ``language`` (``AsrEngine.detect_language``: the same window, every language's

@@ -45,6 +45,17 @@ def normalize_language(value: str | None) -> str | None:
     raise ValueError(f"unknown language '{' '.join(shown.split())}' (give a code such as 'en' or a name such as 'english')")
 
 
+def same_language(a: object, b: object) -> bool:
+    """Equal, or the same language written two ways ("en", "english", "<|en|>"); a value that names no
+    language equals only itself (its field's own check reports it)."""
+    if a == b:
+        return True
+    try:
+        return normalize_language(a) == normalize_language(b)
+    except ValueError:
+        return False
+
+
 def language_name(code: str | None) -> str:
     """A code's name as transformers writes it ("en" -> "english"): what its ASR pipeline's ``return_language``,
     OpenAI's verbose_json and the asr-webservice answer with; a code the tables lack as it is; "" for None."""

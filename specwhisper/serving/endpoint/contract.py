@@ -22,7 +22,7 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import BinaryIO
 
-from specwhisper.audio.loading import AudioError
+from specwhisper.audio.loading import AudioError, InMemoryAudio
 from specwhisper.asr.decoding.language import language_name
 from specwhisper.hardware.device import resolve_device, resolve_dtype
 from specwhisper.asr.weights.loader import ModelError
@@ -132,9 +132,9 @@ def base64_to_file(text: str, out: BinaryIO, max_bytes: int) -> int:
     return written
 
 
-def decode_inputs(inputs: object, max_bytes: int, name: str = "inputs") -> bytes:
-    """Raw bytes, a base64 string (optionally a ``data:...;base64,`` URL), or transformers' samples
-    (``{"raw" or "array": [...], "sampling_rate": 16000}``) to the bytes of an audio file."""
+def decode_inputs(inputs: object, max_bytes: int, name: str = "inputs") -> bytes | InMemoryAudio:
+    """Raw bytes, a base64 string (optionally a ``data:...;base64,`` URL) to the bytes of an audio file;
+    transformers' samples (``{"raw" or "array": [...], "sampling_rate": 16000}``) to those samples."""
     if isinstance(inputs, (bytes, bytearray, memoryview)):
         data = bytes(inputs)
     elif isinstance(inputs, str):
@@ -142,7 +142,7 @@ def decode_inputs(inputs: object, max_bytes: int, name: str = "inputs") -> bytes
         base64_to_file(inputs, buf, max_bytes)
         data = buf.getvalue()
     elif isinstance(inputs, Mapping):
-        data = samples_to_wav(inputs, max_bytes, name)
+        return samples_of(inputs, max_bytes, name)
     elif inputs is None:
         raise RequestError(f"{name}: missing (send the audio file as raw bytes or a base64 string)")
     else:
@@ -155,11 +155,10 @@ def decode_inputs(inputs: object, max_bytes: int, name: str = "inputs") -> bytes
     return data
 
 
-def samples_to_wav(inputs: Mapping, max_bytes: int, name: str) -> bytes:
+def samples_of(inputs: Mapping, max_bytes: int, name: str) -> InMemoryAudio:
     """transformers' ASR pipeline's dict input (``raw``, or ``array`` as the datasets library names it, and
-    ``sampling_rate``; a dataset row's ``path`` is ignored, as there) as a float WAV file's bytes."""
+    ``sampling_rate``; a dataset row's ``path`` is ignored, as there) as float samples, checked."""
     import numpy as np
-    import soundfile as sf
 
     key = "raw" if "raw" in inputs else "array"
     unknown = [k for k in inputs if k not in (key, "sampling_rate", "path")]
@@ -182,9 +181,9 @@ def samples_to_wav(inputs: Mapping, max_bytes: int, name: str) -> bytes:
         raise RequestError(f"{name}.{key}: expected samples (one row per channel), got shape {samples.shape}")
     if not np.isfinite(samples).all():
         raise RequestError(f"{name}.{key}: the samples must be finite numbers")
-    buf = io.BytesIO()
-    sf.write(buf, samples, rate, format="WAV", subtype="FLOAT")
-    return buf.getvalue()
+    if samples.nbytes > max_bytes:
+        raise RequestError(f"{name}: the upload is larger than {max_bytes} bytes", status=413)
+    return InMemoryAudio(samples, rate)
 
 
 def error(message: str, status: int) -> dict:
@@ -279,7 +278,7 @@ class Endpoint:
             if not inputs:
                 raise RequestError("inputs: an empty list (send one audio file, or a list of them)")
             uploads = [(decode_inputs(item, limit, f"inputs[{i}]"), f"inputs[{i}]") for i, item in enumerate(inputs)]
-            if sum(len(audio) for audio, _ in uploads) > limit:
+            if sum(audio.nbytes if isinstance(audio, InMemoryAudio) else len(audio) for audio, _ in uploads) > limit:
                 raise RequestError(f"inputs: the uploads are larger than {limit} bytes together", status=413)
         except RequestError as exc:
             return error(str(exc), exc.status)
@@ -296,7 +295,7 @@ class Endpoint:
             raise RequestError(result["error"], status=result["status"])
         return result
 
-    def run(self, source: str | Path | bytes, params: TranscribeParams, progress: Progress | None = None,
+    def run(self, source: str | Path | bytes | InMemoryAudio, params: TranscribeParams, progress: Progress | None = None,
             name: str = "inputs", on_segments: Callable[[list[Segment]], None] | None = None) -> Transcript:
         """Transcribe an upload (bytes or a file, called ``name`` in messages) with checked parameters;
         any failure is raised as a :class:`RequestError` (one line, its status), never a traceback.
@@ -308,7 +307,7 @@ class Endpoint:
         self._made([transcript])
         return transcript
 
-    def run_many(self, inputs: list[tuple[str | Path | bytes, str]], params: TranscribeParams,
+    def run_many(self, inputs: list[tuple[str | Path | bytes | InMemoryAudio, str]], params: TranscribeParams,
                  progress: Progress | None = None, most_s: list[float] | None = None) -> list[Transcript | RequestError]:
         """``run`` for several uploads with the same parameters, in one pass (their chunks batched across
         files; ``most_s``: ``PipelinePool.transcribe_inputs``): each one's transcript, or its failure as a
@@ -328,7 +327,7 @@ class Endpoint:
             for transcript in transcripts:
                 self.on_transcript(transcript)
 
-    def detect_language(self, source: str | Path | bytes, params: TranscribeParams, name: str = "inputs") -> LanguageDetection:
+    def detect_language(self, source: str | Path | bytes | InMemoryAudio, params: TranscribeParams, name: str = "inputs") -> LanguageDetection:
         """The language of an upload (``PipelinePool.detect_language``); a failure is raised as a
         :class:`RequestError`."""
         try:
@@ -370,7 +369,7 @@ class Endpoint:
         options.pop("subtitles")
         return json.dumps([self.transcriber.pipeline_key(params), options], sort_keys=True, default=str)
 
-    def transcribe(self, source: str | Path | bytes, params: TranscribeParams, progress: Progress | None = None,
+    def transcribe(self, source: str | Path | bytes | InMemoryAudio, params: TranscribeParams, progress: Progress | None = None,
                    t0: float | None = None) -> dict:
         """Transcribe an upload (bytes or a file) with checked parameters; the answer, or an error dict."""
         t0 = time.perf_counter() if t0 is None else t0

@@ -42,13 +42,15 @@ from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse, PlainTextResponse, Response
 from pydantic import ValidationError
 
-from specwhisper.asr.decoding.language import language_name, normalize_language
+from specwhisper.asr.decoding.language import language_name, same_language
 from specwhisper.diarize.known import ERROR_PREFIX as KNOWN_SPEAKER_ERROR
 from specwhisper.results.transcript import Transcript, Word, segments_to_dicts
 from specwhisper.pipeline.writers import render
 from specwhisper.serving.http.form_upload import CLIP_FIELDS, FILE_FIELD, receive_form
 from specwhisper.serving.params import Choices, RequestError, TranscribeParams, model_named, offered_names, parse_params
 from specwhisper.messages import clip, short_repr
+from specwhisper.pipeline.option import OptionError
+from specwhisper.pipeline.options import BY_NAME
 from specwhisper.serving.http.uploads import Refusal, StreamEvents, Uploads
 
 OWNER = "specwhisper"
@@ -190,9 +192,9 @@ def openai_request(fields: Mapping[str, list[str]], task: str, choices: Choices)
         raw["known_speakers"] = known
     if "word" in granularities or included:  # a word's probability comes with its timing
         raw["word_timestamps"] = True
-    channels = str(raw.get("multichannel", False)).lower() in ("true", "1")
-    if response_format == "diarized_json" and not channels:  # its speakers: the diarizer's, or each channel's
-        if str(raw.setdefault("diarize", True)).lower() in ("false", "0"):
+    if response_format == "diarized_json" and not _flag(raw, "multichannel"):  # its speakers: the diarizer's, or each channel's
+        raw.setdefault("diarize", True)
+        if _flag(raw, "diarize") is False:
             raise Refusal(400, "diarize: diarized_json needs diarization, or multichannel (drop diarize=false)",
                           param="diarize")
     try:
@@ -230,6 +232,15 @@ def _keywords(fields: Mapping[str, list[str]], hotwords: object) -> str | None:
     return joined
 
 
+def _flag(raw: Mapping[str, object], name: str) -> bool | None:
+    """A true/false option as the options table reads it ("true", "1", " True "); None when it is not one
+    (``parse_params`` then names the bad value)."""
+    try:
+        return bool(BY_NAME[name].check(raw.get(name, False)))
+    except OptionError:
+        return None
+
+
 def _languages(fields: Mapping[str, list[str]], language: object) -> str | None:
     """``languages[]`` as our ``language``: Whisper decodes in one language, given or detected among all of
     its own, so one possible language is taken (it is the language) and several are refused."""
@@ -239,17 +250,10 @@ def _languages(fields: Mapping[str, list[str]], language: object) -> str | None:
     if len(given) > 1:
         raise Refusal(400, f"languages[]: one language is taken here, got {len(given)} ({clip(', '.join(given), 60)}); "
                            "send one, or none to detect it", param="languages[]", code="unsupported_value")
-    if language is not None and _language_code(language) != _language_code(given[0]):  # "en" and "english" agree
+    if language is not None and not same_language(language, given[0]):
         raise Refusal(400, f"languages[] and language say different languages ({short_repr(given[0])} and "
                            f"{short_repr(language)}); send one", param="languages[]", code="invalid_value")
     return given[0]
-
-
-def _language_code(name: object) -> object:
-    try:
-        return normalize_language(name)
-    except ValueError:  # a name no table knows: the language field's own check names it
-        return name
 
 
 def _known_speakers(fields: Mapping[str, list[str]], task: str) -> list[tuple[str, str]]:
