@@ -412,6 +412,15 @@ def test_cli_live_listens_to_standard_input(run_cli, eval_root, tmp_path, monkey
     code, _, err = run_cli("-", "--live", "-m", "tiny.en", "-l", "en", "-o", tmp_path, "-f", "txt", "--max-duration", "4", "-q")
     assert code == 1 and err.count("\n") == 1 and "over the limit of 4 s" in err, err
     assert "fellow Americans" in (tmp_path / "stdin.txt").read_text() and "country" not in (tmp_path / "stdin.txt").read_text()
+    # a float WAV stream turning to NaN at 5 s: the audio before it is transcribed and written, one line, exit 1
+    broken = load_audio(eval_root / "whisper.cpp/jfk.wav")
+    broken[5 * 16000 :] = np.nan
+    wav = io.BytesIO()
+    sf.write(wav, broken, 16000, format="WAV", subtype="FLOAT")
+    monkeypatch.setattr("sys.stdin", _Pipe(wav.getvalue()))
+    code, _, err = run_cli("-", "--live", "-m", "tiny.en", "-l", "en", "-o", tmp_path, "-f", "txt", "-q")
+    assert code == 1 and err.count("\n") == 1 and "float samples must be finite numbers" in err, err
+    assert "fellow Americans" in (tmp_path / "stdin.txt").read_text() and "country" not in (tmp_path / "stdin.txt").read_text()
 
 
 def test_stdin_audio_refuses_what_it_cannot_hear_and_stops_at_once(eval_root, tmp_path):

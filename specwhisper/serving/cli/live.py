@@ -16,7 +16,7 @@ from specwhisper.live.stream import LiveError, StreamingTranscriber, StreamOptio
 from specwhisper.pipeline.options import LIVE_TAKES, live_refusal, options_for
 from specwhisper.pipeline.writers import check_output_dir, write_outputs
 from specwhisper.serving.arguments import option_values
-from specwhisper.serving.cli.stdio import STDIN_NAME, STDIN_STEM, STDIO, StdinAudio
+from specwhisper.serving.cli.stdio import STDIN_NAME, STDIN_STEM, STDIO, StdinAudio, StreamFormatError
 
 
 def run_live(args, formats: list[str], opts, pipeline_factory) -> int:
@@ -67,13 +67,20 @@ def run_live(args, formats: list[str], opts, pipeline_factory) -> int:
 
 def _listen(live: StreamingTranscriber, max_seconds: float, show) -> tuple[Replay, str | None]:
     """Standard input through ``live`` as it arrives, up to ``max_seconds`` of it; the first Ctrl-C ends the
-    stream there (the second interrupts as usual). The replay, and the limit's error when it was passed."""
+    stream there (the second interrupts as usual). The replay, and the error that ended the stream early (the
+    limit passed, bytes that are not audio after some that were)."""
     source, limit = StdinAudio(), int(max_seconds * SAMPLE_RATE)
     heard, over = 0, []
 
     def take():
         nonlocal heard
-        audio = source.take()
+        try:
+            audio = source.take()
+        except StreamFormatError as exc:
+            if not heard:
+                raise
+            over.append(str(exc))  # bad bytes after good audio: what was heard is transcribed and written
+            return None
         if audio is not None and heard + len(audio) > limit:
             audio = audio[: limit - heard]
             over.append(str(over_limit(STDIN_NAME, max_seconds)))

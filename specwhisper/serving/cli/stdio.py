@@ -137,7 +137,9 @@ class StdinAudio:
             except queue.Empty:
                 break
         if isinstance(got[-1], Exception):
-            raise got[-1]
+            if len(got) == 1:
+                raise got[-1]
+            self.pieces.put(got.pop())  # the audio before the failure first; the failure at the next take
         if got[-1] is None:  # the end, after the pieces before it
             got.pop()
             self.stopped.set()
@@ -226,6 +228,8 @@ def pcm_decoder(sample: np.dtype, channels: int, rate: int):
         samples = np.frombuffer(data[:whole], sample).reshape(-1, channels).astype(np.float32)
         if sample.kind == "i":
             samples /= 32768.0
+        elif not np.isfinite(samples).all():  # NaN would reach the encoder, and every later window would be NaN
+            raise ValueError("the WAV stream's float samples must be finite numbers (it holds NaN or infinity)")
         mono = np.ascontiguousarray(samples.mean(axis=1), dtype=np.float32)
         return (mono if resampler is None else resampler.resample_chunk(mono)), data[whole:]
 
