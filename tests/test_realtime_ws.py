@@ -9,6 +9,7 @@ from __future__ import annotations
 import asyncio
 import base64
 import json
+import re
 import subprocess
 import threading
 import time
@@ -584,3 +585,21 @@ def test_a_client_that_reads_no_events_is_read_no_further():
 
     asyncio.run(run())
     assert len(session.inbox.actions) == QUEUED_ACTIONS and ws.read == QUEUED_ACTIONS
+
+
+def test_a_commit_of_what_the_vad_heard_no_speech_in_is_an_empty_item(server):
+    """With server VAD, a commit after 1 s of silence (no turn open) commits that audio, as OpenAI's buffer
+    holds it: an item with an empty transcript and its duration, not an error saying 0 ms are held; 50 ms
+    is still refused, with what it holds."""
+    silence = json.dumps({"type": "input_audio_buffer.append", "audio": base64.b64encode(bytes(2 * INPUT_RATE)).decode()})
+    short = json.dumps({"type": "input_audio_buffer.append", "audio": base64.b64encode(bytes(INPUT_RATE // 10)).decode()})
+    commit = json.dumps({"type": "input_audio_buffer.commit", "event_id": "c1"})
+    received, _ = _raw(server, "?intent=transcription", [short, commit, silence, commit], until=COMPLETED)
+    error = next(e for e in received if e["type"] == "error")["error"]
+    held = re.search(r"it holds (\d+) ms", error["message"])
+    assert error["code"] == "input_audio_buffer_commit_empty" and held and 0 < int(held[1]) <= 50, error
+    committed = [e for e in received if e["type"] == "input_audio_buffer.committed"]
+    completed = received[-1]
+    assert len(committed) == 1 and completed["item_id"] == committed[0]["item_id"], received
+    assert completed["transcript"] == "" and completed["usage"]["seconds"] == pytest.approx(1.05, abs=0.05), completed
+    assert not [e for e in received if e["type"] == "input_audio_buffer.speech_started"]

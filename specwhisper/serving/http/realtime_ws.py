@@ -106,6 +106,7 @@ class Turns:
         self.detector = self._detector()
         self.resampler, self.resampling = _resampler(config.format), config.format
         self.prefix = np.zeros(0, np.float32)  # the latest prefix padding's audio, outside any turn
+        self.outside = 0  # samples heard outside a turn since the last one (server VAD): a commit makes them an item
         self.item: Item | None = None
         self.previous: str | None = None  # the last committed item
         self.detected: str | None = None  # the language the first turn was heard in (no language set)
@@ -135,7 +136,7 @@ class Turns:
                 elif kind == "commit":
                     self._commit(action[1], events)
                 elif kind == "clear":
-                    self.item, self.prefix = None, self.prefix[:0]
+                    self.item, self.prefix, self.outside = None, self.prefix[:0], 0
                     if self.detector is not None:
                         self.detector.reset()
                     events.append({"type": "input_audio_buffer.cleared"})
@@ -201,6 +202,7 @@ class Turns:
         if self.item is not None:
             self._into_item(audio, events)
         elif len(audio):  # outside a turn: kept as the next turn's prefix padding
+            self.outside += len(audio)
             keep = int(self.config.turns.prefix_padding_ms * SAMPLE_RATE / 1000)
             self.prefix = np.concatenate([self.prefix, audio])[-keep:] if keep else self.prefix[:0]
 
@@ -210,7 +212,7 @@ class Turns:
         self._new_item(_ms(sample - len(self.prefix)))
         events.append({"type": "input_audio_buffer.speech_started", "item_id": self.item.id,
                        "audio_start_ms": self.item.start_ms})
-        prefix, self.prefix = self.prefix, self.prefix[:0]
+        prefix, self.prefix, self.outside = self.prefix, self.prefix[:0], 0
         self._into_item(prefix, events)
 
     def _new_item(self, start_ms: int) -> None:
@@ -233,9 +235,14 @@ class Turns:
         item.fresh = True
 
     def _commit(self, event_id: str | None, events: list[dict]) -> None:
+        """The client ends the turn. With server VAD and no turn open, the audio since the last turn (the VAD
+        heard no speech in it) is committed as OpenAI's buffer would be: an item with an empty transcript."""
         item = self.item
+        if item is None and self.outside >= MIN_COMMIT_S * SAMPLE_RATE:
+            self._new_item(_ms(self.position - self.outside))
+            item, self.item.samples, self.outside, self.prefix = self.item, self.outside, 0, self.prefix[:0]
         if item is None or item.samples < MIN_COMMIT_S * SAMPLE_RATE:
-            held = 0.0 if item is None else item.samples / SAMPLE_RATE
+            held = (self.outside if item is None else item.samples) / SAMPLE_RATE
             raise EventError(f"buffer too small: at least {MIN_COMMIT_S * 1000:.0f} ms of audio are needed to commit, "
                              f"it holds {held * 1000:.0f} ms", code="input_audio_buffer_commit_empty", event_id=event_id)
         if self.detector is not None:
