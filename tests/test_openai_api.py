@@ -644,3 +644,17 @@ def test_fields_other_clients_send(client, jfk):
     answer = client.audio.transcriptions.create(file=("jfk.wav", audio), model="tiny.en", response_format="verbose_json",
                                                 chunking_strategy=vad, keywords=["Americans", "country"], languages=["english"], language="en")  # one language, two spellings
     assert answer.language == "english" and wer([reference], [answer.text]) <= MAX_WER, answer.text
+
+
+def test_what_the_model_refuses_names_its_parameter(client, jfk):
+    """A language the model has no token for, a language an English-only model cannot write, a translation by an
+    English-only model: refused once the model is read, the error's ``param`` the field at fault."""
+    audio, _ = jfk
+    for make, args, fragment, param in [
+        (client.audio.transcriptions.create, {"language": "xx"}, "unknown language code 'xx'", "language"),
+        (client.audio.transcriptions.create, {"language": "de", "model": "tiny.en"}, "cannot use language 'de'", "language"),
+        (client.audio.translations.create, {"model": "tiny.en"}, "English-only and cannot translate", "model"),
+    ]:
+        with pytest.raises(openai.APIStatusError) as info:
+            make(**{"file": ("jfk.wav", audio), "model": "whisper-1", **args})
+        _openai_error(info.value, 400, fragment, param)

@@ -142,6 +142,16 @@ def _parameter_error(exc: RequestError, names: Mapping[str, str] | None = None) 
     return Refusal(exc.status, message, param=param)
 
 
+# the parameter at fault in what the model or the audio refuses, by the start of the message
+REFUSED_PARAMS = {f"{FILE_FIELD}:": FILE_FIELD, KNOWN_SPEAKER_ERROR: CLIP_FIELDS[0], "unknown language code": "language",
+                  "this model is English-only; cannot use language": "language",
+                  "this model is English-only and cannot translate": "model"}
+
+
+def _refused_param(message: str) -> str | None:
+    return next((p for start, p in REFUSED_PARAMS.items() if message.startswith(start)), None)
+
+
 def openai_request(fields: Mapping[str, list[str]], task: str, choices: Choices) -> OpenAIRequest:
     """The one mapping of OpenAI's form fields (and our extra ones) onto our request parameters."""
     for name in fields:
@@ -445,8 +455,7 @@ def add_openai_routes(app: FastAPI, uploads: Uploads) -> None:
                     return await uploads.stream(request, path, FILE_FIELD, req.params, events)
                 transcript = await uploads.transcribe(request, path, FILE_FIELD, req.params)
             except RequestError as exc:
-                about = {f"{FILE_FIELD}:": FILE_FIELD, KNOWN_SPEAKER_ERROR: CLIP_FIELDS[0]}
-                param = next((p for start, p in about.items() if str(exc).startswith(start)), None)
+                param = _refused_param(str(exc))
                 raise Refusal(exc.status, str(exc), param=param) from None
             return openai_answer(transcript, req)
 
