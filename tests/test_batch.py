@@ -233,6 +233,21 @@ def test_output_names_hold_across_runs_and_folders(run_cli, eval_root, tmp_path)
     assert sorted(p.name for p in (tmp_path / "named").glob("*.txt")) == ["talk.mp3-2.txt", "talk.mp3.txt", "talk.wav.txt"]
 
 
+def test_a_users_own_file_in_the_output_folder_is_never_replaced(run_cli, eval_root, tmp_path):
+    """A folder transcribed into itself, where the user keeps notes named like a recording (interview.mp3 beside
+    interview.txt): the notes stay and the transcript is interview-2; a rerun finds it done, names unchanged."""
+    folder = _copy(eval_root, tmp_path / "podcast", {"interview.wav": "lhotse/LJ002-0020.wav"})
+    (folder / "interview.txt").write_text("my notes\n")
+    code, _, err = run_cli(folder, "-o", folder, "-f", "txt,srt", "-m", "tiny.en")
+    assert code == 0, err
+    assert (folder / "interview.txt").read_text() == "my notes\n"
+    assert "1813" in (folder / "interview-2.txt").read_text() and (folder / "interview-2.srt").is_file()
+    code, _, err = run_cli(folder, "-o", folder, "-f", "txt,srt", "-m", "tiny.en")
+    assert code == 0 and "0 done, 1 already done" in err, err
+    assert sorted(p.name for p in folder.iterdir() if not p.name.startswith(".")) == [
+        "interview-2.srt", "interview-2.txt", "interview.txt", "interview.wav"]
+
+
 def test_a_rerun_from_another_folder_finds_its_work_done(run_cli, eval_root, tmp_path, monkeypatch):
     """The job database keeps absolute paths: a batch run as ``transcribe in -o out`` and resumed from
     elsewhere (a service with another working directory) redoes nothing (it redid every file: the outputs

@@ -8,6 +8,8 @@ from collections import Counter
 from dataclasses import dataclass, replace
 from pathlib import Path
 
+from specwhisper.pipeline.writers import file_name
+
 # What a folder walk picks up when no --glob is given: what specwhisper.audio.loading reads (soundfile or ffmpeg).
 AUDIO_EXTENSIONS = frozenset(
     ".wav .flac .ogg .oga .opus .mp3 .m4a .aac .wma .aif .aiff .webm .mp4 .m4v .mkv .mov .avi".split()
@@ -75,13 +77,15 @@ def output_stems(files: list[Path]) -> list[str]:
     return out
 
 
-def settle_stems(jobs: list[Job], written: dict[str, list[str]]) -> list[Job]:
+def settle_stems(jobs: list[Job], written: dict[str, list[str]], formats: list[str] = ()) -> list[Job]:
     """The jobs with output names that hold across runs; ``written``: each input path's outputs in the job
     database. A job whose outputs were written keeps their name (a file added beside it later does not
     rename it); another takes ``output_stems``' name unless another input's outputs, or another job here,
-    have it in that folder already, then ``-2``, ``-3``, ...: two folders transcribed into one output folder
-    (two recorders' ZOOM0001.WAV), or a talk.mp3 added beside a done talk.mp3.wav, never overwrite a
-    finished transcript."""
+    have it in that folder already, or a file the database does not know holds one of its ``formats``' names
+    there, then ``-2``, ``-3``, ...: two folders transcribed into one output folder (two recorders'
+    ZOOM0001.WAV), a talk.mp3 added beside a done talk.mp3.wav, or interview.mp3 transcribed into the
+    folder that holds the user's own interview.txt never overwrite a finished transcript or someone's
+    file. A job's own text to align is left to ``overwrites_text`` (refused, not renamed)."""
 
     def place(folder: Path | str, stem: str) -> tuple[str, str]:
         return os.path.abspath(folder), stem
@@ -97,11 +101,20 @@ def settle_stems(jobs: list[Job], written: dict[str, list[str]]) -> list[Job]:
         stem = owned.get((job.key, folder))
         if stem is None:
             stem, n = job.stem, 1
-            while owner.setdefault((folder, stem), job.key) != job.key:
+            while owner.setdefault((folder, stem), job.key) != job.key or _someone_elses(job, folder, stem, formats):
                 n += 1
                 stem = f"{job.stem}-{n}"
         out.append(replace(job, stem=stem))
     return out
+
+
+def _someone_elses(job: Job, folder: str, stem: str, formats: list[str]) -> bool:
+    """Whether a file (or link) in ``folder`` has one of ``stem``'s output names, other than the job's text."""
+    for fmt in formats:
+        path = os.path.join(folder, file_name(stem, fmt))
+        if os.path.lexists(path) and not (job.text is not None and os.path.realpath(path) == os.path.realpath(job.text)):
+            return True
+    return False
 
 
 # the Montreal Forced Aligner's corpus layout (talk.wav beside talk.lab), and subtitles to bring in sync

@@ -342,9 +342,10 @@ def run_batch(
             retry, seen = cfg.retry_failed, set()
             while True:
                 jobs = make_jobs(cfg.input_dir, settled.of(files) if settled else files, cfg.output_dir)
-                jobs = settle_stems(jobs, {r.path: r.outputs for r in db.records()})
                 if cfg.text_dir is not None:
                     jobs = with_texts(jobs, cfg.text_dir)
+                jobs = settle_stems(jobs, {r.path: r.outputs for r in db.records()}, cfg.formats)
+                if cfg.text_dir is not None:
                     check_texts(jobs, cfg.formats)
                 plan = plan_jobs(db, jobs, settings, retry)
                 retry = False  # a watched folder's failed file is tried again once it changes, not at every look
