@@ -249,9 +249,9 @@ def test_a_users_own_file_in_the_output_folder_is_never_replaced(run_cli, eval_r
 
 
 def test_a_rerun_from_another_folder_finds_its_work_done(run_cli, eval_root, tmp_path, monkeypatch):
-    """The job database keeps absolute paths: a batch run as ``transcribe in -o out`` and resumed from
-    elsewhere (a service with another working directory) redoes nothing (it redid every file: the outputs
-    were kept relative to the first run's folder and not found)."""
+    """The job database keeps absolute, resolved paths: a batch run as ``transcribe in -o out`` and resumed from
+    elsewhere (a service with another working directory), or through links to its folders, redoes nothing
+    (it redid every file: the outputs were kept relative to the first run's folder and not found)."""
     src = _copy(eval_root, tmp_path / "in", {"lj.wav": "coqui-tts-ljspeech/LJ001-0002.wav"})
     monkeypatch.chdir(tmp_path)
     code, _, err = run_cli("in", "-o", "out", "-f", "txt", "-m", "tiny.en")
@@ -259,6 +259,12 @@ def test_a_rerun_from_another_folder_finds_its_work_done(run_cli, eval_root, tmp
     monkeypatch.chdir("/")
     code, _, err = run_cli(src, "-o", tmp_path / "out", "-f", "txt", "-m", "tiny.en")
     assert code == 0 and "1 files: 0 done, 1 already done" in err, err
+    # through links to the same folders (a mount seen by another path): the same files, done
+    (tmp_path / "in-link").symlink_to(src)
+    (tmp_path / "out-link").symlink_to(tmp_path / "out")
+    code, _, err = run_cli(tmp_path / "in-link", "-o", tmp_path / "out-link", "-f", "txt", "-m", "tiny.en")
+    assert code == 0 and "1 files: 0 done, 1 already done" in err, err
+    assert sorted(p.name for p in (tmp_path / "out").glob("*.txt")) == ["lj.txt"]
 
 
 def test_a_name_of_250_bytes_is_transcribed_and_redone(run_cli, eval_root, tmp_path):

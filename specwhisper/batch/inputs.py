@@ -87,8 +87,13 @@ def settle_stems(jobs: list[Job], written: dict[str, list[str]], formats: list[s
     folder that holds the user's own interview.txt never overwrite a finished transcript or someone's
     file. A job's own text to align is left to ``overwrites_text`` (refused, not renamed)."""
 
+    resolved: dict[str, str] = {}  # a folder's real path, looked up once
+
     def place(folder: Path | str, stem: str) -> tuple[str, str]:
-        return os.path.abspath(folder), stem
+        key = str(folder)
+        if key not in resolved:
+            resolved[key] = os.path.realpath(key)
+        return resolved[key], stem
 
     owner: dict[tuple[str, str], str] = {}  # (folder, stem) -> the input whose outputs have it
     for path, outputs in written.items():
@@ -97,7 +102,7 @@ def settle_stems(jobs: list[Job], written: dict[str, list[str]], formats: list[s
     owned = {(path, folder): stem for (folder, stem), path in owner.items()}
     out: list[Job] = []
     for job in jobs:
-        folder = os.path.abspath(job.out_dir)
+        folder = place(job.out_dir, "")[0]
         stem = owned.get((job.key, folder))
         if stem is None:
             stem, n = job.stem, 1
@@ -135,8 +140,9 @@ def with_texts(jobs: list[Job], text_root: Path) -> list[Job]:
 def make_jobs(root: Path, files: list[Path], out_root: Path) -> list[Job]:
     """A Job per file; outputs mirror the input's subfolders, named by ``output_stems`` per folder."""
     rels = [f.relative_to(root) for f in files]
-    # absolute, as the job database keeps them: a rerun from another working directory finds its outputs done
-    root, out_root = Path(os.path.abspath(root)), Path(os.path.abspath(out_root))
+    # absolute and resolved, as the job database keeps them: a rerun from another working directory, or through
+    # another path to the same folders (a link to them), finds its outputs done
+    root, out_root = Path(os.path.realpath(root)), Path(os.path.realpath(out_root))
     folders: dict[Path, list[Path]] = {}
     for rel in rels:
         folders.setdefault(rel.parent, []).append(rel)
