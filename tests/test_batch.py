@@ -246,6 +246,10 @@ def test_a_users_own_file_in_the_output_folder_is_never_replaced(run_cli, eval_r
     assert code == 0 and "0 done, 1 already done" in err, err
     assert sorted(p.name for p in folder.iterdir() if not p.name.startswith(".")) == [
         "interview-2.srt", "interview-2.txt", "interview.txt", "interview.wav"]
+    # every file of the folder as input (--glob '*'): the batch's own outputs are not taken for recordings
+    code, _, err = run_cli(folder, "-o", folder, "-f", "txt,srt", "-m", "tiny.en", "--glob", "*")
+    assert code == 1 and "interview.txt: not a readable audio file" in err and "interview-2" not in err, err
+    assert "2 files: 0 done, 1 already done, 1 failed" in err, err
 
 
 def test_a_rerun_from_another_folder_finds_its_work_done(run_cli, eval_root, tmp_path, monkeypatch):

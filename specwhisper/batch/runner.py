@@ -15,6 +15,7 @@ is whole); a stop while it waits ends the run with nothing cut short.
 from __future__ import annotations
 
 import json
+import os
 import shutil
 import signal
 import sys
@@ -214,6 +215,20 @@ def _make_engine(cfg: BatchConfig, pipeline_config: PipelineConfig, options: Run
     return LocalEngine(pipeline_config, options, cfg.limits)
 
 
+def _not_ours(jobs: list[Job], written: dict[str, list[str]]) -> list[Job]:
+    """The jobs less the files this batch wrote (its outputs, in a folder transcribed into itself with
+    ``--glob '*'``, are no inputs: each rerun failed them as unreadable audio)."""
+    folders: dict[str, str] = {}  # resolved once each: a big batch has tens of thousands of outputs
+    ours = set()
+    for outputs in written.values():
+        for output in outputs:
+            folder, name = os.path.split(output)
+            if folder not in folders:
+                folders[folder] = os.path.realpath(folder)
+            ours.add(os.path.join(folders[folder], name))
+    return [j for j in jobs if str(j.path) not in ours]
+
+
 def check_texts(jobs: list[Job], formats: list[str]) -> None:
     """A corpus whose outputs would overwrite a text to align is refused before anything runs."""
     for job in jobs:
@@ -341,10 +356,11 @@ def run_batch(
             db.recover()
             retry, seen = cfg.retry_failed, set()
             while True:
-                jobs = make_jobs(cfg.input_dir, settled.of(files) if settled else files, cfg.output_dir)
+                written = {r.path: r.outputs for r in db.records()}
+                jobs = _not_ours(make_jobs(cfg.input_dir, settled.of(files) if settled else files, cfg.output_dir), written)
                 if cfg.text_dir is not None:
                     jobs = with_texts(jobs, cfg.text_dir)
-                jobs = settle_stems(jobs, {r.path: r.outputs for r in db.records()}, cfg.formats)
+                jobs = settle_stems(jobs, written, cfg.formats)
                 if cfg.text_dir is not None:
                     check_texts(jobs, cfg.formats)
                 plan = plan_jobs(db, jobs, settings, retry)
