@@ -518,7 +518,8 @@ def test_ray_engine_two_workers(run_cli, eval_root, tmp_path):
 def test_a_watched_folder_takes_each_file_once_it_is_whole(eval_root, manifest, tmp_path):
     """``--watch 1``: the files there at the start are transcribed; one copied in slowly (a piece every 0.3 s for
     3.6 s, longer than the interval) is read once, whole; a bad file fails once, not at every look (--retry-failed
-    retries at the first look only); Ctrl-C while the run waits ends it with nothing cut short (exit 1: a file failed)."""
+    retries at the first look only), and once replaced by audio is done, counted once: nothing failed, exit 0 (the
+    run said "3 files: 3 done, 1 failed, -1 left", exit 1); Ctrl-C while the run waits ends it with nothing cut short."""
     src = _copy(eval_root, tmp_path / "in", {"jfk.flac": "openai-whisper/jfk.flac", "bad.wav": "text:not audio"})
     out = tmp_path / "out"
     proc = _start(src, out, "-m", "tiny.en", "--watch", "1", "--retry-failed")
@@ -532,12 +533,15 @@ def test_a_watched_folder_takes_each_file_once_it_is_whole(eval_root, manifest, 
             time.sleep(0.3)
     _wait_done(proc, out, 2)
     time.sleep(2.5)  # two more looks at the folder
+    assert (_rows(out)["bad.wav"]["state"], _rows(out)["bad.wav"]["attempts"]) == ("failed", 1)
+    shutil.copy(next(m for m in manifest if m.file == "coqui-tts-ljspeech/LJ001-0002.wav").path, src / "bad.wav")
+    _wait_done(proc, out, 3)
     proc.send_signal(signal.SIGINT)
     _, err = proc.communicate(timeout=60)
     rows = _rows(out)
-    assert proc.returncode == 1 and "interrupted" not in err, err
+    assert proc.returncode == 0 and "interrupted" not in err, err
     assert [(r["state"], r["attempts"]) for r in (rows["jfk.flac"], rows["late.flac"], rows["bad.wav"])] == \
-        [("done", 1), ("done", 1), ("failed", 1)], rows
+        [("done", 1), ("done", 1), ("done", 1)], rows  # a changed file is a new job
     assert len(_error_lines(err)) == 1 and "bad.wav" in _error_lines(err)[0]
     _assert_outputs_valid(out, rows)
     assert wer([late.reference], [(out / "late.txt").read_text()]) < 0.2

@@ -62,13 +62,33 @@ class BatchConfig:
 
 @dataclass
 class BatchReport:
+    """A run's files by their latest outcome: a watched file that changed and was done again counts once."""
+
     files: int = 0
-    done_now: int = 0
-    done_before: int = 0
-    failed_now: int = 0
-    failed_before: int = 0  # failed in an earlier run and not retried
+    # input -> "done", "failed" (this run), "done before", "failed before" (an earlier run's, not retried)
+    outcomes: dict[str, str] = field(default_factory=dict)
+    finished: int = 0  # files transcribed or failed by this run, each time
     interrupted: bool = False
     records: list[JobRecord] = field(default_factory=list)
+
+    def _count(self, outcome: str) -> int:
+        return sum(o == outcome for o in self.outcomes.values())
+
+    @property
+    def done_now(self) -> int:
+        return self._count("done")
+
+    @property
+    def done_before(self) -> int:
+        return self._count("done before")
+
+    @property
+    def failed_now(self) -> int:
+        return self._count("failed")
+
+    @property
+    def failed_before(self) -> int:
+        return self._count("failed before")
 
     @property
     def failed(self) -> int:
@@ -365,16 +385,16 @@ def run_batch(
                     check_texts(jobs, cfg.formats)
                 plan = plan_jobs(db, jobs, settings, retry)
                 retry = False  # a watched folder's failed file is tried again once it changes, not at every look
-                report.done_before += sum(j.key not in seen for j in plan.done_before)
-                report.failed_before += sum(j.key not in seen for j in plan.failed_before)
+                for outcome, earlier in (("done before", plan.done_before), ("failed before", plan.failed_before)):
+                    report.outcomes.update((j.key, outcome) for j in earlier if j.key not in seen)
                 seen.update(j.key for j in jobs)
                 report.files = len(seen)
-                before = report.done_now + report.failed_now
+                before = report.finished
                 if plan.todo:
                     _run_jobs(db, engine, plan.todo, cfg.formats, options.subtitles, report, show_progress)
                 if settled is None or report.interrupted:
                     break
-                if on_round is not None and report.done_now + report.failed_now > before:
+                if on_round is not None and report.finished > before:
                     on_round(report)
                 if not _wait(cfg.watch):
                     break
@@ -418,11 +438,10 @@ def _run_jobs(db: JobDB, engine, todo: list[Job], formats: list[str], layout: Su
                             continue
                         error = _record(db, event, formats, layout)
                         running.discard(event.job.key)
+                    report.outcomes[event.job.key] = "failed" if error else "done"
+                    report.finished += 1
                     if error:
-                        report.failed_now += 1
                         bar.write(f"transcribe: error: {error}")
-                    else:
-                        report.done_now += 1
                     bar.advance(event)
             except KeyboardInterrupt:
                 report.interrupted = True
