@@ -313,8 +313,11 @@ def test_a_client_gone_far_ahead_frees_its_stream(strict, speech):
 def test_live_limits_from_the_environment():
     from specwhisper.serving.endpoint.contract import settings_from_env
 
-    live = settings_from_env({"SPECWHISPER_LIVE_STREAMS": "4", "SPECWHISPER_LIVE_IDLE_S": "15", "SPECWHISPER_LIVE_AHEAD_S": "2.5"}).live
-    assert (live.max_streams, live.idle_timeout_s, live.max_ahead_s) == (4, 15.0, 2.5)
+    live = settings_from_env({"SPECWHISPER_LIVE_STREAMS": "4", "SPECWHISPER_LIVE_IDLE_S": "15", "SPECWHISPER_LIVE_AHEAD_S": "2.5",
+                              "SPECWHISPER_REALTIME_IDLE_S": "600"}).live
+    assert (live.max_streams, live.idle_timeout_s, live.max_ahead_s, live.session_idle_s) == (4, 15.0, 2.5, 600.0)
     assert settings_from_env({}).live == LiveLimits()
     with pytest.raises(ValueError, match="bad live limits"):
         settings_from_env({"SPECWHISPER_LIVE_STREAMS": "0"})
+    with pytest.raises(ValueError, match="bad live limits"):  # a wait between turns shorter than within one
+        settings_from_env({"SPECWHISPER_REALTIME_IDLE_S": "5"})

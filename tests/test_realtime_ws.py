@@ -36,7 +36,8 @@ from specwhisper.serving.service import LiveLimits, ServiceSettings
 from tests.test_abuse import _request, server_log  # noqa: F401 - server_log is a fixture: no traceback in the log
 
 RATE, INPUT_RATE = 16000, 24000
-LIMITS = LiveLimits(max_streams=2, idle_timeout_s=2.0, max_ahead_s=120.0)  # no pacing: the clips go in at once
+# no pacing: the clips go in at once; a session between turns is closed as idle as soon as one in a turn
+LIMITS = LiveLimits(max_streams=2, idle_timeout_s=2.0, session_idle_s=2.0, max_ahead_s=120.0)
 MAX_AUDIO_S = 40.0  # a session's audio: past a window, short of two
 DELTA = "conversation.item.input_audio_transcription.delta"
 COMPLETED = "conversation.item.input_audio_transcription.completed"
@@ -524,7 +525,7 @@ def test_a_client_waiting_for_its_transcript_is_not_idle(server_log, tmp_path_fa
 
     long = build_long_file("dense", tmp_path, min_seconds=45)
     settings = ServiceSettings(choices=Choices(models=("tiny.en",), drafters=("none",)), max_audio_s=60,
-                               live=LiveLimits(max_streams=1, idle_timeout_s=0.5, max_ahead_s=120.0))
+                               live=LiveLimits(max_streams=1, idle_timeout_s=0.5, session_idle_s=0.5, max_ahead_s=120.0))
     config = ServerConfig(port=0, access_log=False, spool_dir=tmp_path_factory.mktemp("spool"))
     update = {"type": "session.update", "session": {"type": "transcription", "audio": {"input": {"turn_detection": None}}}}
     append = {"type": "input_audio_buffer.append", "audio": base64.b64encode(_pcm24(load_audio(long.path))).decode()}
@@ -603,3 +604,52 @@ def test_a_commit_of_what_the_vad_heard_no_speech_in_is_an_empty_item(server):
     assert len(committed) == 1 and completed["item_id"] == committed[0]["item_id"], received
     assert completed["transcript"] == "" and completed["usage"]["seconds"] == pytest.approx(1.05, abs=0.05), completed
     assert not [e for e in received if e["type"] == "input_audio_buffer.speech_started"]
+
+
+def test_a_push_to_talk_session_waits_between_turns_until_its_slot_is_needed(server_log, tmp_path_factory, clips):  # noqa: F811
+    """Push-to-talk (no turn detection): the client sends nothing between turns. On a server of one live slot
+    closing idle streams after 0.5 s, the session waits 1.5 s after its first turn and its second turn is still
+    transcribed (the session was closed at 0.5 s, 408); once idle again, a new client that finds the slot taken
+    gets it, and the waiting session ends with a 408 saying why."""
+    (a, ref_a), (b, ref_b) = clips
+    settings = ServiceSettings(choices=Choices(models=("tiny.en",), drafters=("none",)), max_audio_s=60,
+                               live=LiveLimits(max_streams=1, idle_timeout_s=0.5, session_idle_s=60.0, max_ahead_s=120.0))
+    config = ServerConfig(port=0, access_log=False, spool_dir=tmp_path_factory.mktemp("spool"))
+    update = {"type": "session.update", "session": {"type": "transcription", "audio": {"input": {"turn_detection": None}}}}
+
+    def turn(audio: np.ndarray) -> list[str]:
+        return [*(json.dumps({"type": "input_audio_buffer.append", "audio": p}) for p in _appends(_pcm24(audio), 1.0)),
+                json.dumps({"type": "input_audio_buffer.commit"})]
+
+    async def until(ws, kind: str) -> list[dict]:
+        got = []
+        while not got or got[-1]["type"] != kind:
+            got.append(json.loads(await asyncio.wait_for(ws.recv(), 120)))
+        return got
+
+    async def sessions(url: str):
+        async with connect(url, open_timeout=60, close_timeout=10) as first:
+            await first.send(json.dumps(update))
+            for message in turn(a):
+                await first.send(message)
+            one = await until(first, COMPLETED)
+            await asyncio.sleep(1.5)  # between turns, past the idle limit
+            for message in turn(b):
+                await first.send(message)
+            two = await until(first, COMPLETED)
+            await asyncio.sleep(1.0)
+            async with connect(url, open_timeout=60, close_timeout=10) as second:
+                created = json.loads(await asyncio.wait_for(second.recv(), 60))
+                try:
+                    ended = await until(first, "error")
+                except ConnectionClosed:
+                    ended = []
+                await asyncio.wait_for(first.wait_closed(), 30)
+                return one, two, created, ended, first.close_code
+
+    with serving(Endpoint(settings), config) as srv:
+        one, two, created, ended, code = asyncio.run(sessions(srv.url.replace("http://", "ws://") + "/v1/realtime?intent=transcription"))
+    assert wer([ref_a], [one[-1]["transcript"]]) < 0.3 and wer([ref_b], [two[-1]["transcript"]]) < 0.3, (one[-1], two[-1])
+    assert created["type"] == "session.created", created
+    error = ended[-1]["error"]
+    assert error["code"] == "408" and "another stream needed the slot" in error["message"] and code == 1008, ended

@@ -57,13 +57,17 @@ class LiveLimits:
 
     max_streams: int = 2  # open live sockets; each re-decodes every second or two on the one model worker
     idle_timeout_s: float = 20.0  # a stream that sends nothing for this long is closed
+    # a realtime session between turns (a push-to-talk client) may wait this long for its next turn; past
+    # idle_timeout_s its slot goes to a new stream that finds every slot taken (the session is closed then)
+    session_idle_s: float = 3600.0
     max_ahead_s: float = 10.0  # audio may run this far ahead of the wall clock; what comes next waits beyond
     # one WebSocket message; bigger: closed by the protocol (1009). OpenAI's Realtime API takes appends of up to
     # 15 MiB, so an app may send a file in one (8.7 min of /v1/live's s16le)
     max_frame_bytes: int = 16 * 2**20
 
     def __post_init__(self) -> None:
-        if self.max_streams < 1 or self.idle_timeout_s <= 0 or self.max_ahead_s <= 0 or self.max_frame_bytes < 1024:
+        if (self.max_streams < 1 or self.idle_timeout_s <= 0 or self.session_idle_s < self.idle_timeout_s
+                or self.max_ahead_s <= 0 or self.max_frame_bytes < 1024):
             raise ValueError(f"bad live limits: {self}")
 
 

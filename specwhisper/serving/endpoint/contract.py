@@ -76,6 +76,7 @@ def settings_from_env(env: Mapping[str, str]) -> ServiceSettings:
     try:
         live = LiveLimits(max_streams=int(number("SPECWHISPER_LIVE_STREAMS", LiveLimits.max_streams)),
                           idle_timeout_s=number("SPECWHISPER_LIVE_IDLE_S", LiveLimits.idle_timeout_s),
+                          session_idle_s=number("SPECWHISPER_REALTIME_IDLE_S", LiveLimits.session_idle_s),
                           max_ahead_s=number("SPECWHISPER_LIVE_AHEAD_S", LiveLimits.max_ahead_s))
     except ValueError as exc:
         raise ValueError(f"SPECWHISPER_LIVE_*: {exc}") from None

@@ -59,6 +59,7 @@ import asyncio
 import contextlib
 import json
 import logging
+import math
 import time
 from collections import deque
 from collections.abc import Awaitable, Callable, Iterator
@@ -427,21 +428,46 @@ def open_stream(transcriber: PipelinePool, params: TranscribeParams) -> Streamin
 class StreamSlots:
     """The live sockets open (``/v1/live`` and ``/v1/realtime`` together), at most ``limit``; those accepted
     so far (``started``) and the seconds of audio they received (``heard_s``, for ``/metrics``); used on
-    the event loop only."""
+    the event loop only. A realtime session waiting between turns (``between_turns``) for ``yield_after_s``
+    or more gives its slot to a new stream that finds them all taken: the one waiting longest is told so
+    (its event is set) and ends."""
 
     limit: int
+    yield_after_s: float = math.inf
     open: int = 0
     started: int = 0
     heard_s: float = 0.0
+    waiting: dict[object, tuple[float, asyncio.Event]] = field(default_factory=dict)  # holder -> (since, told to yield)
+    handed: set = field(default_factory=set)  # holders whose slot another stream has
 
     def take(self) -> bool:
         if self.open >= self.limit:
-            return False
+            now = time.monotonic()
+            ready = [(since, id(holder), holder) for holder, (since, _) in self.waiting.items() if now - since >= self.yield_after_s]
+            if not ready:
+                return False
+            holder = min(ready)[2]
+            self.waiting.pop(holder)[1].set()
+            self.handed.add(holder)
+            self.open -= 1
         self.open += 1
         self.started += 1
         return True
 
-    def release(self) -> None:
+    def between_turns(self, holder: object) -> asyncio.Event:
+        """``holder`` waits for its next turn from now; the event is set when its slot is taken from it."""
+        told = asyncio.Event()
+        self.waiting[holder] = (time.monotonic(), told)
+        return told
+
+    def turn_began(self, holder: object) -> None:
+        self.waiting.pop(holder, None)
+
+    def release(self, holder: object = None) -> None:
+        self.waiting.pop(holder, None)
+        if holder in self.handed:  # its slot was counted for the stream that took it
+            self.handed.discard(holder)
+            return
         self.open -= 1
 
 
@@ -472,6 +498,6 @@ class LiveRoute:
 
 def add_live_route(app: FastAPI, transcriber: PipelinePool, worker: ModelWorker) -> StreamSlots:
     """``/v1/live``; the slots it counts its sockets in, for the other live routes to share."""
-    slots = StreamSlots(transcriber.settings.live.max_streams)
+    slots = StreamSlots(transcriber.settings.live.max_streams, transcriber.settings.live.idle_timeout_s)
     app.add_api_websocket_route(LIVE_PATH, LiveRoute(transcriber, worker, slots))
     return slots

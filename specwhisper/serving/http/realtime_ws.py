@@ -34,8 +34,9 @@ Errors. A bad client event (not JSON, an unknown type, bad base64, a bad setting
 100 ms of audio) is answered with OpenAI's ``error`` event (``error``: ``type``, ``code``, ``message``,
 ``param``, ``event_id`` of the event at fault) and the session goes on, as OpenAI's does. What ends the
 session (an error event, then the close, as ``/v1/live``): a session that is not a transcription one
-(400, close 1008), no message for ``idle_timeout_s`` while none of its work is in hand (408), audio
-past ``max_audio_s`` (413, 1009), too many live sockets or a full queue (503, 1013); an event over
+(400, close 1008), no message for ``idle_timeout_s`` inside a turn while none of its work is in hand
+(408; between turns up to ``session_idle_s``, and past ``idle_timeout_s`` its slot goes to a new stream
+that finds every slot taken: 408 then), audio past ``max_audio_s`` (413, 1009), too many live sockets or a full queue (503, 1013); an event over
 ``max_frame_bytes`` (16 MiB: OpenAI takes appends of up to 15 MiB) is closed by the WebSocket protocol
 (1009, no event). The limits are ``/v1/live``'s
 (:class:`specwhisper.serving.service.LiveLimits`, counted together), audio ahead of the clock included.
@@ -337,8 +338,11 @@ class RealtimeSession:
     """One socket: a receiver task turns client events into actions; this coroutine hands them to the
     model worker in order and sends the events they make."""
 
-    def __init__(self, ws: WebSocket, worker: ModelWorker, transcriber: PipelinePool, slots: StreamSlots):
+    def __init__(self, ws: WebSocket, worker: ModelWorker, transcriber: PipelinePool, slots: StreamSlots,
+                 holder: object = None):
         self.ws, self.worker, self.transcriber, self.slots = ws, worker, transcriber, slots  # slots: counts the audio
+        self.holder = holder if holder is not None else object()  # who holds the session's slot in ``slots``
+        self.turns: Turns | None = None
         self.limits, self.max_audio_s = transcriber.settings.live, transcriber.settings.max_audio_s
         self.inbox = ClientEvents()
         self.session_id = f"sess_{uuid.uuid4().hex[:20]}"
@@ -346,7 +350,7 @@ class RealtimeSession:
         self.events = 0
 
     async def run(self, turns: Turns) -> None:
-        self.format = turns.config.format
+        self.format, self.turns = turns.config.format, turns
         await self.send({"type": "session.created", "session": turns.config.to_json()})
         receiver = asyncio.create_task(self.receive())
         try:
@@ -389,9 +393,7 @@ class RealtimeSession:
                 while len(box.actions) >= QUEUED_ACTIONS:  # its events wait to be sent: read no more of it
                     box.taken.clear()
                     await box.taken.wait()
-                # a client waiting for its transcript is not idle
-                message = await pacing.next(self.ws, self.limits.idle_timeout_s, "event",
-                                             busy=lambda: box.working or bool(box.actions))
+                message = await self._next(pacing)
                 if message["type"] == "websocket.disconnect":
                     box.gone = True
                     return
@@ -406,6 +408,47 @@ class RealtimeSession:
                 if box.over_limit:
                     box.actions.append(("end",))
                 box.changed.set()
+
+    async def _next(self, pacing: Pacing) -> dict:
+        """The client's next message. A client waiting for its transcript is not idle; one between turns (none
+        open, nothing in hand: a push-to-talk client) may wait ``session_idle_s`` for its next turn, and once it
+        waited ``idle_timeout_s`` its slot goes to a new stream that finds every slot taken; otherwise no event
+        for ``idle_timeout_s`` ends the session (408)."""
+        box, limits = self.inbox, self.limits
+        if pacing.early:
+            return await pacing.next(self.ws, limits.idle_timeout_s, "event")  # read ahead: at once
+        loop = asyncio.get_running_loop()
+        receive = asyncio.ensure_future(self.ws.receive())
+        quiet_since, told = loop.time(), None
+        try:
+            while True:
+                busy = box.working or bool(box.actions)
+                between = not busy and self.turns is not None and self.turns.item is None
+                if between and told is None:
+                    told = self.slots.between_turns(self.holder)
+                elif not between and told is not None:
+                    self.slots.turn_began(self.holder)
+                    told = None
+                waits = {receive} if told is None else {receive, asyncio.ensure_future(told.wait())}
+                done, pending = await asyncio.wait(waits, timeout=limits.idle_timeout_s, return_when=asyncio.FIRST_COMPLETED)
+                for waiter in pending - {receive}:
+                    waiter.cancel()
+                quiet = loop.time() - quiet_since
+                if told is not None and told.is_set():  # the slot is another stream's now, whatever came
+                    raise LiveError(status=408, message=f"no event for {quiet:.0f} s between turns, and another "
+                                                        "stream needed the slot")
+                if receive in done:
+                    return receive.result()
+                if busy:
+                    quiet_since = loop.time()
+                elif not between:
+                    raise LiveError(status=408, message=f"no event for {limits.idle_timeout_s:g} s")
+                elif quiet >= limits.session_idle_s:
+                    raise LiveError(status=408, message=f"no event for {limits.session_idle_s:g} s between turns")
+        finally:
+            receive.cancel()
+            if told is not None:
+                self.slots.turn_began(self.holder)
 
     def _action(self, message: dict) -> tuple:
         """A client event as an action for ``Turns.handle`` (EventError for a bad one)."""
@@ -468,19 +511,20 @@ class RealtimeRoute:
             await end_with(ws, LiveError(status=503, message=f"too many live streams (at most {self.slots.limit}); "
                                                                "try again later"))
             return
+        holder = object()
         try:
-            await guarded(ws, lambda: self._session(ws, query.get("model")), end_with, "realtime session")
+            await guarded(ws, lambda: self._session(ws, query.get("model"), holder), end_with, "realtime session")
         finally:
-            self.slots.release()
+            self.slots.release(holder)
             await close(ws, 1000)
 
-    async def _session(self, ws: WebSocket, model: str | None) -> None:
+    async def _session(self, ws: WebSocket, model: str | None, holder: object) -> None:
         try:  # a model named on the URL is the transcription model (speaches reads it so too)
             config = checked(SessionConfig(model=model or ALIAS), self.transcriber.settings.choices)
         except EventError as exc:
             raise LiveError(status=400, message=str(exc)) from None
         turns = await opened(self.worker, lambda: Turns(self.transcriber, config), self.transcriber.pipeline_key(config.params))
-        await RealtimeSession(ws, self.worker, self.transcriber, self.slots).run(turns)
+        await RealtimeSession(ws, self.worker, self.transcriber, self.slots, holder).run(turns)
 
 
 def add_realtime_route(app: FastAPI, transcriber: PipelinePool, worker: ModelWorker, slots: StreamSlots) -> None:
