@@ -376,6 +376,21 @@ def test_a_repeat_squeezed_into_no_audio_is_not_taken():
     assert before_squeezed_run(said + repeat) == said
     blip = said[:2] + [Word(36.30, 36.30, " can")] + said[3:]
     assert before_squeezed_run(blip) == blip
+    # the last word squeezed against the audio's end, right after the one before it, then the repeat at its own
+    # instant (tiny.en, jfk's last 2.84 s): the last word stays; one alone in a pause before the repeat does not
+    # (base, mfa_laughter: "Montreal" 1.5 s after the "Montreal" it repeats, then three more at 4.5 s)
+    ending = [Word(1.56, 1.76, " for"), Word(1.76, 2.04, " your"), Word(2.04, 2.04, " country")]
+    assert before_squeezed_run(ending + [Word(2.84, 2.84, t) for t in (" ask", " what", " you")]) == ending
+    montreal = [Word(1.14, 2.54, " Montreal"), Word(4.0, 4.0, " Montreal")] + [Word(4.5, 4.5, " Montreal")] * 3
+    assert before_squeezed_run(montreal) == montreal[:1]
+
+
+def test_a_stream_ends_with_its_last_word(tiny_engine, eval_root):
+    """jfk's last 2.84 s ("ask what you can do for your country") in 1 s pieces, tiny.en: the last decode writes
+    "country" squeezed against the audio's end, then repeats the sentence; the stream ended "... for your"."""
+    audio = load_audio(eval_root / "whisper.cpp/jfk.wav")[int(8.16 * 16000) :]
+    words = play(StreamingTranscriber(tiny_engine, StreamOptions(language="en")), audio, chunk_s=1.0)
+    assert normalize("".join(w.text for w in words)) == "ask what you can do for your country"
 
 
 class _Pipe:
