@@ -36,9 +36,9 @@ Errors. A bad client event (not JSON, an unknown type, bad base64, a bad setting
 session (an error event, then the close, as ``/v1/live``): a session that is not a transcription one
 (400, close 1008), no message for ``idle_timeout_s`` inside a turn while none of its work is in hand
 (408; between turns up to ``session_idle_s``, and past ``idle_timeout_s`` its slot goes to a new stream
-that finds every slot taken: 408 then), audio past ``max_audio_s`` (413, 1009), too many live sockets or a full queue (503, 1013); an event over
-``max_frame_bytes`` (16 MiB: OpenAI takes appends of up to 15 MiB) is closed by the WebSocket protocol
-(1009, no event). The limits are ``/v1/live``'s
+that finds every slot taken: 408 then), audio past ``max_audio_s`` (413, 1009), too many live sockets
+or a full queue (503, 1013); an event over ``max_frame_bytes`` (16 MiB: OpenAI takes appends of up to
+15 MiB) is closed by the WebSocket protocol (1009, no event). The limits are ``/v1/live``'s
 (:class:`specwhisper.serving.service.LiveLimits`, counted together), audio ahead of the clock included.
 Every decode runs on the model worker, as ``/v1/live``'s updates: in its queue, overtaking long passes.
 """
