@@ -103,7 +103,9 @@ def test_openai_whispers_readme_example_runs_and_decodes_as_openai_whisper(model
     # the encoder's output, which decode and detect_language take in the mel's place: each side's own, once
     features, want_features = model.embed_audio(mel[None]), theirs.embed_audio(mel[None])
     assert features.shape == want_features.shape == (1, model.dims.n_audio_ctx, model.dims.n_audio_state)
-    assert torch_allclose(features, want_features, atol=1e-3)
+    # the same fp32 sums in another order: within 1e-4 of the output's largest value (an AVX2 EPYC: 1.2e-3 of a
+    # largest 24.3, mean 1.4e-6; the decodes below from each side's own features are what must agree exactly)
+    assert torch_allclose(features, want_features, atol=1e-4 * float(want_features.abs().max()))
     assert model.detect_language(features[0])[1] == probs and model.decode(features[0]).tokens == result.tokens
     (fellow,) = model.transcriber.pipeline.asr.bundle.tokenizer.encode(" fellow", add_special_tokens=False)
     prefix = "And so, my fellow Americans,"  # commas greedy base does not write
