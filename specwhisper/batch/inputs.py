@@ -77,32 +77,40 @@ def output_stems(files: list[Path]) -> list[str]:
     return out
 
 
-def settle_stems(jobs: list[Job], written: dict[str, list[str]], formats: list[str] = ()) -> list[Job]:
-    """The jobs with output names that hold across runs; ``written``: each input path's outputs in the job
-    database. A job whose outputs were written keeps their name (a file added beside it later does not
-    rename it); another takes ``output_stems``' name unless another input's outputs, or another job here,
-    have it in that folder already, or a file the database does not know holds one of its ``formats``' names
-    there, then ``-2``, ``-3``, ...: two folders transcribed into one output folder (two recorders'
-    ZOOM0001.WAV), a talk.mp3 added beside a done talk.mp3.wav, or interview.mp3 transcribed into the
-    folder that holds the user's own interview.txt never overwrite a finished transcript or someone's
-    file. A job's own text to align is left to ``overwrites_text`` (refused, not renamed)."""
-
-    resolved: dict[str, str] = {}  # a folder's real path, looked up once
-
-    def place(folder: Path | str, stem: str) -> tuple[str, str]:
-        key = str(folder)
-        if key not in resolved:
-            resolved[key] = os.path.realpath(key)
-        return resolved[key], stem
-
-    owner: dict[tuple[str, str], str] = {}  # (folder, stem) -> the input whose outputs have it
+def recorded_outputs(written: dict[str, list[str]]) -> dict[str, str]:
+    """Each output the job database records (``written``: each input path's outputs), its folder resolved
+    (once per folder: a big batch has tens of thousands of outputs) -> the input it is the output of."""
+    folders: dict[str, str] = {}
+    out: dict[str, str] = {}
     for path, outputs in written.items():
         for output in outputs:
-            owner[place(Path(output).parent, Path(output).name.rsplit(".", 1)[0])] = path
+            folder, name = os.path.split(output)
+            if folder not in folders:
+                folders[folder] = os.path.realpath(folder)
+            out[os.path.join(folders[folder], name)] = path
+    return out
+
+
+def settle_stems(jobs: list[Job], outputs: dict[str, str], formats: list[str] = ()) -> list[Job]:
+    """The jobs with output names that hold across runs; ``outputs``: ``recorded_outputs``. A job whose
+    outputs were written keeps their name (a file added beside it later does not rename it); another takes
+    ``output_stems``' name unless another input's outputs, or another job here, have it in that folder
+    already, or a file the database does not know holds one of its ``formats``' names there, then ``-2``,
+    ``-3``, ...: two folders transcribed into one output folder (two recorders' ZOOM0001.WAV), a talk.mp3
+    added beside a done talk.mp3.wav, or interview.mp3 transcribed into the folder that holds the user's own
+    interview.txt never overwrite a finished transcript or someone's file. A job's own text to align is left
+    to ``overwrites_text`` (refused, not renamed)."""
+    owner: dict[tuple[str, str], str] = {}  # (folder, stem) -> the input whose outputs have it
+    for output, path in outputs.items():
+        folder, name = os.path.split(output)
+        owner[folder, name.rsplit(".", 1)[0]] = path
     owned = {(path, folder): stem for (folder, stem), path in owner.items()}
+    folders: dict[Path, str] = {}  # each job folder resolved once
     out: list[Job] = []
     for job in jobs:
-        folder = place(job.out_dir, "")[0]
+        if job.out_dir not in folders:
+            folders[job.out_dir] = os.path.realpath(job.out_dir)
+        folder = folders[job.out_dir]
         stem = owned.get((job.key, folder))
         if stem is None:
             stem, n = job.stem, 1

@@ -15,7 +15,6 @@ is whole); a stop while it waits ends the run with nothing cut short.
 from __future__ import annotations
 
 import json
-import os
 import shutil
 import signal
 import sys
@@ -27,7 +26,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from specwhisper.batch.engine import Finished, GroupLimits, LocalEngine, Started
-from specwhisper.batch.inputs import InputError, Job, find_inputs, make_jobs, settle_stems, with_texts
+from specwhisper.batch.inputs import InputError, Job, find_inputs, make_jobs, recorded_outputs, settle_stems, with_texts
 from specwhisper.pipeline.config import PipelineConfig, RunOptions
 from specwhisper.batch.jobs import JobDB, JobDBError, JobRecord, file_sha256
 from specwhisper.pipeline.writers import OutputDirError, check_output_dir, overwrites_text, write_outputs
@@ -235,18 +234,10 @@ def _make_engine(cfg: BatchConfig, pipeline_config: PipelineConfig, options: Run
     return LocalEngine(pipeline_config, options, cfg.limits)
 
 
-def _not_ours(jobs: list[Job], written: dict[str, list[str]]) -> list[Job]:
-    """The jobs less the files this batch wrote (its outputs, in a folder transcribed into itself with
-    ``--glob '*'``, are no inputs: each rerun failed them as unreadable audio)."""
-    folders: dict[str, str] = {}  # resolved once each: a big batch has tens of thousands of outputs
-    ours = set()
-    for outputs in written.values():
-        for output in outputs:
-            folder, name = os.path.split(output)
-            if folder not in folders:
-                folders[folder] = os.path.realpath(folder)
-            ours.add(os.path.join(folders[folder], name))
-    return [j for j in jobs if str(j.path) not in ours]
+def _not_ours(jobs: list[Job], outputs: dict[str, str]) -> list[Job]:
+    """The jobs less the files this batch wrote (``recorded_outputs``: in a folder transcribed into itself with
+    ``--glob '*'``, its outputs are no inputs; each rerun failed them as unreadable audio)."""
+    return [j for j in jobs if str(j.path) not in outputs]
 
 
 def check_texts(jobs: list[Job], formats: list[str]) -> None:
@@ -376,11 +367,11 @@ def run_batch(
             db.recover()
             retry, seen = cfg.retry_failed, set()
             while True:
-                written = {r.path: r.outputs for r in db.records()}
-                jobs = _not_ours(make_jobs(cfg.input_dir, settled.of(files) if settled else files, cfg.output_dir), written)
+                outputs = recorded_outputs({r.path: r.outputs for r in db.records()})
+                jobs = _not_ours(make_jobs(cfg.input_dir, settled.of(files) if settled else files, cfg.output_dir), outputs)
                 if cfg.text_dir is not None:
                     jobs = with_texts(jobs, cfg.text_dir)
-                jobs = settle_stems(jobs, written, cfg.formats)
+                jobs = settle_stems(jobs, outputs, cfg.formats)
                 if cfg.text_dir is not None:
                     check_texts(jobs, cfg.formats)
                 plan = plan_jobs(db, jobs, settings, retry)

@@ -266,9 +266,9 @@ class PipelinePool:
         """Decode a file or in-memory upload, at most ``max_seconds`` of it (default: the deployment's limit;
         ``channels``: one row per channel); errors name it ``name``, never a temp path. Samples are
         resampled as they are, with no file in between."""
+        limit = min(max_seconds or math.inf, self.settings.max_audio_s)
         if isinstance(source, InMemoryAudio):
-            return from_array(source.samples, source.rate, name, min(max_seconds or math.inf, self.settings.max_audio_s),
-                              channels=channels)
+            return from_array(source.samples, source.rate, name, limit, channels=channels)
         if isinstance(source, (bytes, bytearray, memoryview)):
             if not len(source):
                 raise AudioError(f"{name}: the upload is empty (0 bytes)")
@@ -279,7 +279,7 @@ class PipelinePool:
             finally:
                 path.unlink(missing_ok=True)
         try:
-            return load_audio(source, max_seconds=min(max_seconds or math.inf, self.settings.max_audio_s), channels=channels)
+            return load_audio(source, max_seconds=limit, channels=channels)
         except AudioError as exc:
             message = str(exc).replace(f"({source}: ", "(")  # ffmpeg repeats the path in its reason
             raise type(exc)(message.replace(str(source), name)) from None  # AudioTooLong stays itself
